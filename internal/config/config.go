@@ -1,0 +1,273 @@
+// Package config loads cronswap's YAML configuration file, applies defaults
+// and environment overrides, and validates it.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/cronswap/cronswap/schedule"
+)
+
+// Environment variables that override the file.
+const (
+	EnvConfig     = "CRONSWAP_CONFIG"
+	EnvMongoURI   = "CRONSWAP_MONGO_URI"
+	EnvInstanceID = "CRONSWAP_INSTANCE_ID"
+)
+
+// DefaultMongoURI is used when neither the file, the environment nor a flag
+// names a server: the local launcher's default port.
+const DefaultMongoURI = "mongodb://127.0.0.1:27017/"
+
+// Watch modes.
+const (
+	WatchAuto         = "auto"
+	WatchChangeStream = "changestream"
+	WatchPoll         = "poll"
+)
+
+// Config is the whole configuration of one daemon instance.
+type Config struct {
+	Mongo      Mongo          `yaml:"mongo"`
+	InstanceID string         `yaml:"instance_id"`
+	Timezone   string         `yaml:"timezone"`
+	Watch      Watch          `yaml:"watch"`
+	Lock       Lock           `yaml:"lock"`
+	Runs       Runs           `yaml:"runs"`
+	HTTP       HTTP           `yaml:"http"`
+	Shutdown   Shutdown       `yaml:"shutdown"`
+	Jobs       map[string]Job `yaml:"jobs"`
+	Location   *time.Location `yaml:"-"`
+}
+
+// Mongo says where the schedules live.
+type Mongo struct {
+	URI      string `yaml:"uri"`
+	Database string `yaml:"database"`
+}
+
+// Watch configures how edits are noticed.
+type Watch struct {
+	Mode           string        `yaml:"mode"`
+	PollInterval   time.Duration `yaml:"poll_interval"`
+	ResyncInterval time.Duration `yaml:"resync_interval"`
+	// BackoffMin and BackoffMax bound the reconnect backoff.
+	BackoffMin time.Duration `yaml:"backoff_min"`
+	BackoffMax time.Duration `yaml:"backoff_max"`
+}
+
+// Lock configures the per-job leader locks.
+type Lock struct {
+	TTL time.Duration `yaml:"ttl"`
+}
+
+// Runs configures the run records.
+type Runs struct {
+	Retention time.Duration `yaml:"retention"`
+}
+
+// HTTP configures the status and metrics listener.
+type HTTP struct {
+	Listen string `yaml:"listen"`
+}
+
+// Shutdown configures graceful termination.
+type Shutdown struct {
+	// Grace is how long SIGTERM waits for running actions before cancelling them.
+	Grace time.Duration `yaml:"grace"`
+}
+
+// Job is one named action a schedule may run.
+type Job struct {
+	Exec    []string      `yaml:"exec"`
+	HTTP    *HTTPAction   `yaml:"http"`
+	Timeout time.Duration `yaml:"timeout"`
+	Overlap string        `yaml:"overlap"`
+}
+
+// HTTPAction calls a URL with the fire's details as a JSON body.
+type HTTPAction struct {
+	URL    string `yaml:"url"`
+	Method string `yaml:"method"`
+}
+
+// Default returns the configuration used when no file is given.
+func Default() Config {
+	return Config{
+		Mongo:    Mongo{URI: DefaultMongoURI, Database: "cronswap"},
+		Timezone: "UTC",
+		Watch: Watch{
+			Mode:           WatchAuto,
+			PollInterval:   5 * time.Second,
+			ResyncInterval: 10 * time.Minute,
+			BackoffMin:     100 * time.Millisecond,
+			BackoffMax:     10 * time.Second,
+		},
+		Lock:     Lock{TTL: 10 * time.Minute},
+		Runs:     Runs{Retention: 720 * time.Hour},
+		HTTP:     HTTP{Listen: "127.0.0.1:9090"},
+		Shutdown: Shutdown{Grace: 30 * time.Second},
+		Location: time.UTC,
+	}
+}
+
+// Load reads the file at path (none when path is empty), applies the
+// environment overrides and validates the result.
+func Load(path string) (Config, error) {
+	cfg := Default()
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, fmt.Errorf("read config: %w", err)
+		}
+		if err := decode(bytes.NewReader(data), &cfg); err != nil {
+			return cfg, fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	if v := os.Getenv(EnvMongoURI); v != "" {
+		cfg.Mongo.URI = v
+	}
+	if v := os.Getenv(EnvInstanceID); v != "" {
+		cfg.InstanceID = v
+	}
+	if err := cfg.Finish(); err != nil {
+		if path != "" {
+			return cfg, fmt.Errorf("config %s: %w", path, err)
+		}
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// Parse reads a configuration from YAML text over the defaults, without the
+// environment, and validates it.
+func Parse(text string) (Config, error) {
+	cfg := Default()
+	if err := decode(strings.NewReader(text), &cfg); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.Finish()
+}
+
+func decode(r io.Reader, cfg *Config) error {
+	dec := yaml.NewDecoder(r)
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// Finish fills derived defaults (instance id, location) and validates.
+// Call it again after changing fields by hand (flags).
+func (c *Config) Finish() error {
+	if c.Mongo.URI == "" {
+		c.Mongo.URI = DefaultMongoURI
+	}
+	if c.Mongo.Database == "" {
+		c.Mongo.Database = "cronswap"
+	}
+	if c.InstanceID == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			return errors.New("instance_id is empty and the hostname is unknown: set instance_id or CRONSWAP_INSTANCE_ID")
+		}
+		c.InstanceID = host
+	}
+	if c.Timezone == "" {
+		c.Timezone = "UTC"
+	}
+	loc, err := schedule.LoadLocation(c.Timezone)
+	if err != nil {
+		return fmt.Errorf("timezone: %w", err)
+	}
+	c.Location = loc
+	switch c.Watch.Mode {
+	case "":
+		c.Watch.Mode = WatchAuto
+	case WatchAuto, WatchChangeStream, WatchPoll:
+	default:
+		return fmt.Errorf("watch.mode %q: want auto, changestream or poll", c.Watch.Mode)
+	}
+	if c.Watch.PollInterval <= 0 {
+		return fmt.Errorf("watch.poll_interval %s: must be positive", c.Watch.PollInterval)
+	}
+	if c.Watch.ResyncInterval < 0 {
+		return fmt.Errorf("watch.resync_interval %s: must be 0 (off) or positive", c.Watch.ResyncInterval)
+	}
+	if c.Watch.BackoffMin <= 0 || c.Watch.BackoffMax < c.Watch.BackoffMin {
+		return fmt.Errorf("watch.backoff_min %s / backoff_max %s: want 0 < min <= max", c.Watch.BackoffMin, c.Watch.BackoffMax)
+	}
+	if c.Lock.TTL <= 0 {
+		return fmt.Errorf("lock.ttl %s: must be positive", c.Lock.TTL)
+	}
+	if c.Runs.Retention <= 0 {
+		return fmt.Errorf("runs.retention %s: must be positive", c.Runs.Retention)
+	}
+	if c.Shutdown.Grace < 0 {
+		return fmt.Errorf("shutdown.grace %s: must not be negative", c.Shutdown.Grace)
+	}
+	for name, j := range c.Jobs {
+		if err := j.validate(); err != nil {
+			return fmt.Errorf("jobs.%s: %w", name, err)
+		}
+		if j.Overlap == "" {
+			j.Overlap = "forbid"
+			c.Jobs[name] = j
+		}
+	}
+	return nil
+}
+
+func (j Job) validate() error {
+	switch {
+	case len(j.Exec) > 0 && j.HTTP != nil:
+		return errors.New("give either exec or http, not both")
+	case len(j.Exec) == 0 && j.HTTP == nil:
+		return errors.New("no action: give exec (an argv list) or http (url, method)")
+	case j.HTTP != nil && j.HTTP.URL == "":
+		return errors.New("http.url is empty")
+	case len(j.Exec) > 0 && j.Exec[0] == "":
+		return errors.New("exec[0] (the program) is empty")
+	case j.Timeout < 0:
+		return fmt.Errorf("timeout %s: must not be negative", j.Timeout)
+	}
+	switch j.Overlap {
+	case "", "forbid", "allow":
+	default:
+		return fmt.Errorf("overlap %q: want forbid or allow", j.Overlap)
+	}
+	return nil
+}
+
+// RedactURI hides the password of a MongoDB connection string, so it can be
+// logged or shown. It never fails: text it cannot read is returned with
+// everything between "://" and "@" masked.
+func RedactURI(uri string) string {
+	scheme, rest, ok := strings.Cut(uri, "://")
+	if !ok {
+		return uri
+	}
+	end := strings.IndexAny(rest, "/?")
+	if end < 0 {
+		end = len(rest)
+	}
+	authority := rest[:end]
+	at := strings.LastIndexByte(authority, '@')
+	if at < 0 {
+		return uri
+	}
+	user, _, hasPass := strings.Cut(authority[:at], ":")
+	if !hasPass {
+		return uri
+	}
+	return scheme + "://" + user + ":xxxxx" + authority[at:] + rest[end:]
+}

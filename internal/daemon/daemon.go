@@ -1,0 +1,177 @@
+// Package daemon wires the parts of a running cronswap instance together:
+// the MongoDB client, the engine, the watcher, the job runner and the HTTP
+// listener, and shuts them down in order.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/internal/config"
+	"github.com/cronswap/cronswap/internal/httpapi"
+	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/resumetoken"
+	"github.com/cronswap/cronswap/schedule"
+	"github.com/cronswap/cronswap/scheduler"
+)
+
+// Collection names (DESIGN.md, "MongoDB data model").
+const (
+	SchedulesCollection = "schedules"
+	TokensCollection    = resumetoken.CollectionName
+	LocksCollection     = "job_locks"
+	RunsCollection      = "job_runs"
+)
+
+// Connect returns a client for the configured server. It does not wait for
+// the server: operations retry until it is reachable.
+func Connect(cfg config.Config) (*mongo.Client, error) {
+	opts := options.Client().ApplyURI(cfg.Mongo.URI).
+		SetAppName("cronswap").
+		SetServerSelectionTimeout(5 * time.Second).
+		SetConnectTimeout(5 * time.Second)
+	client, err := mongo.Connect(opts)
+	if err != nil {
+		return nil, fmt.Errorf("mongo client for %s: %w", config.RedactURI(cfg.Mongo.URI), err)
+	}
+	return client, nil
+}
+
+// Run runs the daemon until ctx is cancelled, then shuts down gracefully:
+// no new fires, running actions get the grace period, the resume token is
+// saved. It returns an error only when the daemon cannot start.
+func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	log = log.With("instance_id", cfg.InstanceID)
+	registry, err := jobs.FromConfig(cfg.Jobs)
+	if err != nil {
+		return err
+	}
+	client, err := Connect(cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = client.Disconnect(dctx)
+	}()
+	db := client.Database(cfg.Mongo.Database)
+
+	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+	if err != nil {
+		return fmt.Errorf("http listen %s: %w", cfg.HTTP.Listen, err)
+	}
+
+	var engine *scheduler.Engine
+	runner := jobs.NewRunner(jobs.RunnerOptions{
+		Registry:   registry,
+		InstanceID: cfg.InstanceID,
+		Logger:     log,
+		Resolve: func(id string) (jobs.Target, bool) {
+			st, ok := engine.Get(id)
+			if !ok || !st.Armed {
+				return jobs.Target{}, false
+			}
+			return jobs.Target{Action: st.Action, Args: []byte(st.Args)}, true
+		},
+	})
+	engine = scheduler.New(scheduler.Options{
+		Location: cfg.Location,
+		Fire:     runner.Fire,
+		Logger:   log,
+		Validate: func(s schedule.Schedule) error {
+			if _, ok := registry.Lookup(s.ActionName()); !ok {
+				return &schedule.Error{ID: s.ID, Field: schedule.FieldJob,
+					Reason: fmt.Sprintf("unknown action %q: not in the config's jobs (known: %v)", s.ActionName(), registry.Names())}
+			}
+			return nil
+		},
+	})
+
+	watcher := changestream.New(changestream.Options{
+		ID:             cfg.InstanceID,
+		Feed:           changestream.NewMongoFeed(db.Collection(SchedulesCollection), time.Second),
+		Tokens:         resumetoken.NewMongoStore(db.Collection(TokensCollection)),
+		Sink:           engineSink{engine: engine, log: log},
+		Logger:         log,
+		Mode:           cfg.Watch.Mode,
+		PollInterval:   cfg.Watch.PollInterval,
+		ResyncInterval: cfg.Watch.ResyncInterval,
+		BackoffMin:     cfg.Watch.BackoffMin,
+		BackoffMax:     cfg.Watch.BackoffMax,
+	})
+
+	srv := &http.Server{
+		Handler: httpapi.New(httpapi.Options{
+			Schedules: engine,
+			Ready:     func() bool { return watcher.Status().Ready },
+			Status: func() httpapi.Status {
+				ws := watcher.Status()
+				return httpapi.Status{
+					InstanceID:     cfg.InstanceID,
+					WatchMode:      ws.Mode,
+					LastEventAt:    timePtr(ws.LastEventAt),
+					TokenSavedAt:   timePtr(ws.TokenSavedAt),
+					FullReloads:    ws.FullReloads,
+					SchedulesArmed: engine.Len(),
+					Ready:          ws.Ready,
+					Reconnects:     ws.Reconnects,
+				}
+			},
+		}),
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- srv.Serve(ln) }()
+	log.Info("cronswap started", "mongo_uri", config.RedactURI(cfg.Mongo.URI), "database", cfg.Mongo.Database,
+		"http_listen", ln.Addr().String(), "watch_mode", cfg.Watch.Mode, "actions", registry.Names())
+
+	engine.Start()
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	watchDone := make(chan error, 1)
+	go func() { watchDone <- watcher.Run(watchCtx) }()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-watchDone:
+		runErr = err
+		watchDone <- nil
+	case err := <-httpDone:
+		runErr = fmt.Errorf("http server: %w", err)
+		httpDone <- nil
+	}
+
+	log.Info("shutting down", "grace", cfg.Shutdown.Grace)
+	engine.Stop()
+	if !runner.Shutdown(cfg.Shutdown.Grace) {
+		log.Warn("some actions were cancelled at the end of the grace period")
+	}
+	stopWatch()
+	if err := <-watchDone; err != nil && runErr == nil {
+		runErr = err
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Warn("http shutdown", "error", err)
+	}
+	log.Info("stopped")
+	return runErr
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}

@@ -1,0 +1,59 @@
+package daemon
+
+import (
+	"log/slog"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/schedule"
+	"github.com/cronswap/cronswap/scheduler"
+)
+
+// engineSink turns raw schedules documents into engine calls. Decoding and
+// validation happen here, through the schedule package, so a bad document
+// becomes a Reject (last known good) instead of a Reload.
+type engineSink struct {
+	engine *scheduler.Engine
+	log    *slog.Logger
+}
+
+// Upsert implements changestream.Sink.
+func (s engineSink) Upsert(doc bson.Raw) {
+	sched, err := schedule.Decode(doc)
+	if err != nil {
+		s.reject(sched.ID, err)
+		return
+	}
+	s.engine.Reload(sched)
+}
+
+func (s engineSink) reject(id string, err error) {
+	if id == "" {
+		s.log.Warn("schedules document refused and not attributable to a job", "error", err)
+		return
+	}
+	s.engine.Reject(id, err)
+}
+
+// Delete implements changestream.Sink.
+func (s engineSink) Delete(id bson.RawValue) {
+	jobID, _ := schedule.DecodeID(id)
+	if jobID == "" {
+		return
+	}
+	s.engine.Remove(jobID)
+}
+
+// ReplaceAll implements changestream.Sink.
+func (s engineSink) ReplaceAll(docs []bson.Raw) []string {
+	items := make([]scheduler.Item, 0, len(docs))
+	for _, d := range docs {
+		sched, err := schedule.Decode(d)
+		if err != nil && sched.ID == "" {
+			s.log.Warn("schedules document refused and not attributable to a job", "error", err)
+			continue
+		}
+		items = append(items, scheduler.Item{Schedule: sched, Err: err})
+	}
+	return s.engine.Sync(items).Changed
+}

@@ -1,0 +1,115 @@
+// Package httpapi serves the daemon's health, readiness, status and schedule
+// views over HTTP (DESIGN.md, "HTTP").
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/cronswap/cronswap/scheduler"
+)
+
+// Schedules is the read-only view of the engine the API serves.
+type Schedules interface {
+	List() []scheduler.Status
+	Get(id string) (scheduler.Status, bool)
+}
+
+// Status is the body of /api/status.
+type Status struct {
+	InstanceID     string     `json:"instance_id"`
+	WatchMode      string     `json:"watch_mode"`
+	LastEventAt    *time.Time `json:"last_event_at"`
+	TokenSavedAt   *time.Time `json:"token_saved_at"`
+	FullReloads    int64      `json:"full_reloads"`
+	SchedulesArmed int        `json:"schedules_armed"`
+	Ready          bool       `json:"ready"`
+	Reconnects     int64      `json:"reconnects"`
+}
+
+// Options configures the handler.
+type Options struct {
+	Schedules Schedules
+	// Status returns the current /api/status body.
+	Status func() Status
+	// Ready reports readiness for /readyz.
+	Ready func() bool
+	// Metrics serves /metrics; nil leaves it out.
+	Metrics http.Handler
+}
+
+// Schedule is one element of /api/schedules.
+type Schedule struct {
+	ID        string  `json:"id"`
+	CronExpr  string  `json:"cron_expr"`
+	Timezone  string  `json:"timezone"`
+	Enabled   bool    `json:"enabled"`
+	Armed     bool    `json:"armed"`
+	NextRun   *string `json:"next_run"`
+	LastError string  `json:"last_error"`
+	Job       string  `json:"job,omitempty"`
+	Category  string  `json:"category,omitempty"`
+}
+
+// FromStatus converts an engine status to its API form.
+func FromStatus(s scheduler.Status) Schedule {
+	out := Schedule{
+		ID: s.ID, CronExpr: s.CronExpr, Timezone: s.Timezone, Enabled: s.Enabled,
+		Armed: s.Armed, LastError: s.LastError, Job: s.Job, Category: s.Category,
+	}
+	if !s.NextRun.IsZero() {
+		v := s.NextRun.UTC().Format(time.RFC3339)
+		out.NextRun = &v
+	}
+	return out
+}
+
+// New returns the HTTP handler.
+func New(o Options) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if o.Ready == nil || !o.Ready() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("not ready\n"))
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	mux.HandleFunc("GET /api/schedules", func(w http.ResponseWriter, _ *http.Request) {
+		list := o.Schedules.List()
+		out := make([]Schedule, 0, len(list))
+		for _, s := range list {
+			out = append(out, FromStatus(s))
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+	mux.HandleFunc("GET /api/schedules/{id}", func(w http.ResponseWriter, r *http.Request) {
+		s, ok := o.Schedules.Get(r.PathValue("id"))
+		if !ok {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such schedule armed or rejected: " + r.PathValue("id")})
+			return
+		}
+		writeJSON(w, http.StatusOK, FromStatus(s))
+	})
+	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, o.Status())
+	})
+	if o.Metrics != nil {
+		mux.Handle("GET /metrics", o.Metrics)
+	}
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

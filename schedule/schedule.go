@@ -1,0 +1,400 @@
+// Package schedule is the typed, validated form of one document of the
+// schedules collection. Decoding, validation, normalisation and comparison
+// live here so that the watcher, the engine, the CLI and the HTTP API all
+// agree on what a valid schedule is.
+package schedule
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/robfig/cron/v3"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Limits on what a schedules document may hold. Anything larger is not a
+// schedule and is rejected instead of being parsed.
+const (
+	MaxDocumentBytes = 64 << 10
+	MaxIDBytes       = 256
+	MaxExprBytes     = 256
+	MaxNameBytes     = 256
+)
+
+// Field names of a schedules document (DESIGN.md, "MongoDB data model").
+const (
+	FieldID        = "_id"
+	FieldCronExpr  = "cron_expr"
+	FieldUpdatedAt = "updated_at"
+	FieldEnabled   = "enabled"
+	FieldTimezone  = "timezone"
+	FieldJob       = "job"
+	FieldArgs      = "args"
+	FieldCategory  = "category"
+)
+
+// ErrInvalid is wrapped by every validation error, so callers can tell a bad
+// document from a failure to talk to the server.
+var ErrInvalid = errors.New("invalid schedule")
+
+// Schedule is one validated job schedule.
+type Schedule struct {
+	// ID is the job id (the document's _id).
+	ID string
+	// CronExpr is the expression as written, trimmed of surrounding space.
+	CronExpr string
+	// Timezone is the IANA zone from the document; empty means the default.
+	Timezone string
+	// Enabled is false when the document disarms the job.
+	Enabled bool
+	// Job names the action in config; empty means ID.
+	Job string
+	// Category is the dispatch category; may be empty.
+	Category string
+	// Args is the JSON (relaxed extended JSON) of the args object; empty when absent.
+	Args string
+	// UpdatedAt is informational; zero when absent or not a date.
+	UpdatedAt time.Time
+}
+
+// ActionName returns the name of the configured action this job runs.
+func (s Schedule) ActionName() string {
+	if s.Job != "" {
+		return s.Job
+	}
+	return s.ID
+}
+
+// Timing is the part of a schedule that decides when the timer fires. Two
+// schedules with equal Timing keep the same armed timer.
+type Timing struct {
+	CronExpr string
+	Timezone string
+	Enabled  bool
+}
+
+// Timing returns the timer-relevant part of s.
+func (s Schedule) Timing() Timing {
+	return Timing{CronExpr: s.CronExpr, Timezone: s.Timezone, Enabled: s.Enabled}
+}
+
+// Error is a validation error about one job.
+type Error struct {
+	// ID is the job id, or a rendering of a non-string _id; may be empty.
+	ID string
+	// Field is the offending field; may be empty for whole-document errors.
+	Field string
+	// Reason says what is wrong.
+	Reason string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("schedule")
+	if e.ID != "" {
+		fmt.Fprintf(&b, " %q", e.ID)
+	}
+	if e.Field != "" {
+		fmt.Fprintf(&b, ": field %s", e.Field)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Reason)
+	return b.String()
+}
+
+// Unwrap makes errors.Is(err, ErrInvalid) true.
+func (e *Error) Unwrap() error { return ErrInvalid }
+
+func invalid(id, field, format string, a ...any) *Error {
+	return &Error{ID: id, Field: field, Reason: fmt.Sprintf(format, a...)}
+}
+
+// Decode turns a raw schedules document into a validated Schedule. The
+// returned id is the job id whenever it could be read (also on error), so the
+// caller can attribute the error to a job. Unknown fields are ignored.
+func Decode(raw bson.Raw) (s Schedule, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = invalid(s.ID, "", "malformed document: %v", r)
+		}
+	}()
+	if len(raw) > MaxDocumentBytes {
+		return s, invalid(idOf(raw), "", "document is %d bytes, more than the %d a schedule may have", len(raw), MaxDocumentBytes)
+	}
+	if err := raw.Validate(); err != nil {
+		return s, invalid("", "", "malformed BSON: %v", err)
+	}
+	id, err := DecodeID(raw.Lookup(FieldID))
+	s.ID = id
+	if err != nil {
+		return s, err
+	}
+	s.Enabled = true
+
+	v, err := raw.LookupErr(FieldCronExpr)
+	switch {
+	case err != nil:
+		return s, invalid(id, FieldCronExpr, "missing (want a string like \"0 9 * * *\")")
+	case v.Type != bson.TypeString:
+		return s, invalid(id, FieldCronExpr, "must be a string, not %s (want a string like \"0 9 * * *\")", typeName(v.Type))
+	}
+	s.CronExpr = strings.TrimSpace(v.StringValue())
+
+	if v, err := raw.LookupErr(FieldEnabled); err == nil {
+		switch v.Type {
+		case bson.TypeBoolean:
+			s.Enabled = v.Boolean()
+		case bson.TypeNull:
+		default:
+			return s, invalid(id, FieldEnabled, "must be a boolean true or false, not %s", typeName(v.Type))
+		}
+	}
+	if s.Timezone, err = optionalString(raw, id, FieldTimezone); err != nil {
+		return s, err
+	}
+	if s.Job, err = optionalString(raw, id, FieldJob); err != nil {
+		return s, err
+	}
+	if s.Category, err = optionalString(raw, id, FieldCategory); err != nil {
+		return s, err
+	}
+	if v, err := raw.LookupErr(FieldArgs); err == nil {
+		switch v.Type {
+		case bson.TypeEmbeddedDocument:
+			js, err := bson.MarshalExtJSON(v.Document(), false, false)
+			if err != nil {
+				return s, invalid(id, FieldArgs, "cannot be turned into JSON: %v", err)
+			}
+			s.Args = string(js)
+		case bson.TypeNull:
+		default:
+			return s, invalid(id, FieldArgs, "must be an object, not %s", typeName(v.Type))
+		}
+	}
+	if v, err := raw.LookupErr(FieldUpdatedAt); err == nil && v.Type == bson.TypeDateTime {
+		s.UpdatedAt = v.Time().UTC()
+	}
+	if err := s.Validate(); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// DecodeID reads a job id from an _id value: it must be a non-empty UTF-8
+// string of at most MaxIDBytes. For other types the returned id is a readable
+// rendering (for error messages only) and the error says why it was refused.
+func DecodeID(v bson.RawValue) (string, error) {
+	switch v.Type {
+	case bson.TypeString:
+		id := v.StringValue()
+		switch {
+		case id == "":
+			return "", invalid("", FieldID, "must not be empty")
+		case len(id) > MaxIDBytes:
+			return id[:32] + "…", invalid(id[:32]+"…", FieldID, "is %d bytes, more than %d", len(id), MaxIDBytes)
+		case !utf8.ValidString(id):
+			return "", invalid("", FieldID, "is not valid UTF-8")
+		}
+		return id, nil
+	case 0:
+		return "", invalid("", FieldID, "missing")
+	default:
+		r := v.String()
+		if len(r) > 64 {
+			r = r[:64] + "…"
+		}
+		return r, invalid(r, FieldID, "must be a string job id, not %s", typeName(v.Type))
+	}
+}
+
+func idOf(raw bson.Raw) string {
+	v, err := raw.LookupErr(FieldID)
+	if err != nil {
+		return ""
+	}
+	id, _ := DecodeID(v)
+	return id
+}
+
+func optionalString(raw bson.Raw, id, field string) (string, error) {
+	v, err := raw.LookupErr(field)
+	if err != nil || v.Type == bson.TypeNull {
+		return "", nil
+	}
+	if v.Type != bson.TypeString {
+		return "", invalid(id, field, "must be a string, not %s", typeName(v.Type))
+	}
+	s := strings.TrimSpace(v.StringValue())
+	if len(s) > MaxNameBytes {
+		return "", invalid(id, field, "is %d bytes, more than %d", len(s), MaxNameBytes)
+	}
+	return s, nil
+}
+
+// Validate checks the fields of s that Decode cannot check by type alone:
+// the expression parses and fires at least once, and the time zone exists.
+func (s Schedule) Validate() error {
+	if _, err := s.Parse(time.UTC); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Parse compiles the schedule's expression in its time zone, or in def when
+// the document names none. A CRON_TZ= or TZ= prefix in the expression wins
+// over both.
+func (s Schedule) Parse(def *time.Location) (cron.Schedule, error) {
+	if s.Timezone != "" {
+		loc, err := LoadLocation(s.Timezone)
+		if err != nil {
+			return nil, invalid(s.ID, FieldTimezone, "%v", err)
+		}
+		def = loc
+	}
+	sched, err := ParseExpr(s.CronExpr, def)
+	if err != nil {
+		return nil, invalid(s.ID, FieldCronExpr, "%v", err)
+	}
+	return sched, nil
+}
+
+// LoadLocation loads an IANA time zone, refusing names that are not zones.
+func LoadLocation(name string) (*time.Location, error) {
+	if name == "" || strings.ContainsAny(name, " \t\n") || len(name) > MaxNameBytes {
+		return nil, fmt.Errorf("unknown time zone %q (want an IANA name like \"Europe/Berlin\" or \"UTC\")", name)
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, fmt.Errorf("unknown time zone %q (want an IANA name like \"Europe/Berlin\" or \"UTC\")", name)
+	}
+	return loc, nil
+}
+
+// exprParser accepts 5 fields, 6 fields with leading seconds, and descriptors.
+var exprParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// ParseExpr compiles a cron expression in loc (nil means UTC). It accepts 5
+// fields ("0 9 * * *"), 6 fields with leading seconds ("*/5 * * * * *"),
+// descriptors ("@hourly", "@every 30s") and a CRON_TZ=Area/City prefix. An
+// expression that never fires (like "0 0 30 2 *") is refused.
+func ParseExpr(expr string, loc *time.Location) (sched cron.Schedule, err error) {
+	expr = strings.TrimSpace(expr)
+	if expr == "" {
+		return nil, errors.New(`empty expression (want e.g. "0 9 * * *", "*/10 * * * * *" or "@hourly")`)
+	}
+	if len(expr) > MaxExprBytes {
+		return nil, fmt.Errorf("expression is %d bytes, more than %d", len(expr), MaxExprBytes)
+	}
+	if loc == nil {
+		loc = time.UTC
+	}
+	tzPrefix := strings.HasPrefix(expr, "CRON_TZ=") || strings.HasPrefix(expr, "TZ=")
+	if tzPrefix {
+		name, _, _ := strings.Cut(expr[strings.IndexByte(expr, '=')+1:], " ")
+		if _, err := LoadLocation(name); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			sched, err = nil, fmt.Errorf("cannot parse %q: %v", expr, r)
+		}
+	}()
+	full := expr
+	if !tzPrefix {
+		full = "CRON_TZ=" + loc.String() + " " + expr
+	}
+	sched, err = exprParser.Parse(full)
+	if err != nil {
+		return nil, fmt.Errorf("cannot parse %q: %v (want e.g. \"0 9 * * *\", \"*/10 * * * * *\" or \"@hourly\")", expr, err)
+	}
+	if cd, ok := sched.(cron.ConstantDelaySchedule); ok {
+		sched = Every{Period: cd.Delay}
+	}
+	if sched.Next(time.Now()).IsZero() {
+		return nil, fmt.Errorf("%q never fires", expr)
+	}
+	return sched, nil
+}
+
+// Every is the schedule of an "@every <duration>" expression. robfig's
+// ConstantDelaySchedule counts from whenever it is asked (now + delay), so two
+// replicas, or one daemon before and after a restart, would disagree on the
+// activation times. Every instead fires on a fixed grid: the multiples of
+// Period since the Unix epoch (1970-01-01T00:00:00Z), whatever the time zone.
+// "@every 1h" fires on the hour, "@every 30s" at :00 and :30 of each minute,
+// "@every 7s" at the Unix times divisible by 7. This keeps the scheduled time
+// of a fire deterministic from the spec (DESIGN.md invariant 3).
+type Every struct {
+	// Period is the distance between activations, a whole number of
+	// seconds; anything below one second counts as one second.
+	Period time.Duration
+}
+
+func (s Every) seconds() int64 {
+	if p := int64(s.Period / time.Second); p > 0 {
+		return p
+	}
+	return 1
+}
+
+// Next returns the first grid point strictly after t, in t's location.
+func (s Every) Next(t time.Time) time.Time {
+	p := s.seconds()
+	return time.Unix((floorDiv(t.Unix(), p)+1)*p, 0).In(t.Location())
+}
+
+// Prev returns the last grid point at or before t, in t's location.
+func (s Every) Prev(t time.Time) time.Time {
+	p := s.seconds()
+	return time.Unix(floorDiv(t.Unix(), p)*p, 0).In(t.Location())
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+// ArgsJSON returns the args as a JSON object, "{}" when there are none.
+func (s Schedule) ArgsJSON() json.RawMessage {
+	if s.Args == "" {
+		return json.RawMessage("{}")
+	}
+	return json.RawMessage(s.Args)
+}
+
+func typeName(t bson.Type) string {
+	switch t {
+	case bson.TypeDouble:
+		return "a double"
+	case bson.TypeString:
+		return "a string"
+	case bson.TypeEmbeddedDocument:
+		return "an object"
+	case bson.TypeArray:
+		return "an array"
+	case bson.TypeBoolean:
+		return "a boolean"
+	case bson.TypeDateTime:
+		return "a date"
+	case bson.TypeNull:
+		return "null"
+	case bson.TypeInt32:
+		return "an int32"
+	case bson.TypeInt64:
+		return "an int64"
+	case bson.TypeObjectID:
+		return "an ObjectId"
+	case bson.TypeDecimal128:
+		return "a decimal"
+	default:
+		return "a " + t.String()
+	}
+}
