@@ -123,7 +123,8 @@ func Decode(raw bson.Raw) (s Schedule, err error) {
 		}
 	}()
 	if len(raw) > MaxDocumentBytes {
-		return s, invalid(idOf(raw), "", "document is %d bytes, more than the %d a schedule may have", len(raw), MaxDocumentBytes)
+		s.ID = idOf(raw)
+		return s, invalid(s.ID, "", "document is %d bytes, more than the %d a schedule may have", len(raw), MaxDocumentBytes)
 	}
 	if err := raw.Validate(); err != nil {
 		return s, invalid("", "", "malformed BSON: %v", err)
@@ -264,7 +265,8 @@ func (s Schedule) Parse(def *time.Location) (cron.Schedule, error) {
 
 // LoadLocation loads an IANA time zone, refusing names that are not zones.
 func LoadLocation(name string) (*time.Location, error) {
-	if name == "" || strings.ContainsAny(name, " \t\n") || len(name) > MaxNameBytes {
+	// "Local" depends on the machine, so replicas could disagree on slots.
+	if name == "" || name == "Local" || strings.ContainsAny(name, " \t\n") || len(name) > MaxNameBytes {
 		return nil, fmt.Errorf("unknown time zone %q (want an IANA name like \"Europe/Berlin\" or \"UTC\")", name)
 	}
 	loc, err := time.LoadLocation(name)

@@ -1,0 +1,248 @@
+package schedule
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+func marshal(t *testing.T, d bson.D) bson.Raw {
+	t.Helper()
+	raw, err := bson.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+func doc(id any, expr any, more ...bson.E) bson.D {
+	d := bson.D{{Key: FieldID, Value: id}, {Key: FieldCronExpr, Value: expr}}
+	return append(d, more...)
+}
+
+func TestDecodeValid(t *testing.T) {
+	updated := time.Date(2024, 5, 10, 8, 0, 0, 0, time.UTC)
+	cases := []struct {
+		name string
+		doc  bson.D
+		want Schedule
+	}{
+		{"5 fields", doc("daily_report", "0 9 * * *"),
+			Schedule{ID: "daily_report", CronExpr: "0 9 * * *", Enabled: true}},
+		{"6 fields", doc("fast", "*/5 * * * * *"),
+			Schedule{ID: "fast", CronExpr: "*/5 * * * * *", Enabled: true}},
+		{"hourly", doc("h", "@hourly"),
+			Schedule{ID: "h", CronExpr: "@hourly", Enabled: true}},
+		{"every 30s", doc("e", "@every 30s"),
+			Schedule{ID: "e", CronExpr: "@every 30s", Enabled: true}},
+		{"CRON_TZ prefix", doc("kr", "CRON_TZ=Asia/Seoul 0 9 * * *"),
+			Schedule{ID: "kr", CronExpr: "CRON_TZ=Asia/Seoul 0 9 * * *", Enabled: true}},
+		{"surrounding space trimmed", doc("sp", "  0 9 * * *\n"),
+			Schedule{ID: "sp", CronExpr: "0 9 * * *", Enabled: true}},
+		{"all fields", doc("full", "0 9 * * 1-5",
+			bson.E{Key: FieldUpdatedAt, Value: updated},
+			bson.E{Key: FieldEnabled, Value: false},
+			bson.E{Key: FieldTimezone, Value: "Asia/Seoul"},
+			bson.E{Key: FieldJob, Value: "report"},
+			bson.E{Key: FieldArgs, Value: bson.D{{Key: "format", Value: "pdf"}, {Key: "n", Value: int32(3)}}},
+			bson.E{Key: FieldCategory, Value: "reports"},
+			bson.E{Key: "unknown_field", Value: "ignored"}),
+			Schedule{ID: "full", CronExpr: "0 9 * * 1-5", Timezone: "Asia/Seoul", Enabled: false, Job: "report",
+				Category: "reports", Args: `{"format":"pdf","n":3}`, UpdatedAt: updated}},
+		{"nulls mean absent", doc("n", "0 9 * * *",
+			bson.E{Key: FieldEnabled, Value: nil},
+			bson.E{Key: FieldTimezone, Value: nil},
+			bson.E{Key: FieldArgs, Value: nil}),
+			Schedule{ID: "n", CronExpr: "0 9 * * *", Enabled: true}},
+		{"updated_at not a date is ignored", doc("u", "0 9 * * *", bson.E{Key: FieldUpdatedAt, Value: "yesterday"}),
+			Schedule{ID: "u", CronExpr: "0 9 * * *", Enabled: true}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := Decode(marshal(t, c.doc))
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			if got != c.want {
+				t.Fatalf("Decode = %+v\nwant     %+v", got, c.want)
+			}
+			if _, err := got.Parse(time.UTC); err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+		})
+	}
+}
+
+func TestDecodeInvalid(t *testing.T) {
+	big := strings.Repeat("x", MaxDocumentBytes)
+	cases := []struct {
+		name   string
+		doc    bson.D
+		id     string // the id the error is attributed to
+		field  string
+		reason string // a substring of the message
+	}{
+		{"minute 61", doc("a", "61 * * * *"), "a", FieldCronExpr, "61"},
+		{"cron_expr an int", doc("a", int32(42)), "a", FieldCronExpr, "must be a string, not an int32"},
+		{"cron_expr empty", doc("a", ""), "a", FieldCronExpr, "empty expression"},
+		{"cron_expr blank", doc("a", "   "), "a", FieldCronExpr, "empty expression"},
+		{"cron_expr missing", bson.D{{Key: FieldID, Value: "a"}}, "a", FieldCronExpr, "missing"},
+		{"cron_expr never fires", doc("a", "0 0 30 2 *"), "a", FieldCronExpr, "never fires"},
+		{"cron_expr bad descriptor", doc("a", "@fortnightly"), "a", FieldCronExpr, "fortnightly"},
+		{"cron_expr too many fields", doc("a", "0 0 9 * * * *"), "a", FieldCronExpr, "cannot parse"},
+		{"cron_expr CRON_TZ unknown", doc("a", "CRON_TZ=Mars/Base 0 9 * * *"), "a", FieldCronExpr, "Mars/Base"},
+		{"cron_expr CRON_TZ only", doc("a", "CRON_TZ=UTC"), "a", FieldCronExpr, "cannot parse"},
+		{"timezone unknown", doc("a", "0 9 * * *", bson.E{Key: FieldTimezone, Value: "Mars/Base"}), "a", FieldTimezone, "Mars/Base"},
+		{"timezone not a string", doc("a", "0 9 * * *", bson.E{Key: FieldTimezone, Value: int32(9)}), "a", FieldTimezone, "must be a string"},
+		{"enabled a string", doc("a", "0 9 * * *", bson.E{Key: FieldEnabled, Value: "yes"}), "a", FieldEnabled, "must be a boolean"},
+		{"enabled a number", doc("a", "0 9 * * *", bson.E{Key: FieldEnabled, Value: int32(1)}), "a", FieldEnabled, "must be a boolean"},
+		{"_id an ObjectId", doc(bson.NewObjectID(), "0 9 * * *"), "$oid", FieldID, "must be a string job id, not an ObjectId"},
+		{"_id an int", doc(int32(7), "0 9 * * *"), "7", FieldID, "must be a string job id, not an int32"},
+		{"_id empty", doc("", "0 9 * * *"), "", FieldID, "must not be empty"},
+		{"_id missing", bson.D{{Key: FieldCronExpr, Value: "0 9 * * *"}}, "", FieldID, "missing"},
+		{"_id too long", doc(strings.Repeat("i", MaxIDBytes+1), "0 9 * * *"), "iiii", FieldID, "more than"},
+		{"args a string", doc("a", "0 9 * * *", bson.E{Key: FieldArgs, Value: "--force"}), "a", FieldArgs, "must be an object, not a string"},
+		{"args an array", doc("a", "0 9 * * *", bson.E{Key: FieldArgs, Value: bson.A{"x"}}), "a", FieldArgs, "must be an object, not an array"},
+		{"job not a string", doc("a", "0 9 * * *", bson.E{Key: FieldJob, Value: true}), "a", FieldJob, "must be a string"},
+		{"category not a string", doc("a", "0 9 * * *", bson.E{Key: FieldCategory, Value: bson.D{}}), "a", FieldCategory, "must be a string"},
+		{"document too large", doc("a", "0 9 * * *", bson.E{Key: FieldArgs, Value: bson.D{{Key: "blob", Value: big}}}), "a", "", "bytes, more than the 65536"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := Decode(marshal(t, c.doc))
+			if err == nil {
+				t.Fatalf("Decode accepted %+v", s)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("errors.Is(%v, ErrInvalid) = false", err)
+			}
+			var se *Error
+			if !errors.As(err, &se) {
+				t.Fatalf("error %T is not a *schedule.Error", err)
+			}
+			if se.Field != c.field {
+				t.Fatalf("error %q names field %q, want %q", err, se.Field, c.field)
+			}
+			if c.field != "" && !strings.Contains(err.Error(), "field "+c.field) {
+				t.Fatalf("message %q does not name field %s", err, c.field)
+			}
+			if !strings.Contains(err.Error(), c.reason) {
+				t.Fatalf("message %q does not say %q", err, c.reason)
+			}
+			if !strings.Contains(se.ID, c.id) {
+				t.Fatalf("error attributed to %q, want %q", se.ID, c.id)
+			}
+			if se.Field != FieldID && c.id != "" && s.ID != c.id {
+				t.Fatalf("Decode returned id %q with the error, want %q", s.ID, c.id)
+			}
+		})
+	}
+}
+
+func TestDecodeMalformed(t *testing.T) {
+	raw := marshal(t, doc("a", "0 9 * * *"))
+	raw = raw[:len(raw)-3]
+	if _, err := Decode(raw); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("truncated BSON: %v", err)
+	}
+}
+
+func TestTiming(t *testing.T) {
+	a, err := Decode(marshal(t, doc("a", "0 9 * * *", bson.E{Key: FieldUpdatedAt, Value: time.Unix(1, 0)},
+		bson.E{Key: FieldCategory, Value: "x"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Decode(marshal(t, doc("a", "0 9 * * *", bson.E{Key: FieldUpdatedAt, Value: time.Unix(2, 0)},
+		bson.E{Key: FieldCategory, Value: "y"}, bson.E{Key: FieldArgs, Value: bson.D{{Key: "k", Value: 1}}})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Timing() != b.Timing() {
+		t.Fatalf("metadata changed the timing: %+v vs %+v", a.Timing(), b.Timing())
+	}
+	for _, c := range []Schedule{
+		{ID: "a", CronExpr: "0 8 * * *", Enabled: true},
+		{ID: "a", CronExpr: "0 9 * * *", Timezone: "UTC", Enabled: true},
+		{ID: "a", CronExpr: "0 9 * * *"},
+	} {
+		if c.Timing() == a.Timing() {
+			t.Fatalf("%+v has the timing of %+v", c, a)
+		}
+	}
+	if a.ActionName() != "a" || (Schedule{ID: "a", Job: "b"}).ActionName() != "b" {
+		t.Fatal("ActionName")
+	}
+	if string(a.ArgsJSON()) != "{}" || string(b.ArgsJSON()) != `{"k":1}` {
+		t.Fatalf("ArgsJSON: %s %s", a.ArgsJSON(), b.ArgsJSON())
+	}
+}
+
+func TestParseZones(t *testing.T) {
+	seoul, err := time.LoadLocation("Asia/Seoul")
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := time.Date(2024, 5, 10, 0, 30, 0, 0, time.UTC) // 09:30 in Seoul
+	cases := []struct {
+		s    Schedule
+		def  *time.Location
+		want time.Time
+	}{
+		{Schedule{CronExpr: "0 9 * * *"}, nil, time.Date(2024, 5, 10, 9, 0, 0, 0, time.UTC)},
+		{Schedule{CronExpr: "0 9 * * *"}, seoul, time.Date(2024, 5, 11, 0, 0, 0, 0, time.UTC)},
+		{Schedule{CronExpr: "0 9 * * *", Timezone: "Asia/Seoul"}, time.UTC, time.Date(2024, 5, 11, 0, 0, 0, 0, time.UTC)},
+		{Schedule{CronExpr: "CRON_TZ=Asia/Seoul 0 9 * * *"}, time.UTC, time.Date(2024, 5, 11, 0, 0, 0, 0, time.UTC)},
+		{Schedule{CronExpr: "CRON_TZ=UTC 0 9 * * *", Timezone: "Asia/Seoul"}, seoul, time.Date(2024, 5, 10, 9, 0, 0, 0, time.UTC)},
+		{Schedule{CronExpr: "@daily", Timezone: "Asia/Seoul"}, time.UTC, time.Date(2024, 5, 10, 15, 0, 0, 0, time.UTC)},
+		// @every ignores zones: a grid of multiples of the period since the Unix epoch.
+		{Schedule{CronExpr: "@every 1h", Timezone: "Asia/Kolkata"}, time.UTC, time.Date(2024, 5, 10, 1, 0, 0, 0, time.UTC)},
+	}
+	for _, c := range cases {
+		sched, err := c.s.Parse(c.def)
+		if err != nil {
+			t.Fatalf("%+v: %v", c.s, err)
+		}
+		if got := sched.Next(from); !got.Equal(c.want) {
+			t.Errorf("%+v in %v: Next = %s, want %s", c.s, c.def, got.UTC(), c.want)
+		}
+	}
+}
+
+func TestEvery(t *testing.T) {
+	sched, err := ParseExpr("@every 30s", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, ok := sched.(Every)
+	if !ok || ev.Period != 30*time.Second {
+		t.Fatalf("@every 30s parsed to %#v", sched)
+	}
+	// Two replicas asking at different instants get the same activation.
+	a := sched.Next(time.Date(2024, 5, 10, 12, 0, 1, 0, time.UTC))
+	b := sched.Next(time.Date(2024, 5, 10, 12, 0, 29, 999, time.UTC))
+	if want := time.Date(2024, 5, 10, 12, 0, 30, 0, time.UTC); !a.Equal(want) || !b.Equal(want) {
+		t.Fatalf("Next = %s, %s; want %s", a, b, want)
+	}
+	if got := ev.Prev(a); !got.Equal(a) {
+		t.Fatalf("Prev on the grid = %s, want %s", got, a)
+	}
+	if got := ev.Prev(a.Add(-time.Nanosecond)); !got.Equal(a.Add(-30 * time.Second)) {
+		t.Fatalf("Prev just before the grid = %s", got)
+	}
+	// Sub-second periods round up to a second, as in robfig.
+	sched, err = ParseExpr("@every 10ms", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := time.Date(2024, 5, 10, 12, 0, 1, 500, time.UTC)
+	if got := sched.Next(from); !got.Equal(time.Date(2024, 5, 10, 12, 0, 2, 0, time.UTC)) {
+		t.Fatalf("@every 10ms Next = %s", got)
+	}
+	if (Every{}).Next(from).Sub(from) > time.Second {
+		t.Fatal("zero Every is not a one-second grid")
+	}
+}

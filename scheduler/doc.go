@@ -1,0 +1,57 @@
+// Package scheduler owns the cron timers. It arms one robfig/cron entry per
+// enabled job, re-arms a job when its timing changes, and calls a fire
+// callback with (job id, slot) when a timer goes off. It knows nothing of
+// MongoDB: the watcher feeds it validated schedules through Reload, Remove,
+// Reject and Sync, and the HTTP API reads it through List and Get.
+//
+// # Idempotent reload
+//
+// Reload compares the timing of the new schedule (expression, time zone,
+// enabled) with the armed one. When they are equal robfig is not touched at
+// all: the entry keeps its id and its next activation, and only the metadata
+// (action, category, args) is updated. Other jobs are never touched by one
+// job's change (DESIGN.md invariant 2).
+//
+// # Last known good
+//
+// A schedule that does not validate never disarms a job: the previous valid
+// timer stays armed and the error is recorded in the job's Status. A job
+// whose first document is bad is not armed; its Status shows the error with
+// Armed false (DESIGN.md invariant 4).
+//
+// # Sharding
+//
+// robfig sorts all entries of an engine on every add, remove and wake, so
+// with many jobs a single engine becomes slow to edit. Jobs are therefore
+// spread over several robfig engines (shards) by an FNV-1a hash of their id.
+//
+// # Slot identity
+//
+// A fire is identified by (job id, scheduled time), and replicas with skewed
+// clocks must agree on that time (DESIGN.md invariant 3). robfig runs a
+// job's Run method in a goroutine of its own and does not tell it which
+// scheduled time it runs for, so when robfig runs a job at wall time now the
+// engine reports
+//
+//	slot = the latest activation time s of the schedule with s <= now
+//
+// which depends only on the spec and on which two activations now falls
+// between: every replica that wakes for the same activation computes the
+// same slot, whatever its exact wake-up time. robfig runs an entry only once
+// its planned time has passed, so this is that planned time unless the
+// goroutine was delayed beyond the following activation.
+//
+// Per job the engine remembers the last slot it reported and never reports a
+// slot twice or out of order: if the computed slot is not after the last one
+// (a delayed goroutine already took it, or the wall clock stepped back), the
+// activation following the last slot is used if it has already come
+// (<= now); otherwise the fire is dropped and logged at warning level. This
+// memory survives re-arming the job (a changed expression, enabled false
+// then true) and is forgotten by Remove.
+//
+// "@every" expressions are compiled by the schedule package into
+// schedule.Every, whose activations lie on a grid of multiples of the period
+// since the Unix epoch (robfig's own ConstantDelaySchedule counts from
+// whenever it is asked, which no two replicas would agree on). For those the
+// slot is simply now truncated to the grid.
+package scheduler

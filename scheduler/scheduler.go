@@ -1,0 +1,602 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/cronswap/cronswap/schedule"
+)
+
+// DefaultShards is the number of robfig engines when Options.Shards is not set.
+const DefaultShards = 64
+
+// FireFunc is called when job id fires for the cron slot slot (the scheduled
+// activation time, not the wall-clock time of the call; see the package
+// documentation). It runs in a goroutine of its own, started by robfig; a
+// panic in it is recovered and logged. Engine.Stop waits for running calls.
+type FireFunc func(id string, slot time.Time)
+
+// Options configures an Engine. The zero value works: UTC, DefaultShards
+// shards, no fire callback, no extra validation, slog.Default, time.Now.
+type Options struct {
+	// Location is the time zone of schedules that name none (nil means UTC).
+	Location *time.Location
+	// Shards is the number of robfig engines the jobs are spread over by a
+	// hash of their id (<= 0 means DefaultShards).
+	Shards int
+	// Fire is called for every fire; nil drops fires.
+	Fire FireFunc
+	// Validate is an extra check run on every enabled schedule after its
+	// expression parsed, e.g. that its action exists in the configuration. A
+	// non-nil error rejects the schedule like an unparsable one. Disabled
+	// schedules are not passed to it, so a job can always be paused.
+	Validate func(schedule.Schedule) error
+	// Logger receives the engine's logs (nil means slog.Default()).
+	Logger *slog.Logger
+	// Now is the clock for next-run and slot computations (nil means
+	// time.Now). robfig's own timers always use the real clock.
+	Now func() time.Time
+}
+
+// Outcome says what Reload did with a schedule.
+type Outcome int
+
+// The outcomes of Reload.
+const (
+	// Added: the job was not armed and now is.
+	Added Outcome = iota + 1
+	// Replaced: the job's timing changed; its old entry was removed and a
+	// new one armed.
+	Replaced
+	// Unchanged: the timing equals the current one; robfig was not touched,
+	// only metadata (action, category, args) and the error were updated.
+	Unchanged
+	// Disarmed: the job is known but not armed (enabled: false).
+	Disarmed
+	// Rejected: the schedule is invalid; the last known good state stays.
+	Rejected
+)
+
+// String returns the outcome's lower-case name.
+func (o Outcome) String() string {
+	switch o {
+	case Added:
+		return "added"
+	case Replaced:
+		return "replaced"
+	case Unchanged:
+		return "unchanged"
+	case Disarmed:
+		return "disarmed"
+	case Rejected:
+		return "rejected"
+	default:
+		return fmt.Sprintf("Outcome(%d)", int(o))
+	}
+}
+
+// Item is one document of a full snapshot handed to Sync: either a decoded
+// schedule, or the error that made it undecodable (then Schedule.ID is the
+// job id if it could be read, else empty).
+type Item struct {
+	Schedule schedule.Schedule
+	Err      error
+}
+
+// SyncStats counts what Sync did.
+type SyncStats struct {
+	// Per outcome, the number of items (Removed: of jobs absent from the
+	// snapshot).
+	Added, Replaced, Unchanged, Disarmed, Removed, Rejected int
+	// Changed lists, sorted, the ids whose state the sync changed: timer,
+	// metadata (action, category, args) or recorded error. A snapshot that
+	// matches the engine yields none, even when it holds bad documents that
+	// were rejected before; re-saved documents that differ only in
+	// updated_at do not count either.
+	Changed []string
+}
+
+// Status is the read-only view of one job, as the API shows it.
+type Status struct {
+	// ID is the job id.
+	ID string
+	// CronExpr, Timezone and Enabled are those of the last valid schedule
+	// (the one armed), or of the bad document when no valid one was seen.
+	CronExpr string
+	Timezone string
+	Enabled  bool
+	// NextRun is the next activation after now; zero when not armed.
+	NextRun time.Time
+	// LastError is the error of the most recent rejected document for this
+	// job, empty once a valid document was applied after it.
+	LastError string
+	// Job is the schedule's job field as written; empty means the id.
+	Job string
+	// Action is the name of the action the job runs: Job, or the id when
+	// Job is empty.
+	Action string
+	// Category is the dispatch category; may be empty.
+	Category string
+	// Args is the JSON of the schedule's args object; empty when none.
+	Args string
+	// UpdatedAt is the schedule document's updated_at; informational.
+	UpdatedAt time.Time
+	// Armed is true while a timer for the job is armed.
+	Armed bool
+}
+
+// Engine arms and re-arms cron timers for jobs. Its methods are safe for
+// concurrent use.
+type Engine struct {
+	opts   Options
+	log    *slog.Logger
+	shards []*shard
+
+	mu    sync.RWMutex
+	jobs  map[string]*record // guarded by mu; records are never modified once stored
+	armed int                // guarded by mu
+
+	// robfig operations, for tests proving that idempotent reloads do not
+	// touch robfig.
+	adds, removes atomic.Int64
+}
+
+// shard is one robfig engine and the lock serialising changes to its jobs.
+type shard struct {
+	// mu serialises Reload/Reject/Remove for the jobs hashed onto this
+	// shard, including the robfig calls, so that concurrent changes of one
+	// job apply in some order and never leak an entry. It is taken before
+	// Engine.mu, never the other way round.
+	mu   sync.Mutex
+	cron *cron.Cron
+}
+
+// record is the engine's state of one job. Invariant: entry != 0 exactly
+// when valid && cur.Enabled.
+type record struct {
+	// cur is the last valid schedule, or the latest bad one while no valid
+	// schedule was ever applied.
+	cur   schedule.Schedule
+	valid bool
+	sched cron.Schedule // parsed cur; nil unless valid
+	entry cron.EntryID  // robfig entry in the job's shard; 0 when not armed
+	err   string        // last error, empty when the latest document was applied
+	slots *slotState    // shared by all entries the job ever had
+}
+
+// New returns an engine configured by opts. Call Start to run its timers.
+func New(opts Options) *Engine {
+	if opts.Location == nil {
+		opts.Location = time.UTC
+	}
+	if opts.Shards <= 0 {
+		opts.Shards = DefaultShards
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	e := &Engine{
+		opts: opts,
+		log:  opts.Logger,
+		jobs: make(map[string]*record),
+	}
+	cl := cronLogger{opts.Logger}
+	for range opts.Shards {
+		e.shards = append(e.shards, &shard{cron: cron.New(
+			cron.WithLocation(opts.Location),
+			cron.WithLogger(cl),
+		)})
+	}
+	return e
+}
+
+// Start starts the timers of all shards. Jobs may be loaded before or after.
+func (e *Engine) Start() {
+	for _, sh := range e.shards {
+		sh.cron.Start()
+	}
+}
+
+// Stop stops the timers of all shards. The returned context is done once all
+// fire callbacks that were running have returned. The engine keeps its jobs
+// and may be started again.
+func (e *Engine) Stop() context.Context {
+	ctxs := make([]context.Context, len(e.shards))
+	for i, sh := range e.shards {
+		ctxs[i] = sh.cron.Stop()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		defer cancel()
+		for _, c := range ctxs {
+			<-c.Done()
+		}
+	}()
+	return ctx
+}
+
+func (e *Engine) now() time.Time {
+	return e.opts.Now().In(e.opts.Location)
+}
+
+func (e *Engine) shardOf(id string) *shard {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return e.shards[h.Sum32()%uint32(len(e.shards))]
+}
+
+func (e *Engine) load(id string) *record {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.jobs[id]
+}
+
+// store replaces the record of id (nil deletes it) and keeps the armed count.
+func (e *Engine) store(id string, r *record) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if old := e.jobs[id]; old != nil && old.entry != 0 {
+		e.armed--
+	}
+	if r == nil {
+		delete(e.jobs, id)
+		return
+	}
+	if r.entry != 0 {
+		e.armed++
+	}
+	e.jobs[id] = r
+}
+
+// check parses s in the engine's default zone and runs Options.Validate on it.
+func (e *Engine) check(s schedule.Schedule) (cron.Schedule, error) {
+	sched, err := s.Parse(e.opts.Location)
+	if err != nil {
+		return nil, err
+	}
+	if s.Enabled && e.opts.Validate != nil {
+		if err := e.opts.Validate(s); err != nil {
+			return nil, err
+		}
+	}
+	return sched, nil
+}
+
+// Reload applies one schedule. It is idempotent: applying the same timing
+// again leaves the robfig entry untouched (Unchanged). A changed timing
+// replaces only this job's entry. enabled: false disarms the job but keeps it
+// visible. An invalid schedule is Rejected and the job keeps its last known
+// good timer (see Reject).
+func (e *Engine) Reload(s schedule.Schedule) Outcome {
+	o, _ := e.reload(s, slog.LevelInfo)
+	return o
+}
+
+// reload is Reload logging a successful change at level lvl. It also
+// reports whether the job's state changed (see SyncStats.Changed).
+func (e *Engine) reload(s schedule.Schedule, lvl slog.Level) (Outcome, bool) {
+	if s.ID == "" {
+		e.log.Warn("scheduler: schedule without job id ignored", "cron_expr", s.CronExpr)
+		return Rejected, false
+	}
+	sched, err := e.check(s)
+
+	sh := e.shardOf(s.ID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	old := e.load(s.ID)
+
+	if err != nil {
+		return Rejected, e.rejectLocked(s.ID, old, &s, err)
+	}
+	if old != nil && old.valid && old.cur.Timing() == s.Timing() {
+		r := *old
+		r.cur, r.err = s, ""
+		e.store(s.ID, &r)
+		if old.err != "" {
+			e.log.Log(context.Background(), lvl, "scheduler: schedule valid again, error cleared",
+				"job_id", s.ID, "cron_expr", s.CronExpr)
+		} else {
+			e.log.Debug("scheduler: schedule unchanged", "job_id", s.ID, "cron_expr", s.CronExpr)
+		}
+		return Unchanged, old.err != "" || !sameMetadata(old.cur, s)
+	}
+
+	r := &record{cur: s, valid: true, sched: sched}
+	if old != nil {
+		r.slots = old.slots
+	}
+	if r.slots == nil {
+		r.slots = new(slotState)
+	}
+	wasArmed := old != nil && old.entry != 0
+	if wasArmed {
+		sh.cron.Remove(old.entry)
+		e.removes.Add(1)
+	}
+	outcome := Disarmed
+	if s.Enabled {
+		r.entry = sh.cron.Schedule(sched, &firing{e: e, id: s.ID, sched: sched, slots: r.slots})
+		e.adds.Add(1)
+		outcome = Added
+		if wasArmed {
+			outcome = Replaced
+		}
+	}
+	e.store(s.ID, r)
+
+	if ctx := context.Background(); e.log.Enabled(ctx, lvl) {
+		attrs := []slog.Attr{slog.String("job_id", s.ID), slog.String("cron_expr", s.CronExpr),
+			slog.String("outcome", outcome.String())}
+		if s.Timezone != "" {
+			attrs = append(attrs, slog.String("timezone", s.Timezone))
+		}
+		if r.entry != 0 {
+			attrs = append(attrs, slog.Time("next_run", sched.Next(e.now())))
+		}
+		e.log.LogAttrs(ctx, lvl, "scheduler: schedule applied", attrs...)
+	}
+	return outcome, true
+}
+
+// sameMetadata reports whether a and b agree on everything but timing and
+// updated_at.
+func sameMetadata(a, b schedule.Schedule) bool {
+	return a.ID == b.ID && a.Job == b.Job && a.Category == b.Category && a.Args == b.Args
+}
+
+// Reject records err as the last error of job id after a bad document for
+// it, keeping its last known good timer armed. For a job not seen before
+// the error is recorded with the job not armed. An empty id is only logged.
+func (e *Engine) Reject(id string, err error) {
+	if err == nil {
+		err = errors.New("rejected without a reason")
+	}
+	e.reject(id, nil, err)
+}
+
+// reject is Reject with the rejected schedule, when known. It reports
+// whether the job's state changed.
+func (e *Engine) reject(id string, bad *schedule.Schedule, err error) bool {
+	if id == "" {
+		e.log.Warn("scheduler: bad schedule without job id ignored", "error", err)
+		return false
+	}
+	sh := e.shardOf(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return e.rejectLocked(id, e.load(id), bad, err)
+}
+
+// rejectLocked records err for id; bad is the rejected schedule when known.
+// It reports whether the job's state changed. The caller holds the job's
+// shard lock.
+func (e *Engine) rejectLocked(id string, old *record, bad *schedule.Schedule, err error) bool {
+	var r record
+	switch {
+	case old != nil && (old.valid || bad == nil):
+		r = *old // the last known good stays, armed or not
+	case bad != nil:
+		r = record{cur: *bad}
+	default:
+		r = record{cur: schedule.Schedule{ID: id}}
+	}
+	if old != nil {
+		r.slots = old.slots
+	}
+	r.err = err.Error()
+	e.store(id, &r)
+	changed := old == nil || old.err != r.err || old.cur != r.cur
+	lvl := slog.LevelWarn
+	if !changed {
+		lvl = slog.LevelDebug // the same rejection again, e.g. by a periodic resync
+	}
+	e.log.Log(context.Background(), lvl, "scheduler: schedule rejected, last known good kept",
+		"job_id", id, "error", err, "armed", r.entry != 0)
+	return changed
+}
+
+// Remove disarms job id and forgets it, including its last error and slot
+// memory. It reports whether the job was known.
+func (e *Engine) Remove(id string) bool {
+	sh := e.shardOf(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	old := e.load(id)
+	if old == nil {
+		return false
+	}
+	if old.entry != 0 {
+		sh.cron.Remove(old.entry)
+		e.removes.Add(1)
+	}
+	e.store(id, nil)
+	e.log.Info("scheduler: schedule removed", "job_id", id)
+	return true
+}
+
+// Sync applies a full snapshot of the schedules: every item is applied as by
+// Reload (or Reject when it carries an error), and every known job whose id
+// is absent from items is removed. Per-job changes are logged at debug level
+// (rejections still as warnings), the totals at info level. Sync is meant to be called by the single
+// goroutine that also calls Reload and Remove: a job reloaded concurrently
+// with a Sync that does not list it may be removed again.
+func (e *Engine) Sync(items []Item) SyncStats {
+	var st SyncStats
+	seen := make(map[string]struct{}, len(items))
+	for _, it := range items {
+		id := it.Schedule.ID
+		if id != "" {
+			seen[id] = struct{}{}
+		}
+		if it.Err != nil {
+			st.Rejected++
+			if e.reject(id, &it.Schedule, it.Err) {
+				st.Changed = append(st.Changed, id)
+			}
+			continue
+		}
+		o, changed := e.reload(it.Schedule, slog.LevelDebug)
+		if changed {
+			st.Changed = append(st.Changed, id)
+		}
+		switch o {
+		case Added:
+			st.Added++
+		case Replaced:
+			st.Replaced++
+		case Unchanged:
+			st.Unchanged++
+		case Disarmed:
+			st.Disarmed++
+		case Rejected:
+			st.Rejected++
+		}
+	}
+	e.mu.RLock()
+	var gone []string
+	for id := range e.jobs {
+		if _, ok := seen[id]; !ok {
+			gone = append(gone, id)
+		}
+	}
+	e.mu.RUnlock()
+	for _, id := range gone {
+		if e.Remove(id) {
+			st.Removed++
+			st.Changed = append(st.Changed, id)
+		}
+	}
+	slices.Sort(st.Changed)
+	st.Changed = slices.Compact(st.Changed)
+	e.log.Info("scheduler: full sync applied", "added", st.Added, "replaced", st.Replaced,
+		"unchanged", st.Unchanged, "disarmed", st.Disarmed, "removed", st.Removed,
+		"rejected", st.Rejected, "armed", e.Len())
+	return st
+}
+
+// List returns the status of every known job (armed, disabled, or only
+// rejected), sorted by id.
+func (e *Engine) List() []Status {
+	type kv struct {
+		id string
+		r  *record
+	}
+	e.mu.RLock()
+	recs := make([]kv, 0, len(e.jobs))
+	for id, r := range e.jobs {
+		recs = append(recs, kv{id, r})
+	}
+	e.mu.RUnlock()
+	slices.SortFunc(recs, func(a, b kv) int { return strings.Compare(a.id, b.id) })
+	now := e.now()
+	out := make([]Status, len(recs))
+	for i, x := range recs {
+		out[i] = x.r.status(x.id, now)
+	}
+	return out
+}
+
+// Get returns the status of job id, and false when the job is unknown.
+func (e *Engine) Get(id string) (Status, bool) {
+	r := e.load(id)
+	if r == nil {
+		return Status{}, false
+	}
+	return r.status(id, e.now()), true
+}
+
+// Len returns the number of armed jobs.
+func (e *Engine) Len() int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.armed
+}
+
+func (r *record) status(id string, now time.Time) Status {
+	st := Status{
+		ID:        id,
+		CronExpr:  r.cur.CronExpr,
+		Timezone:  r.cur.Timezone,
+		Enabled:   r.cur.Enabled,
+		LastError: r.err,
+		Job:       r.cur.Job,
+		Action:    r.cur.ActionName(),
+		Category:  r.cur.Category,
+		Args:      r.cur.Args,
+		UpdatedAt: r.cur.UpdatedAt,
+		Armed:     r.entry != 0,
+	}
+	if st.Action == "" {
+		st.Action = id
+	}
+	if r.entry != 0 {
+		st.NextRun = r.sched.Next(now)
+	}
+	return st
+}
+
+// entry returns the robfig entry armed for job id: its entry id and the next
+// activation robfig computed. For tests; it costs a snapshot of the shard.
+func (e *Engine) entry(id string) (cron.EntryID, time.Time, bool) {
+	r := e.load(id)
+	if r == nil || r.entry == 0 {
+		return 0, time.Time{}, false
+	}
+	en := e.shardOf(id).cron.Entry(r.entry)
+	if !en.Valid() {
+		return 0, time.Time{}, false
+	}
+	return en.ID, en.Next, true
+}
+
+// firing is the robfig job of one armed entry.
+type firing struct {
+	e     *Engine
+	id    string
+	sched cron.Schedule
+	slots *slotState
+}
+
+// Run computes the fire's slot and calls the fire callback, recovering
+// panics so that a bad callback never kills the process.
+func (f *firing) Run() {
+	now := f.e.now()
+	slot, ok := f.slots.claim(f.sched, now)
+	if !ok {
+		f.e.log.Warn("scheduler: fire without a slot of its own dropped",
+			"job_id", f.id, "now", now)
+		return
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			f.e.log.Error("scheduler: fire callback panicked",
+				"job_id", f.id, "slot", slot, "panic", fmt.Sprint(p))
+		}
+	}()
+	if f.e.opts.Fire != nil {
+		f.e.opts.Fire(f.id, slot)
+	}
+}
+
+// cronLogger adapts robfig's logger to slog, keeping errors only.
+type cronLogger struct{ l *slog.Logger }
+
+func (cronLogger) Info(string, ...any) {}
+
+func (c cronLogger) Error(err error, msg string, kv ...any) {
+	c.l.Error("cron: "+msg, append([]any{"error", err}, kv...)...)
+}

@@ -1,0 +1,98 @@
+package scheduler
+
+import (
+	"sync"
+	"time"
+
+	"github.com/robfig/cron/v3"
+)
+
+// prever is a schedule that can name its previous activation directly.
+type prever interface {
+	Prev(t time.Time) time.Time
+}
+
+// maxLookback bounds how far back prevActivation searches: about 8.5 years,
+// enough for the rarest satisfiable cron expression (29 February, every four
+// years).
+const maxLookback = (1 << 28) * time.Second
+
+// maxWalk bounds the final forward walk of prevActivation.
+const maxWalk = 10000
+
+// prevActivation returns the latest activation time s of sched with
+// s <= now, or the zero time if there is none within maxLookback.
+//
+// It looks back from now in doubling steps (1s, 2s, 4s, ...) until Next of
+// the probe lands at or before now, bisects between the last two probes down
+// to one second (cron activations are whole seconds) and finally walks
+// forward with Next while the following activation is still <= now, so the
+// result is always a value that sched.Next itself produced.
+func prevActivation(sched cron.Schedule, now time.Time) time.Time {
+	now = now.Round(0) // wall clock only, like the schedules
+	if p, ok := sched.(prever); ok {
+		return p.Prev(now)
+	}
+	hits := func(t time.Time) bool {
+		n := sched.Next(t)
+		return !n.IsZero() && !n.After(now)
+	}
+	// Invariant: hits(lo) and !hits(hi); Next(now) > now, so hi = now holds.
+	var lo time.Time
+	hi := now
+	found := false
+	for d := time.Second; d <= maxLookback; d *= 2 {
+		t := now.Add(-d)
+		if hits(t) {
+			lo, found = t, true
+			break
+		}
+		hi = t
+	}
+	if !found {
+		return time.Time{}
+	}
+	for hi.Sub(lo) > time.Second {
+		mid := lo.Add(hi.Sub(lo) / 2)
+		if hits(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	s := sched.Next(lo)
+	for range maxWalk {
+		n := sched.Next(s)
+		if n.IsZero() || n.After(now) {
+			break
+		}
+		s = n
+	}
+	return s
+}
+
+// slotState remembers the last slot reported for one job.
+type slotState struct {
+	mu   sync.Mutex
+	last time.Time
+}
+
+// claim returns the slot for a run of sched at wall time now, or false when
+// the run has no slot of its own left (see the package comment on slots).
+func (st *slotState) claim(sched cron.Schedule, now time.Time) (time.Time, bool) {
+	s := prevActivation(sched, now)
+	if s.IsZero() {
+		return time.Time{}, false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.last.IsZero() && !s.After(st.last) {
+		n := sched.Next(st.last)
+		if n.IsZero() || n.After(now.Round(0)) {
+			return time.Time{}, false
+		}
+		s = n
+	}
+	st.last = s
+	return s, true
+}
