@@ -267,6 +267,12 @@ func (w *Watcher) stream(ctx context.Context) error {
 				continue
 			}
 			needFull = ""
+			// Store the position the reload is consistent with, so a
+			// restart resumes from here even if no edit comes.
+			if t := cs.ResumeToken(); t != nil {
+				token = t
+				w.saveToken(ctx, t)
+			}
 		}
 		attempt = 0
 		w.setReady(true)
