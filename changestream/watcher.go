@@ -52,6 +52,8 @@ const (
 	ReasonInvalidate   = "invalidate"
 	ReasonPoll         = "poll"
 	ReasonResync       = "resync"
+	// ReasonUnattributable: an event did not say which document changed.
+	ReasonUnattributable = "unattributable_event"
 )
 
 // Server error codes that mean the stream cannot continue from its position.
@@ -433,14 +435,16 @@ func (w *Watcher) apply(ctx context.Context, ev bson.Raw) (string, error) {
 	case "insert", "update", "replace":
 		full, err := ev.LookupErr("fullDocument")
 		if err == nil && full.Type == bson.TypeEmbeddedDocument {
-			w.opts.Sink.Upsert(full.Document())
-			break
+			if _, err := full.Document().LookupErr("_id"); err == nil {
+				w.opts.Sink.Upsert(full.Document())
+				break
+			}
 		}
 		// updateLookup found nothing (deleted since) or no full document:
 		// look again; absent means deleted.
 		id, ok := eventID(ev)
 		if !ok {
-			return op, fmt.Errorf("%s event without a document id: %s", op, tokenString(ev))
+			return op, w.unattributable(ctx, op, ev)
 		}
 		doc, err := w.opts.Feed.Lookup(ctx, id)
 		if err != nil {
@@ -454,7 +458,7 @@ func (w *Watcher) apply(ctx context.Context, ev bson.Raw) (string, error) {
 	case "delete":
 		id, ok := eventID(ev)
 		if !ok {
-			return op, fmt.Errorf("delete event without a document id: %s", tokenString(ev))
+			return op, w.unattributable(ctx, op, ev)
 		}
 		w.opts.Sink.Delete(id)
 	default:
@@ -466,6 +470,14 @@ func (w *Watcher) apply(ctx context.Context, ev bson.Raw) (string, error) {
 		w.opts.Hooks.Event(op, wall)
 	}
 	return op, nil
+}
+
+// unattributable handles an event that names no document (a server that
+// does not follow MongoDB's event format): nothing tells which job changed,
+// so the whole collection is reloaded instead of guessing.
+func (w *Watcher) unattributable(ctx context.Context, op string, ev bson.Raw) error {
+	w.log.Warn("change event names no document; reloading everything", "operation", op, "event", tokenString(ev))
+	return w.fullReload(ctx, ReasonUnattributable)
 }
 
 // eventID reads the changed document's _id: fullDocument._id when present

@@ -489,3 +489,26 @@ func TestIsLostPosition(t *testing.T) {
 		}
 	}
 }
+
+func TestEventWithoutDocumentIDReloads(t *testing.T) {
+	feed := newFakeFeed()
+	feed.docs["a"] = doc("a", "0 9 * * *")
+	h := start(t, feed, resumetoken.NewMemStore(), ModeAuto)
+	h.ready(t)
+	feed.mu.Lock()
+	feed.docs["a"] = doc("a", "0 8 * * *")
+	feed.mu.Unlock()
+	// The shape mongo-java-server's own oplog produces: the $set delta in
+	// documentKey and in fullDocument, no _id anywhere.
+	b, _ := bson.Marshal(bson.D{{Key: "_id", Value: tok(1)}, {Key: "operationType", Value: "update"},
+		{Key: "documentKey", Value: bson.D{{Key: "$set", Value: bson.D{{Key: "cron_expr", Value: "0 8 * * *"}}}}},
+		{Key: "fullDocument", Value: bson.D{{Key: "cron_expr", Value: "0 8 * * *"}}}})
+	feed.push(item{ev: b, tok: tok(1)})
+	waitFor(t, "reloaded", func() bool { return h.sink.snapshot()["a"] == "0 8 * * *" })
+	if feed.snapshotReads() != 2 {
+		t.Fatalf("snapshot reads = %d, want 2", feed.snapshotReads())
+	}
+	if _, ok := h.sink.snapshot()[""]; ok {
+		t.Fatal("a delta was applied as a schedule")
+	}
+}

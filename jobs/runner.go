@@ -91,7 +91,7 @@ func (r *Runner) Fire(id string, slot time.Time) {
 		defer cancel()
 	}
 	start := time.Now()
-	log := r.log.With("job_id", id, "scheduled_at", f.ScheduledAt, "run_id", f.RunID, "instance_id", f.InstanceID)
+	log := r.log.With("job_id", id, "scheduled_at", f.ScheduledAt, "run_id", f.RunID)
 	log.Info("run started", "action", target.Action)
 	err := runSafely(ctx, spec.Action, f)
 	took := time.Since(start)

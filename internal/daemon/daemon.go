@@ -112,8 +112,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	srv := &http.Server{
 		Handler: httpapi.New(httpapi.Options{
-			Schedules: engine,
-			Ready:     func() bool { return watcher.Status().Ready },
+			Schedules:       engine,
+			DefaultTimezone: cfg.Location.String(),
+			Ready:           func() bool { return watcher.Status().Ready },
 			Status: func() httpapi.Status {
 				ws := watcher.Status()
 				return httpapi.Status{

@@ -37,6 +37,8 @@ type Options struct {
 	Ready func() bool
 	// Metrics serves /metrics; nil leaves it out.
 	Metrics http.Handler
+	// DefaultTimezone is shown for schedules that name no zone.
+	DefaultTimezone string
 }
 
 // Schedule is one element of /api/schedules.
@@ -52,8 +54,12 @@ type Schedule struct {
 	Category  string  `json:"category,omitempty"`
 }
 
-// FromStatus converts an engine status to its API form.
-func FromStatus(s scheduler.Status) Schedule {
+// FromStatus converts an engine status to its API form; defaultTZ is shown
+// for a schedule that names no zone of its own.
+func FromStatus(s scheduler.Status, defaultTZ string) Schedule {
+	if s.Timezone == "" {
+		s.Timezone = defaultTZ
+	}
 	out := Schedule{
 		ID: s.ID, CronExpr: s.CronExpr, Timezone: s.Timezone, Enabled: s.Enabled,
 		Armed: s.Armed, LastError: s.LastError, Job: s.Job, Category: s.Category,
@@ -85,7 +91,7 @@ func New(o Options) http.Handler {
 		list := o.Schedules.List()
 		out := make([]Schedule, 0, len(list))
 		for _, s := range list {
-			out = append(out, FromStatus(s))
+			out = append(out, FromStatus(s, o.DefaultTimezone))
 		}
 		writeJSON(w, http.StatusOK, out)
 	})
@@ -95,7 +101,7 @@ func New(o Options) http.Handler {
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such schedule armed or rejected: " + r.PathValue("id")})
 			return
 		}
-		writeJSON(w, http.StatusOK, FromStatus(s))
+		writeJSON(w, http.StatusOK, FromStatus(s, o.DefaultTimezone))
 	})
 	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, o.Status())
