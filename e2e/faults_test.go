@@ -109,3 +109,37 @@ func TestMalformedTokenDocumentIsDropped(t *testing.T) {
 	mongosh(t, uri, db.Name(), seedOneLiner)
 	waitFor(t, 5*time.Second, "streaming", func() bool { return d2.schedules()["daily_report"].CronExpr == "0 8 * * *" })
 }
+
+func TestNetworkOutageReconnectsFromLastPosition(t *testing.T) {
+	uri, db := setup(t)
+	insert(t, db, sched("daily_report", "0 9 * * *"), sched("heartbeat", "@hourly"))
+	p := newProxy(t, uri)
+	d := startDaemon(t, writeConfig(t, daemonConfig{URI: p.URI(uri), Database: db.Name()}))
+	d.waitReady()
+	waitToken(t, db)
+
+	// Sever every connection and refuse new ones for longer than the
+	// driver's own single resume attempt can bridge (server selection gives
+	// up after 5 s); meanwhile an edit lands on the server directly.
+	p.Outage(7 * time.Second)
+	mongosh(t, uri, db.Name(), seedOneLiner)
+	d.waitLog("reconnect with backoff", func(l logLine) bool {
+		return l.str("msg") == "reconnecting after error" && l["delay"] != nil && l["attempt"] != nil
+	})
+	waitFor(t, 20*time.Second, "edit made during the outage applied", func() bool {
+		return d.schedules()["daily_report"].CronExpr == "0 8 * * *"
+	})
+	d.waitReady()
+	// It resumed from its position: the only full reload is the start-up one.
+	var st struct {
+		FullReloads int64 `json:"full_reloads"`
+		Reconnects  int64 `json:"reconnects"`
+	}
+	d.get("/api/status", &st)
+	if st.FullReloads != 1 || st.Reconnects < 1 {
+		t.Fatalf("status after outage: %+v, want 1 full reload and >= 1 reconnect", st)
+	}
+	if _, ok := d.findLog(func(l logLine) bool { return l.str("msg") == "full reload" && l.str("reason") != "startup" }); ok {
+		t.Fatal("a transient outage caused a full reload")
+	}
+}
