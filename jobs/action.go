@@ -113,12 +113,18 @@ func (r *Registry) Names() []string {
 // ErrUnknownAction is wrapped when a schedule names an action that is not registered.
 var ErrUnknownAction = errors.New("unknown action")
 
+// argsJSON returns the fire's args, "{}" when there are none. A schedule
+// without args hands the runner an empty (possibly non-nil) Args.
+func (f Fire) argsJSON() json.RawMessage {
+	if len(bytes.TrimSpace(f.Args)) == 0 {
+		return json.RawMessage("{}")
+	}
+	return f.Args
+}
+
 // Env returns the environment variables describing f (DESIGN.md, "Job actions").
 func (f Fire) Env() []string {
-	args := string(f.Args)
-	if args == "" {
-		args = "{}"
-	}
+	args := string(f.argsJSON())
 	return []string{
 		"CRONSWAP_JOB_ID=" + f.JobID,
 		"CRONSWAP_SCHEDULED_AT=" + f.ScheduledAt.UTC().Format(time.RFC3339),
@@ -155,11 +161,21 @@ func (e *ExitError) Error() string {
 
 func (e *ExitError) Unwrap() error { return e.Err }
 
-// Run implements Action.
+// Run implements Action. The program's standard error goes to a temporary
+// file whose tail is kept for the error; standard output is discarded. When
+// the program exits, or ctx ends, its whole process group is killed, so a
+// job never leaves processes behind (like systemd's KillMode=control-group).
 func (a *ExecAction) Run(ctx context.Context, f Fire) error {
 	if len(a.Argv) == 0 {
 		return errors.New("exec: empty argv")
 	}
+	stderr, err := os.CreateTemp("", "cronswap-stderr-*")
+	if err != nil {
+		return fmt.Errorf("exec %s: stderr file: %w", f.JobID, err)
+	}
+	defer os.Remove(stderr.Name())
+	defer stderr.Close()
+
 	cmd := exec.CommandContext(ctx, a.Argv[0], a.Argv[1:]...)
 	cmd.Env = append(os.Environ(), f.Env()...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -167,15 +183,14 @@ func (a *ExecAction) Run(ctx context.Context, f Fire) error {
 		// Kill the whole group: the program and everything it started.
 		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
-	cmd.WaitDelay = 5 * time.Second
-	n := a.StderrTail
-	if n <= 0 {
-		n = 2048
+	// Files, not pipes: Wait then returns when the program exits, even if
+	// children it left behind still hold the descriptors.
+	cmd.Stderr = stderr
+	cmd.Stdout = nil
+	err = cmd.Run()
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
-	tail := &tailBuffer{max: n}
-	cmd.Stderr = tail
-	cmd.Stdout = io.Discard
-	err := cmd.Run()
 	if err == nil {
 		return nil
 	}
@@ -185,36 +200,27 @@ func (a *ExecAction) Run(ctx context.Context, f Fire) error {
 		code = ee.ExitCode()
 	}
 	if ctx.Err() != nil {
-		// The group may have children still holding the pipes; make sure they are gone.
-		if cmd.Process != nil {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		}
 		err = fmt.Errorf("%w: %w", ctx.Err(), err)
 	}
-	return &ExitError{Code: code, Stderr: tail.String(), Err: err}
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-	max int
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > t.max {
-		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+	n := a.StderrTail
+	if n <= 0 {
+		n = 2048
 	}
-	return len(p), nil
+	return &ExitError{Code: code, Stderr: fileTail(stderr, n), Err: err}
 }
 
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(bytes.TrimSpace(t.buf))
+// fileTail returns the last n bytes of f, trimmed of surrounding space.
+func fileTail(f *os.File, n int) string {
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return ""
+	}
+	off := max(size-int64(n), 0)
+	buf := make([]byte, size-off)
+	if _, err := f.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
+		return ""
+	}
+	return string(bytes.TrimSpace(buf))
 }
 
 // HTTPAction sends the fire as a JSON body; a non-2xx answer is a failure.
@@ -226,6 +232,10 @@ type HTTPAction struct {
 
 // Run implements Action.
 func (a *HTTPAction) Run(ctx context.Context, f Fire) error {
+	// The same values as the exec environment: scheduled_at in UTC, args "{}"
+	// when there are none (an empty non-nil RawMessage would not marshal).
+	f.ScheduledAt = f.ScheduledAt.UTC()
+	f.Args = f.argsJSON()
 	body, err := json.Marshal(f)
 	if err != nil {
 		return fmt.Errorf("http action %s: %w", f.JobID, err)

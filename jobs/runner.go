@@ -72,17 +72,21 @@ func (r *Runner) Fire(id string, slot time.Time) {
 		r.log.Info("job no longer armed; fire dropped", "job_id", id, "scheduled_at", slot)
 		return
 	}
-	spec, ok := r.opts.Registry.Lookup(target.Action)
-	if !ok {
-		r.log.Error("fire names an unknown action", "job_id", id, "scheduled_at", slot, "action", target.Action)
-		return
-	}
 	f := Fire{
 		JobID:       id,
 		ScheduledAt: slot.UTC(),
 		RunID:       newRunID(),
 		InstanceID:  r.opts.InstanceID,
 		Args:        target.Args,
+	}
+	spec, ok := r.opts.Registry.Lookup(target.Action)
+	if !ok {
+		err := fmt.Errorf("job %s: %w %q", id, ErrUnknownAction, target.Action)
+		r.log.Error("fire names an unknown action", "job_id", id, "scheduled_at", f.ScheduledAt, "action", target.Action)
+		if r.opts.Done != nil {
+			r.opts.Done(f, err, 0)
+		}
+		return
 	}
 	ctx := r.ctx
 	if spec.Timeout > 0 {
@@ -114,8 +118,12 @@ func runSafely(ctx context.Context, a Action, f Fire) (err error) {
 	return a.Run(ctx, f)
 }
 
+// abandonAfterCancel bounds the wait for actions that ignore cancellation
+// (a Go function that never looks at its context), so shutdown always ends.
+const abandonAfterCancel = 10 * time.Second
+
 // Shutdown stops taking fires and waits for running actions; after grace it
-// cancels them and waits for them to return. It reports whether every action
+// cancels them and waits for them to return (at most abandonAfterCancel). It reports whether every action
 // ended within the grace period.
 func (r *Runner) Shutdown(grace time.Duration) bool {
 	r.mu.Lock()
@@ -132,7 +140,11 @@ func (r *Runner) Shutdown(grace time.Duration) bool {
 	case <-t.C:
 		r.log.Warn("grace period over; cancelling running actions", "grace", grace)
 		r.cancel()
-		<-done
+		select {
+		case <-done:
+		case <-time.After(abandonAfterCancel):
+			r.log.Error("actions ignored cancellation; leaving them behind", "waited", abandonAfterCancel)
+		}
 		return false
 	}
 }
