@@ -98,8 +98,12 @@ func parse(raw bson.Raw, watcherID string) (Token, error) {
 
 // Save implements Store.
 func (s *MongoStore) Save(ctx context.Context, watcherID string, token bson.Raw) error {
-	if len(token) == 0 {
+	// Refuse what Load would call malformed: it would only cost a full reload later.
+	if len(token) <= 5 {
 		return fmt.Errorf("save resume token %q: empty token", watcherID)
+	}
+	if err := token.Validate(); err != nil {
+		return fmt.Errorf("save resume token %q: not a BSON document: %w", watcherID, err)
 	}
 	_, err := s.coll.ReplaceOne(ctx,
 		bson.D{{Key: "_id", Value: watcherID}},

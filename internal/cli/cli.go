@@ -64,7 +64,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			},
 		},
 	}
-	err := app.Run(args)
+	err := app.Run(interspersed(app, args))
 	if err == nil {
 		return ExitOK
 	}
@@ -73,7 +73,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		if msg := err.Error(); msg != "" {
 			fmt.Fprintln(stderr, "cronswap:", msg)
 		}
-		return ec.ExitCode()
+		if code := ec.ExitCode(); code == ExitOK || code == ExitUnreachable {
+			return code
+		}
+		// Anything else urfave/cli reports (an unknown command is 3) is a
+		// user error by this program's contract.
+		return ExitUserError
 	}
 	fmt.Fprintln(stderr, "cronswap:", err)
 	return ExitUserError
@@ -151,10 +156,10 @@ func nextCommand() *ucli.Command {
 		Name:      "next",
 		Usage:     "print the next fire times of a cron expression (no database needed)",
 		ArgsUsage: "EXPR",
-		Flags: []ucli.Flag{
+		Flags: append(commonFlags(),
 			&ucli.IntFlag{Name: "n", Value: 5, Usage: "how many fire times"},
 			&ucli.StringFlag{Name: "tz", Usage: "IANA time zone of the expression (default UTC)"},
-		},
+		),
 		Action: func(c *ucli.Context) error {
 			if c.NArg() != 1 {
 				return ucli.Exit(`want exactly one EXPR argument, e.g. cronswap next "0 9 * * 1-5" --tz Asia/Seoul`, ExitUserError)
@@ -185,9 +190,9 @@ func validateCommand() *ucli.Command {
 		Name:      "validate",
 		Usage:     "exit 0 if EXPR is a valid cron expression, else explain and exit 1",
 		ArgsUsage: "EXPR",
-		Flags: []ucli.Flag{
+		Flags: append(commonFlags(),
 			&ucli.StringFlag{Name: "tz", Usage: "IANA time zone of the expression (default UTC)"},
-		},
+		),
 		Action: func(c *ucli.Context) error {
 			if c.NArg() != 1 {
 				return ucli.Exit(`want exactly one EXPR argument, e.g. cronswap validate "0 9 * * *"`, ExitUserError)

@@ -128,7 +128,7 @@ func Load(path string) (Config, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("read config: %w", err)
 		}
-		if err := decode(bytes.NewReader(data), &cfg); err != nil {
+		if err := decode(data, &cfg); err != nil {
 			return cfg, fmt.Errorf("config %s: %w", path, err)
 		}
 	}
@@ -151,19 +151,45 @@ func Load(path string) (Config, error) {
 // environment, and validates it.
 func Parse(text string) (Config, error) {
 	cfg := Default()
-	if err := decode(strings.NewReader(text), &cfg); err != nil {
+	if err := decode([]byte(text), &cfg); err != nil {
 		return cfg, err
 	}
 	return cfg, cfg.Finish()
 }
 
-func decode(r io.Reader, cfg *Config) error {
-	dec := yaml.NewDecoder(r)
-	dec.KnownFields(true)
-	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
-		return err
+// decode reads YAML text over cfg, refusing unknown keys. Empty documents
+// are skipped; a second document with content is refused rather than
+// silently ignored (yaml's Decoder reads only the first).
+func decode(data []byte, cfg *Config) error {
+	docs := yaml.NewDecoder(bytes.NewReader(data))
+	seen := false
+	for {
+		var doc yaml.Node
+		err := docs.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if len(doc.Content) == 0 || doc.Content[0].Tag == "!!null" {
+			continue
+		}
+		if seen {
+			return fmt.Errorf("line %d: a second YAML document (after \"---\"); keep the configuration in one document", doc.Content[0].Line)
+		}
+		seen = true
 	}
-	return nil
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	for {
+		// Empty documents decode as no-ops; at most one has content.
+		if err := dec.Decode(cfg); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
 }
 
 // Finish fills derived defaults (instance id, location) and validates.
@@ -249,25 +275,27 @@ func (j Job) validate() error {
 }
 
 // RedactURI hides the password of a MongoDB connection string, so it can be
-// logged or shown. It never fails: text it cannot read is returned with
-// everything between "://" and "@" masked.
+// logged or shown. It never fails and never returns the password: everything
+// between the first ':' after "://" and the last '@' is masked.
+//
+// In a valid URI the credentials percent-encode '@', ':', '/' and '?', and
+// the hosts never hold an '@', so the last '@' before the first '/' or '?'
+// ends them. Raw (unencoded) passwords hold any of these, so the credentials
+// are taken to end at the last '@' of all: an '@' in the options
+// (appName=me@corp) after a host:port then hides the hosts too, the price of
+// never showing a raw password.
 func RedactURI(uri string) string {
-	scheme, rest, ok := strings.Cut(uri, "://")
-	if !ok {
-		return uri
+	prefix, rest := "", uri
+	if scheme, after, ok := strings.Cut(uri, "://"); ok {
+		prefix, rest = scheme+"://", after
 	}
-	end := strings.IndexAny(rest, "/?")
-	if end < 0 {
-		end = len(rest)
-	}
-	authority := rest[:end]
-	at := strings.LastIndexByte(authority, '@')
+	at := strings.LastIndexByte(rest, '@')
 	if at < 0 {
 		return uri
 	}
-	user, _, hasPass := strings.Cut(authority[:at], ":")
+	user, _, hasPass := strings.Cut(rest[:at], ":")
 	if !hasPass {
 		return uri
 	}
-	return scheme + "://" + user + ":xxxxx" + authority[at:] + rest[end:]
+	return prefix + user + ":xxxxx" + rest[at:]
 }

@@ -71,8 +71,15 @@ func FromStatus(s scheduler.Status, defaultTZ string) Schedule {
 	return out
 }
 
-// New returns the HTTP handler.
+// New returns the HTTP handler. A nil Schedules serves an empty list, a nil
+// Status a zero status, a nil Ready never ready.
 func New(o Options) http.Handler {
+	if o.Schedules == nil {
+		o.Schedules = noSchedules{}
+	}
+	if o.Status == nil {
+		o.Status = func() Status { return Status{} }
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -111,6 +118,11 @@ func New(o Options) http.Handler {
 	}
 	return mux
 }
+
+type noSchedules struct{}
+
+func (noSchedules) List() []scheduler.Status            { return nil }
+func (noSchedules) Get(string) (scheduler.Status, bool) { return scheduler.Status{}, false }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -1,0 +1,427 @@
+package config_test
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+	_ "time/tzdata" // the zones the tests name, whatever the machine has
+
+	"github.com/cronswap/cronswap/internal/config"
+)
+
+func hostname(t *testing.T) string {
+	t.Helper()
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		t.Skipf("no hostname on this machine: %v", err)
+	}
+	return h
+}
+
+func readRepoConfig(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "config.yaml"))
+	if err != nil {
+		t.Fatalf("read the repository's config.yaml: %v", err)
+	}
+	return string(data)
+}
+
+// TestDefault pins the defaults DESIGN.md ("Config file") and config.yaml document.
+func TestDefault(t *testing.T) {
+	d := config.Default()
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"mongo.uri", d.Mongo.URI, "mongodb://127.0.0.1:27017/"},
+		{"mongo.database", d.Mongo.Database, "cronswap"},
+		{"instance_id", d.InstanceID, ""},
+		{"timezone", d.Timezone, "UTC"},
+		{"watch.mode", d.Watch.Mode, config.WatchAuto},
+		{"watch.poll_interval", d.Watch.PollInterval, 5 * time.Second},
+		{"watch.resync_interval", d.Watch.ResyncInterval, 10 * time.Minute},
+		{"watch.backoff_min", d.Watch.BackoffMin, 100 * time.Millisecond},
+		{"watch.backoff_max", d.Watch.BackoffMax, 10 * time.Second},
+		{"lock.ttl", d.Lock.TTL, 10 * time.Minute},
+		{"runs.retention", d.Runs.Retention, 720 * time.Hour},
+		{"http.listen", d.HTTP.Listen, "127.0.0.1:9090"},
+		{"shutdown.grace", d.Shutdown.Grace, 30 * time.Second},
+		{"location", d.Location, time.UTC},
+		{"jobs", len(d.Jobs), 0},
+	}
+	for _, c := range checks {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("Default().%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if config.DefaultMongoURI != d.Mongo.URI {
+		t.Errorf("DefaultMongoURI %q != Default().Mongo.URI %q", config.DefaultMongoURI, d.Mongo.URI)
+	}
+	// Default must itself be valid once finished.
+	if err := d.Finish(); err != nil {
+		t.Fatalf("Default().Finish(): %v", err)
+	}
+}
+
+// TestRepoConfigYAML parses the repository's config.yaml: it must be valid,
+// list the example jobs, and (as its header says) show the defaults for
+// everything that is not an example.
+func TestRepoConfigYAML(t *testing.T) {
+	text := readRepoConfig(t)
+	cfg, err := config.Parse(text)
+	if err != nil {
+		t.Fatalf("Parse(config.yaml): %v", err)
+	}
+
+	wantJobs := map[string]config.Job{
+		"daily_report": {
+			Exec:    []string{"sh", "-c", "echo report for $CRONSWAP_SCHEDULED_AT"},
+			Timeout: 5 * time.Minute,
+			Overlap: "forbid",
+		},
+		"heartbeat": {
+			Exec:    []string{"sh", "-c", "echo heartbeat $CRONSWAP_JOB_ID at $CRONSWAP_SCHEDULED_AT args=$CRONSWAP_ARGS"},
+			Timeout: 30 * time.Second,
+			Overlap: "forbid",
+		},
+		"warm_cache": {
+			HTTP:    &config.HTTPAction{URL: "http://127.0.0.1:8080/hooks/warm", Method: "POST"},
+			Timeout: 10 * time.Second,
+			Overlap: "forbid",
+		},
+	}
+	if !reflect.DeepEqual(cfg.Jobs, wantJobs) {
+		t.Errorf("jobs:\n got %#v\nwant %#v", cfg.Jobs, wantJobs)
+	}
+
+	// Everything but the examples equals the defaults (after Finish).
+	def := config.Default()
+	if err := def.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Jobs, def.Jobs = nil, nil
+	if cfg.InstanceID != hostname(t) {
+		t.Errorf("instance_id = %q, want the hostname %q", cfg.InstanceID, hostname(t))
+	}
+	if !reflect.DeepEqual(cfg, def) {
+		t.Errorf("config.yaml's non-example values differ from Default():\n file    %+v\n default %+v", cfg, def)
+	}
+}
+
+func TestParseEmptyIsDefault(t *testing.T) {
+	for _, text := range []string{"", "# only a comment\n", "---\n", "{}"} {
+		cfg, err := config.Parse(text)
+		if err != nil {
+			t.Errorf("Parse(%q): %v", text, err)
+			continue
+		}
+		def := config.Default()
+		if err := def.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(cfg, def) {
+			t.Errorf("Parse(%q) = %+v, want the defaults %+v", text, cfg, def)
+		}
+	}
+}
+
+func TestParseValues(t *testing.T) {
+	cfg, err := config.Parse(`
+mongo: {uri: "mongodb://db.example:27018/", database: other}
+instance_id: replica-7
+timezone: Asia/Seoul
+watch: {mode: poll, poll_interval: 250ms, resync_interval: 0s, backoff_min: 1s, backoff_max: 1s}
+lock: {ttl: 90s}
+runs: {retention: 24h}
+http: {listen: "127.0.0.1:0"}
+shutdown: {grace: 0s}
+jobs:
+  a: {exec: [/bin/true], overlap: allow}
+  b: {http: {url: "http://127.0.0.1:1/x"}}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Mongo.URI != "mongodb://db.example:27018/" || cfg.Mongo.Database != "other" {
+		t.Errorf("mongo = %+v", cfg.Mongo)
+	}
+	if cfg.InstanceID != "replica-7" {
+		t.Errorf("instance_id = %q", cfg.InstanceID)
+	}
+	if cfg.Timezone != "Asia/Seoul" || cfg.Location == nil || cfg.Location.String() != "Asia/Seoul" {
+		t.Errorf("timezone = %q, location = %v", cfg.Timezone, cfg.Location)
+	}
+	want := config.Watch{Mode: config.WatchPoll, PollInterval: 250 * time.Millisecond, BackoffMin: time.Second, BackoffMax: time.Second}
+	if cfg.Watch != want {
+		t.Errorf("watch = %+v, want %+v", cfg.Watch, want)
+	}
+	if cfg.Lock.TTL != 90*time.Second || cfg.Runs.Retention != 24*time.Hour || cfg.HTTP.Listen != "127.0.0.1:0" || cfg.Shutdown.Grace != 0 {
+		t.Errorf("lock %+v runs %+v http %+v shutdown %+v", cfg.Lock, cfg.Runs, cfg.HTTP, cfg.Shutdown)
+	}
+	if got := cfg.Jobs["a"].Overlap; got != "allow" {
+		t.Errorf("jobs.a.overlap = %q, want allow", got)
+	}
+	if got := cfg.Jobs["b"].Overlap; got != "forbid" {
+		t.Errorf("jobs.b.overlap = %q, want the default forbid", got)
+	}
+	if got := cfg.Jobs["b"].HTTP; got == nil || got.URL != "http://127.0.0.1:1/x" || got.Method != "" {
+		t.Errorf("jobs.b.http = %+v", got)
+	}
+}
+
+func TestOverlapDefaultsToForbid(t *testing.T) {
+	cfg, err := config.Parse("jobs:\n  x: {exec: [echo, hi]}\n  y: {exec: [echo], overlap: forbid}\n  z: {exec: [echo], overlap: allow}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"x": "forbid", "y": "forbid", "z": "allow"} {
+		if got := cfg.Jobs[name].Overlap; got != want {
+			t.Errorf("jobs.%s.overlap = %q, want %q", name, got, want)
+		}
+	}
+}
+
+func TestParseEmptyFieldsFallBack(t *testing.T) {
+	cfg, err := config.Parse(`{mongo: {uri: "", database: ""}, timezone: "", watch: {mode: ""}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Mongo.URI != config.DefaultMongoURI || cfg.Mongo.Database != "cronswap" || cfg.Timezone != "UTC" ||
+		cfg.Location != time.UTC || cfg.Watch.Mode != config.WatchAuto {
+		t.Errorf("empty values did not fall back to the defaults: %+v", cfg)
+	}
+}
+
+func TestInstanceIDDefaultsToHostname(t *testing.T) {
+	cfg, err := config.Parse(`instance_id: ""`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := hostname(t); cfg.InstanceID != want {
+		t.Errorf("instance_id = %q, want the hostname %q", cfg.InstanceID, want)
+	}
+}
+
+// TestParseErrors: every bad value is refused with a message naming the key
+// (and, where useful, the bad value).
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want []string // substrings of the error
+	}{
+		{"unknown key (typo in watch.mode)", "watch: {mod: poll}", []string{"mod"}},
+		{"unknown top-level key", "instanceid: x", []string{"instanceid"}},
+		{"unknown job key", "jobs: {a: {exec: [x], timout: 5s}}", []string{"timout"}},
+		{"unknown http action key", "jobs: {a: {http: {url: 'http://x', methd: GET}}}", []string{"methd"}},
+		{"watch.mode bogus", "watch: {mode: bogus}", []string{"watch.mode", "bogus"}},
+		{"watch.poll_interval zero", "watch: {poll_interval: 0s}", []string{"watch.poll_interval"}},
+		{"watch.poll_interval negative", "watch: {poll_interval: -5s}", []string{"watch.poll_interval", "-5s"}},
+		{"watch.poll_interval not a duration", "watch: {poll_interval: soon}", []string{"soon"}},
+		{"watch.poll_interval bare number", "watch: {poll_interval: 5}", []string{"5"}},
+		{"watch.resync_interval negative", "watch: {resync_interval: -1m}", []string{"watch.resync_interval"}},
+		{"watch.backoff_min zero", "watch: {backoff_min: 0s}", []string{"watch.backoff_min"}},
+		{"watch.backoff_max below min", "watch: {backoff_min: 2s, backoff_max: 1s}", []string{"backoff_max"}},
+		{"lock.ttl zero", "lock: {ttl: 0s}", []string{"lock.ttl"}},
+		{"lock.ttl negative", "lock: {ttl: -10m}", []string{"lock.ttl", "-10m"}},
+		{"runs.retention zero", "runs: {retention: 0s}", []string{"runs.retention"}},
+		{"runs.retention negative", "runs: {retention: -1h}", []string{"runs.retention"}},
+		{"shutdown.grace negative", "shutdown: {grace: -1s}", []string{"shutdown.grace"}},
+		{"job with exec and http", "jobs: {both: {exec: [x], http: {url: 'http://x'}}}", []string{"jobs.both", "exec", "http"}},
+		{"job with neither", "jobs: {none: {timeout: 5s}}", []string{"jobs.none", "exec", "http"}},
+		{"job with nothing at all", "jobs: {empty: {}}", []string{"jobs.empty"}},
+		{"job with empty exec list", "jobs: {e: {exec: []}}", []string{"jobs.e"}},
+		{"job with empty program", "jobs: {e: {exec: ['', x]}}", []string{"jobs.e", "exec[0]"}},
+		{"job with empty http.url", "jobs: {h: {http: {method: POST}}}", []string{"jobs.h", "http.url"}},
+		{"job with bad overlap", "jobs: {o: {exec: [x], overlap: sometimes}}", []string{"jobs.o", "overlap", "sometimes"}},
+		{"job with negative timeout", "jobs: {t: {exec: [x], timeout: -1s}}", []string{"jobs.t", "timeout"}},
+		{"unknown timezone", "timezone: Mars/Base", []string{"timezone", "Mars/Base"}},
+		{"Local timezone refused", "timezone: Local", []string{"timezone", "Local"}},
+		{"timezone with a space", "timezone: 'Europe/ Berlin'", []string{"timezone"}},
+		{"wrong type", "watch: [poll]", []string{"config.Watch"}},
+		{"duplicate key", "lock: {ttl: 1m}\nlock: {ttl: 2m}", []string{"lock"}},
+		{"second document", "lock: {ttl: 1m}\n---\nlock: {ttl: 2m}\n", []string{"line 3", "second YAML document"}},
+		{"unknown key after an empty document", "---\n---\nfoo: 1\n", []string{"foo"}},
+		{"not YAML", "mongo: {uri: [", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := config.Parse(tt.yaml)
+			if err == nil {
+				t.Fatalf("Parse(%q) succeeded, want an error", tt.yaml)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Parse(%q) error %q does not mention %q", tt.yaml, err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestParseAllowsEmptyDocuments(t *testing.T) {
+	for _, text := range []string{"lock: {ttl: 3m}\n---\n", "---\nlock: {ttl: 3m}\n", "---\n---\nlock: {ttl: 3m}\n", "~\n---\nlock: {ttl: 3m}\n...\n"} {
+		cfg, err := config.Parse(text)
+		if err != nil {
+			t.Errorf("Parse(%q): empty documents should be harmless: %v", text, err)
+			continue
+		}
+		if cfg.Lock.TTL != 3*time.Minute {
+			t.Errorf("Parse(%q): lock.ttl = %v, want 3m", text, cfg.Lock.TTL)
+		}
+	}
+}
+
+func TestResyncIntervalZeroDisables(t *testing.T) {
+	cfg, err := config.Parse("watch: {resync_interval: 0s}")
+	if err != nil {
+		t.Fatalf("resync_interval 0 means off and must be accepted: %v", err)
+	}
+	if cfg.Watch.ResyncInterval != 0 {
+		t.Errorf("resync_interval = %v", cfg.Watch.ResyncInterval)
+	}
+}
+
+// FinishAfterFlags: the CLI changes fields by hand and calls Finish again.
+func TestFinishRevalidates(t *testing.T) {
+	cfg, err := config.Parse("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Timezone = "Europe/Berlin"
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Location.String() != "Europe/Berlin" {
+		t.Errorf("Location = %v after Finish with Europe/Berlin", cfg.Location)
+	}
+	cfg.Watch.Mode = "push"
+	if err := cfg.Finish(); err == nil || !strings.Contains(err.Error(), "watch.mode") {
+		t.Errorf("Finish with watch.mode push: err = %v, want one naming watch.mode", err)
+	}
+}
+
+func writeFile(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "cronswap.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func clearEnv(t *testing.T) {
+	t.Setenv(config.EnvMongoURI, "")
+	t.Setenv(config.EnvInstanceID, "")
+	t.Setenv(config.EnvConfig, "")
+}
+
+func TestLoadFile(t *testing.T) {
+	clearEnv(t)
+	path := writeFile(t, "mongo: {uri: 'mongodb://file:1/'}\ninstance_id: from-file\njobs: {a: {exec: [x]}}\n")
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Mongo.URI != "mongodb://file:1/" || cfg.InstanceID != "from-file" || len(cfg.Jobs) != 1 {
+		t.Errorf("Load = %+v", cfg)
+	}
+}
+
+func TestLoadRepoConfig(t *testing.T) {
+	clearEnv(t)
+	cfg, err := config.Load(filepath.Join("..", "..", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Jobs) != 3 || cfg.InstanceID != hostname(t) {
+		t.Errorf("Load(config.yaml): jobs %d, instance %q", len(cfg.Jobs), cfg.InstanceID)
+	}
+}
+
+func TestLoadNoFile(t *testing.T) {
+	clearEnv(t)
+	cfg, err := config.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Mongo.URI != config.DefaultMongoURI || cfg.InstanceID != hostname(t) || cfg.Location != time.UTC {
+		t.Errorf("Load(\"\") = %+v, want the defaults", cfg)
+	}
+}
+
+func TestLoadEnvOverrides(t *testing.T) {
+	clearEnv(t)
+	t.Setenv(config.EnvMongoURI, "mongodb://env:2/")
+	t.Setenv(config.EnvInstanceID, "from-env")
+	path := writeFile(t, "mongo: {uri: 'mongodb://file:1/'}\ninstance_id: from-file\n")
+	for _, p := range []string{path, ""} {
+		cfg, err := config.Load(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Mongo.URI != "mongodb://env:2/" {
+			t.Errorf("Load(%q): mongo.uri = %q, want the environment's", p, cfg.Mongo.URI)
+		}
+		if cfg.InstanceID != "from-env" {
+			t.Errorf("Load(%q): instance_id = %q, want the environment's", p, cfg.InstanceID)
+		}
+	}
+}
+
+func TestLoadEmptyEnvDoesNotOverride(t *testing.T) {
+	clearEnv(t)
+	path := writeFile(t, "mongo: {uri: 'mongodb://file:1/'}\ninstance_id: from-file\n")
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Mongo.URI != "mongodb://file:1/" || cfg.InstanceID != "from-file" {
+		t.Errorf("empty environment variables overrode the file: %+v", cfg)
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	clearEnv(t)
+	path := filepath.Join(t.TempDir(), "does-not-exist.yaml")
+	_, err := config.Load(path)
+	if err == nil {
+		t.Fatal("Load of a missing file succeeded")
+	}
+	if !strings.Contains(err.Error(), path) {
+		t.Errorf("error %q does not name the path %s", err, path)
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("error %q does not wrap fs.ErrNotExist", err)
+	}
+}
+
+func TestLoadBadFileNamesPathAndKey(t *testing.T) {
+	clearEnv(t)
+	for _, text := range []string{"watch: {mod: poll}\n", "watch: {mode: bogus}\n"} {
+		path := writeFile(t, text)
+		_, err := config.Load(path)
+		if err == nil {
+			t.Fatalf("Load(%q) succeeded", text)
+		}
+		if !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "mod") {
+			t.Errorf("Load of %q: error %q should name the file and the key", text, err)
+		}
+	}
+}
+
+func TestLoadEnvURIIsValidatedWithFile(t *testing.T) {
+	// An environment override does not bypass validation of the rest.
+	clearEnv(t)
+	t.Setenv(config.EnvMongoURI, "mongodb://env:2/")
+	path := writeFile(t, "timezone: Mars/Base\n")
+	if _, err := config.Load(path); err == nil || !strings.Contains(err.Error(), "Mars/Base") {
+		t.Errorf("err = %v, want the bad timezone reported", err)
+	}
+}
