@@ -23,6 +23,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/cronswap/cronswap/internal/httpapi"
 	"github.com/cronswap/cronswap/internal/testmongo"
 )
 
@@ -251,16 +252,8 @@ func (d *daemon) waitReady() {
 	waitFor(d.t, 30*time.Second, "readyz 200", func() bool { return d.get("/readyz", nil) == http.StatusOK })
 }
 
-// apiSchedule is an element of /api/schedules.
-type apiSchedule struct {
-	ID        string  `json:"id"`
-	CronExpr  string  `json:"cron_expr"`
-	Timezone  string  `json:"timezone"`
-	Enabled   bool    `json:"enabled"`
-	Armed     bool    `json:"armed"`
-	NextRun   *string `json:"next_run"`
-	LastError string  `json:"last_error"`
-}
+// apiSchedule is an element of /api/schedules, decoded with the API's own type.
+type apiSchedule = httpapi.Schedule
 
 func (d *daemon) schedules() map[string]apiSchedule {
 	d.t.Helper()
