@@ -313,6 +313,9 @@ func (w *Watcher) loadToken(ctx context.Context) (bson.Raw, time.Time) {
 			w.dropToken(ctx)
 			return nil, time.Time{}
 		}
+		if ctx.Err() != nil {
+			break
+		}
 		w.backoff(ctx, attempt, err)
 	}
 	return nil, time.Time{}
