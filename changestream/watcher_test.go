@@ -27,6 +27,7 @@ type fakeFeed struct {
 	openErr []error    // errors returned by the next Opens, in order
 	refuse  func(token bson.Raw) error
 	reads   int
+	calls   []string // "open" and "snapshot", in order
 	wake    chan struct{}
 }
 
@@ -103,6 +104,7 @@ func (f *fakeFeed) Open(_ context.Context, resumeAfter bson.Raw) (Stream, error)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.opens = append(f.opens, resumeAfter)
+	f.calls = append(f.calls, "open")
 	if len(f.openErr) > 0 {
 		err := f.openErr[0]
 		f.openErr = f.openErr[1:]
@@ -123,6 +125,7 @@ func (f *fakeFeed) Snapshot(context.Context) ([]bson.Raw, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reads++
+	f.calls = append(f.calls, "snapshot")
 	out := make([]bson.Raw, 0, len(f.docs))
 	for _, d := range f.docs {
 		out = append(out, d)
@@ -286,6 +289,12 @@ func TestStartupWithoutTokenReadsCollectionAfterOpening(t *testing.T) {
 	}
 	if opens := feed.openCalls(); len(opens) != 1 || opens[0] != nil {
 		t.Fatalf("opens = %v, want one at the current position", opens)
+	}
+	feed.mu.Lock()
+	calls := slices.Clone(feed.calls)
+	feed.mu.Unlock()
+	if !slices.Equal(calls, []string{"open", "snapshot"}) {
+		t.Fatalf("calls = %v, want the stream opened before the collection is read", calls)
 	}
 	feed.push(event("update", "a", "0 8 * * *", 1), event("insert", "b", "@hourly", 2), event("delete", "a", "", 3))
 	waitFor(t, "events applied", func() bool {
@@ -511,4 +520,41 @@ func TestEventWithoutDocumentIDReloads(t *testing.T) {
 	if _, ok := h.sink.snapshot()[""]; ok {
 		t.Fatal("a delta was applied as a schedule")
 	}
+}
+
+// An edit committed after the stream was opened but missed by the read
+// still reaches the sink through the stream.
+func TestEditDuringStartupReadIsNotLost(t *testing.T) {
+	feed := newFakeFeed()
+	feed.docs["a"] = doc("a", "0 9 * * *")
+	gate := &gatedFeed{fakeFeed: feed, opened: make(chan struct{}), release: make(chan struct{})}
+	h := &harness{feed: feed, sink: newMemSink(), tokens: resumetoken.NewMemStore(), done: make(chan error, 1)}
+	h.w = New(Options{ID: "w1", Feed: gate, Tokens: h.tokens, Sink: h.sink,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), IdleSaveInterval: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() { h.done <- h.w.Run(ctx) }()
+	t.Cleanup(h.stop)
+	<-gate.opened
+	// The edit commits after the stream's position was fixed and is not in
+	// the read's view (it committed after the read's snapshot): only the
+	// stream has it, and events queued during the reload must not be dropped.
+	feed.push(event("insert", "b", "@hourly", 1))
+	close(gate.release)
+	h.ready(t)
+	waitFor(t, "edit applied", func() bool { return h.sink.snapshot()["b"] == "@hourly" })
+}
+
+// gatedFeed pauses after the first Open until released.
+type gatedFeed struct {
+	*fakeFeed
+	once    sync.Once
+	opened  chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedFeed) Open(ctx context.Context, resumeAfter bson.Raw) (Stream, error) {
+	s, err := g.fakeFeed.Open(ctx, resumeAfter)
+	g.once.Do(func() { close(g.opened); <-g.release })
+	return s, err
 }
