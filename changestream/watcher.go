@@ -215,9 +215,6 @@ func (w *Watcher) Run(ctx context.Context) error {
 	return w.stream(ctx)
 }
 
-// errUnsupported ends streaming in auto mode: the server has no change streams.
-var errUnsupported = errors.New("change streams unsupported")
-
 // stream is the change-stream loop: open (resume from the stored token if
 // any), full reload when needed, consume, and on error reconnect.
 func (w *Watcher) stream(ctx context.Context) error {
