@@ -649,32 +649,14 @@ func TestInMemoryRestartLosesHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Stop()
-	client := testmongo.ClientFor(t, srv.URI)
-	coll := client.Database("cronswap").Collection("schedules")
-	cs, err := coll.Watch(c, mongo.Pipeline{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: "a"}}); err != nil {
-		t.Fatal(err)
-	}
-	next(t, cs, 10*time.Second)
-	token := cs.ResumeToken()
-	_ = cs.Close(c)
+	coll, token := tokenAfterInsert(t, c, srv.URI)
 	if err := srv.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.StartAgain(c); err != nil {
 		t.Fatal(err)
 	}
-	var werr error
-	for i := 0; i < 50; i++ {
-		_, werr = coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetResumeAfter(token))
-		if werr != nil && !mongo.IsNetworkError(werr) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	_, werr := resumeWhenBack(c, coll, token)
 	t.Logf("resume after in-memory restart: %v", werr)
 	if se := serverError(t, werr); !se.HasErrorCode(286) {
 		t.Fatalf("want 286 ChangeStreamHistoryLost, got %v", werr)
@@ -894,7 +876,35 @@ func TestKillWithH2KeepsAcknowledgedWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Stop()
-	client := testmongo.ClientFor(t, srv.URI)
+	coll, token := tokenAfterInsert(t, c, srv.URI)
+	if _, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.StartAgain(c); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := resumeWhenBack(c, coll, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close(context.Background())
+	if ev := next(t, rs, 10*time.Second); ev.Lookup("documentKey", "_id").StringValue() != "b" {
+		t.Fatalf("after crash, resumed stream gave %s", extJSON(t, ev))
+	}
+	if n, err := coll.CountDocuments(c, bson.D{}); err != nil || n != 2 {
+		t.Fatalf("documents after crash: %d %v", n, err)
+	}
+}
+
+// tokenAfterInsert opens a change stream on cronswap.schedules of the server
+// at uri, inserts {_id: "a"}, and returns the collection and the resume token
+// of that insert's event.
+func tokenAfterInsert(t *testing.T, c context.Context, uri string) (*mongo.Collection, bson.Raw) {
+	t.Helper()
+	client := testmongo.ClientFor(t, uri)
 	coll := client.Database("cronswap").Collection("schedules")
 	cs, err := coll.Watch(c, mongo.Pipeline{})
 	if err != nil {
@@ -906,31 +916,18 @@ func TestKillWithH2KeepsAcknowledgedWrites(t *testing.T) {
 	next(t, cs, 10*time.Second)
 	token := cs.ResumeToken()
 	_ = cs.Close(c)
-	if _, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: "b"}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.StartAgain(c); err != nil {
-		t.Fatal(err)
-	}
-	var rs *mongo.ChangeStream
-	for i := 0; ; i++ {
-		rs, err = coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetResumeAfter(token))
-		if err == nil || i == 50 {
-			break
+	return coll, token
+}
+
+// resumeWhenBack resumes a change stream after token, retrying network
+// errors for up to 5 s while a restarted server comes back.
+func resumeWhenBack(c context.Context, coll *mongo.Collection, token bson.Raw) (*mongo.ChangeStream, error) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		cs, err := coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetResumeAfter(token))
+		if err == nil || !mongo.IsNetworkError(err) || time.Now().After(deadline) {
+			return cs, err
 		}
 		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rs.Close(context.Background())
-	if ev := next(t, rs, 10*time.Second); ev.Lookup("documentKey", "_id").StringValue() != "b" {
-		t.Fatalf("after crash, resumed stream gave %s", extJSON(t, ev))
-	}
-	if n, err := coll.CountDocuments(c, bson.D{}); err != nil || n != 2 {
-		t.Fatalf("documents after crash: %d %v", n, err)
 	}
 }
