@@ -238,19 +238,8 @@ func TestResumeAfterAndStartAfter(t *testing.T) {
 	coll := testmongo.NewDatabase(t, client).Collection("schedules")
 	c := ctx(t, 30*time.Second)
 
-	cs, err := coll.Watch(c, mongo.Pipeline{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: "a"}}); err != nil {
-		t.Fatal(err)
-	}
-	next(t, cs, 10*time.Second)
-	token := cs.ResumeToken()
+	_, token := insertAndWatch(t, c, coll, "a")
 	t.Logf("token after first event: %s", extJSON(t, token))
-	if err := cs.Close(c); err != nil {
-		t.Fatal(err)
-	}
 	for _, id := range []string{"b", "c"} {
 		if _, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: id}}); err != nil {
 			t.Fatal(err)
@@ -407,20 +396,12 @@ func TestStartAtOperationTime(t *testing.T) {
 	client := testmongo.Client(t)
 	coll := testmongo.NewDatabase(t, client).Collection("schedules")
 	c := ctx(t, 30*time.Second)
-	cs, err := coll.Watch(c, mongo.Pipeline{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: "x"}}); err != nil {
-		t.Fatal(err)
-	}
-	ev := next(t, cs, 10*time.Second)
-	_ = cs.Close(c)
+	ev, _ := insertAndWatch(t, c, coll, "x")
 	tsT, tsI := ev.Lookup("clusterTime").Timestamp()
 	if _, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: "y"}}); err != nil {
 		t.Fatal(err)
 	}
-	cs, err = coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetStartAtOperationTime(&bson.Timestamp{T: tsT, I: tsI}))
+	cs, err := coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetStartAtOperationTime(&bson.Timestamp{T: tsT, I: tsI}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -899,24 +880,30 @@ func TestKillWithH2KeepsAcknowledgedWrites(t *testing.T) {
 	}
 }
 
-// tokenAfterInsert opens a change stream on cronswap.schedules of the server
-// at uri, inserts {_id: "a"}, and returns the collection and the resume token
-// of that insert's event.
+// tokenAfterInsert inserts {_id: "a"} into cronswap.schedules of the server
+// at uri and returns the collection and the resume token after that event.
 func tokenAfterInsert(t *testing.T, c context.Context, uri string) (*mongo.Collection, bson.Raw) {
 	t.Helper()
-	client := testmongo.ClientFor(t, uri)
-	coll := client.Database("cronswap").Collection("schedules")
+	coll := testmongo.ClientFor(t, uri).Database("cronswap").Collection("schedules")
+	_, token := insertAndWatch(t, c, coll, "a")
+	return coll, token
+}
+
+// insertAndWatch opens a change stream on coll, inserts {_id: id}, and
+// returns that insert's event and the stream's resume token after it; the
+// stream is closed.
+func insertAndWatch(t *testing.T, c context.Context, coll *mongo.Collection, id string) (ev, token bson.Raw) {
+	t.Helper()
 	cs, err := coll.Watch(c, mongo.Pipeline{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: "a"}}); err != nil {
+	defer cs.Close(context.Background())
+	if _, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: id}}); err != nil {
 		t.Fatal(err)
 	}
-	next(t, cs, 10*time.Second)
-	token := cs.ResumeToken()
-	_ = cs.Close(c)
-	return coll, token
+	ev = next(t, cs, 10*time.Second)
+	return ev, cs.ResumeToken()
 }
 
 // resumeWhenBack resumes a change stream after token, retrying network
