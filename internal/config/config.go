@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -36,16 +37,24 @@ const (
 
 // Config is the whole configuration of one daemon instance.
 type Config struct {
-	Mongo      Mongo          `yaml:"mongo"`
-	InstanceID string         `yaml:"instance_id"`
-	Timezone   string         `yaml:"timezone"`
-	Watch      Watch          `yaml:"watch"`
-	Lock       Lock           `yaml:"lock"`
-	Runs       Runs           `yaml:"runs"`
-	HTTP       HTTP           `yaml:"http"`
-	Shutdown   Shutdown       `yaml:"shutdown"`
-	Jobs       map[string]Job `yaml:"jobs"`
-	Location   *time.Location `yaml:"-"`
+	Mongo      Mongo    `yaml:"mongo"`
+	InstanceID string   `yaml:"instance_id"`
+	Timezone   string   `yaml:"timezone"`
+	Watch      Watch    `yaml:"watch"`
+	Lock       Lock     `yaml:"lock"`
+	Runs       Runs     `yaml:"runs"`
+	HTTP       HTTP     `yaml:"http"`
+	Shutdown   Shutdown `yaml:"shutdown"`
+	// Workers bounds how many actions run at once in this instance.
+	Workers int `yaml:"workers"`
+	// Catchup is the default catch-up window: after downtime, a job's most
+	// recent missed slot younger than this runs once. 0 (default) is off.
+	Catchup time.Duration `yaml:"catchup"`
+	// StateFile, when set, is where the applied schedule state and its
+	// resume token are persisted for a warm restart.
+	StateFile string         `yaml:"state_file"`
+	Jobs      map[string]Job `yaml:"jobs"`
+	Location  *time.Location `yaml:"-"`
 }
 
 // Mongo says where the schedules live.
@@ -91,6 +100,11 @@ type Job struct {
 	HTTP    *HTTPAction   `yaml:"http"`
 	Timeout time.Duration `yaml:"timeout"`
 	Overlap string        `yaml:"overlap"`
+	// Catchup overrides the default catch-up window for this job.
+	Catchup *time.Duration `yaml:"catchup"`
+	// Jitter bounds a deterministic per-job delay after each slot (the slot's
+	// identity stays the undelayed time). 0 (default) is none.
+	Jitter time.Duration `yaml:"jitter"`
 }
 
 // HTTPAction calls a URL with the fire's details as a JSON body.
@@ -115,8 +129,22 @@ func Default() Config {
 		Runs:     Runs{Retention: 720 * time.Hour},
 		HTTP:     HTTP{Listen: "127.0.0.1:9090"},
 		Shutdown: Shutdown{Grace: 30 * time.Second},
+		Workers:  DefaultWorkers(),
 		Location: time.UTC,
 	}
+}
+
+// DefaultWorkers is the default size of the worker pool: four per CPU, as
+// most actions wait on I/O or a child process.
+func DefaultWorkers() int { return 4 * runtime.NumCPU() }
+
+// CatchupFor returns the catch-up window of job name (its own, else the
+// default).
+func (c *Config) CatchupFor(name string) time.Duration {
+	if j, ok := c.Jobs[name]; ok && j.Catchup != nil {
+		return *j.Catchup
+	}
+	return c.Catchup
 }
 
 // Load reads the file at path (none when path is empty), applies the
@@ -238,6 +266,12 @@ func (c *Config) Finish() error {
 	if c.Runs.Retention <= 0 {
 		return fmt.Errorf("runs.retention %s: must be positive", c.Runs.Retention)
 	}
+	if c.Workers <= 0 {
+		return fmt.Errorf("workers %d: must be positive", c.Workers)
+	}
+	if c.Catchup < 0 {
+		return fmt.Errorf("catchup %s: must be 0 (off) or positive", c.Catchup)
+	}
 	if c.Shutdown.Grace < 0 {
 		return fmt.Errorf("shutdown.grace %s: must not be negative", c.Shutdown.Grace)
 	}
@@ -265,6 +299,10 @@ func (j Job) validate() error {
 		return errors.New("exec[0] (the program) is empty")
 	case j.Timeout < 0:
 		return fmt.Errorf("timeout %s: must not be negative", j.Timeout)
+	case j.Catchup != nil && *j.Catchup < 0:
+		return fmt.Errorf("catchup %s: must be 0 (off) or positive", *j.Catchup)
+	case j.Jitter < 0:
+		return fmt.Errorf("jitter %s: must not be negative", j.Jitter)
 	}
 	switch j.Overlap {
 	case "", "forbid", "allow":

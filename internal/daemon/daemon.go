@@ -18,6 +18,7 @@ import (
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/config"
 	"github.com/cronswap/cronswap/internal/httpapi"
+	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
@@ -71,7 +72,14 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return fmt.Errorf("http listen %s: %w", cfg.HTTP.Listen, err)
 	}
 
-	var engine *scheduler.Engine
+	var (
+		engine  *scheduler.Engine
+		watcher *changestream.Watcher
+	)
+	mx := metrics.New(metrics.Sources{
+		Armed:        func() int { return engine.Len() },
+		TokenSavedAt: func() time.Time { return watcher.Status().TokenSavedAt },
+	})
 	runner := jobs.NewRunner(jobs.RunnerOptions{
 		Registry:   registry,
 		InstanceID: cfg.InstanceID,
@@ -97,17 +105,18 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		},
 	})
 
-	watcher := changestream.New(changestream.Options{
+	watcher = changestream.New(changestream.Options{
 		ID:             cfg.InstanceID,
 		Feed:           changestream.NewMongoFeed(db.Collection(SchedulesCollection), time.Second),
 		Tokens:         resumetoken.NewMongoStore(db.Collection(TokensCollection)),
-		Sink:           engineSink{engine: engine, log: log},
+		Sink:           engineSink{engine: engine, log: log, metrics: mx},
 		Logger:         log,
 		Mode:           cfg.Watch.Mode,
 		PollInterval:   cfg.Watch.PollInterval,
 		ResyncInterval: cfg.Watch.ResyncInterval,
 		BackoffMin:     cfg.Watch.BackoffMin,
 		BackoffMax:     cfg.Watch.BackoffMax,
+		Hooks:          metricsHooks(mx),
 	})
 
 	srv := &http.Server{
@@ -115,6 +124,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			Schedules:       engine,
 			DefaultTimezone: cfg.Location.String(),
 			Ready:           func() bool { return watcher.Status().Ready },
+			Metrics:         mx.Handler(),
 			Status: func() httpapi.Status {
 				ws := watcher.Status()
 				return httpapi.Status{
@@ -168,6 +178,24 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	log.Info("stopped")
 	return runErr
+}
+
+// metricsHooks reports the watcher's events, full reloads and reconnects
+// as metrics. A resync's changed ids are drift: they mean an event was missed.
+func metricsHooks(mx *metrics.Metrics) changestream.Hooks {
+	return changestream.Hooks{
+		Event: func(op string, wallTime time.Time) {
+			mx.CountChangeEvent(op)
+			mx.ObserveEditToArmed(wallTime, time.Now())
+		},
+		FullReload: func(reason string, changed []string) {
+			mx.CountFullReload(reason)
+			if reason == changestream.ReasonResync {
+				mx.CountResyncDrift(len(changed))
+			}
+		},
+		Reconnect: func(int, time.Duration, error) { mx.CountReconnect() },
+	}
 }
 
 func timePtr(t time.Time) *time.Time {

@@ -5,6 +5,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
@@ -13,8 +14,9 @@ import (
 // validation happen here, through the schedule package, so a bad document
 // becomes a Reject (last known good) instead of a Reload.
 type engineSink struct {
-	engine *scheduler.Engine
-	log    *slog.Logger
+	engine  *scheduler.Engine
+	log     *slog.Logger
+	metrics *metrics.Metrics
 }
 
 // Upsert implements changestream.Sink.
@@ -24,7 +26,19 @@ func (s engineSink) Upsert(doc bson.Raw) {
 		s.reject(sched.ID, err)
 		return
 	}
-	s.engine.Reload(sched)
+	s.metrics.CountReload(reloadResult(s.engine.Reload(sched)))
+}
+
+// reloadResult names a Reload outcome for the reloads metric.
+func reloadResult(o scheduler.Outcome) string {
+	switch o {
+	case scheduler.Unchanged:
+		return metrics.ReloadUnchanged
+	case scheduler.Rejected:
+		return metrics.ReloadRejected
+	default:
+		return metrics.ReloadApplied
+	}
 }
 
 func (s engineSink) reject(id string, err error) {
@@ -33,6 +47,7 @@ func (s engineSink) reject(id string, err error) {
 		return
 	}
 	s.engine.Reject(id, err)
+	s.metrics.CountReload(metrics.ReloadRejected)
 }
 
 // Delete implements changestream.Sink.
@@ -41,7 +56,9 @@ func (s engineSink) Delete(id bson.RawValue) {
 	if jobID == "" {
 		return
 	}
-	s.engine.Remove(jobID)
+	if s.engine.Remove(jobID) {
+		s.metrics.CountReload(metrics.ReloadRemoved)
+	}
 }
 
 // ReplaceAll implements changestream.Sink.

@@ -1,0 +1,247 @@
+// Package metrics defines cronswap's Prometheus metrics (all named
+// cronswap_*) on a registry the caller owns, and the /metrics handler.
+//
+// The packages that do the work (scheduler, changestream, jobs) know nothing
+// of Prometheus: they report through hooks, and the daemon glues those hooks
+// to the methods here. Every method is safe on a nil *Metrics, which records
+// nothing, so tests and embedders can leave metrics out.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Namespace prefixes every metric name.
+const Namespace = "cronswap"
+
+// Reload results counted by ReloadsTotal.
+const (
+	ReloadApplied   = "applied"
+	ReloadUnchanged = "unchanged"
+	ReloadRejected  = "rejected"
+	ReloadRemoved   = "removed"
+)
+
+// Metrics holds every cronswap metric. Create it with New.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	// ChangeEvents counts change events applied, by operation.
+	ChangeEvents *prometheus.CounterVec
+	// Reloads counts per-job engine updates, by result.
+	Reloads *prometheus.CounterVec
+	// FullReloads counts full reloads of the collection, by reason.
+	FullReloads *prometheus.CounterVec
+	// ResyncDrift counts jobs a periodic resync found out of step with the
+	// collection (should stay 0).
+	ResyncDrift prometheus.Counter
+	// StreamReconnects counts change stream re-opens after an error.
+	StreamReconnects prometheus.Counter
+	// EditToArmed is the time from a write (the change event's wall time,
+	// else the document's updated_at) to the new timer being armed.
+	EditToArmed prometheus.Histogram
+	// EventApply is the time from receiving a change event to having applied
+	// it to the engine (the daemon's own share of EditToArmed).
+	EventApply prometheus.Histogram
+	// FireLateness is dispatch time minus the cron slot.
+	FireLateness prometheus.Histogram
+	// Runs counts finished fires by job and status (succeeded, failed,
+	// skipped, abandoned).
+	Runs *prometheus.CounterVec
+	// LockAcquisitions counts lock attempts by result.
+	LockAcquisitions *prometheus.CounterVec
+	// FiresNotRun counts fires that were not run for a reason other than
+	// another replica having them (database unreachable, shutting down).
+	FiresNotRun *prometheus.CounterVec
+}
+
+// Sources are read at scrape time for the gauges; any may be nil, which
+// leaves its gauge out.
+type Sources struct {
+	// Armed returns the number of jobs with an armed timer.
+	Armed func() int
+	// TokenSavedAt returns when the resume token was last saved (zero
+	// before the first save).
+	TokenSavedAt func() time.Time
+}
+
+// New creates the metrics on a fresh registry that also carries the Go
+// runtime and process collectors.
+func New(src Sources) *Metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f := factory{reg}
+	m := &Metrics{
+		reg: reg,
+		ChangeEvents: f.counterVec(prometheus.CounterOpts{Name: "change_events_total",
+			Help: "Change events applied, by operation."}, "operation"),
+		Reloads: f.counterVec(prometheus.CounterOpts{Name: "reloads_total",
+			Help: "Per-job engine updates, by result (applied, unchanged, rejected, removed)."}, "result"),
+		FullReloads: f.counterVec(prometheus.CounterOpts{Name: "full_reloads_total",
+			Help: "Full reloads of the schedules collection, by reason."}, "reason"),
+		ResyncDrift: f.counter(prometheus.CounterOpts{Name: "resync_drift_total",
+			Help: "Jobs a periodic resync found out of step with the collection (should stay 0)."}),
+		StreamReconnects: f.counter(prometheus.CounterOpts{Name: "stream_reconnects_total",
+			Help: "Change stream re-opens after an error."}),
+		EditToArmed: f.histogram(prometheus.HistogramOpts{Name: "edit_to_armed_seconds",
+			Help:    "Time from a write (event wall time, else updated_at) to the new timer being armed.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}),
+		EventApply: f.histogram(prometheus.HistogramOpts{Name: "event_apply_seconds",
+			Help:    "Time from receiving a change event to having applied it to the engine.",
+			Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .05}}),
+		FireLateness: f.histogram(prometheus.HistogramOpts{Name: "fire_lateness_seconds",
+			Help:    "Dispatch time minus the cron slot.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}),
+		Runs: f.counterVec(prometheus.CounterOpts{Name: "runs_total",
+			Help: "Finished fires by job and status (succeeded, failed, skipped, abandoned)."}, "job_id", "status"),
+		LockAcquisitions: f.counterVec(prometheus.CounterOpts{Name: "lock_acquisitions_total",
+			Help: "Lock attempts by result (acquired, taken_over, held, already_fired, error)."}, "result"),
+		FiresNotRun: f.counterVec(prometheus.CounterOpts{Name: "fires_not_run_total",
+			Help: "Fires not run for a reason other than another replica having them (database_unreachable, shutting_down)."}, "reason"),
+	}
+	if src.Armed != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "schedules_armed",
+			Help: "Jobs with an armed timer."}, func() float64 { return float64(src.Armed()) }))
+	}
+	if src.TokenSavedAt != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "resume_token_age_seconds",
+			Help: "Seconds since the resume token was last saved (0 before the first save)."}, func() float64 {
+			t := src.TokenSavedAt()
+			if t.IsZero() {
+				return 0
+			}
+			return time.Since(t).Seconds()
+		}))
+	}
+	return m
+}
+
+// Registry returns the registry the metrics live on, to register more
+// collectors or to gather in tests.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// ObserveEditToArmed records the time from a write to its timer being armed.
+// A zero written time (unknown) records nothing.
+func (m *Metrics) ObserveEditToArmed(written, armed time.Time) {
+	if m == nil || written.IsZero() {
+		return
+	}
+	d := armed.Sub(written)
+	if d < 0 {
+		d = 0 // clocks of server and daemon disagree; count it as instant
+	}
+	m.EditToArmed.Observe(d.Seconds())
+}
+
+// ObserveEventApply records how long applying one change event took.
+func (m *Metrics) ObserveEventApply(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.EventApply.Observe(d.Seconds())
+}
+
+// ObserveFireLateness records dispatch time minus the slot.
+func (m *Metrics) ObserveFireLateness(slot, dispatched time.Time) {
+	if m == nil {
+		return
+	}
+	m.FireLateness.Observe(max(dispatched.Sub(slot), 0).Seconds())
+}
+
+// CountChangeEvent counts one applied change event.
+func (m *Metrics) CountChangeEvent(operation string) {
+	if m == nil {
+		return
+	}
+	m.ChangeEvents.WithLabelValues(operation).Inc()
+}
+
+// CountReload counts one per-job engine update by result.
+func (m *Metrics) CountReload(result string) {
+	if m == nil {
+		return
+	}
+	m.Reloads.WithLabelValues(result).Inc()
+}
+
+// CountFullReload counts one full reload by reason.
+func (m *Metrics) CountFullReload(reason string) {
+	if m == nil {
+		return
+	}
+	m.FullReloads.WithLabelValues(reason).Inc()
+}
+
+// CountResyncDrift adds n drifted jobs found by a resync.
+func (m *Metrics) CountResyncDrift(n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.ResyncDrift.Add(float64(n))
+}
+
+// CountReconnect counts one stream re-open.
+func (m *Metrics) CountReconnect() {
+	if m == nil {
+		return
+	}
+	m.StreamReconnects.Inc()
+}
+
+// CountRun counts one finished fire of job by status.
+func (m *Metrics) CountRun(jobID, status string) {
+	if m == nil {
+		return
+	}
+	m.Runs.WithLabelValues(jobID, status).Inc()
+}
+
+// CountLockAcquisition counts one lock attempt by result.
+func (m *Metrics) CountLockAcquisition(result string) {
+	if m == nil {
+		return
+	}
+	m.LockAcquisitions.WithLabelValues(result).Inc()
+}
+
+// CountFireNotRun counts one fire not run, by reason.
+func (m *Metrics) CountFireNotRun(reason string) {
+	if m == nil {
+		return
+	}
+	m.FiresNotRun.WithLabelValues(reason).Inc()
+}
+
+type factory struct{ reg prometheus.Registerer }
+
+func (f factory) counter(o prometheus.CounterOpts) prometheus.Counter {
+	o.Namespace = Namespace
+	c := prometheus.NewCounter(o)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) counterVec(o prometheus.CounterOpts, labels ...string) *prometheus.CounterVec {
+	o.Namespace = Namespace
+	c := prometheus.NewCounterVec(o, labels)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) histogram(o prometheus.HistogramOpts) prometheus.Histogram {
+	o.Namespace = Namespace
+	h := prometheus.NewHistogram(o)
+	f.reg.MustRegister(h)
+	return h
+}
