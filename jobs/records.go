@@ -1,0 +1,76 @@
+package jobs
+
+import "time"
+
+// Collection names of the fire path's records (DESIGN.md, "MongoDB data model").
+const (
+	LocksCollection = "job_locks"
+	RunsCollection  = "job_runs"
+)
+
+// Lock states, the explicit state field seed 000 names as the improvement
+// over its two flags (isReady/isEditing): a lock document is either free or
+// held by one run. The README's state table lists every combination of the
+// fields, what it means and how the daemon repairs the damaged ones.
+const (
+	LockFree    = "free"
+	LockRunning = "running"
+)
+
+// Run statuses, as recorded in job_runs and in a lock's last outcome.
+const (
+	StatusRunning   = "running"
+	StatusSucceeded = "succeeded"
+	StatusFailed    = "failed"
+	StatusSkipped   = "skipped"
+	StatusAbandoned = "abandoned"
+)
+
+// LockDoc is one document of job_locks: the lock of one job.
+type LockDoc struct {
+	// JobID is the job's id (the schedules _id).
+	JobID string `bson:"_id" json:"job_id"`
+	// State is LockFree or LockRunning.
+	State string `bson:"state" json:"state"`
+	// Holder is the instance id of the replica running the job ("" when free).
+	Holder string `bson:"holder" json:"holder"`
+	// RunID identifies the holder's run ("" when free).
+	RunID string `bson:"run_id" json:"run_id"`
+	// AcquiredAt is when the holder took the lock.
+	AcquiredAt time.Time `bson:"acquired_at" json:"acquired_at"`
+	// LeaseUntil is when the lock expires unless renewed; past it any
+	// replica may take it over.
+	LeaseUntil time.Time `bson:"lease_until" json:"lease_until"`
+	// Fence is incremented on every acquisition; releases and renewals are
+	// fenced by (holder, fence).
+	Fence int64 `bson:"fence" json:"fence"`
+	// LastSlot is the scheduled time of the last fire claimed for the job.
+	LastSlot time.Time `bson:"last_slot" json:"last_slot"`
+	// LastOutcome is the status the last finished run ended with.
+	LastOutcome string `bson:"last_outcome,omitempty" json:"last_outcome,omitempty"`
+	// LastEndedAt is when the last run ended.
+	LastEndedAt time.Time `bson:"last_ended_at,omitempty" json:"last_ended_at,omitzero"`
+	// UpdatedAt is when the document was last written.
+	UpdatedAt time.Time `bson:"updated_at" json:"updated_at"`
+}
+
+// RunDoc is one document of job_runs: one fire that was claimed or skipped.
+// (JobID, ScheduledAt) is unique.
+type RunDoc struct {
+	// ID is the run id (the CRONSWAP_RUN_ID the action saw).
+	ID          string    `bson:"_id" json:"run_id"`
+	JobID       string    `bson:"job_id" json:"job_id"`
+	ScheduledAt time.Time `bson:"scheduled_at" json:"scheduled_at"`
+	Instance    string    `bson:"instance" json:"instance"`
+	Fence       int64     `bson:"fence" json:"fence"`
+	Status      string    `bson:"status" json:"status"`
+	StartedAt   time.Time `bson:"started_at" json:"started_at"`
+	EndedAt     time.Time `bson:"ended_at,omitempty" json:"ended_at,omitzero"`
+	Error       string    `bson:"error,omitempty" json:"error,omitempty"`
+	// ExitCode and Stderr are set for exec actions that ran.
+	ExitCode *int   `bson:"exit_code,omitempty" json:"exit_code,omitempty"`
+	Stderr   string `bson:"stderr,omitempty" json:"stderr,omitempty"`
+	// ExpireAt drives the TTL index (runs.retention after the run ended or
+	// was skipped).
+	ExpireAt time.Time `bson:"expire_at" json:"-"`
+}
