@@ -773,6 +773,10 @@ func TestBashCompletion(t *testing.T) {
 			t.Errorf("completion of schedules lacks %q:\n%s", cmd, r.stdout)
 		}
 	}
+	r = run(t, "schedules", "set", "--c", "--generate-bash-completion")
+	if !strings.Contains(r.stdout, "--cron\n") || !strings.Contains(r.stdout, "--category\n") || strings.Contains(r.stdout, "--tz") {
+		t.Errorf("completion of schedules set --c: %q", r.stdout)
+	}
 	r = run(t, "completion", "bash")
 	if r.code != 0 || !strings.Contains(r.stdout, "--generate-bash-completion") || !strings.Contains(r.stdout, "complete -o bashdefault") {
 		t.Errorf("completion bash: %v", r)
