@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -52,7 +53,12 @@ func (d ScheduleDoc) Field(name string) string {
 	if s, ok := v.StringValueOK(); ok {
 		return s
 	}
-	return v.String()
+	// Other types as relaxed extended JSON: 800, not {"$numberInt":"800"}.
+	js, err := bson.MarshalExtJSON(bson.D{{Key: "v", Value: v}}, false, false)
+	if err != nil {
+		return v.String()
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(string(js), `{"v":`), "}")
 }
 
 func decodeDoc(raw bson.Raw) ScheduleDoc {

@@ -356,6 +356,7 @@ func TestSchedulesListStatusAndErrors(t *testing.T) {
 		bson.D{{Key: "_id", Value: "c_typo"}, {Key: "cron_expr", Value: int32(800)}},
 		bson.D{{Key: "_id", Value: "d_badzone"}, {Key: "cron_expr", Value: "0 9 * * *"}, {Key: "timezone", Value: "Mars/Base"}},
 		bson.D{{Key: "_id", Value: "e_never"}, {Key: "cron_expr", Value: "@daily"}, {Key: "enabled", Value: false}},
+		bson.D{{Key: "_id", Value: "f_lockonly"}, {Key: "cron_expr", Value: "@daily"}},
 	)
 	insertDocs(t, e.db.Collection(jobs.RunsCollection),
 		jobs.RunDoc{ID: "r1", JobID: "a_ok", ScheduledAt: slot1, Status: jobs.StatusSucceeded, StartedAt: slot1, EndedAt: slot1.Add(time.Second)},
@@ -363,6 +364,7 @@ func TestSchedulesListStatusAndErrors(t *testing.T) {
 	)
 	insertDocs(t, e.db.Collection(jobs.LocksCollection),
 		jobs.LockDoc{JobID: "b_running", State: jobs.LockRunning, Holder: "host-a", RunID: "r9", Fence: 4, LastSlot: slot2, LeaseUntil: now.Add(time.Minute)},
+		jobs.LockDoc{JobID: "f_lockonly", State: jobs.LockFree, Fence: 2, LastSlot: slot1, LastOutcome: jobs.StatusAbandoned},
 	)
 	var list []map[string]any
 	e.okJSON(&list, "schedules", "list")
@@ -370,8 +372,11 @@ func TestSchedulesListStatusAndErrors(t *testing.T) {
 	for _, v := range list {
 		byID[v["id"].(string)] = v
 	}
-	if len(byID) != 5 {
+	if len(byID) != 6 {
 		t.Fatalf("list: %v", list)
+	}
+	if v := byID["f_lockonly"]; v["last_status"] != "abandoned" || v["last_run"] != slot1.Format(time.RFC3339) {
+		t.Errorf("f_lockonly (lock, no run records): %v", v)
 	}
 	if v := byID["a_ok"]; v["last_run"] != slot2.Format(time.RFC3339) || v["last_status"] != "failed" || v["last_run_error"] != "exit status 3" || v["error"] != "" || v["next_run"] == nil {
 		t.Errorf("a_ok: %v", v)
@@ -394,6 +399,9 @@ func TestSchedulesListStatusAndErrors(t *testing.T) {
 	}
 	if got := column(t, r.stdout, "a_ok", "ERROR"); got != "last run: exit status 3" {
 		t.Errorf("a_ok ERROR %q\n%s", got, r.stdout)
+	}
+	if got := column(t, r.stdout, "c_typo", "EXPR"); got != "800" {
+		t.Errorf("c_typo EXPR %q\n%s", got, r.stdout)
 	}
 	if got := column(t, r.stdout, "c_typo", "ERROR"); !strings.Contains(got, "must be a string") {
 		t.Errorf("c_typo ERROR %q\n%s", got, r.stdout)
@@ -436,6 +444,9 @@ func TestLocksListAndRelease(t *testing.T) {
 	e.okJSON(&list, "locks", "list")
 	if len(list) != 3 || list[1]["job_id"] != "held" || list[1]["fence"] != float64(7) || list[1]["expired"] != false || list[2]["expired"] != true {
 		t.Fatalf("locks list -o json: %v", list)
+	}
+	if list[1]["lease_until"] != now.Add(10*time.Minute).Format(time.RFC3339) || list[0]["lease_until"] != nil || list[0]["last_outcome"] != "succeeded" {
+		t.Errorf("locks list -o json times: %v", list)
 	}
 
 	stateOf := func(id string) jobs.LockDoc {
@@ -502,8 +513,9 @@ func TestRunsList(t *testing.T) {
 	if len(runs) != 5 || runs[0]["run_id"] != "run-4" || runs[4]["run_id"] != "run-0" {
 		t.Fatalf("runs list -o json (newest first): %v", runs)
 	}
-	if runs[0]["scheduled_at"] != base.Add(4*time.Hour).Format(time.RFC3339) {
-		t.Errorf("scheduled_at %v", runs[0]["scheduled_at"])
+	if runs[0]["scheduled_at"] != base.Add(4*time.Hour).Format(time.RFC3339) || runs[0]["ended_at"] != base.Add(4*time.Hour+1500*time.Millisecond).Format(time.RFC3339) ||
+		runs[0]["instance"] != "host-a" || runs[0]["status"] != "succeeded" || runs[0]["fence"] != float64(5) || runs[0]["exit_code"] != nil {
+		t.Errorf("runs list -o json: %v", runs[0])
 	}
 	e.okJSON(&runs, "runs", "list", "--job", "b", "--limit", "1")
 	if len(runs) != 1 || runs[0]["run_id"] != "run-3" {

@@ -18,12 +18,33 @@ import (
 	"github.com/cronswap/cronswap/jobs"
 )
 
-// lockView is one lock as `locks list` shows it.
+// lockView is one lock as `locks list -o json` shows it: the fields of
+// jobs.LockDoc, with null for times never set.
 type lockView struct {
-	jobs.LockDoc
+	JobID       string  `json:"job_id"`
+	State       string  `json:"state"`
+	Holder      string  `json:"holder"`
+	RunID       string  `json:"run_id"`
+	Fence       int64   `json:"fence"`
+	AcquiredAt  *string `json:"acquired_at"`
+	LeaseUntil  *string `json:"lease_until"`
+	LastSlot    *string `json:"last_slot"`
+	LastOutcome string  `json:"last_outcome"`
+	LastEndedAt *string `json:"last_ended_at"`
+	UpdatedAt   *string `json:"updated_at"`
 	// Expired is true when the lock is held but its lease has passed: any
 	// replica may take it over.
 	Expired bool `json:"expired"`
+}
+
+func newLockView(l jobs.LockDoc, now time.Time) lockView {
+	return lockView{
+		JobID: l.JobID, State: l.State, Holder: l.Holder, RunID: l.RunID, Fence: l.Fence,
+		AcquiredAt: jsonTime(l.AcquiredAt, nil), LeaseUntil: jsonTime(l.LeaseUntil, nil),
+		LastSlot: jsonTime(l.LastSlot, nil), LastOutcome: l.LastOutcome,
+		LastEndedAt: jsonTime(l.LastEndedAt, nil), UpdatedAt: jsonTime(l.UpdatedAt, nil),
+		Expired: l.State == jobs.LockRunning && !l.LeaseUntil.IsZero() && l.LeaseUntil.Before(now),
+	}
 }
 
 func lockRow(l lockView) []string {
@@ -32,7 +53,38 @@ func lockRow(l lockView) []string {
 		state += " (lease expired)"
 	}
 	return []string{l.JobID, state, l.Holder, l.RunID, strconv.FormatInt(l.Fence, 10),
-		rfc3339(l.LeaseUntil, nil), rfc3339(l.LastSlot, nil), l.LastOutcome}
+		deref(l.LeaseUntil), deref(l.LastSlot), l.LastOutcome}
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// runView is one run record as `runs list -o json` shows it: the fields of
+// jobs.RunDoc, with null for times never set.
+type runView struct {
+	RunID       string  `json:"run_id"`
+	JobID       string  `json:"job_id"`
+	ScheduledAt *string `json:"scheduled_at"`
+	Instance    string  `json:"instance"`
+	Fence       int64   `json:"fence"`
+	Status      string  `json:"status"`
+	StartedAt   *string `json:"started_at"`
+	EndedAt     *string `json:"ended_at"`
+	Error       string  `json:"error"`
+	ExitCode    *int    `json:"exit_code"`
+	Stderr      string  `json:"stderr"`
+}
+
+func newRunView(r jobs.RunDoc) runView {
+	return runView{
+		RunID: r.ID, JobID: r.JobID, ScheduledAt: jsonTime(r.ScheduledAt, nil), Instance: r.Instance,
+		Fence: r.Fence, Status: r.Status, StartedAt: jsonTime(r.StartedAt, nil), EndedAt: jsonTime(r.EndedAt, nil),
+		Error: r.Error, ExitCode: r.ExitCode, Stderr: r.Stderr,
+	}
 }
 
 var lockHeader = []string{"JOB", "STATE", "HOLDER", "RUN ID", "FENCE", "LEASE UNTIL", "LAST SLOT", "LAST OUTCOME"}
@@ -56,7 +108,7 @@ func locksCommand(stdin io.Reader) *ucli.Command {
 						views := make([]lockView, len(locks))
 						rows := make([][]string, len(locks))
 						for i, l := range locks {
-							views[i] = lockView{l, l.State == jobs.LockRunning && !l.LeaseUntil.IsZero() && l.LeaseUntil.Before(now)}
+							views[i] = newLockView(l, now)
 							rows[i] = lockRow(views[i])
 						}
 						if isJSON(c) {
@@ -143,7 +195,11 @@ func runsCommand() *ucli.Command {
 						return s.fail(err)
 					}
 					if isJSON(c) {
-						return writeJSON(c.App.Writer, runs)
+						views := make([]runView, len(runs))
+						for i, r := range runs {
+							views[i] = newRunView(r)
+						}
+						return writeJSON(c.App.Writer, views)
 					}
 					rows := make([][]string, len(runs))
 					for i, r := range runs {
