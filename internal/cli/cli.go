@@ -72,7 +72,7 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			{
 				Name:  "version",
 				Usage: "print the version",
-				Flags: []ucli.Flag{outputFlag()},
+				Flags: append(commonFlags(), outputFlag()),
 				Action: func(c *ucli.Context) error {
 					if _, err := outputFormat(c); err != nil {
 						return err

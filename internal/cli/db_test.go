@@ -176,7 +176,11 @@ func TestSchedulesSetGetListPauseResumeDelete(t *testing.T) {
 	if args, _ := doc["args"].(bson.D); len(args) != 2 || args[0] != (bson.E{Key: "region", Value: "eu"}) || args[1] != (bson.E{Key: "n", Value: int32(3)}) {
 		t.Fatalf("args stored as %#v", doc["args"])
 	}
-	e.ok("schedules", "set", "heartbeat", "--cron", "*/10 * * * * *", "--job", "ping", "--category", "infra")
+	var setRes map[string]any
+	e.okJSON(&setRes, "schedules", "set", "heartbeat", "--cron", "*/10 * * * * *", "--job", "ping", "--category", "infra")
+	if setRes["created"] != true || setRes["id"] != "heartbeat" || setRes["job"] != "ping" || setRes["next_run"] == nil {
+		t.Errorf("set -o json: %v", setRes)
+	}
 
 	// Retime keeps the zone and the args: set changes only what it names.
 	r = e.ok("schedules", "set", "daily_report", "--cron", "0 8 * * 1-5")
@@ -255,8 +259,15 @@ func TestSchedulesSetGetListPauseResumeDelete(t *testing.T) {
 		t.Fatalf("after resume: %v", doc)
 	}
 
+	if r = e.ok("schedules", "resume", "daily_report"); !strings.Contains(r.stdout, "already enabled") {
+		t.Errorf("second resume printed %q", r.stdout)
+	}
+
 	// delete.
-	e.ok("schedules", "delete", "heartbeat")
+	e.okJSON(&res, "schedules", "delete", "heartbeat")
+	if res["id"] != "heartbeat" || res["deleted"] != true {
+		t.Errorf("delete -o json: %v", res)
+	}
 	if e.rawSchedule("heartbeat") != nil {
 		t.Fatal("heartbeat still stored after delete")
 	}
@@ -796,5 +807,30 @@ func TestBashCompletion(t *testing.T) {
 	}
 	if r = run(t, "completion", "fish"); r.code != cli.ExitUserError {
 		t.Errorf("completion fish: %v", r)
+	}
+}
+
+// DESIGN.md: every command takes --config and --mongo-uri; every command
+// but run takes --output.
+func TestEveryCommandHasCommonFlags(t *testing.T) {
+	for _, cmd := range [][]string{
+		{"run"}, {"init"}, {"next"}, {"validate"}, {"version"}, {"completion"},
+		{"schedules", "list"}, {"schedules", "get"}, {"schedules", "set"}, {"schedules", "delete"}, {"schedules", "pause"}, {"schedules", "resume"},
+		{"token", "show"}, {"token", "reset"}, {"locks", "list"}, {"locks", "release"}, {"runs", "list"},
+	} {
+		r := run(t, append(cmd, "--help")...)
+		if r.code != cli.ExitOK {
+			t.Errorf("%q --help: %v", cmd, r)
+			continue
+		}
+		want := []string{"--config", "--mongo-uri"}
+		if cmd[0] != "run" && cmd[0] != "completion" {
+			want = append(want, "--output")
+		}
+		for _, f := range want {
+			if !strings.Contains(r.stdout, f) {
+				t.Errorf("%q has no %s:\n%s", cmd, f, r.stdout)
+			}
+		}
 	}
 }

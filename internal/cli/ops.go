@@ -87,7 +87,9 @@ func newRunView(r jobs.RunDoc) runView {
 	}
 }
 
-var lockHeader = []string{"JOB", "STATE", "HOLDER", "RUN ID", "FENCE", "LEASE UNTIL", "LAST SLOT", "LAST OUTCOME"}
+func lockHeader() []string {
+	return []string{"JOB", "STATE", "HOLDER", "RUN ID", "FENCE", "LEASE UNTIL", "LAST SLOT", "LAST OUTCOME"}
+}
 
 func locksCommand(stdin io.Reader) *ucli.Command {
 	return &ucli.Command{
@@ -114,7 +116,7 @@ func locksCommand(stdin io.Reader) *ucli.Command {
 						if isJSON(c) {
 							return writeJSON(c.App.Writer, views)
 						}
-						table(c.App.Writer, lockHeader, rows)
+						table(c.App.Writer, lockHeader(), rows)
 						return nil
 					})
 				},
@@ -328,6 +330,7 @@ func completionCommand() *ucli.Command {
 		Name:      "completion",
 		Usage:     "print a shell completion script: source <(cronswap completion bash)",
 		ArgsUsage: "bash|zsh",
+		Flags:     commonFlags(),
 		Action: func(c *ucli.Context) error {
 			switch c.Args().First() {
 			case "bash":

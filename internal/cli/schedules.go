@@ -105,7 +105,9 @@ func (v scheduleView) row() []string {
 	return []string{v.ID, v.CronExpr, tz, strconv.FormatBool(v.Enabled), str(v.NextRun), str(v.LastRun), v.LastStatus, errText}
 }
 
-var scheduleHeader = []string{"ID", "EXPR", "TZ", "ENABLED", "NEXT RUN", "LAST RUN", "STATUS", "ERROR"}
+func scheduleHeader() []string {
+	return []string{"ID", "EXPR", "TZ", "ENABLED", "NEXT RUN", "LAST RUN", "STATUS", "ERROR"}
+}
 
 func (s *session) lockMap(ctx context.Context) (map[string]jobs.LockDoc, error) {
 	locks, err := s.store.Locks(ctx)
@@ -171,7 +173,7 @@ func schedulesList() *ucli.Command {
 				for i, v := range views {
 					rows[i] = v.row()
 				}
-				table(c.App.Writer, scheduleHeader, rows)
+				table(c.App.Writer, scheduleHeader(), rows)
 				return nil
 			})
 		},
@@ -207,7 +209,7 @@ func schedulesGet() *ucli.Command {
 				}
 				vals := v.row()
 				rows := make([][]string, 0, len(vals)+4)
-				for i, h := range scheduleHeader {
+				for i, h := range scheduleHeader() {
 					rows = append(rows, []string{strings.ToLower(h) + ":", vals[i]})
 				}
 				args := string(v.Args)
