@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"strings"
 
 	ucli "github.com/urfave/cli/v2"
@@ -118,4 +119,52 @@ func flagTakesValue(flags []ucli.Flag, a string) bool {
 		}
 	}
 	return false // unknown (or help): let urfave/cli report it
+}
+
+// setCompletion gives the app and every command a completion function that
+// reads the command line it was given: urfave/cli's default reads os.Args,
+// which is wrong when Run is called with other arguments (tests, embedding).
+// The line's word before --generate-bash-completion decides: a word starting
+// with '-' asks for the flags of the command, anything else for its
+// subcommands.
+func setCompletion(app *ucli.App, args []string) {
+	prev := ""
+	if len(args) > 2 {
+		prev = args[len(args)-2]
+	}
+	suggest := func(flags []ucli.Flag, cmds []*ucli.Command) func(*ucli.Context) {
+		return func(c *ucli.Context) {
+			w := c.App.Writer
+			if isFlag(prev) {
+				for _, f := range flags {
+					for _, n := range f.Names() {
+						dashed := "--" + n
+						if len(n) == 1 {
+							dashed = "-" + n
+						}
+						if strings.HasPrefix(dashed, prev) {
+							fmt.Fprintln(w, dashed)
+						}
+					}
+				}
+				return
+			}
+			for _, cmd := range cmds {
+				if !cmd.Hidden {
+					for _, n := range cmd.Names() {
+						fmt.Fprintln(w, n)
+					}
+				}
+			}
+		}
+	}
+	app.BashComplete = suggest(app.Flags, app.Commands)
+	var walk func([]*ucli.Command)
+	walk = func(cmds []*ucli.Command) {
+		for _, cmd := range cmds {
+			cmd.BashComplete = suggest(cmd.Flags, cmd.Subcommands)
+			walk(cmd.Subcommands)
+		}
+	}
+	walk(app.Commands)
 }

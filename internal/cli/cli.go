@@ -1,5 +1,8 @@
-// Package cli defines cronswap's command line (urfave/cli/v2): run, next,
-// validate and version.
+// Package cli defines cronswap's command line (urfave/cli/v2): run, init,
+// schedules, next, validate, token, locks, runs, version and completion
+// (DESIGN.md, "CLI"). Every command prints an aligned table for people or,
+// with --output json, JSON for scripts. Exit codes: 0 ok, 1 user error (bad
+// input, not found), 2 server unreachable.
 package cli
 
 import (
@@ -41,8 +44,15 @@ func commonFlags() []ucli.Flag {
 	}
 }
 
-// Main runs the command line and returns the process exit code.
+// Main runs the command line with the process's stdin and returns the
+// process exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
+	return Run(args, os.Stdin, stdout, stderr)
+}
+
+// Run runs the command line and returns the process exit code. stdin is
+// where confirmations (locks release) are read from.
+func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	app := &ucli.App{
 		Name:                 "cronswap",
 		Usage:                "cron schedules in MongoDB, re-armed live on every edit",
@@ -52,18 +62,32 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		ExitErrHandler:       func(*ucli.Context, error) {},
 		Commands: []*ucli.Command{
 			runCommand(),
+			initCommand(),
+			schedulesCommand(),
 			nextCommand(),
 			validateCommand(),
+			tokenCommand(),
+			locksCommand(stdin),
+			runsCommand(),
 			{
 				Name:  "version",
 				Usage: "print the version",
+				Flags: append(commonFlags(), outputFlag()),
 				Action: func(c *ucli.Context) error {
+					if _, err := outputFormat(c); err != nil {
+						return err
+					}
+					if isJSON(c) {
+						return writeJSON(c.App.Writer, map[string]string{"version": version()})
+					}
 					fmt.Fprintln(c.App.Writer, "cronswap", version())
 					return nil
 				},
 			},
+			completionCommand(),
 		},
 	}
+	setCompletion(app, args)
 	err := app.Run(interspersed(app, args))
 	if err == nil {
 		return ExitOK
@@ -156,13 +180,16 @@ func nextCommand() *ucli.Command {
 		Name:      "next",
 		Usage:     "print the next fire times of a cron expression (no database needed)",
 		ArgsUsage: "EXPR",
-		Flags: append(commonFlags(),
+		Flags: append(commonFlags(), outputFlag(),
 			&ucli.IntFlag{Name: "n", Value: 5, Usage: "how many fire times"},
 			&ucli.StringFlag{Name: "tz", Usage: "IANA time zone of the expression (default UTC)"},
 		),
 		Action: func(c *ucli.Context) error {
 			if c.NArg() != 1 {
 				return ucli.Exit(`want exactly one EXPR argument, e.g. cronswap next "0 9 * * 1-5" --tz Asia/Seoul`, ExitUserError)
+			}
+			if _, err := outputFormat(c); err != nil {
+				return err
 			}
 			n := c.Int("n")
 			if n < 1 || n > 1000 {
@@ -173,12 +200,19 @@ func nextCommand() *ucli.Command {
 				return ucli.Exit(err.Error(), ExitUserError)
 			}
 			t := time.Now()
+			times := []fireTime{}
 			for range n {
 				t = sched.Next(t)
 				if t.IsZero() {
 					break
 				}
-				fmt.Fprintln(c.App.Writer, t.In(loc).Format(time.RFC3339))
+				times = append(times, fireTime{t.In(loc).Format(time.RFC3339)})
+			}
+			if isJSON(c) {
+				return writeJSON(c.App.Writer, times)
+			}
+			for _, ft := range times {
+				fmt.Fprintln(c.App.Writer, ft.At)
 			}
 			return nil
 		},
@@ -190,21 +224,46 @@ func validateCommand() *ucli.Command {
 		Name:      "validate",
 		Usage:     "exit 0 if EXPR is a valid cron expression, else explain and exit 1",
 		ArgsUsage: "EXPR",
-		Flags: append(commonFlags(),
+		Flags: append(commonFlags(), outputFlag(),
 			&ucli.StringFlag{Name: "tz", Usage: "IANA time zone of the expression (default UTC)"},
 		),
 		Action: func(c *ucli.Context) error {
+			if _, err := outputFormat(c); err != nil {
+				return err
+			}
 			if c.NArg() != 1 {
 				return ucli.Exit(`want exactly one EXPR argument, e.g. cronswap validate "0 9 * * *"`, ExitUserError)
 			}
-			sched, loc, err := parseWithTZ(c.Args().First(), c.String("tz"))
+			expr := c.Args().First()
+			sched, loc, err := parseWithTZ(expr, c.String("tz"))
 			if err != nil {
+				if isJSON(c) {
+					_ = writeJSON(c.App.Writer, validation{Expr: expr, Timezone: c.String("tz"), Valid: false, Error: err.Error()})
+				}
 				return ucli.Exit("invalid: "+err.Error(), ExitUserError)
 			}
-			fmt.Fprintf(c.App.Writer, "valid; next fire %s\n", sched.Next(time.Now()).In(loc).Format(time.RFC3339))
+			next := sched.Next(time.Now()).In(loc).Format(time.RFC3339)
+			if isJSON(c) {
+				return writeJSON(c.App.Writer, validation{Expr: expr, Timezone: loc.String(), Valid: true, NextRun: &next})
+			}
+			fmt.Fprintf(c.App.Writer, "valid; next fire %s\n", next)
 			return nil
 		},
 	}
+}
+
+// fireTime is one element of `next --output json`.
+type fireTime struct {
+	At string `json:"at"`
+}
+
+// validation is the answer of `validate --output json`.
+type validation struct {
+	Expr     string  `json:"expr"`
+	Timezone string  `json:"timezone"`
+	Valid    bool    `json:"valid"`
+	NextRun  *string `json:"next_run"`
+	Error    string  `json:"error,omitempty"`
 }
 
 type nexter interface{ Next(time.Time) time.Time }

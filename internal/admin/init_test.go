@@ -1,0 +1,127 @@
+package admin_test
+
+import (
+	"context"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/cronswap/cronswap/internal/admin"
+	"github.com/cronswap/cronswap/internal/testmongo"
+	"github.com/cronswap/cronswap/jobs"
+)
+
+func TestMain(m *testing.M) { testmongo.Main(m, nil) }
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// The index keys are the bson names of jobs.RunDoc, so the indexes cover
+// what the fire path writes.
+func TestIndexesUseRunDocFields(t *testing.T) {
+	tags := map[string]bool{}
+	rt := reflect.TypeFor[jobs.RunDoc]()
+	for i := range rt.NumField() {
+		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("bson"), ",")
+		tags[name] = true
+	}
+	var names []string
+	for _, ix := range admin.Indexes() {
+		if ix.Collection != jobs.RunsCollection {
+			t.Errorf("index %s on %s, want %s", ix.Name(), ix.Collection, jobs.RunsCollection)
+		}
+		names = append(names, ix.Name())
+		for _, k := range ix.Model.Keys.(bson.D) {
+			if !tags[k.Key] {
+				t.Errorf("index %s keys %q, not a field of jobs.RunDoc", ix.Name(), k.Key)
+			}
+		}
+	}
+	if !slices.Equal(names, []string{admin.RunsUniqueIndex, admin.RunsTTLIndex}) {
+		t.Errorf("index names %q", names)
+	}
+}
+
+// Init over collections that already exist (a daemon or mongosh created
+// them first) adds what is missing and goes through collMod for the
+// validator; the unique index then refuses a second record of a fire.
+func TestInitOverExistingCollections(t *testing.T) {
+	db := testmongo.NewDatabase(t, testmongo.Client(t))
+	if _, err := db.Collection(admin.SchedulesCollection).InsertOne(ctx(t), bson.D{{Key: "_id", Value: "a"}, {Key: "cron_expr", Value: "@hourly"}}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := admin.Init(ctx(t), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(rep.CreatedCollections, admin.SchedulesCollection) || len(rep.CreatedCollections) != 3 || len(rep.CreatedIndexes) != 2 {
+		t.Fatalf("report %+v", rep)
+	}
+	switch rep.Validator {
+	case admin.ValidatorUpdated: // a server with collMod and validators
+	case admin.ValidatorUnsupported:
+		if !strings.Contains(rep.Notice, "last known good") {
+			t.Errorf("notice %q does not say what still guards", rep.Notice)
+		}
+	default:
+		t.Fatalf("validator %q over an existing collection, want updated or unsupported", rep.Validator)
+	}
+	again, err := admin.Init(ctx(t), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Changed() {
+		t.Errorf("second Init changed something: %+v", again)
+	}
+	if rep.Validator == admin.ValidatorUpdated && again.Validator != admin.ValidatorUnchanged {
+		t.Errorf("second Init validator %q, want unchanged", again.Validator)
+	}
+
+	runs := db.Collection(jobs.RunsCollection)
+	slot := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+	if _, err := runs.InsertOne(ctx(t), jobs.RunDoc{ID: "r1", JobID: "a", ScheduledAt: slot, Status: jobs.StatusRunning}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = runs.InsertOne(ctx(t), jobs.RunDoc{ID: "r2", JobID: "a", ScheduledAt: slot, Status: jobs.StatusRunning})
+	if !mongo.IsDuplicateKeyError(err) {
+		t.Fatalf("second record of the same fire: %v, want a duplicate key error", err)
+	}
+}
+
+// Several Inits at once (replicas deploying together) all succeed.
+func TestInitConcurrent(t *testing.T) {
+	db := testmongo.NewDatabase(t, testmongo.Client(t))
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = admin.Init(ctx(t), db) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("Init %d: %v", i, err)
+		}
+	}
+	names, err := db.ListCollectionNames(ctx(t), bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range admin.Collections() {
+		if !slices.Contains(names, c) {
+			t.Errorf("collection %s missing after concurrent Inits", c)
+		}
+	}
+	rep, err := admin.Init(ctx(t), db)
+	if err != nil || rep.Changed() {
+		t.Errorf("Init after concurrent Inits: %+v, %v", rep, err)
+	}
+}

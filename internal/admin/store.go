@@ -1,0 +1,386 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/schedule"
+)
+
+// ErrNotFound is wrapped when the named schedule, lock or token does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Store runs the command line's reads and edits on one database.
+type Store struct {
+	db  *mongo.Database
+	now func() time.Time
+}
+
+// NewStore returns a store over db.
+func NewStore(db *mongo.Database) *Store {
+	return &Store{db: db, now: time.Now}
+}
+
+// ScheduleDoc is one raw document of schedules with what schedule.Decode
+// made of it.
+type ScheduleDoc struct {
+	// ID is the job id (a rendering of the _id when it is not a valid id).
+	ID string
+	// Raw is the document as stored.
+	Raw bson.Raw
+	// Schedule is the decoded schedule; valid only when Err is nil, though
+	// the fields read before the error are filled in.
+	Schedule schedule.Schedule
+	// Err is the document's validation error, nil when valid.
+	Err error
+}
+
+// Field returns a top-level string field of the raw document ("" if absent
+// or not a string), to show what an invalid document holds.
+func (d ScheduleDoc) Field(name string) string {
+	v, err := d.Raw.LookupErr(name)
+	if err != nil {
+		return ""
+	}
+	if s, ok := v.StringValueOK(); ok {
+		return s
+	}
+	// Other types as relaxed extended JSON: 800, not {"$numberInt":"800"}.
+	js, err := bson.MarshalExtJSON(bson.D{{Key: "v", Value: v}}, false, false)
+	if err != nil {
+		return v.String()
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(string(js), `{"v":`), "}")
+}
+
+func decodeDoc(raw bson.Raw) ScheduleDoc {
+	s, err := schedule.Decode(raw)
+	return ScheduleDoc{ID: s.ID, Raw: raw, Schedule: s, Err: err}
+}
+
+// Schedules returns every document of schedules, sorted by _id.
+func (s *Store) Schedules(ctx context.Context) ([]ScheduleDoc, error) {
+	cur, err := s.db.Collection(SchedulesCollection).Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", SchedulesCollection, err)
+	}
+	defer cur.Close(ctx)
+	out := []ScheduleDoc{}
+	for cur.Next(ctx) {
+		out = append(out, decodeDoc(append(bson.Raw(nil), cur.Current...)))
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", SchedulesCollection, err)
+	}
+	return out, nil
+}
+
+// Schedule returns the document of job id.
+func (s *Store) Schedule(ctx context.Context, id string) (ScheduleDoc, error) {
+	raw, err := s.db.Collection(SchedulesCollection).FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return ScheduleDoc{}, fmt.Errorf("schedule %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return ScheduleDoc{}, fmt.Errorf("read schedule %q: %w", id, err)
+	}
+	return decodeDoc(raw), nil
+}
+
+// ScheduleEdit is what `schedules set` changes. Nil fields are left as
+// they are; a pointer to "" removes the field.
+type ScheduleEdit struct {
+	CronExpr string
+	Timezone *string
+	Job      *string
+	Category *string
+	// Args is the new args object; nil leaves it.
+	Args bson.Raw
+}
+
+// SetSchedule validates the edit against the stored document (the result
+// must be a valid schedule, with the same rules as the daemon) and then
+// upserts it, setting updated_at. An invalid result is refused with an error
+// wrapping schedule.ErrInvalid and nothing is written. It reports whether
+// the document was created.
+func (s *Store) SetSchedule(ctx context.Context, id string, e ScheduleEdit) (created bool, err error) {
+	now := s.now().UTC()
+	set := bson.D{{Key: schedule.FieldCronExpr, Value: e.CronExpr}}
+	unset := bson.D{}
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{schedule.FieldTimezone, e.Timezone}, {schedule.FieldJob, e.Job}, {schedule.FieldCategory, e.Category}} {
+		switch {
+		case f.v == nil:
+		case *f.v == "":
+			unset = append(unset, bson.E{Key: f.name, Value: ""})
+		default:
+			set = append(set, bson.E{Key: f.name, Value: *f.v})
+		}
+	}
+	if e.Args != nil {
+		set = append(set, bson.E{Key: schedule.FieldArgs, Value: e.Args})
+	}
+	set = append(set, bson.E{Key: schedule.FieldUpdatedAt, Value: now})
+
+	// Validate what the document will be, not only the flags: a stored
+	// time zone or job applies to the new expression too.
+	var old bson.Raw
+	if d, err := s.Schedule(ctx, id); err == nil {
+		old = d.Raw
+	} else if !errors.Is(err, ErrNotFound) {
+		return false, err
+	}
+	merged, err := mergeDoc(id, old, set, unset)
+	if err != nil {
+		return false, err
+	}
+	if _, err := schedule.Decode(merged); err != nil {
+		return false, err
+	}
+
+	update := bson.D{{Key: "$set", Value: set}}
+	if len(unset) > 0 {
+		update = append(update, bson.E{Key: "$unset", Value: unset})
+	}
+	res, err := s.db.Collection(SchedulesCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update, options.UpdateOne().SetUpsert(true))
+	if err != nil {
+		return false, fmt.Errorf("write schedule %q: %w", id, err)
+	}
+	return res.UpsertedCount > 0, nil
+}
+
+// mergeDoc applies $set/$unset of top-level fields to old (nil: a new
+// document with _id id).
+func mergeDoc(id string, old bson.Raw, set, unset bson.D) (bson.Raw, error) {
+	doc := bson.D{}
+	if old != nil {
+		if err := bson.Unmarshal(old, &doc); err != nil {
+			return nil, fmt.Errorf("schedule %q: read stored document: %w", id, err)
+		}
+	} else {
+		doc = append(doc, bson.E{Key: "_id", Value: id})
+	}
+	drop := map[string]bool{}
+	for _, e := range unset {
+		drop[e.Key] = true
+	}
+	next := bson.D{}
+	for _, e := range doc {
+		if !drop[e.Key] {
+			next = append(next, e)
+		}
+	}
+	for _, e := range set {
+		replaced := false
+		for i := range next {
+			if next[i].Key == e.Key {
+				next[i].Value, replaced = e.Value, true
+			}
+		}
+		if !replaced {
+			next = append(next, e)
+		}
+	}
+	raw, err := bson.Marshal(next)
+	if err != nil {
+		return nil, fmt.Errorf("schedule %q: %w", id, err)
+	}
+	return raw, nil
+}
+
+// DeleteSchedule deletes the document of job id.
+func (s *Store) DeleteSchedule(ctx context.Context, id string) error {
+	res, err := s.db.Collection(SchedulesCollection).DeleteOne(ctx, bson.D{{Key: "_id", Value: id}})
+	if err != nil {
+		return fmt.Errorf("delete schedule %q: %w", id, err)
+	}
+	if res.DeletedCount == 0 {
+		return fmt.Errorf("schedule %q: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// SetEnabled pauses (false) or resumes (true) job id, setting updated_at. It
+// reports whether the document changed (false: it already was so).
+func (s *Store) SetEnabled(ctx context.Context, id string, enabled bool) (changed bool, err error) {
+	coll := s.db.Collection(SchedulesCollection)
+	// Leave an already paused/resumed document (and its updated_at) alone,
+	// so the daemon sees no event for a no-op.
+	filter := bson.D{{Key: "_id", Value: id}}
+	if enabled {
+		filter = append(filter, bson.E{Key: schedule.FieldEnabled, Value: false})
+	} else {
+		filter = append(filter, bson.E{Key: schedule.FieldEnabled, Value: bson.D{{Key: "$ne", Value: false}}})
+	}
+	res, err := coll.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{
+		{Key: schedule.FieldEnabled, Value: enabled},
+		{Key: schedule.FieldUpdatedAt, Value: s.now().UTC()},
+	}}})
+	if err != nil {
+		return false, fmt.Errorf("set enabled=%t on schedule %q: %w", enabled, id, err)
+	}
+	if res.MatchedCount > 0 {
+		return true, nil
+	}
+	n, err := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: id}})
+	if err != nil {
+		return false, fmt.Errorf("read schedule %q: %w", id, err)
+	}
+	if n == 0 {
+		return false, fmt.Errorf("schedule %q: %w", id, ErrNotFound)
+	}
+	return false, nil
+}
+
+// Locks returns every document of job_locks, sorted by job id.
+func (s *Store) Locks(ctx context.Context) ([]jobs.LockDoc, error) {
+	cur, err := s.db.Collection(LocksCollection).Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", LocksCollection, err)
+	}
+	out := []jobs.LockDoc{}
+	if err := cur.All(ctx, &out); err != nil {
+		return nil, fmt.Errorf("read %s: %w", LocksCollection, err)
+	}
+	return out, nil
+}
+
+// Lock returns the lock of job id.
+func (s *Store) Lock(ctx context.Context, id string) (jobs.LockDoc, error) {
+	var l jobs.LockDoc
+	err := s.db.Collection(LocksCollection).FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&l)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return l, fmt.Errorf("lock %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return l, fmt.Errorf("read lock %q: %w", id, err)
+	}
+	return l, nil
+}
+
+// ErrLockChanged is returned by ReleaseLock when the lock is no longer held
+// with the fence the operator saw.
+var ErrLockChanged = errors.New("the lock changed since it was read")
+
+// ReleaseLock forces the lock of job id free, an operator's override: the
+// holder notices on its next renewal and stops. It frees the lock only while
+// it is still held with fence (the acquisition the operator confirmed).
+func (s *Store) ReleaseLock(ctx context.Context, id string, fence int64) error {
+	now := s.now().UTC()
+	res, err := s.db.Collection(LocksCollection).UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.LockRunning}, {Key: "fence", Value: fence}},
+		bson.D{{Key: "$set", Value: bson.D{
+			{Key: "state", Value: jobs.LockFree},
+			{Key: "holder", Value: ""},
+			{Key: "run_id", Value: ""},
+			{Key: "lease_until", Value: now},
+			{Key: "updated_at", Value: now},
+		}}})
+	if err != nil {
+		return fmt.Errorf("release lock %q: %w", id, err)
+	}
+	if res.MatchedCount == 0 {
+		return fmt.Errorf("lock %q: %w", id, ErrLockChanged)
+	}
+	return nil
+}
+
+// Runs returns the newest run records (of job id, or all when id is
+// empty), newest scheduled time first, at most limit.
+func (s *Store) Runs(ctx context.Context, id string, limit int64) ([]jobs.RunDoc, error) {
+	filter := bson.D{}
+	if id != "" {
+		filter = bson.D{{Key: "job_id", Value: id}}
+	}
+	cur, err := s.db.Collection(RunsCollection).Find(ctx, filter, options.Find().
+		SetSort(bson.D{{Key: "scheduled_at", Value: -1}, {Key: "started_at", Value: -1}}).
+		SetLimit(limit))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", RunsCollection, err)
+	}
+	out := []jobs.RunDoc{}
+	if err := cur.All(ctx, &out); err != nil {
+		return nil, fmt.Errorf("read %s: %w", RunsCollection, err)
+	}
+	return out, nil
+}
+
+// LastRun returns the newest run record of job id; ok is false when there
+// is none.
+func (s *Store) LastRun(ctx context.Context, id string) (r jobs.RunDoc, ok bool, err error) {
+	runs, err := s.Runs(ctx, id, 1)
+	if err != nil || len(runs) == 0 {
+		return r, false, err
+	}
+	return runs[0], true, nil
+}
+
+// Token is one stored resume token.
+type Token struct {
+	ID        string
+	Token     bson.Raw
+	UpdatedAt time.Time
+}
+
+// Tokens returns the stored resume tokens (only watcher id's when id is
+// not empty), sorted by id.
+func (s *Store) Tokens(ctx context.Context, id string) ([]Token, error) {
+	filter := bson.D{}
+	if id != "" {
+		filter = bson.D{{Key: "_id", Value: id}}
+	}
+	cur, err := s.db.Collection(TokensCollection).Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", TokensCollection, err)
+	}
+	defer cur.Close(ctx)
+	out := []Token{}
+	for cur.Next(ctx) {
+		t := Token{}
+		if v, err := cur.Current.LookupErr("_id"); err == nil {
+			if str, ok := v.StringValueOK(); ok {
+				t.ID = str
+			} else {
+				t.ID = v.String()
+			}
+		}
+		if v, err := cur.Current.LookupErr("token"); err == nil {
+			if doc, ok := v.DocumentOK(); ok {
+				t.Token = append(bson.Raw(nil), doc...)
+			}
+		}
+		if v, err := cur.Current.LookupErr("updated_at"); err == nil && v.Type == bson.TypeDateTime {
+			t.UpdatedAt = v.Time().UTC()
+		}
+		out = append(out, t)
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", TokensCollection, err)
+	}
+	return out, nil
+}
+
+// ResetTokens deletes the resume token of watcher id, or all of them when
+// id is empty, and returns how many it deleted. A daemon whose token is gone
+// does a full reload on its next start.
+func (s *Store) ResetTokens(ctx context.Context, id string) (int64, error) {
+	filter := bson.D{}
+	if id != "" {
+		filter = bson.D{{Key: "_id", Value: id}}
+	}
+	res, err := s.db.Collection(TokensCollection).DeleteMany(ctx, filter)
+	if err != nil {
+		return 0, fmt.Errorf("delete from %s: %w", TokensCollection, err)
+	}
+	return res.DeletedCount, nil
+}

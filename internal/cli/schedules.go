@@ -1,0 +1,407 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/internal/admin"
+	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/schedule"
+)
+
+// setExample is shown with every refusal of `schedules set`.
+const setExample = `cronswap schedules set daily_report --cron "0 9 * * 1-5" --tz Asia/Seoul`
+
+// scheduleView is one schedule as list/get show it.
+type scheduleView struct {
+	ID        string          `json:"id"`
+	CronExpr  string          `json:"cron_expr"`
+	Timezone  string          `json:"timezone"` // the document's; "" = the config's default
+	Enabled   bool            `json:"enabled"`
+	Job       string          `json:"job"`
+	Category  string          `json:"category"`
+	Args      json.RawMessage `json:"args"`
+	UpdatedAt *string         `json:"updated_at"`
+	// NextRun is computed locally from the expression; null when disabled or invalid.
+	NextRun *string `json:"next_run"`
+	// LastRun is the scheduled time of the newest run record (or the
+	// lock's last slot); LastStatus its status.
+	LastRun      *string `json:"last_run"`
+	LastStatus   string  `json:"last_status"`
+	LastRunError string  `json:"last_run_error"`
+	// Error is the document's own validation error ("" when valid): the
+	// daemon keeps the last valid timer armed and reports the same error.
+	Error string `json:"error"`
+
+	loc *time.Location
+}
+
+// view builds the scheduleView of d, with run information from runs/locks.
+func (s *session) view(ctx context.Context, d admin.ScheduleDoc, locks map[string]jobs.LockDoc, now time.Time) (scheduleView, error) {
+	v := scheduleView{ID: d.ID, Args: json.RawMessage("null"), loc: s.cfg.Location}
+	sc := d.Schedule
+	if d.Err == nil {
+		v.CronExpr, v.Timezone, v.Enabled, v.Job, v.Category = sc.CronExpr, sc.Timezone, sc.Enabled, sc.Job, sc.Category
+		if sc.Args != "" {
+			v.Args = json.RawMessage(sc.Args)
+		}
+		v.UpdatedAt = jsonTime(sc.UpdatedAt, time.UTC)
+		if sc.Timezone != "" {
+			if loc, err := schedule.LoadLocation(sc.Timezone); err == nil {
+				v.loc = loc
+			}
+		}
+		if sched, err := sc.Parse(s.cfg.Location); err == nil && sc.Enabled {
+			v.NextRun = jsonTime(sched.Next(now), v.loc)
+		}
+	} else {
+		// Show what the document holds, as far as it can be read.
+		v.CronExpr, v.Timezone, v.Job, v.Category = d.Field(schedule.FieldCronExpr), d.Field(schedule.FieldTimezone), d.Field(schedule.FieldJob), d.Field(schedule.FieldCategory)
+		v.Enabled = sc.Enabled
+		v.Error = d.Err.Error()
+	}
+	run, ok, err := s.store.LastRun(ctx, d.ID)
+	if err != nil {
+		return v, err
+	}
+	lock, locked := locks[d.ID]
+	switch {
+	case locked && lock.State == jobs.LockRunning:
+		v.LastRun = jsonTime(lock.LastSlot, v.loc)
+		v.LastStatus = jobs.StatusRunning
+	case ok:
+		v.LastRun = jsonTime(run.ScheduledAt, v.loc)
+		v.LastStatus, v.LastRunError = run.Status, run.Error
+	case locked:
+		v.LastRun = jsonTime(lock.LastSlot, v.loc)
+		v.LastStatus = lock.LastOutcome
+	}
+	return v, nil
+}
+
+func (v scheduleView) row() []string {
+	str := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	tz := v.Timezone
+	if tz == "" && v.loc != nil {
+		tz = v.loc.String() + " (default)"
+	}
+	errText := v.Error
+	if errText == "" && v.LastRunError != "" {
+		errText = "last run: " + v.LastRunError
+	}
+	return []string{v.ID, v.CronExpr, tz, strconv.FormatBool(v.Enabled), str(v.NextRun), str(v.LastRun), v.LastStatus, errText}
+}
+
+func scheduleHeader() []string {
+	return []string{"ID", "EXPR", "TZ", "ENABLED", "NEXT RUN", "LAST RUN", "STATUS", "ERROR"}
+}
+
+func (s *session) lockMap(ctx context.Context) (map[string]jobs.LockDoc, error) {
+	locks, err := s.store.Locks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]jobs.LockDoc, len(locks))
+	for _, l := range locks {
+		m[l.JobID] = l
+	}
+	return m, nil
+}
+
+func schedulesCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "schedules",
+		Usage: "list, show and edit the schedules collection",
+		Subcommands: []*ucli.Command{
+			schedulesList(), schedulesGet(), schedulesSet(), schedulesDelete(),
+			schedulesEnable("pause", false), schedulesEnable("resume", true),
+		},
+	}
+}
+
+// oneID returns the single ID argument or a usage error.
+func oneID(c *ucli.Context, example string) (string, error) {
+	if c.NArg() != 1 || c.Args().First() == "" {
+		return "", ucli.Exit(fmt.Sprintf("want exactly one job ID argument, e.g. %s", example), ExitUserError)
+	}
+	return c.Args().First(), nil
+}
+
+func notFound(err error) bool { return errors.Is(err, admin.ErrNotFound) }
+
+func schedulesList() *ucli.Command {
+	return &ucli.Command{
+		Name:  "list",
+		Usage: "list every schedule: expression, zone, enabled, next run, last run and status, error",
+		Flags: dbFlags(),
+		Action: func(c *ucli.Context) error {
+			return withDB(c, func(ctx context.Context, s *session) error {
+				docs, err := s.store.Schedules(ctx)
+				if err != nil {
+					return s.fail(err)
+				}
+				locks, err := s.lockMap(ctx)
+				if err != nil {
+					return s.fail(err)
+				}
+				now := time.Now()
+				views := make([]scheduleView, 0, len(docs))
+				for _, d := range docs {
+					v, err := s.view(ctx, d, locks, now)
+					if err != nil {
+						return s.fail(err)
+					}
+					views = append(views, v)
+				}
+				if isJSON(c) {
+					return writeJSON(c.App.Writer, views)
+				}
+				rows := make([][]string, len(views))
+				for i, v := range views {
+					rows[i] = v.row()
+				}
+				table(c.App.Writer, scheduleHeader(), rows)
+				return nil
+			})
+		},
+	}
+}
+
+func schedulesGet() *ucli.Command {
+	return &ucli.Command{
+		Name:      "get",
+		Usage:     "show one schedule",
+		ArgsUsage: "ID",
+		Flags:     dbFlags(),
+		Action: func(c *ucli.Context) error {
+			id, err := oneID(c, "cronswap schedules get daily_report")
+			if err != nil {
+				return err
+			}
+			return withDB(c, func(ctx context.Context, s *session) error {
+				d, err := s.store.Schedule(ctx, id)
+				if err != nil {
+					return s.fail(err)
+				}
+				locks, err := s.lockMap(ctx)
+				if err != nil {
+					return s.fail(err)
+				}
+				v, err := s.view(ctx, d, locks, time.Now())
+				if err != nil {
+					return s.fail(err)
+				}
+				if isJSON(c) {
+					return writeJSON(c.App.Writer, v)
+				}
+				vals := v.row()
+				rows := make([][]string, 0, len(vals)+4)
+				for i, h := range scheduleHeader() {
+					rows = append(rows, []string{strings.ToLower(h) + ":", vals[i]})
+				}
+				args := string(v.Args)
+				if args == "null" {
+					args = ""
+				}
+				upd := ""
+				if v.UpdatedAt != nil {
+					upd = *v.UpdatedAt
+				}
+				rows = append(rows, []string{"job:", v.Job}, []string{"category:", v.Category}, []string{"args:", args}, []string{"updated at:", upd})
+				table(c.App.Writer, []string{"FIELD", "VALUE"}, rows)
+				return nil
+			})
+		},
+	}
+}
+
+func schedulesSet() *ucli.Command {
+	return &ucli.Command{
+		Name:      "set",
+		Usage:     "create or change a schedule (validated before anything is written; sets updated_at)",
+		ArgsUsage: "ID",
+		Flags: dbFlags(
+			&ucli.StringFlag{Name: "cron", Usage: `cron expression, e.g. "0 9 * * 1-5", "*/30 * * * * *", "@hourly" (required)`},
+			&ucli.StringFlag{Name: "tz", Usage: `IANA time zone, e.g. Asia/Seoul ("" removes it: the config's default applies)`},
+			&ucli.StringFlag{Name: "job", Usage: `name of the action in the config's jobs ("" removes it: the ID is the action)`},
+			&ucli.StringFlag{Name: "category", Usage: `dispatch category ("" removes it)`},
+			&ucli.StringFlag{Name: "args", Usage: `JSON object handed to the action, e.g. '{"region":"eu"}'`},
+		),
+		Action: func(c *ucli.Context) error {
+			id, err := oneID(c, setExample)
+			if err != nil {
+				return err
+			}
+			refuse := func(format string, a ...any) error {
+				return ucli.Exit(fmt.Sprintf("refused, nothing written: "+format+"\nexample: %s", append(a, setExample)...), ExitUserError)
+			}
+			if _, err := outputFormat(c); err != nil {
+				return err
+			}
+			if !c.IsSet("cron") {
+				return refuse("--cron is missing")
+			}
+			edit := admin.ScheduleEdit{CronExpr: strings.TrimSpace(c.String("cron"))}
+			// Check the flags before connecting, so the message names the flag.
+			if err := checkSetFlags(c, id, &edit); err != nil {
+				return refuse("%v", err)
+			}
+			return withDB(c, func(ctx context.Context, s *session) error {
+				created, err := s.store.SetSchedule(ctx, id, edit)
+				if errors.Is(err, schedule.ErrInvalid) {
+					return refuse("%v", err)
+				}
+				if err != nil {
+					return s.fail(err)
+				}
+				d, err := s.store.Schedule(ctx, id)
+				if err != nil {
+					return s.fail(err)
+				}
+				v, err := s.view(ctx, d, nil, time.Now())
+				if err != nil {
+					return s.fail(err)
+				}
+				if isJSON(c) {
+					return writeJSON(c.App.Writer, struct {
+						Created bool `json:"created"`
+						scheduleView
+					}{created, v})
+				}
+				verb := "updated"
+				if created {
+					verb = "created"
+				}
+				next := "none (disabled)"
+				if v.NextRun != nil {
+					next = *v.NextRun
+				}
+				fmt.Fprintf(c.App.Writer, "%s %s: %q, next run %s\n", verb, id, v.CronExpr, next)
+				return nil
+			})
+		},
+	}
+}
+
+// checkSetFlags validates the flags of `schedules set` on their own and
+// fills edit. The stored document is checked again, merged, by the store.
+func checkSetFlags(c *ucli.Context, id string, edit *admin.ScheduleEdit) error {
+	if id == "" || len(id) > schedule.MaxIDBytes {
+		return fmt.Errorf("job ID %q: want 1 to %d bytes", id, schedule.MaxIDBytes)
+	}
+	loc := time.UTC
+	if c.IsSet("tz") {
+		tz := strings.TrimSpace(c.String("tz"))
+		edit.Timezone = &tz
+		if tz != "" {
+			l, err := schedule.LoadLocation(tz)
+			if err != nil {
+				return fmt.Errorf("--tz: %w", err)
+			}
+			loc = l
+		}
+	}
+	if _, err := schedule.ParseExpr(edit.CronExpr, loc); err != nil {
+		return fmt.Errorf("--cron %q: %w", edit.CronExpr, err)
+	}
+	for _, f := range []struct {
+		name string
+		dst  **string
+	}{{"job", &edit.Job}, {"category", &edit.Category}} {
+		if c.IsSet(f.name) {
+			v := strings.TrimSpace(c.String(f.name))
+			if len(v) > schedule.MaxNameBytes {
+				return fmt.Errorf("--%s: %d bytes, more than %d", f.name, len(v), schedule.MaxNameBytes)
+			}
+			*f.dst = &v
+		}
+	}
+	if c.IsSet("args") {
+		var doc bson.Raw
+		if err := bson.UnmarshalExtJSON([]byte(c.String("args")), false, &doc); err != nil {
+			return fmt.Errorf("--args %s: not a JSON object: %v", c.String("args"), err)
+		}
+		edit.Args = doc
+	}
+	return nil
+}
+
+func schedulesDelete() *ucli.Command {
+	return &ucli.Command{
+		Name:      "delete",
+		Usage:     "delete a schedule (the daemon disarms it)",
+		ArgsUsage: "ID",
+		Flags:     dbFlags(),
+		Action: func(c *ucli.Context) error {
+			id, err := oneID(c, "cronswap schedules delete daily_report")
+			if err != nil {
+				return err
+			}
+			return withDB(c, func(ctx context.Context, s *session) error {
+				err := s.store.DeleteSchedule(ctx, id)
+				if notFound(err) {
+					return ucli.Exit(fmt.Sprintf("no schedule %q", id), ExitUserError)
+				}
+				if err != nil {
+					return s.fail(err)
+				}
+				if isJSON(c) {
+					return writeJSON(c.App.Writer, map[string]any{"id": id, "deleted": true})
+				}
+				fmt.Fprintf(c.App.Writer, "deleted %s\n", id)
+				return nil
+			})
+		},
+	}
+}
+
+func schedulesEnable(name string, enabled bool) *ucli.Command {
+	usage := "disarm a schedule without deleting it (enabled: false)"
+	if enabled {
+		usage = "re-arm a paused schedule (enabled: true)"
+	}
+	return &ucli.Command{
+		Name:      name,
+		Usage:     usage,
+		ArgsUsage: "ID",
+		Flags:     dbFlags(),
+		Action: func(c *ucli.Context) error {
+			id, err := oneID(c, "cronswap schedules "+name+" daily_report")
+			if err != nil {
+				return err
+			}
+			return withDB(c, func(ctx context.Context, s *session) error {
+				changed, err := s.store.SetEnabled(ctx, id, enabled)
+				if notFound(err) {
+					return ucli.Exit(fmt.Sprintf("no schedule %q", id), ExitUserError)
+				}
+				if err != nil {
+					return s.fail(err)
+				}
+				if isJSON(c) {
+					return writeJSON(c.App.Writer, map[string]any{"id": id, "enabled": enabled, "changed": changed})
+				}
+				past := map[bool]string{false: "paused", true: "resumed"}[enabled]
+				if changed {
+					fmt.Fprintf(c.App.Writer, "%s %s\n", past, id)
+				} else {
+					fmt.Fprintf(c.App.Writer, "%s was already %s\n", id, map[bool]string{false: "paused", true: "enabled"}[enabled])
+				}
+				return nil
+			})
+		},
+	}
+}
