@@ -382,6 +382,8 @@ func TestFirePathShutdownReleasesLock(t *testing.T) {
 }
 
 // With overlap allow, runs of consecutive slots overlap, each still once.
+// (Slots are fired in order, as the scheduler does: a claim never wins a
+// slot at or before the job's last claimed slot.)
 func TestFirePathAllowOverlaps(t *testing.T) {
 	t.Parallel()
 	e := newFireEnv(t)
@@ -395,9 +397,13 @@ func TestFirePathAllowOverlaps(t *testing.T) {
 				break
 			}
 		}
-		<-release
-		inside.Add(-1)
-		return nil
+		defer inside.Add(-1)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	})})
 	a, b := e.runner(t, "a", time.Minute), e.runner(t, "b", time.Minute)
 	slot := time.Now().Truncate(time.Second)
@@ -406,12 +412,17 @@ func TestFirePathAllowOverlaps(t *testing.T) {
 		s := slot.Add(time.Duration(i) * time.Second)
 		wg.Go(func() { a.Fire("par", s) })
 		wg.Go(func() { b.Fire("par", s) })
+		waitFor(t, 30*time.Second, fmt.Sprintf("run %d to start", i+1), func() bool { return inside.Load() == int32(i+1) })
 	}
-	waitFor(t, 30*time.Second, "three overlapping runs", func() bool { return inside.Load() == 3 })
 	close(release)
 	wg.Wait()
 	runs := e.runDocs(t, "par")
 	if len(runs) != 3 || peak.Load() != 3 {
 		t.Fatalf("runs %+v, peak %d; want 3 overlapping runs", runs, peak.Load())
+	}
+	for _, r := range runs {
+		if r.Status != StatusSucceeded {
+			t.Errorf("run %+v: want succeeded", r)
+		}
 	}
 }

@@ -272,6 +272,7 @@ func (r *Runner) claim(log *slog.Logger, f Fire, spec Spec) (Lease, bool) {
 // while the action runs (cancelling the action if the lock is lost), then
 // releases it and records the run's end.
 func (r *Runner) execute(log *slog.Logger, action string, spec Spec, f Fire, lease *Lease) (error, time.Duration) {
+	start := time.Now()
 	ctx, cancel := context.WithCancelCause(r.ctx)
 	defer cancel(nil)
 	if spec.Timeout > 0 {
@@ -286,7 +287,6 @@ func (r *Runner) execute(log *slog.Logger, action string, spec Spec, f Fire, lea
 	} else {
 		close(renewDone)
 	}
-	start := time.Now()
 	log.Info("run started", "action", action)
 	err := runSafely(ctx, spec.Action, f)
 	took := time.Since(start)
