@@ -1,0 +1,218 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/jobs"
+)
+
+// startReplicas starts n daemons on one database, instance ids r1..rn.
+func startReplicas(t *testing.T, uri, dbName string, n int, extra, jobsYAML string) []*daemon {
+	t.Helper()
+	ds := make([]*daemon, n)
+	for i := range ds {
+		ds[i] = startDaemon(t, writeConfig(t, daemonConfig{URI: uri, Database: dbName,
+			InstanceID: fmt.Sprintf("r%d", i+1), Extra: extra, Jobs: jobsYAML}))
+	}
+	for _, d := range ds {
+		d.waitReady()
+	}
+	return ds
+}
+
+// waitArmed waits until every daemon has all ids armed.
+func waitArmed(t *testing.T, ds []*daemon, ids []string) {
+	t.Helper()
+	for _, d := range ds {
+		waitFor(t, 60*time.Second, "schedules armed on "+d.cfgPath, func() bool {
+			armed := d.armedExprs()
+			for _, id := range ids {
+				if _, ok := armed[id]; !ok {
+					return false
+				}
+			}
+			return true
+		})
+	}
+}
+
+func allRuns(t *testing.T, db *mongo.Database, filter bson.D) []jobs.RunDoc {
+	t.Helper()
+	ctx := testCtx(t)
+	cur, err := db.Collection(jobs.RunsCollection).Find(ctx, filter,
+		options.Find().SetSort(bson.D{{Key: "job_id", Value: 1}, {Key: "scheduled_at", Value: 1}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []jobs.RunDoc
+	if err := cur.All(ctx, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func lockDoc(t *testing.T, db *mongo.Database, id string) (jobs.LockDoc, bool) {
+	t.Helper()
+	var l jobs.LockDoc
+	err := db.Collection(jobs.LocksCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: id}}).Decode(&l)
+	if err == mongo.ErrNoDocuments {
+		return l, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, true
+}
+
+// Exactly once across replicas: three daemons on one database, 20 jobs
+// firing every second for 30 s, an exec action appending "job slot
+// instance fence" to a file. Every (job, slot) of the window is in the file
+// exactly once and in job_runs exactly once; no slot is missing. Half the
+// jobs are overlap forbid (the default), half allow.
+func TestExactlyOnceAcrossReplicas(t *testing.T) {
+	uri, db := setup(t)
+	out := filepath.Join(t.TempDir(), "fires.log")
+	line := `printf '%s %s %s %s\n' "$CRONSWAP_JOB_ID" "$CRONSWAP_SCHEDULED_AT" "$CRONSWAP_INSTANCE_ID" "$CRONSWAP_FENCE" >> ` + out
+	jobsYAML := fmt.Sprintf(`
+  append_forbid:
+    exec: ["sh", "-c", %q]
+    timeout: 20s
+  append_allow:
+    exec: ["sh", "-c", %q]
+    timeout: 20s
+    overlap: allow
+`, line, line)
+	ds := startReplicas(t, uri, db.Name(), 3, "", jobsYAML)
+
+	const nJobs = 20
+	const window = 30 * time.Second
+	var ids []string
+	var docs []bson.D
+	for i := range nJobs {
+		id := fmt.Sprintf("job%02d", i)
+		ids = append(ids, id)
+		action := "append_forbid"
+		if i%2 == 1 {
+			action = "append_allow"
+		}
+		docs = append(docs, bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: "* * * * * *"},
+			{Key: "job", Value: action}, {Key: "category", Value: fmt.Sprintf("cat%d", i%3)}, {Key: "updated_at", Value: time.Now()}})
+	}
+	insert(t, db, docs...)
+	waitArmed(t, ds, ids)
+	from := time.Now().Truncate(time.Second).Add(2 * time.Second)
+	to := from.Add(window) // slots in [from, to)
+	t.Logf("window %s .. %s", from.Format(time.TimeOnly), to.Format(time.TimeOnly))
+
+	// Wait until every slot of the window is recorded and finished.
+	inWindow := bson.D{{Key: "scheduled_at", Value: bson.D{{Key: "$gte", Value: from}, {Key: "$lt", Value: to}}}}
+	want := nJobs * int(window/time.Second)
+	waitFor(t, time.Until(to)+60*time.Second, "all runs of the window recorded and ended", func() bool {
+		if time.Now().Before(to) {
+			return false
+		}
+		runs := allRuns(t, db, inWindow)
+		if len(runs) < want {
+			return false
+		}
+		for _, r := range runs {
+			if r.Status == jobs.StatusRunning {
+				return false
+			}
+		}
+		return true
+	})
+	runs := allRuns(t, db, inWindow)
+	type key struct {
+		job  string
+		slot string
+	}
+	recorded := map[key]int{}
+	for _, r := range runs {
+		recorded[key{r.JobID, r.ScheduledAt.UTC().Format(time.RFC3339)}]++
+		if r.Status != jobs.StatusSucceeded {
+			t.Errorf("run %+v: status %s, want succeeded", r, r.Status)
+		}
+	}
+
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	inFile := map[key]int{}
+	fences := map[string][]struct {
+		slot  string
+		fence int64
+	}{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) != 4 {
+			t.Fatalf("odd line %q", sc.Text())
+		}
+		k := key{fields[0], fields[1]}
+		inFile[k]++
+		if inFile[k] > 1 {
+			t.Errorf("%s at %s ran %d times (last on %s)", k.job, k.slot, inFile[k], fields[2])
+		}
+		fence, err := strconv.ParseInt(fields[3], 10, 64)
+		if err != nil {
+			t.Fatalf("line %q: fence: %v", sc.Text(), err)
+		}
+		fences[k.job] = append(fences[k.job], struct {
+			slot  string
+			fence int64
+		}{k.slot, fence})
+	}
+	instances := map[string]int{}
+	for _, r := range runs {
+		instances[r.Instance]++
+	}
+	missing := 0
+	for _, id := range ids {
+		for s := from; s.Before(to); s = s.Add(time.Second) {
+			k := key{id, s.UTC().Format(time.RFC3339)}
+			if inFile[k] != 1 || recorded[k] != 1 {
+				missing++
+				if missing <= 20 {
+					t.Errorf("%s at %s: %d times in the file, %d in job_runs; want 1 and 1", id, k.slot, inFile[k], recorded[k])
+				}
+			}
+		}
+		// Fences grow with the slots.
+		fs := fences[id]
+		sort.Slice(fs, func(i, j int) bool { return fs[i].slot < fs[j].slot })
+		for i := 1; i < len(fs); i++ {
+			if fs[i].fence <= fs[i-1].fence {
+				t.Errorf("%s: fence %d at %s after %d at %s", id, fs[i].fence, fs[i].slot, fs[i-1].fence, fs[i-1].slot)
+			}
+		}
+	}
+	if missing > 0 {
+		t.Fatalf("%d of %d (job, slot) pairs not exactly once", missing, want)
+	}
+	t.Logf("%d runs in the window, by instance: %v", len(runs), instances)
+	if len(instances) < 2 {
+		t.Errorf("runs by instance %v: want the work spread over the replicas", instances)
+	}
+}
