@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -214,5 +215,133 @@ func TestExactlyOnceAcrossReplicas(t *testing.T) {
 	t.Logf("%d runs in the window, by instance: %v", len(runs), instances)
 	if len(instances) < 2 {
 		t.Errorf("runs by instance %v: want the work spread over the replicas", instances)
+	}
+}
+
+// Dead holder: with lock.ttl 3s, SIGKILL the replica holding a long job's
+// lock. Another replica takes the job over at the first slot after the dead
+// holder's lease (within ttl + one fire interval of the kill), the old run
+// is recorded abandoned, the taker's run — longer than 3 TTLs, next to a
+// live third replica — is never taken over, recorded runs of the job never
+// overlap (overlap forbid), and fences strictly increase.
+func TestDeadHolderIsTakenOver(t *testing.T) {
+	uri, db := setup(t)
+	const ttl = 3 * time.Second
+	const interval = 2 * time.Second
+	jobsYAML := `
+  long:
+    exec: ["sleep", "10"]
+    timeout: 1m
+`
+	ds := startReplicas(t, uri, db.Name(), 3, "lock:\n  ttl: 3s\n", jobsYAML)
+	insert(t, db, sched("long", "*/2 * * * * *"))
+	waitArmed(t, ds, []string{"long"})
+
+	var held jobs.LockDoc
+	waitFor(t, 60*time.Second, "a replica to hold the lock and run", func() bool {
+		l, ok := lockDoc(t, db, "long")
+		held = l
+		if !ok || l.State != jobs.LockRunning {
+			return false
+		}
+		n, err := db.Collection(jobs.RunsCollection).CountDocuments(testCtx(t),
+			bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: jobs.StatusRunning}})
+		return err == nil && n == 1
+	})
+	var victim *daemon
+	var survivors []*daemon
+	for i, d := range ds {
+		if fmt.Sprintf("r%d", i+1) == held.Holder {
+			victim = d
+		} else {
+			survivors = append(survivors, d)
+		}
+	}
+	if victim == nil {
+		t.Fatalf("lock held by %q, not one of the replicas", held.Holder)
+	}
+	victim.signal(syscall.SIGKILL)
+	killedAt := time.Now()
+	// Its last lease, now that nobody renews it.
+	dead, _ := lockDoc(t, db, "long")
+	if dead.Holder != held.Holder || dead.RunID != held.RunID {
+		t.Fatalf("lock changed hands before the kill: %+v then %+v", held, dead)
+	}
+	if dead.LeaseUntil.After(killedAt.Add(ttl)) {
+		t.Fatalf("lease until %v, more than ttl after the kill at %v", dead.LeaseUntil, killedAt)
+	}
+	// The first slot after the lease runs out.
+	takeoverSlot := dead.LeaseUntil.Truncate(interval)
+	if !takeoverSlot.After(dead.LeaseUntil) {
+		takeoverSlot = takeoverSlot.Add(interval)
+	}
+
+	var taker jobs.RunDoc
+	waitFor(t, 60*time.Second, "another replica to take the job over", func() bool {
+		for _, r := range allRuns(t, db, bson.D{{Key: "job_id", Value: "long"}, {Key: "fence", Value: bson.D{{Key: "$gt", Value: dead.Fence}}}}) {
+			if r.Status != jobs.StatusSkipped {
+				taker = r
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("killed %s at %s (lease until %s); %s took over slot %s, started %s after the kill",
+		dead.Holder, killedAt.Format(time.StampMilli), dead.LeaseUntil.Format(time.StampMilli), taker.Instance,
+		taker.ScheduledAt.Format(time.TimeOnly), taker.StartedAt.Sub(killedAt))
+	if taker.Instance == dead.Holder {
+		t.Fatalf("taken over by the dead replica %s", taker.Instance)
+	}
+	if !taker.ScheduledAt.Equal(takeoverSlot) {
+		t.Errorf("takeover at slot %s, want the first slot after the lease, %s (within ttl %s + interval %s of the kill)",
+			taker.ScheduledAt.Format(time.TimeOnly), takeoverSlot.Format(time.TimeOnly), ttl, interval)
+	}
+	if taker.Fence != dead.Fence+1 {
+		t.Errorf("taker's fence %d, want %d", taker.Fence, dead.Fence+1)
+	}
+	var old jobs.RunDoc
+	if err := db.Collection(jobs.RunsCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: dead.RunID}}).Decode(&old); err != nil {
+		t.Fatal(err)
+	}
+	if old.Status != jobs.StatusAbandoned || old.Instance != dead.Holder {
+		t.Fatalf("dead holder's run %+v: want abandoned", old)
+	}
+
+	// The taker's run (10 s, over 3 TTLs) ends on its own: renewals keep
+	// the third replica out.
+	waitFor(t, 60*time.Second, "the taker's run to end", func() bool {
+		var r jobs.RunDoc
+		err := db.Collection(jobs.RunsCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: taker.ID}}).Decode(&r)
+		taker = r
+		return err == nil && r.Status != jobs.StatusRunning
+	})
+	if taker.Status != jobs.StatusSucceeded || taker.EndedAt.Sub(taker.StartedAt) < 3*ttl {
+		t.Fatalf("taker's run %+v: want succeeded after more than 3 TTLs", taker)
+	}
+	for _, d := range survivors {
+		if l, ok := d.findLog(func(l logLine) bool { return l.str("msg") == "lock lost while running; cancelling the action" }); ok {
+			t.Errorf("a live holder lost its lock: %v", l)
+		}
+	}
+
+	// Recorded runs never overlap; fences strictly increase.
+	var ran []jobs.RunDoc
+	for _, r := range allRuns(t, db, bson.D{{Key: "job_id", Value: "long"}}) {
+		if r.Status != jobs.StatusSkipped && r.Status != jobs.StatusRunning {
+			ran = append(ran, r)
+		}
+	}
+	sort.Slice(ran, func(i, j int) bool { return ran[i].StartedAt.Before(ran[j].StartedAt) })
+	for i := 1; i < len(ran); i++ {
+		if ran[i].StartedAt.Before(ran[i-1].EndedAt) {
+			t.Errorf("runs overlap: %s %s..%s and %s %s..%s", ran[i-1].Instance, ran[i-1].StartedAt.Format(time.StampMilli),
+				ran[i-1].EndedAt.Format(time.StampMilli), ran[i].Instance, ran[i].StartedAt.Format(time.StampMilli), ran[i].EndedAt.Format(time.StampMilli))
+		}
+		if ran[i].Fence <= ran[i-1].Fence {
+			t.Errorf("fence %d after %d", ran[i].Fence, ran[i-1].Fence)
+		}
+	}
+	if len(ran) < 2 {
+		t.Fatalf("runs %+v: want the abandoned and the taker's", ran)
 	}
 }
