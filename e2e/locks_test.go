@@ -345,3 +345,77 @@ func TestDeadHolderIsTakenOver(t *testing.T) {
 		t.Fatalf("runs %+v: want the abandoned and the taker's", ran)
 	}
 }
+
+// damagedLockCases are the damaged rows of the README's state table, as
+// an operator would write them by hand with mongosh.
+var damagedLockCases = map[string]string{
+	"dmg_state_missing":      `{holder: "", run_id: "", lease_until: past, fence: NumberLong(7), last_slot: past}`,
+	"dmg_state_unknown":      `{state: "editing", holder: "", run_id: "", lease_until: past, fence: NumberLong(7), last_slot: past}`,
+	"dmg_state_wrong_type":   `{state: true, holder: "", run_id: "", lease_until: past, fence: NumberLong(7), last_slot: past}`,
+	"dmg_fence_fraction":     `{state: "free", holder: "", run_id: "", lease_until: past, fence: 7.5, last_slot: past}`,
+	"dmg_fence_string":       `{state: "free", holder: "", run_id: "", lease_until: past, fence: "7", last_slot: past}`,
+	"dmg_fence_missing":      `{state: "free", holder: "", run_id: "", lease_until: past, last_slot: past}`,
+	"dmg_last_slot_missing":  `{state: "free", holder: "", run_id: "", lease_until: past, fence: NumberLong(7)}`,
+	"dmg_last_slot_string":   `{state: "free", holder: "", run_id: "", lease_until: past, fence: NumberLong(7), last_slot: "yesterday"}`,
+	"dmg_last_slot_future":   `{state: "free", holder: "", run_id: "", lease_until: past, fence: NumberLong(7), last_slot: new Date("2999-01-01")}`,
+	"dmg_running_no_holder":  `{state: "running", holder: "", run_id: "r", lease_until: soon, fence: NumberLong(7), last_slot: past}`,
+	"dmg_running_holder_num": `{state: "running", holder: 3, run_id: "r", lease_until: soon, fence: NumberLong(7), last_slot: past}`,
+	"dmg_running_no_lease":   `{state: "running", holder: "ghost", run_id: "r", fence: NumberLong(7), last_slot: past}`,
+	"dmg_running_lease_str":  `{state: "running", holder: "ghost", run_id: "r", lease_until: "soon", fence: NumberLong(7), last_slot: past}`,
+	"dmg_running_lease_far":  `{state: "running", holder: "ghost", run_id: "r", lease_until: new Date("2999-01-01"), fence: NumberLong(7), last_slot: past}`,
+	"dmg_running_run_id_num": `{state: "running", holder: "ghost", run_id: 5, lease_until: soon, fence: NumberLong(7), last_slot: past}`,
+	"dmg_empty":              `{}`,
+}
+
+// Damaged lock documents, written by hand into job_locks, are repaired and
+// their jobs run at their next slot.
+func TestDamagedLockDocumentsAreRepaired(t *testing.T) {
+	uri, db := setup(t)
+	var js strings.Builder
+	js.WriteString(`const past = new Date(Date.now() - 3600e3); const soon = new Date(Date.now() + 300e3);
+db.job_locks.insertMany([`)
+	var ids []string
+	for id, doc := range damagedLockCases {
+		ids = append(ids, id)
+		fmt.Fprintf(&js, "Object.assign({_id: %q}, %s),\n", id, doc)
+	}
+	js.WriteString(`]);`)
+	sort.Strings(ids)
+	mongosh(t, uri, db.Name(), js.String())
+
+	jobsYAML := "\n  noop:\n    exec: [\"true\"]\n"
+	var docs []bson.D
+	for _, id := range ids {
+		docs = append(docs, bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: "* * * * * *"},
+			{Key: "job", Value: "noop"}, {Key: "updated_at", Value: time.Now()}})
+	}
+	insert(t, db, docs...)
+	d := startDaemon(t, writeConfig(t, daemonConfig{URI: uri, Database: db.Name(), Jobs: jobsYAML}))
+	d.waitReady()
+	armedAt := time.Now()
+	waitFor(t, 60*time.Second, "every job to run after its repair", func() bool {
+		done := map[string]bool{}
+		for _, r := range allRuns(t, db, bson.D{{Key: "status", Value: jobs.StatusSucceeded}}) {
+			done[r.JobID] = true
+		}
+		return len(done) == len(ids)
+	})
+	for _, id := range ids {
+		l, ok := lockDoc(t, db, id)
+		if !ok || l.RepairReason == "" || l.RepairedAt.IsZero() {
+			t.Errorf("%s: lock %+v, want a recorded repair", id, l)
+		}
+		if l.Fence <= 7 && id != "dmg_fence_missing" && id != "dmg_fence_string" && id != "dmg_empty" {
+			t.Errorf("%s: fence %d, want above the damaged document's 7", id, l.Fence)
+		}
+		if _, ok := d.findLog(func(l logLine) bool {
+			return l.str("msg") == "lock document damaged; reset to free" && l.str("job_id") == id && l.str("level") == "WARN"
+		}); !ok {
+			t.Errorf("%s: no warning about the repair", id)
+		}
+		runs := allRuns(t, db, bson.D{{Key: "job_id", Value: id}})
+		if len(runs) == 0 || runs[0].ScheduledAt.After(armedAt.Add(5*time.Second)) {
+			t.Errorf("%s: first run %+v, want one at the first slots after start (%s)", id, runs, armedAt.Format(time.TimeOnly))
+		}
+	}
+}

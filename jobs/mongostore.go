@@ -578,8 +578,8 @@ func lookupString(raw bson.Raw, key string) (string, bool) {
 }
 
 // integer reads a BSON integer (int32 or int64). A double is damage even
-// when integral (mongosh writes plain numbers as doubles): $inc would keep
-// it a double, and a repair rewrites it as an int64.
+// when integral: $inc would keep it a double (and a fraction would make
+// fences collide after rounding); a repair rewrites it as an int64.
 func integer(v bson.RawValue) (int64, bool) {
 	if i, ok := v.Int64OK(); ok {
 		return i, true
