@@ -86,9 +86,12 @@ func lockDoc(t *testing.T, db *mongo.Database, id string) (jobs.LockDoc, bool) {
 
 // Exactly once across replicas: three daemons on one database, 20 jobs
 // firing every second for 30 s, an exec action appending "job slot
-// instance fence" to a file. Every (job, slot) of the window is in the file
-// exactly once and in job_runs exactly once; no slot is missing. Half the
-// jobs are overlap forbid (the default), half allow.
+// instance fence" to a file. Every (job, slot) of the window is in job_runs
+// exactly once and in the file exactly once; no slot is missing. Half the
+// jobs are overlap allow; the other half are forbid (the default), where a
+// slot that fires while the previous run still holds the lock (a loaded
+// machine) is legitimately recorded skipped instead — then it must not be
+// in the file, and its record must fall inside the holder's run.
 func TestExactlyOnceAcrossReplicas(t *testing.T) {
 	uri, db := setup(t)
 	out := filepath.Join(t.TempDir(), "fires.log")
@@ -108,12 +111,14 @@ func TestExactlyOnceAcrossReplicas(t *testing.T) {
 	const window = 30 * time.Second
 	var ids []string
 	var docs []bson.D
+	forbid := map[string]bool{}
 	for i := range nJobs {
 		id := fmt.Sprintf("job%02d", i)
 		ids = append(ids, id)
-		action := "append_forbid"
-		if i%2 == 1 {
-			action = "append_allow"
+		action := "append_allow"
+		if i%2 == 0 {
+			action = "append_forbid"
+			forbid[id] = true
 		}
 		docs = append(docs, bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: "* * * * * *"},
 			{Key: "job", Value: action}, {Key: "category", Value: fmt.Sprintf("cat%d", i%3)}, {Key: "updated_at", Value: time.Now()}})
@@ -148,9 +153,25 @@ func TestExactlyOnceAcrossReplicas(t *testing.T) {
 		slot string
 	}
 	recorded := map[key]int{}
+	skipped := map[key]bool{}
+	byID := map[string]jobs.RunDoc{}
+	for _, r := range allRuns(t, db, bson.D{}) {
+		byID[r.ID] = r
+	}
 	for _, r := range runs {
-		recorded[key{r.JobID, r.ScheduledAt.UTC().Format(time.RFC3339)}]++
-		if r.Status != jobs.StatusSucceeded {
+		k := key{r.JobID, r.ScheduledAt.UTC().Format(time.RFC3339)}
+		recorded[k]++
+		switch {
+		case r.Status == jobs.StatusSucceeded:
+		case r.Status == jobs.StatusSkipped && forbid[r.JobID]:
+			// Legitimate only while an earlier run of the job held the lock.
+			skipped[k] = true
+			holderRun, _, _ := strings.Cut(strings.TrimPrefix(r.Error, "overlap forbid: run "), " ")
+			h, ok := byID[holderRun]
+			if !ok || h.JobID != r.JobID || !h.ScheduledAt.Before(r.ScheduledAt) || r.StartedAt.Before(h.StartedAt) {
+				t.Errorf("%s at %s skipped (%s), but the named holder run %+v is not an earlier run of the job", r.JobID, k.slot, r.Error, h)
+			}
+		default:
 			t.Errorf("run %+v: status %s, want succeeded", r, r.Status)
 		}
 	}
@@ -193,10 +214,14 @@ func TestExactlyOnceAcrossReplicas(t *testing.T) {
 	for _, id := range ids {
 		for s := from; s.Before(to); s = s.Add(time.Second) {
 			k := key{id, s.UTC().Format(time.RFC3339)}
-			if inFile[k] != 1 || recorded[k] != 1 {
+			wantInFile := 1
+			if skipped[k] {
+				wantInFile = 0
+			}
+			if inFile[k] != wantInFile || recorded[k] != 1 {
 				missing++
 				if missing <= 20 {
-					t.Errorf("%s at %s: %d times in the file, %d in job_runs; want 1 and 1", id, k.slot, inFile[k], recorded[k])
+					t.Errorf("%s at %s: %d times in the file, %d in job_runs; want %d and 1", id, k.slot, inFile[k], recorded[k], wantInFile)
 				}
 			}
 		}
@@ -212,7 +237,7 @@ func TestExactlyOnceAcrossReplicas(t *testing.T) {
 	if missing > 0 {
 		t.Fatalf("%d of %d (job, slot) pairs not exactly once", missing, want)
 	}
-	t.Logf("%d runs in the window, by instance: %v", len(runs), instances)
+	t.Logf("%d runs in the window, by instance: %v; %d forbid fires skipped while the previous run held the lock", len(runs), instances, len(skipped))
 	if len(instances) < 2 {
 		t.Errorf("runs by instance %v: want the work spread over the replicas", instances)
 	}
@@ -292,8 +317,10 @@ func TestDeadHolderIsTakenOver(t *testing.T) {
 	if taker.Instance == dead.Holder {
 		t.Fatalf("taken over by the dead replica %s", taker.Instance)
 	}
-	if !taker.ScheduledAt.Equal(takeoverSlot) {
-		t.Errorf("takeover at slot %s, want the first slot after the lease, %s (within ttl %s + interval %s of the kill)",
+	// (An earlier slot is possible only for a fire that reached its claim
+	// after the lease ended anyway.)
+	if taker.ScheduledAt.After(takeoverSlot) {
+		t.Errorf("takeover at slot %s, want at the latest the first slot after the lease, %s (within ttl %s + interval %s of the kill)",
 			taker.ScheduledAt.Format(time.TimeOnly), takeoverSlot.Format(time.TimeOnly), ttl, interval)
 	}
 	if taker.Fence != dead.Fence+1 {

@@ -193,7 +193,7 @@ func (r *Runner) fire(id string, slot time.Time, target Target) {
 		return
 	}
 	if r.opts.Store == nil {
-		err, took := r.execute(log, target.Action, spec, f, nil)
+		took, err := r.execute(log, target.Action, spec, f, nil)
 		if r.opts.Done != nil {
 			r.opts.Done(f, err, took)
 		}
@@ -205,7 +205,7 @@ func (r *Runner) fire(id string, slot time.Time, target Target) {
 	}
 	f.Fence = lease.Fence
 	log = log.With("fence", lease.Fence)
-	err, took := r.execute(log, target.Action, spec, f, &lease)
+	took, err := r.execute(log, target.Action, spec, f, &lease)
 	if r.opts.Done != nil {
 		r.opts.Done(f, err, took)
 	}
@@ -271,7 +271,7 @@ func (r *Runner) claim(log *slog.Logger, f Fire, spec Spec) (Lease, bool) {
 // execute runs the action with its timeout; with a lease it renews it
 // while the action runs (cancelling the action if the lock is lost), then
 // releases it and records the run's end.
-func (r *Runner) execute(log *slog.Logger, action string, spec Spec, f Fire, lease *Lease) (error, time.Duration) {
+func (r *Runner) execute(log *slog.Logger, action string, spec Spec, f Fire, lease *Lease) (time.Duration, error) {
 	start := time.Now()
 	ctx, cancel := context.WithCancelCause(r.ctx)
 	defer cancel(nil)
@@ -320,7 +320,7 @@ func (r *Runner) execute(log *slog.Logger, action string, spec Spec, f Fire, lea
 		log.Warn("run "+status, "duration", took, "error", err)
 	}
 	r.runEnded(f.JobID, status)
-	return err, took
+	return took, err
 }
 
 // finish releases the lock and records the run's end; it returns the
