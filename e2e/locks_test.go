@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -17,6 +19,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/cronswap/cronswap/internal/faultproxy"
 	"github.com/cronswap/cronswap/jobs"
 )
 
@@ -443,6 +446,71 @@ db.job_locks.insertMany([`)
 		runs := allRuns(t, db, bson.D{{Key: "job_id", Value: id}})
 		if len(runs) == 0 || runs[0].ScheduledAt.After(armedAt.Add(5*time.Second)) {
 			t.Errorf("%s: first run %+v, want one at the first slots after start (%s)", id, runs, armedAt.Format(time.TimeOnly))
+		}
+	}
+}
+
+// Database unreachable at fire time: the claim's connection is cut, so the
+// fire does not run (at most once); the daemon logs it with job id and slot
+// and counts it; a later fire runs again.
+func TestUnreachableDatabaseAtFireTimeDoesNotRun(t *testing.T) {
+	uri, db := setup(t)
+	p := newProxy(t, uri)
+	out := filepath.Join(t.TempDir(), "fires.log")
+	jobsYAML := fmt.Sprintf("\n  tick:\n    exec: [\"sh\", \"-c\", %q]\n", `echo "$CRONSWAP_SCHEDULED_AT" >> `+out)
+	insert(t, db, sched("tick", "* * * * * *"))
+	d := startDaemon(t, writeConfig(t, daemonConfig{URI: p.URI(uri), Database: db.Name(), Jobs: jobsYAML}))
+	d.waitReady()
+	waitFor(t, 30*time.Second, "a first run", func() bool {
+		return len(allRuns(t, db, bson.D{{Key: "status", Value: jobs.StatusSucceeded}})) > 0
+	})
+	// The next claims (findAndModify) lose their connection. Three cuts in
+	// a row defeat a driver retry (retryable writes on a replica set).
+	for range 3 {
+		p.CutNext(faultproxy.CommandName("findAndModify"))
+	}
+	l := d.waitLog("a fire not run for an unreachable database", func(l logLine) bool {
+		return l.str("msg") == "fire not run: could not claim it" && l.str("reason") == jobs.NotRunUnreachable
+	})
+	if l.str("job_id") != "tick" || l.str("level") != "WARN" {
+		t.Errorf("log %v: want a warning naming job_id tick", l)
+	}
+	slot, err := time.Parse(time.RFC3339, l.str("scheduled_at"))
+	if err != nil {
+		t.Fatalf("log %v: scheduled_at: %v", l, err)
+	}
+	// Later fires run again.
+	waitFor(t, 30*time.Second, "a run after the outage", func() bool {
+		return len(allRuns(t, db, bson.D{{Key: "status", Value: jobs.StatusSucceeded},
+			{Key: "scheduled_at", Value: bson.D{{Key: "$gt", Value: slot}}}})) > 0
+	})
+	if runs := allRuns(t, db, bson.D{{Key: "scheduled_at", Value: slot}}); len(runs) != 0 {
+		t.Errorf("the slot whose claim failed was recorded: %+v", runs)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), slot.UTC().Format(time.RFC3339)) {
+		t.Errorf("the slot whose claim failed ran:\n%s", data)
+	}
+	var metrics string
+	resp, err := http.Get(d.url("/metrics"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	metrics = string(b)
+	for _, want := range []string{
+		`cronswap_fires_not_run_total{reason="database_unreachable"}`,
+		`cronswap_lock_acquisitions_total{result="acquired"}`,
+		`cronswap_lock_acquisitions_total{result="error"}`,
+		`cronswap_runs_total{job_id="tick",status="succeeded"}`,
+		`cronswap_fire_lateness_seconds_count`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
 		}
 	}
 }
