@@ -514,3 +514,52 @@ func TestUnreachableDatabaseAtFireTimeDoesNotRun(t *testing.T) {
 		}
 	}
 }
+
+// A replica restarted with the same instance id after a crash takes its
+// own left-over lock back at the next slot instead of waiting for the
+// lease (10 minutes by default) to run out.
+func TestRestartedInstanceReclaimsItsLock(t *testing.T) {
+	uri, db := setup(t)
+	jobsYAML := "\n  long:\n    exec: [\"sleep\", \"6\"]\n"
+	insert(t, db, sched("long", "*/2 * * * * *"))
+	cfg := writeConfig(t, daemonConfig{URI: uri, Database: db.Name(), InstanceID: "r1", Jobs: jobsYAML})
+	d := startDaemon(t, cfg)
+	d.waitReady()
+	var held jobs.LockDoc
+	waitFor(t, 60*time.Second, "the lock held by a running run", func() bool {
+		l, ok := lockDoc(t, db, "long")
+		held = l
+		if !ok || l.State != jobs.LockRunning {
+			return false
+		}
+		n, err := db.Collection(jobs.RunsCollection).CountDocuments(testCtx(t),
+			bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: jobs.StatusRunning}})
+		return err == nil && n == 1
+	})
+	d.signal(syscall.SIGKILL)
+	held, _ = lockDoc(t, db, "long")
+
+	d2 := startDaemon(t, cfg)
+	d2.waitReady()
+	d2.waitLog("the left-over lock taken back", func(l logLine) bool {
+		return l.str("msg") == "lock held by a previous run of this instance; taken over" && l.str("job_id") == "long"
+	})
+	var again jobs.RunDoc
+	waitFor(t, 30*time.Second, "a new run", func() bool {
+		runs := allRuns(t, db, bson.D{{Key: "job_id", Value: "long"}, {Key: "fence", Value: held.Fence + 1}})
+		if len(runs) == 1 {
+			again = runs[0]
+		}
+		return len(runs) == 1
+	})
+	if again.Instance != "r1" || !again.StartedAt.Before(held.LeaseUntil) {
+		t.Fatalf("new run %+v, want r1 before the old lease ends at %s", again, held.LeaseUntil)
+	}
+	var old jobs.RunDoc
+	if err := db.Collection(jobs.RunsCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: held.RunID}}).Decode(&old); err != nil {
+		t.Fatal(err)
+	}
+	if old.Status != jobs.StatusAbandoned {
+		t.Fatalf("the crashed run %+v: want abandoned", old)
+	}
+}

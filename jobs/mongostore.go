@@ -110,6 +110,16 @@ func (s *MongoStore) Claim(ctx context.Context, req ClaimRequest) (Claim, error)
 			continue
 		case !v.lastSlot.Before(req.Slot):
 			return Claim{Result: AlreadyFired, Repaired: repaired}, nil
+		case req.Exclusive && v.state == LockRunning && !v.leaseUntil.Before(req.Now) &&
+			v.holder == req.Instance && req.Running != nil && !req.Running(v.runID):
+			c, won, err := s.reclaim(ctx, req, v)
+			if err != nil {
+				return Claim{}, err
+			}
+			if won {
+				c.Repaired = repaired
+				return c, nil
+			}
 		case req.Exclusive && v.state == LockRunning && !v.leaseUntil.Before(req.Now):
 			c, won, err := s.skip(ctx, req)
 			if err != nil {
@@ -177,6 +187,45 @@ func (s *MongoStore) tryClaim(ctx context.Context, req ClaimRequest) (Claim, boo
 	}
 	s.sweepRuns(ctx, req.JobID, req.RunID, req.Now)
 	return c, true, nil
+}
+
+// reclaim takes over a lock this instance holds under a run it does not
+// know: one left by a previous life of the process. The filter pins the
+// exact holder, run and fence that were inspected.
+func (s *MongoStore) reclaim(ctx context.Context, req ClaimRequest, v lockView) (Claim, bool, error) {
+	filter := bson.D{
+		{Key: "_id", Value: req.JobID},
+		{Key: "last_slot", Value: bson.D{{Key: "$lt", Value: req.Slot}}},
+		{Key: "state", Value: LockRunning},
+		{Key: "holder", Value: req.Instance},
+		{Key: "run_id", Value: v.runID},
+		{Key: "fence", Value: v.fence},
+	}
+	update := bson.D{
+		{Key: "$set", Value: bson.D{
+			{Key: "run_id", Value: req.RunID},
+			{Key: "acquired_at", Value: req.Now},
+			{Key: "lease_until", Value: req.Now.Add(req.TTL)},
+			{Key: "last_slot", Value: req.Slot},
+			{Key: "updated_at", Value: req.Now},
+		}},
+		{Key: "$inc", Value: bson.D{{Key: "fence", Value: int64(1)}}},
+	}
+	res, err := s.locks.UpdateOne(ctx, filter, update)
+	if err != nil {
+		return Claim{}, false, fmt.Errorf("reclaim %s: %w: %w", req.JobID, ErrUnreachable, err)
+	}
+	if res.MatchedCount == 0 {
+		return Claim{}, false, nil
+	}
+	s.log.Warn("lock held by a previous run of this instance; taken over", "job_id", req.JobID,
+		"instance_id", req.Instance, "previous_run_id", v.runID)
+	s.abandonRun(ctx, req.JobID, v.runID, req.Now, "lock left by a previous life of "+req.Instance+"; taken over on restart")
+	s.sweepRuns(ctx, req.JobID, req.RunID, req.Now)
+	return Claim{Result: TakenOver, Holder: req.Instance, HolderRunID: v.runID, Lease: Lease{
+		JobID: req.JobID, Slot: req.Slot, Instance: req.Instance, RunID: req.RunID,
+		Fence: v.fence + 1, Exclusive: true,
+	}}, true, nil
 }
 
 // skip consumes the slot while a live run holds the lock, so that exactly

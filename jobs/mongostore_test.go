@@ -519,3 +519,47 @@ func TestInspectLockHealthy(t *testing.T) {
 		}
 	}
 }
+
+// A lock this instance holds under a run it does not know (a previous life
+// of the process, restarted with the same instance id) is taken over at
+// once, without waiting for the lease; other instances still skip.
+func TestMongoStoreReclaimsOwnLeftoverLock(t *testing.T) {
+	t.Parallel()
+	e := newStoreEnv(t)
+	ctx := testCtx(t)
+	a, b := e.store("a"), e.store("b")
+	c := mustClaim(t, a, req("j", base, "a", base, true), Acquired)
+	if err := a.StartRun(ctx, c.Lease, base, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	live := func(id string) bool { return id == c.Lease.RunID }
+	gone := func(string) bool { return false }
+
+	t1 := base.Add(time.Second)
+	r := req("j", t1, "b", t1, true)
+	r.Running = gone // b's own runs say nothing about a's lock
+	mustClaim(t, b, r, Skipped)
+
+	t2 := t1.Add(time.Second)
+	r = req("j", t2, "a", t2, true)
+	r.Running = live // the run is alive in this process: skip
+	mustClaim(t, a, r, Skipped)
+
+	t3 := t2.Add(time.Second)
+	r = req("j", t3, "a", t3, true)
+	r.Running = gone // restarted: the run is not ours any more
+	c3 := mustClaim(t, a, r, TakenOver)
+	if c3.HolderRunID != c.Lease.RunID || c3.Lease.Fence != c.Lease.Fence+1 {
+		t.Fatalf("reclaim %+v, want previous run %s and fence %d", c3, c.Lease.RunID, c.Lease.Fence+1)
+	}
+	if old := e.run(t, c.Lease.RunID); old.Status != StatusAbandoned {
+		t.Fatalf("left-over run %+v, want abandoned", old)
+	}
+	if l := e.lock(t, "j"); l.RunID != c3.Lease.RunID || l.Fence != c3.Lease.Fence || !l.LastSlot.Equal(t3) {
+		t.Fatalf("lock %+v after reclaim", l)
+	}
+	// The old lease no longer renews or releases.
+	if err := a.Renew(ctx, c.Lease, t3, 10*time.Second); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("renew of the left-over lease: %v", err)
+	}
+}

@@ -93,6 +93,9 @@ type Runner struct {
 	mu       sync.Mutex
 	stopping bool
 	running  sync.WaitGroup
+
+	activeMu sync.Mutex
+	active   map[string]struct{} // run ids of this process's claims and runs in progress
 }
 
 // errShutdown is the cancellation cause of actions still running when the
@@ -118,7 +121,7 @@ func NewRunner(opts RunnerOptions) *Runner {
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Runner{opts: opts, log: opts.Logger, clock: opts.Clock, pool: NewPool(opts.Workers),
-		guard: newKeyGuard(), ctx: ctx, cancel: cancel}
+		guard: newKeyGuard(), ctx: ctx, cancel: cancel, active: map[string]struct{}{}}
 }
 
 // Fire handles job id's fire for cron slot slot and returns when it is done
@@ -217,8 +220,16 @@ func (r *Runner) fire(id string, slot time.Time, target Target) {
 func (r *Runner) claim(log *slog.Logger, f Fire, spec Spec) (Lease, bool) {
 	req := ClaimRequest{JobID: f.JobID, Slot: f.ScheduledAt, Instance: r.opts.InstanceID, RunID: f.RunID,
 		Exclusive: spec.Overlap != "allow", TTL: r.opts.TTL}
+	req.Running = r.isActive
 	ctx, cancel := r.opCtx()
 	defer cancel()
+	r.setActive(f.RunID, true)
+	won := false
+	defer func() {
+		if !won {
+			r.setActive(f.RunID, false)
+		}
+	}()
 	r.guard.lock(f.JobID)
 	req.Now = r.clock.Now()
 	c, err := r.opts.Store.Claim(ctx, req)
@@ -265,7 +276,25 @@ func (r *Runner) claim(log *slog.Logger, f Fire, spec Spec) (Lease, bool) {
 		}
 		return Lease{}, false
 	}
+	won = true
 	return c.Lease, true
+}
+
+func (r *Runner) setActive(runID string, on bool) {
+	r.activeMu.Lock()
+	defer r.activeMu.Unlock()
+	if on {
+		r.active[runID] = struct{}{}
+	} else {
+		delete(r.active, runID)
+	}
+}
+
+func (r *Runner) isActive(runID string) bool {
+	r.activeMu.Lock()
+	defer r.activeMu.Unlock()
+	_, ok := r.active[runID]
+	return ok
 }
 
 // execute runs the action with its timeout; with a lease it renews it
@@ -312,6 +341,7 @@ func (r *Runner) execute(log *slog.Logger, action string, spec Spec, f Fire, lea
 	}
 	if lease != nil {
 		status = r.finish(log, *lease, status, err, endedAt)
+		r.setActive(lease.RunID, false)
 	}
 	switch status {
 	case StatusSucceeded:

@@ -43,6 +43,12 @@ type ClaimRequest struct {
 	// Now is the claimer's clock, for leases; TTL the lease length.
 	Now time.Time
 	TTL time.Duration
+	// Running, if set, reports whether a run id is one of this process's
+	// runs in progress. A lock held under this Instance by a run that is
+	// not is left over from a previous life of this instance (crashed and
+	// restarted with the same instance id): it is taken over at once
+	// instead of waiting for its lease.
+	Running func(runID string) bool
 }
 
 // ClaimResult says how a claim ended.
