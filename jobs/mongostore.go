@@ -103,10 +103,13 @@ func (s *MongoStore) Claim(ctx context.Context, req ClaimRequest) (Claim, error)
 		v := inspectLock(raw, req.Now, req.TTL)
 		switch {
 		case len(v.damage) > 0:
-			if err := s.repair(ctx, req.JobID, raw, v, req.Now); err != nil {
+			done, err := s.repair(ctx, req.JobID, raw, v, req.Now)
+			if err != nil {
 				return Claim{}, err
 			}
-			repaired = append(repaired, v.damage...)
+			if done {
+				repaired = append(repaired, v.damage...)
+			}
 			continue
 		case !v.lastSlot.Before(req.Slot):
 			return Claim{Result: AlreadyFired, Repaired: repaired}, nil
@@ -310,10 +313,11 @@ func freeLock(jobID string, fence int64, lastSlot time.Time, lastOutcome string,
 // the rest from job_runs. The replacement is conditional on the document
 // being exactly as inspected, so a concurrent repair or claim is never
 // overwritten; the run a damaged running lock named is marked abandoned.
-func (s *MongoStore) repair(ctx context.Context, jobID string, raw bson.Raw, v lockView, now time.Time) error {
+// It reports whether it replaced the document.
+func (s *MongoStore) repair(ctx context.Context, jobID string, raw bson.Raw, v lockView, now time.Time) (bool, error) {
 	fence, lastSlot, err := s.history(ctx, jobID)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if val, err := raw.LookupErr("fence"); err == nil {
 		if f, ok := trustedFence(val); ok {
@@ -328,21 +332,21 @@ func (s *MongoStore) repair(ctx context.Context, jobID string, raw bson.Raw, v l
 	doc = append(doc, bson.E{Key: "repaired_at", Value: now}, bson.E{Key: "repair_reason", Value: reason})
 	filter, err := sameDocFilter(raw)
 	if err != nil {
-		return fmt.Errorf("repair lock %s: %w", jobID, err)
+		return false, fmt.Errorf("repair lock %s: %w", jobID, err)
 	}
 	res, err := s.locks.ReplaceOne(ctx, filter, doc)
 	if err != nil {
-		return fmt.Errorf("repair lock %s: %w: %w", jobID, ErrUnreachable, err)
+		return false, fmt.Errorf("repair lock %s: %w: %w", jobID, ErrUnreachable, err)
 	}
 	if res.MatchedCount == 0 {
-		return nil // changed since we looked; the caller looks again
+		return false, nil // changed since we looked; the caller looks again
 	}
 	s.log.Warn("lock document damaged; reset to free", "job_id", jobID, "instance_id", s.instance,
 		"damage", reason, "fence", fence, "last_slot", lastSlot)
 	if v.runID != "" {
 		s.abandonRun(ctx, jobID, v.runID, now, "lock document damaged ("+reason+"); repaired by "+s.instance)
 	}
-	return nil
+	return true, nil
 }
 
 // knownLockFields are the fields a repair's compare-and-swap also checks

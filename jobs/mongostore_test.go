@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -561,5 +562,55 @@ func TestMongoStoreReclaimsOwnLeftoverLock(t *testing.T) {
 	// The old lease no longer renews or releases.
 	if err := a.Renew(ctx, c.Lease, t3, 10*time.Second); !errors.Is(err, ErrLockLost) {
 		t.Fatalf("renew of the left-over lease: %v", err)
+	}
+}
+
+// Several replicas meeting the same damaged document at once: it is
+// repaired once (compare-and-swap) and exactly one of them wins the slot.
+func TestMongoStoreConcurrentRepairOneWinner(t *testing.T) {
+	t.Parallel()
+	e := newStoreEnv(t)
+	ctx := testCtx(t)
+	for i, name := range []string{"fence_string", "running_lease_far", "state_missing", "last_slot_string"} {
+		id := fmt.Sprintf("c%d", i)
+		doc := append(bson.D{{Key: "_id", Value: id}}, damagedLocks(base)[name]...)
+		if _, err := e.locks.InsertOne(ctx, doc); err != nil {
+			t.Fatal(err)
+		}
+		slot := base.Add(time.Second)
+		var mu sync.Mutex
+		var wins []Claim
+		repairs := 0
+		var wg sync.WaitGroup
+		for k := range 6 {
+			inst := fmt.Sprintf("r%d", k)
+			s := e.store(inst)
+			wg.Go(func() {
+				c, err := s.Claim(ctx, req(id, slot, inst, slot, true))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if len(c.Repaired) > 0 {
+					repairs++
+				}
+				if c.Result == Acquired || c.Result == TakenOver {
+					wins = append(wins, c)
+				}
+			})
+		}
+		wg.Wait()
+		if len(wins) != 1 || repairs != 1 {
+			t.Fatalf("%s: %d winners and %d repairs, want 1 and 1", name, len(wins), repairs)
+		}
+		want := int64(8)
+		if name == "fence_string" {
+			want = 1 // nothing to trust: no number, no run records
+		}
+		if wins[0].Lease.Fence != want {
+			t.Errorf("%s: fence %d, want %d", name, wins[0].Lease.Fence, want)
+		}
 	}
 }
