@@ -426,3 +426,54 @@ func TestFirePathAllowOverlaps(t *testing.T) {
 		}
 	}
 }
+
+// skewedClock reads the real clock shifted by an offset.
+type skewedClock time.Duration
+
+func (c skewedClock) Now() time.Time { return time.Now().Add(time.Duration(c)) }
+
+// Two replicas whose clocks are 2 s apart, through the whole fire path:
+// each slot runs once, whether they fire it together or one fires it late
+// (after the other has finished and released).
+func TestFirePathSkewedClocksRunOnce(t *testing.T) {
+	t.Parallel()
+	e := newFireEnv(t)
+	var mu sync.Mutex
+	ran := map[time.Time]int{}
+	e.reg.Register("j", Spec{Action: ActionFunc(func(ctx context.Context, f Fire) error {
+		mu.Lock()
+		ran[f.ScheduledAt]++
+		mu.Unlock()
+		return nil
+	})})
+	mk := func(instance string, offset time.Duration) *Runner {
+		r := NewRunner(RunnerOptions{Registry: e.reg, InstanceID: instance, Logger: slog.New(slog.DiscardHandler),
+			Resolve: func(id string) (Target, bool) { return Target{Action: id}, true },
+			Store:   NewMongoStore(e.locks, e.runs, MongoStoreOptions{Instance: instance, Logger: slog.New(slog.DiscardHandler)}),
+			Clock:   skewedClock(offset), TTL: 30 * time.Second})
+		t.Cleanup(func() { r.Shutdown(10 * time.Second) })
+		return r
+	}
+	ahead, behind := mk("ahead", time.Second), mk("behind", -time.Second)
+	slot := time.Now().Truncate(time.Second)
+	for i := range 10 {
+		s := slot.Add(time.Duration(i) * time.Second)
+		if i%2 == 0 {
+			var wg sync.WaitGroup
+			wg.Go(func() { ahead.Fire("j", s) })
+			wg.Go(func() { behind.Fire("j", s) })
+			wg.Wait()
+		} else {
+			ahead.Fire("j", s)
+			behind.Fire("j", s) // late, after ahead's run released the lock
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range 10 {
+		s := slot.Add(time.Duration(i) * time.Second).UTC()
+		if ran[s] != 1 {
+			t.Errorf("slot %d ran %d times", i, ran[s])
+		}
+	}
+}
