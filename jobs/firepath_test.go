@@ -477,3 +477,51 @@ func TestFirePathSkewedClocksRunOnce(t *testing.T) {
 		}
 	}
 }
+
+// renewFailStore fails every renewal as an unreachable database would.
+type renewFailStore struct {
+	*MongoStore
+	renewals atomic.Int32
+}
+
+func (s *renewFailStore) Renew(context.Context, Lease, time.Time, time.Duration) error {
+	s.renewals.Add(1)
+	return errors.New("connection refused")
+}
+
+// Renewals that keep failing cancel the action before the lease could run
+// out (another replica may take the lock from then on): the run ends
+// abandoned, and the lock is still released by its holder.
+func TestFirePathFailingRenewalsCancelAction(t *testing.T) {
+	t.Parallel()
+	e := newFireEnv(t)
+	store := &renewFailStore{MongoStore: NewMongoStore(e.locks, e.runs, MongoStoreOptions{Instance: "a", Logger: slog.New(slog.DiscardHandler)})}
+	var cancelled atomic.Bool
+	e.reg.Register("j", Spec{Action: ActionFunc(func(ctx context.Context, f Fire) error {
+		select {
+		case <-ctx.Done():
+			cancelled.Store(true)
+			return ctx.Err()
+		case <-time.After(time.Minute):
+			return nil
+		}
+	})})
+	r := NewRunner(RunnerOptions{Registry: e.reg, InstanceID: "a", Logger: slog.New(slog.DiscardHandler),
+		Resolve: func(id string) (Target, bool) { return Target{Action: id}, true },
+		Store:   store, TTL: 900 * time.Millisecond})
+	t.Cleanup(func() { r.Shutdown(10 * time.Second) })
+	r.Fire("j", time.Now().Truncate(time.Second))
+	if !cancelled.Load() {
+		t.Fatal("the action was not cancelled")
+	}
+	if n := store.renewals.Load(); n < 2 {
+		t.Errorf("%d renewal attempts, want a retry before giving up", n)
+	}
+	runs := e.runDocs(t, "j")
+	if len(runs) != 1 || runs[0].Status != StatusAbandoned || !strings.Contains(runs[0].Error, "renewal failed") {
+		t.Fatalf("runs %+v: want one abandoned run naming the failed renewal", runs)
+	}
+	if l := e.lock(t, "j"); l.State != LockFree || l.LastOutcome != StatusAbandoned {
+		t.Errorf("lock %+v: want released with outcome abandoned", l)
+	}
+}
