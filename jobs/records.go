@@ -52,6 +52,10 @@ type LockDoc struct {
 	LastEndedAt time.Time `bson:"last_ended_at,omitempty" json:"last_ended_at,omitzero"`
 	// UpdatedAt is when the document was last written.
 	UpdatedAt time.Time `bson:"updated_at" json:"updated_at"`
+	// RepairedAt and RepairReason are set when the daemon last found the
+	// document damaged and reset it (README, "Leader locks").
+	RepairedAt   time.Time `bson:"repaired_at,omitempty" json:"repaired_at,omitzero"`
+	RepairReason string    `bson:"repair_reason,omitempty" json:"repair_reason,omitempty"`
 }
 
 // RunDoc is one document of job_runs: one fire that was claimed or skipped.
@@ -70,6 +74,10 @@ type RunDoc struct {
 	// ExitCode and Stderr are set for exec actions that ran.
 	ExitCode *int   `bson:"exit_code,omitempty" json:"exit_code,omitempty"`
 	Stderr   string `bson:"stderr,omitempty" json:"stderr,omitempty"`
+	// LeaseUntil is renewed with the lock while the run is running; a
+	// running record past it belongs to a dead holder and is marked
+	// abandoned by the next claim of the job.
+	LeaseUntil time.Time `bson:"lease_until,omitempty" json:"lease_until,omitzero"`
 	// ExpireAt drives the TTL index (runs.retention after the run ended or
 	// was skipped).
 	ExpireAt time.Time `bson:"expire_at" json:"-"`

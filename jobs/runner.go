@@ -5,8 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -17,7 +19,34 @@ type Target struct {
 	Action string
 	// Args is the JSON of the schedule's args.
 	Args json.RawMessage
+	// Category is the dispatch category (seed 003); may be empty.
+	Category string
 }
+
+// Hooks report what the fire path does, for metrics. Any may be nil. They
+// are called synchronously and must be quick.
+type Hooks struct {
+	// Dispatched is called when a worker picks a fire up, with the slot
+	// and the time; dispatch minus slot is the fire's lateness.
+	Dispatched func(jobID string, slot, at time.Time)
+	// Claimed is called after each claim with its result (ClaimResult's
+	// String, or "error").
+	Claimed func(jobID string, result string)
+	// RunEnded is called when a fire ends with a run status (succeeded,
+	// failed, abandoned, skipped).
+	RunEnded func(jobID, status string)
+	// NotRun is called for a fire that was not run for a reason other than
+	// another replica having it: "database_unreachable", "claim_error",
+	// "shutting_down".
+	NotRun func(jobID string, slot time.Time, reason string)
+}
+
+// Reasons a fire was not run, as passed to Hooks.NotRun.
+const (
+	NotRunUnreachable  = "database_unreachable"
+	NotRunClaimError   = "claim_error"
+	NotRunShuttingDown = "shutting_down"
+)
 
 // RunnerOptions configures a Runner.
 type RunnerOptions struct {
@@ -29,38 +58,82 @@ type RunnerOptions struct {
 	Logger  *slog.Logger
 	// Done, if set, is called after each run with its outcome.
 	Done func(f Fire, err error, took time.Duration)
+
+	// Store coordinates replicas through job_locks and job_runs. Nil runs
+	// every fire without locks or records (one process, tests, embedding).
+	Store LockStore
+	// Clock gives "now" for leases and run times; default SystemClock.
+	Clock Clock
+	// TTL is the lock lease (config lock.ttl); renewed every TTL/3 while an
+	// action runs. Default 10m.
+	TTL time.Duration
+	// Workers bounds how many fires run at once (config workers); default
+	// 4 per CPU.
+	Workers int
+	// OpTimeout bounds each database operation of the fire path; default 10s.
+	OpTimeout time.Duration
+	Hooks     Hooks
 }
 
-// Runner executes fires: it resolves the job's action and runs it with the
-// action's timeout. Shutdown stops it accepting fires and waits for running
-// actions.
+// Runner executes fires. With a Store, each fire of (job, slot) runs at most
+// once across all replicas sharing the database: a worker passes the
+// in-process guard, claims the fire with one conditional update, runs the
+// action while renewing the lease, releases fenced by holder and fence,
+// and records the run. Shutdown stops it taking fires and waits for
+// running actions.
 type Runner struct {
 	opts   RunnerOptions
 	log    *slog.Logger
+	clock  Clock
+	pool   *Pool
+	guard  *keyGuard
 	ctx    context.Context
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
 
 	mu       sync.Mutex
 	stopping bool
 	running  sync.WaitGroup
+
+	activeMu sync.Mutex
+	active   map[string]struct{} // run ids of this process's claims and runs in progress
 }
+
+// errShutdown is the cancellation cause of actions still running when the
+// grace period ends.
+var errShutdown = errors.New("cancelled by shutdown: grace period over")
 
 // NewRunner returns a runner ready to take fires.
 func NewRunner(opts RunnerOptions) *Runner {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Runner{opts: opts, log: opts.Logger, ctx: ctx, cancel: cancel}
+	if opts.Clock == nil {
+		opts.Clock = SystemClock{}
+	}
+	if opts.TTL <= 0 {
+		opts.TTL = 10 * time.Minute
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 4 * runtime.NumCPU()
+	}
+	if opts.OpTimeout <= 0 {
+		opts.OpTimeout = 10 * time.Second
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Runner{opts: opts, log: opts.Logger, clock: opts.Clock, pool: NewPool(opts.Workers),
+		guard: newKeyGuard(), ctx: ctx, cancel: cancel, active: map[string]struct{}{}}
 }
 
-// Fire runs job id for cron slot slot and returns when the action ended.
-// It is the scheduler's fire callback.
+// Fire handles job id's fire for cron slot slot and returns when it is done
+// (run, skipped, lost to another replica, or dropped at shutdown). It is
+// the scheduler's fire callback, which runs on a goroutine of its own; the
+// worker pool bounds how many fires run at once.
 func (r *Runner) Fire(id string, slot time.Time) {
 	r.mu.Lock()
 	if r.stopping {
 		r.mu.Unlock()
 		r.log.Info("shutting down; fire not started", "job_id", id, "scheduled_at", slot)
+		r.notRun(id, slot, NotRunShuttingDown)
 		return
 	}
 	r.running.Add(1)
@@ -72,40 +145,281 @@ func (r *Runner) Fire(id string, slot time.Time) {
 		r.log.Info("job no longer armed; fire dropped", "job_id", id, "scheduled_at", slot)
 		return
 	}
-	f := Fire{
-		JobID:       id,
-		ScheduledAt: slot.UTC(),
-		RunID:       newRunID(),
-		InstanceID:  r.opts.InstanceID,
-		Args:        target.Args,
+	done := make(chan struct{})
+	queued := r.pool.Submit(target.Category,
+		func() { defer close(done); r.fire(id, slot.UTC(), target) },
+		func() {
+			defer close(done)
+			r.log.Info("shutting down; queued fire not started", "job_id", id, "scheduled_at", slot)
+			r.notRun(id, slot, NotRunShuttingDown)
+		})
+	if !queued {
+		r.log.Info("shutting down; fire not started", "job_id", id, "scheduled_at", slot)
+		r.notRun(id, slot, NotRunShuttingDown)
+		return
 	}
+	<-done
+}
+
+func (r *Runner) notRun(id string, slot time.Time, reason string) {
+	if r.opts.Hooks.NotRun != nil {
+		r.opts.Hooks.NotRun(id, slot, reason)
+	}
+}
+
+func (r *Runner) runEnded(id, status string) {
+	if r.opts.Hooks.RunEnded != nil {
+		r.opts.Hooks.RunEnded(id, status)
+	}
+}
+
+// opCtx bounds one database operation; it is not tied to the runner's
+// context, so releases and records still happen at shutdown.
+func (r *Runner) opCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), r.opts.OpTimeout)
+}
+
+// fire runs on a worker.
+func (r *Runner) fire(id string, slot time.Time, target Target) {
+	if h := r.opts.Hooks.Dispatched; h != nil {
+		h(id, slot, r.clock.Now())
+	}
+	f := Fire{JobID: id, ScheduledAt: slot, RunID: newRunID(), InstanceID: r.opts.InstanceID, Args: target.Args}
+	log := r.log.With("job_id", id, "scheduled_at", slot, "run_id", f.RunID)
 	spec, ok := r.opts.Registry.Lookup(target.Action)
 	if !ok {
 		err := fmt.Errorf("job %s: %w %q", id, ErrUnknownAction, target.Action)
-		r.log.Error("fire names an unknown action", "job_id", id, "scheduled_at", f.ScheduledAt, "action", target.Action)
+		log.Error("fire names an unknown action", "action", target.Action)
 		if r.opts.Done != nil {
 			r.opts.Done(f, err, 0)
 		}
 		return
 	}
-	ctx := r.ctx
-	if spec.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, spec.Timeout)
-		defer cancel()
+	if r.opts.Store == nil {
+		took, err := r.execute(log, target.Action, spec, f, nil)
+		if r.opts.Done != nil {
+			r.opts.Done(f, err, took)
+		}
+		return
 	}
-	start := time.Now()
-	log := r.log.With("job_id", id, "scheduled_at", f.ScheduledAt, "run_id", f.RunID)
-	log.Info("run started", "action", target.Action)
-	err := runSafely(ctx, spec.Action, f)
-	took := time.Since(start)
-	if err != nil {
-		log.Warn("run failed", "duration", took, "error", err)
-	} else {
-		log.Info("run succeeded", "duration", took)
+	lease, ok := r.claim(log, f, spec)
+	if !ok {
+		return
 	}
+	f.Fence = lease.Fence
+	log = log.With("fence", lease.Fence)
+	took, err := r.execute(log, target.Action, spec, f, &lease)
 	if r.opts.Done != nil {
 		r.opts.Done(f, err, took)
+	}
+}
+
+// claim takes the fire through the in-process guard and the store. It
+// returns the lease when this replica is to run the fire and its running
+// record is written.
+func (r *Runner) claim(log *slog.Logger, f Fire, spec Spec) (Lease, bool) {
+	req := ClaimRequest{JobID: f.JobID, Slot: f.ScheduledAt, Instance: r.opts.InstanceID, RunID: f.RunID,
+		Exclusive: spec.Overlap != "allow", TTL: r.opts.TTL}
+	req.Running = r.isActive
+	ctx, cancel := r.opCtx()
+	defer cancel()
+	r.setActive(f.RunID, true)
+	won := false
+	defer func() {
+		if !won {
+			r.setActive(f.RunID, false)
+		}
+	}()
+	r.guard.lock(f.JobID)
+	req.Now = r.clock.Now()
+	c, err := r.opts.Store.Claim(ctx, req)
+	r.guard.unlock(f.JobID)
+	if h := r.opts.Hooks.Claimed; h != nil {
+		if err != nil {
+			h(f.JobID, "error")
+		} else {
+			h(f.JobID, c.Result.String())
+		}
+	}
+	if err != nil {
+		reason := NotRunClaimError
+		if errors.Is(err, ErrUnreachable) {
+			reason = NotRunUnreachable
+		}
+		log.Warn("fire not run: could not claim it", "reason", reason, "error", err)
+		r.notRun(f.JobID, f.ScheduledAt, reason)
+		return Lease{}, false
+	}
+	switch c.Result {
+	case AlreadyFired:
+		log.Debug("fire claimed elsewhere")
+		return Lease{}, false
+	case Skipped:
+		reason := fmt.Sprintf("overlap forbid: run %s of %s still holds the lock", c.HolderRunID, c.Holder)
+		log.Info("fire skipped: the previous run still holds the lock", "holder", c.Holder, "holder_run_id", c.HolderRunID)
+		if err := r.opts.Store.RecordSkip(ctx, f.JobID, f.ScheduledAt, r.opts.InstanceID, f.RunID, reason, r.clock.Now()); err != nil {
+			log.Warn("could not record the skipped fire", "error", err)
+		}
+		r.runEnded(f.JobID, StatusSkipped)
+		return Lease{}, false
+	case TakenOver:
+		log.Warn("lock taken over from a holder whose lease expired", "previous_holder", c.Holder, "previous_run_id", c.HolderRunID)
+	}
+	if err := r.opts.Store.StartRun(ctx, c.Lease, r.clock.Now(), r.opts.TTL); err != nil {
+		// Without its record the run is not started: at most once.
+		log.Warn("fire not run: could not record its start", "error", err)
+		if rerr := r.opts.Store.Release(ctx, c.Lease, StatusAbandoned, r.clock.Now()); rerr != nil {
+			log.Warn("could not release the lock", "error", rerr)
+		}
+		if !errors.Is(err, ErrLockLost) {
+			r.notRun(f.JobID, f.ScheduledAt, NotRunUnreachable)
+		}
+		return Lease{}, false
+	}
+	won = true
+	return c.Lease, true
+}
+
+func (r *Runner) setActive(runID string, on bool) {
+	r.activeMu.Lock()
+	defer r.activeMu.Unlock()
+	if on {
+		r.active[runID] = struct{}{}
+	} else {
+		delete(r.active, runID)
+	}
+}
+
+func (r *Runner) isActive(runID string) bool {
+	r.activeMu.Lock()
+	defer r.activeMu.Unlock()
+	_, ok := r.active[runID]
+	return ok
+}
+
+// execute runs the action with its timeout; with a lease it renews it
+// while the action runs (cancelling the action if the lock is lost), then
+// releases it and records the run's end.
+func (r *Runner) execute(log *slog.Logger, action string, spec Spec, f Fire, lease *Lease) (time.Duration, error) {
+	start := time.Now()
+	ctx, cancel := context.WithCancelCause(r.ctx)
+	defer cancel(nil)
+	if spec.Timeout > 0 {
+		var cancelT context.CancelFunc
+		ctx, cancelT = context.WithTimeout(ctx, spec.Timeout)
+		defer cancelT()
+	}
+	stopRenew := make(chan struct{})
+	renewDone := make(chan struct{})
+	if lease != nil {
+		go r.renew(log, *lease, cancel, stopRenew, renewDone)
+	} else {
+		close(renewDone)
+	}
+	log.Info("run started", "action", action)
+	err := runSafely(ctx, spec.Action, f)
+	took := time.Since(start)
+	endedAt := r.clock.Now()
+	close(stopRenew)
+	<-renewDone
+
+	status := StatusSucceeded
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, ErrLockLost):
+		status = StatusAbandoned
+		if err == nil {
+			err = cause
+		} else {
+			err = fmt.Errorf("%w: %w", cause, err)
+		}
+	case errors.Is(cause, errShutdown) && err != nil:
+		status = StatusAbandoned
+		err = fmt.Errorf("%w: %w", errShutdown, err)
+	case err != nil:
+		status = StatusFailed
+	}
+	if lease != nil {
+		status = r.finish(log, *lease, status, err, endedAt)
+		r.setActive(lease.RunID, false)
+	}
+	switch status {
+	case StatusSucceeded:
+		log.Info("run succeeded", "duration", took)
+	default:
+		log.Warn("run "+status, "duration", took, "error", err)
+	}
+	r.runEnded(f.JobID, status)
+	return took, err
+}
+
+// finish releases the lock and records the run's end; it returns the
+// status recorded (abandoned if the lock turned out lost).
+func (r *Runner) finish(log *slog.Logger, l Lease, status string, runErr error, endedAt time.Time) string {
+	ctx, cancel := r.opCtx()
+	defer cancel()
+	if err := r.opts.Store.Release(ctx, l, status, r.clock.Now()); err != nil {
+		if errors.Is(err, ErrLockLost) && status != StatusAbandoned {
+			log.Warn("lock lost before the run ended; recording it abandoned", "error", err)
+			status = StatusAbandoned
+		} else if !errors.Is(err, ErrLockLost) {
+			log.Warn("could not release the lock; it frees itself when its lease ends", "error", err)
+		}
+	}
+	end := RunEnd{Status: status, EndedAt: endedAt}
+	if runErr != nil {
+		end.Error = runErr.Error()
+	}
+	var ee *ExitError
+	if errors.As(runErr, &ee) {
+		code := ee.Code
+		end.ExitCode = &code
+		end.Stderr = ee.Stderr
+	}
+	if err := r.opts.Store.FinishRun(ctx, l, end); err != nil {
+		if errors.Is(err, ErrLockLost) {
+			log.Info("run record was already closed by another replica", "error", err)
+		} else {
+			log.Warn("could not record the run's end", "error", err)
+		}
+	}
+	return status
+}
+
+// renew extends the lease every TTL/3 until stop is closed. A renewal that
+// finds the lock taken cancels the action at once; failing renewals are
+// retried until the lease would run out before the next try, and then
+// cancel the action too (another replica may take the lock from then on).
+func (r *Runner) renew(log *slog.Logger, l Lease, cancel context.CancelCauseFunc, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	interval := max(r.opts.TTL/3, time.Millisecond)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	leaseEnd := time.Now().Add(r.opts.TTL)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancelOp := context.WithTimeout(context.Background(), min(interval, r.opts.OpTimeout))
+		err := r.opts.Store.Renew(ctx, l, r.clock.Now(), r.opts.TTL)
+		cancelOp()
+		if err == nil {
+			leaseEnd = time.Now().Add(r.opts.TTL)
+			continue
+		}
+		if errors.Is(err, ErrLockLost) {
+			log.Warn("lock lost while running; cancelling the action", "error", err)
+			cancel(err)
+			return
+		}
+		if !time.Now().Add(interval).Before(leaseEnd) {
+			log.Warn("could not renew the lock before its lease ends; cancelling the action", "error", err)
+			cancel(fmt.Errorf("%w: renewal failed: %w", ErrLockLost, err))
+			return
+		}
+		log.Warn("lock renewal failed; retrying", "error", err)
 	}
 }
 
@@ -122,24 +436,27 @@ func runSafely(ctx context.Context, a Action, f Fire) (err error) {
 // (a Go function that never looks at its context), so shutdown always ends.
 const abandonAfterCancel = 10 * time.Second
 
-// Shutdown stops taking fires and waits for running actions; after grace it
-// cancels them and waits for them to return (at most abandonAfterCancel). It reports whether every action
-// ended within the grace period.
+// Shutdown stops taking fires (queued ones are dropped) and waits for
+// running actions; after grace it cancels them and waits for them to return
+// (at most abandonAfterCancel). Each run releases its lock and records its
+// end before Shutdown returns. It reports whether every action ended within
+// the grace period.
 func (r *Runner) Shutdown(grace time.Duration) bool {
 	r.mu.Lock()
 	r.stopping = true
 	r.mu.Unlock()
+	r.pool.Close()
 	done := make(chan struct{})
-	go func() { r.running.Wait(); close(done) }()
+	go func() { r.running.Wait(); r.pool.Wait(); close(done) }()
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
 	case <-done:
-		r.cancel()
+		r.cancel(errShutdown)
 		return true
 	case <-t.C:
 		r.log.Warn("grace period over; cancelling running actions", "grace", grace)
-		r.cancel()
+		r.cancel(errShutdown)
 		select {
 		case <-done:
 		case <-time.After(abandonAfterCancel):

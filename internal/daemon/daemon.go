@@ -80,6 +80,10 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Armed:        func() int { return engine.Len() },
 		TokenSavedAt: func() time.Time { return watcher.Status().TokenSavedAt },
 	})
+	runs := db.Collection(jobs.RunsCollection)
+	indexCtx, stopIndexes := context.WithCancel(context.Background())
+	defer stopIndexes()
+	go ensureRunIndexes(indexCtx, runs, log)
 	runner := jobs.NewRunner(jobs.RunnerOptions{
 		Registry:   registry,
 		InstanceID: cfg.InstanceID,
@@ -89,8 +93,13 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			if !ok || !st.Armed {
 				return jobs.Target{}, false
 			}
-			return jobs.Target{Action: st.Action, Args: []byte(st.Args)}, true
+			return jobs.Target{Action: st.Action, Args: []byte(st.Args), Category: st.Category}, true
 		},
+		Store: jobs.NewMongoStore(db.Collection(jobs.LocksCollection), runs,
+			jobs.MongoStoreOptions{Retention: cfg.Runs.Retention, Instance: cfg.InstanceID, Logger: log}),
+		TTL:     cfg.Lock.TTL,
+		Workers: cfg.Workers,
+		Hooks:   fireHooks(mx),
 	})
 	engine = scheduler.New(scheduler.Options{
 		Location: cfg.Location,

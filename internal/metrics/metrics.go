@@ -102,7 +102,7 @@ func New(src Sources) *Metrics {
 		LockAcquisitions: f.counterVec(prometheus.CounterOpts{Name: "lock_acquisitions_total",
 			Help: "Lock attempts by result (acquired, taken_over, held, already_fired, error)."}, "result"),
 		FiresNotRun: f.counterVec(prometheus.CounterOpts{Name: "fires_not_run_total",
-			Help: "Fires not run for a reason other than another replica having them (database_unreachable, shutting_down)."}, "reason"),
+			Help: "Fires not run for a reason other than another replica having them (database_unreachable, claim_error, shutting_down)."}, "reason"),
 	}
 	if src.Armed != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "schedules_armed",

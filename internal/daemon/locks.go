@@ -1,0 +1,46 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/cronswap/cronswap/internal/metrics"
+	"github.com/cronswap/cronswap/jobs"
+)
+
+// fireHooks reports the fire path's events as metrics.
+func fireHooks(mx *metrics.Metrics) jobs.Hooks {
+	return jobs.Hooks{
+		Dispatched: func(_ string, slot, at time.Time) { mx.ObserveFireLateness(slot, at) },
+		Claimed:    func(_ string, result string) { mx.CountLockAcquisition(result) },
+		RunEnded:   func(id, status string) { mx.CountRun(id, status) },
+		NotRun:     func(_ string, _ time.Time, reason string) { mx.CountFireNotRun(reason) },
+	}
+}
+
+// ensureRunIndexes creates job_runs' indexes, retrying with backoff until
+// it succeeds or ctx ends: the daemon starts without waiting for the
+// database, and exactly-once does not depend on the indexes alone (the
+// lock's last slot decides first; the unique index is the second line).
+func ensureRunIndexes(ctx context.Context, runs *mongo.Collection, log *slog.Logger) {
+	wait := 500 * time.Millisecond
+	for {
+		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := jobs.EnsureIndexes(octx, runs)
+		cancel()
+		if err == nil {
+			log.Debug("job_runs indexes in place", "collection", runs.Name())
+			return
+		}
+		log.Warn("could not create the job_runs indexes; retrying", "collection", runs.Name(), "error", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
+}
