@@ -50,19 +50,32 @@ func NewMongoStore(locks, runs *mongo.Collection, opts MongoStoreOptions) *Mongo
 	return &MongoStore{locks: locks, runs: runs, retention: opts.Retention, instance: opts.Instance, log: opts.Logger}
 }
 
-// EnsureIndexes creates the indexes of job_runs: unique (job_id,
-// scheduled_at), the last line of exactly-once, and a TTL index on
-// expire_at, which each record sets to its end plus runs.retention (so a
-// changed retention applies to new records without collMod). Creating
-// existing indexes is a no-op.
-func EnsureIndexes(ctx context.Context, runs *mongo.Collection) error {
-	_, err := runs.Indexes().CreateMany(ctx, []mongo.IndexModel{
+// Index names on job_runs. They are the server's default names for the
+// keys, so an index created by hand (mongosh createIndex) with the same keys
+// is recognised instead of conflicting.
+const (
+	RunsUniqueIndex = "job_id_1_scheduled_at_1"
+	RunsTTLIndex    = "expire_at_1"
+)
+
+// RunIndexes returns the indexes of job_runs: unique (job_id, scheduled_at),
+// the last line of exactly-once (seed 003's atomic de-duplication), and a
+// TTL index on expire_at, which each record sets to its end plus
+// runs.retention (so a changed retention applies to new records without
+// collMod). The daemon and `cronswap init` both create exactly these.
+func RunIndexes() []mongo.IndexModel {
+	return []mongo.IndexModel{
 		{Keys: bson.D{{Key: "job_id", Value: 1}, {Key: "scheduled_at", Value: 1}},
-			Options: options.Index().SetUnique(true).SetName("job_id_scheduled_at_unique")},
+			Options: options.Index().SetUnique(true).SetName(RunsUniqueIndex)},
 		{Keys: bson.D{{Key: "expire_at", Value: 1}},
-			Options: options.Index().SetExpireAfterSeconds(0).SetName("expire_at_ttl")},
-	})
-	if err != nil {
+			Options: options.Index().SetExpireAfterSeconds(0).SetName(RunsTTLIndex)},
+	}
+}
+
+// EnsureIndexes creates RunIndexes on runs. Creating existing indexes is a
+// no-op.
+func EnsureIndexes(ctx context.Context, runs *mongo.Collection) error {
+	if _, err := runs.Indexes().CreateMany(ctx, RunIndexes()); err != nil {
 		return fmt.Errorf("create indexes on %s: %w", runs.Name(), err)
 	}
 	return nil

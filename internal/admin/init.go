@@ -38,8 +38,8 @@ func Collections() []string {
 // keys, options and names, so whichever runs first wins and the other is a
 // no-op.
 const (
-	RunsUniqueIndex = "job_id_1_scheduled_at_1"
-	RunsTTLIndex    = "expire_at_1"
+	RunsUniqueIndex = jobs.RunsUniqueIndex
+	RunsTTLIndex    = jobs.RunsTTLIndex
 )
 
 // Index is one index of one collection.
@@ -65,16 +65,11 @@ func (ix Index) Name() string {
 // index on expire_at (each run document carries its own expiry: end +
 // runs.retention, hence expireAfterSeconds 0).
 func Indexes() []Index {
-	return []Index{
-		{Collection: RunsCollection, Model: mongo.IndexModel{
-			Keys:    bson.D{{Key: "job_id", Value: 1}, {Key: "scheduled_at", Value: 1}},
-			Options: options.Index().SetName(RunsUniqueIndex).SetUnique(true),
-		}},
-		{Collection: RunsCollection, Model: mongo.IndexModel{
-			Keys:    bson.D{{Key: "expire_at", Value: 1}},
-			Options: options.Index().SetName(RunsTTLIndex).SetExpireAfterSeconds(0),
-		}},
+	var out []Index
+	for _, m := range jobs.RunIndexes() {
+		out = append(out, Index{Collection: RunsCollection, Model: m})
 	}
+	return out
 }
 
 // SchedulesValidator returns the $jsonSchema validator of the schedules
