@@ -373,13 +373,22 @@ func (w *Watcher) consume(ctx context.Context, cs Stream, token *bson.Raw) (stri
 		resync = t.C
 	}
 	saved := *token
+	// A resync is due from a tick on; it runs when the stream is caught up
+	// (an empty round trip), so that edits still queued in the stream are
+	// not mistaken for drift, or at the latest resyncMaxDelay after the tick
+	// on a stream that is never idle.
+	var resyncDue time.Time
 	for {
 		select {
 		case <-resync:
-			if err := w.fullReload(ctx, ReasonResync); err != nil {
-				w.log.Warn("periodic resync failed", "error", err)
+			if resyncDue.IsZero() {
+				resyncDue = time.Now()
 			}
 		default:
+		}
+		if !resyncDue.IsZero() && time.Since(resyncDue) > resyncMaxDelay {
+			w.resync(ctx)
+			resyncDue = time.Time{}
 		}
 		if cs.TryNext(ctx) {
 			ev := cs.Current()
@@ -411,7 +420,12 @@ func (w *Watcher) consume(ctx context.Context, cs Stream, token *bson.Raw) (stri
 			w.log.Warn("server closed the change stream; reloading everything")
 			return ReasonInvalidate, nil
 		}
-		// Idle: keep the stored position fresh, but not on every round trip.
+		// Idle: the engine has every event so far; a due resync runs now.
+		if !resyncDue.IsZero() {
+			w.resync(ctx)
+			resyncDue = time.Time{}
+		}
+		// Keep the stored position fresh, but not on every round trip.
 		if t := cs.ResumeToken(); t != nil && !bytesEqual(t, saved) && time.Since(lastSave) >= w.opts.IdleSaveInterval {
 			*token = t
 			w.saveToken(ctx, t)
@@ -419,6 +433,18 @@ func (w *Watcher) consume(ctx context.Context, cs Stream, token *bson.Raw) (stri
 		} else if t != nil {
 			*token = t
 		}
+	}
+}
+
+// resyncMaxDelay bounds how long a due resync waits for the stream to be idle.
+const resyncMaxDelay = 30 * time.Second
+
+// resync is the periodic safety-net full diff while streaming. The ids it
+// changes are drift (an event the stream should have brought): fullReload
+// logs them as a warning and the FullReload hook counts them.
+func (w *Watcher) resync(ctx context.Context) {
+	if err := w.fullReload(ctx, ReasonResync); err != nil && ctx.Err() == nil {
+		w.log.Warn("periodic resync failed", "error", err)
 	}
 }
 

@@ -558,3 +558,60 @@ func (g *gatedFeed) Open(ctx context.Context, resumeAfter bson.Raw) (Stream, err
 	g.once.Do(func() { close(g.opened); <-g.release })
 	return s, err
 }
+
+func TestResyncRestoresDriftAndReportsIt(t *testing.T) {
+	feed := newFakeFeed()
+	feed.docs["a"] = doc("a", "0 9 * * *")
+	feed.docs["b"] = doc("b", "@hourly")
+	sink := newMemSink()
+	type reload struct {
+		reason  string
+		changed []string
+	}
+	reloads := make(chan reload, 100)
+	w := New(Options{
+		ID: "w1", Feed: feed, Tokens: resumetoken.NewMemStore(), Sink: sink,
+		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		ResyncInterval: 20 * time.Millisecond, IdleSaveInterval: time.Hour,
+		Hooks: Hooks{FullReload: func(reason string, changed []string) {
+			reloads <- reload{reason, slices.Clone(changed)}
+		}},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "ready", func() bool { return w.Status().Ready })
+	if r := <-reloads; r.reason != ReasonStartup {
+		t.Fatalf("first reload %+v, want startup", r)
+	}
+	// Resyncs of an exact sink change nothing.
+	if r := <-reloads; r.reason != ReasonResync || len(r.changed) != 0 {
+		t.Fatalf("resync of an exact sink: %+v", r)
+	}
+	// A missed event: the sink lost "a" behind the stream's back.
+	sink.mu.Lock()
+	delete(sink.armed, "a")
+	sink.mu.Unlock()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case r := <-reloads:
+			if r.reason != ReasonResync {
+				t.Fatalf("unexpected reload %+v", r)
+			}
+			if len(r.changed) == 0 {
+				continue
+			}
+			if !slices.Equal(r.changed, []string{"a"}) {
+				t.Fatalf("resync changed %v, want [a]", r.changed)
+			}
+			if got := sink.snapshot(); got["a"] != "0 9 * * *" || len(got) != 2 {
+				t.Fatalf("after resync: %v", got)
+			}
+			return
+		case <-deadline:
+			t.Fatal("no resync restored the lost job")
+		}
+	}
+}

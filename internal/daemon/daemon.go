@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/config"
@@ -36,11 +35,7 @@ const (
 // Connect returns a client for the configured server. It does not wait for
 // the server: operations retry until it is reachable.
 func Connect(cfg config.Config) (*mongo.Client, error) {
-	opts := options.Client().ApplyURI(cfg.Mongo.URI).
-		SetAppName("cronswap").
-		SetServerSelectionTimeout(5 * time.Second).
-		SetConnectTimeout(5 * time.Second)
-	client, err := mongo.Connect(opts)
+	client, err := mongo.Connect(ClientOptions(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("mongo client for %s: %w", config.RedactURI(cfg.Mongo.URI), err)
 	}
@@ -51,6 +46,11 @@ func Connect(cfg config.Config) (*mongo.Client, error) {
 // no new fires, running actions get the grace period, the resume token is
 // saved. It returns an error only when the daemon cannot start.
 func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	return RunWith(ctx, cfg, log, Options{})
+}
+
+// RunWith is Run with extras for tests and embedders (see Options).
+func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options) error {
 	log = log.With("instance_id", cfg.InstanceID)
 	registry, err := jobs.FromConfig(cfg.Jobs)
 	if err != nil {
@@ -104,6 +104,10 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return nil
 		},
 	})
+
+	if opts.Engine != nil {
+		opts.Engine(engine)
+	}
 
 	watcher = changestream.New(changestream.Options{
 		ID:             cfg.InstanceID,
