@@ -184,21 +184,17 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 	return runErr
 }
 
-// metricsHooks reports the watcher's events, full reloads and reconnects
-// as metrics. A resync's changed ids are drift: they mean an event was missed.
+// metricsHooks reports the watcher's events, full reloads, reconnects and
+// resync drift (jobs whose event was missed) as metrics.
 func metricsHooks(mx *metrics.Metrics) changestream.Hooks {
 	return changestream.Hooks{
 		Event: func(op string, wallTime time.Time) {
 			mx.CountChangeEvent(op)
 			mx.ObserveEditToArmed(wallTime, time.Now())
 		},
-		FullReload: func(reason string, changed []string) {
-			mx.CountFullReload(reason)
-			if reason == changestream.ReasonResync {
-				mx.CountResyncDrift(len(changed))
-			}
-		},
-		Reconnect: func(int, time.Duration, error) { mx.CountReconnect() },
+		FullReload: func(reason string, _ []string) { mx.CountFullReload(reason) },
+		Reconnect:  func(int, time.Duration, error) { mx.CountReconnect() },
+		Drift:      func(ids []string) { mx.CountResyncDrift(len(ids)) },
 	}
 }
 
