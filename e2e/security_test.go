@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -139,4 +140,67 @@ func TestHostileArgsReachExecOnlyAsData(t *testing.T) {
 func jsonString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// Hostile documents arrive while the daemon streams and again in a full
+// reload: each is accepted or listed with a clear error, and the daemon
+// keeps running.
+func TestHostileDocuments(t *testing.T) {
+	uri, db := setup(t)
+	insert(t, db, sched("daily_report", "0 9 * * *"))
+	cfg := writeConfig(t, daemonConfig{URI: uri, Database: db.Name()})
+	d := startDaemon(t, cfg)
+	d.waitReady()
+	oid := bson.NewObjectID()
+	docs := []bson.D{
+		{{Key: "_id", Value: "huge"}, {Key: "cron_expr", Value: "@hourly"}, {Key: "job", Value: "heartbeat"},
+			{Key: "pad", Value: strings.Repeat("x", 100<<10)}},
+		{{Key: "_id", Value: "extra_fields"}, {Key: "cron_expr", Value: "@hourly"}, {Key: "job", Value: "heartbeat"},
+			{Key: "owner", Value: "ops"}, {Key: "retries", Value: int32(3)}, {Key: "notes", Value: bson.D{{Key: "a", Value: bson.A{1, "b"}}}}},
+		{{Key: "_id", Value: oid}, {Key: "cron_expr", Value: "@hourly"}, {Key: "job", Value: "heartbeat"}},
+		{{Key: "_id", Value: int32(42)}, {Key: "cron_expr", Value: "@hourly"}, {Key: "job", Value: "heartbeat"}},
+		{{Key: "_id", Value: "일일_보고서 ✓"}, {Key: "cron_expr", Value: "CRON_TZ=Asia/Seoul 0 9 * * *"}, {Key: "job", Value: "heartbeat"}},
+	}
+	insert(t, db, docs...)
+	check := func(d *daemon) {
+		t.Helper()
+		waitFor(t, 10*time.Second, "hostile documents listed", func() bool { return len(d.schedules()) == 6 })
+		list := d.schedules()
+		if s := list["huge"]; s.Armed || !strings.Contains(s.LastError, "bytes, more than") {
+			t.Errorf("huge: %+v", s)
+		}
+		if s := list["extra_fields"]; !s.Armed || s.LastError != "" {
+			t.Errorf("extra_fields: %+v", s)
+		}
+		if s := list["일일_보고서 ✓"]; !s.Armed || s.LastError != "" {
+			t.Errorf("unicode id: %+v", s)
+		}
+		nonString := 0
+		for id, s := range list {
+			if strings.Contains(s.LastError, "must be a string job id") {
+				nonString++
+				if s.Armed {
+					t.Errorf("non-string id %s armed", id)
+				}
+			}
+		}
+		if nonString != 2 {
+			t.Errorf("%d documents listed as non-string ids, want 2 (ObjectId, int): %+v", nonString, list)
+		}
+		var one apiSchedule
+		if code := d.get("/api/schedules/"+url.PathEscape("일일_보고서 ✓"), &one); code != http.StatusOK || !one.Armed {
+			t.Errorf("GET unicode id = %d %+v", code, one)
+		}
+	}
+	check(d)
+	// The same documents through a full reload (restart).
+	d.signal(syscall.SIGTERM)
+	if err := d.wait(30 * time.Second); err != nil {
+		t.Fatalf("exit: %v", err)
+	}
+	d2 := startDaemon(t, cfg)
+	d2.waitReady()
+	check(d2)
+	mongosh(t, uri, db.Name(), seedOneLiner)
+	waitFor(t, 10*time.Second, "still streaming", func() bool { return d2.schedules()["daily_report"].CronExpr == "0 8 * * *" })
 }
