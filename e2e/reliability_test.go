@@ -154,8 +154,14 @@ func TestStartBeforeServerExists(t *testing.T) {
 	port := freePort(t)
 	uri := fmt.Sprintf("mongodb://127.0.0.1:%d/", port)
 	d := startDaemon(t, writeConfig(t, daemonConfig{URI: uri, Database: "startlate"}))
+	// The server appears 5 s later, and not before the daemon has tried and
+	// failed at least once (each try waits out the driver's 5 s server
+	// selection, longer on a loaded machine).
 	started := time.Now()
-	for time.Since(started) < 5*time.Second {
+	for time.Since(started) < 5*time.Second || countLogs(d, isReconnectLog) == 0 {
+		if time.Since(started) > 60*time.Second {
+			t.Fatal("no reconnect attempt logged in 60 s while the server was absent")
+		}
 		if code := d.get("/readyz", nil); code != http.StatusServiceUnavailable {
 			t.Fatalf("/readyz = %d with no server, want 503", code)
 		}
@@ -165,13 +171,10 @@ func TestStartBeforeServerExists(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	attempts := countLogs(d, isReconnectLog)
-	if attempts == 0 {
-		t.Fatal("no reconnect attempt logged while the server was absent")
-	}
 	// No busy loop: the attempts are spaced by the backoff (and the driver's
 	// server selection timeout), not back to back.
-	if attempts > 20 {
-		t.Fatalf("%d reconnect attempts in 5 s: a busy loop", attempts)
+	if limit := int(time.Since(started)/time.Second) + 2; attempts > limit {
+		t.Fatalf("%d reconnect attempts in %s: a busy loop", attempts, time.Since(started).Round(time.Second))
 	}
 	checkBackoffGrows(t, d)
 
