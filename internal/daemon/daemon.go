@@ -37,7 +37,7 @@ const (
 func Connect(cfg config.Config) (*mongo.Client, error) {
 	client, err := mongo.Connect(ClientOptions(cfg))
 	if err != nil {
-		return nil, fmt.Errorf("mongo client for %s: %w", config.RedactURI(cfg.Mongo.URI), err)
+		return nil, clientError(cfg.Mongo.URI, err)
 	}
 	return client, nil
 }

@@ -1,6 +1,9 @@
 package daemon
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -30,4 +33,18 @@ func ClientOptions(cfg config.Config) *options.ClientOptions {
 		SetServerSelectionTimeout(5 * time.Second).
 		SetConnectTimeout(5 * time.Second).
 		ApplyURI(cfg.Mongo.URI)
+}
+
+// ErrBadPassword replaces the driver's own message when the password in the
+// connection string cannot be decoded: that message quotes the offending
+// part of the password (an invalid percent escape).
+var ErrBadPassword = errors.New("the password in the connection string is not valid: percent-encode %, @, : and / in it (e.g. %40 for @)")
+
+// clientError describes a failure to set up a client for uri without ever
+// showing the password.
+func clientError(uri string, err error) error {
+	if strings.Contains(err.Error(), "password") {
+		err = ErrBadPassword
+	}
+	return fmt.Errorf("mongo client for %s: %w", config.RedactURI(uri), err)
 }

@@ -1,6 +1,9 @@
 package daemon
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,5 +53,39 @@ func TestClientOptionsDefaults(t *testing.T) {
 	}
 	if opts.TLSConfig != nil || opts.Auth != nil {
 		t.Errorf("TLS %v / auth %v without asking", opts.TLSConfig, opts.Auth)
+	}
+}
+
+// A connection string that does not parse is reported without any part of
+// its password, even where the driver's own message would quote it.
+func TestConnectErrorsNeverShowThePassword(t *testing.T) {
+	for _, uri := range []string{
+		"mongodb://bob:Secr3t%Pw@host/",      // the driver would quote "%Pw"
+		"mongodb://bob:Secr3t%zzPw@host/",    // and "%zz"
+		"mongodb://bob:Secr3tPw@host:99999/", // bad port
+		"mongodb://bob:Secr3tPw@@host/",      // unescaped @
+		"mongodb://bob:Secr3tPw@host/?tls=maybe",
+	} {
+		cfg := config.Default()
+		cfg.Mongo.URI = uri
+		client, err := Connect(cfg)
+		if err == nil {
+			_ = client.Disconnect(context.Background())
+			t.Errorf("%s: no error", config.RedactURI(uri))
+			continue
+		}
+		for _, secret := range []string{"Secr3t", "%Pw", "%zz", "Pw"} {
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("error shows part of the password (%q): %v", secret, err)
+			}
+		}
+		if !strings.Contains(err.Error(), "bob:xxxxx@") {
+			t.Errorf("error does not name the (redacted) URI: %v", err)
+		}
+	}
+	cfg := config.Default()
+	cfg.Mongo.URI = "mongodb://bob:Secr3t%Pw@host/"
+	if _, err := Connect(cfg); !errors.Is(err, ErrBadPassword) {
+		t.Errorf("undecodable password: %v, want ErrBadPassword", err)
 	}
 }
