@@ -135,6 +135,11 @@ func TestServerRestartUnderDaemon(t *testing.T) {
 		if err := stop(); err != nil {
 			t.Fatalf("round %d: %v", round+1, err)
 		}
+		// The test's own client may hold connections to the old process: a
+		// failed ping clears them.
+		waitFor(t, 30*time.Second, "test client reconnected", func() bool {
+			return client.Ping(context.Background(), nil) == nil
+		})
 		editWhileDown(t, db, round+1) // right after the server is back, before the daemon is
 		waitStateExact(t, d, db, 30*time.Second)
 		d.waitReady()
