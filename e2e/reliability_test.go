@@ -61,6 +61,7 @@ func TestCutsEveryTwoSecondsWhileWriting(t *testing.T) {
 	} else {
 		t.Logf("reconnects logged: %d", n)
 	}
+	checkBackoffGrows(t, d)
 	select {
 	case <-d.done:
 		t.Fatalf("daemon exited: %v", d.exit)
