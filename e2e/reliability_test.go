@@ -28,7 +28,7 @@ func TestCutsEveryTwoSecondsWhileWriting(t *testing.T) {
 	d.waitReady()
 
 	w := newWriter(db.Collection("schedules"), 1, 20, quietExprs)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second) // ample on a loaded machine
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Add(1)
