@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -103,6 +104,9 @@ type Hooks struct {
 	FullReload func(reason string, changed []string)
 	// Reconnect is called before each reconnect attempt.
 	Reconnect func(attempt int, delay time.Duration, err error)
+	// Drift is called with the jobs a periodic resync found out of step
+	// with the collection, once it is sure no queued event explains them.
+	Drift func(ids []string)
 }
 
 // Status is a snapshot of the watcher's state.
@@ -170,28 +174,30 @@ func (w *Watcher) setReady(ready bool) {
 
 // fullReload reads the whole collection and makes the sink equal to it.
 func (w *Watcher) fullReload(ctx context.Context, reason string) error {
+	_, err := w.reload(ctx, reason)
+	return err
+}
+
+// reload is fullReload returning the ids it changed.
+func (w *Watcher) reload(ctx context.Context, reason string) ([]string, error) {
 	start := time.Now()
 	docs, err := w.opts.Feed.Snapshot(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	changed := w.opts.Sink.ReplaceAll(docs)
 	w.mu.Lock()
 	w.synced = true
 	w.status.FullReloads++
 	w.mu.Unlock()
-	level := slog.LevelInfo
-	if reason == ReasonResync && len(changed) > 0 {
-		level = slog.LevelWarn
-	}
 	if reason != ReasonPoll || len(changed) > 0 {
-		w.log.Log(ctx, level, "full reload", "reason", reason, "documents", len(docs),
+		w.log.Info("full reload", "reason", reason, "documents", len(docs),
 			"changed", len(changed), "changed_ids", firstIDs(changed, 20), "duration", time.Since(start))
 	}
 	if w.opts.Hooks.FullReload != nil {
 		w.opts.Hooks.FullReload(reason, changed)
 	}
-	return nil
+	return changed, nil
 }
 
 func firstIDs(ids []string, n int) []string {
@@ -373,13 +379,30 @@ func (w *Watcher) consume(ctx context.Context, cs Stream, token *bson.Raw) (stri
 		resync = t.C
 	}
 	saved := *token
+	// A resync is due from a tick on; it runs when the stream is caught up
+	// (an empty round trip), or at the latest resyncMaxDelay after the tick
+	// on a stream that is never idle. The ids it changed are only suspects
+	// until the stream is idle again: an edit committed between the last
+	// event and the read shows in the read before its event arrives, and
+	// that event clears the suspicion.
+	var (
+		resyncDue time.Time
+		suspects  drift
+	)
 	for {
 		select {
 		case <-resync:
-			if err := w.fullReload(ctx, ReasonResync); err != nil {
-				w.log.Warn("periodic resync failed", "error", err)
+			if resyncDue.IsZero() {
+				resyncDue = time.Now()
 			}
 		default:
+		}
+		if !resyncDue.IsZero() && time.Since(resyncDue) > resyncMaxDelay {
+			suspects.add(w.resync(ctx))
+			resyncDue = time.Time{}
+		}
+		if !suspects.since.IsZero() && time.Since(suspects.since) > resyncMaxDelay {
+			w.reportDrift(ctx, &suspects)
 		}
 		if cs.TryNext(ctx) {
 			ev := cs.Current()
@@ -387,6 +410,7 @@ func (w *Watcher) consume(ctx context.Context, cs Stream, token *bson.Raw) (stri
 			if err != nil {
 				return "", err // lookup failed: reconnect and replay from the last saved token
 			}
+			suspects.clear(ev)
 			if op == "invalidate" || op == "drop" || op == "rename" || op == "dropDatabase" {
 				w.log.Warn("schedules collection was dropped, renamed or the stream invalidated; reloading everything", "operation", op)
 				return ReasonInvalidate, nil
@@ -411,13 +435,83 @@ func (w *Watcher) consume(ctx context.Context, cs Stream, token *bson.Raw) (stri
 			w.log.Warn("server closed the change stream; reloading everything")
 			return ReasonInvalidate, nil
 		}
-		// Idle: keep the stored position fresh, but not on every round trip.
+		// Idle: the engine has every event so far. Suspects no event
+		// explained are drift; a due resync runs now.
+		w.reportDrift(ctx, &suspects)
+		if !resyncDue.IsZero() {
+			suspects.add(w.resync(ctx))
+			resyncDue = time.Time{}
+		}
+		// Keep the stored position fresh, but not on every round trip.
 		if t := cs.ResumeToken(); t != nil && !bytesEqual(t, saved) && time.Since(lastSave) >= w.opts.IdleSaveInterval {
 			*token = t
 			w.saveToken(ctx, t)
 			saved, lastSave = t, time.Now()
 		} else if t != nil {
 			*token = t
+		}
+	}
+}
+
+// resyncMaxDelay bounds how long a due resync waits for the stream to be idle.
+const resyncMaxDelay = 30 * time.Second
+
+// resync is the periodic safety-net full diff while streaming. It returns
+// the ids it changed: drift suspects.
+func (w *Watcher) resync(ctx context.Context) []string {
+	changed, err := w.reload(ctx, ReasonResync)
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn("periodic resync failed", "error", err)
+	}
+	return changed
+}
+
+// reportDrift logs and reports the suspects left, if any, and forgets them.
+func (w *Watcher) reportDrift(ctx context.Context, d *drift) {
+	if len(d.ids) == 0 {
+		*d = drift{}
+		return
+	}
+	ids := make([]string, 0, len(d.ids))
+	for id := range d.ids {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	w.log.Log(ctx, slog.LevelWarn, "resync found drift: the engine had missed changes to these jobs; corrected",
+		"drifted", len(ids), "job_ids", firstIDs(ids, 50))
+	if w.opts.Hooks.Drift != nil {
+		w.opts.Hooks.Drift(ids)
+	}
+	*d = drift{}
+}
+
+// drift holds the ids a resync changed that no event has explained yet.
+type drift struct {
+	ids   map[string]struct{}
+	since time.Time
+}
+
+func (d *drift) add(ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	if d.ids == nil {
+		d.ids = map[string]struct{}{}
+		d.since = time.Now()
+	}
+	for _, id := range ids {
+		d.ids[id] = struct{}{}
+	}
+}
+
+// clear drops the suspect an applied event names.
+func (d *drift) clear(ev bson.Raw) {
+	if len(d.ids) == 0 {
+		return
+	}
+	if v, ok := eventID(ev); ok {
+		if id, ok := v.StringValueOK(); ok {
+			delete(d.ids, id)
 		}
 	}
 }

@@ -29,6 +29,8 @@ type fakeFeed struct {
 	reads   int
 	calls   []string // "open" and "snapshot", in order
 	wake    chan struct{}
+	// onSnapshot, when set, runs at the start of each Snapshot (without f.mu).
+	onSnapshot func()
 }
 
 func newFakeFeed() *fakeFeed {
@@ -122,6 +124,9 @@ func (f *fakeFeed) Open(_ context.Context, resumeAfter bson.Raw) (Stream, error)
 }
 
 func (f *fakeFeed) Snapshot(context.Context) ([]bson.Raw, error) {
+	if f.onSnapshot != nil {
+		f.onSnapshot()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reads++
@@ -558,3 +563,115 @@ func (g *gatedFeed) Open(ctx context.Context, resumeAfter bson.Raw) (Stream, err
 	g.once.Do(func() { close(g.opened); <-g.release })
 	return s, err
 }
+
+// resyncWatcher runs a watcher with a fast resync and reports its drift
+// and resync reloads on channels.
+func resyncWatcher(t *testing.T, feed *fakeFeed, sink Sink) (w *Watcher, drifts chan []string, resyncs chan []string) {
+	t.Helper()
+	drifts, resyncs = make(chan []string, 1000), make(chan []string, 1000)
+	w = New(Options{
+		ID: "w1", Feed: feed, Tokens: resumetoken.NewMemStore(), Sink: sink,
+		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		ResyncInterval: 20 * time.Millisecond, IdleSaveInterval: time.Hour,
+		Hooks: Hooks{
+			FullReload: func(reason string, changed []string) {
+				if reason == ReasonResync {
+					resyncs <- slices.Clone(changed)
+				}
+			},
+			Drift: func(ids []string) { drifts <- slices.Clone(ids) },
+		},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "ready", func() bool { return w.Status().Ready })
+	return w, drifts, resyncs
+}
+
+func TestResyncRestoresDriftAndReportsIt(t *testing.T) {
+	feed := newFakeFeed()
+	feed.docs["a"] = doc("a", "0 9 * * *")
+	feed.docs["b"] = doc("b", "@hourly")
+	sink := newMemSink()
+	_, drifts, resyncs := resyncWatcher(t, feed, sink)
+	// Resyncs of an exact sink change nothing.
+	if changed := <-resyncs; len(changed) != 0 {
+		t.Fatalf("resync of an exact sink changed %v", changed)
+	}
+	// A missed event: the sink lost "a" behind the stream's back.
+	sink.mu.Lock()
+	delete(sink.armed, "a")
+	sink.mu.Unlock()
+	select {
+	case ids := <-drifts:
+		if !slices.Equal(ids, []string{"a"}) {
+			t.Fatalf("drift %v, want [a]", ids)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no drift reported")
+	}
+	if got := sink.snapshot(); got["a"] != "0 9 * * *" || len(got) != 2 {
+		t.Fatalf("after resync: %v", got)
+	}
+	// Nothing more drifts.
+	for range 3 {
+		<-resyncs
+	}
+	select {
+	case ids := <-drifts:
+		t.Fatalf("more drift: %v", ids)
+	default:
+	}
+}
+
+// An edit committed just before the resync's read shows in the read before
+// its event arrives: the resync changes the job, but the event that follows
+// explains it, so it is not drift.
+func TestResyncDoesNotCountQueuedEventsAsDrift(t *testing.T) {
+	feed := newFakeFeed()
+	feed.docs["a"] = doc("a", "0 9 * * *")
+	sink := newMemSink()
+	var (
+		mu    sync.Mutex
+		n     int
+		armed = true
+	)
+	feed.onSnapshot = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !armed || feed.stream == nil {
+			return
+		}
+		// A write commits; its event is queued behind the read.
+		n++
+		id := fmt.Sprintf("new%d", n)
+		feed.mu.Lock()
+		feed.docs[id] = doc(id, "@daily")
+		feed.mu.Unlock()
+		feed.push(event("insert", id, "@daily", 100+n))
+	}
+	_, drifts, resyncs := resyncWatcher(t, feed, sink)
+	changedSeen := 0
+	for changedSeen < 3 {
+		if changed := <-resyncs; len(changed) > 0 {
+			changedSeen++
+		}
+	}
+	mu.Lock()
+	armed = false
+	mu.Unlock()
+	// Let the last suspects settle on an idle stream.
+	for range 3 {
+		<-resyncs
+	}
+	select {
+	case ids := <-drifts:
+		t.Fatalf("queued events counted as drift: %v", ids)
+	default:
+	}
+	waitFor(t, "all inserts applied", func() bool { return len(sink.snapshot()) == 1+changedSeenN(&mu, &n) })
+}
+
+func changedSeenN(mu *sync.Mutex, n *int) int { mu.Lock(); defer mu.Unlock(); return *n }

@@ -79,6 +79,8 @@ type daemonConfig struct {
 	InstanceID string
 	// Extra is appended to the generated YAML (top-level keys).
 	Extra string
+	// Watch is appended to the watch: section (indented keys, e.g. "  mode: poll\n").
+	Watch string
 	// Jobs is the YAML of the jobs: section; default has the example actions.
 	Jobs string
 }
@@ -111,10 +113,10 @@ http:
 watch:
   backoff_min: 50ms
   backoff_max: 1s
-shutdown:
+%sshutdown:
   grace: 20s
 %s
-jobs:%s`, c.URI, c.Database, c.InstanceID, c.Extra, c.Jobs)
+jobs:%s`, c.URI, c.Database, c.InstanceID, c.Watch, c.Extra, c.Jobs)
 	p := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)

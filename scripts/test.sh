@@ -34,3 +34,6 @@ go vet ./...
 
 step "go test -race"
 go test -race -count=1 -timeout 30m "$@" ./...
+
+step "fuzz: schedule.Decode over raw BSON (20 s)"
+go test -run '^$' -fuzz '^FuzzDecode$' -fuzztime 20s ./schedule/

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/config"
@@ -36,13 +35,9 @@ const (
 // Connect returns a client for the configured server. It does not wait for
 // the server: operations retry until it is reachable.
 func Connect(cfg config.Config) (*mongo.Client, error) {
-	opts := options.Client().ApplyURI(cfg.Mongo.URI).
-		SetAppName("cronswap").
-		SetServerSelectionTimeout(5 * time.Second).
-		SetConnectTimeout(5 * time.Second)
-	client, err := mongo.Connect(opts)
+	client, err := mongo.Connect(ClientOptions(cfg))
 	if err != nil {
-		return nil, fmt.Errorf("mongo client for %s: %w", config.RedactURI(cfg.Mongo.URI), err)
+		return nil, clientError(cfg.Mongo.URI, err)
 	}
 	return client, nil
 }
@@ -51,6 +46,11 @@ func Connect(cfg config.Config) (*mongo.Client, error) {
 // no new fires, running actions get the grace period, the resume token is
 // saved. It returns an error only when the daemon cannot start.
 func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	return RunWith(ctx, cfg, log, Options{})
+}
+
+// RunWith is Run with extras for tests and embedders (see Options).
+func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options) error {
 	log = log.With("instance_id", cfg.InstanceID)
 	registry, err := jobs.FromConfig(cfg.Jobs)
 	if err != nil {
@@ -113,6 +113,10 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return nil
 		},
 	})
+
+	if opts.Engine != nil {
+		opts.Engine(engine)
+	}
 
 	watcher = changestream.New(changestream.Options{
 		ID:             cfg.InstanceID,
@@ -189,21 +193,17 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	return runErr
 }
 
-// metricsHooks reports the watcher's events, full reloads and reconnects
-// as metrics. A resync's changed ids are drift: they mean an event was missed.
+// metricsHooks reports the watcher's events, full reloads, reconnects and
+// resync drift (jobs whose event was missed) as metrics.
 func metricsHooks(mx *metrics.Metrics) changestream.Hooks {
 	return changestream.Hooks{
 		Event: func(op string, wallTime time.Time) {
 			mx.CountChangeEvent(op)
 			mx.ObserveEditToArmed(wallTime, time.Now())
 		},
-		FullReload: func(reason string, changed []string) {
-			mx.CountFullReload(reason)
-			if reason == changestream.ReasonResync {
-				mx.CountResyncDrift(len(changed))
-			}
-		},
-		Reconnect: func(int, time.Duration, error) { mx.CountReconnect() },
+		FullReload: func(reason string, _ []string) { mx.CountFullReload(reason) },
+		Reconnect:  func(int, time.Duration, error) { mx.CountReconnect() },
+		Drift:      func(ids []string) { mx.CountResyncDrift(len(ids)) },
 	}
 }
 

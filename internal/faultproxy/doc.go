@@ -24,6 +24,17 @@
 // failCommand). failCommand's closeConnection mode is CutNext, and
 // network-level faults are CutAll, RefuseFor and Outage.
 //
+// # Real failure modes and their stand-ins
+//
+//	replica set step-down (connections closed)   p.CutAll()
+//	network partition, server down for a while    p.Outage(d), or p.RefuseFor(d) for new connections only
+//	resume point fell off the oplog               p.FailNext(faultproxy.IsChangeStreamAggregate, ErrorReply{Code: 286,
+//	                                                  CodeName: "ChangeStreamHistoryLost", Labels: []string{"NonResumableChangeStreamError"}})
+//	the same, discovered on a getMore             p.FailNext(p.ChangeStreamGetMore(), <the same reply>)
+//	standalone mongod (no change streams)         p.FailAlways(faultproxy.IsChangeStreamAggregate, ErrorReply{Code: 40573,
+//	                                                  CodeName: "Location40573", Errmsg: "The $changeStream stage is only supported on replica sets"})
+//	failCommand with closeConnection: true        p.CutNext(m)
+//
 // # Usage
 //
 //	p, err := faultproxy.New(ctx, "127.0.0.1:27017")

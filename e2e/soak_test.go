@@ -1,0 +1,207 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/cronswap/cronswap/internal/faultproxy"
+)
+
+// EnvSoak sets the chaos soak's duration (a Go duration, e.g. "10m");
+// scripts/soak.sh sets it. Default 60 s.
+const EnvSoak = "CRONSWAP_SOAK"
+
+func soakDuration(t *testing.T) time.Duration {
+	t.Helper()
+	v := os.Getenv(EnvSoak)
+	if v == "" {
+		return 60 * time.Second
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		t.Fatalf("%s=%q: want a positive duration like 10m", EnvSoak, v)
+	}
+	return d
+}
+
+// TestChaosSoak runs three daemon replicas, each behind its own fault
+// proxy, while a writer makes random edits at about 20 per second and
+// random faults hit random replicas: connection cuts, refused connections
+// (an outage of up to 3 s), ChangeStreamHistoryLost (286) injected on the
+// next change-stream getMore or resume, and one SIGKILL and restart of a
+// replica. At the end every replica's /api/schedules must equal the
+// collection, and no (job_id, scheduled_at) may appear twice in job_runs.
+func TestChaosSoak(t *testing.T) {
+	dur := soakDuration(t)
+	uri, db := setup(t)
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 1))
+	t.Logf("soak: %s, seed %d", dur, seed)
+
+	const replicas = 3
+	proxies := make([]*faultproxy.Proxy, replicas)
+	cfgs := make([]string, replicas)
+	daemons := make([]*daemon, replicas)
+	for i := range replicas {
+		proxies[i] = newProxy(t, uri)
+		cfgs[i] = writeConfig(t, daemonConfig{URI: proxies[i].URI(uri), Database: db.Name(),
+			InstanceID: fmt.Sprintf("soak-%d", i+1), Jobs: tickJobs, Watch: "  resync_interval: 5s\n"})
+		daemons[i] = startDaemon(t, cfgs[i])
+	}
+	for _, d := range daemons {
+		d.waitReady()
+	}
+
+	w := newWriter(db.Collection("schedules"), seed, 30, append(append([]string{}, quietExprs...), firingExprs...))
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); w.run(ctx, 0, 50*time.Millisecond) }()
+
+	faults := map[string]int{}
+	end := time.Now().Add(dur)
+	killAt := time.Now().Add(dur / 2)
+	killed := false
+	for time.Now().Before(end) {
+		time.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
+		i := rng.IntN(replicas)
+		p := proxies[i]
+		switch {
+		case !killed && time.Now().After(killAt):
+			killed = true
+			daemons[i].signal(syscall.SIGKILL)
+			faults["sigkill+restart"]++
+			daemons[i] = startDaemon(t, cfgs[i])
+		default:
+			switch rng.IntN(3) {
+			case 0:
+				p.CutAll()
+				faults["cut"]++
+			case 1:
+				p.Outage(time.Duration(500+rng.IntN(2500)) * time.Millisecond)
+				faults["refuse"]++
+			case 2:
+				p.FailNext(faultproxy.AnyOf(p.ChangeStreamGetMore(), faultproxy.IsChangeStreamAggregate), historyLostReply)
+				faults["inject_286"]++
+			}
+		}
+	}
+	cancel()
+	wg.Wait()
+	for _, p := range proxies {
+		p.ClearFailures()
+		p.RefuseFor(0)
+	}
+
+	// Every replica converges to the collection.
+	want := collectionState(t, db)
+	mismatches := 0
+	var report []string
+	deadline := time.Now().Add(60 * time.Second)
+	for i, d := range daemons {
+		var diff []string
+		for {
+			select {
+			case <-d.done:
+				t.Fatalf("replica %d exited: %v", i+1, d.exit)
+			default:
+			}
+			diff = stateDiff(want, apiState(d.schedules()))
+			if len(diff) == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		mismatches += len(diff)
+		for _, line := range diff {
+			report = append(report, fmt.Sprintf("replica %d: %s", i+1, line))
+		}
+	}
+	dups, runs := countDuplicateRuns(t, db)
+	totalFaults := 0
+	for _, n := range faults {
+		totalFaults += n
+	}
+	// Fires as the replicas' logs tell them (the killed replica's first life
+	// excluded), and the (job, slot) pairs more than one replica ran: without
+	// leader locks every replica runs every fire, so this is informational.
+	var fires []string
+	perSlot := map[string]int{}
+	for i, d := range daemons {
+		n := countLogs(d, func(l logLine) bool {
+			if l.str("msg") != "run started" {
+				return false
+			}
+			perSlot[l.str("job_id")+"@"+l.str("scheduled_at")]++
+			return true
+		})
+		fires = append(fires, fmt.Sprintf("soak-%d=%d", i+1, n))
+	}
+	served := 0 // 286 replies the proxies actually sent (an armed one may be cleared unused at the end)
+	for _, p := range proxies {
+		for _, n := range p.Stats().Injected {
+			served += n
+		}
+	}
+	drift := 0
+	for _, d := range daemons {
+		drift += countLogs(d, func(l logLine) bool { return strings.HasPrefix(l.str("msg"), "resync found drift") })
+	}
+	multi := 0
+	for _, n := range perSlot {
+		if n > 1 {
+			multi++
+		}
+	}
+	t.Logf("soak figures: duration=%s edits=%d (%s) faults=%d %v injected_286_served=%d jobs=%d mismatches=%d job_runs=%d duplicate_runs=%d fires=[%s] slots_fired=%d slots_run_by_several_replicas=%d drift_reports=%d",
+		dur, w.total(), w.summary(), totalFaults, faults, served, len(want), mismatches, runs, dups, strings.Join(fires, " "), len(perSlot), multi, drift)
+	if mismatches != 0 {
+		t.Errorf("%d mismatches between replicas and the collection:\n%s", mismatches, strings.Join(report, "\n"))
+	}
+	if dups != 0 {
+		t.Errorf("%d (job_id, scheduled_at) pairs ran more than once", dups)
+	}
+	if w.total() < int(dur.Seconds())*5 {
+		t.Errorf("the writer made only %d edits in %s (%s)", w.total(), dur, w.summary())
+	}
+}
+
+// countDuplicateRuns counts the (job_id, scheduled_at) pairs that occur
+// more than once in job_runs, and the run records in all.
+func countDuplicateRuns(t *testing.T, db *mongo.Database) (dups, runs int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cur, err := db.Collection("job_runs").Aggregate(ctx, mongo.Pipeline{
+		{{Key: "$group", Value: bson.D{
+			{Key: "_id", Value: bson.D{{Key: "job_id", Value: "$job_id"}, {Key: "scheduled_at", Value: "$scheduled_at"}}},
+			{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}},
+		}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var groups []struct {
+		N int `bson:"n"`
+	}
+	if err := cur.All(ctx, &groups); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range groups {
+		runs += g.N
+		if g.N > 1 {
+			dups++
+		}
+	}
+	return dups, runs
+}

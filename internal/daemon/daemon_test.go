@@ -1,0 +1,241 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/cronswap/cronswap/internal/config"
+	"github.com/cronswap/cronswap/internal/testmongo"
+	"github.com/cronswap/cronswap/scheduler"
+)
+
+func TestMain(m *testing.M) { testmongo.Main(m, nil) }
+
+// logBuffer collects the daemon's JSON log records.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) records() []map[string]any {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(b.buf.String(), "\n") {
+		var r map[string]any
+		if json.Unmarshal([]byte(line), &r) == nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (b *logBuffer) find(match func(map[string]any) bool) (map[string]any, bool) {
+	for _, r := range b.records() {
+		if match(r) {
+			return r, true
+		}
+	}
+	return nil, false
+}
+
+// running is a daemon started in-process by startDaemon.
+type running struct {
+	engine *scheduler.Engine
+	logs   *logBuffer
+	addr   string
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func startDaemon(t *testing.T, cfg config.Config) *running {
+	t.Helper()
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	r := &running{logs: &logBuffer{}}
+	log := slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	engines := make(chan *scheduler.Engine, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- RunWith(ctx, cfg, log, Options{Engine: func(e *scheduler.Engine) { engines <- e }}) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", r.logs.buf.String())
+		}
+	})
+	select {
+	case r.engine = <-engines:
+	case err := <-done:
+		t.Fatalf("daemon exited at start: %v", err)
+	}
+	waitFor(t, 30*time.Second, "daemon started", func() bool {
+		l, ok := r.logs.find(func(l map[string]any) bool { return l["msg"] == "cronswap started" })
+		if ok {
+			r.addr, _ = l["http_listen"].(string)
+		}
+		return ok
+	})
+	return r
+}
+
+func (r *running) get(t *testing.T, path string) (int, []byte) {
+	t.Helper()
+	resp, err := http.Get("http://" + r.addr + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, body
+}
+
+// metric reads one counter or gauge from /metrics.
+func (r *running) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	code, body := r.get(t, "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics answered %d", code)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	f, ok := families[name]
+	if !ok || len(f.GetMetric()) != 1 {
+		t.Fatalf("/metrics has no single %s", name)
+	}
+	m := f.GetMetric()[0]
+	if c := m.GetCounter(); c != nil {
+		return c.GetValue()
+	}
+	return m.GetGauge().GetValue()
+}
+
+func testConfig(uri, database string) config.Config {
+	cfg := config.Default()
+	cfg.Mongo = config.Mongo{URI: uri, Database: database}
+	cfg.InstanceID = "daemon-test"
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	cfg.Watch.BackoffMin = 50 * time.Millisecond
+	cfg.Watch.BackoffMax = time.Second
+	cfg.Shutdown.Grace = 5 * time.Second
+	cfg.Jobs = map[string]config.Job{"tick": {Exec: []string{"true"}}}
+	return cfg
+}
+
+func insertSchedules(t *testing.T, db *mongo.Database, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		_, err := db.Collection(SchedulesCollection).InsertOne(context.Background(),
+			bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: "@hourly"}, {Key: "job", Value: "tick"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func armed(e *scheduler.Engine, id string) bool {
+	st, ok := e.Get(id)
+	return ok && st.Armed
+}
+
+// A job dropped from the engine behind the watcher's back (as if its change
+// event had been missed) is restored by the next periodic resync, which logs
+// the job id and counts one drift.
+func TestResyncRestoresMissedEventAndCountsDrift(t *testing.T) {
+	db := testmongo.NewDatabase(t, testmongo.Client(t))
+	insertSchedules(t, db, "a", "b", "c")
+	cfg := testConfig(testmongo.Shared(t).URI, db.Name())
+	cfg.Watch.ResyncInterval = 300 * time.Millisecond
+	d := startDaemon(t, cfg)
+	waitFor(t, 30*time.Second, "ready and all armed", func() bool {
+		code, _ := d.get(t, "/readyz")
+		return code == http.StatusOK && armed(d.engine, "a") && armed(d.engine, "b") && armed(d.engine, "c")
+	})
+	// Resyncs of an exact engine find nothing.
+	waitFor(t, 30*time.Second, "a resync", func() bool {
+		_, ok := d.logs.find(func(l map[string]any) bool { return l["msg"] == "full reload" && l["reason"] == "resync" })
+		return ok
+	})
+	if got := d.metric(t, "cronswap_resync_drift_total"); got != 0 {
+		t.Fatalf("drift before tampering = %v, want 0", got)
+	}
+
+	if !d.engine.Remove("b") {
+		t.Fatal("engine did not have b")
+	}
+	waitFor(t, 30*time.Second, "b restored by a resync", func() bool { return armed(d.engine, "b") })
+	waitFor(t, 10*time.Second, "drift metric 1", func() bool { return d.metric(t, "cronswap_resync_drift_total") == 1 })
+	l, ok := d.logs.find(func(l map[string]any) bool { return strings.HasPrefix(l["msg"].(string), "resync found drift") })
+	if !ok {
+		t.Fatal("no log record of the drift")
+	}
+	if l["level"] != "WARN" || !slices.Equal(anyStrings(l["job_ids"]), []string{"b"}) {
+		t.Fatalf("drift log record %v: want a warning naming job b", l)
+	}
+	_, body := d.get(t, "/api/schedules/b")
+	var one struct {
+		Armed bool `json:"armed"`
+	}
+	if err := json.Unmarshal(body, &one); err != nil || !one.Armed {
+		t.Fatalf("/api/schedules/b = %s (%v)", body, err)
+	}
+	// Later resyncs find nothing more.
+	n := len(d.logs.records())
+	waitFor(t, 30*time.Second, "another resync", func() bool {
+		for _, l := range d.logs.records()[n:] {
+			if l["msg"] == "full reload" && l["reason"] == "resync" {
+				return true
+			}
+		}
+		return false
+	})
+	if got := d.metric(t, "cronswap_resync_drift_total"); got != 1 {
+		t.Fatalf("drift after restoring = %v, want still 1", got)
+	}
+}
+
+func anyStrings(v any) []string {
+	list, _ := v.([]any)
+	out := make([]string, 0, len(list))
+	for _, x := range list {
+		s, _ := x.(string)
+		out = append(out, s)
+	}
+	return out
+}

@@ -1,0 +1,50 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/internal/config"
+	"github.com/cronswap/cronswap/scheduler"
+)
+
+// Options are extras for RunWith that the command line never sets.
+type Options struct {
+	// Engine, when set, is called once with the daemon's engine before the
+	// watcher starts. Tests use it to reach behind the watcher's back (for
+	// instance to drop a job as if its change event had been missed);
+	// embedders can read the engine's view.
+	Engine func(*scheduler.Engine)
+}
+
+// ClientOptions are the driver options for the configured server. Every
+// option in the connection string (tls, tlsCAFile, tlsCertificateKeyFile,
+// authSource, authMechanism, replicaSet, …) reaches the driver unchanged;
+// the daemon only sets defaults for its app name and timeouts, which the
+// connection string overrides (appName, serverSelectionTimeoutMS,
+// connectTimeoutMS).
+func ClientOptions(cfg config.Config) *options.ClientOptions {
+	return options.Client().
+		SetAppName("cronswap").
+		SetServerSelectionTimeout(5 * time.Second).
+		SetConnectTimeout(5 * time.Second).
+		ApplyURI(cfg.Mongo.URI)
+}
+
+// ErrBadPassword replaces the driver's own message when the password in the
+// connection string cannot be decoded: that message quotes the offending
+// part of the password (an invalid percent escape).
+var ErrBadPassword = errors.New("the password in the connection string is not valid: percent-encode %, @, : and / in it (e.g. %40 for @)")
+
+// clientError describes a failure to set up a client for uri without ever
+// showing the password.
+func clientError(uri string, err error) error {
+	if strings.Contains(err.Error(), "password") {
+		err = ErrBadPassword
+	}
+	return fmt.Errorf("mongo client for %s: %w", config.RedactURI(uri), err)
+}
