@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -49,13 +51,29 @@ func TestChaosSoak(t *testing.T) {
 	t.Logf("soak: %s, seed %d", dur, seed)
 
 	const replicas = 3
+	// Every run appends "job slot instance fence" to the ledger: the ground
+	// truth of what ran, independent of job_runs (whose unique index makes
+	// duplicates there impossible by construction).
+	ledger := filepath.Join(t.TempDir(), "ledger")
+	soakJobs := fmt.Sprintf(`
+  tick:
+    exec: ["sh", "-c", "printf '%%s %%s %%s %%s\\n' \"$CRONSWAP_JOB_ID\" \"$CRONSWAP_SCHEDULED_AT\" \"$CRONSWAP_INSTANCE_ID\" \"$CRONSWAP_FENCE\" >> %s"]
+    overlap: allow
+`, ledger)
+	// Stable jobs fire every second and are never edited: their slots are
+	// the ones that must run (see the exactly-once check at the end).
+	const stableJobs = 4
+	for i := range stableJobs {
+		insert(t, db, bson.D{{Key: "_id", Value: fmt.Sprintf("stable_%d", i)}, {Key: "cron_expr", Value: "* * * * * *"},
+			{Key: "job", Value: "tick"}, {Key: "updated_at", Value: time.Now()}})
+	}
 	proxies := make([]*faultproxy.Proxy, replicas)
 	cfgs := make([]string, replicas)
 	daemons := make([]*daemon, replicas)
 	for i := range replicas {
 		proxies[i] = newProxy(t, uri)
 		cfgs[i] = writeConfig(t, daemonConfig{URI: proxies[i].URI(uri), Database: db.Name(),
-			InstanceID: fmt.Sprintf("soak-%d", i+1), Jobs: tickJobs, Watch: "  resync_interval: 5s\n"})
+			InstanceID: fmt.Sprintf("soak-%d", i+1), Jobs: soakJobs, Watch: "  resync_interval: 5s\n"})
 		daemons[i] = startDaemon(t, cfgs[i])
 	}
 	for _, d := range daemons {
@@ -69,7 +87,8 @@ func TestChaosSoak(t *testing.T) {
 	go func() { defer wg.Done(); w.run(ctx, 0, 50*time.Millisecond) }()
 
 	faults := map[string]int{}
-	end := time.Now().Add(dur)
+	start := time.Now()
+	end := start.Add(dur)
 	killAt := time.Now().Add(dur / 2)
 	killed := false
 	for time.Now().Before(end) {
@@ -128,6 +147,7 @@ func TestChaosSoak(t *testing.T) {
 		}
 	}
 	dups, runs := countDuplicateRuns(t, db)
+	lg := checkLedger(t, db, ledger, stableJobs, start.Add(5*time.Second), end.Add(-3*time.Second))
 	totalFaults := 0
 	for _, n := range faults {
 		totalFaults += n
@@ -163,17 +183,82 @@ func TestChaosSoak(t *testing.T) {
 			multi++
 		}
 	}
-	t.Logf("soak figures: duration=%s edits=%d (%s) faults=%d %v injected_286_served=%d jobs=%d mismatches=%d job_runs=%d duplicate_runs=%d fires=[%s] slots_fired=%d slots_run_by_several_replicas=%d drift_reports=%d",
-		dur, w.total(), w.summary(), totalFaults, faults, served, len(want), mismatches, runs, dups, strings.Join(fires, " "), len(perSlot), multi, drift)
+	t.Logf("soak figures: duration=%s edits=%d (%s) faults=%d %v injected_286_served=%d jobs=%d mismatches=%d job_runs=%d duplicate_runs=%d fires=[%s] slots_fired=%d slots_run_by_several_replicas=%d drift_reports=%d ledger_runs=%d ledger_duplicates=%d runs_unrecorded=%d stable_slots=%d stable_missed=%d",
+		dur, w.total(), w.summary(), totalFaults, faults, served, len(want), mismatches, runs, dups, strings.Join(fires, " "), len(perSlot), multi, drift, lg.lines, lg.duplicates, lg.unrecorded, lg.stableSlots, lg.stableMissed)
 	if mismatches != 0 {
 		t.Errorf("%d mismatches between replicas and the collection:\n%s", mismatches, strings.Join(report, "\n"))
 	}
 	if dups != 0 {
-		t.Errorf("%d (job_id, scheduled_at) pairs ran more than once", dups)
+		t.Errorf("%d (job_id, scheduled_at) pairs recorded more than once in job_runs", dups)
+	}
+	if lg.duplicates != 0 {
+		t.Errorf("%d (job, slot) pairs ran more than once (ledger):\n%s", lg.duplicates, strings.Join(lg.report, "\n"))
+	}
+	if lg.unrecorded != 0 {
+		t.Errorf("%d runs in the ledger have no job_runs record of the same instance and fence:\n%s", lg.unrecorded, strings.Join(lg.report, "\n"))
+	}
+	// A stable slot goes unrun only when the replica that won its claim was
+	// cut off before it could record and start the run (at most once beats
+	// at least once); with one replica faulted at a time that is rare.
+	if lg.stableSlots == 0 || lg.stableMissed*10 > lg.stableSlots {
+		t.Errorf("stable jobs: %d of %d slots in the window never ran (more than 10%%)", lg.stableMissed, lg.stableSlots)
 	}
 	if w.total() < int(dur.Seconds())*5 {
 		t.Errorf("the writer made only %d edits in %s (%s)", w.total(), dur, w.summary())
 	}
+}
+
+// ledgerCheck is what checkLedger found.
+type ledgerCheck struct {
+	lines, duplicates, unrecorded, stableSlots, stableMissed int
+	report                                                   []string
+}
+
+// checkLedger reads the runs the action itself wrote down and checks them
+// against job_runs: no (job, slot) ran twice; every run has the record of
+// the replica and fence that ran it; and it counts the slots of the stable
+// jobs in [from, to) that never ran.
+func checkLedger(t *testing.T, db *mongo.Database, path string, stable int, from, to time.Time) ledgerCheck {
+	t.Helper()
+	var c ledgerCheck
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("ledger: %v", err)
+	}
+	type run struct{ instance, fence string }
+	ran := map[string][]run{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 4 {
+			t.Fatalf("ledger line %q: want job slot instance fence", line)
+		}
+		c.lines++
+		key := f[0] + " " + f[1]
+		ran[key] = append(ran[key], run{f[2], f[3]})
+	}
+	recorded := map[string]run{}
+	for _, r := range allRuns(t, db, bson.D{}) {
+		recorded[r.JobID+" "+r.ScheduledAt.UTC().Format(time.RFC3339)] = run{r.Instance, strconv.FormatInt(r.Fence, 10)}
+	}
+	for key, rs := range ran {
+		if len(rs) > 1 {
+			c.duplicates++
+			c.report = append(c.report, fmt.Sprintf("ran %d times: %s %v", len(rs), key, rs))
+		}
+		if rec, ok := recorded[key]; !ok || rec != rs[0] {
+			c.unrecorded++
+			c.report = append(c.report, fmt.Sprintf("run %s %v has job_runs record %v (found %v)", key, rs[0], rec, ok))
+		}
+	}
+	for sec := from.Truncate(time.Second).Add(time.Second); sec.Before(to); sec = sec.Add(time.Second) {
+		for i := range stable {
+			c.stableSlots++
+			if len(ran[fmt.Sprintf("stable_%d %s", i, sec.UTC().Format(time.RFC3339))]) == 0 {
+				c.stableMissed++
+			}
+		}
+	}
+	return c
 }
 
 // countDuplicateRuns counts the (job_id, scheduled_at) pairs that occur
