@@ -203,3 +203,30 @@ func TestEverySchedule(t *testing.T) {
 		t.Fatalf("Next before the epoch = %d, want 0", got.Unix())
 	}
 }
+
+func TestLastSlot(t *testing.T) {
+	now := time.Date(2026, 3, 10, 9, 30, 15, 0, time.UTC)
+	e := New(Options{Fire: func(string, time.Time) {}, Logger: quiet(), Now: func() time.Time { return now }})
+	seoul := sch("seoul", "0 9 * * *")
+	seoul.Timezone = "Asia/Seoul"
+	off := sch("off", "0 * * * *")
+	off.Enabled = false
+	for _, s := range []schedule.Schedule{sch("hourly", "0 * * * *"), seoul, off} {
+		if o := e.Reload(s); o == Rejected {
+			t.Fatalf("%s rejected: %+v", s.ID, mustGet(t, e, s.ID))
+		}
+	}
+	if got, ok := e.LastSlot("hourly", now); !ok || !got.Equal(time.Date(2026, 3, 10, 9, 0, 0, 0, time.UTC)) {
+		t.Errorf("hourly: %v %v", got, ok)
+	}
+	// 09:00 in Seoul is 00:00 UTC.
+	if got, ok := e.LastSlot("seoul", now); !ok || !got.Equal(time.Date(2026, 3, 10, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("seoul: %v %v", got, ok)
+	}
+	if _, ok := e.LastSlot("unknown", now); ok {
+		t.Error("an unknown job has a last slot")
+	}
+	if _, ok := e.LastSlot("off", now); ok {
+		t.Error("a disabled job has a last slot")
+	}
+}

@@ -163,6 +163,11 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	watchDone := make(chan error, 1)
 	go func() { watchDone <- watcher.Run(watchCtx) }()
+	catchUpDone := make(chan struct{})
+	go func() {
+		defer close(catchUpDone)
+		runCatchUp(watchCtx, engine, func() bool { return watcher.Status().Ready }, cfg.CatchupFor, runner.Fire, log)
+	}()
 
 	var runErr error
 	select {
@@ -181,6 +186,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		log.Warn("some actions were cancelled at the end of the grace period")
 	}
 	stopWatch()
+	<-catchUpDone
 	if err := <-watchDone; err != nil && runErr == nil {
 		runErr = err
 	}
