@@ -79,11 +79,13 @@ func TestRepoConfigYAML(t *testing.T) {
 		t.Fatalf("Parse(config.yaml): %v", err)
 	}
 
+	hour := time.Hour
 	wantJobs := map[string]config.Job{
 		"daily_report": {
 			Exec:    []string{"sh", "-c", "echo report for $CRONSWAP_SCHEDULED_AT"},
 			Timeout: 5 * time.Minute,
 			Overlap: "forbid",
+			Catchup: &hour,
 		},
 		"heartbeat": {
 			Exec:    []string{"sh", "-c", "echo heartbeat $CRONSWAP_JOB_ID at $CRONSWAP_SCHEDULED_AT args=$CRONSWAP_ARGS"},
@@ -95,6 +97,12 @@ func TestRepoConfigYAML(t *testing.T) {
 			Timeout: 10 * time.Second,
 			Overlap: "forbid",
 		},
+	}
+	if got := cfg.CatchupFor("daily_report"); got != time.Hour {
+		t.Errorf("catch-up window of daily_report = %s, want 1h", got)
+	}
+	if got := cfg.CatchupFor("heartbeat"); got != 0 {
+		t.Errorf("catch-up window of heartbeat = %s, want the default 0", got)
 	}
 	if !reflect.DeepEqual(cfg.Jobs, wantJobs) {
 		t.Errorf("jobs:\n got %#v\nwant %#v", cfg.Jobs, wantJobs)
