@@ -94,7 +94,10 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	})
 	engine = scheduler.New(scheduler.Options{
 		Location: cfg.Location,
-		Fire:     runner.Fire,
+		Fire: func(id string, slot time.Time) {
+			mx.ObserveFireLateness(slot, time.Now())
+			runner.Fire(id, slot)
+		},
 		Logger:   log,
 		Validate: func(s schedule.Schedule) error {
 			if _, ok := registry.Lookup(s.ActionName()); !ok {
@@ -117,6 +120,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		BackoffMin:     cfg.Watch.BackoffMin,
 		BackoffMax:     cfg.Watch.BackoffMax,
 		Hooks:          metricsHooks(mx),
+		State:          stateStore(cfg),
 	})
 
 	srv := &http.Server{
@@ -184,9 +188,14 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 // as metrics. A resync's changed ids are drift: they mean an event was missed.
 func metricsHooks(mx *metrics.Metrics) changestream.Hooks {
 	return changestream.Hooks{
-		Event: func(op string, wallTime time.Time) {
-			mx.CountChangeEvent(op)
-			mx.ObserveEditToArmed(wallTime, time.Now())
+		Event: func(ev changestream.EventInfo) {
+			mx.CountChangeEvent(ev.Op)
+			written := ev.WallTime
+			if written.IsZero() {
+				written = ev.UpdatedAt // servers without wallTime
+			}
+			mx.ObserveEditToArmed(written, ev.Applied)
+			mx.ObserveEventApply(ev.Applied.Sub(ev.Received))
 		},
 		FullReload: func(reason string, changed []string) {
 			mx.CountFullReload(reason)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"log/slog"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -63,6 +64,14 @@ func (s engineSink) Delete(id bson.RawValue) {
 
 // ReplaceAll implements changestream.Sink.
 func (s engineSink) ReplaceAll(docs []bson.Raw) []string {
+	changed, _, _ := s.ReplaceAllTimed(docs)
+	return changed
+}
+
+// ReplaceAllTimed implements changestream.TimedSink: ReplaceAll, saying how
+// long decoding and the engine's Sync took.
+func (s engineSink) ReplaceAllTimed(docs []bson.Raw) ([]string, time.Duration, time.Duration) {
+	start := time.Now()
 	items := make([]scheduler.Item, 0, len(docs))
 	for _, d := range docs {
 		sched, err := schedule.Decode(d)
@@ -72,5 +81,7 @@ func (s engineSink) ReplaceAll(docs []bson.Raw) []string {
 		}
 		items = append(items, scheduler.Item{Schedule: sched, Err: err})
 	}
-	return s.engine.Sync(items).Changed
+	decoded := time.Now()
+	changed := s.engine.Sync(items).Changed
+	return changed, decoded.Sub(start), time.Since(decoded)
 }
