@@ -98,7 +98,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			mx.ObserveFireLateness(slot, time.Now())
 			runner.Fire(id, slot)
 		},
-		Logger:   log,
+		Logger: log,
 		Validate: func(s schedule.Schedule) error {
 			if _, ok := registry.Lookup(s.ActionName()); !ok {
 				return &schedule.Error{ID: s.ID, Field: schedule.FieldJob,
