@@ -314,3 +314,43 @@ func TestWarmStartFallsBackToFullReload(t *testing.T) {
 		})
 	}
 }
+
+// failingStore fails the first n saves.
+type failingStore struct {
+	*seqStore
+	mu       sync.Mutex
+	n        int
+	attempts int
+}
+
+func (f *failingStore) Save(ctx context.Context, id string, token bson.Raw) error {
+	f.mu.Lock()
+	f.attempts++
+	fail := f.attempts <= f.n
+	f.mu.Unlock()
+	if fail {
+		return errors.New("server unreachable")
+	}
+	return f.seqStore.Save(ctx, id, token)
+}
+
+func TestFailedSaveIsRetriedWithoutSpinning(t *testing.T) {
+	feed := newFakeFeed()
+	tokens := &failingStore{seqStore: newSeqStore(), n: 2}
+	w, _ := startWith(t, feed, tokens, newMemSink(), func(o *Options) { o.SaveDelay = time.Millisecond })
+	waitFor(t, "ready", func() bool { return w.Status().Ready })
+	feed.push(event("insert", "a", "@hourly", 1))
+	deadline := time.Now().Add(30 * time.Second)
+	for tokens.last() != data(1) {
+		if time.Now().After(deadline) {
+			t.Fatal("token never saved after the store came back")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	tokens.mu.Lock()
+	defer tokens.mu.Unlock()
+	// Startup save (fails), retry a second later, then the event's token.
+	if tokens.attempts > 6 {
+		t.Fatalf("%d save attempts: retrying without a pause", tokens.attempts)
+	}
+}

@@ -42,9 +42,13 @@ type saver struct {
 	events   int       // events applied since the last save
 	since    time.Time // when the first of those events was applied
 	lastSave time.Time
+	retryAt  time.Time // after a failed save, not before this
 
 	saveMu sync.Mutex
 }
+
+// saveRetryDelay is the pause after a failed save before the next try.
+const saveRetryDelay = time.Second
 
 func newSaver(w *Watcher) *saver {
 	return &saver{w: w, kick: make(chan struct{}, 1), lastSave: time.Now()}
@@ -109,6 +113,9 @@ func (s *saver) due() (wait time.Duration, ok bool) {
 	if s.token == nil {
 		return 0, false
 	}
+	if wait := time.Until(s.retryAt); wait > 0 {
+		return wait, true
+	}
 	if s.events > 0 {
 		if s.events >= s.w.opts.SaveMaxEvents {
 			return 0, true
@@ -123,7 +130,7 @@ func (s *saver) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	for {
+	for ctx.Err() == nil {
 		wait, ok := s.due()
 		switch {
 		case !ok:
@@ -164,9 +171,11 @@ func (s *saver) flush(ctx context.Context) {
 		// Keep it for the next attempt unless a newer one came meanwhile.
 		s.mu.Lock()
 		if s.token == nil {
-			s.token, s.events, s.since = t, events, time.Now()
+			s.token, s.events = t, events
 		}
+		s.retryAt = time.Now().Add(saveRetryDelay)
 		s.mu.Unlock()
+		s.wake() // the goroutine may be idle if this was a flush from the stream loop
 		return
 	}
 	s.mu.Lock()

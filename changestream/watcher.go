@@ -534,7 +534,7 @@ func (w *Watcher) consume(ctx context.Context, cs Stream, token *bson.Raw) (stri
 		defer t.Stop()
 		resync = t.C
 	}
-	for {
+	for ctx.Err() == nil {
 		select {
 		case <-resync:
 			if err := w.fullReload(ctx, ReasonResync); err != nil {
@@ -578,6 +578,7 @@ func (w *Watcher) consume(ctx context.Context, cs Stream, token *bson.Raw) (stri
 			w.saver.advanced(t)
 		}
 	}
+	return "", nil
 }
 
 func bytesEqual(a, b bson.Raw) bool { return string(a) == string(b) }

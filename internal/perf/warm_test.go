@@ -49,6 +49,7 @@ func startDaemonish(tb testing.TB, db *mongo.Database, stateFile string, log boo
 		Logger: lg, Mode: changestream.ModeChangeStream,
 		BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
 	})
+	d.engine.Start() // as the daemon does, before the watcher runs
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	go func() { d.done <- d.w.Run(ctx) }()
