@@ -354,3 +354,32 @@ func TestFailedSaveIsRetriedWithoutSpinning(t *testing.T) {
 		t.Fatalf("%d save attempts: retrying without a pause", tokens.attempts)
 	}
 }
+
+func TestSyncedHookRunsOnceAfterTheFirstSync(t *testing.T) {
+	feed := newFakeFeed()
+	feed.docs["a"] = doc("a", "0 9 * * *")
+	sink := newMemSink()
+	var calls atomicInt
+	w, _ := startWith(t, feed, resumetoken.NewMemStore(), sink, func(o *Options) {
+		o.Hooks.Synced = func() {
+			if len(sink.snapshot()) != 1 {
+				t.Error("Synced called before the sink held the collection")
+			}
+			calls.add()
+		}
+	})
+	waitFor(t, "ready", func() bool { return w.Status().Ready })
+	feed.push(item{err: mongo.CommandError{Code: 286, Name: "ChangeStreamHistoryLost"}})
+	waitFor(t, "second reload", func() bool { return feed.snapshotReads() == 2 && w.Status().Ready })
+	if n := calls.get(); n != 1 {
+		t.Fatalf("Synced called %d times, want 1", n)
+	}
+}
+
+type atomicInt struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (a *atomicInt) add()     { a.mu.Lock(); a.n++; a.mu.Unlock() }
+func (a *atomicInt) get() int { a.mu.Lock(); defer a.mu.Unlock(); return a.n }

@@ -176,6 +176,11 @@ type Hooks struct {
 	FullReload func(reason string, changed []string)
 	// Reconnect is called before each reconnect attempt.
 	Reconnect func(attempt int, delay time.Duration, err error)
+	// Synced is called once, after the sink was first made equal to the
+	// collection (first full reload, or armed from the state file). An
+	// engine is much faster to fill while its timers are not running, so
+	// the daemon starts them here.
+	Synced func()
 }
 
 // Status is a snapshot of the watcher's state.
@@ -298,9 +303,9 @@ func (w *Watcher) fullReload(ctx context.Context, reason string) error {
 	read := time.Since(start)
 	changed, decode, apply := w.replaceAll(docs)
 	w.mu.Lock()
-	w.synced = true
 	w.status.FullReloads++
 	w.mu.Unlock()
+	w.markSynced()
 	level := slog.LevelInfo
 	if reason == ReasonResync && len(changed) > 0 {
 		level = slog.LevelWarn
@@ -314,6 +319,18 @@ func (w *Watcher) fullReload(ctx context.Context, reason string) error {
 		w.opts.Hooks.FullReload(reason, changed)
 	}
 	return nil
+}
+
+// markSynced records that the sink holds the collection, calling
+// Hooks.Synced the first time.
+func (w *Watcher) markSynced() {
+	w.mu.Lock()
+	first := !w.synced
+	w.synced = true
+	w.mu.Unlock()
+	if first && w.opts.Hooks.Synced != nil {
+		w.opts.Hooks.Synced()
+	}
 }
 
 func firstIDs(ids []string, n int) []string {
@@ -450,9 +467,7 @@ func (w *Watcher) warmStart(ctx context.Context, token bson.Raw) bool {
 	}
 	read := time.Since(start)
 	changed, decode, apply := w.replaceAll(st.Docs)
-	w.mu.Lock()
-	w.synced = true
-	w.mu.Unlock()
+	w.markSynced()
 	w.log.Info("armed from state file", "watcher_id", w.opts.ID, "documents", len(st.Docs),
 		"changed", len(changed), "duration", time.Since(start), "read", read, "decode", decode, "engine", apply)
 	return true

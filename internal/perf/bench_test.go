@@ -250,9 +250,10 @@ func bigCollection(b *testing.B) (*mongo.Database, *mongo.Collection) {
 	return db, coll
 }
 
-// BenchmarkFullReload100k times a full reload of 100,000 documents from
-// the test server into a fresh, running engine, split into the server read
-// (find + copying each document), decoding and the engine's Sync.
+// BenchmarkFullReload100k times a start-up full reload of 100,000
+// documents from the test server into a fresh engine, split into the server
+// read (find + copying each document), decoding, and the engine (Sync, then
+// starting its timers, as the daemon does).
 func BenchmarkFullReload100k(b *testing.B) {
 	ctx := benchCtx(b)
 	_, coll := bigCollection(b)
@@ -262,7 +263,6 @@ func BenchmarkFullReload100k(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		engine := newEngine(quietLogger())
-		engine.Start()
 		b.StartTimer()
 		t0 := time.Now()
 		docs, err := feed.Snapshot(ctx)
@@ -273,6 +273,7 @@ func BenchmarkFullReload100k(b *testing.B) {
 		items := decodeAll(docs)
 		t2 := time.Now()
 		engine.Sync(items)
+		engine.Start()
 		t3 := time.Now()
 		b.StopTimer()
 		if len(docs) != bigN || engine.Len() != bigN {
@@ -341,4 +342,37 @@ func BenchmarkRestart100k(b *testing.B) {
 	b.ReportMetric(warm.Seconds()*1e3/n, "warm_start_ms")
 	b.ReportMetric(float64(full)/float64(warm), "full/warm")
 	b.ReportMetric(save.Seconds()*1e3/n, "state_save_ms")
+}
+
+// BenchmarkEngineSync100k isolates the engine's share of arming 100,000
+// decoded schedules: into a running engine (robfig re-sorts a shard's
+// entries on every add while running) and into one started afterwards.
+func BenchmarkEngineSync100k(b *testing.B) {
+	docs := make([]bson.Raw, bigN)
+	for i := range docs {
+		docs[i] = scheduleDoc(fmt.Sprintf("job%06d", i), i)
+	}
+	items := decodeAll(docs)
+	for _, started := range []bool{true, false} {
+		b.Run(fmt.Sprintf("running=%v", started), func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				engine := newEngine(quietLogger())
+				if started {
+					engine.Start()
+				}
+				b.StartTimer()
+				engine.Sync(items)
+				if !started {
+					engine.Start()
+				}
+				b.StopTimer()
+				if engine.Len() != bigN {
+					b.Fatalf("armed %d", engine.Len())
+				}
+				<-engine.Stop().Done()
+				b.StartTimer()
+			}
+		})
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +28,8 @@ type daemonish struct {
 	w      *changestream.Watcher
 	cancel context.CancelFunc
 	done   chan error
+
+	startOnce sync.Once
 }
 
 func startDaemonish(tb testing.TB, db *mongo.Database, stateFile string, log bool) *daemonish {
@@ -48,8 +51,9 @@ func startDaemonish(tb testing.TB, db *mongo.Database, stateFile string, log boo
 		State:  statefile.New(stateFile, statefile.Options{WatcherID: "w1", Source: db.Name() + ".schedules"}),
 		Logger: lg, Mode: changestream.ModeChangeStream,
 		BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+		// As the daemon does: timers start once the engine holds the schedules.
+		Hooks: changestream.Hooks{Synced: func() { d.startOnce.Do(d.engine.Start) }},
 	})
-	d.engine.Start() // as the daemon does, before the watcher runs
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	go func() { d.done <- d.w.Run(ctx) }()
