@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -55,14 +56,27 @@ func (s engineSink) ReplaceAllTimed(docs []bson.Raw) ([]string, time.Duration, t
 	return changed, decoded.Sub(start), time.Since(decoded)
 }
 
+// decodeAll decodes like the daemon's sink: in order, spread over the CPUs
+// for large inputs, dropping documents without a usable id.
 func decodeAll(docs []bson.Raw) []scheduler.Item {
-	items := make([]scheduler.Item, 0, len(docs))
-	for _, d := range docs {
-		sched, err := schedule.Decode(d)
-		if err != nil && sched.ID == "" {
-			continue
+	out := make([]scheduler.Item, len(docs))
+	workers := max(1, min(runtime.GOMAXPROCS(0), len(docs)/1000))
+	chunk := (len(docs) + workers - 1) / workers
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(docs); lo += chunk {
+		hi := min(lo+chunk, len(docs))
+		wg.Go(func() {
+			for i := lo; i < hi; i++ {
+				out[i].Schedule, out[i].Err = schedule.Decode(docs[i])
+			}
+		})
+	}
+	wg.Wait()
+	items := out[:0]
+	for _, it := range out {
+		if it.Err == nil || it.Schedule.ID != "" {
+			items = append(items, it)
 		}
-		items = append(items, scheduler.Item{Schedule: sched, Err: err})
 	}
 	return items
 }
