@@ -5,15 +5,17 @@
 //
 //	go test ./internal/perf -run XXX -bench . -benchtime 3x
 //
-// BenchmarkTokenSave         cost of one resume-token upsert on the server
-// BenchmarkApply             sustained events/s and received→armed p50/p99,
+// The benchmarks:
 //
-//	with a save per event vs coalesced saves
-//
-// BenchmarkFullReload100k    full reload of 100,000 documents: read, decode, engine
-// BenchmarkRestart100k       watcher start with 100,000 schedules: full
-//
-//	reload vs warm start from the state file
+//   - BenchmarkTokenSave: one resume-token upsert on the server.
+//   - BenchmarkApply: sustained events/s and event received → armed p50/p99,
+//     saving the token after every event vs coalesced.
+//   - BenchmarkFullReload100k: a full reload of 100,000 documents, split into
+//     server read, decode and engine.
+//   - BenchmarkRestart100k: watcher start with 100,000 schedules, from the
+//     collection vs warm from the state file, and the state file's write.
+//   - BenchmarkEngineSync100k: arming 100,000 schedules into a running vs a
+//     stopped engine.
 //
 // The 100,000-document benchmarks keep their data in the database
 // "cronswap_perf_bench" and reuse it across runs (on an external server it
