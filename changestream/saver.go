@@ -63,7 +63,7 @@ func (s *saver) wake() {
 
 // applied records the position after an applied event.
 func (s *saver) applied(ctx context.Context, t bson.Raw) {
-	if s.w.opts.SaveDelay < 0 {
+	if s.w.opts.SaveDelay < 0 && s.w.state == nil {
 		s.set(t, 1)
 		s.flush(ctx)
 		return

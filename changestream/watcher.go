@@ -121,7 +121,7 @@ type Options struct {
 	IdleSaveInterval time.Duration
 	// SaveDelay bounds how long an applied event's token may wait before
 	// it is saved (default DefaultSaveDelay); negative saves synchronously
-	// after each event.
+	// after each event (without State only).
 	SaveDelay time.Duration
 	// SaveMaxEvents saves at once when this many applied events are not yet
 	// saved (default DefaultSaveMaxEvents).
