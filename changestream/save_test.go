@@ -383,3 +383,29 @@ type atomicInt struct {
 
 func (a *atomicInt) add()     { a.mu.Lock(); a.n++; a.mu.Unlock() }
 func (a *atomicInt) get() int { a.mu.Lock(); defer a.mu.Unlock(); return a.n }
+
+func TestStateSavesAreCoalescedAndPairedWithTheToken(t *testing.T) {
+	feed := newFakeFeed()
+	tokens := newSeqStore()
+	state := &memState{}
+	w, stop := startWith(t, feed, tokens, newMemSink(), func(o *Options) {
+		o.State = state
+		o.StateSaveDelay = 20 * time.Millisecond
+		o.SaveDelay = -1 // ignored with a state: it would write the whole state per event
+	})
+	waitFor(t, "ready", func() bool { return w.Status().Ready })
+	pushUpdates(feed, 1, 300)
+	waitFor(t, "last position saved", func() bool { return tokens.last() == data(300) })
+	stop()
+	st, saves := state.get()
+	if saves > 60 {
+		t.Fatalf("%d state saves for 300 events: not coalesced", saves)
+	}
+	// Every token save was preceded by a state save at the same token.
+	if n := len(tokens.sequence()); n != saves {
+		t.Fatalf("%d token saves, %d state saves: want them paired", n, saves)
+	}
+	if string(st.Token) != string(tok(300)) || len(st.Docs) != 1 {
+		t.Fatalf("final state at %v with %d docs", st.Token, len(st.Docs))
+	}
+}
