@@ -147,9 +147,7 @@ func (s *saver) run(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-s.kick:
-				if !timer.Stop() {
-					<-timer.C
-				}
+				timer.Stop() // Go 1.23+: no stale tick can be received after Stop
 			case <-timer.C:
 			}
 		}
