@@ -8,12 +8,40 @@
 //
 // Where the server has no change streams (a standalone mongod answers 40573)
 // the watcher polls: a full diff every poll interval.
+//
+// # Saving the position
+//
+// The resume token is saved only after the events before it were applied
+// (at-least-once), but not after every event: a background saver writes
+// the latest applied token once it is Options.SaveDelay old (default
+// 100 ms) or Options.SaveMaxEvents events behind (default 1000), whichever
+// comes first, so the apply path never waits for the database. The stored
+// token is therefore at most SaveDelay plus one save's round trip, or
+// SaveMaxEvents events, behind what is armed; after a crash those events
+// are replayed, which is harmless because reloads are idempotent. Pending
+// positions are flushed before and after each full reload and on shutdown;
+// an idle stream's advancing position is saved every IdleSaveInterval. A
+// negative SaveDelay saves synchronously after every event instead.
+//
+// # Warm restart
+//
+// With Options.State set, the watcher also keeps the documents it applied
+// and persists them together with the token they correspond to (every
+// StateSaveDelay while events come, default 1 s; the token store is then
+// written right after the state, with the same token, so the two stay
+// equal). On start, when the stored state's token equals the stored resume
+// token, the sink is armed from the state (ReplaceAll, no collection read)
+// and the stream resumes after that token, replaying what changed while
+// the daemon was down. A missing, corrupt or mismatched state, or a token
+// that differs (a crash between the two saves, or a token reset), means the
+// usual full reload; so does the server refusing the token.
 package changestream
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -90,16 +118,61 @@ type Options struct {
 	// BackoffMin and BackoffMax bound the reconnect backoff.
 	BackoffMin, BackoffMax time.Duration
 	// IdleSaveInterval is the least time between two saves of an idle
-	// stream's advancing resume token (saves after events are immediate).
+	// stream's advancing resume token.
 	IdleSaveInterval time.Duration
+	// SaveDelay bounds how long an applied event's token may wait before
+	// it is saved (default DefaultSaveDelay); negative saves synchronously
+	// after each event (without State only).
+	SaveDelay time.Duration
+	// SaveMaxEvents saves at once when this many applied events are not yet
+	// saved (default DefaultSaveMaxEvents).
+	SaveMaxEvents int
+	// State, when set, persists the applied documents with their token for
+	// warm restarts (see the package doc).
+	State StateStore
+	// StateSaveDelay replaces SaveDelay when State is set (default
+	// DefaultStateSaveDelay): each save writes the whole state.
+	StateSaveDelay time.Duration
+	// StateIdleInterval replaces IdleSaveInterval when State is set
+	// (default DefaultStateIdleInterval).
+	StateIdleInterval time.Duration
 	// Hooks lets a caller observe the watcher (metrics); any may be nil.
 	Hooks Hooks
+}
+
+// Defaults of Options.
+const (
+	DefaultSaveDelay         = 100 * time.Millisecond
+	DefaultSaveMaxEvents     = 1000
+	DefaultStateSaveDelay    = time.Second
+	DefaultStateIdleInterval = time.Minute
+)
+
+// TimedSink is a Sink that reports how a ReplaceAll divided its time
+// between decoding the documents and applying them to the engine; the
+// watcher logs it with each full reload.
+type TimedSink interface {
+	Sink
+	ReplaceAllTimed(docs []bson.Raw) (changed []string, decode, apply time.Duration)
+}
+
+// EventInfo describes one applied change event.
+type EventInfo struct {
+	// Op is the operation type (insert, update, replace, delete).
+	Op string
+	// WallTime is the event's wallTime (servers 6.0+), zero if absent.
+	WallTime time.Time
+	// UpdatedAt is the document's updated_at, zero if absent.
+	UpdatedAt time.Time
+	// Received is when the stream handed the event over; Applied is when
+	// the sink had applied it.
+	Received, Applied time.Time
 }
 
 // Hooks are optional callbacks for observability.
 type Hooks struct {
 	// Event is called after an event was applied.
-	Event func(op string, wallTime time.Time)
+	Event func(EventInfo)
 	// FullReload is called after a full reload, with its reason and the ids it changed.
 	FullReload func(reason string, changed []string)
 	// Reconnect is called before each reconnect attempt.
@@ -107,6 +180,11 @@ type Hooks struct {
 	// Drift is called with the jobs a periodic resync found out of step
 	// with the collection, once it is sure no queued event explains them.
 	Drift func(ids []string)
+	// Synced is called once, after the sink was first made equal to the
+	// collection (first full reload, or armed from the state file). An
+	// engine is much faster to fill while its timers are not running, so
+	// the daemon starts them here.
+	Synced func()
 }
 
 // Status is a snapshot of the watcher's state.
@@ -126,6 +204,10 @@ type Status struct {
 type Watcher struct {
 	opts Options
 	log  *slog.Logger
+
+	sink  Sink
+	saver *saver
+	state *mirror // nil without Options.State
 
 	mu     sync.Mutex
 	status Status
@@ -152,7 +234,39 @@ func New(opts Options) *Watcher {
 	if opts.IdleSaveInterval <= 0 {
 		opts.IdleSaveInterval = 5 * time.Second
 	}
-	return &Watcher{opts: opts, log: opts.Logger, status: Status{Mode: opts.Mode}}
+	if opts.SaveDelay == 0 {
+		opts.SaveDelay = DefaultSaveDelay
+	}
+	if opts.SaveMaxEvents <= 0 {
+		opts.SaveMaxEvents = DefaultSaveMaxEvents
+	}
+	if opts.StateSaveDelay <= 0 {
+		opts.StateSaveDelay = DefaultStateSaveDelay
+	}
+	if opts.StateIdleInterval <= 0 {
+		opts.StateIdleInterval = DefaultStateIdleInterval
+	}
+	w := &Watcher{opts: opts, log: opts.Logger, sink: opts.Sink, status: Status{Mode: opts.Mode}}
+	if opts.State != nil {
+		w.state = newMirror(opts.Sink)
+		w.sink = w.state
+	}
+	w.saver = newSaver(w)
+	return w
+}
+
+func (w *Watcher) saveDelay() time.Duration {
+	if w.state != nil {
+		return w.opts.StateSaveDelay
+	}
+	return max(w.opts.SaveDelay, 0)
+}
+
+func (w *Watcher) idleDelay() time.Duration {
+	if w.state != nil {
+		return w.opts.StateIdleInterval
+	}
+	return w.opts.IdleSaveInterval
 }
 
 // Status returns a snapshot of the watcher's state.
@@ -172,6 +286,16 @@ func (w *Watcher) setReady(ready bool) {
 	w.update(func(s *Status) { s.Ready = ready && w.synced })
 }
 
+// replaceAll hands docs to the sink, timing decode and apply when it can.
+func (w *Watcher) replaceAll(docs []bson.Raw) (changed []string, decode, apply time.Duration) {
+	if ts, ok := w.sink.(TimedSink); ok {
+		return ts.ReplaceAllTimed(docs)
+	}
+	start := time.Now()
+	changed = w.sink.ReplaceAll(docs)
+	return changed, 0, time.Since(start)
+}
+
 // fullReload reads the whole collection and makes the sink equal to it.
 func (w *Watcher) fullReload(ctx context.Context, reason string) error {
 	_, err := w.reload(ctx, reason)
@@ -180,24 +304,39 @@ func (w *Watcher) fullReload(ctx context.Context, reason string) error {
 
 // reload is fullReload returning the ids it changed.
 func (w *Watcher) reload(ctx context.Context, reason string) ([]string, error) {
+	w.saver.flush(ctx) // what was applied before stays saved if the reload fails
 	start := time.Now()
 	docs, err := w.opts.Feed.Snapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
-	changed := w.opts.Sink.ReplaceAll(docs)
+	read := time.Since(start)
+	changed, decode, apply := w.replaceAll(docs)
 	w.mu.Lock()
-	w.synced = true
 	w.status.FullReloads++
 	w.mu.Unlock()
+	w.markSynced()
 	if reason != ReasonPoll || len(changed) > 0 {
 		w.log.Info("full reload", "reason", reason, "documents", len(docs),
-			"changed", len(changed), "changed_ids", firstIDs(changed, 20), "duration", time.Since(start))
+			"changed", len(changed), "changed_ids", firstIDs(changed, 20), "duration", time.Since(start),
+			"read", read, "decode", decode, "engine", apply)
 	}
 	if w.opts.Hooks.FullReload != nil {
 		w.opts.Hooks.FullReload(reason, changed)
 	}
 	return changed, nil
+}
+
+// markSynced records that the sink holds the collection, calling
+// Hooks.Synced the first time.
+func (w *Watcher) markSynced() {
+	w.mu.Lock()
+	first := !w.synced
+	w.synced = true
+	w.mu.Unlock()
+	if first && w.opts.Hooks.Synced != nil {
+		w.opts.Hooks.Synced()
+	}
 }
 
 func firstIDs(ids []string, n int) []string {
@@ -218,7 +357,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 	default:
 		return fmt.Errorf("watch mode %q: want auto, changestream or poll", w.opts.Mode)
 	}
-	return w.stream(ctx)
+	saverCtx, stopSaver := context.WithCancel(ctx)
+	saverDone := make(chan struct{})
+	go func() { defer close(saverDone); w.saver.run(saverCtx) }()
+	err := w.stream(ctx)
+	stopSaver()
+	<-saverDone
+	w.saveFinal()
+	return err
 }
 
 // stream is the change-stream loop: open (resume from the stored token if
@@ -237,6 +383,9 @@ func (w *Watcher) stream(ctx context.Context) error {
 			token, tokenSaved = w.loadToken(ctx)
 			if ctx.Err() != nil {
 				break
+			}
+			if token != nil && w.warmStart(ctx, token) {
+				needFull = ""
 			}
 		}
 		cs, reason, err := w.open(ctx, token, tokenSaved)
@@ -276,7 +425,8 @@ func (w *Watcher) stream(ctx context.Context) error {
 			// restart resumes from here even if no edit comes.
 			if t := cs.ResumeToken(); t != nil {
 				token = t
-				w.saveToken(ctx, t)
+				w.saver.set(t, 1)
+				w.saver.flush(ctx)
 			}
 		}
 		attempt = 0
@@ -290,15 +440,43 @@ func (w *Watcher) stream(ctx context.Context) error {
 			// Position gone or stream invalidated: start over at the current
 			// position with a full reload.
 			token = nil
-			w.dropToken(ctx)
+			w.saver.drop(ctx)
 			needFull = next
 		case err != nil:
 			attempt++
 			w.backoff(ctx, attempt, err)
 		}
 	}
-	w.saveFinal(token)
 	return nil
+}
+
+// warmStart arms the sink from the stored state when it is at the stored
+// token, and reports whether it did.
+func (w *Watcher) warmStart(ctx context.Context, token bson.Raw) bool {
+	if w.opts.State == nil {
+		return false
+	}
+	start := time.Now()
+	st, err := w.opts.State.Load(ctx)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			w.log.Info("no state file yet; doing a full reload", "watcher_id", w.opts.ID)
+		} else {
+			w.log.Warn("state file unusable; doing a full reload", "watcher_id", w.opts.ID, "error", err)
+		}
+		return false
+	}
+	if !bytesEqual(st.Token, token) {
+		w.log.Info("state file is not at the stored resume position (token reset, or stopped between the two saves); doing a full reload",
+			"watcher_id", w.opts.ID, "state_token", tokenString(st.Token), "stored_token", tokenString(token))
+		return false
+	}
+	read := time.Since(start)
+	changed, decode, apply := w.replaceAll(st.Docs)
+	w.markSynced()
+	w.log.Info("armed from state file", "watcher_id", w.opts.ID, "documents", len(st.Docs),
+		"changed", len(changed), "duration", time.Since(start), "read", read, "decode", decode, "engine", apply)
+	return true
 }
 
 // loadToken reads the stored token; a malformed one is dropped.
@@ -313,7 +491,7 @@ func (w *Watcher) loadToken(ctx context.Context) (bson.Raw, time.Time) {
 			return nil, time.Time{}
 		case errors.Is(err, resumetoken.ErrMalformed):
 			w.log.Warn("stored resume token is malformed; dropping it and doing a full reload", "watcher_id", w.opts.ID, "error", err)
-			w.dropToken(ctx)
+			w.saver.drop(ctx)
 			return nil, time.Time{}
 		}
 		if ctx.Err() != nil {
@@ -341,7 +519,7 @@ func (w *Watcher) open(ctx context.Context, token bson.Raw, savedAt time.Time) (
 		}
 		w.log.Warn("server refused the stored resume token; dropping it, opening at the current position and reloading everything",
 			"watcher_id", w.opts.ID, "token", tokenString(token), "token_age", age(savedAt), "error", err)
-		w.dropToken(ctx)
+		w.saver.drop(ctx)
 		cs, err = w.opts.Feed.Open(ctx, nil)
 		return cs, ReasonTokenRefused, err
 	}
@@ -371,14 +549,12 @@ func tokenString(t bson.Raw) string {
 // consume applies events until an error, an invalidation or ctx ends. It
 // returns a full-reload reason when the position is gone, else the error.
 func (w *Watcher) consume(ctx context.Context, cs Stream, token *bson.Raw) (string, error) {
-	lastSave := time.Now()
 	var resync <-chan time.Time
 	if w.opts.ResyncInterval > 0 {
 		t := time.NewTicker(w.opts.ResyncInterval)
 		defer t.Stop()
 		resync = t.C
 	}
-	saved := *token
 	// A resync is due from a tick on; it runs when the stream is caught up
 	// (an empty round trip), or at the latest resyncMaxDelay after the tick
 	// on a stream that is never idle. The ids it changed are only suspects
@@ -389,7 +565,7 @@ func (w *Watcher) consume(ctx context.Context, cs Stream, token *bson.Raw) (stri
 		resyncDue time.Time
 		suspects  drift
 	)
-	for {
+	for ctx.Err() == nil {
 		select {
 		case <-resync:
 			if resyncDue.IsZero() {
@@ -416,8 +592,7 @@ func (w *Watcher) consume(ctx context.Context, cs Stream, token *bson.Raw) (stri
 				return ReasonInvalidate, nil
 			}
 			*token = cs.ResumeToken()
-			w.saveToken(ctx, *token)
-			saved, lastSave = *token, time.Now()
+			w.saver.applied(ctx, *token)
 			continue
 		}
 		if err := cs.Err(); err != nil {
@@ -442,15 +617,14 @@ func (w *Watcher) consume(ctx context.Context, cs Stream, token *bson.Raw) (stri
 			suspects.add(w.resync(ctx))
 			resyncDue = time.Time{}
 		}
-		// Keep the stored position fresh, but not on every round trip.
-		if t := cs.ResumeToken(); t != nil && !bytesEqual(t, saved) && time.Since(lastSave) >= w.opts.IdleSaveInterval {
+		// Keep the stored position fresh, but not on every round trip
+		// (the saver waits IdleSaveInterval).
+		if t := cs.ResumeToken(); t != nil && !bytesEqual(t, *token) {
 			*token = t
-			w.saveToken(ctx, t)
-			saved, lastSave = t, time.Now()
-		} else if t != nil {
-			*token = t
+			w.saver.advanced(t)
 		}
 	}
+	return "", nil
 }
 
 // resyncMaxDelay bounds how long a due resync waits for the stream to be idle.
@@ -520,7 +694,9 @@ func bytesEqual(a, b bson.Raw) bool { return string(a) == string(b) }
 
 // apply hands one event to the sink and returns its operation type.
 func (w *Watcher) apply(ctx context.Context, ev bson.Raw) (string, error) {
+	received := time.Now()
 	op, _ := ev.Lookup("operationType").StringValueOK()
+	var updatedAt time.Time
 	var wall time.Time
 	if v, err := ev.LookupErr("wallTime"); err == nil && v.Type == bson.TypeDateTime {
 		wall = v.Time()
@@ -530,7 +706,8 @@ func (w *Watcher) apply(ctx context.Context, ev bson.Raw) (string, error) {
 		full, err := ev.LookupErr("fullDocument")
 		if err == nil && full.Type == bson.TypeEmbeddedDocument {
 			if _, err := full.Document().LookupErr("_id"); err == nil {
-				w.opts.Sink.Upsert(full.Document())
+				updatedAt = docUpdatedAt(full.Document())
+				w.sink.Upsert(full.Document())
 				break
 			}
 		}
@@ -545,25 +722,33 @@ func (w *Watcher) apply(ctx context.Context, ev bson.Raw) (string, error) {
 			return op, err
 		}
 		if doc == nil {
-			w.opts.Sink.Delete(id)
+			w.sink.Delete(id)
 		} else {
-			w.opts.Sink.Upsert(doc)
+			updatedAt = docUpdatedAt(doc)
+			w.sink.Upsert(doc)
 		}
 	case "delete":
 		id, ok := eventID(ev)
 		if !ok {
 			return op, w.unattributable(ctx, op, ev)
 		}
-		w.opts.Sink.Delete(id)
+		w.sink.Delete(id)
 	default:
 		return op, nil
 	}
 	now := time.Now()
 	w.update(func(s *Status) { s.LastEventAt = now })
 	if w.opts.Hooks.Event != nil {
-		w.opts.Hooks.Event(op, wall)
+		w.opts.Hooks.Event(EventInfo{Op: op, WallTime: wall, UpdatedAt: updatedAt, Received: received, Applied: now})
 	}
 	return op, nil
+}
+
+func docUpdatedAt(doc bson.Raw) time.Time {
+	if v, err := doc.LookupErr("updated_at"); err == nil && v.Type == bson.TypeDateTime {
+		return v.Time()
+	}
+	return time.Time{}
 }
 
 // unattributable handles an event that names no document (a server that
@@ -586,29 +771,41 @@ func eventID(ev bson.Raw) (bson.RawValue, bool) {
 	return bson.RawValue{}, false
 }
 
-func (w *Watcher) saveToken(ctx context.Context, t bson.Raw) {
-	if t == nil {
-		return
+// persist saves the state (if configured) and then the token t, and
+// reports whether the token was saved. The state is saved first so that the
+// stored token never names a position the state file has not reached: a
+// crash between the two leaves them unequal, which only costs a full
+// reload on the next start.
+func (w *Watcher) persist(ctx context.Context, t bson.Raw) bool {
+	if w.state != nil {
+		start := time.Now()
+		docs := w.state.snapshot() // taken after t was applied: at least as new as t
+		if err := w.opts.State.Save(ctx, State{Token: t, Docs: docs}); err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("saving state file failed; the next start will reload everything unless a later save works",
+					"watcher_id", w.opts.ID, "error", err)
+			}
+		} else {
+			w.log.Debug("state file saved", "documents", len(docs), "duration", time.Since(start))
+		}
 	}
 	if err := w.opts.Tokens.Save(ctx, w.opts.ID, t); err != nil {
 		if ctx.Err() == nil {
-			w.log.Warn("saving resume token failed; will retry with the next one", "watcher_id", w.opts.ID, "error", err)
+			w.log.Warn("saving resume token failed; will retry", "watcher_id", w.opts.ID, "error", err)
 		}
-		return
+		return false
 	}
 	now := time.Now()
 	w.update(func(s *Status) { s.TokenSavedAt = now })
+	return true
 }
 
 // saveFinal stores the last applied position on shutdown, with a short
 // deadline of its own since the run context is already done.
-func (w *Watcher) saveFinal(t bson.Raw) {
-	if t == nil {
-		return
-	}
+func (w *Watcher) saveFinal() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	w.saveToken(ctx, t)
+	w.saver.flush(ctx)
 }
 
 func (w *Watcher) dropToken(ctx context.Context) {

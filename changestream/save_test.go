@@ -1,0 +1,411 @@
+package changestream
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/cronswap/cronswap/resumetoken"
+)
+
+// seqStore records every saved token in order.
+type seqStore struct {
+	*resumetoken.MemStore
+	mu    sync.Mutex
+	saved []string
+}
+
+func newSeqStore() *seqStore { return &seqStore{MemStore: resumetoken.NewMemStore()} }
+
+func (s *seqStore) Save(ctx context.Context, id string, token bson.Raw) error {
+	s.mu.Lock()
+	s.saved = append(s.saved, token.Lookup("_data").StringValue())
+	s.mu.Unlock()
+	return s.MemStore.Save(ctx, id, token)
+}
+
+func (s *seqStore) sequence() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.saved)
+}
+
+func (s *seqStore) last() string {
+	q := s.sequence()
+	if len(q) == 0 {
+		return ""
+	}
+	return q[len(q)-1]
+}
+
+// memState is an in-memory StateStore.
+type memState struct {
+	mu      sync.Mutex
+	st      *State
+	saves   int
+	loadErr error
+}
+
+func (m *memState) Load(context.Context) (State, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.loadErr != nil {
+		return State{}, m.loadErr
+	}
+	if m.st == nil {
+		return State{}, errNoState
+	}
+	return *m.st, nil
+}
+
+var errNoState = errors.New("no state")
+
+func (m *memState) Save(_ context.Context, st State) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.st = &st
+	m.saves++
+	return nil
+}
+
+func (m *memState) get() (State, int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.st == nil {
+		return State{}, m.saves
+	}
+	return *m.st, m.saves
+}
+
+// startWith runs a watcher with options adjusted by edit.
+func startWith(t *testing.T, feed Feed, tokens resumetoken.Store, sink *memSink, edit func(*Options)) (*Watcher, func()) {
+	t.Helper()
+	o := Options{ID: "w1", Feed: feed, Tokens: tokens, Sink: sink,
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond, IdleSaveInterval: time.Hour}
+	if edit != nil {
+		edit(&o)
+	}
+	w := New(o)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}
+	}
+	t.Cleanup(stop)
+	return w, stop
+}
+
+func data(n int) string { return tok(n).Lookup("_data").StringValue() }
+
+func pushUpdates(feed *fakeFeed, from, to int) {
+	var items []item
+	for n := from; n <= to; n++ {
+		items = append(items, event("update", "a", "0 9 * * *", n))
+	}
+	feed.push(items...)
+}
+
+func TestSavesAreCoalesced(t *testing.T) {
+	feed := newFakeFeed()
+	tokens := newSeqStore()
+	sink := newMemSink()
+	w, _ := startWith(t, feed, tokens, sink, func(o *Options) { o.SaveDelay = 20 * time.Millisecond })
+	waitFor(t, "ready", func() bool { return w.Status().Ready })
+	pushUpdates(feed, 1, 500)
+	waitFor(t, "last token saved", func() bool { return tokens.last() == data(500) })
+	seq := tokens.sequence()
+	// One save after the startup reload, then far fewer than one per event.
+	if len(seq) > 100 {
+		t.Fatalf("%d saves for 500 events: not coalesced", len(seq))
+	}
+	// Saved positions only move forward.
+	if !slices.IsSorted(seq) {
+		t.Fatalf("saved tokens out of order: %v", seq)
+	}
+}
+
+func TestSaveMaxEventsSavesWithoutWaitingForTheDelay(t *testing.T) {
+	feed := newFakeFeed()
+	tokens := newSeqStore()
+	w, _ := startWith(t, feed, tokens, newMemSink(), func(o *Options) {
+		o.SaveDelay = time.Hour
+		o.SaveMaxEvents = 10
+	})
+	waitFor(t, "ready", func() bool { return w.Status().Ready })
+	pushUpdates(feed, 1, 25)
+	waitFor(t, "a save triggered by the event count", func() bool { return tokens.last() >= data(10) })
+}
+
+func TestShutdownFlushesThePendingToken(t *testing.T) {
+	feed := newFakeFeed()
+	tokens := newSeqStore()
+	sink := newMemSink()
+	w, stop := startWith(t, feed, tokens, sink, func(o *Options) { o.SaveDelay = time.Hour })
+	waitFor(t, "ready", func() bool { return w.Status().Ready })
+	feed.push(event("insert", "a", "@hourly", 1), event("insert", "b", "@daily", 2), event("delete", "a", "", 3))
+	waitFor(t, "applied", func() bool { _, ok := sink.snapshot()["a"]; return !ok && sink.snapshot()["b"] != "" })
+	if tokens.last() != data(0) {
+		t.Fatalf("saved %v before the delay; want only the startup position", tokens.sequence())
+	}
+	stop()
+	if got := tokens.last(); got != data(3) {
+		t.Fatalf("after shutdown the stored token is %s, want %s", got, data(3))
+	}
+}
+
+func TestNegativeSaveDelaySavesEveryEvent(t *testing.T) {
+	feed := newFakeFeed()
+	tokens := newSeqStore()
+	w, _ := startWith(t, feed, tokens, newMemSink(), func(o *Options) { o.SaveDelay = -1 })
+	waitFor(t, "ready", func() bool { return w.Status().Ready })
+	pushUpdates(feed, 1, 5)
+	waitFor(t, "all saved", func() bool { return tokens.last() == data(5) })
+	want := []string{data(0), data(1), data(2), data(3), data(4), data(5)}
+	if got := tokens.sequence(); !slices.Equal(got, want) {
+		t.Fatalf("saved %v, want %v", got, want)
+	}
+}
+
+func TestEventHookReportsTimes(t *testing.T) {
+	feed := newFakeFeed()
+	var mu sync.Mutex
+	var got []EventInfo
+	w, _ := startWith(t, feed, resumetoken.NewMemStore(), newMemSink(), func(o *Options) {
+		o.Hooks.Event = func(ev EventInfo) { mu.Lock(); got = append(got, ev); mu.Unlock() }
+	})
+	waitFor(t, "ready", func() bool { return w.Status().Ready })
+	written := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	d, _ := bson.Marshal(bson.D{{Key: "_id", Value: "a"}, {Key: "cron_expr", Value: "@hourly"}, {Key: "updated_at", Value: written}})
+	ev, _ := bson.Marshal(bson.D{{Key: "_id", Value: tok(1)}, {Key: "operationType", Value: "insert"},
+		{Key: "documentKey", Value: bson.D{{Key: "_id", Value: "a"}}}, {Key: "fullDocument", Value: bson.Raw(d)}})
+	feed.push(item{ev: ev, tok: tok(1)})
+	waitFor(t, "hook", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 1 })
+	e := got[0]
+	if e.Op != "insert" || !e.WallTime.IsZero() || !e.UpdatedAt.Equal(written) {
+		t.Fatalf("event info = %+v", e)
+	}
+	if e.Received.IsZero() || e.Applied.Before(e.Received) {
+		t.Fatalf("received %v, applied %v", e.Received, e.Applied)
+	}
+}
+
+// ---- warm restart ----
+
+func TestWarmStartArmsFromStateWithoutReading(t *testing.T) {
+	feed := newFakeFeed()
+	feed.docs["a"] = doc("a", "0 9 * * *")
+	feed.docs["b"] = doc("b", "@daily")
+	tokens := newSeqStore()
+	state := &memState{}
+	sink := newMemSink()
+	// First run: full reload, an edit, shutdown saves state and token.
+	w, stop := startWith(t, feed, tokens, sink, func(o *Options) { o.State = state })
+	waitFor(t, "ready", func() bool { return w.Status().Ready })
+	feed.mu.Lock()
+	feed.docs["a"] = doc("a", "0 8 * * *")
+	feed.mu.Unlock()
+	feed.push(event("update", "a", "0 8 * * *", 1))
+	waitFor(t, "edit applied", func() bool { return sink.snapshot()["a"] == "0 8 * * *" })
+	stop()
+	st, _ := state.get()
+	if string(st.Token) != string(tok(1)) || tokens.last() != data(1) {
+		t.Fatalf("after shutdown state token %v, stored %s; want both at 1", st.Token, tokens.last())
+	}
+	if len(st.Docs) != 2 {
+		t.Fatalf("state has %d documents, want 2", len(st.Docs))
+	}
+
+	// Second run: armed from the state, no read, resumes after token 1.
+	reads := feed.snapshotReads()
+	sink2 := newMemSink()
+	w2, stop2 := startWith(t, feed, tokens, sink2, func(o *Options) { o.State = state })
+	waitFor(t, "ready", func() bool { return w2.Status().Ready })
+	if got := sink2.snapshot(); got["a"] != "0 8 * * *" || got["b"] != "@daily" || len(got) != 2 {
+		t.Fatalf("armed from state: %v", got)
+	}
+	if feed.snapshotReads() != reads {
+		t.Fatal("a warm start read the collection")
+	}
+	if opens := feed.openCalls(); string(opens[len(opens)-1]) != string(tok(1)) {
+		t.Fatalf("opened with %v, want after token 1", opens[len(opens)-1])
+	}
+	// An edit made while down arrives through the resumed stream.
+	feed.push(event("delete", "b", "", 2))
+	waitFor(t, "edit from downtime applied", func() bool { _, ok := sink2.snapshot()["b"]; return !ok })
+	stop2()
+	st, _ = state.get()
+	if string(st.Token) != string(tok(2)) || len(st.Docs) != 1 {
+		t.Fatalf("after the second run: state at %v with %d docs", st.Token, len(st.Docs))
+	}
+}
+
+func TestWarmStartFallsBackToFullReload(t *testing.T) {
+	cases := []struct {
+		name   string
+		setup  func(feed *fakeFeed, tokens *seqStore, state *memState)
+		reason string
+	}{
+		{"no state file", func(_ *fakeFeed, tokens *seqStore, _ *memState) {
+			_ = tokens.Save(context.Background(), "w1", tok(1))
+		}, ReasonStartup},
+		{"corrupt state file", func(_ *fakeFeed, tokens *seqStore, state *memState) {
+			_ = tokens.Save(context.Background(), "w1", tok(1))
+			state.loadErr = errors.New("checksum mismatch")
+		}, ReasonStartup},
+		{"state at another token", func(_ *fakeFeed, tokens *seqStore, state *memState) {
+			_ = tokens.Save(context.Background(), "w1", tok(2))
+			state.st = &State{Token: tok(1), Docs: []bson.Raw{doc("stale", "@hourly")}}
+		}, ReasonStartup},
+		{"token reset", func(_ *fakeFeed, _ *seqStore, state *memState) {
+			state.st = &State{Token: tok(1), Docs: []bson.Raw{doc("stale", "@hourly")}}
+		}, ReasonStartup},
+		{"token refused", func(feed *fakeFeed, tokens *seqStore, state *memState) {
+			_ = tokens.Save(context.Background(), "w1", tok(1))
+			state.st = &State{Token: tok(1), Docs: []bson.Raw{doc("stale", "@hourly")}}
+			feed.refuse = func(bson.Raw) error { return mongo.CommandError{Code: 286, Name: "ChangeStreamHistoryLost"} }
+		}, ReasonTokenRefused},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			feed := newFakeFeed()
+			feed.docs["a"] = doc("a", "0 9 * * *")
+			tokens := newSeqStore()
+			state := &memState{}
+			tc.setup(feed, tokens, state)
+			sink := newMemSink()
+			var mu sync.Mutex
+			var reasons []string
+			w, _ := startWith(t, feed, tokens, sink, func(o *Options) {
+				o.State = state
+				o.Hooks.FullReload = func(r string, _ []string) { mu.Lock(); reasons = append(reasons, r); mu.Unlock() }
+			})
+			waitFor(t, "ready", func() bool { return w.Status().Ready })
+			if got := sink.snapshot(); len(got) != 1 || got["a"] != "0 9 * * *" {
+				t.Fatalf("armed %v, want the collection", got)
+			}
+			mu.Lock()
+			got := slices.Clone(reasons)
+			mu.Unlock()
+			if !slices.Equal(got, []string{tc.reason}) {
+				t.Fatalf("full reloads %v, want [%s]", got, tc.reason)
+			}
+			// The reload's position is saved with a fresh state at once.
+			waitFor(t, "state saved", func() bool {
+				st, _ := state.get()
+				return len(st.Docs) == 1 && string(st.Token) == string(tok(0)) && tokens.last() == data(0)
+			})
+		})
+	}
+}
+
+// failingStore fails the first n saves.
+type failingStore struct {
+	*seqStore
+	mu       sync.Mutex
+	n        int
+	attempts int
+}
+
+func (f *failingStore) Save(ctx context.Context, id string, token bson.Raw) error {
+	f.mu.Lock()
+	f.attempts++
+	fail := f.attempts <= f.n
+	f.mu.Unlock()
+	if fail {
+		return errors.New("server unreachable")
+	}
+	return f.seqStore.Save(ctx, id, token)
+}
+
+func TestFailedSaveIsRetriedWithoutSpinning(t *testing.T) {
+	feed := newFakeFeed()
+	tokens := &failingStore{seqStore: newSeqStore(), n: 2}
+	w, _ := startWith(t, feed, tokens, newMemSink(), func(o *Options) { o.SaveDelay = time.Millisecond })
+	waitFor(t, "ready", func() bool { return w.Status().Ready })
+	feed.push(event("insert", "a", "@hourly", 1))
+	deadline := time.Now().Add(30 * time.Second)
+	for tokens.last() != data(1) {
+		if time.Now().After(deadline) {
+			t.Fatal("token never saved after the store came back")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	tokens.mu.Lock()
+	defer tokens.mu.Unlock()
+	// Startup save (fails), retry a second later, then the event's token.
+	if tokens.attempts > 6 {
+		t.Fatalf("%d save attempts: retrying without a pause", tokens.attempts)
+	}
+}
+
+func TestSyncedHookRunsOnceAfterTheFirstSync(t *testing.T) {
+	feed := newFakeFeed()
+	feed.docs["a"] = doc("a", "0 9 * * *")
+	sink := newMemSink()
+	var calls atomicInt
+	w, _ := startWith(t, feed, resumetoken.NewMemStore(), sink, func(o *Options) {
+		o.Hooks.Synced = func() {
+			if len(sink.snapshot()) != 1 {
+				t.Error("Synced called before the sink held the collection")
+			}
+			calls.add()
+		}
+	})
+	waitFor(t, "ready", func() bool { return w.Status().Ready })
+	feed.push(item{err: mongo.CommandError{Code: 286, Name: "ChangeStreamHistoryLost"}})
+	waitFor(t, "second reload", func() bool { return feed.snapshotReads() == 2 && w.Status().Ready })
+	if n := calls.get(); n != 1 {
+		t.Fatalf("Synced called %d times, want 1", n)
+	}
+}
+
+type atomicInt struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (a *atomicInt) add()     { a.mu.Lock(); a.n++; a.mu.Unlock() }
+func (a *atomicInt) get() int { a.mu.Lock(); defer a.mu.Unlock(); return a.n }
+
+func TestStateSavesAreCoalescedAndPairedWithTheToken(t *testing.T) {
+	feed := newFakeFeed()
+	tokens := newSeqStore()
+	state := &memState{}
+	w, stop := startWith(t, feed, tokens, newMemSink(), func(o *Options) {
+		o.State = state
+		o.StateSaveDelay = 20 * time.Millisecond
+		o.SaveDelay = -1 // ignored with a state: it would write the whole state per event
+	})
+	waitFor(t, "ready", func() bool { return w.Status().Ready })
+	pushUpdates(feed, 1, 300)
+	waitFor(t, "last position saved", func() bool { return tokens.last() == data(300) })
+	stop()
+	st, saves := state.get()
+	if saves > 60 {
+		t.Fatalf("%d state saves for 300 events: not coalesced", saves)
+	}
+	// Every token save was preceded by a state save at the same token.
+	if n := len(tokens.sequence()); n != saves {
+		t.Fatalf("%d token saves, %d state saves: want them paired", n, saves)
+	}
+	if string(st.Token) != string(tok(300)) || len(st.Docs) != 1 {
+		t.Fatalf("final state at %v with %d docs", st.Token, len(st.Docs))
+	}
+}

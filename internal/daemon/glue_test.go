@@ -1,0 +1,91 @@
+package daemon
+
+import (
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/internal/config"
+	"github.com/cronswap/cronswap/internal/metrics"
+	"github.com/cronswap/cronswap/internal/statefile"
+	"github.com/cronswap/cronswap/schedule"
+)
+
+// histogramCount scrapes mx and returns the sample count of histogram name.
+func histogramCount(t *testing.T, mx *metrics.Metrics, name string) uint64 {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	mx.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(rec.Body.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, ok := families[name]
+	if !ok || len(f.GetMetric()) != 1 {
+		t.Fatalf("no histogram %s", name)
+	}
+	return f.GetMetric()[0].GetHistogram().GetSampleCount()
+}
+
+func TestMetricsHooksEditToArmedFallsBackToUpdatedAt(t *testing.T) {
+	mx := metrics.New(metrics.Sources{})
+	h := metricsHooks(mx)
+	now := time.Now()
+	// Wall time present: counted.
+	h.Event(changestream.EventInfo{Op: "update", WallTime: now.Add(-time.Second), Received: now, Applied: now})
+	// No wall time (older servers): the document's updated_at is used.
+	h.Event(changestream.EventInfo{Op: "update", UpdatedAt: now.Add(-time.Second), Received: now, Applied: now})
+	// Neither: nothing to measure from.
+	h.Event(changestream.EventInfo{Op: "delete", Received: now, Applied: now})
+	if n := histogramCount(t, mx, "cronswap_edit_to_armed_seconds"); n != 2 {
+		t.Errorf("edit_to_armed observations = %d, want 2", n)
+	}
+	if n := histogramCount(t, mx, "cronswap_event_apply_seconds"); n != 3 {
+		t.Errorf("event_apply observations = %d, want 3 (every event)", n)
+	}
+}
+
+func TestStateStoreFromConfig(t *testing.T) {
+	if s := stateStore(config.Config{}); s != nil {
+		t.Fatalf("no state_file: got %v, want nil", s)
+	}
+	cfg := config.Config{StateFile: "/var/lib/cronswap/state", InstanceID: "a", Mongo: config.Mongo{Database: "db"}}
+	f, ok := stateStore(cfg).(*statefile.File)
+	if !ok || f.Path() != cfg.StateFile {
+		t.Fatalf("state_file set: got %#v", stateStore(cfg))
+	}
+}
+
+// The parallel decode gives what decoding one by one gives, in order.
+func TestDecodeAllMatchesSequentialDecode(t *testing.T) {
+	var docs []bson.Raw
+	for i := range 2500 {
+		expr := fmt.Sprintf("%d 9 * * *", i%60)
+		if i%7 == 0 {
+			expr = "bad"
+		}
+		b, err := bson.Marshal(bson.D{{Key: "_id", Value: fmt.Sprintf("job%04d", i)}, {Key: "cron_expr", Value: expr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, b)
+	}
+	got := decodeAll(docs)
+	if len(got) != len(docs) {
+		t.Fatalf("%d items for %d documents", len(got), len(docs))
+	}
+	for i, d := range docs {
+		want, wantErr := schedule.Decode(d)
+		if got[i].Schedule != want || (got[i].Err == nil) != (wantErr == nil) {
+			t.Fatalf("item %d = %+v, %v; want %+v, %v", i, got[i].Schedule, got[i].Err, want, wantErr)
+		}
+	}
+}

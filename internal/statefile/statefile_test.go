@@ -1,0 +1,271 @@
+package statefile
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/changestream"
+)
+
+var opts = Options{WatcherID: "w1", Source: "cronswap.schedules"}
+
+func mustRaw(d bson.D) bson.Raw {
+	b, err := bson.Marshal(d)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// state builds a state of n schedules whose token and expressions carry tag.
+func state(_ testing.TB, tag string, n int) changestream.State {
+	st := changestream.State{Token: mustRaw(bson.D{{Key: "_data", Value: "tok-" + tag}})}
+	for i := range n {
+		st.Docs = append(st.Docs, mustRaw(bson.D{{Key: "_id", Value: fmt.Sprintf("job%05d", i)},
+			{Key: "cron_expr", Value: fmt.Sprintf("%d 9 * * *", i%60)}, {Key: "tag", Value: tag},
+			{Key: "updated_at", Value: time.Unix(1_700_000_000, 0)}}))
+	}
+	return st
+}
+
+func equalState(a, b changestream.State) bool {
+	if !bytes.Equal(a.Token, b.Token) || len(a.Docs) != len(b.Docs) {
+		return false
+	}
+	for i := range a.Docs {
+		if !bytes.Equal(a.Docs[i], b.Docs[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestSaveLoadRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	f := New(filepath.Join(t.TempDir(), "state"), opts)
+	for _, n := range []int{0, 1, 1000} {
+		want := state(t, strconv.Itoa(n), n)
+		if err := f.Save(ctx, want); err != nil {
+			t.Fatal(err)
+		}
+		got, err := f.Load(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !equalState(got, want) {
+			t.Fatalf("%d documents: loaded state differs from the saved one", n)
+		}
+	}
+	if _, err := os.Stat(f.Path() + ".tmp"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("temporary file left behind after a good save: %v", err)
+	}
+	b, err := os.ReadFile(f.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, info, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.WatcherID != "w1" || info.Source != "cronswap.schedules" || time.Since(info.SavedAt) > time.Hour {
+		t.Errorf("info = %+v", info)
+	}
+}
+
+func TestLoadMissing(t *testing.T) {
+	f := New(filepath.Join(t.TempDir(), "state"), opts)
+	_, err := f.Load(context.Background())
+	if !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Load of a missing file: %v, want fs.ErrNotExist", err)
+	}
+}
+
+func TestLoadRefusesOtherWatcherOrCollection(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state")
+	if err := New(path, opts).Save(ctx, state(t, "a", 3)); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []Options{{WatcherID: "w2", Source: opts.Source}, {WatcherID: opts.WatcherID, Source: "other.schedules"}} {
+		if _, err := New(path, o).Load(ctx); !errors.Is(err, ErrMismatch) {
+			t.Errorf("Load as %+v: %v, want ErrMismatch", o, err)
+		}
+	}
+}
+
+// Every truncation and every single-byte change of a good file is refused.
+func TestCorruptFilesAreRefused(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	good := New(filepath.Join(dir, "good"), opts)
+	if err := good.Save(ctx, state(t, "a", 5)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(good.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := New(filepath.Join(dir, "bad"), opts)
+	check := func(what string, content []byte) {
+		t.Helper()
+		if err := os.WriteFile(bad.Path(), content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		st, err := bad.Load(ctx)
+		if !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%s: Load = %d docs, %v; want ErrCorrupt", what, len(st.Docs), err)
+		}
+	}
+	for n := range len(b) {
+		check(fmt.Sprintf("truncated to %d of %d bytes", n, len(b)), b[:n])
+	}
+	for i := range b {
+		c := bytes.Clone(b)
+		c[i] ^= 0x40
+		check(fmt.Sprintf("byte %d altered", i), c)
+	}
+	check("garbage appended", append(bytes.Clone(b), 1, 2, 3))
+	// An intact file of another format version is refused too.
+	c := bytes.Clone(b[:len(b)-4])
+	c[8] = 2
+	check("version 2", binaryAppendCRC(c))
+}
+
+func binaryAppendCRC(body []byte) []byte {
+	sum := crc32.Checksum(body, castagnoli)
+	return append(body, byte(sum), byte(sum>>8), byte(sum>>16), byte(sum>>24))
+}
+
+// A crash (here: an injected failure with no clean-up) at any step of Save
+// leaves the old file or the new one, complete, never anything else.
+func TestCrashAtEachStepLeavesOldOrNew(t *testing.T) {
+	ctx := context.Background()
+	steps := []struct {
+		step    Step
+		wantNew bool
+	}{
+		{StepCreate, false}, {StepWrite, false}, {StepWritten, false}, {StepSynced, false},
+		{StepRenamed, true}, {StepDirSynced, true},
+	}
+	for _, tc := range steps {
+		t.Run(string(tc.step), func(t *testing.T) {
+			f := New(filepath.Join(t.TempDir(), "state"), opts)
+			oldSt, newSt := state(t, "old", 200), state(t, "new", 300)
+			if err := f.Save(ctx, oldSt); err != nil {
+				t.Fatal(err)
+			}
+			crash := errors.New("crash")
+			f.fail = func(s Step) error {
+				if s == tc.step {
+					return crash
+				}
+				return nil
+			}
+			if err := f.Save(ctx, newSt); !errors.Is(err, crash) {
+				t.Fatalf("Save with a crash at %s: %v", tc.step, err)
+			}
+			f.fail = nil
+			got, err := f.Load(ctx)
+			if err != nil {
+				t.Fatalf("after a crash at %s the file does not load: %v", tc.step, err)
+			}
+			want, name := oldSt, "old"
+			if tc.wantNew {
+				want, name = newSt, "new"
+			}
+			if !equalState(got, want) {
+				t.Fatalf("after a crash at %s the file is not the %s state", tc.step, name)
+			}
+			// The next save works despite the leftover temporary file.
+			third := state(t, "third", 10)
+			if err := f.Save(ctx, third); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := f.Load(ctx); err != nil || !equalState(got, third) {
+				t.Fatalf("save after the crash: %v", err)
+			}
+		})
+	}
+}
+
+// TestKilledWriterLeavesOldOrNew kills a process that saves two states in
+// turn (SIGKILL at random moments) and checks the file is always one of
+// them, complete.
+func TestKilledWriterLeavesOldOrNew(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state")
+	ctx := context.Background()
+	a, b := state(t, "a", 2000), state(t, "b", 3000)
+	if err := New(path, opts).Save(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), helperEnv+"="+path)
+		cmd.Stderr = os.Stderr
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Wait until the helper is saving, then kill it at a random moment.
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		if err != nil || line != "saving\n" {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("helper did not start: %q, %v", line, err)
+		}
+		time.Sleep(time.Duration(rand.N(30_000)) * time.Microsecond)
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+		got, err := New(path, opts).Load(ctx)
+		if err != nil {
+			t.Fatalf("kill %d: the file does not load: %v", i, err)
+		}
+		if !equalState(got, a) && !equalState(got, b) {
+			t.Fatalf("kill %d: the file is neither state", i)
+		}
+	}
+}
+
+const helperEnv = "STATEFILE_TEST_WRITER"
+
+// TestMain doubles as the writer process TestKilledWriterLeavesOldOrNew
+// kills: with helperEnv set it saves two states in turn until killed.
+func TestMain(m *testing.M) {
+	path := os.Getenv(helperEnv)
+	if path == "" {
+		os.Exit(m.Run())
+	}
+	f := New(path, opts)
+	a, b := state(nil, "a", 2000), state(nil, "b", 3000)
+	fmt.Println("saving")
+	for i := 0; ; i++ {
+		st := a
+		if i%2 == 1 {
+			st = b
+		}
+		if err := f.Save(context.Background(), st); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+}
