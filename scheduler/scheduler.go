@@ -17,8 +17,12 @@ import (
 	"github.com/cronswap/cronswap/schedule"
 )
 
-// DefaultShards is the number of robfig engines when Options.Shards is not set.
-const DefaultShards = 64
+// DefaultShards is the number of robfig engines when Options.Shards is not
+// set. robfig re-sorts all entries of an engine on every add and remove, so
+// the cost of one edit grows with the jobs per shard: 1024 shards keep that
+// at about 100 entries with 100,000 jobs armed, for the price of one idle
+// goroutine and timer per shard (see scripts/bench-engine.sh).
+const DefaultShards = 1024
 
 // FireFunc is called when job id fires for the cron slot slot (the scheduled
 // activation time, not the wall-clock time of the call; see the package
@@ -46,6 +50,13 @@ type Options struct {
 	// Now is the clock for next-run and slot computations (nil means
 	// time.Now). robfig's own timers always use the real clock.
 	Now func() time.Time
+	// Jitter returns the jitter bound of an enabled schedule, e.g. from its
+	// action's configuration (nil, or a result <= 0, means none). A job with
+	// bound b is dispatched a fixed delay in [0, b) after each of its slots;
+	// the delay is derived from the job id alone (see JitterDelay), so every
+	// replica delays a job by the same amount, and the fire callback still
+	// receives the undelayed slot. A changed bound re-arms the job.
+	Jitter func(schedule.Schedule) time.Duration
 }
 
 // Outcome says what Reload did with a schedule.
@@ -133,6 +144,9 @@ type Status struct {
 	UpdatedAt time.Time
 	// Armed is true while a timer for the job is armed.
 	Armed bool
+	// Delay is the job's jitter delay: the fire for slot NextRun is
+	// dispatched at NextRun+Delay. Zero without jitter.
+	Delay time.Duration
 }
 
 // Engine arms and re-arms cron timers for jobs. Its methods are safe for
@@ -145,6 +159,10 @@ type Engine struct {
 	mu    sync.RWMutex
 	jobs  map[string]*record // guarded by mu; records are never modified once stored
 	armed int                // guarded by mu
+
+	// life serialises Start, Stop and Sync; started is guarded by it.
+	life    sync.Mutex
+	started bool
 
 	// robfig operations, for tests proving that idempotent reloads do not
 	// touch robfig.
@@ -159,6 +177,8 @@ type shard struct {
 	// Engine.mu, never the other way round.
 	mu   sync.Mutex
 	cron *cron.Cron
+	// armed counts the shard's robfig entries; guarded by mu.
+	armed int
 }
 
 // record is the engine's state of one job. Invariant: entry != 0 exactly
@@ -172,6 +192,9 @@ type record struct {
 	entry cron.EntryID  // robfig entry in the job's shard; 0 when not armed
 	err   string        // last error, empty when the latest document was applied
 	slots *slotState    // shared by all entries the job ever had
+	// jitter is the jitter bound cur was armed with (part of its timing)
+	// and delay the resulting dispatch delay; zero without jitter.
+	jitter, delay time.Duration
 }
 
 // New returns an engine configured by opts. Call Start to run its timers.
@@ -205,6 +228,9 @@ func New(opts Options) *Engine {
 
 // Start starts the timers of all shards. Jobs may be loaded before or after.
 func (e *Engine) Start() {
+	e.life.Lock()
+	defer e.life.Unlock()
+	e.started = true
 	for _, sh := range e.shards {
 		sh.cron.Start()
 	}
@@ -214,6 +240,9 @@ func (e *Engine) Start() {
 // fire callbacks that were running have returned. The engine keeps its jobs
 // and may be started again.
 func (e *Engine) Stop() context.Context {
+	e.life.Lock()
+	defer e.life.Unlock()
+	e.started = false
 	ctxs := make([]context.Context, len(e.shards))
 	for i, sh := range e.shards {
 		ctxs[i] = sh.cron.Stop()
@@ -233,9 +262,40 @@ func (e *Engine) now() time.Time {
 }
 
 func (e *Engine) shardOf(id string) *shard {
-	h := fnv.New32a()
+	return e.shards[e.shardIndex(id)]
+}
+
+// shardIndex is the FNV-1a hash of id modulo the number of shards.
+func (e *Engine) shardIndex(id string) int {
+	const offset32, prime32 = 2166136261, 16777619
+	h := uint32(offset32)
+	for i := 0; i < len(id); i++ {
+		h ^= uint32(id[i])
+		h *= prime32
+	}
+	return int(h % uint32(len(e.shards)))
+}
+
+// JitterDelay returns the dispatch delay of job id under jitter bound
+// bound: the 64-bit FNV-1a hash of id modulo bound, so the same on every
+// replica, and uniformly spread over [0, bound) across jobs. It is zero
+// when bound <= 0.
+func JitterDelay(id string, bound time.Duration) time.Duration {
+	if bound <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
 	_, _ = h.Write([]byte(id))
-	return e.shards[h.Sum32()%uint32(len(e.shards))]
+	return time.Duration(h.Sum64() % uint64(bound))
+}
+
+// jitterOf returns the jitter bound of s: zero unless s is enabled and
+// Options.Jitter gives a positive bound.
+func (e *Engine) jitterOf(s schedule.Schedule) time.Duration {
+	if !s.Enabled || e.opts.Jitter == nil {
+		return 0
+	}
+	return max(0, e.opts.Jitter(s))
 }
 
 func (e *Engine) load(id string) *record {
@@ -244,12 +304,14 @@ func (e *Engine) load(id string) *record {
 	return e.jobs[id]
 }
 
-// store replaces the record of id (nil deletes it) and keeps the armed count.
-func (e *Engine) store(id string, r *record) {
+// store replaces the record of id (nil deletes it) and keeps the armed
+// counts. The caller holds the lock of sh, the job's shard.
+func (e *Engine) store(sh *shard, id string, r *record) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if old := e.jobs[id]; old != nil && old.entry != 0 {
 		e.armed--
+		sh.armed--
 	}
 	if r == nil {
 		delete(e.jobs, id)
@@ -257,6 +319,7 @@ func (e *Engine) store(id string, r *record) {
 	}
 	if r.entry != 0 {
 		e.armed++
+		sh.armed++
 	}
 	e.jobs[id] = r
 }
@@ -292,30 +355,38 @@ func (e *Engine) reload(s schedule.Schedule, lvl slog.Level) (Outcome, bool) {
 		e.log.Warn("scheduler: schedule without job id ignored", "cron_expr", s.CronExpr)
 		return Rejected, false
 	}
-	sched, err := e.check(s)
+	jitter := e.jitterOf(s)
 
 	sh := e.shardOf(s.ID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	old := e.load(s.ID)
 
-	if err != nil {
-		return Rejected, e.rejectLocked(s.ID, old, &s, err)
-	}
-	if old != nil && old.valid && old.cur.Timing() == s.Timing() {
+	if old != nil && old.valid && old.cur.Timing() == s.Timing() && old.jitter == jitter {
+		// The same timing parses to the same schedule: only the extra
+		// validation (the action may have changed) is left to do.
+		if s.Enabled && e.opts.Validate != nil {
+			if err := e.opts.Validate(s); err != nil {
+				return Rejected, e.rejectLocked(s.ID, old, &s, err)
+			}
+		}
 		r := *old
 		r.cur, r.err = s, ""
-		e.store(s.ID, &r)
+		e.store(sh, s.ID, &r)
 		if old.err != "" {
 			e.log.Log(context.Background(), lvl, "scheduler: schedule valid again, error cleared",
 				"job_id", s.ID, "cron_expr", s.CronExpr)
-		} else {
+		} else if e.log.Enabled(context.Background(), slog.LevelDebug) {
 			e.log.Debug("scheduler: schedule unchanged", "job_id", s.ID, "cron_expr", s.CronExpr)
 		}
 		return Unchanged, old.err != "" || !sameMetadata(old.cur, s)
 	}
+	sched, err := e.check(s)
+	if err != nil {
+		return Rejected, e.rejectLocked(s.ID, old, &s, err)
+	}
 
-	r := &record{cur: s, valid: true, sched: sched}
+	r := &record{cur: s, valid: true, sched: sched, jitter: jitter, delay: JitterDelay(s.ID, jitter)}
 	if old != nil {
 		r.slots = old.slots
 	}
@@ -329,14 +400,18 @@ func (e *Engine) reload(s schedule.Schedule, lvl slog.Level) (Outcome, bool) {
 	}
 	outcome := Disarmed
 	if s.Enabled {
-		r.entry = sh.cron.Schedule(sched, &firing{e: e, id: s.ID, sched: sched, slots: r.slots})
+		var timer cron.Schedule = sched
+		if r.delay > 0 {
+			timer = delayed{sched: sched, delay: r.delay}
+		}
+		r.entry = sh.cron.Schedule(timer, &firing{e: e, id: s.ID, sched: sched, delay: r.delay, slots: r.slots})
 		e.adds.Add(1)
 		outcome = Added
 		if wasArmed {
 			outcome = Replaced
 		}
 	}
-	e.store(s.ID, r)
+	e.store(sh, s.ID, r)
 
 	if ctx := context.Background(); e.log.Enabled(ctx, lvl) {
 		attrs := []slog.Attr{slog.String("job_id", s.ID), slog.String("cron_expr", s.CronExpr),
@@ -345,7 +420,10 @@ func (e *Engine) reload(s schedule.Schedule, lvl slog.Level) (Outcome, bool) {
 			attrs = append(attrs, slog.String("timezone", s.Timezone))
 		}
 		if r.entry != 0 {
-			attrs = append(attrs, slog.Time("next_run", sched.Next(e.now())))
+			attrs = append(attrs, slog.Time("next_run", r.nextRun(e.now())))
+			if r.delay > 0 {
+				attrs = append(attrs, slog.Duration("jitter_delay", r.delay))
+			}
 		}
 		e.log.LogAttrs(ctx, lvl, "scheduler: schedule applied", attrs...)
 	}
@@ -398,7 +476,7 @@ func (e *Engine) rejectLocked(id string, old *record, bad *schedule.Schedule, er
 		r.slots = old.slots
 	}
 	r.err = err.Error()
-	e.store(id, &r)
+	e.store(e.shardOf(id), id, &r)
 	changed := old == nil || old.err != r.err || old.cur != r.cur
 	lvl := slog.LevelWarn
 	if !changed {
@@ -423,7 +501,7 @@ func (e *Engine) Remove(id string) bool {
 		sh.cron.Remove(old.entry)
 		e.removes.Add(1)
 	}
-	e.store(id, nil)
+	e.store(sh, id, nil)
 	e.log.Info("scheduler: schedule removed", "job_id", id)
 	return true
 }
@@ -434,7 +512,18 @@ func (e *Engine) Remove(id string) bool {
 // (rejections still as warnings), the totals at info level. Sync is meant to be called by the single
 // goroutine that also calls Reload and Remove: a job reloaded concurrently
 // with a Sync that does not list it may be removed again.
+//
+// Shards that hold no armed job and receive one from the snapshot (all of
+// them on the first Sync of a large fleet) are paused while Sync runs: robfig
+// then appends entries without sorting, and sorts each shard once when it is
+// started again. A paused shard has no timer that could be missed; the jobs
+// added to it are armed when Sync returns.
 func (e *Engine) Sync(items []Item) SyncStats {
+	e.life.Lock()
+	defer e.life.Unlock()
+	for _, sh := range e.pauseEmpty(items) {
+		defer sh.cron.Start()
+	}
 	var st SyncStats
 	seen := make(map[string]struct{}, len(items))
 	for _, it := range items {
@@ -488,6 +577,34 @@ func (e *Engine) Sync(items []Item) SyncStats {
 	return st
 }
 
+// pauseEmpty stops the robfig engine of every shard that has no armed job
+// and is due to receive one of items, and returns those shards. It does
+// nothing while the engine is stopped. The caller holds e.life.
+func (e *Engine) pauseEmpty(items []Item) []*shard {
+	if !e.started {
+		return nil
+	}
+	want := make([]bool, len(e.shards))
+	for _, it := range items {
+		if it.Err == nil && it.Schedule.Enabled && it.Schedule.ID != "" {
+			want[e.shardIndex(it.Schedule.ID)] = true
+		}
+	}
+	var paused []*shard
+	for i, sh := range e.shards {
+		if !want[i] {
+			continue
+		}
+		sh.mu.Lock()
+		if sh.armed == 0 {
+			sh.cron.Stop()
+			paused = append(paused, sh)
+		}
+		sh.mu.Unlock()
+	}
+	return paused
+}
+
 // List returns the status of every known job (armed, disabled, or only
 // rejected), sorted by id.
 func (e *Engine) List() []Status {
@@ -539,14 +656,37 @@ func (r *record) status(id string, now time.Time) Status {
 		Args:      r.cur.Args,
 		UpdatedAt: r.cur.UpdatedAt,
 		Armed:     r.entry != 0,
+		Delay:     r.delay,
 	}
 	if st.Action == "" {
 		st.Action = id
 	}
 	if r.entry != 0 {
-		st.NextRun = r.sched.Next(now)
+		st.NextRun = r.nextRun(now)
 	}
 	return st
+}
+
+// nextRun returns the first slot of an armed job not dispatched by now: the
+// next activation after now-delay.
+func (r *record) nextRun(now time.Time) time.Time {
+	return r.sched.Next(now.Add(-r.delay))
+}
+
+// delayed is the robfig timer of a job with jitter: sched's activations,
+// each moved delay later.
+type delayed struct {
+	sched cron.Schedule
+	delay time.Duration
+}
+
+// Next returns the first delayed activation after t.
+func (d delayed) Next(t time.Time) time.Time {
+	n := d.sched.Next(t.Add(-d.delay))
+	if n.IsZero() {
+		return n
+	}
+	return n.Add(d.delay)
 }
 
 // entry returns the robfig entry armed for job id: its entry id and the next
@@ -567,15 +707,17 @@ func (e *Engine) entry(id string) (cron.EntryID, time.Time, bool) {
 type firing struct {
 	e     *Engine
 	id    string
-	sched cron.Schedule
+	sched cron.Schedule // undelayed
+	delay time.Duration // jitter delay; robfig runs the job this long after each slot
 	slots *slotState
 }
 
 // Run computes the fire's slot and calls the fire callback, recovering
-// panics so that a bad callback never kills the process.
+// panics so that a bad callback never kills the process. With jitter the
+// slot is computed at now-delay, i.e. on the undelayed schedule.
 func (f *firing) Run() {
 	now := f.e.now()
-	slot, ok := f.slots.claim(f.sched, now)
+	slot, ok := f.slots.claim(f.sched, now.Add(-f.delay))
 	if !ok {
 		f.e.log.Warn("scheduler: fire without a slot of its own dropped",
 			"job_id", f.id, "now", now)

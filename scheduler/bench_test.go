@@ -1,0 +1,379 @@
+package scheduler
+
+// Benchmarks for issue 5's engine targets. They report distributions
+// (p50/p99 of per-operation durations) and ratios against the obvious use of
+// robfig/cron v3 (AddFunc on one running cron.Cron per schedule,
+// Remove+AddFunc per edit) measured in the same process. scripts/bench-engine.sh
+// runs them with suitable -benchtime values.
+//
+// The 100,000-schedule baseline load takes about a minute, so
+// BenchmarkBaselineAddFunc only includes n=100k when
+// CRONSWAP_BENCH_BASELINE_100K=1 is set.
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/cronswap/cronswap/schedule"
+)
+
+// benchSizes are the numbers of schedules the load benchmarks use.
+var benchSizes = []struct {
+	name string
+	n    int
+}{{"n=10k", 10_000}, {"n=30k", 30_000}, {"n=100k", 100_000}}
+
+func benchID(i int) string { return fmt.Sprintf("job-%06d", i) }
+
+// benchSpec is a daily-or-weekly five-field expression; 10,080 distinct ones
+// repeat over the jobs, as real fleets repeat their favourite times.
+func benchSpec(i int) string {
+	return fmt.Sprintf("%d %d * * %d", i%60, (i/60)%24, (i/1440)%7)
+}
+
+func benchItems(n int) []Item {
+	items := make([]Item, n)
+	for i := range items {
+		items[i] = Item{Schedule: schedule.Schedule{ID: benchID(i), CronExpr: benchSpec(i), Enabled: true,
+			Job: "noop", Category: "bench", Args: `{"i":1}`}}
+	}
+	return items
+}
+
+func benchEngine(opts Options) *Engine {
+	opts.Logger = quiet()
+	if v := os.Getenv("XSHARDS"); v != "" && opts.Shards == 0 {
+		fmt.Sscan(v, &opts.Shards)
+	}
+	e := New(opts)
+	e.Start()
+	return e
+}
+
+func stopEngine(b *testing.B, e *Engine) {
+	select {
+	case <-e.Stop().Done():
+	case <-time.After(time.Minute):
+		b.Fatal("engine did not stop within a minute")
+	}
+}
+
+// pct returns the p-th percentile (0 < p <= 100) of ds by nearest rank.
+func pct(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(float64(len(s))*p/100+0.999999) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// syncOnce loads items into a new running engine and returns how long Sync
+// took.
+func syncOnce(b *testing.B, items []Item) time.Duration {
+	b.Helper()
+	e := benchEngine(Options{})
+	t0 := time.Now()
+	st := e.Sync(items)
+	d := time.Since(t0)
+	if st.Added != len(items) || e.Len() != len(items) {
+		b.Fatalf("Sync added %d, %d armed; want %d", st.Added, e.Len(), len(items))
+	}
+	stopEngine(b, e)
+	return d
+}
+
+// baselineOnce loads the same specs the obvious way: AddFunc on a running
+// cron.Cron, one call per schedule.
+func baselineOnce(b *testing.B, items []Item) time.Duration {
+	b.Helper()
+	c := cron.New()
+	c.Start()
+	t0 := time.Now()
+	for _, it := range items {
+		if _, err := c.AddFunc(it.Schedule.CronExpr, func() {}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	d := time.Since(t0)
+	<-c.Stop().Done()
+	return d
+}
+
+// BenchmarkSync measures one Sync of n schedules into an empty running
+// engine. ns/op is the mean; sync_p50_ms the median over the iterations.
+func BenchmarkSync(b *testing.B) {
+	for _, sz := range benchSizes {
+		b.Run(sz.name, func(b *testing.B) {
+			items := benchItems(sz.n)
+			var ds []time.Duration
+			b.ResetTimer()
+			for range b.N {
+				ds = append(ds, syncOnce(b, items))
+			}
+			b.StopTimer()
+			b.ReportMetric(ms(pct(ds, 50)), "sync_p50_ms")
+			b.ReportMetric(ms(slices.Max(ds)), "sync_max_ms")
+		})
+	}
+}
+
+// BenchmarkBaselineAddFunc measures, in the same process and alternating
+// within each iteration, the obvious robfig load (AddFunc per schedule on a
+// running cron.Cron) and the engine's Sync of the same specs, and reports
+// both medians and ratio = baseline / engine (median of the per-iteration
+// ratios). ns/op is the sum of both. n=100k runs only with
+// CRONSWAP_BENCH_BASELINE_100K=1 (the baseline alone takes about a minute).
+func BenchmarkBaselineAddFunc(b *testing.B) {
+	for _, sz := range benchSizes {
+		if sz.n > 30_000 && os.Getenv("CRONSWAP_BENCH_BASELINE_100K") != "1" {
+			continue
+		}
+		b.Run(sz.name, func(b *testing.B) {
+			items := benchItems(sz.n)
+			var base, eng, ratio []float64
+			for range b.N {
+				bd := baselineOnce(b, items)
+				ed := syncOnce(b, items)
+				base, eng = append(base, ms(bd)), append(eng, ms(ed))
+				ratio = append(ratio, float64(bd)/float64(ed))
+			}
+			b.ReportMetric(median(base), "baseline_ms")
+			b.ReportMetric(median(eng), "engine_ms")
+			b.ReportMetric(median(ratio), "ratio")
+		})
+	}
+}
+
+// armedEngine returns a running engine with n armed jobs (benchItems).
+func armedEngine(b *testing.B, n int) *Engine {
+	b.Helper()
+	e := benchEngine(Options{})
+	if st := e.Sync(benchItems(n)); st.Added != n {
+		b.Fatalf("Sync added %d of %d", st.Added, n)
+	}
+	return e
+}
+
+// reportDurations reports p50/p99/max of per-operation durations in ns.
+func reportDurations(b *testing.B, ds []time.Duration) {
+	b.ReportMetric(float64(pct(ds, 50)), "p50_ns")
+	b.ReportMetric(float64(pct(ds, 99)), "p99_ns")
+	b.ReportMetric(float64(slices.Max(ds)), "max_ns")
+}
+
+// BenchmarkReloadChanged measures one Reload whose expression changed (the
+// job is re-armed) with n jobs armed; successive operations walk over the
+// jobs so no job is edited twice in a row.
+func BenchmarkReloadChanged(b *testing.B) {
+	for _, sz := range benchSizes[1:] {
+		b.Run(sz.name, func(b *testing.B) {
+			e := armedEngine(b, sz.n)
+			defer stopEngine(b, e)
+			items := benchItems(sz.n)
+			flipped := make([]bool, sz.n)
+			ds := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				k := (i * 7919) % sz.n // 7919 is prime: visits every job
+				s := items[k].Schedule
+				if flipped[k] = !flipped[k]; flipped[k] {
+					s.CronExpr = "30 3 * * *"
+				}
+				t0 := time.Now()
+				o := e.Reload(s)
+				ds = append(ds, time.Since(t0))
+				if o != Replaced {
+					b.Fatalf("outcome %s, want replaced", o)
+				}
+			}
+			b.StopTimer()
+			reportDurations(b, ds)
+		})
+	}
+}
+
+// BenchmarkReloadUnchanged measures one Reload of a re-saved document
+// (new updated_at, same timing) with n jobs armed: robfig is not touched.
+func BenchmarkReloadUnchanged(b *testing.B) {
+	for _, sz := range benchSizes[1:] {
+		b.Run(sz.name, func(b *testing.B) {
+			e := armedEngine(b, sz.n)
+			defer stopEngine(b, e)
+			items := benchItems(sz.n)
+			now := time.Now()
+			ds := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				s := items[(i*7919)%sz.n].Schedule
+				s.UpdatedAt = now
+				t0 := time.Now()
+				o := e.Reload(s)
+				ds = append(ds, time.Since(t0))
+				if o != Unchanged {
+					b.Fatalf("outcome %s, want unchanged", o)
+				}
+			}
+			b.StopTimer()
+			reportDurations(b, ds)
+		})
+	}
+}
+
+// BenchmarkBaselineRemoveAdd measures the obvious edit of one job on a
+// running cron.Cron holding n entries: Remove, then AddFunc the new spec.
+// The n entries are added before Start so that setting up 100k does not take
+// a minute; the edits run on the started engine.
+func BenchmarkBaselineRemoveAdd(b *testing.B) {
+	for _, sz := range benchSizes[1:] {
+		b.Run(sz.name, func(b *testing.B) {
+			c := cron.New()
+			ids := make([]cron.EntryID, sz.n)
+			for i := range ids {
+				id, err := c.AddFunc(benchSpec(i), func() {})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ids[i] = id
+			}
+			c.Start()
+			defer func() { <-c.Stop().Done() }()
+			flipped := make([]bool, sz.n)
+			ds := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				k := (i * 7919) % sz.n
+				spec := benchSpec(k)
+				if flipped[k] = !flipped[k]; flipped[k] {
+					spec = "30 3 * * *"
+				}
+				t0 := time.Now()
+				c.Remove(ids[k])
+				id, err := c.AddFunc(spec, func() {})
+				ds = append(ds, time.Since(t0))
+				if err != nil {
+					b.Fatal(err)
+				}
+				ids[k] = id
+			}
+			b.StopTimer()
+			reportDurations(b, ds)
+		})
+	}
+}
+
+func heapInUse() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// BenchmarkHeapPerJob reports the live heap the engine retains per armed job
+// with 100,000 armed: everything allocated from building the schedules
+// through Sync, minus what is garbage once the snapshot is dropped.
+// baseline_bytes/entry is the same for a robfig cron.Cron loaded the obvious
+// way (before Start, to keep it fast; the heap is the same).
+func BenchmarkHeapPerJob(b *testing.B) {
+	const n = 100_000
+	var per, basePer []float64
+	for range b.N {
+		before := heapInUse()
+		e := benchEngine(Options{})
+		e.Sync(benchItems(n))
+		after := heapInUse()
+		if e.Len() != n {
+			b.Fatalf("%d armed, want %d", e.Len(), n)
+		}
+		per = append(per, float64(int64(after)-int64(before))/n)
+		stopEngine(b, e)
+		runtime.KeepAlive(e)
+		e = nil
+
+		before = heapInUse()
+		c := cron.New()
+		for i := range n {
+			if _, err := c.AddFunc(benchSpec(i), func() {}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		c.Start()
+		after = heapInUse()
+		basePer = append(basePer, float64(int64(after)-int64(before))/n)
+		<-c.Stop().Done()
+		runtime.KeepAlive(c)
+	}
+	b.ReportMetric(median(per), "bytes/job")
+	b.ReportMetric(median(basePer), "baseline_bytes/entry")
+}
+
+// BenchmarkFireLateness arms 10,000 jobs due in the same second (the whole
+// second after next, in real time: robfig fires on the wall clock) with a
+// no-op fire callback that records dispatch lateness = time of the callback
+// minus the slot, and reports its p50/p99/max in ms.
+func BenchmarkFireLateness(b *testing.B) {
+	const n = 10_000
+	var p50, p99, pmax []float64
+	for range b.N {
+		lat := make([]time.Duration, n)
+		var got atomic.Int64
+		done := make(chan struct{})
+		var wrongSlot atomic.Int64
+		var slotAt time.Time // written before Sync, read by callbacks after
+		e := benchEngine(Options{Fire: func(id string, slot time.Time) {
+			d := time.Since(slot)
+			if !slot.Equal(slotAt) {
+				wrongSlot.Add(1)
+			}
+			if k := got.Add(1); k <= n {
+				lat[k-1] = d
+				if k == n {
+					close(done)
+				}
+			}
+		}})
+		slotAt = time.Now().UTC().Truncate(time.Second).Add(3 * time.Second)
+		spec := fmt.Sprintf("%d %d %d %d %d *", slotAt.Second(), slotAt.Minute(), slotAt.Hour(),
+			slotAt.Day(), int(slotAt.Month()))
+		items := make([]Item, n)
+		for i := range items {
+			items[i] = Item{Schedule: schedule.Schedule{ID: benchID(i), CronExpr: spec, Enabled: true}}
+		}
+		e.Sync(items)
+		if !time.Now().Before(slotAt) {
+			b.Fatalf("loading %d jobs took past their slot %s; the machine is too loaded", n, slotAt)
+		}
+		select {
+		case <-done:
+		case <-time.After(time.Until(slotAt) + time.Minute):
+			b.Fatalf("only %d of %d jobs fired within a minute of their slot", got.Load(), n)
+		}
+		stopEngine(b, e)
+		if w := wrongSlot.Load(); w != 0 {
+			b.Fatalf("%d fires reported a slot other than %s", w, slotAt)
+		}
+		p50 = append(p50, ms(pct(lat, 50)))
+		p99 = append(p99, ms(pct(lat, 99)))
+		pmax = append(pmax, ms(slices.Max(lat)))
+	}
+	b.ReportMetric(median(p50), "p50_ms")
+	b.ReportMetric(median(p99), "p99_ms")
+	b.ReportMetric(median(pmax), "max_ms")
+}
