@@ -324,11 +324,28 @@ func (e *Engine) store(sh *shard, id string, r *record) {
 	e.jobs[id] = r
 }
 
-// check parses s in the engine's default zone and runs Options.Validate on it.
-func (e *Engine) check(s schedule.Schedule) (cron.Schedule, error) {
-	sched, err := s.Parse(e.opts.Location)
-	if err != nil {
-		return nil, err
+// parseKey is what a parsed expression depends on besides the engine's
+// default zone.
+type parseKey struct{ expr, tz string }
+
+// parseCache maps expressions already parsed by one Sync to their schedule.
+// Parsed schedules are immutable, so jobs with the same expression can
+// share one.
+type parseCache map[parseKey]cron.Schedule
+
+// check parses s in the engine's default zone, reusing cache when it holds
+// the expression (nil means no cache), and runs Options.Validate on it.
+func (e *Engine) check(s schedule.Schedule, cache parseCache) (cron.Schedule, error) {
+	key := parseKey{s.CronExpr, s.Timezone}
+	sched, ok := cache[key]
+	if !ok {
+		var err error
+		if sched, err = s.Parse(e.opts.Location); err != nil {
+			return nil, err
+		}
+		if cache != nil {
+			cache[key] = sched
+		}
 	}
 	if s.Enabled && e.opts.Validate != nil {
 		if err := e.opts.Validate(s); err != nil {
@@ -344,13 +361,14 @@ func (e *Engine) check(s schedule.Schedule) (cron.Schedule, error) {
 // visible. An invalid schedule is Rejected and the job keeps its last known
 // good timer (see Reject).
 func (e *Engine) Reload(s schedule.Schedule) Outcome {
-	o, _ := e.reload(s, slog.LevelInfo)
+	o, _ := e.reload(s, slog.LevelInfo, nil)
 	return o
 }
 
-// reload is Reload logging a successful change at level lvl. It also
-// reports whether the job's state changed (see SyncStats.Changed).
-func (e *Engine) reload(s schedule.Schedule, lvl slog.Level) (Outcome, bool) {
+// reload is Reload logging a successful change at level lvl and parsing
+// through cache (may be nil). It also reports whether the job's state changed
+// (see SyncStats.Changed).
+func (e *Engine) reload(s schedule.Schedule, lvl slog.Level, cache parseCache) (Outcome, bool) {
 	if s.ID == "" {
 		e.log.Warn("scheduler: schedule without job id ignored", "cron_expr", s.CronExpr)
 		return Rejected, false
@@ -381,7 +399,7 @@ func (e *Engine) reload(s schedule.Schedule, lvl slog.Level) (Outcome, bool) {
 		}
 		return Unchanged, old.err != "" || !sameMetadata(old.cur, s)
 	}
-	sched, err := e.check(s)
+	sched, err := e.check(s, cache)
 	if err != nil {
 		return Rejected, e.rejectLocked(s.ID, old, &s, err)
 	}
@@ -525,6 +543,7 @@ func (e *Engine) Sync(items []Item) SyncStats {
 		defer sh.cron.Start()
 	}
 	var st SyncStats
+	cache := make(parseCache)
 	seen := make(map[string]struct{}, len(items))
 	for _, it := range items {
 		id := it.Schedule.ID
@@ -538,7 +557,7 @@ func (e *Engine) Sync(items []Item) SyncStats {
 			}
 			continue
 		}
-		o, changed := e.reload(it.Schedule, slog.LevelDebug)
+		o, changed := e.reload(it.Schedule, slog.LevelDebug, cache)
 		if changed {
 			st.Changed = append(st.Changed, id)
 		}
