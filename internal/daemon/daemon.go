@@ -96,6 +96,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Location: cfg.Location,
 		Fire:     runner.Fire,
 		Logger:   log,
+		Jitter:   func(s schedule.Schedule) time.Duration { return cfg.Jobs[s.ActionName()].Jitter },
 		Validate: func(s schedule.Schedule) error {
 			if _, ok := registry.Lookup(s.ActionName()); !ok {
 				return &schedule.Error{ID: s.ID, Field: schedule.FieldJob,
