@@ -25,9 +25,10 @@ const maxWalk = 10000
 //
 // It looks back from now in doubling steps (1s, 2s, 4s, ...) until Next of
 // the probe lands at or before now, bisects between the last two probes down
-// to one second (cron activations are whole seconds) and finally walks
-// forward with Next while the following activation is still <= now, so the
-// result is always a value that sched.Next itself produced.
+// to one second (cron activations are whole seconds) and finally, unless now
+// is less than a second after the activation found, walks forward with Next
+// while the following activation is still <= now, so the result is always a
+// value that sched.Next itself produced.
 func prevActivation(sched cron.Schedule, now time.Time) time.Time {
 	now = now.Round(0) // wall clock only, like the schedules
 	if p, ok := sched.(prever); ok {
@@ -61,6 +62,12 @@ func prevActivation(sched cron.Schedule, now time.Time) time.Time {
 		}
 	}
 	s := sched.Next(lo)
+	// Activations are whole seconds, so none lies in (s, s+1s): the walk
+	// is only needed when now is a second or more after s. That spares the
+	// common fire, woken within a second of its slot, one more Next.
+	if now.Sub(s) < time.Second {
+		return s
+	}
 	for range maxWalk {
 		n := sched.Next(s)
 		if n.IsZero() || n.After(now) {
