@@ -347,12 +347,12 @@ func BenchmarkHeapPerJob(b *testing.B) {
 }
 
 // BenchmarkFireLateness arms 10,000 hourly jobs due in the same second (the
-// third whole second from now, in real time: robfig fires on the wall clock) with a
-// no-op fire callback that records dispatch lateness = time of the callback
-// minus the slot, and reports its p50/p99/max in ms, and cpu_ms, the CPU time
-// the process used from 100ms before the slot until the last callback (the
-// part of the lateness that is the engine's own work rather than the
-// machine's other load).
+// third whole second from now, in real time: robfig fires on the wall
+// clock) with a no-op fire callback that records dispatch lateness = time of
+// the callback minus the slot. It reports its p50/p99/max in ms, and cpu_ms,
+// the CPU time the process used from 100ms before the slot until the last
+// callback (the engine's own work, as opposed to waiting for a core on a
+// loaded machine).
 func BenchmarkFireLateness(b *testing.B) {
 	const n = 10_000
 	var p50, p99, pmax, cpu []float64

@@ -34,18 +34,20 @@ func prevActivation(sched cron.Schedule, now time.Time) time.Time {
 	if p, ok := sched.(prever); ok {
 		return p.Prev(now)
 	}
-	hits := func(t time.Time) bool {
+	// hits reports whether Next(t) lands at or before now, and returns it.
+	hits := func(t time.Time) (time.Time, bool) {
 		n := sched.Next(t)
-		return !n.IsZero() && !n.After(now)
+		return n, !n.IsZero() && !n.After(now)
 	}
-	// Invariant: hits(lo) and !hits(hi); Next(now) > now, so hi = now holds.
-	var lo time.Time
+	// Invariant: hits(lo) with s = Next(lo), and !hits(hi); Next(now) > now,
+	// so hi = now holds.
+	var lo, s time.Time
 	hi := now
 	found := false
 	for d := time.Second; d <= maxLookback; d *= 2 {
 		t := now.Add(-d)
-		if hits(t) {
-			lo, found = t, true
+		if n, ok := hits(t); ok {
+			lo, s, found = t, n, true
 			break
 		}
 		hi = t
@@ -55,13 +57,12 @@ func prevActivation(sched cron.Schedule, now time.Time) time.Time {
 	}
 	for hi.Sub(lo) > time.Second {
 		mid := lo.Add(hi.Sub(lo) / 2)
-		if hits(mid) {
-			lo = mid
+		if n, ok := hits(mid); ok {
+			lo, s = mid, n
 		} else {
 			hi = mid
 		}
 	}
-	s := sched.Next(lo)
 	// Activations are whole seconds, so none lies in (s, s+1s): the walk
 	// is only needed when now is a second or more after s. That spares the
 	// common fire, woken within a second of its slot, one more Next.
