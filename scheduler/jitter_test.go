@@ -199,6 +199,7 @@ func TestJitterSlotOnFakeClock(t *testing.T) {
 // TestJitterFires runs an every-second job with a real delay: its callback
 // runs no earlier than slot+delay and still gets the whole-second slot.
 func TestJitterFires(t *testing.T) {
+	t.Parallel() // waits on real time
 	const bound = 900 * time.Millisecond
 	id := ""
 	for i := 0; id == ""; i++ { // deterministic: the first id whose delay is at least 300ms

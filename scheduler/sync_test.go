@@ -12,6 +12,7 @@ import (
 // every job fires afterwards; a job that was already armed keeps its robfig
 // entry and keeps firing.
 func TestSyncPausesOnlyEmptyShards(t *testing.T) {
+	t.Parallel() // waits on real time
 	var (
 		mu    sync.Mutex
 		fired = map[string]int{}
@@ -55,6 +56,7 @@ func TestSyncPausesOnlyEmptyShards(t *testing.T) {
 // TestSyncWhileStopped: a Sync into a stopped engine does not start any
 // shard; Start does.
 func TestSyncWhileStopped(t *testing.T) {
+	t.Parallel() // waits on real time
 	fires := make(chan string, 100)
 	e := New(Options{Logger: quiet(), Shards: 4, Fire: func(id string, _ time.Time) {
 		select {
