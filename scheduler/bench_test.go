@@ -313,13 +313,20 @@ func heapInUse() uint64 {
 // through Sync, minus what is garbage once the snapshot is dropped.
 // baseline_bytes/entry is the same for a robfig cron.Cron loaded the obvious
 // way (before Start, to keep it fast; the heap is the same).
+// sync_allocs/job counts the allocations Sync makes per job.
 func BenchmarkHeapPerJob(b *testing.B) {
 	const n = 100_000
-	var per, basePer []float64
+	var per, allocs, basePer []float64
 	for range b.N {
 		before := heapInUse()
 		e := benchEngine(Options{})
-		e.Sync(benchItems(n))
+		items := benchItems(n)
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		e.Sync(items)
+		runtime.ReadMemStats(&m1)
+		allocs = append(allocs, float64(m1.Mallocs-m0.Mallocs)/n)
+		items = nil
 		after := heapInUse()
 		if e.Len() != n {
 			b.Fatalf("%d armed, want %d", e.Len(), n)
@@ -343,6 +350,7 @@ func BenchmarkHeapPerJob(b *testing.B) {
 		runtime.KeepAlive(c)
 	}
 	b.ReportMetric(median(per), "bytes/job")
+	b.ReportMetric(median(allocs), "sync_allocs/job")
 	b.ReportMetric(median(basePer), "baseline_bytes/entry")
 }
 
