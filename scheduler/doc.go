@@ -33,7 +33,8 @@
 // armed job and receive one from the snapshot (all of them when a daemon
 // loads its schedules at start-up) are stopped while Sync fills them and
 // started again when it returns. A shard with no armed job has no timer to
-// miss, and the jobs Sync adds are armed as of its return. Shards that
+// miss; the jobs Sync adds to it get their first activation computed at the
+// end of Sync (which waits for that), as if they had been added then. Shards that
 // already hold armed jobs are never paused. Jobs of one snapshot that share
 // an expression also share its parsed schedule. scripts/bench-engine.sh
 // measures all this against the plain use of robfig.

@@ -534,14 +534,13 @@ func (e *Engine) Remove(id string) bool {
 // Shards that hold no armed job and receive one from the snapshot (all of
 // them on the first Sync of a large fleet) are paused while Sync runs: robfig
 // then appends entries without sorting, and sorts each shard once when it is
-// started again. A paused shard has no timer that could be missed; the jobs
-// added to it are armed when Sync returns.
+// started again, and Sync returns once they have computed the first
+// activation of their entries. A paused shard has no timer that could be
+// missed; the jobs added to it are armed as of the end of Sync.
 func (e *Engine) Sync(items []Item) SyncStats {
 	e.life.Lock()
 	defer e.life.Unlock()
-	for _, sh := range e.pauseEmpty(items) {
-		defer sh.cron.Start()
-	}
+	defer e.resume(e.pauseEmpty(items))
 	var st SyncStats
 	cache := make(parseCache)
 	seen := make(map[string]struct{}, len(items))
@@ -622,6 +621,22 @@ func (e *Engine) pauseEmpty(items []Item) []*shard {
 		sh.mu.Unlock()
 	}
 	return paused
+}
+
+// resume starts the shards pauseEmpty stopped and returns once each has
+// computed the first activation of all its entries, so that Sync returns
+// with every timer armed. The caller holds e.life.
+func (e *Engine) resume(paused []*shard) {
+	for _, sh := range paused {
+		sh.cron.Start()
+	}
+	for _, sh := range paused {
+		// A running robfig engine handles Remove in its run loop, which
+		// first computes the next activation of every entry and sorts
+		// them. Entry id 0 is never assigned, so this removes nothing: it
+		// only waits for the run loop.
+		sh.cron.Remove(0)
+	}
 }
 
 // List returns the status of every known job (armed, disabled, or only
