@@ -156,6 +156,33 @@ func BenchmarkSyncDistinct(b *testing.B) {
 	b.ReportMetric(ms(slices.Max(ds)), "sync_max_ms")
 }
 
+// BenchmarkResyncUnchanged measures a periodic full resync that finds
+// nothing changed: Sync of the same 100,000 schedules into an engine that
+// has them all armed (documents re-read, so updated_at may differ).
+func BenchmarkResyncUnchanged(b *testing.B) {
+	const n = 100_000
+	e := armedEngine(b, n)
+	defer stopEngine(b, e)
+	items := benchItems(n)
+	now := time.Now()
+	for i := range items {
+		items[i].Schedule.UpdatedAt = now
+	}
+	var ds []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		st := e.Sync(items)
+		ds = append(ds, time.Since(t0))
+		if st.Unchanged != n || len(st.Changed) != 0 {
+			b.Fatalf("resync: %d unchanged, %d changed", st.Unchanged, len(st.Changed))
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(ms(pct(ds, 50)), "sync_p50_ms")
+	b.ReportMetric(ms(slices.Max(ds)), "sync_max_ms")
+}
+
 // BenchmarkBaselineAddFunc measures, in the same process and alternating
 // within each iteration, the obvious robfig load (AddFunc per schedule on a
 // running cron.Cron) and the engine's Sync of the same specs, and reports

@@ -37,7 +37,7 @@ run() { # benchtime regexp
 }
 
 go test -c -o /dev/null ./scheduler/ # compile errors before a long run
-run 5x '^BenchmarkSync$|^BenchmarkSyncDistinct$'
+run 5x '^BenchmarkSync$|^BenchmarkSyncDistinct$|^BenchmarkResyncUnchanged$'
 run 1x '^BenchmarkBaselineAddFunc$'
 run 20000x '^BenchmarkReload(Changed|Unchanged)$'
 run 2000x '^BenchmarkBaselineRemoveAdd$'
