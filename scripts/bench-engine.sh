@@ -62,13 +62,14 @@ function median(key,   m, i, j, t, a) {
 	for (i = 2; i <= m; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
 	return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
 }
+function fmtnum(x) { return x >= 100 ? sprintf("%.0f", x) : sprintf("%.3g", x) }
 END {
 	printf "%-40s %-22s %14s %5s\n", "benchmark", "metric", "median", "runs"
 	for (i = 1; i <= k; i++) {
 		split(order[i], p, SUBSEP)
 		if (p[2] == "ns/op" && p[1] !~ /Sync/) continue # per-op means; the p50/p99 say more
 		med[order[i]] = median(order[i])
-		printf "%-40s %-22s %14.4g %5d\n", p[1], p[2], med[order[i]], n[order[i]]
+		printf "%-40s %-22s %14s %5d\n", p[1], p[2], fmtnum(med[order[i]]), n[order[i]]
 	}
 	print ""
 	print "Edit of one job, baseline (Remove+AddFunc) / engine (Reload, changed):"
@@ -76,7 +77,7 @@ END {
 	for (s = 1; s <= 2; s++) {
 		b = "BenchmarkBaselineRemoveAdd/" sizes[s]; e = "BenchmarkReloadChanged/" sizes[s]
 		if ((b SUBSEP "p50_ns") in med && (e SUBSEP "p50_ns") in med)
-			printf "  %-7s p50 %.4g x   p99 %.4g x\n", sizes[s],
-				med[b, "p50_ns"] / med[e, "p50_ns"], med[b, "p99_ns"] / med[e, "p99_ns"]
+			printf "  %-7s p50 %sx   p99 %sx\n", sizes[s],
+				fmtnum(med[b, "p50_ns"] / med[e, "p50_ns"]), fmtnum(med[b, "p99_ns"] / med[e, "p99_ns"])
 	}
 }' "$out"
