@@ -53,7 +53,11 @@
 // between: every replica that wakes for the same activation computes the
 // same slot, whatever its exact wake-up time. robfig runs an entry only once
 // its planned time has passed, so this is that planned time unless the
-// goroutine was delayed beyond the following activation.
+// goroutine was delayed beyond the following activation. The entry's robfig
+// schedule remembers the last two activations it handed to robfig; when one
+// of them lies within the second up to now it is that latest activation
+// (activations are whole seconds), so a run woken on time names its slot
+// without calling Next, and only a late one searches.
 //
 // Per job the engine remembers the last slot it reported and never reports a
 // slot twice or out of order: if the computed slot is not after the last one

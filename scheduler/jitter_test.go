@@ -236,3 +236,28 @@ func TestJitterFires(t *testing.T) {
 		}
 	}
 }
+
+// TestFiringNext: the timer robfig runs a job on is the job's schedule moved
+// by its delay, and it remembers the last two (undelayed) activations it
+// handed out for Run.
+func TestFiringNext(t *testing.T) {
+	sched := mustParse(t, "*/10 * * * * *", "")
+	t0 := time.Date(2024, 5, 10, 12, 0, 3, 0, time.UTC)
+	for _, delay := range []time.Duration{0, 3500 * time.Millisecond, 25 * time.Second} {
+		f := &firing{sched: sched, delay: delay}
+		n1 := f.Next(t0)
+		if want := sched.Next(t0.Add(-delay)).Add(delay); !n1.Equal(want) {
+			t.Fatalf("delay %s: Next(%s) = %s, want %s", delay, t0, n1, want)
+		}
+		if !n1.After(t0) || n1.Add(-delay).Second()%10 != 0 || n1.Add(-delay).Nanosecond() != 0 {
+			t.Fatalf("delay %s: Next(%s) = %s is not a */10 activation + delay after t0", delay, t0, n1)
+		}
+		n2 := f.Next(n1)
+		if !n2.Equal(n1.Add(10 * time.Second)) {
+			t.Fatalf("delay %s: Next(%s) = %s, want 10s later", delay, n1, n2)
+		}
+		if f.planned != [2]time.Time{n1.Add(-delay), n2.Add(-delay)} {
+			t.Fatalf("delay %s: planned %v, want [%s %s]", delay, f.planned, n1.Add(-delay), n2.Add(-delay))
+		}
+	}
+}

@@ -418,11 +418,8 @@ func (e *Engine) reload(s schedule.Schedule, lvl slog.Level, cache parseCache) (
 	}
 	outcome := Disarmed
 	if s.Enabled {
-		var timer cron.Schedule = sched
-		if r.delay > 0 {
-			timer = delayed{sched: sched, delay: r.delay}
-		}
-		r.entry = sh.cron.Schedule(timer, &firing{e: e, id: s.ID, sched: sched, delay: r.delay, slots: r.slots})
+		f := &firing{e: e, id: s.ID, sched: sched, delay: r.delay, slots: r.slots}
+		r.entry = sh.cron.Schedule(f, f)
 		e.adds.Add(1)
 		outcome = Added
 		if wasArmed {
@@ -707,22 +704,6 @@ func (r *record) nextRun(now time.Time) time.Time {
 	return r.sched.Next(now.Add(-r.delay))
 }
 
-// delayed is the robfig timer of a job with jitter: sched's activations,
-// each moved delay later.
-type delayed struct {
-	sched cron.Schedule
-	delay time.Duration
-}
-
-// Next returns the first delayed activation after t.
-func (d delayed) Next(t time.Time) time.Time {
-	n := d.sched.Next(t.Add(-d.delay))
-	if n.IsZero() {
-		return n
-	}
-	return n.Add(d.delay)
-}
-
 // entry returns the robfig entry armed for job id: its entry id and the next
 // activation robfig computed. For tests; it costs a snapshot of the shard.
 func (e *Engine) entry(id string) (cron.EntryID, time.Time, bool) {
@@ -737,13 +718,34 @@ func (e *Engine) entry(id string) (cron.EntryID, time.Time, bool) {
 	return en.ID, en.Next, true
 }
 
-// firing is the robfig job of one armed entry.
+// firing is the robfig job of one armed entry, and its robfig schedule.
 type firing struct {
 	e     *Engine
 	id    string
 	sched cron.Schedule // undelayed
 	delay time.Duration // jitter delay; robfig runs the job this long after each slot
 	slots *slotState
+
+	mu sync.Mutex
+	// planned holds the last two activations of sched that Next handed to
+	// robfig (undelayed), the newer last; guarded by mu.
+	planned [2]time.Time
+}
+
+// Next is the timer robfig runs the entry on: the activations of sched,
+// each moved delay later. It remembers the activations it hands out, so that
+// Run can name its slot without searching for it: robfig asks for the
+// following activation right after starting a run, so the run's own is then
+// one of the last two.
+func (f *firing) Next(t time.Time) time.Time {
+	n := f.sched.Next(t.Add(-f.delay))
+	if n.IsZero() {
+		return n
+	}
+	f.mu.Lock()
+	f.planned[0], f.planned[1] = f.planned[1], n
+	f.mu.Unlock()
+	return n.Add(f.delay)
 }
 
 // Run computes the fire's slot and calls the fire callback, recovering
@@ -751,7 +753,10 @@ type firing struct {
 // slot is computed at now-delay, i.e. on the undelayed schedule.
 func (f *firing) Run() {
 	now := f.e.now()
-	slot, ok := f.slots.claim(f.sched, now.Add(-f.delay))
+	f.mu.Lock()
+	planned := f.planned
+	f.mu.Unlock()
+	slot, ok := f.slots.claim(f.sched, now.Add(-f.delay), planned[1], planned[0])
 	if !ok {
 		f.e.log.Warn("scheduler: fire without a slot of its own dropped",
 			"job_id", f.id, "now", now)

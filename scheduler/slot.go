@@ -87,8 +87,21 @@ type slotState struct {
 
 // claim returns the slot for a run of sched at wall time now, or false when
 // the run has no slot of its own left (see the package comment on slots).
-func (st *slotState) claim(sched cron.Schedule, now time.Time) (time.Time, bool) {
-	s := prevActivation(sched, now)
+// planned are activations of sched known in advance (see firing.Next; zero
+// values are ignored): when one lies within the second up to now, it is the
+// latest activation <= now, as activations are whole seconds, and no search
+// is needed.
+func (st *slotState) claim(sched cron.Schedule, now time.Time, planned ...time.Time) (time.Time, bool) {
+	var s time.Time
+	for _, p := range planned {
+		if d := now.Round(0).Sub(p); !p.IsZero() && d >= 0 && d < time.Second {
+			s = p
+			break
+		}
+	}
+	if s.IsZero() {
+		s = prevActivation(sched, now)
+	}
 	if s.IsZero() {
 		return time.Time{}, false
 	}
