@@ -222,8 +222,8 @@ func (c countingSchedule) Next(t time.Time) time.Time {
 func TestClaimPlanned(t *testing.T) {
 	for _, expr := range []string{"*/10 * * * * *", "* * * * * *", "0 9 * * *", "@every 7s", "0 * * * *"} {
 		sched := mustParse(t, expr, "Europe/Berlin")
-		start := ts(t, "2024-03-31T00:59:00Z") // around a DST change
-		for i := range 2000 {
+		start := ts(t, "2024-03-31T00:59:00Z") // across a DST change at 01:00Z
+		for i := range 400 {
 			now := start.Add(time.Duration(i) * 1237 * time.Millisecond)
 			// planned candidates: the run's own activation, the one after
 			// it, older and stale ones, and none.
