@@ -7,10 +7,10 @@
 # runs COUNT times (default 3) in one `go test` process; the summary prints
 # the median of the runs for every metric and the ratios baseline / engine.
 #
-#   scripts/bench-engine.sh                      # about 3-4 minutes
+#   scripts/bench-engine.sh                      # about 2-4 minutes
 #   CRONSWAP_BENCH_BASELINE_100K=1 scripts/bench-engine.sh
 #                                                # adds the 100k baseline load,
-#                                                # about a minute per run
+#                                                # 40-70 s per run
 #   COUNT=5 OUT=bench.txt scripts/bench-engine.sh
 #
 # Numbers depend on the machine and its load; the script prints nproc, the
