@@ -17,8 +17,12 @@ import (
 	"github.com/cronswap/cronswap/schedule"
 )
 
-// DefaultShards is the number of robfig engines when Options.Shards is not set.
-const DefaultShards = 64
+// DefaultShards is the number of robfig engines when Options.Shards is not
+// set. robfig re-sorts all entries of an engine on every add and remove, so
+// the cost of one edit grows with the jobs per shard: 1024 shards keep that
+// at about 100 entries with 100,000 jobs armed, for the price of one idle
+// goroutine and timer per shard (see scripts/bench-engine.sh).
+const DefaultShards = 1024
 
 // FireFunc is called when job id fires for the cron slot slot (the scheduled
 // activation time, not the wall-clock time of the call; see the package
@@ -46,6 +50,13 @@ type Options struct {
 	// Now is the clock for next-run and slot computations (nil means
 	// time.Now). robfig's own timers always use the real clock.
 	Now func() time.Time
+	// Jitter returns the jitter bound of an enabled schedule, e.g. from its
+	// action's configuration (nil, or a result <= 0, means none). A job with
+	// bound b is dispatched a fixed delay in [0, b) after each of its slots;
+	// the delay is derived from the job id alone (see JitterDelay), so every
+	// replica delays a job by the same amount, and the fire callback still
+	// receives the undelayed slot. A changed bound re-arms the job.
+	Jitter func(schedule.Schedule) time.Duration
 }
 
 // Outcome says what Reload did with a schedule.
@@ -133,6 +144,9 @@ type Status struct {
 	UpdatedAt time.Time
 	// Armed is true while a timer for the job is armed.
 	Armed bool
+	// Delay is the job's jitter delay: the fire for slot NextRun is
+	// dispatched at NextRun+Delay. Zero without jitter.
+	Delay time.Duration
 }
 
 // Engine arms and re-arms cron timers for jobs. Its methods are safe for
@@ -145,6 +159,10 @@ type Engine struct {
 	mu    sync.RWMutex
 	jobs  map[string]*record // guarded by mu; records are never modified once stored
 	armed int                // guarded by mu
+
+	// life serialises Start, Stop and Sync; started is guarded by it.
+	life    sync.Mutex
+	started bool
 
 	// robfig operations, for tests proving that idempotent reloads do not
 	// touch robfig.
@@ -159,6 +177,8 @@ type shard struct {
 	// Engine.mu, never the other way round.
 	mu   sync.Mutex
 	cron *cron.Cron
+	// armed counts the shard's robfig entries; guarded by mu.
+	armed int
 }
 
 // record is the engine's state of one job. Invariant: entry != 0 exactly
@@ -172,6 +192,9 @@ type record struct {
 	entry cron.EntryID  // robfig entry in the job's shard; 0 when not armed
 	err   string        // last error, empty when the latest document was applied
 	slots *slotState    // shared by all entries the job ever had
+	// jitter is the jitter bound cur was armed with (part of its timing)
+	// and delay the resulting dispatch delay; zero without jitter.
+	jitter, delay time.Duration
 }
 
 // New returns an engine configured by opts. Call Start to run its timers.
@@ -205,6 +228,9 @@ func New(opts Options) *Engine {
 
 // Start starts the timers of all shards. Jobs may be loaded before or after.
 func (e *Engine) Start() {
+	e.life.Lock()
+	defer e.life.Unlock()
+	e.started = true
 	for _, sh := range e.shards {
 		sh.cron.Start()
 	}
@@ -214,6 +240,9 @@ func (e *Engine) Start() {
 // fire callbacks that were running have returned. The engine keeps its jobs
 // and may be started again.
 func (e *Engine) Stop() context.Context {
+	e.life.Lock()
+	defer e.life.Unlock()
+	e.started = false
 	ctxs := make([]context.Context, len(e.shards))
 	for i, sh := range e.shards {
 		ctxs[i] = sh.cron.Stop()
@@ -233,9 +262,40 @@ func (e *Engine) now() time.Time {
 }
 
 func (e *Engine) shardOf(id string) *shard {
-	h := fnv.New32a()
+	return e.shards[e.shardIndex(id)]
+}
+
+// shardIndex is the FNV-1a hash of id modulo the number of shards.
+func (e *Engine) shardIndex(id string) int {
+	const offset32, prime32 = 2166136261, 16777619
+	h := uint32(offset32)
+	for i := 0; i < len(id); i++ {
+		h ^= uint32(id[i])
+		h *= prime32
+	}
+	return int(h % uint32(len(e.shards)))
+}
+
+// JitterDelay returns the dispatch delay of job id under jitter bound
+// bound: the 64-bit FNV-1a hash of id modulo bound, so the same on every
+// replica, and uniformly spread over [0, bound) across jobs. It is zero
+// when bound <= 0.
+func JitterDelay(id string, bound time.Duration) time.Duration {
+	if bound <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
 	_, _ = h.Write([]byte(id))
-	return e.shards[h.Sum32()%uint32(len(e.shards))]
+	return time.Duration(h.Sum64() % uint64(bound))
+}
+
+// jitterOf returns the jitter bound of s: zero unless s is enabled and
+// Options.Jitter gives a positive bound.
+func (e *Engine) jitterOf(s schedule.Schedule) time.Duration {
+	if !s.Enabled || e.opts.Jitter == nil {
+		return 0
+	}
+	return max(0, e.opts.Jitter(s))
 }
 
 func (e *Engine) load(id string) *record {
@@ -244,12 +304,14 @@ func (e *Engine) load(id string) *record {
 	return e.jobs[id]
 }
 
-// store replaces the record of id (nil deletes it) and keeps the armed count.
-func (e *Engine) store(id string, r *record) {
+// store replaces the record of id (nil deletes it) and keeps the armed
+// counts. The caller holds the lock of sh, the job's shard.
+func (e *Engine) store(sh *shard, id string, r *record) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if old := e.jobs[id]; old != nil && old.entry != 0 {
 		e.armed--
+		sh.armed--
 	}
 	if r == nil {
 		delete(e.jobs, id)
@@ -257,15 +319,33 @@ func (e *Engine) store(id string, r *record) {
 	}
 	if r.entry != 0 {
 		e.armed++
+		sh.armed++
 	}
 	e.jobs[id] = r
 }
 
-// check parses s in the engine's default zone and runs Options.Validate on it.
-func (e *Engine) check(s schedule.Schedule) (cron.Schedule, error) {
-	sched, err := s.Parse(e.opts.Location)
-	if err != nil {
-		return nil, err
+// parseKey is what a parsed expression depends on besides the engine's
+// default zone.
+type parseKey struct{ expr, tz string }
+
+// parseCache maps expressions already parsed by one Sync to their schedule.
+// Parsed schedules are immutable, so jobs with the same expression can
+// share one.
+type parseCache map[parseKey]cron.Schedule
+
+// check parses s in the engine's default zone, reusing cache when it holds
+// the expression (nil means no cache), and runs Options.Validate on it.
+func (e *Engine) check(s schedule.Schedule, cache parseCache) (cron.Schedule, error) {
+	key := parseKey{s.CronExpr, s.Timezone}
+	sched, ok := cache[key]
+	if !ok {
+		var err error
+		if sched, err = s.Parse(e.opts.Location); err != nil {
+			return nil, err
+		}
+		if cache != nil {
+			cache[key] = sched
+		}
 	}
 	if s.Enabled && e.opts.Validate != nil {
 		if err := e.opts.Validate(s); err != nil {
@@ -281,41 +361,50 @@ func (e *Engine) check(s schedule.Schedule) (cron.Schedule, error) {
 // visible. An invalid schedule is Rejected and the job keeps its last known
 // good timer (see Reject).
 func (e *Engine) Reload(s schedule.Schedule) Outcome {
-	o, _ := e.reload(s, slog.LevelInfo)
+	o, _ := e.reload(s, slog.LevelInfo, nil)
 	return o
 }
 
-// reload is Reload logging a successful change at level lvl. It also
-// reports whether the job's state changed (see SyncStats.Changed).
-func (e *Engine) reload(s schedule.Schedule, lvl slog.Level) (Outcome, bool) {
+// reload is Reload logging a successful change at level lvl and parsing
+// through cache (may be nil). It also reports whether the job's state changed
+// (see SyncStats.Changed).
+func (e *Engine) reload(s schedule.Schedule, lvl slog.Level, cache parseCache) (Outcome, bool) {
 	if s.ID == "" {
 		e.log.Warn("scheduler: schedule without job id ignored", "cron_expr", s.CronExpr)
 		return Rejected, false
 	}
-	sched, err := e.check(s)
+	jitter := e.jitterOf(s)
 
 	sh := e.shardOf(s.ID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	old := e.load(s.ID)
 
-	if err != nil {
-		return Rejected, e.rejectLocked(s.ID, old, &s, err)
-	}
-	if old != nil && old.valid && old.cur.Timing() == s.Timing() {
+	if old != nil && old.valid && old.cur.Timing() == s.Timing() && old.jitter == jitter {
+		// The same timing parses to the same schedule: only the extra
+		// validation (the action may have changed) is left to do.
+		if s.Enabled && e.opts.Validate != nil {
+			if err := e.opts.Validate(s); err != nil {
+				return Rejected, e.rejectLocked(s.ID, old, &s, err)
+			}
+		}
 		r := *old
 		r.cur, r.err = s, ""
-		e.store(s.ID, &r)
+		e.store(sh, s.ID, &r)
 		if old.err != "" {
 			e.log.Log(context.Background(), lvl, "scheduler: schedule valid again, error cleared",
 				"job_id", s.ID, "cron_expr", s.CronExpr)
-		} else {
+		} else if e.log.Enabled(context.Background(), slog.LevelDebug) {
 			e.log.Debug("scheduler: schedule unchanged", "job_id", s.ID, "cron_expr", s.CronExpr)
 		}
 		return Unchanged, old.err != "" || !sameMetadata(old.cur, s)
 	}
+	sched, err := e.check(s, cache)
+	if err != nil {
+		return Rejected, e.rejectLocked(s.ID, old, &s, err)
+	}
 
-	r := &record{cur: s, valid: true, sched: sched}
+	r := &record{cur: s, valid: true, sched: sched, jitter: jitter, delay: JitterDelay(s.ID, jitter)}
 	if old != nil {
 		r.slots = old.slots
 	}
@@ -329,14 +418,15 @@ func (e *Engine) reload(s schedule.Schedule, lvl slog.Level) (Outcome, bool) {
 	}
 	outcome := Disarmed
 	if s.Enabled {
-		r.entry = sh.cron.Schedule(sched, &firing{e: e, id: s.ID, sched: sched, slots: r.slots})
+		f := &firing{e: e, id: s.ID, sched: sched, delay: r.delay, slots: r.slots}
+		r.entry = sh.cron.Schedule(f, f)
 		e.adds.Add(1)
 		outcome = Added
 		if wasArmed {
 			outcome = Replaced
 		}
 	}
-	e.store(s.ID, r)
+	e.store(sh, s.ID, r)
 
 	if ctx := context.Background(); e.log.Enabled(ctx, lvl) {
 		attrs := []slog.Attr{slog.String("job_id", s.ID), slog.String("cron_expr", s.CronExpr),
@@ -345,7 +435,10 @@ func (e *Engine) reload(s schedule.Schedule, lvl slog.Level) (Outcome, bool) {
 			attrs = append(attrs, slog.String("timezone", s.Timezone))
 		}
 		if r.entry != 0 {
-			attrs = append(attrs, slog.Time("next_run", sched.Next(e.now())))
+			attrs = append(attrs, slog.Time("next_run", r.nextRun(e.now())))
+			if r.delay > 0 {
+				attrs = append(attrs, slog.Duration("jitter_delay", r.delay))
+			}
 		}
 		e.log.LogAttrs(ctx, lvl, "scheduler: schedule applied", attrs...)
 	}
@@ -398,7 +491,7 @@ func (e *Engine) rejectLocked(id string, old *record, bad *schedule.Schedule, er
 		r.slots = old.slots
 	}
 	r.err = err.Error()
-	e.store(id, &r)
+	e.store(e.shardOf(id), id, &r)
 	changed := old == nil || old.err != r.err || old.cur != r.cur
 	lvl := slog.LevelWarn
 	if !changed {
@@ -423,7 +516,7 @@ func (e *Engine) Remove(id string) bool {
 		sh.cron.Remove(old.entry)
 		e.removes.Add(1)
 	}
-	e.store(id, nil)
+	e.store(sh, id, nil)
 	e.log.Info("scheduler: schedule removed", "job_id", id)
 	return true
 }
@@ -434,8 +527,19 @@ func (e *Engine) Remove(id string) bool {
 // (rejections still as warnings), the totals at info level. Sync is meant to be called by the single
 // goroutine that also calls Reload and Remove: a job reloaded concurrently
 // with a Sync that does not list it may be removed again.
+//
+// Shards that hold no armed job and receive one from the snapshot (all of
+// them on the first Sync of a large fleet) are paused while Sync runs: robfig
+// then appends entries without sorting, and sorts each shard once when it is
+// started again, and Sync returns once they have computed the first
+// activation of their entries. A paused shard has no timer that could be
+// missed; the jobs added to it are armed as of the end of Sync.
 func (e *Engine) Sync(items []Item) SyncStats {
+	e.life.Lock()
+	defer e.life.Unlock()
+	defer e.resume(e.pauseEmpty(items))
 	var st SyncStats
+	cache := make(parseCache)
 	seen := make(map[string]struct{}, len(items))
 	for _, it := range items {
 		id := it.Schedule.ID
@@ -449,7 +553,7 @@ func (e *Engine) Sync(items []Item) SyncStats {
 			}
 			continue
 		}
-		o, changed := e.reload(it.Schedule, slog.LevelDebug)
+		o, changed := e.reload(it.Schedule, slog.LevelDebug, cache)
 		if changed {
 			st.Changed = append(st.Changed, id)
 		}
@@ -486,6 +590,50 @@ func (e *Engine) Sync(items []Item) SyncStats {
 		"unchanged", st.Unchanged, "disarmed", st.Disarmed, "removed", st.Removed,
 		"rejected", st.Rejected, "armed", e.Len())
 	return st
+}
+
+// pauseEmpty stops the robfig engine of every shard that has no armed job
+// and is due to receive one of items, and returns those shards. It does
+// nothing while the engine is stopped. The caller holds e.life.
+func (e *Engine) pauseEmpty(items []Item) []*shard {
+	if !e.started {
+		return nil
+	}
+	want := make([]bool, len(e.shards))
+	for _, it := range items {
+		if it.Err == nil && it.Schedule.Enabled && it.Schedule.ID != "" {
+			want[e.shardIndex(it.Schedule.ID)] = true
+		}
+	}
+	var paused []*shard
+	for i, sh := range e.shards {
+		if !want[i] {
+			continue
+		}
+		sh.mu.Lock()
+		if sh.armed == 0 {
+			sh.cron.Stop()
+			paused = append(paused, sh)
+		}
+		sh.mu.Unlock()
+	}
+	return paused
+}
+
+// resume starts the shards pauseEmpty stopped and returns once each has
+// computed the first activation of all its entries, so that Sync returns
+// with every timer armed. The caller holds e.life.
+func (e *Engine) resume(paused []*shard) {
+	for _, sh := range paused {
+		sh.cron.Start()
+	}
+	for _, sh := range paused {
+		// A running robfig engine handles Remove in its run loop, which
+		// first computes the next activation of every entry and sorts
+		// them. Entry id 0 is never assigned, so this removes nothing: it
+		// only waits for the run loop.
+		sh.cron.Remove(0)
+	}
 }
 
 // List returns the status of every known job (armed, disabled, or only
@@ -539,14 +687,21 @@ func (r *record) status(id string, now time.Time) Status {
 		Args:      r.cur.Args,
 		UpdatedAt: r.cur.UpdatedAt,
 		Armed:     r.entry != 0,
+		Delay:     r.delay,
 	}
 	if st.Action == "" {
 		st.Action = id
 	}
 	if r.entry != 0 {
-		st.NextRun = r.sched.Next(now)
+		st.NextRun = r.nextRun(now)
 	}
 	return st
+}
+
+// nextRun returns the first slot of an armed job not dispatched by now: the
+// next activation after now-delay.
+func (r *record) nextRun(now time.Time) time.Time {
+	return r.sched.Next(now.Add(-r.delay))
 }
 
 // entry returns the robfig entry armed for job id: its entry id and the next
@@ -563,19 +718,45 @@ func (e *Engine) entry(id string) (cron.EntryID, time.Time, bool) {
 	return en.ID, en.Next, true
 }
 
-// firing is the robfig job of one armed entry.
+// firing is the robfig job of one armed entry, and its robfig schedule.
 type firing struct {
 	e     *Engine
 	id    string
-	sched cron.Schedule
+	sched cron.Schedule // undelayed
+	delay time.Duration // jitter delay; robfig runs the job this long after each slot
 	slots *slotState
+
+	mu sync.Mutex
+	// planned holds the last two activations of sched that Next handed to
+	// robfig (undelayed), the newer last; guarded by mu.
+	planned [2]time.Time
+}
+
+// Next is the timer robfig runs the entry on: the activations of sched,
+// each moved delay later. It remembers the activations it hands out, so that
+// Run can name its slot without searching for it: robfig asks for the
+// following activation right after starting a run, so the run's own is then
+// one of the last two.
+func (f *firing) Next(t time.Time) time.Time {
+	n := f.sched.Next(t.Add(-f.delay))
+	if n.IsZero() {
+		return n
+	}
+	f.mu.Lock()
+	f.planned[0], f.planned[1] = f.planned[1], n
+	f.mu.Unlock()
+	return n.Add(f.delay)
 }
 
 // Run computes the fire's slot and calls the fire callback, recovering
-// panics so that a bad callback never kills the process.
+// panics so that a bad callback never kills the process. With jitter the
+// slot is computed at now-delay, i.e. on the undelayed schedule.
 func (f *firing) Run() {
 	now := f.e.now()
-	slot, ok := f.slots.claim(f.sched, now)
+	f.mu.Lock()
+	planned := f.planned
+	f.mu.Unlock()
+	slot, ok := f.slots.claim(f.sched, now.Add(-f.delay), planned[1], planned[0])
 	if !ok {
 		f.e.log.Warn("scheduler: fire without a slot of its own dropped",
 			"job_id", f.id, "now", now)

@@ -25,26 +25,29 @@ const maxWalk = 10000
 //
 // It looks back from now in doubling steps (1s, 2s, 4s, ...) until Next of
 // the probe lands at or before now, bisects between the last two probes down
-// to one second (cron activations are whole seconds) and finally walks
-// forward with Next while the following activation is still <= now, so the
-// result is always a value that sched.Next itself produced.
+// to one second (cron activations are whole seconds) and finally, unless now
+// is less than a second after the activation found, walks forward with Next
+// while the following activation is still <= now, so the result is always a
+// value that sched.Next itself produced.
 func prevActivation(sched cron.Schedule, now time.Time) time.Time {
 	now = now.Round(0) // wall clock only, like the schedules
 	if p, ok := sched.(prever); ok {
 		return p.Prev(now)
 	}
-	hits := func(t time.Time) bool {
+	// hits reports whether Next(t) lands at or before now, and returns it.
+	hits := func(t time.Time) (time.Time, bool) {
 		n := sched.Next(t)
-		return !n.IsZero() && !n.After(now)
+		return n, !n.IsZero() && !n.After(now)
 	}
-	// Invariant: hits(lo) and !hits(hi); Next(now) > now, so hi = now holds.
-	var lo time.Time
+	// Invariant: hits(lo) with s = Next(lo), and !hits(hi); Next(now) > now,
+	// so hi = now holds.
+	var lo, s time.Time
 	hi := now
 	found := false
 	for d := time.Second; d <= maxLookback; d *= 2 {
 		t := now.Add(-d)
-		if hits(t) {
-			lo, found = t, true
+		if n, ok := hits(t); ok {
+			lo, s, found = t, n, true
 			break
 		}
 		hi = t
@@ -54,13 +57,18 @@ func prevActivation(sched cron.Schedule, now time.Time) time.Time {
 	}
 	for hi.Sub(lo) > time.Second {
 		mid := lo.Add(hi.Sub(lo) / 2)
-		if hits(mid) {
-			lo = mid
+		if n, ok := hits(mid); ok {
+			lo, s = mid, n
 		} else {
 			hi = mid
 		}
 	}
-	s := sched.Next(lo)
+	// Activations are whole seconds, so none lies in (s, s+1s): the walk
+	// is only needed when now is a second or more after s. That spares the
+	// common fire, woken within a second of its slot, one more Next.
+	if now.Sub(s) < time.Second {
+		return s
+	}
 	for range maxWalk {
 		n := sched.Next(s)
 		if n.IsZero() || n.After(now) {
@@ -79,8 +87,21 @@ type slotState struct {
 
 // claim returns the slot for a run of sched at wall time now, or false when
 // the run has no slot of its own left (see the package comment on slots).
-func (st *slotState) claim(sched cron.Schedule, now time.Time) (time.Time, bool) {
-	s := prevActivation(sched, now)
+// planned are activations of sched known in advance (see firing.Next; zero
+// values are ignored): when one lies within the second up to now, it is the
+// latest activation <= now, as activations are whole seconds, and no search
+// is needed.
+func (st *slotState) claim(sched cron.Schedule, now time.Time, planned ...time.Time) (time.Time, bool) {
+	var s time.Time
+	for _, p := range planned {
+		if d := now.Round(0).Sub(p); !p.IsZero() && d >= 0 && d < time.Second {
+			s = p
+			break
+		}
+	}
+	if s.IsZero() {
+		s = prevActivation(sched, now)
+	}
 	if s.IsZero() {
 		return time.Time{}, false
 	}

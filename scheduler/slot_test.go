@@ -230,3 +230,51 @@ func TestLastSlot(t *testing.T) {
 		t.Error("a disabled job has a last slot")
 	}
 }
+
+// countingSchedule counts the Next calls made on a schedule.
+type countingSchedule struct {
+	cron.Schedule
+	calls *int
+}
+
+func (c countingSchedule) Next(t time.Time) time.Time {
+	*c.calls++
+	return c.Schedule.Next(t)
+}
+
+// TestClaimPlanned: claim with planned activations (what firing.Next
+// handed to robfig) gives exactly the slot it finds by searching, whatever
+// the planned values are, and uses no Next at all when one of them lies
+// within the second up to now.
+func TestClaimPlanned(t *testing.T) {
+	for _, expr := range []string{"*/10 * * * * *", "* * * * * *", "0 9 * * *", "@every 7s", "0 * * * *"} {
+		sched := mustParse(t, expr, "Europe/Berlin")
+		start := ts(t, "2024-03-31T00:59:00Z") // across a DST change at 01:00Z
+		for i := range 400 {
+			now := start.Add(time.Duration(i) * 1237 * time.Millisecond)
+			// planned candidates: the run's own activation, the one after
+			// it, older and stale ones, and none.
+			own := prevActivation(sched, now)
+			before := prevActivation(sched, own.Add(-time.Nanosecond))
+			cands := [][]time.Time{
+				{own}, {sched.Next(own), own}, {own, sched.Next(own)}, {before}, {before, own},
+				{sched.Next(now)}, {sched.Next(now.Add(-time.Hour))}, {time.Time{}, own}, nil,
+			}
+			for _, planned := range cands {
+				var st slotState
+				calls := 0
+				got, ok := st.claim(countingSchedule{sched, &calls}, now, planned...)
+				if !ok || !got.Equal(own) {
+					t.Fatalf("%s at %s, planned %v: slot %s %v, want %s", expr, now, planned, got, ok, own)
+				}
+				usable := false
+				for _, p := range planned {
+					usable = usable || (!p.IsZero() && !p.After(now) && now.Sub(p) < time.Second)
+				}
+				if usable && calls != 0 {
+					t.Fatalf("%s at %s: %d Next calls although planned %v holds the slot", expr, now, calls, planned)
+				}
+			}
+		}
+	}
+}

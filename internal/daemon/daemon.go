@@ -100,7 +100,10 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 			jobs.MongoStoreOptions{Retention: cfg.Runs.Retention, Instance: cfg.InstanceID, Logger: log}),
 		TTL:     cfg.Lock.TTL,
 		Workers: cfg.Workers,
-		Hooks:   fireHooks(mx),
+		Hooks: fireHooks(mx, func(id string) time.Duration {
+			st, _ := engine.Get(id)
+			return st.Delay
+		}),
 	})
 	engine = scheduler.New(scheduler.Options{
 		Location: cfg.Location,
@@ -108,6 +111,8 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		// the fire (fireHooks), not here.
 		Fire:   runner.Fire,
 		Logger: log,
+		// jobs.<action>.jitter: a fixed per-job delay after each slot.
+		Jitter: func(s schedule.Schedule) time.Duration { return cfg.Jobs[s.ActionName()].Jitter },
 		Validate: func(s schedule.Schedule) error {
 			if _, ok := registry.Lookup(s.ActionName()); !ok {
 				return &schedule.Error{ID: s.ID, Field: schedule.FieldJob,

@@ -11,10 +11,12 @@ import (
 	"github.com/cronswap/cronswap/jobs"
 )
 
-// fireHooks reports the fire path's events as metrics.
-func fireHooks(mx *metrics.Metrics) jobs.Hooks {
+// fireHooks reports the fire path's events as metrics. Fire lateness is
+// measured from the slot plus the job's planned jitter delay (delay), so
+// jitter does not show as lateness.
+func fireHooks(mx *metrics.Metrics, delay func(id string) time.Duration) jobs.Hooks {
 	return jobs.Hooks{
-		Dispatched: func(_ string, slot, at time.Time) { mx.ObserveFireLateness(slot, at) },
+		Dispatched: func(id string, slot, at time.Time) { mx.ObserveFireLateness(slot.Add(delay(id)), at) },
 		Claimed:    func(_ string, result string) { mx.CountLockAcquisition(result) },
 		RunEnded:   func(id, status string) { mx.CountRun(id, status) },
 		NotRun:     func(_ string, _ time.Time, reason string) { mx.CountFireNotRun(reason) },

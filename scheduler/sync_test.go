@@ -1,0 +1,87 @@
+package scheduler
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestSyncPausesOnlyEmptyShards: a Sync into a running engine fills the
+// shards that were empty while they are paused and starts them again, so
+// every job fires afterwards; a job that was already armed keeps its robfig
+// entry and keeps firing.
+func TestSyncPausesOnlyEmptyShards(t *testing.T) {
+	t.Parallel() // waits on real time
+	var (
+		mu    sync.Mutex
+		fired = map[string]int{}
+	)
+	e := newEngine(t, Options{Shards: 8, Fire: func(id string, _ time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		fired[id]++
+	}})
+	expect(t, e.Reload(sch("old", "* * * * * *")), Added)
+	before := mustEntry(t, e, "old")
+
+	items := []Item{{Schedule: sch("old", "* * * * * *")}}
+	for i := range 40 {
+		items = append(items, Item{Schedule: sch(fmt.Sprintf("new-%02d", i), "* * * * * *")})
+	}
+	if st := e.Sync(items); st.Added != 40 || st.Unchanged != 1 {
+		t.Fatalf("Sync = %+v", st)
+	}
+	if got := mustEntry(t, e, "old"); got.id != before.id {
+		t.Fatalf("armed job re-armed by Sync: %+v -> %+v", before, got)
+	}
+	for _, it := range items {
+		mustEntry(t, e, it.Schedule.ID) // started shards computed a next run
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		n, old := len(fired), fired["old"]
+		mu.Unlock()
+		if n == len(items) && old >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20s %d of %d jobs fired (old %d times)", n, len(items), old)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSyncWhileStopped: a Sync into a stopped engine does not start any
+// shard; Start does.
+func TestSyncWhileStopped(t *testing.T) {
+	t.Parallel() // waits on real time
+	fires := make(chan string, 100)
+	e := New(Options{Logger: quiet(), Shards: 4, Fire: func(id string, _ time.Time) {
+		select {
+		case fires <- id:
+		default:
+		}
+	}})
+	e.Start()
+	<-e.Stop().Done()
+	if st := e.Sync([]Item{{Schedule: sch("a", "* * * * * *")}, {Schedule: sch("b", "* * * * * *")}}); st.Added != 2 {
+		t.Fatalf("Sync = %+v", st)
+	}
+	for _, id := range []string{"a", "b"} {
+		// robfig computes an entry's next run when its engine starts.
+		if _, next, ok := e.entry(id); !ok || !next.IsZero() {
+			t.Fatalf("job %s: entry %v next %s; want an entry of a stopped engine", id, ok, next)
+		}
+	}
+	e.Start()
+	t.Cleanup(func() { <-e.Stop().Done() })
+	mustEntry(t, e, "a")
+	mustEntry(t, e, "b")
+	select {
+	case <-fires:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no fire within 20s of Start")
+	}
+}
