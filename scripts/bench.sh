@@ -6,7 +6,7 @@
 # go to stdout and docs/bench-results.txt, the latency plot to
 # docs/edit-to-armed.png; docs/BENCHMARKS.md explains them.
 #
-#   scripts/bench.sh [-n 100000] [-edits 300] [-rate 5] [-modes changestream,poll] [-out docs] [-h for all flags]
+#   scripts/bench.sh [-n 100000] [-edits 500] [-rate 5] [-modes changestream,poll] [-out docs] [-h for all flags]
 #
 # With CRONSWAP_MONGO_URI set (e.g. a real replica set), that server is used
 # instead of launching the test server.

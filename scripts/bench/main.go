@@ -16,7 +16,7 @@
 // It prints a table (also written to OUT/bench-results.txt) and draws the
 // latency distributions to OUT/edit-to-armed.png.
 //
-//	go run ./scripts/bench -n 100000 -edits 300 -rate 5 -modes changestream,poll -out docs
+//	go run ./scripts/bench -n 100000 -edits 500 -rate 5 -modes changestream,poll -out docs
 package main
 
 import (
@@ -54,7 +54,7 @@ func main() {
 		modes string
 	)
 	flag.IntVar(&o.n, "n", 100000, "schedules loaded into the collection")
-	flag.IntVar(&o.edits, "edits", 300, "measured edits per mode")
+	flag.IntVar(&o.edits, "edits", 500, "measured edits per mode")
 	flag.IntVar(&o.warmup, "warmup", 10, "edits per mode before the measured ones, not counted")
 	flag.Float64Var(&o.rate, "rate", 5, "edits per second (open loop, see -max-inflight)")
 	flag.StringVar(&modes, "modes", "changestream,poll", "comma-separated watch modes to run: changestream, poll")
@@ -62,7 +62,7 @@ func main() {
 	flag.DurationVar(&o.idle, "idle", 20*time.Second, "idle window for counting commands (scaled to one minute)")
 	flag.StringVar(&o.out, "out", "docs", "directory for bench-results.txt and edit-to-armed.png ('' writes neither)")
 	flag.IntVar(&o.batch, "batch", 1000, "insertMany batch size while loading")
-	flag.IntVar(&o.maxInflight, "max-inflight", 16,
+	flag.IntVar(&o.maxInflight, "max-inflight", 20,
 		"edits not yet armed before the next one waits (poll mode logs at most 20 changed ids per diff)")
 	flag.StringVar(&o.binary, "binary", "", "cronswap binary to run (default: go build into a temporary directory)")
 	flag.StringVar(&o.logDir, "logs", "", "keep the daemons' JSON logs in this directory (default: a temporary one, removed)")
@@ -94,6 +94,8 @@ func (o settings) validate() error {
 		return errors.New("-edits must be at least 1 and -warmup at least 0")
 	case o.warmup+o.edits > o.n:
 		return fmt.Errorf("-warmup + -edits (%d) must not exceed -n (%d): each edit touches a different job", o.warmup+o.edits, o.n)
+	case o.warmup+o.edits > maxEdits:
+		return fmt.Errorf("-warmup + -edits must not exceed %d (distinct expressions)", maxEdits)
 	case o.rate <= 0:
 		return errors.New("-rate must be positive")
 	case o.batch < 1 || o.maxInflight < 1:
