@@ -14,6 +14,6 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 if [[ -z "${CRONSWAP_MONGO_URI:-}${MONGODB_URI:-}" ]]; then
-	scripts/mongo.sh build
+	scripts/mongo.sh build >&2
 fi
 exec go run ./scripts/bench "$@"

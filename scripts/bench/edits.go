@@ -32,21 +32,29 @@ func editExpr(i int) string {
 // maxEdits is how many distinct expressions editExpr yields.
 const maxEdits = 60*24*28*10 - 1
 
-// load inserts n schedules with unordered insertMany batches.
-func load(ctx context.Context, coll *mongo.Collection, n, batch int) (time.Duration, error) {
+// load inserts n schedules with unordered insertMany batches. It returns the
+// time taken and the BSON size of the collection's documents.
+func load(ctx context.Context, coll *mongo.Collection, n, batch int) (time.Duration, int64, error) {
 	start := time.Now()
 	now := time.Now().UTC()
 	docs := make([]any, 0, batch)
+	var size int64
 	for k := 0; k < n; k++ {
-		docs = append(docs, bson.D{
+		doc := bson.D{
 			{Key: "_id", Value: jobID(k)},
 			{Key: "cron_expr", Value: initialExpr},
 			{Key: "job", Value: "noop"},
 			{Key: "updated_at", Value: now},
-		})
+		}
+		raw, err := bson.Marshal(doc)
+		if err != nil {
+			return 0, 0, err
+		}
+		size += int64(len(raw))
+		docs = append(docs, doc)
 		if len(docs) == batch || k == n-1 {
 			if _, err := coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil {
-				return 0, fmt.Errorf("insert into %s: %w", coll.Name(), err)
+				return 0, 0, fmt.Errorf("insert into %s: %w", coll.Name(), err)
 			}
 			docs = docs[:0]
 		}
@@ -54,7 +62,7 @@ func load(ctx context.Context, coll *mongo.Collection, n, batch int) (time.Durat
 			logf("loaded %d/%d", k+1, n)
 		}
 	}
-	return time.Since(start), nil
+	return time.Since(start), size, nil
 }
 
 // edit is one measured write and what became of it.

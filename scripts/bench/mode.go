@@ -20,7 +20,8 @@ type modeResult struct {
 	mode     string
 	external bool
 
-	loadTime time.Duration // insertMany of N documents
+	loadTime  time.Duration // insertMany of N documents
+	collBytes int64         // BSON size of the N documents
 
 	// Full reload without a token: daemon process start → /readyz 200, and
 	// the duration the daemon logged for the reload itself. The idle phase
@@ -64,7 +65,7 @@ func runMode(ctx context.Context, o settings, mode, logDir string) (*modeResult,
 	coll := db.Collection("schedules")
 
 	logf("loading %d schedules into %s", o.n, dbName)
-	if r.loadTime, err = load(ctx, coll, o.n, o.batch); err != nil {
+	if r.loadTime, r.collBytes, err = load(ctx, coll, o.n, o.batch); err != nil {
 		return nil, err
 	}
 	logf("loaded in %s", r.loadTime.Round(time.Millisecond))
@@ -124,6 +125,13 @@ func measureEdits(ctx context.Context, o settings, r *modeResult, uri, dbName st
 				return ctx.Err()
 			}
 			logf("%s: not every edit was armed (and seen by the floor) within %s; the rest count as missing", what, settle)
+		}
+		// The daemon observes its metrics just after logging; give the
+		// last edit's observation time to land before /metrics is read.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
 		}
 		return nil
 	}

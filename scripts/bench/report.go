@@ -192,6 +192,8 @@ func (rep report) text() string {
 		d50, d99 := armed.pct(50)-fl.pct(50), armed.pct(99)-fl.pct(99)
 		w("  daemon − floor at p50: %s ms (target ≤ 2 ms: %s); ratio %.2f×\n", fmtMS(d50), verdict(d50 <= 2, d50), armed.pct(50)/fl.pct(50))
 		w("  daemon − floor at p99: %s ms (target ≤ 5 ms: %s); ratio %.2f×\n", fmtMS(d99), verdict(d99 <= 5, d99), armed.pct(99)/fl.pct(99))
+		_, _, _, paired := cs.latencies()
+		w("  per edit, daemon armed − floor event (the stricter view): p50 %s ms, p99 %s ms\n", fmtMS(paired.pct(50)), fmtMS(paired.pct(99)))
 		ea := cs.metrics.eventApply
 		switch {
 		case !ea.present:
@@ -222,10 +224,16 @@ func (rep report) text() string {
 	for _, r := range rep.results {
 		total, parts := describeIdle(r.idleCommands, r.idleWindow)
 		w("  %-13s %6.1f/min: %s\n", r.mode, total, strings.Join(parts, ", "))
+		if finds := r.idleCommands["find"]; finds > 0 {
+			perMin := float64(finds) * float64(time.Minute) / float64(r.idleWindow)
+			w("  %-13s each find reads the whole collection (%.1f MB of BSON): ≈ %.0f MB/min\n", "", float64(r.collBytes)/1e6,
+				perMin*float64(r.collBytes)/1e6)
+		}
 	}
 
 	w("\nFull reload without a resume token (N=%d)\n", o.n)
 	for _, r := range rep.results {
+		w("  %-13s collection %.1f MB of BSON (every poll diff and every full reload reads all of it)\n", r.mode, float64(r.collBytes)/1e6)
 		w("  %-13s load (insertMany, batches of %d) %s; daemon start → /readyz %s, logged reload %s; second daemon (idle phase) %s, logged %s\n",
 			r.mode, o.batch, sec(r.loadTime), sec(r.startToReady), sec(r.reloadLogged), sec(r.idleStartToReady), sec(r.idleReloadLogged))
 	}
