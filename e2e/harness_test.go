@@ -364,24 +364,10 @@ func sched(id, expr string) bson.D {
 // its expression — what the daemon must have armed.
 func collectionExprs(t *testing.T, db *mongo.Database) map[string]string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cur, err := db.Collection("schedules").Find(ctx, bson.D{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var docs []struct {
-		ID       string `bson:"_id"`
-		CronExpr string `bson:"cron_expr"`
-		Enabled  *bool  `bson:"enabled"`
-	}
-	if err := cur.All(ctx, &docs); err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]string{}
-	for _, d := range docs {
-		if d.Enabled == nil || *d.Enabled {
-			out[d.ID] = d.CronExpr
+	for id, st := range collectionState(t, db) {
+		if st.Enabled {
+			out[id] = st.Expr
 		}
 	}
 	return out
