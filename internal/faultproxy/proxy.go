@@ -130,11 +130,14 @@ func (p *Proxy) Upstream() string { return p.upstream }
 
 // Close stops accepting, severs every connection and waits for the proxy's
 // goroutines to finish. Connections closed by Close are not counted as cuts.
-// Close is idempotent.
+// Close is idempotent: a second call (or one racing the context's) returns
+// once the first has finished severing.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
+		// No Add happens once closed is set, so this Wait is safe.
+		p.wg.Wait()
 		return nil
 	}
 	p.closed = true
