@@ -93,7 +93,7 @@ func New(src Sources) *Metrics {
 			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}),
 		EventApply: f.histogram(prometheus.HistogramOpts{Name: "event_apply_seconds",
 			Help:    "Time from receiving a change event to having applied it to the engine.",
-			Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .05}}),
+			Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .00075, .001, .0015, .002, .0025, .005, .01, .05}}),
 		FireLateness: f.histogram(prometheus.HistogramOpts{Name: "fire_lateness_seconds",
 			Help:    "Dispatch time minus the cron slot.",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}),
