@@ -1,14 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"io"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/cronswap/cronswap/internal/metrics"
 )
 
 // scrapeMetrics reads /metrics through the Prometheus text parser (a parse
@@ -25,28 +24,9 @@ func (d *daemon) scrapeMetrics() map[string]float64 {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		d.t.Fatalf("GET /metrics: status %d, %v", resp.StatusCode, err)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
+	out, err := metrics.Flatten(bytes.NewReader(body))
 	if err != nil {
 		d.t.Fatalf("/metrics does not parse as Prometheus text: %v\n%s", err, body)
-	}
-	out := map[string]float64{}
-	for name, f := range families {
-		for _, m := range f.GetMetric() {
-			key := name
-			for _, l := range m.GetLabel() {
-				key += "," + l.GetName() + "=" + l.GetValue()
-			}
-			switch {
-			case m.Counter != nil:
-				out[key] = m.Counter.GetValue()
-			case m.Gauge != nil:
-				out[key] = m.Gauge.GetValue()
-			case m.Histogram != nil:
-				out[key+",count"] = float64(m.Histogram.GetSampleCount())
-				out[key+",sum"] = m.Histogram.GetSampleSum()
-			}
-		}
 	}
 	return out
 }

@@ -13,12 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/internal/config"
+	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/scheduler"
 )
@@ -130,20 +129,15 @@ func (r *running) metric(t *testing.T, name string) float64 {
 	if code != http.StatusOK {
 		t.Fatalf("/metrics answered %d", code)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	samples, err := metrics.Flatten(bytes.NewReader(body))
 	if err != nil {
 		t.Fatalf("parse /metrics: %v", err)
 	}
-	f, ok := families[name]
-	if !ok || len(f.GetMetric()) != 1 {
-		t.Fatalf("/metrics has no single %s", name)
+	v, ok := samples[name]
+	if !ok {
+		t.Fatalf("/metrics has no %s", name)
 	}
-	m := f.GetMetric()[0]
-	if c := m.GetCounter(); c != nil {
-		return c.GetValue()
-	}
-	return m.GetGauge().GetValue()
+	return v
 }
 
 func testConfig(uri, database string) config.Config {

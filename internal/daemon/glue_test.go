@@ -3,12 +3,9 @@ package daemon
 import (
 	"fmt"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/changestream"
@@ -23,16 +20,15 @@ func histogramCount(t *testing.T, mx *metrics.Metrics, name string) uint64 {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	mx.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(rec.Body.String()))
+	samples, err := metrics.Flatten(rec.Body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, ok := families[name]
-	if !ok || len(f.GetMetric()) != 1 {
+	n, ok := samples[name+",count"]
+	if !ok {
 		t.Fatalf("no histogram %s", name)
 	}
-	return f.GetMetric()[0].GetHistogram().GetSampleCount()
+	return uint64(n)
 }
 
 func TestMetricsHooksEditToArmedFallsBackToUpdatedAt(t *testing.T) {

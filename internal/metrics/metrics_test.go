@@ -2,39 +2,17 @@ package metrics
 
 import (
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 func scrape(t *testing.T, m *Metrics) map[string]float64 {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(rec.Body.String()))
+	out, err := Flatten(rec.Body)
 	if err != nil {
 		t.Fatalf("metrics do not parse: %v\n%s", err, rec.Body.String())
-	}
-	out := map[string]float64{}
-	for name, f := range families {
-		for _, mt := range f.GetMetric() {
-			key := name
-			for _, l := range mt.GetLabel() {
-				key += "," + l.GetName() + "=" + l.GetValue()
-			}
-			switch {
-			case mt.Counter != nil:
-				out[key] = mt.Counter.GetValue()
-			case mt.Gauge != nil:
-				out[key] = mt.Gauge.GetValue()
-			case mt.Histogram != nil:
-				out[key+",count"] = float64(mt.Histogram.GetSampleCount())
-			}
-		}
 	}
 	return out
 }
