@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -271,6 +272,12 @@ func (c *Config) Finish() error {
 	}
 	if c.Catchup < 0 {
 		return fmt.Errorf("catchup %s: must be 0 (off) or positive", c.Catchup)
+	}
+	if c.StateFile != "" {
+		dir := filepath.Dir(c.StateFile)
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			return fmt.Errorf("state_file %s: its directory %s must exist (the file is written there atomically)", c.StateFile, dir)
+		}
 	}
 	if c.Shutdown.Grace < 0 {
 		return fmt.Errorf("shutdown.grace %s: must not be negative", c.Shutdown.Grace)

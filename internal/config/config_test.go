@@ -433,3 +433,14 @@ func TestLoadEnvURIIsValidatedWithFile(t *testing.T) {
 		t.Errorf("err = %v, want the bad timezone reported", err)
 	}
 }
+
+func TestStateFileDirectoryMustExist(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := config.Parse("state_file: " + filepath.Join(dir, "state")); err != nil {
+		t.Fatalf("state_file in an existing directory: %v", err)
+	}
+	_, err := config.Parse("state_file: " + filepath.Join(dir, "missing", "state"))
+	if err == nil || !strings.Contains(err.Error(), "must exist") {
+		t.Fatalf("state_file in a missing directory: err = %v, want a clear refusal", err)
+	}
+}
