@@ -143,12 +143,20 @@ func Decode(raw bson.Raw) (s Schedule, err error) {
 	case v.Type != bson.TypeString:
 		return s, invalid(id, FieldCronExpr, "must be a string, not %s (want a string like \"0 9 * * *\")", typeName(v.Type))
 	}
-	s.CronExpr = strings.TrimSpace(v.StringValue())
+	expr, ok := v.StringValueOK()
+	if !ok {
+		return s, invalid(id, FieldCronExpr, "is a malformed BSON string")
+	}
+	s.CronExpr = strings.TrimSpace(expr)
 
 	if v, err := raw.LookupErr(FieldEnabled); err == nil {
 		switch v.Type {
 		case bson.TypeBoolean:
-			s.Enabled = v.Boolean()
+			b, ok := v.BooleanOK()
+			if !ok {
+				return s, invalid(id, FieldEnabled, "is a malformed BSON boolean")
+			}
+			s.Enabled = b
 		case bson.TypeNull:
 		default:
 			return s, invalid(id, FieldEnabled, "must be a boolean true or false, not %s", typeName(v.Type))
@@ -166,7 +174,11 @@ func Decode(raw bson.Raw) (s Schedule, err error) {
 	if v, err := raw.LookupErr(FieldArgs); err == nil {
 		switch v.Type {
 		case bson.TypeEmbeddedDocument:
-			js, err := bson.MarshalExtJSON(v.Document(), false, false)
+			doc, ok := v.DocumentOK()
+			if !ok {
+				return s, invalid(id, FieldArgs, "is a malformed BSON document")
+			}
+			js, err := bson.MarshalExtJSON(doc, false, false)
 			if err != nil {
 				return s, invalid(id, FieldArgs, "cannot be turned into JSON: %v", err)
 			}
@@ -177,7 +189,9 @@ func Decode(raw bson.Raw) (s Schedule, err error) {
 		}
 	}
 	if v, err := raw.LookupErr(FieldUpdatedAt); err == nil && v.Type == bson.TypeDateTime {
-		s.UpdatedAt = v.Time().UTC()
+		if t, ok := v.TimeOK(); ok {
+			s.UpdatedAt = t.UTC()
+		}
 	}
 	if err := s.Validate(); err != nil {
 		return s, err
@@ -191,8 +205,10 @@ func Decode(raw bson.Raw) (s Schedule, err error) {
 func DecodeID(v bson.RawValue) (string, error) {
 	switch v.Type {
 	case bson.TypeString:
-		id := v.StringValue()
+		id, ok := v.StringValueOK()
 		switch {
+		case !ok:
+			return "", invalid("", FieldID, "is a malformed BSON string")
 		case id == "":
 			return "", invalid("", FieldID, "must not be empty")
 		case len(id) > MaxIDBytes:
@@ -229,7 +245,11 @@ func optionalString(raw bson.Raw, id, field string) (string, error) {
 	if v.Type != bson.TypeString {
 		return "", invalid(id, field, "must be a string, not %s", typeName(v.Type))
 	}
-	s := strings.TrimSpace(v.StringValue())
+	str, ok := v.StringValueOK()
+	if !ok {
+		return "", invalid(id, field, "is a malformed BSON string")
+	}
+	s := strings.TrimSpace(str)
 	if len(s) > MaxNameBytes {
 		return "", invalid(id, field, "is %d bytes, more than %d", len(s), MaxNameBytes)
 	}

@@ -150,6 +150,54 @@ func TestDecodeMalformed(t *testing.T) {
 	}
 }
 
+// zeroLengthString builds a document whose fields are well-formed except one
+// string field declared with length 0. The driver's Validate accepts that
+// (it checks only that the value fits), but its StringValue panics on it: the
+// fuzzer found this in CI. Decode must refuse it with a clear error instead.
+func zeroLengthString(field string, rest bson.D) bson.Raw {
+	var body []byte
+	body = append(body, byte(bson.TypeString))
+	body = append(body, field...)
+	body = append(body, 0, 0, 0, 0, 0) // key terminator, then int32 length 0
+	for _, e := range rest {
+		raw, _ := bson.Marshal(bson.D{e})
+		body = append(body, raw[4:len(raw)-1]...)
+	}
+	n := 4 + len(body) + 1
+	out := []byte{byte(n), byte(n >> 8), byte(n >> 16), byte(n >> 24)}
+	out = append(out, body...)
+	return append(out, 0)
+}
+
+func TestDecodeZeroLengthStrings(t *testing.T) {
+	base := bson.D{{Key: FieldID, Value: "a"}, {Key: FieldCronExpr, Value: "@hourly"}}
+	for _, field := range []string{FieldID, FieldCronExpr, FieldTimezone, FieldJob, FieldCategory} {
+		t.Run(field, func(t *testing.T) {
+			var rest bson.D
+			for _, e := range base {
+				if e.Key != field {
+					rest = append(rest, e)
+				}
+			}
+			raw := zeroLengthString(field, rest)
+			if err := raw.Validate(); err != nil {
+				t.Fatalf("test document is not what the driver's Validate accepts: %v", err)
+			}
+			_, err := Decode(raw)
+			var se *Error
+			if !errors.As(err, &se) || !errors.Is(err, ErrInvalid) {
+				t.Fatalf("Decode = %v, want a schedule error", err)
+			}
+			if strings.Contains(se.Reason, "malformed document:") || !strings.Contains(se.Reason, "malformed BSON string") {
+				t.Fatalf("reason %q, want the malformed string named (not a recovered panic)", se.Reason)
+			}
+			if se.Field != field {
+				t.Fatalf("error names field %q, want %q", se.Field, field)
+			}
+		})
+	}
+}
+
 func TestTiming(t *testing.T) {
 	a, err := Decode(marshal(t, doc("a", "0 9 * * *", bson.E{Key: FieldUpdatedAt, Value: time.Unix(1, 0)},
 		bson.E{Key: FieldCategory, Value: "x"})))
