@@ -167,6 +167,10 @@ type Engine struct {
 	// robfig operations, for tests proving that idempotent reloads do not
 	// touch robfig.
 	adds, removes atomic.Int64
+
+	// retiring counts the robfig removals handed to their own goroutine
+	// (see retire) that have not finished yet.
+	retiring sync.WaitGroup
 }
 
 // shard is one robfig engine and the lock serialising changes to its jobs.
@@ -190,6 +194,7 @@ type record struct {
 	valid bool
 	sched cron.Schedule // parsed cur; nil unless valid
 	entry cron.EntryID  // robfig entry in the job's shard; 0 when not armed
+	fire  *firing       // the robfig job of entry; nil when not armed
 	err   string        // last error, empty when the latest document was applied
 	slots *slotState    // shared by all entries the job ever had
 	// jitter is the jitter bound cur was armed with (part of its timing)
@@ -243,6 +248,7 @@ func (e *Engine) Stop() context.Context {
 	e.life.Lock()
 	defer e.life.Unlock()
 	e.started = false
+	e.retiring.Wait()
 	ctxs := make([]context.Context, len(e.shards))
 	for i, sh := range e.shards {
 		ctxs[i] = sh.cron.Stop()
@@ -365,6 +371,30 @@ func (e *Engine) Reload(s schedule.Schedule) Outcome {
 	return o
 }
 
+// retire disarms the robfig entry of a replaced or removed job. The entry's
+// job is marked retired first, so from here on it neither runs nor asks
+// robfig for another activation. Taking it out of robfig's list can then
+// wait: while robfig runs, Remove is a hand-off to the shard's run loop that
+// blocks until the loop comes round, and an edit should not wait for that
+// (the issue-5 target is event received → armed ≤ 1 ms at p99). inline
+// removes it before returning instead: Sync uses it, so that a large diff
+// does not leave one goroutine per replaced job. The caller holds sh.mu.
+func (e *Engine) retire(sh *shard, old *record, inline bool) {
+	if old.fire != nil {
+		old.fire.retired.Store(true)
+	}
+	e.removes.Add(1)
+	if inline {
+		sh.cron.Remove(old.entry)
+		return
+	}
+	e.retiring.Add(1)
+	go func(id cron.EntryID) {
+		defer e.retiring.Done()
+		sh.cron.Remove(id)
+	}(old.entry)
+}
+
 // reload is Reload logging a successful change at level lvl and parsing
 // through cache (may be nil). It also reports whether the job's state changed
 // (see SyncStats.Changed).
@@ -412,19 +442,23 @@ func (e *Engine) reload(s schedule.Schedule, lvl slog.Level, cache parseCache) (
 		r.slots = new(slotState)
 	}
 	wasArmed := old != nil && old.entry != 0
-	if wasArmed {
-		sh.cron.Remove(old.entry)
-		e.removes.Add(1)
-	}
 	outcome := Disarmed
 	if s.Enabled {
+		// Arm the new entry first: with the shard's run loop waiting,
+		// this hand-off returns at once; the old entry is retired after.
 		f := &firing{e: e, id: s.ID, sched: sched, delay: r.delay, slots: r.slots}
-		r.entry = sh.cron.Schedule(f, f)
+		if wasArmed {
+			old.fire.retired.Store(true)
+		}
+		r.entry, r.fire = sh.cron.Schedule(f, f), f
 		e.adds.Add(1)
 		outcome = Added
 		if wasArmed {
 			outcome = Replaced
 		}
+	}
+	if wasArmed {
+		e.retire(sh, old, cache != nil)
 	}
 	e.store(sh, s.ID, r)
 
@@ -505,6 +539,12 @@ func (e *Engine) rejectLocked(id string, old *record, bad *schedule.Schedule, er
 // Remove disarms job id and forgets it, including its last error and slot
 // memory. It reports whether the job was known.
 func (e *Engine) Remove(id string) bool {
+	return e.remove(id, false)
+}
+
+// remove is Remove, taking the robfig entry out before returning when
+// inline is set (see retire).
+func (e *Engine) remove(id string, inline bool) bool {
 	sh := e.shardOf(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -513,8 +553,7 @@ func (e *Engine) Remove(id string) bool {
 		return false
 	}
 	if old.entry != 0 {
-		sh.cron.Remove(old.entry)
-		e.removes.Add(1)
+		e.retire(sh, old, inline)
 	}
 	e.store(sh, id, nil)
 	e.log.Info("scheduler: schedule removed", "job_id", id)
@@ -579,7 +618,7 @@ func (e *Engine) Sync(items []Item) SyncStats {
 	}
 	e.mu.RUnlock()
 	for _, id := range gone {
-		if e.Remove(id) {
+		if e.remove(id, true) {
 			st.Removed++
 			st.Changed = append(st.Changed, id)
 		}
@@ -725,6 +764,10 @@ type firing struct {
 	sched cron.Schedule // undelayed
 	delay time.Duration // jitter delay; robfig runs the job this long after each slot
 	slots *slotState
+	// retired is set once the job was replaced or removed: the entry
+	// neither runs nor is rescheduled, whether or not robfig has dropped
+	// it yet.
+	retired atomic.Bool
 
 	mu sync.Mutex
 	// planned holds the last two activations of sched that Next handed to
@@ -738,6 +781,9 @@ type firing struct {
 // following activation right after starting a run, so the run's own is then
 // one of the last two.
 func (f *firing) Next(t time.Time) time.Time {
+	if f.retired.Load() {
+		return time.Time{} // robfig never runs an entry without a next activation
+	}
 	n := f.sched.Next(t.Add(-f.delay))
 	if n.IsZero() {
 		return n
@@ -752,6 +798,9 @@ func (f *firing) Next(t time.Time) time.Time {
 // panics so that a bad callback never kills the process. With jitter the
 // slot is computed at now-delay, i.e. on the undelayed schedule.
 func (f *firing) Run() {
+	if f.retired.Load() {
+		return
+	}
 	now := f.e.now()
 	f.mu.Lock()
 	planned := f.planned

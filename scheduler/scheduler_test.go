@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -314,7 +315,7 @@ func TestEnabledAndRemove(t *testing.T) {
 	if st.Armed || st.Enabled || !st.NextRun.IsZero() || st.CronExpr != "0 9 * * *" {
 		t.Fatalf("disabled: %+v", st)
 	}
-	if _, _, ok := e.entry("a"); ok || e.Len() != 0 || len(e.shards[0].cron.Entries()) != 0 {
+	if _, _, ok := e.entry("a"); ok || e.Len() != 0 || settledEntries(e, 0) != 0 {
 		t.Fatal("disabled job still has a robfig entry")
 	}
 	expect(t, e.Reload(off), Unchanged)
@@ -343,7 +344,7 @@ func TestEnabledAndRemove(t *testing.T) {
 	if _, ok := e.Get("a"); ok {
 		t.Fatal("removed job still visible")
 	}
-	if len(e.shards[0].cron.Entries()) != 0 || e.Len() != 0 {
+	if settledEntries(e, 0) != 0 || e.Len() != 0 {
 		t.Fatal("removed job still armed")
 	}
 	if e.Remove("a") {
@@ -439,7 +440,15 @@ func sameStats(a, b SyncStats) bool {
 		a.Disarmed == b.Disarmed && a.Removed == b.Removed && a.Rejected == b.Rejected
 }
 
+// settledEntries waits until the robfig removals handed off by Reload and
+// Remove are done and counts shard i's robfig entries.
+func settledEntries(e *Engine, i int) int {
+	e.retiring.Wait()
+	return len(e.shards[i].cron.Entries())
+}
+
 func robfigEntries(e *Engine) int {
+	e.retiring.Wait()
 	n := 0
 	for _, sh := range e.shards {
 		n += len(sh.cron.Entries())
@@ -583,5 +592,36 @@ func TestOutcomeString(t *testing.T) {
 		if o.String() != want {
 			t.Errorf("%d.String() = %q, want %q", int(o), o.String(), want)
 		}
+	}
+}
+
+// A replaced or removed job's robfig entry may linger until its removal
+// goroutine has run; retired, it must neither run nor ask for another
+// activation meanwhile.
+func TestRetiredEntryNeverRuns(t *testing.T) {
+	var fired atomic.Int64
+	e := newEngine(t, Options{Shards: 1, Fire: func(string, time.Time) { fired.Add(1) }})
+	expect(t, e.Reload(sch("a", "* * * * * *")), Added)
+	old := e.load("a").fire
+	expect(t, e.Reload(sch("a", "0 9 1 1 *")), Replaced)
+	if !old.retired.Load() {
+		t.Fatal("the replaced entry's job is not retired")
+	}
+	if n := old.Next(time.Now()); !n.IsZero() {
+		t.Fatalf("retired entry asks for another activation at %v", n)
+	}
+	old.Run()
+	if fired.Load() != 0 {
+		t.Fatal("retired entry ran the fire callback")
+	}
+	cur := e.load("a").fire
+	if cur == nil || cur.retired.Load() {
+		t.Fatal("the new entry is retired")
+	}
+	if !e.Remove("a") || !cur.retired.Load() {
+		t.Fatal("Remove did not retire the entry")
+	}
+	if n := settledEntries(e, 0); n != 0 {
+		t.Fatalf("%d robfig entries left after the removals settled", n)
 	}
 }
