@@ -37,9 +37,22 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := Decode(bson.Raw(data))
+		fields, ferr := DecodeFields(bson.Raw(data))
 		if err != nil {
 			checkRefusal(t, data, err)
+			// DecodeFields may only accept what Decode refused for
+			// the parts it leaves to the parser.
+			var se *Error
+			if ferr == nil && (!errors.As(err, &se) || (se.Field != FieldCronExpr && se.Field != FieldTimezone)) {
+				t.Fatalf("DecodeFields accepted what Decode refused for another reason: %v", err)
+			}
+			if ferr != nil && ferr.Error() != err.Error() {
+				t.Fatalf("DecodeFields refused with %q, Decode with %q", ferr, err)
+			}
 			return
+		}
+		if ferr != nil || fields != s {
+			t.Fatalf("Decode accepted %+v, DecodeFields gave %+v, %v", s, fields, ferr)
 		}
 		checkAccepted(t, s)
 		// Decoding is deterministic.

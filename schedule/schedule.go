@@ -116,7 +116,23 @@ func invalid(id, field, format string, a ...any) *Error {
 // Decode turns a raw schedules document into a validated Schedule. The
 // returned id is the job id whenever it could be read (also on error), so the
 // caller can attribute the error to a job. Unknown fields are ignored.
-func Decode(raw bson.Raw) (s Schedule, err error) {
+func Decode(raw bson.Raw) (Schedule, error) {
+	s, err := DecodeFields(raw)
+	if err != nil {
+		return s, err
+	}
+	if err := s.Validate(); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// DecodeFields is Decode without Validate: every field is read and checked
+// by type and size, but the expression and time zone are not parsed. It is
+// for a caller that parses them itself right after (the engine does, for
+// every schedule it arms), so the hot path parses once; anyone else wants
+// Decode.
+func DecodeFields(raw bson.Raw) (s Schedule, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = invalid(s.ID, "", "malformed document: %v", r)
@@ -192,9 +208,6 @@ func Decode(raw bson.Raw) (s Schedule, err error) {
 		if t, ok := v.TimeOK(); ok {
 			s.UpdatedAt = t.UTC()
 		}
-	}
-	if err := s.Validate(); err != nil {
-		return s, err
 	}
 	return s, nil
 }

@@ -136,7 +136,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		ID:             cfg.InstanceID,
 		Feed:           changestream.NewMongoFeed(db.Collection(SchedulesCollection), time.Second),
 		Tokens:         resumetoken.NewMongoStore(db.Collection(TokensCollection)),
-		Sink:           engineSink{engine: engine, log: log, metrics: mx},
+		Sink:           NewEngineSink(engine, log, mx),
 		Logger:         log,
 		Mode:           cfg.Watch.Mode,
 		PollInterval:   cfg.Watch.PollInterval,

@@ -2,7 +2,10 @@ package daemon
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/internal/statefile"
 	"github.com/cronswap/cronswap/schedule"
+	"github.com/cronswap/cronswap/scheduler"
 )
 
 // histogramCount scrapes mx and returns the sample count of histogram name.
@@ -64,9 +68,9 @@ func TestStateStoreFromConfig(t *testing.T) {
 func TestDecodeAllMatchesSequentialDecode(t *testing.T) {
 	var docs []bson.Raw
 	for i := range 2500 {
-		expr := fmt.Sprintf("%d 9 * * *", i%60)
+		var expr any = fmt.Sprintf("%d 9 * * *", i%60)
 		if i%7 == 0 {
-			expr = "bad"
+			expr = i // refused by type; a bad expression is the engine's to refuse
 		}
 		b, err := bson.Marshal(bson.D{{Key: "_id", Value: fmt.Sprintf("job%04d", i)}, {Key: "cron_expr", Value: expr}})
 		if err != nil {
@@ -74,14 +78,48 @@ func TestDecodeAllMatchesSequentialDecode(t *testing.T) {
 		}
 		docs = append(docs, b)
 	}
-	got := decodeAll(docs)
+	got := DecodeAll(docs)
+	refused := 0
 	if len(got) != len(docs) {
 		t.Fatalf("%d items for %d documents", len(got), len(docs))
 	}
 	for i, d := range docs {
-		want, wantErr := schedule.Decode(d)
+		want, wantErr := schedule.DecodeFields(d)
 		if got[i].Schedule != want || (got[i].Err == nil) != (wantErr == nil) {
 			t.Fatalf("item %d = %+v, %v; want %+v, %v", i, got[i].Schedule, got[i].Err, want, wantErr)
+		}
+		if got[i].Err != nil {
+			refused++
+		}
+	}
+	if refused != (len(docs)+6)/7 {
+		t.Fatalf("%d documents refused, want %d", refused, (len(docs)+6)/7)
+	}
+}
+
+// The sink leaves parsing to the engine: an unparsable expression or an
+// unknown zone is still refused, with the job keeping its last known good
+// timer and the error naming the field.
+func TestSinkRefusesBadExpressionThroughTheEngine(t *testing.T) {
+	engine := scheduler.New(scheduler.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	sink := NewEngineSink(engine, nil, nil)
+	doc := func(expr, tz string) bson.Raw {
+		d := bson.D{{Key: "_id", Value: "j"}, {Key: "cron_expr", Value: expr}}
+		if tz != "" {
+			d = append(d, bson.E{Key: "timezone", Value: tz})
+		}
+		b, err := bson.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	sink.Upsert(doc("0 9 * * *", ""))
+	for _, bad := range []struct{ expr, tz, field string }{{"0 25 * * *", "", "cron_expr"}, {"0 9 * * *", "Mars/Base", "timezone"}} {
+		sink.Upsert(doc(bad.expr, bad.tz))
+		st, ok := engine.Get("j")
+		if !ok || !st.Armed || st.CronExpr != "0 9 * * *" || !strings.Contains(st.LastError, "field "+bad.field) {
+			t.Fatalf("after %+v: %+v", bad, st)
 		}
 	}
 }

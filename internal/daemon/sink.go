@@ -13,18 +13,30 @@ import (
 	"github.com/cronswap/cronswap/scheduler"
 )
 
-// engineSink turns raw schedules documents into engine calls. Decoding and
-// validation happen here, through the schedule package, so a bad document
-// becomes a Reject (last known good) instead of a Reload.
-type engineSink struct {
+// EngineSink turns raw schedules documents into engine calls: the daemon's
+// changestream.TimedSink, exported so that benchmarks measure the real one. Fields are
+// decoded and checked here, through the schedule package, so a malformed
+// document becomes a Reject (last known good) instead of a Reload; the
+// expression and time zone are parsed once, by the engine, which rejects
+// them the same way.
+type EngineSink struct {
 	engine  *scheduler.Engine
 	log     *slog.Logger
 	metrics *metrics.Metrics
 }
 
+// NewEngineSink returns the sink applying documents to engine, logging
+// refusals to log and counting reloads in mx (nil counts nothing).
+func NewEngineSink(engine *scheduler.Engine, log *slog.Logger, mx *metrics.Metrics) EngineSink {
+	if log == nil {
+		log = slog.Default()
+	}
+	return EngineSink{engine: engine, log: log, metrics: mx}
+}
+
 // Upsert implements changestream.Sink.
-func (s engineSink) Upsert(doc bson.Raw) {
-	sched, err := schedule.Decode(doc)
+func (s EngineSink) Upsert(doc bson.Raw) {
+	sched, err := schedule.DecodeFields(doc)
 	if err != nil {
 		s.reject(sched.ID, err)
 		return
@@ -44,7 +56,7 @@ func reloadResult(o scheduler.Outcome) string {
 	}
 }
 
-func (s engineSink) reject(id string, err error) {
+func (s EngineSink) reject(id string, err error) {
 	if id == "" {
 		s.log.Warn("schedules document refused and not attributable to a job", "error", err)
 		return
@@ -54,7 +66,7 @@ func (s engineSink) reject(id string, err error) {
 }
 
 // Delete implements changestream.Sink.
-func (s engineSink) Delete(id bson.RawValue) {
+func (s EngineSink) Delete(id bson.RawValue) {
 	jobID, _ := schedule.DecodeID(id)
 	if jobID == "" {
 		return
@@ -65,16 +77,16 @@ func (s engineSink) Delete(id bson.RawValue) {
 }
 
 // ReplaceAll implements changestream.Sink.
-func (s engineSink) ReplaceAll(docs []bson.Raw) []string {
+func (s EngineSink) ReplaceAll(docs []bson.Raw) []string {
 	changed, _, _ := s.ReplaceAllTimed(docs)
 	return changed
 }
 
 // ReplaceAllTimed implements changestream.TimedSink: ReplaceAll, saying how
 // long decoding and the engine's Sync took.
-func (s engineSink) ReplaceAllTimed(docs []bson.Raw) ([]string, time.Duration, time.Duration) {
+func (s EngineSink) ReplaceAllTimed(docs []bson.Raw) ([]string, time.Duration, time.Duration) {
 	start := time.Now()
-	decoded := decodeAll(docs)
+	decoded := DecodeAll(docs)
 	items := make([]scheduler.Item, 0, len(docs))
 	for _, it := range decoded {
 		if it.Err != nil && it.Schedule.ID == "" {
@@ -88,14 +100,14 @@ func (s engineSink) ReplaceAllTimed(docs []bson.Raw) ([]string, time.Duration, t
 	return changed, decodedAt.Sub(start), time.Since(decodedAt)
 }
 
-// decodeAll decodes docs in order, spread over the available CPUs when
+// DecodeAll decodes docs in order, spread over the available CPUs when
 // there are many (decoding is about a third of a 100,000-document reload).
-func decodeAll(docs []bson.Raw) []scheduler.Item {
+func DecodeAll(docs []bson.Raw) []scheduler.Item {
 	out := make([]scheduler.Item, len(docs))
 	workers := min(runtime.GOMAXPROCS(0), len(docs)/parallelDecodeMin)
 	if workers < 2 {
 		for i, d := range docs {
-			out[i].Schedule, out[i].Err = schedule.Decode(d)
+			out[i].Schedule, out[i].Err = schedule.DecodeFields(d)
 		}
 		return out
 	}
@@ -105,7 +117,7 @@ func decodeAll(docs []bson.Raw) []scheduler.Item {
 		hi := min(lo+chunk, len(docs))
 		wg.Go(func() {
 			for i := lo; i < hi; i++ {
-				out[i].Schedule, out[i].Err = schedule.Decode(docs[i])
+				out[i].Schedule, out[i].Err = schedule.DecodeFields(docs[i])
 			}
 		})
 	}

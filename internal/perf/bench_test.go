@@ -172,7 +172,7 @@ func benchApply(b *testing.B, saveDelay time.Duration) {
 	lat := &latencies{}
 	saves := &countingStore{Store: store}
 	w := changestream.New(changestream.Options{
-		ID: "w1", Feed: feed, Tokens: saves, Sink: engineSink{engine: engine},
+		ID: "w1", Feed: feed, Tokens: saves, Sink: engineSink(engine),
 		Logger: infoLogger(), Mode: changestream.ModeChangeStream, SaveDelay: saveDelay,
 		Hooks: changestream.Hooks{Event: lat.hook},
 	})

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -16,69 +15,29 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/internal/daemon"
 	"github.com/cronswap/cronswap/internal/testmongo"
-	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
 
 func TestMain(m *testing.M) { testmongo.Main(m, nil) }
 
-// engineSink is the daemon's sink (internal/daemon/sink.go) without its
-// metrics: decode and validate through the schedule package, then Reload,
-// Remove or Sync.
-type engineSink struct{ engine *scheduler.Engine }
-
-func (s engineSink) Upsert(doc bson.Raw) {
-	sched, err := schedule.Decode(doc)
-	if err != nil {
-		s.engine.Reject(sched.ID, err)
-		return
-	}
-	s.engine.Reload(sched)
-}
-
-func (s engineSink) Delete(id bson.RawValue) {
-	if jobID, _ := schedule.DecodeID(id); jobID != "" {
-		s.engine.Remove(jobID)
-	}
-}
-
-func (s engineSink) ReplaceAll(docs []bson.Raw) []string {
-	changed, _, _ := s.ReplaceAllTimed(docs)
-	return changed
-}
-
-func (s engineSink) ReplaceAllTimed(docs []bson.Raw) ([]string, time.Duration, time.Duration) {
-	start := time.Now()
-	items := decodeAll(docs)
-	decoded := time.Now()
-	changed := s.engine.Sync(items).Changed
-	return changed, decoded.Sub(start), time.Since(decoded)
-}
-
-// decodeAll decodes like the daemon's sink: in order, spread over the CPUs
-// for large inputs, dropping documents without a usable id.
+// decodeAll decodes like the daemon's sink, dropping documents without a
+// usable id.
 func decodeAll(docs []bson.Raw) []scheduler.Item {
-	out := make([]scheduler.Item, len(docs))
-	workers := max(1, min(runtime.GOMAXPROCS(0), len(docs)/1000))
-	chunk := (len(docs) + workers - 1) / workers
-	var wg sync.WaitGroup
-	for lo := 0; lo < len(docs); lo += chunk {
-		hi := min(lo+chunk, len(docs))
-		wg.Go(func() {
-			for i := lo; i < hi; i++ {
-				out[i].Schedule, out[i].Err = schedule.Decode(docs[i])
-			}
-		})
-	}
-	wg.Wait()
-	items := out[:0]
-	for _, it := range out {
+	items := daemon.DecodeAll(docs)
+	kept := items[:0]
+	for _, it := range items {
 		if it.Err == nil || it.Schedule.ID != "" {
-			items = append(items, it)
+			kept = append(kept, it)
 		}
 	}
-	return items
+	return kept
+}
+
+// engineSink is the daemon's own sink, without metrics.
+func engineSink(engine *scheduler.Engine) daemon.EngineSink {
+	return daemon.NewEngineSink(engine, quietLogger(), nil)
 }
 
 // infoLogger is what the daemon logs with: info level, JSON, here discarded

@@ -47,7 +47,7 @@ func startDaemonish(tb testing.TB, db *mongo.Database, stateFile string, log boo
 		ID:     "w1",
 		Feed:   d.feed,
 		Tokens: resumetoken.NewMongoStore(db.Collection(resumetoken.CollectionName)),
-		Sink:   engineSink{engine: d.engine},
+		Sink:   engineSink(d.engine),
 		State:  statefile.New(stateFile, statefile.Options{WatcherID: "w1", Source: db.Name() + ".schedules"}),
 		Logger: lg, Mode: changestream.ModeChangeStream,
 		BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
