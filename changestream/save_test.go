@@ -206,6 +206,34 @@ func TestEventHookReportsTimes(t *testing.T) {
 	}
 }
 
+// stampSink reports a fixed instant as the time its changes took effect.
+type stampSink struct {
+	*memSink
+	at time.Time
+}
+
+func (s stampSink) Upsert(d bson.Raw) time.Time       { s.memSink.Upsert(d); return s.at }
+func (s stampSink) Delete(id bson.RawValue) time.Time { s.memSink.Delete(id); return s.at }
+
+// EventInfo.Applied is the instant the sink says the change took effect
+// (the daemon's: timer armed, before logging), not when Upsert returned.
+func TestEventHookAppliedIsTheSinksInstant(t *testing.T) {
+	feed := newFakeFeed()
+	var mu sync.Mutex
+	var got []EventInfo
+	armed := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	w, _ := startWith(t, feed, resumetoken.NewMemStore(), newMemSink(), func(o *Options) {
+		o.Sink = stampSink{o.Sink.(*memSink), armed}
+		o.Hooks.Event = func(ev EventInfo) { mu.Lock(); got = append(got, ev); mu.Unlock() }
+	})
+	waitFor(t, "ready", func() bool { return w.Status().Ready })
+	feed.push(event("update", "a", "0 8 * * *", 1))
+	waitFor(t, "hook", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 1 })
+	if !got[0].Applied.Equal(armed) {
+		t.Fatalf("applied %v, want the sink's %v", got[0].Applied, armed)
+	}
+}
+
 // ---- warm restart ----
 
 func TestWarmStartArmsFromStateWithoutReading(t *testing.T) {

@@ -203,21 +203,23 @@ func newMirror(s Sink) *mirror { return &mirror{Sink: s, docs: map[string]bson.R
 
 func idKey(v bson.RawValue) string { return string(rune(v.Type)) + string(v.Value) }
 
-func (m *mirror) Upsert(doc bson.Raw) {
-	m.Sink.Upsert(doc)
+func (m *mirror) Upsert(doc bson.Raw) time.Time {
+	at := m.Sink.Upsert(doc)
 	if id, err := doc.LookupErr("_id"); err == nil {
 		d := append(bson.Raw(nil), doc...) // the stream reuses its buffers
 		m.mu.Lock()
 		m.docs[idKey(id)] = d
 		m.mu.Unlock()
 	}
+	return at
 }
 
-func (m *mirror) Delete(id bson.RawValue) {
-	m.Sink.Delete(id)
+func (m *mirror) Delete(id bson.RawValue) time.Time {
+	at := m.Sink.Delete(id)
 	m.mu.Lock()
 	delete(m.docs, idKey(id))
 	m.mu.Unlock()
+	return at
 }
 
 func (m *mirror) ReplaceAll(docs []bson.Raw) []string {

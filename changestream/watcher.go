@@ -57,10 +57,14 @@ import (
 // Sink receives the collection's contents. Its methods are called from one
 // goroutine, in stream order.
 type Sink interface {
-	// Upsert applies the current version of one document.
-	Upsert(doc bson.Raw)
-	// Delete forgets the document with this _id.
-	Delete(id bson.RawValue)
+	// Upsert applies the current version of one document. It returns
+	// when the change took effect (for the daemon: when the job's timer was
+	// armed, before that was logged); the zero time means "when Upsert
+	// returns". EventInfo.Applied is that instant.
+	Upsert(doc bson.Raw) time.Time
+	// Delete forgets the document with this _id, returning when that took
+	// effect as Upsert does.
+	Delete(id bson.RawValue) time.Time
 	// ReplaceAll makes the sink equal to docs (a whole collection) and
 	// returns the ids it had to change.
 	ReplaceAll(docs []bson.Raw) []string
@@ -165,7 +169,7 @@ type EventInfo struct {
 	// UpdatedAt is the document's updated_at, zero if absent.
 	UpdatedAt time.Time
 	// Received is when the stream handed the event over; Applied is when
-	// the sink had applied it.
+	// the change took effect in the sink (see Sink.Upsert).
 	Received, Applied time.Time
 }
 
@@ -696,8 +700,7 @@ func bytesEqual(a, b bson.Raw) bool { return string(a) == string(b) }
 func (w *Watcher) apply(ctx context.Context, ev bson.Raw) (string, error) {
 	received := time.Now()
 	op, _ := ev.Lookup("operationType").StringValueOK()
-	var updatedAt time.Time
-	var wall time.Time
+	var updatedAt, wall, applied time.Time
 	if v, err := ev.LookupErr("wallTime"); err == nil && v.Type == bson.TypeDateTime {
 		wall = v.Time()
 	}
@@ -707,7 +710,7 @@ func (w *Watcher) apply(ctx context.Context, ev bson.Raw) (string, error) {
 		if err == nil && full.Type == bson.TypeEmbeddedDocument {
 			if _, err := full.Document().LookupErr("_id"); err == nil {
 				updatedAt = docUpdatedAt(full.Document())
-				w.sink.Upsert(full.Document())
+				applied = w.sink.Upsert(full.Document())
 				break
 			}
 		}
@@ -722,24 +725,27 @@ func (w *Watcher) apply(ctx context.Context, ev bson.Raw) (string, error) {
 			return op, err
 		}
 		if doc == nil {
-			w.sink.Delete(id)
+			applied = w.sink.Delete(id)
 		} else {
 			updatedAt = docUpdatedAt(doc)
-			w.sink.Upsert(doc)
+			applied = w.sink.Upsert(doc)
 		}
 	case "delete":
 		id, ok := eventID(ev)
 		if !ok {
 			return op, w.unattributable(ctx, op, ev)
 		}
-		w.sink.Delete(id)
+		applied = w.sink.Delete(id)
 	default:
 		return op, nil
 	}
 	now := time.Now()
+	if applied.IsZero() {
+		applied = now
+	}
 	w.update(func(s *Status) { s.LastEventAt = now })
 	if w.opts.Hooks.Event != nil {
-		w.opts.Hooks.Event(EventInfo{Op: op, WallTime: wall, UpdatedAt: updatedAt, Received: received, Applied: now})
+		w.opts.Hooks.Event(EventInfo{Op: op, WallTime: wall, UpdatedAt: updatedAt, Received: received, Applied: applied})
 	}
 	return op, nil
 }

@@ -186,19 +186,21 @@ type memSink struct {
 
 func newMemSink() *memSink { return &memSink{armed: map[string]string{}} }
 
-func (s *memSink) Upsert(d bson.Raw) {
+func (s *memSink) Upsert(d bson.Raw) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	id := d.Lookup("_id").StringValue()
 	s.armed[id] = d.Lookup("cron_expr").StringValue()
 	s.applied = append(s.applied, "upsert:"+id)
+	return time.Time{}
 }
 
-func (s *memSink) Delete(id bson.RawValue) {
+func (s *memSink) Delete(id bson.RawValue) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.armed, id.StringValue())
 	s.applied = append(s.applied, "delete:"+id.StringValue())
+	return time.Time{}
 }
 
 func (s *memSink) ReplaceAll(docs []bson.Raw) []string {

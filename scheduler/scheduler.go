@@ -367,8 +367,17 @@ func (e *Engine) check(s schedule.Schedule, cache parseCache) (cron.Schedule, er
 // visible. An invalid schedule is Rejected and the job keeps its last known
 // good timer (see Reject).
 func (e *Engine) Reload(s schedule.Schedule) Outcome {
-	o, _ := e.reload(s, slog.LevelInfo, nil)
+	o, _ := e.reload(s, slog.LevelInfo, nil, nil)
 	return o
+}
+
+// ReloadTimed is Reload, also returning when the job's new state took
+// effect: the instant its timer was armed (or disarmed, or found unchanged),
+// before the change was logged. It is zero for a rejected schedule.
+func (e *Engine) ReloadTimed(s schedule.Schedule) (Outcome, time.Time) {
+	var at time.Time
+	o, _ := e.reload(s, slog.LevelInfo, nil, &at)
+	return o, at
 }
 
 // retire disarms the robfig entry of a replaced or removed job. The entry's
@@ -398,7 +407,8 @@ func (e *Engine) retire(sh *shard, old *record, inline bool) {
 // reload is Reload logging a successful change at level lvl and parsing
 // through cache (may be nil). It also reports whether the job's state changed
 // (see SyncStats.Changed).
-func (e *Engine) reload(s schedule.Schedule, lvl slog.Level, cache parseCache) (Outcome, bool) {
+// When at is not nil, it receives the instant the new state took effect.
+func (e *Engine) reload(s schedule.Schedule, lvl slog.Level, cache parseCache, at *time.Time) (Outcome, bool) {
 	if s.ID == "" {
 		e.log.Warn("scheduler: schedule without job id ignored", "cron_expr", s.CronExpr)
 		return Rejected, false
@@ -421,6 +431,9 @@ func (e *Engine) reload(s schedule.Schedule, lvl slog.Level, cache parseCache) (
 		r := *old
 		r.cur, r.err = s, ""
 		e.store(sh, s.ID, &r)
+		if at != nil {
+			*at = time.Now()
+		}
 		if old.err != "" {
 			e.log.Log(context.Background(), lvl, "scheduler: schedule valid again, error cleared",
 				"job_id", s.ID, "cron_expr", s.CronExpr)
@@ -461,6 +474,9 @@ func (e *Engine) reload(s schedule.Schedule, lvl slog.Level, cache parseCache) (
 		e.retire(sh, old, cache != nil)
 	}
 	e.store(sh, s.ID, r)
+	if at != nil {
+		*at = time.Now()
+	}
 
 	if ctx := context.Background(); e.log.Enabled(ctx, lvl) {
 		attrs := []slog.Attr{slog.String("job_id", s.ID), slog.String("cron_expr", s.CronExpr),
@@ -539,12 +555,21 @@ func (e *Engine) rejectLocked(id string, old *record, bad *schedule.Schedule, er
 // Remove disarms job id and forgets it, including its last error and slot
 // memory. It reports whether the job was known.
 func (e *Engine) Remove(id string) bool {
-	return e.remove(id, false)
+	return e.remove(id, false, nil)
+}
+
+// RemoveTimed is Remove, also returning when the job was disarmed and
+// forgotten, before that was logged; zero when the job was not known.
+func (e *Engine) RemoveTimed(id string) (bool, time.Time) {
+	var at time.Time
+	known := e.remove(id, false, &at)
+	return known, at
 }
 
 // remove is Remove, taking the robfig entry out before returning when
-// inline is set (see retire).
-func (e *Engine) remove(id string, inline bool) bool {
+// inline is set (see retire); at, when not nil, receives the instant the job
+// was gone.
+func (e *Engine) remove(id string, inline bool, at *time.Time) bool {
 	sh := e.shardOf(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -556,6 +581,9 @@ func (e *Engine) remove(id string, inline bool) bool {
 		e.retire(sh, old, inline)
 	}
 	e.store(sh, id, nil)
+	if at != nil {
+		*at = time.Now()
+	}
 	e.log.Info("scheduler: schedule removed", "job_id", id)
 	return true
 }
@@ -592,7 +620,7 @@ func (e *Engine) Sync(items []Item) SyncStats {
 			}
 			continue
 		}
-		o, changed := e.reload(it.Schedule, slog.LevelDebug, cache)
+		o, changed := e.reload(it.Schedule, slog.LevelDebug, cache, nil)
 		if changed {
 			st.Changed = append(st.Changed, id)
 		}
@@ -618,7 +646,7 @@ func (e *Engine) Sync(items []Item) SyncStats {
 	}
 	e.mu.RUnlock()
 	for _, id := range gone {
-		if e.remove(id, true) {
+		if e.remove(id, true, nil) {
 			st.Removed++
 			st.Changed = append(st.Changed, id)
 		}

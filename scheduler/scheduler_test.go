@@ -625,3 +625,38 @@ func TestRetiredEntryNeverRuns(t *testing.T) {
 		t.Fatalf("%d robfig entries left after the removals settled", n)
 	}
 }
+
+// ReloadTimed and RemoveTimed say when the change took effect: between the
+// call and its return, and zero when nothing took effect.
+func TestTimedReloadAndRemove(t *testing.T) {
+	e := newEngine(t, Options{Shards: 4})
+	check := func(name string, before, at time.Time) {
+		t.Helper()
+		if at.Before(before) || at.After(time.Now()) {
+			t.Fatalf("%s: took effect at %v, called at %v", name, at, before)
+		}
+	}
+	off := sch("a", "0 8 * * *")
+	off.Enabled = false
+	for _, step := range []struct {
+		s    schedule.Schedule
+		want Outcome
+	}{{sch("a", "0 9 * * *"), Added}, {sch("a", "0 9 * * *"), Unchanged}, {sch("a", "0 8 * * *"), Replaced}, {off, Disarmed}} {
+		before := time.Now()
+		o, at := e.ReloadTimed(step.s)
+		expect(t, o, step.want)
+		check(step.want.String(), before, at)
+	}
+	if o, at := e.ReloadTimed(sch("a", "0 25 * * *")); o != Rejected || !at.IsZero() {
+		t.Fatalf("bad schedule: %v at %v, want Rejected at zero", o, at)
+	}
+	before := time.Now()
+	known, at := e.RemoveTimed("a")
+	if !known {
+		t.Fatal("RemoveTimed(a) = false")
+	}
+	check("removed", before, at)
+	if known, at := e.RemoveTimed("a"); known || !at.IsZero() {
+		t.Fatalf("second RemoveTimed = %v at %v", known, at)
+	}
+}

@@ -34,14 +34,17 @@ func NewEngineSink(engine *scheduler.Engine, log *slog.Logger, mx *metrics.Metri
 	return EngineSink{engine: engine, log: log, metrics: mx}
 }
 
-// Upsert implements changestream.Sink.
-func (s EngineSink) Upsert(doc bson.Raw) {
+// Upsert implements changestream.Sink: it returns when the engine armed the
+// job (before logging it); zero for a refused document.
+func (s EngineSink) Upsert(doc bson.Raw) time.Time {
 	sched, err := schedule.DecodeFields(doc)
 	if err != nil {
 		s.reject(sched.ID, err)
-		return
+		return time.Time{}
 	}
-	s.metrics.CountReload(reloadResult(s.engine.Reload(sched)))
+	o, at := s.engine.ReloadTimed(sched)
+	s.metrics.CountReload(reloadResult(o))
+	return at
 }
 
 // reloadResult names a Reload outcome for the reloads metric.
@@ -65,15 +68,18 @@ func (s EngineSink) reject(id string, err error) {
 	s.metrics.CountReload(metrics.ReloadRejected)
 }
 
-// Delete implements changestream.Sink.
-func (s EngineSink) Delete(id bson.RawValue) {
+// Delete implements changestream.Sink: it returns when the engine disarmed
+// the job (before logging it); zero when there was nothing to remove.
+func (s EngineSink) Delete(id bson.RawValue) time.Time {
 	jobID, _ := schedule.DecodeID(id)
 	if jobID == "" {
-		return
+		return time.Time{}
 	}
-	if s.engine.Remove(jobID) {
+	known, at := s.engine.RemoveTimed(jobID)
+	if known {
 		s.metrics.CountReload(metrics.ReloadRemoved)
 	}
+	return at
 }
 
 // ReplaceAll implements changestream.Sink.

@@ -45,8 +45,9 @@ type Metrics struct {
 	// EditToArmed is the time from a write (the change event's wall time,
 	// else the document's updated_at) to the new timer being armed.
 	EditToArmed prometheus.Histogram
-	// EventApply is the time from receiving a change event to having applied
-	// it to the engine (the daemon's own share of EditToArmed).
+	// EventApply is the time from receiving a change event to the engine
+	// having armed (or disarmed) the job, before the change is logged: the
+	// daemon's own share of EditToArmed.
 	EventApply prometheus.Histogram
 	// FireLateness is dispatch time minus the cron slot.
 	FireLateness prometheus.Histogram
@@ -92,7 +93,7 @@ func New(src Sources) *Metrics {
 			Help:    "Time from a write (event wall time, else updated_at) to the new timer being armed.",
 			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}),
 		EventApply: f.histogram(prometheus.HistogramOpts{Name: "event_apply_seconds",
-			Help:    "Time from receiving a change event to having applied it to the engine.",
+			Help:    "Time from receiving a change event to the engine having armed or disarmed the job (before logging it).",
 			Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .00075, .001, .0015, .002, .0025, .005, .01, .05}}),
 		FireLateness: f.histogram(prometheus.HistogramOpts{Name: "fire_lateness_seconds",
 			Help:    "Dispatch time minus the cron slot.",
