@@ -4,13 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -43,6 +43,8 @@ type daemonSpec struct {
 	mode         string
 	pollInterval time.Duration
 	logPath      string
+	// stateFile, when set, is the config's state_file (warm restarts).
+	stateFile string
 	// onRecord sees every log record with the time the bench read it.
 	onRecord func(rec logRecord, recv time.Time)
 }
@@ -60,6 +62,9 @@ type logRecord struct {
 	Changed    int       `json:"changed"`
 	ChangedIDs []string  `json:"changed_ids"`
 	Duration   int64     `json:"duration"` // slog writes durations as nanoseconds
+	Read       int64     `json:"read"`     // full reload / warm start split, nanoseconds
+	Decode     int64     `json:"decode"`
+	Engine     int64     `json:"engine"`
 	HTTPListen string    `json:"http_listen"`
 	Error      string    `json:"error"`
 }
@@ -69,6 +74,8 @@ const (
 	msgStarted    = "cronswap started"
 	msgApplied    = "scheduler: schedule applied"
 	msgFullReload = "full reload"
+	// msgArmedFromFile is the warm start (changestream/watcher.go warmStart).
+	msgArmedFromFile = "armed from state file"
 )
 
 // daemon is one running cronswap process.
@@ -81,12 +88,13 @@ type daemon struct {
 	mu       sync.Mutex
 	waitErr  error
 	reloads  []logRecord // "full reload" records (poll diffs that changed nothing are not logged)
+	warm     []logRecord // "armed from state file" records
+	notes    []string    // records about the state file or the stored resume token
 	problems []string    // warn and error records
 }
 
-// startDaemon writes a config, starts the binary and returns once its HTTP
-// listener is known (not yet ready).
-func startDaemon(ctx context.Context, s daemonSpec) (*daemon, error) {
+// config returns the daemon's YAML configuration.
+func (s daemonSpec) config() string {
 	cfg := fmt.Sprintf(`mongo:
   uri: %q
   database: %q
@@ -103,6 +111,16 @@ jobs:
   noop:
     exec: ["true"]
 `, s.uri, s.database, s.instanceID, s.mode, s.pollInterval)
+	if s.stateFile != "" {
+		cfg += fmt.Sprintf("state_file: %q\n", s.stateFile)
+	}
+	return cfg
+}
+
+// startDaemon writes a config, starts the binary and returns once its HTTP
+// listener is known (not yet ready).
+func startDaemon(ctx context.Context, s daemonSpec) (*daemon, error) {
+	cfg := s.config()
 	cfgPath := filepath.Join(filepath.Dir(s.logPath), s.instanceID+".yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
@@ -164,6 +182,14 @@ func (d *daemon) readLog(r io.Reader, copyTo io.Writer, addrCh chan<- string, on
 					d.mu.Lock()
 					d.reloads = append(d.reloads, rec)
 					d.mu.Unlock()
+				case rec.Msg == msgArmedFromFile:
+					d.mu.Lock()
+					d.warm = append(d.warm, rec)
+					d.mu.Unlock()
+				case isStateNote(rec.Msg):
+					d.mu.Lock()
+					d.notes = append(d.notes, rec.Msg)
+					d.mu.Unlock()
 				}
 				if rec.Level == "WARN" || rec.Level == "ERROR" {
 					d.mu.Lock()
@@ -223,17 +249,28 @@ func (d *daemon) waitReady(ctx context.Context, limit time.Duration) (time.Durat
 // initialReload returns the first "full reload" record (the start-up load),
 // waiting up to limit for it.
 func (d *daemon) initialReload(ctx context.Context, limit time.Duration) (logRecord, error) {
+	return d.firstRecord(ctx, limit, msgFullReload, func() []logRecord { return d.reloads })
+}
+
+// armedFromFile returns the first "armed from state file" record, waiting
+// up to limit for it.
+func (d *daemon) armedFromFile(ctx context.Context, limit time.Duration) (logRecord, error) {
+	return d.firstRecord(ctx, limit, msgArmedFromFile, func() []logRecord { return d.warm })
+}
+
+// firstRecord waits up to limit for list (read under d.mu) to hold a record.
+func (d *daemon) firstRecord(ctx context.Context, limit time.Duration, msg string, list func() []logRecord) (logRecord, error) {
 	deadline := time.Now().Add(limit)
 	for {
 		d.mu.Lock()
-		if len(d.reloads) > 0 {
-			rec := d.reloads[0]
+		if l := list(); len(l) > 0 {
+			rec := l[0]
 			d.mu.Unlock()
 			return rec, nil
 		}
 		d.mu.Unlock()
 		if time.Now().After(deadline) {
-			return logRecord{}, errors.New("no \"full reload\" log record")
+			return logRecord{}, fmt.Errorf("no %q log record within %s", msg, limit)
 		}
 		select {
 		case <-ctx.Done():
@@ -241,6 +278,28 @@ func (d *daemon) initialReload(ctx context.Context, limit time.Duration) (logRec
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// Reloads returns the "full reload" records seen so far.
+func (d *daemon) Reloads() []logRecord {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]logRecord(nil), d.reloads...)
+}
+
+// Notes returns the messages of records about the state file or the stored
+// resume token seen so far (they say why a start was warm or not).
+func (d *daemon) Notes() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.notes...)
+}
+
+// isStateNote reports whether msg is a watcher record about the state file
+// or the stored resume token, other than the warm start itself.
+func isStateNote(msg string) bool {
+	return msg != msgArmedFromFile &&
+		(strings.Contains(msg, "state file") || strings.Contains(msg, "resume token") || strings.Contains(msg, "from stored token"))
 }
 
 // Problems returns the warn and error records seen so far.
@@ -272,16 +331,33 @@ func (d *daemon) stop() {
 	if d == nil {
 		return
 	}
+	_, _ = d.shutdown(30 * time.Second)
+}
+
+// shutdown sends SIGTERM, as a service manager would, and waits up to limit
+// for the process to exit, then kills it. It returns how long the exit took
+// after the signal, and an error unless the process exited by itself with
+// status 0 (the clean shutdown that flushes the token and the state file).
+func (d *daemon) shutdown(limit time.Duration) (time.Duration, error) {
 	select {
 	case <-d.done:
-		return
+		return 0, fmt.Errorf("daemon had already exited: %v", d.exitErr())
 	default:
 	}
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	start := time.Now()
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return 0, fmt.Errorf("SIGTERM: %w", err)
+	}
 	select {
 	case <-d.done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(limit):
 		_ = d.cmd.Process.Kill()
 		<-d.done
+		return time.Since(start), fmt.Errorf("daemon did not exit within %s of SIGTERM; killed", limit)
 	}
+	took := time.Since(start)
+	if err := d.exitErr(); err != nil {
+		return took, fmt.Errorf("daemon exited with %w after SIGTERM", err)
+	}
+	return took, nil
 }

@@ -10,6 +10,11 @@
 //   - the daemon's own share from /metrics (cronswap_event_apply_seconds),
 //     when that histogram has observations;
 //   - full reload without a resume token: daemon start → /readyz 200;
+//   - warm restart, in change stream mode: the edit phase's daemon (with
+//     state_file) stopped with SIGTERM, -warm-edits edits made while it is
+//     down, a new daemon with the same instance id started: start → /readyz
+//     200, its "armed from state file" split, that it did no full reload,
+//     and start → the edits made while down applied;
 //   - commands the daemon sends per idle minute, counted by
 //     internal/faultproxy between a second daemon and the server.
 //
@@ -27,6 +32,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -37,6 +43,7 @@ type settings struct {
 	n            int
 	edits        int
 	warmup       int
+	warmEdits    int
 	rate         float64
 	modes        []string
 	pollInterval time.Duration
@@ -56,6 +63,8 @@ func main() {
 	flag.IntVar(&o.n, "n", 100000, "schedules loaded into the collection")
 	flag.IntVar(&o.edits, "edits", 500, "measured edits per mode")
 	flag.IntVar(&o.warmup, "warmup", 10, "edits per mode before the measured ones, not counted")
+	flag.IntVar(&o.warmEdits, "warm-edits", 20,
+		"change stream mode: edits made while the daemon is down in the warm-restart phase (0 skips the phase and the state_file)")
 	flag.Float64Var(&o.rate, "rate", 5, "edits per second (open loop, see -max-inflight)")
 	flag.StringVar(&modes, "modes", "changestream,poll", "comma-separated watch modes to run: changestream, poll")
 	flag.DurationVar(&o.pollInterval, "poll-interval", time.Second, "watch.poll_interval in poll mode")
@@ -96,6 +105,8 @@ func (o settings) validate() error {
 		return fmt.Errorf("-warmup + -edits (%d) must not exceed -n (%d): each edit touches a different job", o.warmup+o.edits, o.n)
 	case o.warmup+o.edits > maxEdits:
 		return fmt.Errorf("-warmup + -edits must not exceed %d (distinct expressions)", maxEdits)
+	case o.warmEdits < 0:
+		return errors.New("-warm-edits must be at least 0")
 	case o.rate <= 0:
 		return errors.New("-rate must be positive")
 	case o.batch < 1 || o.maxInflight < 1:
@@ -108,6 +119,14 @@ func (o settings) validate() error {
 	for _, m := range o.modes {
 		if m != modeChangeStream && m != modePoll {
 			return fmt.Errorf("-modes: unknown mode %q (want changestream or poll)", m)
+		}
+	}
+	if o.warmEdits > 0 && slices.Contains(o.modes, modeChangeStream) {
+		switch total := o.warmup + o.edits + 1 + o.warmEdits; { // +1: the edit just before the stop
+		case total > o.n:
+			return fmt.Errorf("-warmup + -edits + -warm-edits + 1 (%d) must not exceed -n (%d): each edit touches a different job", total, o.n)
+		case total > maxEdits:
+			return fmt.Errorf("-warmup + -edits + -warm-edits + 1 must not exceed %d (distinct expressions)", maxEdits)
 		}
 	}
 	return nil

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -28,6 +31,10 @@ type modeResult struct {
 	// starts a second daemon (another instance id, so again no token).
 	startToReady, idleStartToReady time.Duration
 	reloadLogged, idleReloadLogged time.Duration
+	reload                         logRecord // the edit phase daemon's start-up "full reload" record
+
+	// warm is the warm-restart phase (change stream mode with -warm-edits > 0).
+	warm *warmResult
 
 	edits        []*edit // measured edits (warmup excluded)
 	held         int     // edits that waited for the in-flight bound
@@ -98,6 +105,16 @@ func measureEdits(ctx context.Context, o settings, r *modeResult, uri, dbName st
 			}
 		},
 	}
+	warm := r.mode == modeChangeStream && o.warmEdits > 0
+	if warm {
+		// The warm-restart phase restarts this daemon from its state file.
+		// A file left by an earlier run with -logs is removed: a fresh
+		// database has no token, so it would not be used anyway.
+		spec.stateFile = filepath.Join(logDir, "bench-"+r.mode+".state")
+		if err := os.Remove(spec.stateFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
 	d, err := startDaemon(ctx, spec)
 	if err != nil {
 		return err
@@ -107,6 +124,7 @@ func measureEdits(ctx context.Context, o settings, r *modeResult, uri, dbName st
 		return err
 	}
 	if rec, err := d.initialReload(ctx, time.Minute); err == nil {
+		r.reload = rec
 		r.reloadLogged = time.Duration(rec.Duration)
 	}
 	logf("daemon ready after %s (full reload logged %s)", r.startToReady.Round(time.Millisecond), r.reloadLogged.Round(time.Millisecond))
@@ -170,6 +188,9 @@ func measureEdits(ctx context.Context, o settings, r *modeResult, uri, dbName st
 	r.unmatched = t.unmatched
 	t.mu.Unlock()
 	r.problems = append(r.problems, d.Problems()...)
+	if warm {
+		return measureWarm(ctx, o, r, d, t, spec, coll)
+	}
 	return nil
 }
 

@@ -152,14 +152,27 @@ func (rep report) text() string {
 	w("machine: %d CPUs (%s), %s, linux %s, %s, %s; load average %s before, %s after\n",
 		rep.env.cpus, rep.env.cpuModel, rep.env.memTotal, rep.env.kernel, rep.env.goVersion, rep.env.java,
 		rep.env.loadBefore, rep.env.loadAfter)
-	w("run: N=%d schedules, %d measured edits per mode (+%d warmup) at %.3g/s, at most %d unarmed at once, poll_interval %s, idle window %s\n",
+	w("run: N=%d schedules, %d measured edits per mode (+%d warmup) at %.3g/s, at most %d unarmed at once, poll_interval %s, idle window %s",
 		o.n, o.edits, o.warmup, o.rate, o.maxInflight, o.pollInterval, o.idle)
+	if o.warmEdits > 0 && slices.Contains(o.modes, modeChangeStream) {
+		w(", %d edits while down in the warm restart", o.warmEdits)
+	}
+	w("\n")
 	for _, r := range rep.results {
-		if r.external {
+		switch {
+		case r.external:
 			w("server (%s): external, from %s\n", r.mode, "CRONSWAP_MONGO_URI")
-		} else {
+		case r.warm != nil:
+			w("server (%s): fresh test server (mongo-java-server); oplog ≈ %d entries at the first edit, growing by 1 per edit + 1 token save per second of edits (state_file set: saves coalesce to 1 s)\n",
+				r.mode, o.n)
+		default:
 			w("server (%s): fresh test server (mongo-java-server); oplog ≈ %d entries at the first edit, growing by ~2 per edit (write + token save)\n",
 				r.mode, o.n)
+		}
+	}
+	for _, r := range rep.results {
+		if r.warm != nil {
+			w("daemon (%s): state_file set for the edit phase's daemon (needed by the warm restart); it saves the file with the token, at most once a second while edits come\n", r.mode)
 		}
 	}
 	w("\nEdit-to-armed latency, ms (write acknowledged to the bench → daemon log record \"schedule applied\" [changestream] or\n")
@@ -236,6 +249,14 @@ func (rep report) text() string {
 		w("  %-13s collection %.1f MB of BSON (every poll diff and every full reload reads all of it)\n", r.mode, float64(r.collBytes)/1e6)
 		w("  %-13s load (insertMany, batches of %d) %s; daemon start → /readyz %s, logged reload %s; second daemon (idle phase) %s, logged %s\n",
 			r.mode, o.batch, sec(r.loadTime), sec(r.startToReady), sec(r.reloadLogged), sec(r.idleStartToReady), sec(r.idleReloadLogged))
+		if r.warm != nil {
+			w("  %-13s (the first daemon has state_file set: its start → /readyz includes writing the file after the reload; the idle phase's has none)\n", "")
+		}
+	}
+	for _, r := range rep.results {
+		if r.warm != nil {
+			rep.warmSection(&b, r)
+		}
 	}
 
 	w("\nNotes\n")
@@ -248,6 +269,78 @@ func (rep report) text() string {
 	}
 	return b.String()
 }
+
+// warmSection renders the warm-restart phase of r.
+func (rep report) warmSection(b *strings.Builder, r *modeResult) {
+	o, wr := rep.opts, r.warm
+	w := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	w("\nWarm restart from state_file (N=%d, %s): the edit phase's daemon stopped with SIGTERM right after it armed one more edit,\n", o.n, r.mode)
+	w("%d edits made while it was down, then a new daemon with the same instance id and state_file; times from its process start\n", len(wr.edits))
+	stop := "exit status 0"
+	if wr.stopErr != nil {
+		stop = wr.stopErr.Error()
+	}
+	w("  stop: SIGTERM → exit %s (%s)\n", sec(wr.stopTook), stop)
+	if wr.fileErr == nil {
+		match := "yes"
+		switch {
+		case wr.tokenErr != nil:
+			match = "unknown (" + wr.tokenErr.Error() + ")"
+		case !wr.tokenMatch:
+			match = "NO"
+		}
+		when := "before SIGTERM (nothing left to flush)"
+		if !wr.fileSavedAt.Before(wr.stopAt.Truncate(time.Millisecond)) {
+			when = "by the shutdown"
+		}
+		w("  state file after the stop: %.1f MB, %d documents, saved %s, holds the edit armed just before the stop: %s; its token = the stored resume token: %s\n",
+			float64(wr.fileBytes)/1e6, wr.fileDocs, when, yesNo(wr.fileHasLast), match)
+	}
+	warmOK := wr.armed.Msg != "" && len(wr.reloads) == 0
+	w("  start → /readyz 200: %s (target ≤ 1 s without reading the collection: %s)\n", sec(wr.startToReady),
+		verdict(warmOK && wr.startToReady <= time.Second, float64(wr.startToReady)))
+	if wr.armed.Msg != "" {
+		a := wr.armed
+		w("  \"armed from state file\" logged %s after start: %d documents in %s = read %s + decode %s + engine %s + rest %s\n",
+			sec(wr.startToArmed), a.Documents, ms(a.Duration), ms(a.Read), ms(a.Decode), ms(a.Engine), ms(a.Duration-a.Read-a.Decode-a.Engine))
+	} else {
+		w("  no \"armed from state file\" record\n")
+	}
+	if c := r.reload; c.Msg != "" {
+		w("  (the first start's full reload in this run: %d documents in %s = read %s + decode %s + engine %s + rest %s)\n",
+			c.Documents, ms(c.Duration), ms(c.Read), ms(c.Decode), ms(c.Engine), ms(c.Duration-c.Read-c.Decode-c.Engine))
+	}
+	if len(wr.reloads) == 0 {
+		w("  full reloads by the restarted daemon: none (the collection was not read)\n")
+	} else {
+		w("  full reloads by the restarted daemon: %d (it read the collection)\n", len(wr.reloads))
+	}
+	if len(wr.edits) > 0 {
+		applied, missing, startToLast := warmStats(wr.started, wr.edits)
+		if applied > 0 {
+			w("  edits made while down: %d of %d applied, the last %s after start (%+.1f ms from the first /readyz 200 seen); %d missing after waiting %s\n",
+				applied, len(wr.edits), sec(startToLast), float64(startToLast-wr.startToReady)/1e6, missing, wr.wait)
+		} else {
+			w("  edits made while down: none of %d applied within %s of /readyz\n", len(wr.edits), wr.wait)
+		}
+	}
+	if wr.unmatched > 0 {
+		w("  %d other \"schedule applied\" records (events from before the stop replayed)\n", wr.unmatched)
+	}
+	for _, p := range wr.problems(o) {
+		w("  PROBLEM: %s\n", p)
+	}
+}
+
+func yesNo(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "NO"
+}
+
+// ms formats nanoseconds as milliseconds.
+func ms(ns int64) string { return fmtMS(float64(ns)/1e6) + " ms" }
 
 func sec(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
 
