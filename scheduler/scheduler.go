@@ -168,9 +168,62 @@ type Engine struct {
 	// touch robfig.
 	adds, removes atomic.Int64
 
-	// retiring counts the robfig removals handed to their own goroutine
-	// (see retire) that have not finished yet.
-	retiring sync.WaitGroup
+	// retired holds robfig entries waiting to be removed (see retire).
+	retired retiredQueue
+}
+
+// retiredQueue is the robfig entries of replaced or removed jobs still to
+// be taken out of their shards. One goroutine drains it while it is not
+// empty and exits when it is, so no goroutine outlives the work and a burst
+// of edits costs one goroutine, not one per edit.
+type retiredQueue struct {
+	mu       sync.Mutex
+	idle     sync.Cond // signalled when draining stops; uses mu
+	pending  []retiredEntry
+	draining bool
+}
+
+type retiredEntry struct {
+	sh *shard
+	id cron.EntryID
+}
+
+// add queues one entry, starting the drainer if none runs.
+func (q *retiredQueue) add(sh *shard, id cron.EntryID) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.pending = append(q.pending, retiredEntry{sh, id})
+	if !q.draining {
+		q.draining = true
+		go q.drain()
+	}
+}
+
+func (q *retiredQueue) drain() {
+	for {
+		q.mu.Lock()
+		batch := q.pending
+		q.pending = nil
+		if len(batch) == 0 {
+			q.draining = false
+			q.idle.Broadcast()
+			q.mu.Unlock()
+			return
+		}
+		q.mu.Unlock()
+		for _, r := range batch {
+			r.sh.cron.Remove(r.id)
+		}
+	}
+}
+
+// wait returns once every queued entry has been removed.
+func (q *retiredQueue) wait() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for q.draining {
+		q.idle.Wait()
+	}
 }
 
 // shard is one robfig engine and the lock serialising changes to its jobs.
@@ -221,6 +274,7 @@ func New(opts Options) *Engine {
 		log:  opts.Logger,
 		jobs: make(map[string]*record),
 	}
+	e.retired.idle.L = &e.retired.mu
 	cl := cronLogger{opts.Logger}
 	for range opts.Shards {
 		e.shards = append(e.shards, &shard{cron: cron.New(
@@ -248,7 +302,7 @@ func (e *Engine) Stop() context.Context {
 	e.life.Lock()
 	defer e.life.Unlock()
 	e.started = false
-	e.retiring.Wait()
+	e.retired.wait()
 	ctxs := make([]context.Context, len(e.shards))
 	for i, sh := range e.shards {
 		ctxs[i] = sh.cron.Stop()
@@ -385,9 +439,10 @@ func (e *Engine) ReloadTimed(s schedule.Schedule) (Outcome, time.Time) {
 // robfig for another activation. Taking it out of robfig's list can then
 // wait: while robfig runs, Remove is a hand-off to the shard's run loop that
 // blocks until the loop comes round, and an edit should not wait for that
-// (the issue-5 target is event received → armed ≤ 1 ms at p99). inline
-// removes it before returning instead: Sync uses it, so that a large diff
-// does not leave one goroutine per replaced job. The caller holds sh.mu.
+// (the issue-5 target is event received → armed ≤ 1 ms at p99), so the
+// entry goes to the engine's retired queue. inline removes it before
+// returning instead: Sync uses it, so that robfig's lists match the engine's
+// jobs when Sync returns. The caller holds sh.mu.
 func (e *Engine) retire(sh *shard, old *record, inline bool) {
 	if old.fire != nil {
 		old.fire.retired.Store(true)
@@ -397,11 +452,7 @@ func (e *Engine) retire(sh *shard, old *record, inline bool) {
 		sh.cron.Remove(old.entry)
 		return
 	}
-	e.retiring.Add(1)
-	go func(id cron.EntryID) {
-		defer e.retiring.Done()
-		sh.cron.Remove(id)
-	}(old.entry)
+	e.retired.add(sh, old.entry)
 }
 
 // reload is Reload logging a successful change at level lvl and parsing

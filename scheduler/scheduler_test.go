@@ -443,12 +443,12 @@ func sameStats(a, b SyncStats) bool {
 // settledEntries waits until the robfig removals handed off by Reload and
 // Remove are done and counts shard i's robfig entries.
 func settledEntries(e *Engine, i int) int {
-	e.retiring.Wait()
+	e.retired.wait()
 	return len(e.shards[i].cron.Entries())
 }
 
 func robfigEntries(e *Engine) int {
-	e.retiring.Wait()
+	e.retired.wait()
 	n := 0
 	for _, sh := range e.shards {
 		n += len(sh.cron.Entries())
