@@ -20,6 +20,7 @@ import (
 	"github.com/cronswap/cronswap/internal/admin"
 	"github.com/cronswap/cronswap/internal/cli"
 	"github.com/cronswap/cronswap/internal/config"
+	"github.com/cronswap/cronswap/internal/faultproxy"
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/jobs"
 )
@@ -831,6 +832,34 @@ func TestEveryCommandHasCommonFlags(t *testing.T) {
 			if !strings.Contains(r.stdout, f) {
 				t.Errorf("%q has no %s:\n%s", cmd, f, r.stdout)
 			}
+		}
+	}
+}
+
+// A server that refuses the credentials is answering, not unreachable: the
+// CLI exits 1 and says why, without printing the password. The refusal is
+// injected in mongod's shape (AuthenticationFailed, code 18) by the fault
+// proxy, as the test server has no authentication.
+func TestAuthenticationFailureIsExit1(t *testing.T) {
+	_, rest, _ := strings.Cut(testmongo.Shared(t).URI, "://")
+	hosts, _, _ := strings.Cut(rest, "/")
+	if _, h, ok := strings.Cut(hosts, "@"); ok {
+		hosts = h
+	}
+	upstream, _, _ := strings.Cut(hosts, ",")
+	px, err := faultproxy.New(context.Background(), upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	px.FailAlways(faultproxy.CommandName("saslStart"),
+		faultproxy.ErrorReply{Code: 18, CodeName: "AuthenticationFailed", Errmsg: "Authentication failed."})
+	uri := "mongodb://op:s3cret@" + px.Addr() + "/?directConnection=true"
+	for _, args := range [][]string{{"schedules", "list"}, {"init"}, {"token", "show", "-o", "json"}} {
+		r := run(t, append(args, "--mongo-uri", uri, "--timeout", "5s")...)
+		if r.code != cli.ExitUserError || !strings.Contains(r.stderr, "AuthenticationFailed") ||
+			strings.Contains(r.stderr, "s3cret") || r.stdout != "" {
+			t.Errorf("%q: %v", args, r)
 		}
 	}
 }
