@@ -511,8 +511,8 @@ func (e *Engine) reload(s schedule.Schedule, lvl slog.Level, cache parseCache, a
 		// Arm the new entry first: with the shard's run loop waiting,
 		// this hand-off returns at once; the old entry is retired after.
 		f := &firing{e: e, id: s.ID, sched: sched, delay: r.delay, slots: r.slots}
-		if wasArmed {
-			old.fire.retired.Store(true)
+		if wasArmed && old.fire != nil {
+			old.fire.retired.Store(true) // never two live entries for one job
 		}
 		r.entry, r.fire = sh.cron.Schedule(f, f), f
 		e.adds.Add(1)
@@ -522,7 +522,7 @@ func (e *Engine) reload(s schedule.Schedule, lvl slog.Level, cache parseCache, a
 		}
 	}
 	if wasArmed {
-		e.retire(sh, old, cache != nil)
+		e.retire(sh, old, cache != nil) // only Sync passes a cache: it removes inline
 	}
 	e.store(sh, s.ID, r)
 	if at != nil {
