@@ -39,6 +39,19 @@
 // an expression also share its parsed schedule. scripts/bench-engine.sh
 // measures all this against the plain use of robfig.
 //
+// # Re-arming without waiting
+//
+// While a robfig engine runs, adding and removing entries are hand-offs to
+// its run loop: the first returns at once when the loop is idle, a second
+// one waits for the loop to come round (a goroutine wake-up, slow on a busy
+// machine). A changed Reload therefore adds the new entry first and retires
+// the old one: its job is marked so that it neither runs nor asks robfig for
+// another activation, and a queue drained by one short-lived goroutine takes
+// it out of robfig afterwards. Reload returns once the new entry is handed
+// over; ReloadTimed and RemoveTimed also say when that was, before the change
+// is logged, for the daemon's event-received → armed metric. Sync removes
+// inline, and Stop waits for the queue.
+//
 // # Slot identity
 //
 // A fire is identified by (job id, scheduled time), and replicas with skewed
