@@ -301,16 +301,7 @@ func TestExecActionLeavesNothingBehind(t *testing.T) {
 	if took := time.Since(start); took > 4*time.Second {
 		t.Fatalf("Run took %s: it waited for the background child", took)
 	}
-	data, err := os.ReadFile(pidfile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	killOnCleanup(t, pid)
-	waitFor(t, 5*time.Second, "background sleep killed with the group", func() bool { return processGone(pid) })
+	waitPIDGone(t, pidfile, 5*time.Second, "background sleep killed with the group")
 }
 
 // runGroupKill starts `sh -c 'sleep 300 & echo $! > PIDFILE; wait'`, ends ctx
@@ -340,17 +331,25 @@ func runGroupKill(t *testing.T, ctx context.Context, end func(pidfile string)) (
 		t.Fatal("Run did not return within 60s of start (the sleep is 300s)")
 	}
 
+	waitPIDGone(t, pidfile, 10*time.Second, "grandchild sleep to be gone")
+	return res.err, res.took
+}
+
+// waitPIDGone reads the pid a test action wrote to pidfile, makes sure the
+// process is killed at the end of the test if it is still there, and waits
+// up to within for it to be gone.
+func waitPIDGone(t *testing.T, pidfile string, within time.Duration, what string) {
+	t.Helper()
 	b, err := os.ReadFile(pidfile)
 	if err != nil {
-		t.Fatalf("pid file: %v (Run err %v)", err, res.err)
+		t.Fatalf("pid file: %v", err)
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil || pid <= 1 {
 		t.Fatalf("pid file %q: %v", b, err)
 	}
 	killOnCleanup(t, pid)
-	waitFor(t, 10*time.Second, "grandchild sleep (pid "+strconv.Itoa(pid)+") to be gone", func() bool { return processGone(pid) })
-	return res.err, res.took
+	waitFor(t, within, what+" (pid "+strconv.Itoa(pid)+")", func() bool { return processGone(pid) })
 }
 
 // killOnCleanup kills pid at the end of the test if it is still there (only

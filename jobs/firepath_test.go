@@ -8,9 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -251,16 +249,7 @@ func TestFirePathRecordsExecExitAndStderr(t *testing.T) {
 		got[0].Stderr != "started" || !strings.Contains(got[0].Error, "deadline exceeded") {
 		t.Fatalf("hangs: %+v", got)
 	}
-	b, err := os.ReadFile(pidfile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	killOnCleanup(t, pid)
-	waitFor(t, 10*time.Second, "the timed-out action's sleep grandchild to be gone", func() bool { return processGone(pid) })
+	waitPIDGone(t, pidfile, 10*time.Second, "the timed-out action's sleep grandchild to be gone")
 	got = e.runDocs(t, "ok")
 	if len(got) != 1 || got[0].Status != StatusSucceeded || got[0].ExitCode != nil || got[0].Error != "" {
 		t.Fatalf("ok: %+v", got)

@@ -285,16 +285,7 @@ func TestRunnerExecTimeout(t *testing.T) {
 	if !errors.As(o.err, &ee) || !errors.Is(o.err, context.DeadlineExceeded) || ee.Code == 0 {
 		t.Fatalf("Done err = %v, want *ExitError wrapping DeadlineExceeded", o.err)
 	}
-	b, err := os.ReadFile(pidfile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	killOnCleanup(t, pid)
-	waitFor(t, 10*time.Second, "the program to be gone", func() bool { return processGone(pid) })
+	waitPIDGone(t, pidfile, 10*time.Second, "the program to be gone")
 }
 
 // blockingAction signals started, then blocks until release or ctx ends.

@@ -231,52 +231,50 @@ func reportDurations(b *testing.B, ds []time.Duration) {
 // job is re-armed) with n jobs armed; successive operations walk over the
 // jobs so no job is edited twice in a row.
 func BenchmarkReloadChanged(b *testing.B) {
-	for _, sz := range benchSizes[1:] {
-		b.Run(sz.name, func(b *testing.B) {
-			e := armedEngine(b, sz.n)
-			defer stopEngine(b, e)
-			items := benchItems(sz.n)
-			flipped := make([]bool, sz.n)
-			ds := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for i := range b.N {
-				k := (i * 7919) % sz.n // 7919 is prime: visits every job
-				s := items[k].Schedule
-				if flipped[k] = !flipped[k]; flipped[k] {
-					s.CronExpr = "30 3 * * *"
-				}
-				t0 := time.Now()
-				o := e.Reload(s)
-				ds = append(ds, time.Since(t0))
-				if o != Replaced {
-					b.Fatalf("outcome %s, want replaced", o)
-				}
+	benchReloads(b, Replaced, func(items []Item) func(k int) schedule.Schedule {
+		flipped := make([]bool, len(items))
+		return func(k int) schedule.Schedule {
+			s := items[k].Schedule
+			if flipped[k] = !flipped[k]; flipped[k] {
+				s.CronExpr = "30 3 * * *"
 			}
-			b.StopTimer()
-			reportDurations(b, ds)
-		})
-	}
+			return s
+		}
+	})
 }
 
 // BenchmarkReloadUnchanged measures one Reload of a re-saved document
 // (new updated_at, same timing) with n jobs armed: robfig is not touched.
 func BenchmarkReloadUnchanged(b *testing.B) {
+	benchReloads(b, Unchanged, func(items []Item) func(k int) schedule.Schedule {
+		now := time.Now()
+		return func(k int) schedule.Schedule {
+			s := items[k].Schedule
+			s.UpdatedAt = now
+			return s
+		}
+	})
+}
+
+// benchReloads times one Reload per operation on an engine with n jobs
+// armed, for each size but the smallest. edit builds, from the armed items,
+// the schedule to reload for job k; every Reload must give want. Successive
+// operations visit the jobs in a stride of 7919 (a prime, so every job).
+func benchReloads(b *testing.B, want Outcome, edit func(items []Item) func(k int) schedule.Schedule) {
 	for _, sz := range benchSizes[1:] {
 		b.Run(sz.name, func(b *testing.B) {
 			e := armedEngine(b, sz.n)
 			defer stopEngine(b, e)
-			items := benchItems(sz.n)
-			now := time.Now()
+			next := edit(benchItems(sz.n))
 			ds := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
 			for i := range b.N {
-				s := items[(i*7919)%sz.n].Schedule
-				s.UpdatedAt = now
+				s := next((i * 7919) % sz.n)
 				t0 := time.Now()
 				o := e.Reload(s)
 				ds = append(ds, time.Since(t0))
-				if o != Unchanged {
-					b.Fatalf("outcome %s, want unchanged", o)
+				if o != want {
+					b.Fatalf("outcome %s, want %s", o, want)
 				}
 			}
 			b.StopTimer()
