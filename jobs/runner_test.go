@@ -453,3 +453,36 @@ func recvWithin(t *testing.T, c <-chan struct{}, timeout time.Duration, what str
 		t.Fatalf("%s did not happen within %v", what, timeout)
 	}
 }
+
+// The fire's schedule decides the run: its action and args come from the
+// Due (the category too, for the worker pool), and the Dispatched hook measures lateness from Due.At (the
+// slot plus the planned jitter), not from the slot.
+func TestRunnerFireTakesEverythingFromTheDue(t *testing.T) {
+	t.Parallel()
+	type dispatch struct {
+		id      string
+		due, at time.Time
+	}
+	dispatched := make(chan dispatch, 1)
+	got := make(chan Fire, 1)
+	reg := NewRegistry()
+	reg.Register("report", Spec{Action: ActionFunc(func(_ context.Context, f Fire) error { got <- f; return nil })})
+	r := NewRunner(RunnerOptions{Registry: reg, InstanceID: "a", Logger: slog.New(slog.DiscardHandler),
+		Hooks: Hooks{Dispatched: func(id string, due, at time.Time) { dispatched <- dispatch{id, due, at} }}})
+	defer r.Shutdown(time.Second)
+
+	slot := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)
+	r.Fire(schedule.Due{
+		Schedule: schedule.Schedule{ID: "eu_report", Enabled: true, Job: "report", Category: "reports", Args: `{"region":"eu"}`},
+		Slot:     slot,
+		Delay:    7 * time.Second,
+	})
+	d := <-dispatched
+	if d.id != "eu_report" || !d.due.Equal(slot.Add(7*time.Second)) || d.at.IsZero() {
+		t.Errorf("Dispatched(%q, due %v, at %v), want eu_report due at the slot plus 7s", d.id, d.due, d.at)
+	}
+	f := <-got
+	if f.JobID != "eu_report" || !f.ScheduledAt.Equal(slot) || string(f.Args) != `{"region":"eu"}` {
+		t.Errorf("fire %+v: want job eu_report at the undelayed slot with the schedule's args", f)
+	}
+}
