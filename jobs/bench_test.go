@@ -18,7 +18,7 @@ func BenchmarkLockAcquireRelease(b *testing.B) {
 	ctx := context.Background()
 	slot := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	// Create the lock document outside the measurement.
-	c, err := s.Claim(ctx, ClaimRequest{JobID: "bench", Slot: slot, Instance: "bench", RunID: "warm", Exclusive: true, Now: time.Now(), TTL: time.Minute})
+	c, err := s.Claim(ctx, ClaimRequest{JobID: "bench", Slot: slot, Instance: "bench", RunID: "warm", Overlap: OverlapForbid, Now: time.Now(), TTL: time.Minute})
 	if err != nil || c.Result != Acquired {
 		b.Fatalf("warm-up claim: %v %v", c.Result, err)
 	}
@@ -31,7 +31,7 @@ func BenchmarkLockAcquireRelease(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
 		slot = slot.Add(time.Second)
-		c, err := s.Claim(ctx, ClaimRequest{JobID: "bench", Slot: slot, Instance: "bench", RunID: newRunID(), Exclusive: true, Now: t0, TTL: time.Minute})
+		c, err := s.Claim(ctx, ClaimRequest{JobID: "bench", Slot: slot, Instance: "bench", RunID: newRunID(), Overlap: OverlapForbid, Now: t0, TTL: time.Minute})
 		if err != nil || c.Result != Acquired {
 			b.Fatalf("claim %d: %v %v", i, c.Result, err)
 		}

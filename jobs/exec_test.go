@@ -237,10 +237,10 @@ func TestExecActionExitStatusAndStderrTail(t *testing.T) {
 	full.WriteString("LAST")
 	const tail = 32
 	a := &ExecAction{
-		Argv:       []string{"sh", "-c", `i=0; while [ $i -lt 100 ]; do printf 'line-%03d\n' $i >&2; i=$((i+1)); done; printf LAST >&2; echo to-stdout; exit 7`},
-		StderrTail: tail,
+		Argv:      []string{"sh", "-c", `i=0; while [ $i -lt 100 ]; do printf 'line-%03d\n' $i >&2; i=$((i+1)); done; printf LAST >&2; echo to-stdout; exit 7`},
+		TailBytes: tail,
 	}
-	err := a.Run(context.Background(), testFire())
+	out, err := a.RunOutput(context.Background(), testFire())
 	var ee *ExitError
 	if !errors.As(err, &ee) {
 		t.Fatalf("err = %v (%T), want *ExitError", err, err)
@@ -262,6 +262,48 @@ func TestExecActionExitStatusAndStderrTail(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "to-stdout") {
 		t.Errorf("stdout leaked into the error: %q", err.Error())
+	}
+	if out.Stdout != "to-stdout" || out.Stderr != want {
+		t.Errorf("output = %+v, want stdout %q and the stderr tail %q", out, "to-stdout", want)
+	}
+}
+
+// Standard output keeps a tail by the same rule as standard error: the last
+// TailBytes bytes, trimmed, on success as on failure.
+func TestExecActionStdoutTail(t *testing.T) {
+	t.Parallel()
+	var full strings.Builder
+	for i := 0; i < 100; i++ {
+		fmt.Fprintf(&full, "out-%03d\n", i)
+	}
+	const tail = 20
+	s := full.String()
+	want := strings.TrimSpace(s[len(s)-tail:])
+	for _, exit := range []int{0, 4} {
+		a := &ExecAction{
+			Argv:      []string{"sh", "-c", fmt.Sprintf(`i=0; while [ $i -lt 100 ]; do printf 'out-%%03d\n' $i; i=$((i+1)); done; exit %d`, exit)},
+			TailBytes: tail,
+		}
+		out, err := a.RunOutput(context.Background(), testFire())
+		if (err == nil) != (exit == 0) {
+			t.Fatalf("exit %d: err = %v", exit, err)
+		}
+		if out.Stdout != want || out.Stderr != "" {
+			t.Errorf("exit %d: output %+v, want stdout %q (the last %d bytes, trimmed) and no stderr", exit, out, want, tail)
+		}
+	}
+}
+
+func TestExecActionDefaultStdoutTail(t *testing.T) {
+	t.Parallel()
+	// 5000 bytes of 'y' then END on stdout; the default keeps the last 2 KiB.
+	a := &ExecAction{Argv: []string{"sh", "-c", `i=0; while [ $i -lt 50 ]; do printf '%0100d' 0 | tr 0 y; i=$((i+1)); done; printf END`}}
+	out, err := a.RunOutput(context.Background(), testFire())
+	if err != nil {
+		t.Fatalf("RunOutput: %v", err)
+	}
+	if DefaultTailBytes != 2048 || len(out.Stdout) != DefaultTailBytes || !strings.HasSuffix(out.Stdout, "END") || strings.Trim(out.Stdout[:2045], "y") != "" {
+		t.Errorf("Stdout: len %d, suffix %q; want 2048 bytes ending in END", len(out.Stdout), out.Stdout[max(0, len(out.Stdout)-8):])
 	}
 }
 
@@ -287,6 +329,10 @@ func TestExecActionSuccess(t *testing.T) {
 	a := &ExecAction{Argv: []string{"sh", "-c", "echo noise >&2; exit 0"}}
 	if err := a.Run(context.Background(), testFire()); err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+	out, err := a.RunOutput(context.Background(), testFire())
+	if err != nil || out.Stderr != "noise" || out.Stdout != "" {
+		t.Fatalf("RunOutput = %+v, %v; want the stderr tail of a successful run", out, err)
 	}
 }
 

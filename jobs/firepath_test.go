@@ -16,7 +16,15 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/schedule"
 )
+
+// dueAt is the fire for slot of job id's schedule, which runs the action
+// named like the job.
+func dueAt(id string, slot time.Time) schedule.Due {
+	return schedule.Due{Schedule: schedule.Schedule{ID: id, Enabled: true}, Slot: slot}
+}
 
 // fireEnv is a set of runners (replicas) sharing one test database.
 type fireEnv struct {
@@ -40,7 +48,6 @@ func (e *fireEnv) runner(t *testing.T, instance string, ttl time.Duration) *Runn
 		Registry:   e.reg,
 		InstanceID: instance,
 		Logger:     slog.New(slog.DiscardHandler),
-		Resolve:    func(id string) (Target, bool) { return Target{Action: id}, true },
 		Store:      NewMongoStore(e.locks, e.runs, MongoStoreOptions{Instance: instance, Logger: slog.New(slog.DiscardHandler)}),
 		TTL:        ttl,
 		Workers:    4,
@@ -88,7 +95,7 @@ func TestFirePathExactlyOnceAcrossReplicas(t *testing.T) {
 		return nil
 	})
 	e.reg.Register("forbid_job", Spec{Action: action})
-	e.reg.Register("allow_job", Spec{Action: action, Overlap: "allow"})
+	e.reg.Register("allow_job", Spec{Action: action, Overlap: OverlapAllow})
 	replicas := []*Runner{e.runner(t, "r1", time.Minute), e.runner(t, "r2", time.Minute), e.runner(t, "r3", time.Minute)}
 	for _, job := range []string{"forbid_job", "allow_job"} {
 		clear(ran)
@@ -98,7 +105,7 @@ func TestFirePathExactlyOnceAcrossReplicas(t *testing.T) {
 			slot := start.Add(time.Duration(i) * time.Second)
 			var wg sync.WaitGroup
 			for _, r := range replicas {
-				wg.Go(func() { r.Fire(job, slot) })
+				wg.Go(func() { r.Fire(dueAt(job, slot)) })
 			}
 			wg.Wait()
 		}
@@ -150,7 +157,7 @@ func TestFirePathRenewalKeepsLongRun(t *testing.T) {
 	a, b := e.runner(t, "a", ttl), e.runner(t, "b", ttl)
 	slot := time.Now().Truncate(time.Second)
 	done := make(chan struct{})
-	go func() { defer close(done); a.Fire("long", slot) }()
+	go func() { defer close(done); a.Fire(dueAt("long", slot)) }()
 	<-started
 	// b fires later slots all through the run (and past several TTLs).
 	next := slot
@@ -159,7 +166,7 @@ func TestFirePathRenewalKeepsLongRun(t *testing.T) {
 		case <-done:
 		default:
 			next = next.Add(time.Second)
-			b.Fire("long", next)
+			b.Fire(dueAt("long", next))
 			time.Sleep(200 * time.Millisecond)
 			continue
 		}
@@ -205,7 +212,7 @@ func TestFirePathLockLossCancelsAction(t *testing.T) {
 	})})
 	a := e.runner(t, "a", ttl)
 	done := make(chan struct{})
-	go func() { defer close(done); a.Fire("victim", time.Now().Truncate(time.Second)) }()
+	go func() { defer close(done); a.Fire(dueAt("victim", time.Now().Truncate(time.Second))) }()
 	<-started
 	if _, err := e.locks.UpdateOne(testCtx(t), bson.D{{Key: "_id", Value: "victim"}}, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "state", Value: "free"}, {Key: "holder", Value: ""}, {Key: "run_id", Value: ""}, {Key: "lease_until", Value: time.Now()}}}}); err != nil {
@@ -228,20 +235,20 @@ func TestFirePathLockLossCancelsAction(t *testing.T) {
 func TestFirePathRecordsExecExitAndStderr(t *testing.T) {
 	t.Parallel()
 	e := newFireEnv(t)
-	e.reg.Register("fails", Spec{Action: &ExecAction{Argv: []string{"sh", "-c", `echo first >&2; echo "the end" >&2; exit 3`}}})
+	e.reg.Register("fails", Spec{Action: &ExecAction{Argv: []string{"sh", "-c", `echo out; echo first >&2; echo "the end" >&2; exit 3`}}})
 	pidfile := filepath.Join(t.TempDir(), "pid")
 	e.reg.Register("hangs", Spec{Timeout: 500 * time.Millisecond, Action: &ExecAction{
 		Argv: []string{"sh", "-c", `sleep 300 & echo $! > "$1"; echo started >&2; wait`, "sh", pidfile}}})
 	e.reg.Register("ok", Spec{Action: &ExecAction{Argv: []string{"sh", "-c", "exit 0"}}})
 	r := e.runner(t, "a", time.Minute)
 	slot := time.Now().Truncate(time.Second)
-	r.Fire("fails", slot)
-	r.Fire("hangs", slot)
-	r.Fire("ok", slot)
+	r.Fire(dueAt("fails", slot))
+	r.Fire(dueAt("hangs", slot))
+	r.Fire(dueAt("ok", slot))
 
 	got := e.runDocs(t, "fails")
 	if len(got) != 1 || got[0].Status != StatusFailed || got[0].ExitCode == nil || *got[0].ExitCode != 3 ||
-		got[0].Stderr != "first\nthe end" || !strings.Contains(got[0].Error, "exit 3") {
+		got[0].Stderr != "first\nthe end" || got[0].Stdout != "out" || !strings.Contains(got[0].Error, "exit 3") {
 		t.Fatalf("fails: %+v", got)
 	}
 	got = e.runDocs(t, "hangs")
@@ -256,6 +263,47 @@ func TestFirePathRecordsExecExitAndStderr(t *testing.T) {
 	}
 	if l := e.lock(t, "fails"); l.LastOutcome != StatusFailed || l.State != LockFree {
 		t.Errorf("lock of fails: %+v", l)
+	}
+}
+
+// An exec action's output is kept in its run record, on success too: the
+// tails of stdout and stderr, each bounded like the other.
+func TestFirePathRecordsExecStdoutTail(t *testing.T) {
+	t.Parallel()
+	e := newFireEnv(t)
+	e.reg.Register("chatty", Spec{Action: &ExecAction{TailBytes: 16,
+		Argv: []string{"sh", "-c", `echo "heartbeat $CRONSWAP_JOB_ID"; printf 'a%.0s' $(seq 100); echo " end"; echo warn >&2`}}})
+	e.reg.Register("quiet", Spec{Action: &ExecAction{Argv: []string{"true"}}})
+	r := e.runner(t, "a", time.Minute)
+	slot := time.Now().Truncate(time.Second)
+	r.Fire(dueAt("chatty", slot))
+	r.Fire(dueAt("quiet", slot))
+
+	got := e.runDocs(t, "chatty")
+	if len(got) != 1 || got[0].Status != StatusSucceeded || got[0].ExitCode != nil {
+		t.Fatalf("chatty: %+v", got)
+	}
+	// The last 16 bytes are 11 a's, " end" and the newline, which is trimmed.
+	if want := strings.Repeat("a", 11) + " end"; got[0].Stdout != want || got[0].Stderr != "warn" {
+		t.Errorf("chatty: stdout %q stderr %q, want the 16-byte stdout tail %q and stderr %q", got[0].Stdout, got[0].Stderr, want, "warn")
+	}
+	var raw bson.M
+	if err := e.runs.FindOne(testCtx(t), bson.D{{Key: "_id", Value: got[0].ID}}).Decode(&raw); err != nil {
+		t.Fatal(err)
+	}
+	if raw["stdout"] != got[0].Stdout {
+		t.Errorf("job_runs document %v: want the field stdout next to stderr", raw)
+	}
+	got = e.runDocs(t, "quiet")
+	if len(got) != 1 || got[0].Stdout != "" || got[0].Stderr != "" {
+		t.Fatalf("quiet: %+v, want no output recorded", got)
+	}
+	var quiet bson.M
+	if err := e.runs.FindOne(testCtx(t), bson.D{{Key: "_id", Value: got[0].ID}}).Decode(&quiet); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := quiet["stdout"]; ok {
+		t.Errorf("quiet run document %v: want no stdout field when nothing was printed", quiet)
 	}
 }
 
@@ -286,7 +334,7 @@ func TestFirePathRecordsHTTPOutcome(t *testing.T) {
 	r := e.runner(t, "a", time.Minute)
 	slot := time.Now().Truncate(time.Second)
 	for _, id := range []string{"ok", "broken", "slow"} {
-		r.Fire(id, slot)
+		r.Fire(dueAt(id, slot))
 	}
 	for id, want := range map[string]string{"ok": StatusSucceeded, "broken": StatusFailed, "slow": StatusFailed} {
 		runs := e.runDocs(t, id)
@@ -313,8 +361,7 @@ func TestFirePathDatabaseUnreachableDoesNotRun(t *testing.T) {
 	var mu sync.Mutex
 	store := &failingStore{err: fmt.Errorf("claim j: %w: no server", ErrUnreachable)}
 	r := NewRunner(RunnerOptions{Registry: reg, InstanceID: "a", Logger: slog.New(slog.DiscardHandler),
-		Resolve: func(string) (Target, bool) { return Target{Action: "j"}, true },
-		Store:   store,
+		Store: store,
 		Hooks: Hooks{NotRun: func(id string, slot time.Time, reason string) {
 			mu.Lock()
 			reasons = append(reasons, id+"@"+slot.UTC().Format(time.TimeOnly)+":"+reason)
@@ -322,7 +369,7 @@ func TestFirePathDatabaseUnreachableDoesNotRun(t *testing.T) {
 		}}})
 	defer r.Shutdown(time.Second)
 	slot := time.Date(2030, 1, 1, 10, 0, 5, 0, time.UTC)
-	r.Fire("j", slot)
+	r.Fire(dueAt("j", slot))
 	if ran.Load() != 0 {
 		t.Fatal("the action ran without a claim")
 	}
@@ -353,7 +400,7 @@ func TestFirePathShutdownReleasesLock(t *testing.T) {
 		return ctx.Err()
 	})})
 	r := e.runner(t, "a", time.Minute)
-	go r.Fire("stuck", time.Now().Truncate(time.Second))
+	go r.Fire(dueAt("stuck", time.Now().Truncate(time.Second)))
 	<-started
 	if l := e.lock(t, "stuck"); l.State != LockRunning || l.Holder != "a" {
 		t.Fatalf("lock while running: %+v", l)
@@ -378,7 +425,7 @@ func TestFirePathAllowOverlaps(t *testing.T) {
 	e := newFireEnv(t)
 	var inside, peak atomic.Int32
 	release := make(chan struct{})
-	e.reg.Register("par", Spec{Overlap: "allow", Action: ActionFunc(func(ctx context.Context, f Fire) error {
+	e.reg.Register("par", Spec{Overlap: OverlapAllow, Action: ActionFunc(func(ctx context.Context, f Fire) error {
 		n := inside.Add(1)
 		for {
 			p := peak.Load()
@@ -399,8 +446,8 @@ func TestFirePathAllowOverlaps(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 3 {
 		s := slot.Add(time.Duration(i) * time.Second)
-		wg.Go(func() { a.Fire("par", s) })
-		wg.Go(func() { b.Fire("par", s) })
+		wg.Go(func() { a.Fire(dueAt("par", s)) })
+		wg.Go(func() { b.Fire(dueAt("par", s)) })
 		waitFor(t, 30*time.Second, fmt.Sprintf("run %d to start", i+1), func() bool { return inside.Load() == int32(i+1) })
 	}
 	close(release)
@@ -437,9 +484,8 @@ func TestFirePathSkewedClocksRunOnce(t *testing.T) {
 	})})
 	mk := func(instance string, offset time.Duration) *Runner {
 		r := NewRunner(RunnerOptions{Registry: e.reg, InstanceID: instance, Logger: slog.New(slog.DiscardHandler),
-			Resolve: func(id string) (Target, bool) { return Target{Action: id}, true },
-			Store:   NewMongoStore(e.locks, e.runs, MongoStoreOptions{Instance: instance, Logger: slog.New(slog.DiscardHandler)}),
-			Clock:   skewedClock(offset), TTL: 30 * time.Second})
+			Store: NewMongoStore(e.locks, e.runs, MongoStoreOptions{Instance: instance, Logger: slog.New(slog.DiscardHandler)}),
+			Clock: skewedClock(offset), TTL: 30 * time.Second})
 		t.Cleanup(func() { r.Shutdown(10 * time.Second) })
 		return r
 	}
@@ -449,12 +495,12 @@ func TestFirePathSkewedClocksRunOnce(t *testing.T) {
 		s := slot.Add(time.Duration(i) * time.Second)
 		if i%2 == 0 {
 			var wg sync.WaitGroup
-			wg.Go(func() { ahead.Fire("j", s) })
-			wg.Go(func() { behind.Fire("j", s) })
+			wg.Go(func() { ahead.Fire(dueAt("j", s)) })
+			wg.Go(func() { behind.Fire(dueAt("j", s)) })
 			wg.Wait()
 		} else {
-			ahead.Fire("j", s)
-			behind.Fire("j", s) // late, after ahead's run released the lock
+			ahead.Fire(dueAt("j", s))
+			behind.Fire(dueAt("j", s)) // late, after ahead's run released the lock
 		}
 	}
 	mu.Lock()
@@ -496,10 +542,9 @@ func TestFirePathFailingRenewalsCancelAction(t *testing.T) {
 		}
 	})})
 	r := NewRunner(RunnerOptions{Registry: e.reg, InstanceID: "a", Logger: slog.New(slog.DiscardHandler),
-		Resolve: func(id string) (Target, bool) { return Target{Action: id}, true },
-		Store:   store, TTL: 900 * time.Millisecond})
+		Store: store, TTL: 900 * time.Millisecond})
 	t.Cleanup(func() { r.Shutdown(10 * time.Second) })
-	r.Fire("j", time.Now().Truncate(time.Second))
+	r.Fire(dueAt("j", time.Now().Truncate(time.Second)))
 	if !cancelled.Load() {
 		t.Fatal("the action was not cancelled")
 	}

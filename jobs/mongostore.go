@@ -17,9 +17,9 @@ import (
 // MongoStore is the LockStore on MongoDB: job_locks holds one lock document
 // per job, job_runs one record per claimed or skipped fire. It needs no
 // transactions or sessions: every step is a single-document conditional
-// update (seed 001's findAndModify pattern), and the unique (job_id,
-// scheduled_at) index on job_runs backs exactly-once (seed 003's atomic
-// de-duplication).
+// update (findAndModify with the expected state in the filter), and the
+// unique (job_id, scheduled_at) index on job_runs backs exactly-once: a
+// second record of the same fire is refused by the server.
 type MongoStore struct {
 	locks     *mongo.Collection
 	runs      *mongo.Collection
@@ -31,18 +31,22 @@ type MongoStore struct {
 // MongoStoreOptions configures a MongoStore.
 type MongoStoreOptions struct {
 	// Retention is how long run records are kept after they end (their
-	// expire_at, which the TTL index reads). Default 720h.
+	// expire_at, which the TTL index reads); 0 means DefaultRetention.
 	Retention time.Duration
 	// Instance names this replica in repair records and logs.
 	Instance string
 	Logger   *slog.Logger
 }
 
+// DefaultRetention is how long run records are kept after they end when
+// MongoStoreOptions.Retention (config runs.retention) is 0: 30 days.
+const DefaultRetention = 720 * time.Hour
+
 // NewMongoStore returns a store on the given collections (normally
 // LocksCollection and RunsCollection of the daemon's database).
 func NewMongoStore(locks, runs *mongo.Collection, opts MongoStoreOptions) *MongoStore {
 	if opts.Retention <= 0 {
-		opts.Retention = 720 * time.Hour
+		opts.Retention = DefaultRetention
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -59,8 +63,8 @@ const (
 )
 
 // RunIndexes returns the indexes of job_runs: unique (job_id, scheduled_at),
-// the last line of exactly-once (seed 003's atomic de-duplication), and a
-// TTL index on expire_at, which each record sets to its end plus
+// the last line of exactly-once (the server refuses a second record of the
+// same fire), and a TTL index on expire_at, which each record sets to its end plus
 // runs.retention (so a changed retention applies to new records without
 // collMod). The daemon and `cronswap init` both create exactly these.
 func RunIndexes() []mongo.IndexModel {
@@ -126,7 +130,7 @@ func (s *MongoStore) Claim(ctx context.Context, req ClaimRequest) (Claim, error)
 			continue
 		case !v.lastSlot.Before(req.Slot):
 			return Claim{Result: AlreadyFired, Repaired: repaired}, nil
-		case req.Exclusive && v.state == LockRunning && !v.leaseUntil.Before(req.Now) &&
+		case req.Overlap.takesLock() && v.state == LockRunning && !v.leaseUntil.Before(req.Now) &&
 			v.holder == req.Instance && req.Running != nil && !req.Running(v.runID):
 			c, won, err := s.reclaim(ctx, req, v)
 			if err != nil {
@@ -136,7 +140,10 @@ func (s *MongoStore) Claim(ctx context.Context, req ClaimRequest) (Claim, error)
 				c.Repaired = repaired
 				return c, nil
 			}
-		case req.Exclusive && v.state == LockRunning && !v.leaseUntil.Before(req.Now):
+		case req.Overlap.takesLock() && v.state == LockRunning && !v.leaseUntil.Before(req.Now):
+			// A live run holds the lock. Under OverlapForbid (the only
+			// policy taking the lock so far) the fire is skipped; a policy
+			// that does something else while the lock is held says so here.
 			c, won, err := s.skip(ctx, req)
 			if err != nil {
 				return Claim{}, err
@@ -154,9 +161,9 @@ func (s *MongoStore) Claim(ctx context.Context, req ClaimRequest) (Claim, error)
 	return Claim{}, fmt.Errorf("claim %s: lock document kept changing (%d attempts)", req.JobID, maxClaimAttempts)
 }
 
-// tryClaim is the one atomic conditional update that wins a fire. For an
-// exclusive claim its filter reads "slot not yet fired, and the lock free
-// or past its lease"; for allow only the slot counts.
+// tryClaim is the one atomic conditional update that wins a fire. For a
+// policy that takes the lock its filter reads "slot not yet fired, and the
+// lock free or past its lease"; otherwise only the slot counts.
 func (s *MongoStore) tryClaim(ctx context.Context, req ClaimRequest) (Claim, bool, error) {
 	filter := bson.D{
 		{Key: "_id", Value: req.JobID},
@@ -167,7 +174,8 @@ func (s *MongoStore) tryClaim(ctx context.Context, req ClaimRequest) (Claim, boo
 		{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{LockFree, LockRunning}}}},
 	}
 	set := bson.D{{Key: "last_slot", Value: req.Slot}, {Key: "updated_at", Value: req.Now}}
-	if req.Exclusive {
+	locks := req.Overlap.takesLock()
+	if locks {
 		filter = append(filter, bson.E{Key: "$or", Value: bson.A{
 			bson.D{{Key: "state", Value: LockFree}},
 			bson.D{{Key: "lease_until", Value: bson.D{{Key: "$lt", Value: req.Now}}}},
@@ -192,9 +200,9 @@ func (s *MongoStore) tryClaim(ctx context.Context, req ClaimRequest) (Claim, boo
 	before := inspectLock(raw, req.Now, req.TTL)
 	c := Claim{Result: Acquired, Lease: Lease{
 		JobID: req.JobID, Slot: req.Slot, Instance: req.Instance, RunID: req.RunID,
-		Fence: before.fence + 1, Exclusive: req.Exclusive,
+		Fence: before.fence + 1, Overlap: req.Overlap,
 	}}
-	if req.Exclusive && before.state != LockFree && before.runID != "" {
+	if locks && before.state != LockFree && before.runID != "" {
 		// The previous holder's lease ran out: its run is over for us.
 		c.Result = TakenOver
 		c.Holder, c.HolderRunID = before.holder, before.runID
@@ -240,7 +248,7 @@ func (s *MongoStore) reclaim(ctx context.Context, req ClaimRequest, v lockView) 
 	s.sweepRuns(ctx, req.JobID, req.RunID, req.Now)
 	return Claim{Result: TakenOver, Holder: req.Instance, HolderRunID: v.runID, Lease: Lease{
 		JobID: req.JobID, Slot: req.Slot, Instance: req.Instance, RunID: req.RunID,
-		Fence: v.fence + 1, Exclusive: true,
+		Fence: v.fence + 1, Overlap: req.Overlap,
 	}}, true, nil
 }
 
@@ -409,7 +417,7 @@ func (s *MongoStore) abandonRun(ctx context.Context, jobID, runID string, now ti
 
 // sweepRuns marks abandoned the running records of a job whose lease has
 // run out (their holder died without anyone taking its lock over: an allow
-// job, or a lock an operator released by hand).
+// job whose policy takes no lock, or a lock an operator released by hand).
 func (s *MongoStore) sweepRuns(ctx context.Context, jobID, except string, now time.Time) {
 	_, err := s.runs.UpdateMany(ctx,
 		bson.D{
@@ -447,7 +455,7 @@ func (s *MongoStore) StartRun(ctx context.Context, l Lease, now time.Time, ttl t
 // Renew implements LockStore.
 func (s *MongoStore) Renew(ctx context.Context, l Lease, now time.Time, ttl time.Duration) error {
 	until := now.Add(ttl)
-	if l.Exclusive {
+	if l.Overlap.takesLock() {
 		res, err := s.locks.UpdateOne(ctx, holderFilter(l),
 			bson.D{{Key: "$set", Value: bson.D{{Key: "lease_until", Value: until}, {Key: "updated_at", Value: now}}}})
 		if err != nil {
@@ -482,7 +490,7 @@ func holderFilter(l Lease) bson.D {
 func (s *MongoStore) Release(ctx context.Context, l Lease, outcome string, now time.Time) error {
 	set := bson.D{{Key: "last_outcome", Value: outcome}, {Key: "last_ended_at", Value: now}, {Key: "updated_at", Value: now}}
 	filter := bson.D{{Key: "_id", Value: l.JobID}}
-	if l.Exclusive {
+	if l.Overlap.takesLock() {
 		filter = holderFilter(l)
 		set = append(set,
 			bson.E{Key: "state", Value: LockFree},
@@ -495,7 +503,7 @@ func (s *MongoStore) Release(ctx context.Context, l Lease, outcome string, now t
 	if err != nil {
 		return fmt.Errorf("release lock %s: %w", l.JobID, err)
 	}
-	if res.MatchedCount == 0 && l.Exclusive {
+	if res.MatchedCount == 0 && l.Overlap.takesLock() {
 		return fmt.Errorf("release lock %s (fence %d): %w", l.JobID, l.Fence, ErrLockLost)
 	}
 	return nil
@@ -514,8 +522,11 @@ func (s *MongoStore) FinishRun(ctx context.Context, l Lease, end RunEnd) error {
 	if end.ExitCode != nil {
 		set = append(set, bson.E{Key: "exit_code", Value: *end.ExitCode})
 	}
-	if end.Stderr != "" {
-		set = append(set, bson.E{Key: "stderr", Value: end.Stderr})
+	if end.Output.Stdout != "" {
+		set = append(set, bson.E{Key: "stdout", Value: end.Output.Stdout})
+	}
+	if end.Output.Stderr != "" {
+		set = append(set, bson.E{Key: "stderr", Value: end.Output.Stderr})
 	}
 	res, err := s.runs.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: StatusRunning}},

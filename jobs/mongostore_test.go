@@ -82,8 +82,8 @@ func testCtx(t testing.TB) context.Context {
 // like cron slots).
 var base = time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)
 
-func req(job string, slot time.Time, instance string, now time.Time, exclusive bool) ClaimRequest {
-	return ClaimRequest{JobID: job, Slot: slot, Instance: instance, RunID: newRunID(), Exclusive: exclusive, Now: now, TTL: 10 * time.Second}
+func req(job string, slot time.Time, instance string, now time.Time, overlap Overlap) ClaimRequest {
+	return ClaimRequest{JobID: job, Slot: slot, Instance: instance, RunID: newRunID(), Overlap: overlap, Now: now, TTL: 10 * time.Second}
 }
 
 func mustClaim(t *testing.T, s *MongoStore, r ClaimRequest, want ClaimResult) Claim {
@@ -105,7 +105,7 @@ func TestMongoStoreClaimSkipRelease(t *testing.T) {
 	ctx := testCtx(t)
 	t0 := base
 
-	c := mustClaim(t, a, req("j", t0, "a", t0, true), Acquired)
+	c := mustClaim(t, a, req("j", t0, "a", t0, OverlapForbid), Acquired)
 	if c.Lease.Fence != 1 || c.Lease.Instance != "a" || !c.Lease.Slot.Equal(t0) {
 		t.Fatalf("lease %+v, want fence 1 for a at %v", c.Lease, t0)
 	}
@@ -113,15 +113,15 @@ func TestMongoStoreClaimSkipRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The same slot again, from anyone: already fired.
-	mustClaim(t, b, req("j", t0, "b", t0.Add(time.Second), true), AlreadyFired)
-	mustClaim(t, a, req("j", t0, "a", t0.Add(time.Second), true), AlreadyFired)
+	mustClaim(t, b, req("j", t0, "b", t0.Add(time.Second), OverlapForbid), AlreadyFired)
+	mustClaim(t, a, req("j", t0, "a", t0.Add(time.Second), OverlapForbid), AlreadyFired)
 	// The next slot while the run holds the lock: exactly one skip.
 	t1 := t0.Add(time.Second)
-	sk := mustClaim(t, b, req("j", t1, "b", t1, true), Skipped)
+	sk := mustClaim(t, b, req("j", t1, "b", t1, OverlapForbid), Skipped)
 	if sk.Holder != "a" || sk.HolderRunID != c.Lease.RunID {
 		t.Errorf("skip names holder %q run %q, want a / %s", sk.Holder, sk.HolderRunID, c.Lease.RunID)
 	}
-	mustClaim(t, a, req("j", t1, "a", t1, true), AlreadyFired)
+	mustClaim(t, a, req("j", t1, "a", t1, OverlapForbid), AlreadyFired)
 	if err := b.RecordSkip(ctx, "j", t1, "b", newRunID(), "held", t1); err != nil {
 		t.Fatal(err)
 	}
@@ -130,10 +130,10 @@ func TestMongoStoreClaimSkipRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Only the holder may release; then the next slot is free.
-	if err := b.Release(ctx, Lease{JobID: "j", Instance: "b", Fence: 1, Exclusive: true}, StatusSucceeded, t1); !errors.Is(err, ErrLockLost) {
+	if err := b.Release(ctx, Lease{JobID: "j", Instance: "b", Fence: 1, Overlap: OverlapForbid}, StatusSucceeded, t1); !errors.Is(err, ErrLockLost) {
 		t.Fatalf("release by another instance: %v, want ErrLockLost", err)
 	}
-	if err := a.Release(ctx, Lease{JobID: "j", Instance: "a", Fence: 1, Exclusive: true}, StatusSucceeded, t1); err != nil {
+	if err := a.Release(ctx, Lease{JobID: "j", Instance: "a", Fence: 1, Overlap: OverlapForbid}, StatusSucceeded, t1); err != nil {
 		t.Fatal(err)
 	}
 	end := t1.Add(500 * time.Millisecond)
@@ -145,7 +145,7 @@ func TestMongoStoreClaimSkipRelease(t *testing.T) {
 		t.Fatalf("lock after release: %+v", l)
 	}
 	t2 := t1.Add(time.Second)
-	c2 := mustClaim(t, b, req("j", t2, "b", t2, true), Acquired)
+	c2 := mustClaim(t, b, req("j", t2, "b", t2, OverlapForbid), Acquired)
 	if c2.Lease.Fence != 2 {
 		t.Errorf("second fence %d, want 2", c2.Lease.Fence)
 	}
@@ -179,7 +179,7 @@ func TestMongoStoreSkewedClocksOneWinner(t *testing.T) {
 		for k, s := range []*MongoStore{fast, slow} {
 			now := []time.Time{fastNow, slowNow}[k]
 			inst := []string{"fast", "slow"}[k]
-			wg.Go(func() { results[k], errs[k] = s.Claim(ctx, req("skew", slot, inst, now, true)) })
+			wg.Go(func() { results[k], errs[k] = s.Claim(ctx, req("skew", slot, inst, now, OverlapForbid)) })
 		}
 		wg.Wait()
 		won := 0
@@ -204,8 +204,8 @@ func TestMongoStoreSkewedClocksOneWinner(t *testing.T) {
 		}
 		// The slow replica fires the same slot again after the winner has
 		// released the lock (its timer went off late): still no second run.
-		mustClaim(t, slow, req("skew", slot, "slow", slowNow.Add(3*time.Second), true), AlreadyFired)
-		mustClaim(t, fast, req("skew", slot, "fast", fastNow.Add(3*time.Second), true), AlreadyFired)
+		mustClaim(t, slow, req("skew", slot, "slow", slowNow.Add(3*time.Second), OverlapForbid), AlreadyFired)
+		mustClaim(t, fast, req("skew", slot, "fast", fastNow.Add(3*time.Second), OverlapForbid), AlreadyFired)
 	}
 }
 
@@ -214,7 +214,7 @@ func TestMongoStoreConcurrentClaims(t *testing.T) {
 	t.Parallel()
 	e := newStoreEnv(t)
 	ctx := testCtx(t)
-	for _, exclusive := range []bool{true, false} {
+	for _, overlap := range []Overlap{OverlapForbid, OverlapAllow} {
 		for i := range 5 {
 			slot := base.Add(time.Duration(i) * time.Minute)
 			var mu sync.Mutex
@@ -224,7 +224,7 @@ func TestMongoStoreConcurrentClaims(t *testing.T) {
 				inst := string(rune('a' + k))
 				s := e.store(inst)
 				wg.Go(func() {
-					c, err := s.Claim(ctx, req("race", slot, inst, slot, exclusive))
+					c, err := s.Claim(ctx, req("race", slot, inst, slot, overlap))
 					if err != nil {
 						t.Error(err)
 						return
@@ -238,9 +238,9 @@ func TestMongoStoreConcurrentClaims(t *testing.T) {
 			}
 			wg.Wait()
 			if len(wins) != 1 {
-				t.Fatalf("exclusive %v slot %d: %d winners", exclusive, i, len(wins))
+				t.Fatalf("overlap %s slot %d: %d winners", overlap, i, len(wins))
 			}
-			if exclusive {
+			if overlap == OverlapForbid {
 				if err := e.store(wins[0].Instance).Release(ctx, wins[0], StatusSucceeded, slot); err != nil {
 					t.Fatal(err)
 				}
@@ -255,7 +255,7 @@ func TestMongoStoreTakeoverAfterLease(t *testing.T) {
 	ctx := testCtx(t)
 	a, b := e.store("a"), e.store("b")
 	const ttl = 3 * time.Second
-	r0 := req("j", base, "a", base, true)
+	r0 := req("j", base, "a", base, OverlapForbid)
 	r0.TTL = ttl
 	c := mustClaim(t, a, r0, Acquired)
 	if err := a.StartRun(ctx, c.Lease, base, ttl); err != nil {
@@ -265,12 +265,12 @@ func TestMongoStoreTakeoverAfterLease(t *testing.T) {
 	if err := a.Renew(ctx, c.Lease, base.Add(2*time.Second), ttl); err != nil {
 		t.Fatal(err)
 	}
-	r1 := req("j", base.Add(4*time.Second), "b", base.Add(4*time.Second), true)
+	r1 := req("j", base.Add(4*time.Second), "b", base.Add(4*time.Second), OverlapForbid)
 	r1.TTL = ttl
 	mustClaim(t, b, r1, Skipped)
 	// a stops renewing (it died); past the lease b takes over.
 	now := base.Add(6 * time.Second)
-	r2 := req("j", now, "b", now, true)
+	r2 := req("j", now, "b", now, OverlapForbid)
 	r2.TTL = ttl
 	c2 := mustClaim(t, b, r2, TakenOver)
 	if c2.Holder != "a" || c2.HolderRunID != c.Lease.RunID || c2.Lease.Fence != c.Lease.Fence+1 {
@@ -302,7 +302,7 @@ func TestMongoStoreForcedReleaseLosesLock(t *testing.T) {
 	e := newStoreEnv(t)
 	ctx := testCtx(t)
 	a := e.store("a")
-	c := mustClaim(t, a, req("j", base, "a", base, true), Acquired)
+	c := mustClaim(t, a, req("j", base, "a", base, OverlapForbid), Acquired)
 	if err := a.StartRun(ctx, c.Lease, base, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +324,7 @@ func TestMongoStoreAllowOverlapsAndSweeps(t *testing.T) {
 	var leases []Lease
 	for i := range 3 {
 		slot := base.Add(time.Duration(i) * time.Second)
-		r := req("par", slot, "a", slot, false)
+		r := req("par", slot, "a", slot, OverlapAllow)
 		r.TTL = ttl
 		c := mustClaim(t, a, r, Acquired)
 		if c.Lease.Fence != int64(i+1) {
@@ -343,7 +343,7 @@ func TestMongoStoreAllowOverlapsAndSweeps(t *testing.T) {
 	if err := a.Renew(ctx, leases[0], now.Add(-time.Second), ttl); err != nil {
 		t.Fatal(err)
 	}
-	r := req("par", now, "b", now, false)
+	r := req("par", now, "b", now, OverlapAllow)
 	r.TTL = ttl
 	mustClaim(t, b, r, Acquired)
 	if s := e.run(t, leases[0].RunID).Status; s != StatusRunning {
@@ -433,7 +433,7 @@ func TestMongoStoreRepairsDamagedLocks(t *testing.T) {
 				t.Fatal(err)
 			}
 			slot := now.Add(time.Second)
-			c, err := s.Claim(ctx, req(name, slot, "a", slot, true))
+			c, err := s.Claim(ctx, req(name, slot, "a", slot, OverlapForbid))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -464,8 +464,8 @@ func TestMongoStoreRecreatesLockFromRuns(t *testing.T) {
 	if _, err := e.runs.InsertOne(ctx, RunDoc{ID: "r1", JobID: "j", ScheduledAt: base, Fence: 41, Status: StatusSucceeded, StartedAt: base}); err != nil {
 		t.Fatal(err)
 	}
-	mustClaim(t, s, req("j", base, "a", base, true), AlreadyFired)
-	c := mustClaim(t, s, req("j", base.Add(time.Second), "a", base, true), Acquired)
+	mustClaim(t, s, req("j", base, "a", base, OverlapForbid), AlreadyFired)
+	c := mustClaim(t, s, req("j", base.Add(time.Second), "a", base, OverlapForbid), Acquired)
 	if c.Lease.Fence != 42 {
 		t.Errorf("fence %d, want 42", c.Lease.Fence)
 	}
@@ -482,7 +482,7 @@ func TestMongoStoreUnreachable(t *testing.T) {
 	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
 	db := client.Database("nowhere")
 	s := NewMongoStore(db.Collection(LocksCollection), db.Collection(RunsCollection), MongoStoreOptions{Logger: slog.New(slog.DiscardHandler)})
-	_, err = s.Claim(testCtx(t), req("j", base, "a", base, true))
+	_, err = s.Claim(testCtx(t), req("j", base, "a", base, OverlapForbid))
 	if !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("Claim against no server: %v, want ErrUnreachable", err)
 	}
@@ -529,7 +529,7 @@ func TestMongoStoreReclaimsOwnLeftoverLock(t *testing.T) {
 	e := newStoreEnv(t)
 	ctx := testCtx(t)
 	a, b := e.store("a"), e.store("b")
-	c := mustClaim(t, a, req("j", base, "a", base, true), Acquired)
+	c := mustClaim(t, a, req("j", base, "a", base, OverlapForbid), Acquired)
 	if err := a.StartRun(ctx, c.Lease, base, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -537,17 +537,17 @@ func TestMongoStoreReclaimsOwnLeftoverLock(t *testing.T) {
 	gone := func(string) bool { return false }
 
 	t1 := base.Add(time.Second)
-	r := req("j", t1, "b", t1, true)
+	r := req("j", t1, "b", t1, OverlapForbid)
 	r.Running = gone // b's own runs say nothing about a's lock
 	mustClaim(t, b, r, Skipped)
 
 	t2 := t1.Add(time.Second)
-	r = req("j", t2, "a", t2, true)
+	r = req("j", t2, "a", t2, OverlapForbid)
 	r.Running = live // the run is alive in this process: skip
 	mustClaim(t, a, r, Skipped)
 
 	t3 := t2.Add(time.Second)
-	r = req("j", t3, "a", t3, true)
+	r = req("j", t3, "a", t3, OverlapForbid)
 	r.Running = gone // restarted: the run is not ours any more
 	c3 := mustClaim(t, a, r, TakenOver)
 	if c3.HolderRunID != c.Lease.RunID || c3.Lease.Fence != c.Lease.Fence+1 {
@@ -586,7 +586,7 @@ func TestMongoStoreConcurrentRepairOneWinner(t *testing.T) {
 			inst := fmt.Sprintf("r%d", k)
 			s := e.store(inst)
 			wg.Go(func() {
-				c, err := s.Claim(ctx, req(id, slot, inst, slot, true))
+				c, err := s.Claim(ctx, req(id, slot, inst, slot, OverlapForbid))
 				if err != nil {
 					t.Error(err)
 					return

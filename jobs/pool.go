@@ -3,7 +3,7 @@ package jobs
 import "sync"
 
 // Pool runs tasks on a bounded number of workers. Waiting tasks are handed
-// out interleaved by category (seed 003's round-robin): the categories with
+// out round-robin by category: the categories with
 // waiting tasks form a ring in order of arrival, and each dispatch takes the
 // oldest task of the next category in the ring, so one large category
 // cannot starve the others. Within a category tasks run in arrival order.
@@ -115,9 +115,10 @@ func (p *Pool) Close() {
 // Wait waits until Close was called and every worker has returned.
 func (p *Pool) Wait() { p.wg.Wait() }
 
-// keyGuard is the in-process guard in front of the database (seed 001's
-// local semaphore, layer 1): per job id at most one goroutine of this
-// process makes an acquisition attempt at a time; others wait for it.
+// keyGuard is the in-process guard in front of the database, the first of
+// the two layers of exactly-once (the lock claim is the second): per job id
+// at most one goroutine of this process makes an acquisition attempt at a
+// time; others wait for it.
 type keyGuard struct {
 	mu    sync.Mutex
 	slots map[string]*guardSlot

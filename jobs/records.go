@@ -2,16 +2,19 @@ package jobs
 
 import "time"
 
-// Collection names of the fire path's records (DESIGN.md, "MongoDB data model").
+// Collection names of the fire path's records: one lock document per job,
+// one run record per claimed or skipped fire. Every package that reads or
+// writes them (the daemon, `cronswap init`, the command line) names them
+// through these constants.
 const (
 	LocksCollection = "job_locks"
 	RunsCollection  = "job_runs"
 )
 
-// Lock states, the explicit state field seed 000 names as the improvement
-// over its two flags (isReady/isEditing): a lock document is either free or
-// held by one run. The README's state table lists every combination of the
-// fields, what it means and how the daemon repairs the damaged ones.
+// Lock states: a lock document is either free or held by one run, said by
+// one explicit state field rather than by a combination of flags. The
+// README's state table lists every combination of the fields, what it means
+// and how the daemon repairs the damaged ones.
 const (
 	LockFree    = "free"
 	LockRunning = "running"
@@ -71,9 +74,12 @@ type RunDoc struct {
 	StartedAt   time.Time `bson:"started_at" json:"started_at"`
 	EndedAt     time.Time `bson:"ended_at,omitempty" json:"ended_at,omitzero"`
 	Error       string    `bson:"error,omitempty" json:"error,omitempty"`
-	// ExitCode and Stderr are set for exec actions that ran.
-	ExitCode *int   `bson:"exit_code,omitempty" json:"exit_code,omitempty"`
-	Stderr   string `bson:"stderr,omitempty" json:"stderr,omitempty"`
+	// ExitCode is set for exec actions that ran and failed.
+	ExitCode *int `bson:"exit_code,omitempty" json:"exit_code,omitempty"`
+	// Stdout and Stderr are the tails (the last DefaultTailBytes, trimmed)
+	// of what an exec action printed; empty when it printed nothing.
+	Stdout string `bson:"stdout,omitempty" json:"stdout,omitempty"`
+	Stderr string `bson:"stderr,omitempty" json:"stderr,omitempty"`
 	// LeaseUntil is renewed with the lock while the run is running; a
 	// running record past it belongs to a dead holder and is marked
 	// abandoned by the next claim of the job.

@@ -2,26 +2,29 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/config"
+	"github.com/cronswap/cronswap/schedule"
 )
 
-func TestFromConfig(t *testing.T) {
+func TestFromDefinitions(t *testing.T) {
 	t.Parallel()
 	argv := []string{"sh", "-c", "echo report for $CRONSWAP_SCHEDULED_AT"}
-	cfg := map[string]config.Job{
-		"daily_report": {Exec: argv, Timeout: 5 * time.Minute},
-		"warm_cache":   {HTTP: &config.HTTPAction{URL: "http://127.0.0.1:8080/hooks/warm", Method: "PUT"}, Overlap: "allow"},
-		"ping":         {HTTP: &config.HTTPAction{URL: "http://127.0.0.1:8080/ping"}, Timeout: time.Second, Overlap: "forbid"},
+	defs := map[string]Definition{
+		"daily_report": {Exec: argv, Timeout: 5 * time.Minute, Jitter: 3 * time.Second},
+		"warm_cache":   {HTTP: &HTTPSettings{URL: "http://127.0.0.1:8080/hooks/warm", Method: "PUT"}, Overlap: OverlapAllow},
+		"ping":         {HTTP: &HTTPSettings{URL: "http://127.0.0.1:8080/ping"}, Timeout: time.Second, Overlap: OverlapForbid},
 	}
-	r, err := FromConfig(cfg)
+	r, err := FromDefinitions(defs)
 	if err != nil {
-		t.Fatalf("FromConfig: %v", err)
+		t.Fatalf("FromDefinitions: %v", err)
 	}
 	if got, want := r.Names(), []string{"daily_report", "ping", "warm_cache"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("Names() = %q, want %q", got, want)
@@ -35,8 +38,8 @@ func TestFromConfig(t *testing.T) {
 	if !ok {
 		t.Fatalf("daily_report action is %T, want *ExecAction", s.Action)
 	}
-	if !reflect.DeepEqual(ea.Argv, argv) || s.Timeout != 5*time.Minute || s.Overlap != "forbid" {
-		t.Errorf("daily_report = argv %q timeout %v overlap %q; want %q 5m forbid (the default)", ea.Argv, s.Timeout, s.Overlap, argv)
+	if !reflect.DeepEqual(ea.Argv, argv) || s.Timeout != 5*time.Minute || s.Overlap != OverlapForbid || s.Jitter != 3*time.Second {
+		t.Errorf("daily_report = argv %q timeout %v overlap %q jitter %v; want %q 5m forbid (the default) 3s", ea.Argv, s.Timeout, s.Overlap, s.Jitter, argv)
 	}
 	// The action owns its argv: a later change to the config slice is not seen.
 	argv[2] = "rm -rf /"
@@ -52,12 +55,12 @@ func TestFromConfig(t *testing.T) {
 	if !ok {
 		t.Fatalf("warm_cache action is %T, want *HTTPAction", s.Action)
 	}
-	if ha.URL != "http://127.0.0.1:8080/hooks/warm" || ha.Method != "PUT" || s.Overlap != "allow" || s.Timeout != 0 {
+	if ha.URL != "http://127.0.0.1:8080/hooks/warm" || ha.Method != "PUT" || s.Overlap != OverlapAllow || s.Timeout != 0 {
 		t.Errorf("warm_cache = %+v, spec %+v", ha, s)
 	}
 
 	s, _ = r.Lookup("ping")
-	if ha, ok := s.Action.(*HTTPAction); !ok || ha.Method != "" || s.Timeout != time.Second || s.Overlap != "forbid" {
+	if ha, ok := s.Action.(*HTTPAction); !ok || ha.Method != "" || s.Timeout != time.Second || s.Overlap != OverlapForbid {
 		t.Errorf("ping = %#v", s)
 	}
 
@@ -66,14 +69,101 @@ func TestFromConfig(t *testing.T) {
 	}
 }
 
-func TestFromConfigErrors(t *testing.T) {
+func TestFromDefinitionsErrors(t *testing.T) {
 	t.Parallel()
-	if _, err := FromConfig(map[string]config.Job{"empty": {Timeout: time.Second}}); err == nil {
-		t.Error("job without exec or http: want an error")
+	if _, err := FromDefinitions(map[string]Definition{"empty": {Timeout: time.Second}}); err == nil || !strings.Contains(err.Error(), `job "empty"`) {
+		t.Errorf("job without exec or http: err = %v, want an error naming the job", err)
 	}
-	r, err := FromConfig(nil)
+	r, err := FromDefinitions(nil)
 	if err != nil || len(r.Names()) != 0 {
-		t.Errorf("FromConfig(nil) = %v, %v; want an empty registry", r.Names(), err)
+		t.Errorf("FromDefinitions(nil) = %v, %v; want an empty registry", r.Names(), err)
+	}
+}
+
+// Each kind checks its own settings; the policy fields are checked for
+// every kind. The errors say what is wrong without the job's name.
+func TestDefinitionErrors(t *testing.T) {
+	t.Parallel()
+	neg := -time.Second
+	tests := []struct {
+		name string
+		def  Definition
+		want []string
+	}{
+		{"neither kind", Definition{Timeout: time.Second}, []string{"no action", "exec (an argv list)", "http (url, method)"}},
+		{"both kinds", Definition{Exec: []string{"x"}, HTTP: &HTTPSettings{URL: "http://x"}}, []string{"exec and http"}},
+		{"empty argv", Definition{Exec: []string{}}, []string{"exec is empty"}},
+		{"empty program", Definition{Exec: []string{"", "x"}}, []string{"exec[0]"}},
+		{"empty url", Definition{HTTP: &HTTPSettings{Method: "POST"}}, []string{"http.url"}},
+		{"negative timeout", Definition{Exec: []string{"x"}, Timeout: neg}, []string{"timeout", "-1s"}},
+		{"negative catchup", Definition{Exec: []string{"x"}, Catchup: &neg}, []string{"catchup", "-1s"}},
+		{"negative jitter", Definition{Exec: []string{"x"}, Jitter: neg}, []string{"jitter", "-1s"}},
+		{"unknown overlap", Definition{Exec: []string{"x"}, Overlap: "sometimes"}, []string{"overlap", "sometimes", "forbid or allow"}},
+	}
+	for _, tt := range tests {
+		err := tt.def.Validate()
+		if err == nil {
+			t.Errorf("%s: Validate() = nil, want an error", tt.name)
+			continue
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q does not mention %q", tt.name, err, w)
+			}
+		}
+	}
+	if err := (Definition{Exec: []string{"true"}}).Validate(); err != nil {
+		t.Errorf("minimal exec definition: %v", err)
+	}
+}
+
+func TestParseOverlap(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]Overlap{"": OverlapForbid, "forbid": OverlapForbid, "allow": OverlapAllow} {
+		if got, err := ParseOverlap(in); err != nil || got != want {
+			t.Errorf("ParseOverlap(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if DefaultOverlap != OverlapForbid {
+		t.Errorf("DefaultOverlap = %q, want forbid", DefaultOverlap)
+	}
+	for _, in := range []string{"sometimes", "Forbid", " allow"} {
+		if _, err := ParseOverlap(in); err == nil || !strings.Contains(err.Error(), strconv.Quote(in)) {
+			t.Errorf("ParseOverlap(%q): err = %v, want a refusal quoting it", in, err)
+		}
+	}
+}
+
+// The registry is the engine's policy: Check refuses a schedule naming an
+// unknown action the way the engine reports a bad document, Jitter gives the
+// action's bound.
+func TestRegistryCheckAndJitter(t *testing.T) {
+	t.Parallel()
+	r := NewRegistry()
+	noop := ActionFunc(func(context.Context, Fire) error { return nil })
+	r.Register("b", Spec{Action: noop, Jitter: 5 * time.Second})
+	r.Register("a", Spec{Action: noop})
+
+	if err := r.Check(schedule.Schedule{ID: "b"}); err != nil {
+		t.Errorf("Check(action named by the id) = %v", err)
+	}
+	if err := r.Check(schedule.Schedule{ID: "x", Job: "a"}); err != nil {
+		t.Errorf("Check(action named by job) = %v", err)
+	}
+	err := r.Check(schedule.Schedule{ID: "x", Job: "nope"})
+	var se *schedule.Error
+	if !errors.As(err, &se) || se.ID != "x" || se.Field != schedule.FieldJob ||
+		se.Reason != `unknown action "nope": not in the config's jobs (known: [a b])` {
+		t.Fatalf("Check(unknown action) = %#v, want a *schedule.Error on the job field naming the action and the known ones", err)
+	}
+	if got := r.Jitter(schedule.Schedule{ID: "b"}); got != 5*time.Second {
+		t.Errorf("Jitter(b) = %v, want 5s", got)
+	}
+	if got := r.Jitter(schedule.Schedule{ID: "x", Job: "a"}); got != 0 {
+		t.Errorf("Jitter(a) = %v, want 0", got)
+	}
+	if got := r.Jitter(schedule.Schedule{ID: "nope"}); got != 0 {
+		t.Errorf("Jitter(unknown) = %v, want 0", got)
 	}
 }
 
@@ -88,21 +178,21 @@ func TestRegistryRegister(t *testing.T) {
 		return ActionFunc(func(ctx context.Context, f Fire) error { calls = append(calls, tag); return nil })
 	}
 	r.Register("cleanup", Spec{Action: mk("v1"), Timeout: time.Second})
-	r.Register("b", Spec{Action: mk("b"), Overlap: "allow"})
+	r.Register("b", Spec{Action: mk("b"), Overlap: OverlapAllow})
 	r.Register("a", Spec{Action: mk("a")})
 
 	s, ok := r.Lookup("cleanup")
-	if !ok || s.Timeout != time.Second || s.Overlap != "forbid" {
+	if !ok || s.Timeout != time.Second || s.Overlap != OverlapForbid {
 		t.Fatalf("cleanup = %+v, %v; want timeout 1s, overlap forbid", s, ok)
 	}
-	if s, _ := r.Lookup("b"); s.Overlap != "allow" {
+	if s, _ := r.Lookup("b"); s.Overlap != OverlapAllow {
 		t.Errorf("b overlap = %q, want allow", s.Overlap)
 	}
 
 	// Register replaces, including the policy.
-	r.Register("cleanup", Spec{Action: mk("v2"), Timeout: time.Minute, Overlap: "allow"})
+	r.Register("cleanup", Spec{Action: mk("v2"), Timeout: time.Minute, Overlap: OverlapAllow})
 	s, _ = r.Lookup("cleanup")
-	if s.Timeout != time.Minute || s.Overlap != "allow" {
+	if s.Timeout != time.Minute || s.Overlap != OverlapAllow {
 		t.Errorf("replaced cleanup = %+v", s)
 	}
 	if err := s.Action.Run(context.Background(), Fire{}); err != nil {

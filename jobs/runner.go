@@ -11,24 +11,17 @@ import (
 	"runtime"
 	"sync"
 	"time"
-)
 
-// Target is what a fire of a job needs from its schedule.
-type Target struct {
-	// Action is the registered action name.
-	Action string
-	// Args is the JSON of the schedule's args.
-	Args json.RawMessage
-	// Category is the dispatch category (seed 003); may be empty.
-	Category string
-}
+	"github.com/cronswap/cronswap/schedule"
+)
 
 // Hooks report what the fire path does, for metrics. Any may be nil. They
 // are called synchronously and must be quick.
 type Hooks struct {
-	// Dispatched is called when a worker picks a fire up, with the slot
-	// and the time; dispatch minus slot is the fire's lateness.
-	Dispatched func(jobID string, slot, at time.Time)
+	// Dispatched is called when a worker picks a fire up, with when the
+	// fire was due (its slot plus its planned jitter, schedule.Due.At) and
+	// the time; at minus due is the fire's lateness.
+	Dispatched func(jobID string, due, at time.Time)
 	// Claimed is called after each claim with its result (ClaimResult's
 	// String, or "error").
 	Claimed func(jobID string, result string)
@@ -48,14 +41,26 @@ const (
 	NotRunShuttingDown = "shutting_down"
 )
 
-// RunnerOptions configures a Runner.
+// Defaults of RunnerOptions: what a zero field means.
+const (
+	// DefaultLockTTL is the lock lease.
+	DefaultLockTTL = 10 * time.Minute
+	// DefaultOpTimeout bounds each database operation of the fire path.
+	DefaultOpTimeout = 10 * time.Second
+	// DefaultWorkersPerCPU is the worker pool's size per CPU: most actions
+	// wait on I/O or a child process.
+	DefaultWorkersPerCPU = 4
+)
+
+// DefaultWorkers is the worker pool's size when RunnerOptions.Workers is
+// 0: DefaultWorkersPerCPU per CPU.
+func DefaultWorkers() int { return DefaultWorkersPerCPU * runtime.NumCPU() }
+
+// RunnerOptions configures a Runner. A zero field means its default.
 type RunnerOptions struct {
 	Registry   *Registry
 	InstanceID string
-	// Resolve returns the current target of a job id; false if the job is
-	// no longer armed (the fire is then dropped).
-	Resolve func(id string) (Target, bool)
-	Logger  *slog.Logger
+	Logger     *slog.Logger
 	// Done, if set, is called after each run with its outcome.
 	Done func(f Fire, err error, took time.Duration)
 
@@ -65,12 +70,13 @@ type RunnerOptions struct {
 	// Clock gives "now" for leases and run times; default SystemClock.
 	Clock Clock
 	// TTL is the lock lease (config lock.ttl); renewed every TTL/3 while an
-	// action runs. Default 10m.
+	// action runs. Default DefaultLockTTL.
 	TTL time.Duration
 	// Workers bounds how many fires run at once (config workers); default
-	// 4 per CPU.
+	// DefaultWorkers().
 	Workers int
-	// OpTimeout bounds each database operation of the fire path; default 10s.
+	// OpTimeout bounds each database operation of the fire path; default
+	// DefaultOpTimeout.
 	OpTimeout time.Duration
 	Hooks     Hooks
 }
@@ -111,24 +117,26 @@ func NewRunner(opts RunnerOptions) *Runner {
 		opts.Clock = SystemClock{}
 	}
 	if opts.TTL <= 0 {
-		opts.TTL = 10 * time.Minute
+		opts.TTL = DefaultLockTTL
 	}
 	if opts.Workers <= 0 {
-		opts.Workers = 4 * runtime.NumCPU()
+		opts.Workers = DefaultWorkers()
 	}
 	if opts.OpTimeout <= 0 {
-		opts.OpTimeout = 10 * time.Second
+		opts.OpTimeout = DefaultOpTimeout
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Runner{opts: opts, log: opts.Logger, clock: opts.Clock, pool: NewPool(opts.Workers),
 		guard: newKeyGuard(), ctx: ctx, cancel: cancel, active: map[string]struct{}{}}
 }
 
-// Fire handles job id's fire for cron slot slot and returns when it is done
-// (run, skipped, lost to another replica, or dropped at shutdown). It is
-// the scheduler's fire callback, which runs on a goroutine of its own; the
+// Fire handles one fire of an armed schedule and returns when it is done
+// (run, skipped, lost to another replica, or dropped at shutdown). The
+// schedule names the action, its args and its dispatch category. It is the
+// scheduler's fire callback, which runs on a goroutine of its own; the
 // worker pool bounds how many fires run at once.
-func (r *Runner) Fire(id string, slot time.Time) {
+func (r *Runner) Fire(d schedule.Due) {
+	id, slot := d.Schedule.ID, d.Slot
 	r.mu.Lock()
 	if r.stopping {
 		r.mu.Unlock()
@@ -140,14 +148,9 @@ func (r *Runner) Fire(id string, slot time.Time) {
 	r.mu.Unlock()
 	defer r.running.Done()
 
-	target, ok := r.opts.Resolve(id)
-	if !ok {
-		r.log.Info("job no longer armed; fire dropped", "job_id", id, "scheduled_at", slot)
-		return
-	}
 	done := make(chan struct{})
-	queued := r.pool.Submit(target.Category,
-		func() { defer close(done); r.fire(id, slot.UTC(), target) },
+	queued := r.pool.Submit(d.Schedule.Category,
+		func() { defer close(done); r.fire(d) },
 		func() {
 			defer close(done)
 			r.log.Info("shutting down; queued fire not started", "job_id", id, "scheduled_at", slot)
@@ -180,23 +183,25 @@ func (r *Runner) opCtx() (context.Context, context.CancelFunc) {
 }
 
 // fire runs on a worker.
-func (r *Runner) fire(id string, slot time.Time, target Target) {
+func (r *Runner) fire(d schedule.Due) {
+	id, slot, action := d.Schedule.ID, d.Slot.UTC(), d.Schedule.ActionName()
 	if h := r.opts.Hooks.Dispatched; h != nil {
-		h(id, slot, r.clock.Now())
+		h(id, d.At(), r.clock.Now())
 	}
-	f := Fire{JobID: id, ScheduledAt: slot, RunID: newRunID(), InstanceID: r.opts.InstanceID, Args: target.Args}
+	f := Fire{JobID: id, ScheduledAt: slot, RunID: newRunID(), InstanceID: r.opts.InstanceID,
+		Args: json.RawMessage(d.Schedule.Args)}
 	log := r.log.With("job_id", id, "scheduled_at", slot, "run_id", f.RunID)
-	spec, ok := r.opts.Registry.Lookup(target.Action)
+	spec, ok := r.opts.Registry.Lookup(action)
 	if !ok {
-		err := fmt.Errorf("job %s: %w %q", id, ErrUnknownAction, target.Action)
-		log.Error("fire names an unknown action", "action", target.Action)
+		err := fmt.Errorf("job %s: %w %q", id, ErrUnknownAction, action)
+		log.Error("fire names an unknown action", "action", action)
 		if r.opts.Done != nil {
 			r.opts.Done(f, err, 0)
 		}
 		return
 	}
 	if r.opts.Store == nil {
-		took, err := r.execute(log, target.Action, spec, f, nil)
+		took, err := r.execute(log, action, spec, f, nil)
 		if r.opts.Done != nil {
 			r.opts.Done(f, err, took)
 		}
@@ -208,7 +213,7 @@ func (r *Runner) fire(id string, slot time.Time, target Target) {
 	}
 	f.Fence = lease.Fence
 	log = log.With("fence", lease.Fence)
-	took, err := r.execute(log, target.Action, spec, f, &lease)
+	took, err := r.execute(log, action, spec, f, &lease)
 	if r.opts.Done != nil {
 		r.opts.Done(f, err, took)
 	}
@@ -219,7 +224,7 @@ func (r *Runner) fire(id string, slot time.Time, target Target) {
 // record is written.
 func (r *Runner) claim(log *slog.Logger, f Fire, spec Spec) (Lease, bool) {
 	req := ClaimRequest{JobID: f.JobID, Slot: f.ScheduledAt, Instance: r.opts.InstanceID, RunID: f.RunID,
-		Exclusive: spec.Overlap != "allow", TTL: r.opts.TTL}
+		Overlap: spec.Overlap, TTL: r.opts.TTL}
 	req.Running = r.isActive
 	ctx, cancel := r.opCtx()
 	defer cancel()
@@ -255,7 +260,7 @@ func (r *Runner) claim(log *slog.Logger, f Fire, spec Spec) (Lease, bool) {
 		log.Debug("fire claimed elsewhere")
 		return Lease{}, false
 	case Skipped:
-		reason := fmt.Sprintf("overlap forbid: run %s of %s still holds the lock", c.HolderRunID, c.Holder)
+		reason := fmt.Sprintf("overlap %s: run %s of %s still holds the lock", spec.Overlap, c.HolderRunID, c.Holder)
 		log.Info("fire skipped: the previous run still holds the lock", "holder", c.Holder, "holder_run_id", c.HolderRunID)
 		if err := r.opts.Store.RecordSkip(ctx, f.JobID, f.ScheduledAt, r.opts.InstanceID, f.RunID, reason, r.clock.Now()); err != nil {
 			log.Warn("could not record the skipped fire", "error", err)
@@ -317,7 +322,7 @@ func (r *Runner) execute(log *slog.Logger, action string, spec Spec, f Fire, lea
 		close(renewDone)
 	}
 	log.Info("run started", "action", action)
-	err := runSafely(ctx, spec.Action, f)
+	out, err := runSafely(ctx, spec.Action, f)
 	took := time.Since(start)
 	endedAt := r.clock.Now()
 	close(stopRenew)
@@ -340,7 +345,7 @@ func (r *Runner) execute(log *slog.Logger, action string, spec Spec, f Fire, lea
 		status = StatusFailed
 	}
 	if lease != nil {
-		status = r.finish(log, *lease, status, err, endedAt)
+		status = r.finish(log, *lease, status, err, out, endedAt)
 		r.setActive(lease.RunID, false)
 	}
 	switch status {
@@ -355,7 +360,7 @@ func (r *Runner) execute(log *slog.Logger, action string, spec Spec, f Fire, lea
 
 // finish releases the lock and records the run's end; it returns the
 // status recorded (abandoned if the lock turned out lost).
-func (r *Runner) finish(log *slog.Logger, l Lease, status string, runErr error, endedAt time.Time) string {
+func (r *Runner) finish(log *slog.Logger, l Lease, status string, runErr error, out Output, endedAt time.Time) string {
 	ctx, cancel := r.opCtx()
 	defer cancel()
 	if err := r.opts.Store.Release(ctx, l, status, r.clock.Now()); err != nil {
@@ -366,7 +371,7 @@ func (r *Runner) finish(log *slog.Logger, l Lease, status string, runErr error, 
 			log.Warn("could not release the lock; it frees itself when its lease ends", "error", err)
 		}
 	}
-	end := RunEnd{Status: status, EndedAt: endedAt}
+	end := RunEnd{Status: status, EndedAt: endedAt, Output: out}
 	if runErr != nil {
 		end.Error = runErr.Error()
 	}
@@ -374,7 +379,9 @@ func (r *Runner) finish(log *slog.Logger, l Lease, status string, runErr error, 
 	if errors.As(runErr, &ee) {
 		code := ee.Code
 		end.ExitCode = &code
-		end.Stderr = ee.Stderr
+		if end.Output.Stderr == "" {
+			end.Output.Stderr = ee.Stderr
+		}
 	}
 	if err := r.opts.Store.FinishRun(ctx, l, end); err != nil {
 		if errors.Is(err, ErrLockLost) {
@@ -423,13 +430,18 @@ func (r *Runner) renew(log *slog.Logger, l Lease, cancel context.CancelCauseFunc
 	}
 }
 
-func runSafely(ctx context.Context, a Action, f Fire) (err error) {
+// runSafely runs the action, with its output when it reports one, and
+// turns a panic into an error.
+func runSafely(ctx context.Context, a Action, f Fire) (out Output, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("action panicked: %v", p)
 		}
 	}()
-	return a.Run(ctx, f)
+	if oa, ok := a.(OutputAction); ok {
+		return oa.RunOutput(ctx, f)
+	}
+	return Output{}, a.Run(ctx, f)
 }
 
 // abandonAfterCancel bounds the wait for actions that ignore cancellation

@@ -3,7 +3,6 @@ package jobs
 import (
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cronswap/cronswap/schedule"
 )
 
 type outcome struct {
@@ -23,27 +24,22 @@ type outcome struct {
 }
 
 type runnerHarness struct {
-	reg    *Registry
-	r      *Runner
-	done   chan outcome
-	mu     sync.Mutex
-	target map[string]Target
+	reg  *Registry
+	r    *Runner
+	done chan outcome
+	mu   sync.Mutex
+	// armed holds each job's schedule, as the engine would hand it over.
+	armed map[string]schedule.Schedule
 }
 
 func newHarness(t *testing.T) *runnerHarness {
 	t.Helper()
-	h := &runnerHarness{reg: NewRegistry(), done: make(chan outcome, 10000), target: map[string]Target{}}
+	h := &runnerHarness{reg: NewRegistry(), done: make(chan outcome, 10000), armed: map[string]schedule.Schedule{}}
 	h.r = NewRunner(RunnerOptions{
 		Registry:   h.reg,
 		InstanceID: "replica-a",
 		Logger:     slog.New(slog.DiscardHandler),
-		Resolve: func(id string) (Target, bool) {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			tg, ok := h.target[id]
-			return tg, ok
-		},
-		Done: func(f Fire, err error, took time.Duration) { h.done <- outcome{f, err, took} },
+		Done:       func(f Fire, err error, took time.Duration) { h.done <- outcome{f, err, took} },
 	})
 	return h
 }
@@ -51,7 +47,18 @@ func newHarness(t *testing.T) *runnerHarness {
 func (h *runnerHarness) arm(id, action, args string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.target[id] = Target{Action: action, Args: json.RawMessage(args)}
+	h.armed[id] = schedule.Schedule{ID: id, Enabled: true, Job: action, Args: args}
+}
+
+// due is the fire of job id's armed schedule for slot.
+func (h *runnerHarness) due(id string, slot time.Time) schedule.Due {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s, ok := h.armed[id]
+	if !ok {
+		panic("job " + id + " is not armed")
+	}
+	return schedule.Due{Schedule: s, Slot: slot}
 }
 
 func (h *runnerHarness) outcome(t *testing.T) outcome {
@@ -75,9 +82,9 @@ func (h *runnerHarness) noOutcome(t *testing.T) {
 }
 
 // fireAsync runs Fire in a goroutine; the channel closes when it returns.
-func fireAsync(r *Runner, id string, slot time.Time) <-chan struct{} {
+func fireAsync(r *Runner, d schedule.Due) <-chan struct{} {
 	ch := make(chan struct{})
-	go func() { defer close(ch); r.Fire(id, slot) }()
+	go func() { defer close(ch); r.Fire(d) }()
 	return ch
 }
 
@@ -104,8 +111,8 @@ func TestRunnerFireFillsFire(t *testing.T) {
 	h.arm("daily_report", "report", `{"region":"eu"}`)
 
 	slot := time.Date(2024, 3, 10, 9, 0, 0, 0, time.FixedZone("CET", 3600))
-	h.r.Fire("daily_report", slot)
-	h.r.Fire("daily_report", slot)
+	h.r.Fire(h.due("daily_report", slot))
+	h.r.Fire(h.due("daily_report", slot))
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -135,14 +142,14 @@ func TestRunnerFireFillsFire(t *testing.T) {
 func TestRunnerRunIDsUniqueConcurrent(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	h.reg.Register("noop", Spec{Action: ActionFunc(func(context.Context, Fire) error { return nil }), Overlap: "allow"})
+	h.reg.Register("noop", Spec{Action: ActionFunc(func(context.Context, Fire) error { return nil }), Overlap: OverlapAllow})
 	h.arm("j", "noop", "")
 	const n = 50
 	var wg sync.WaitGroup
 	slot := time.Unix(1700000000, 0)
 	for range n {
 		wg.Add(1)
-		go func() { defer wg.Done(); h.r.Fire("j", slot) }()
+		go func() { defer wg.Done(); h.r.Fire(h.due("j", slot)) }()
 	}
 	wg.Wait()
 	seen := map[string]bool{}
@@ -163,8 +170,7 @@ func TestRunnerUnknownActionOrJob(t *testing.T) {
 	h.arm("bad_action", "not-registered", `{}`)
 
 	// Neither may run anything or panic; both return.
-	h.r.Fire("bad_action", time.Now())
-	h.r.Fire("not_armed", time.Now())
+	h.r.Fire(h.due("bad_action", time.Now()))
 	if n := ran.Load(); n != 0 {
 		t.Fatalf("an action ran %d times", n)
 	}
@@ -178,9 +184,8 @@ func TestRunnerUnknownActionOrJob(t *testing.T) {
 	}
 
 	// A nil Done is fine too.
-	r := NewRunner(RunnerOptions{Registry: h.reg, Logger: slog.New(slog.DiscardHandler),
-		Resolve: func(string) (Target, bool) { return Target{Action: "nope"}, true }})
-	r.Fire("x", time.Now())
+	r := NewRunner(RunnerOptions{Registry: h.reg, Logger: slog.New(slog.DiscardHandler)})
+	r.Fire(schedule.Due{Schedule: schedule.Schedule{ID: "x", Enabled: true, Job: "nope"}, Slot: time.Now()})
 	if !r.Shutdown(time.Second) {
 		t.Error("Shutdown of an idle runner = false")
 	}
@@ -193,13 +198,13 @@ func TestRunnerRecoversPanic(t *testing.T) {
 	h.reg.Register("ok", Spec{Action: ActionFunc(func(context.Context, Fire) error { return nil })})
 	h.arm("p", "boom", "")
 	h.arm("q", "ok", "")
-	h.r.Fire("p", time.Now())
+	h.r.Fire(h.due("p", time.Now()))
 	o := h.outcome(t)
 	if o.err == nil || !strings.Contains(o.err.Error(), "panic") || !strings.Contains(o.err.Error(), "kaboom") {
 		t.Fatalf("Done err = %v, want the recovered panic", o.err)
 	}
 	// The runner is still usable and Shutdown is not blocked by the panicked run.
-	h.r.Fire("q", time.Now())
+	h.r.Fire(h.due("q", time.Now()))
 	if o := h.outcome(t); o.err != nil {
 		t.Fatalf("after a panic: %v", o.err)
 	}
@@ -214,7 +219,7 @@ func TestRunnerReportsError(t *testing.T) {
 	want := errors.New("upstream said no")
 	h.reg.Register("fail", Spec{Action: ActionFunc(func(context.Context, Fire) error { return want })})
 	h.arm("f", "fail", "")
-	h.r.Fire("f", time.Now())
+	h.r.Fire(h.due("f", time.Now()))
 	if o := h.outcome(t); !errors.Is(o.err, want) || o.f.JobID != "f" {
 		t.Fatalf("Done(%+v), want error %v", o, want)
 	}
@@ -245,7 +250,7 @@ func TestRunnerAppliesTimeout(t *testing.T) {
 	h.arm("u", "untimed", "")
 
 	start := time.Now()
-	h.r.Fire("s", time.Now())
+	h.r.Fire(h.due("s", time.Now()))
 	took := time.Since(start)
 	o := h.outcome(t)
 	if !errors.Is(o.err, context.DeadlineExceeded) {
@@ -261,7 +266,7 @@ func TestRunnerAppliesTimeout(t *testing.T) {
 		t.Errorf("Done took %v, want >= %v", o.took, timeout)
 	}
 
-	h.r.Fire("u", time.Now())
+	h.r.Fire(h.due("u", time.Now()))
 	if o := h.outcome(t); o.err != nil {
 		t.Errorf("no timeout: %v", o.err)
 	}
@@ -276,7 +281,7 @@ func TestRunnerExecTimeout(t *testing.T) {
 		Argv: []string{"sh", "-c", `echo $$ > "$1"; exec sleep 300`, "sh", pidfile}}})
 	h.arm("s", "sleepy", `{"x":1}`)
 	start := time.Now()
-	h.r.Fire("s", time.Now())
+	h.r.Fire(h.due("s", time.Now()))
 	if took := time.Since(start); took > 6*time.Second {
 		t.Fatalf("Fire took %v with a 1s timeout", took)
 	}
@@ -318,7 +323,7 @@ func TestRunnerShutdownWaitsWithinGrace(t *testing.T) {
 	h.arm("b", "block", "")
 	h.arm("p", "probe", "")
 
-	fired := fireAsync(h.r, "b", time.Now())
+	fired := fireAsync(h.r, h.due("b", time.Now()))
 	recvWithin(t, blk.started, 10*time.Second, "action start")
 
 	shut := make(chan bool, 1)
@@ -328,7 +333,7 @@ func TestRunnerShutdownWaitsWithinGrace(t *testing.T) {
 	// does not run (earlier ones may run before Shutdown set its flag).
 	waitFor(t, 10*time.Second, "Shutdown to refuse fires", func() bool {
 		before := probes.Load()
-		h.r.Fire("p", time.Now())
+		h.r.Fire(h.due("p", time.Now()))
 		return probes.Load() == before
 	})
 	for range probes.Load() {
@@ -358,8 +363,8 @@ func TestRunnerShutdownWaitsWithinGrace(t *testing.T) {
 
 	// After Shutdown: refused, nothing runs, Done is not called.
 	n := probes.Load()
-	h.r.Fire("p", time.Now())
-	h.r.Fire("b", time.Now())
+	h.r.Fire(h.due("p", time.Now()))
+	h.r.Fire(h.due("b", time.Now()))
 	if probes.Load() != n || len(blk.started) != 0 {
 		t.Error("an action ran after Shutdown")
 	}
@@ -373,7 +378,7 @@ func TestRunnerShutdownCancelsAfterGrace(t *testing.T) {
 	h.reg.Register("block", Spec{Action: blk})
 	h.arm("b", "block", "")
 
-	fired := fireAsync(h.r, "b", time.Now())
+	fired := fireAsync(h.r, h.due("b", time.Now()))
 	recvWithin(t, blk.started, 10*time.Second, "action start")
 
 	const grace = 200 * time.Millisecond
@@ -406,7 +411,7 @@ func TestRunnerShutdownKillsExec(t *testing.T) {
 	h.reg.Register("sleepy", Spec{Action: &ExecAction{
 		Argv: []string{"sh", "-c", `sleep 300 & echo $! > "$1"; wait`, "sh", pidfile}}})
 	h.arm("s", "sleepy", "")
-	fired := fireAsync(h.r, "s", time.Now())
+	fired := fireAsync(h.r, h.due("s", time.Now()))
 	waitFor(t, 30*time.Second, "pid file", func() bool {
 		b, err := os.ReadFile(pidfile)
 		return err == nil && strings.HasSuffix(string(b), "\n")
@@ -446,5 +451,38 @@ func recvWithin(t *testing.T, c <-chan struct{}, timeout time.Duration, what str
 	case <-c:
 	case <-time.After(timeout):
 		t.Fatalf("%s did not happen within %v", what, timeout)
+	}
+}
+
+// The fire's schedule decides the run: its action and args come from the
+// Due (the category too, for the worker pool), and the Dispatched hook measures lateness from Due.At (the
+// slot plus the planned jitter), not from the slot.
+func TestRunnerFireTakesEverythingFromTheDue(t *testing.T) {
+	t.Parallel()
+	type dispatch struct {
+		id      string
+		due, at time.Time
+	}
+	dispatched := make(chan dispatch, 1)
+	got := make(chan Fire, 1)
+	reg := NewRegistry()
+	reg.Register("report", Spec{Action: ActionFunc(func(_ context.Context, f Fire) error { got <- f; return nil })})
+	r := NewRunner(RunnerOptions{Registry: reg, InstanceID: "a", Logger: slog.New(slog.DiscardHandler),
+		Hooks: Hooks{Dispatched: func(id string, due, at time.Time) { dispatched <- dispatch{id, due, at} }}})
+	defer r.Shutdown(time.Second)
+
+	slot := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)
+	r.Fire(schedule.Due{
+		Schedule: schedule.Schedule{ID: "eu_report", Enabled: true, Job: "report", Category: "reports", Args: `{"region":"eu"}`},
+		Slot:     slot,
+		Delay:    7 * time.Second,
+	})
+	d := <-dispatched
+	if d.id != "eu_report" || !d.due.Equal(slot.Add(7*time.Second)) || d.at.IsZero() {
+		t.Errorf("Dispatched(%q, due %v, at %v), want eu_report due at the slot plus 7s", d.id, d.due, d.at)
+	}
+	f := <-got
+	if f.JobID != "eu_report" || !f.ScheduledAt.Equal(slot) || string(f.Args) != `{"region":"eu"}` {
+		t.Errorf("fire %+v: want job eu_report at the undelayed slot with the schedule's args", f)
 	}
 }

@@ -18,9 +18,10 @@ type SystemClock struct{}
 // Now implements Clock.
 func (SystemClock) Now() time.Time { return time.Now() }
 
-// ErrLockLost is returned by renewals and releases when the lock (or, for an
-// allow job, the run record) is no longer the caller's: taken over after its
-// lease, force-released by an operator, or repaired as damaged.
+// ErrLockLost is returned by renewals and releases when the lock (or, for a
+// job whose overlap policy takes no lock, the run record) is no longer the
+// caller's: taken over after its lease, force-released by an operator, or
+// repaired as damaged.
 var ErrLockLost = errors.New("lock lost")
 
 // ErrUnreachable wraps the errors of a claim that could not reach the
@@ -36,10 +37,10 @@ type ClaimRequest struct {
 	// Instance is this replica's id; RunID the id of the run if it wins.
 	Instance string
 	RunID    string
-	// Exclusive is true for overlap "forbid": the claim also takes the
-	// job's lock, and fails while another run holds it. For "allow" only
-	// the slot is claimed.
-	Exclusive bool
+	// Overlap is the job's overlap policy: under OverlapForbid the claim
+	// also takes the job's lock and is skipped while another run holds it;
+	// under OverlapAllow only the slot is claimed.
+	Overlap Overlap
 	// Now is the claimer's clock, for leases; TTL the lease length.
 	Now time.Time
 	TTL time.Duration
@@ -56,12 +57,12 @@ type ClaimResult int
 
 // Claim results.
 const (
-	// Acquired: the claim won; the lock was free (or the job is "allow").
+	// Acquired: the claim won; the lock was free (or the policy takes none).
 	Acquired ClaimResult = iota + 1
 	// TakenOver: the claim won a lock whose holder's lease had expired;
 	// the holder's run has been marked abandoned.
 	TakenOver
-	// Skipped: a live run holds the lock (forbid) and this claim consumed
+	// Skipped: a live run holds the lock (OverlapForbid) and this claim consumed
 	// the slot as skipped; the caller records the skipped run.
 	Skipped
 	// AlreadyFired: the slot was claimed or skipped by someone else.
@@ -86,12 +87,15 @@ func (r ClaimResult) String() string {
 // Lease is a won claim: what renewals, the release and the run record are
 // fenced by.
 type Lease struct {
-	JobID     string
-	Slot      time.Time
-	Instance  string
-	RunID     string
-	Fence     int64
-	Exclusive bool
+	JobID    string
+	Slot     time.Time
+	Instance string
+	RunID    string
+	Fence    int64
+	// Overlap is the claim's policy; under one that takes the lock, the
+	// lease holds the job's lock and renewals and the release are fenced
+	// by it.
+	Overlap Overlap
 }
 
 // Claim is the answer to a ClaimRequest.
@@ -114,7 +118,8 @@ type RunEnd struct {
 	EndedAt  time.Time
 	Error    string
 	ExitCode *int
-	Stderr   string
+	// Output is what the run printed (exec actions).
+	Output Output
 }
 
 // LockStore is the fire path's view of job_locks and job_runs. Every method

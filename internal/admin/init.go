@@ -20,18 +20,17 @@ import (
 	"github.com/cronswap/cronswap/schedule"
 )
 
-// Collection names (DESIGN.md, "MongoDB data model").
+// Collection names of the schedules and the resume tokens. The fire path's
+// collections are named by jobs.LocksCollection and jobs.RunsCollection.
 const (
 	SchedulesCollection = "schedules"
 	TokensCollection    = resumetoken.CollectionName
-	LocksCollection     = jobs.LocksCollection
-	RunsCollection      = jobs.RunsCollection
 )
 
 // Collections lists every collection cronswap uses, in the order Init
 // creates them.
 func Collections() []string {
-	return []string{SchedulesCollection, TokensCollection, LocksCollection, RunsCollection}
+	return []string{SchedulesCollection, TokensCollection, jobs.LocksCollection, jobs.RunsCollection}
 }
 
 // Index names. The daemon creates the same indexes at start with the same
@@ -67,7 +66,7 @@ func (ix Index) Name() string {
 func Indexes() []Index {
 	var out []Index
 	for _, m := range jobs.RunIndexes() {
-		out = append(out, Index{Collection: RunsCollection, Model: m})
+		out = append(out, Index{Collection: jobs.RunsCollection, Model: m})
 	}
 	return out
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/cronswap/cronswap/schedule"
 )
 
-// ErrNotFound is wrapped when the named schedule, lock or token does not exist.
+// ErrNotFound is wrapped when the named schedule, lock, run or token does not exist.
 var ErrNotFound = errors.New("not found")
 
 // Store runs the command line's reads and edits on one database.
@@ -244,13 +244,13 @@ func (s *Store) SetEnabled(ctx context.Context, id string, enabled bool) (change
 
 // Locks returns every document of job_locks, sorted by job id.
 func (s *Store) Locks(ctx context.Context) ([]jobs.LockDoc, error) {
-	cur, err := s.db.Collection(LocksCollection).Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	cur, err := s.db.Collection(jobs.LocksCollection).Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", LocksCollection, err)
+		return nil, fmt.Errorf("read %s: %w", jobs.LocksCollection, err)
 	}
 	out := []jobs.LockDoc{}
 	if err := cur.All(ctx, &out); err != nil {
-		return nil, fmt.Errorf("read %s: %w", LocksCollection, err)
+		return nil, fmt.Errorf("read %s: %w", jobs.LocksCollection, err)
 	}
 	return out, nil
 }
@@ -258,7 +258,7 @@ func (s *Store) Locks(ctx context.Context) ([]jobs.LockDoc, error) {
 // Lock returns the lock of job id.
 func (s *Store) Lock(ctx context.Context, id string) (jobs.LockDoc, error) {
 	var l jobs.LockDoc
-	err := s.db.Collection(LocksCollection).FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&l)
+	err := s.db.Collection(jobs.LocksCollection).FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&l)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return l, fmt.Errorf("lock %q: %w", id, ErrNotFound)
 	}
@@ -277,7 +277,7 @@ var ErrLockChanged = errors.New("the lock changed since it was read")
 // it is still held with fence (the acquisition the operator confirmed).
 func (s *Store) ReleaseLock(ctx context.Context, id string, fence int64) error {
 	now := s.now().UTC()
-	res, err := s.db.Collection(LocksCollection).UpdateOne(ctx,
+	res, err := s.db.Collection(jobs.LocksCollection).UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.LockRunning}, {Key: "fence", Value: fence}},
 		bson.D{{Key: "$set", Value: bson.D{
 			{Key: "state", Value: jobs.LockFree},
@@ -302,17 +302,30 @@ func (s *Store) Runs(ctx context.Context, id string, limit int64) ([]jobs.RunDoc
 	if id != "" {
 		filter = bson.D{{Key: "job_id", Value: id}}
 	}
-	cur, err := s.db.Collection(RunsCollection).Find(ctx, filter, options.Find().
+	cur, err := s.db.Collection(jobs.RunsCollection).Find(ctx, filter, options.Find().
 		SetSort(bson.D{{Key: "scheduled_at", Value: -1}, {Key: "started_at", Value: -1}}).
 		SetLimit(limit))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", RunsCollection, err)
+		return nil, fmt.Errorf("read %s: %w", jobs.RunsCollection, err)
 	}
 	out := []jobs.RunDoc{}
 	if err := cur.All(ctx, &out); err != nil {
-		return nil, fmt.Errorf("read %s: %w", RunsCollection, err)
+		return nil, fmt.Errorf("read %s: %w", jobs.RunsCollection, err)
 	}
 	return out, nil
+}
+
+// Run returns the run record with id runID (the run_id of `runs list`).
+func (s *Store) Run(ctx context.Context, runID string) (jobs.RunDoc, error) {
+	var r jobs.RunDoc
+	err := s.db.Collection(jobs.RunsCollection).FindOne(ctx, bson.D{{Key: "_id", Value: runID}}).Decode(&r)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return r, fmt.Errorf("run %q: %w", runID, ErrNotFound)
+	}
+	if err != nil {
+		return r, fmt.Errorf("read run %q from %s: %w", runID, jobs.RunsCollection, err)
+	}
+	return r, nil
 }
 
 // LastRun returns the newest run record of job id; ok is false when there

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -509,6 +510,9 @@ func TestLocksListAndRelease(t *testing.T) {
 func TestRunsList(t *testing.T) {
 	e := newEnv(t)
 	base := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+	long := "heartbeat " + strings.Repeat("x", 100) + " TAIL"
+	// The STDOUT column shows the last line, the newest cut to its end.
+	stdouts := []string{"", "", long, "", "starting\nheartbeat a at 13:00 ok"}
 	var docs []any
 	for i := range 5 {
 		job := "a"
@@ -517,7 +521,8 @@ func TestRunsList(t *testing.T) {
 		}
 		at := base.Add(time.Duration(i) * time.Hour)
 		docs = append(docs, jobs.RunDoc{ID: fmt.Sprintf("run-%d", i), JobID: job, ScheduledAt: at, Instance: "host-a",
-			Status: jobs.StatusSucceeded, StartedAt: at, EndedAt: at.Add(1500 * time.Millisecond), Fence: int64(i + 1)})
+			Status: jobs.StatusSucceeded, StartedAt: at, EndedAt: at.Add(1500 * time.Millisecond), Fence: int64(i + 1),
+			Stdout: stdouts[i]})
 	}
 	insertDocs(t, e.db.Collection(jobs.RunsCollection), docs...)
 	var runs []map[string]any
@@ -541,8 +546,75 @@ func TestRunsList(t *testing.T) {
 	if got := column(t, r.stdout, "a", "TOOK"); got != "1.5s" {
 		t.Errorf("TOOK %q\n%s", got, r.stdout)
 	}
+	if got := column(t, r.stdout, "a", "STDOUT"); got != "heartbeat a at 13:00 ok" {
+		t.Errorf("STDOUT of the newest run of a = %q, want its last line\n%s", got, r.stdout)
+	}
+	header, _ := tableRows(t, r.stdout)
+	if want := []string{"JOB", "SCHEDULED AT", "STATUS", "INSTANCE", "STARTED", "TOOK", "FENCE", "RUN ID", "STDOUT", "ERROR"}; !slices.Equal(header, want) {
+		t.Errorf("runs list header %q, want %q", header, want)
+	}
+	if got := rows[1][8]; got != "..."+long[len(long)-37:] || len(got) != 40 {
+		t.Errorf("STDOUT of a long line = %q, want its last 37 characters after ...", got)
+	}
+	e.okJSON(&runs, "runs", "list", "--job", "a")
+	if runs[0]["stdout"] != "starting\nheartbeat a at 13:00 ok" || runs[1]["stdout"] != long || runs[2]["stdout"] != "" {
+		t.Errorf("runs list -o json stdout: %q, %q, %q; want the whole tails", runs[0]["stdout"], runs[1]["stdout"], runs[2]["stdout"])
+	}
 	if r = e.run("runs", "list", "--limit", "0"); r.code != cli.ExitUserError {
 		t.Errorf("--limit 0: %v", r)
+	}
+}
+
+// runs get prints one whole record, the output tails verbatim; -o json
+// gives the same fields as runs list -o json; an unknown id exits 1.
+func TestRunsGet(t *testing.T) {
+	e := newEnv(t)
+	at := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+	code := 3
+	insertDocs(t, e.db.Collection(jobs.RunsCollection),
+		jobs.RunDoc{ID: "run-x", JobID: "heartbeat", ScheduledAt: at, Instance: "host-a", Fence: 7, Status: jobs.StatusFailed,
+			StartedAt: at, EndedAt: at.Add(2 * time.Second), Error: "exit status 3 (exit 3): boom", ExitCode: &code,
+			Stdout: "heartbeat heartbeat at 09:00\nsecond line", Stderr: "boom"},
+		jobs.RunDoc{ID: "run-quiet", JobID: "q", ScheduledAt: at, Status: jobs.StatusSucceeded, StartedAt: at, EndedAt: at})
+
+	r := e.ok("runs", "get", "run-x")
+	for _, want := range []string{
+		"RUN ID        run-x\n", "JOB           heartbeat\n", "SCHEDULED AT  2026-03-01T09:00:00Z\n", "STATUS        failed\n",
+		"INSTANCE      host-a\n", "FENCE         7\n", "TOOK          2s\n", "EXIT CODE     3\n", "ERROR         exit status 3 (exit 3): boom\n",
+		"STDOUT:\n  heartbeat heartbeat at 09:00\n  second line\n", "STDERR:\n  boom\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("runs get run-x lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if r := e.ok("runs", "get", "run-quiet"); !strings.Contains(r.stdout, "STDOUT: -\n") || !strings.Contains(r.stdout, "EXIT CODE     -\n") {
+		t.Errorf("runs get of a run without output:\n%s", r.stdout)
+	}
+
+	var got, listed map[string]any
+	e.okJSON(&got, "runs", "get", "run-x")
+	var list []map[string]any
+	e.okJSON(&list, "runs", "list", "--job", "heartbeat")
+	if len(list) != 1 {
+		t.Fatalf("runs list --job heartbeat: %v", list)
+	}
+	listed = list[0]
+	if !reflect.DeepEqual(got, listed) {
+		t.Errorf("runs get -o json = %v, want what runs list -o json shows %v", got, listed)
+	}
+	if got["stdout"] != "heartbeat heartbeat at 09:00\nsecond line" || got["stderr"] != "boom" || got["exit_code"] != float64(3) ||
+		got["ended_at"] != "2026-03-01T09:00:02Z" || got["lease_until"] != nil {
+		t.Errorf("runs get -o json: %v", got)
+	}
+
+	r = e.run("runs", "get", "nope")
+	if r.code != cli.ExitUserError || !strings.Contains(r.stderr, `no run "nope"`) || r.stdout != "" {
+		t.Errorf("runs get nope: %v", r)
+	}
+	for _, args := range [][]string{{"runs", "get"}, {"runs", "get", "a", "b"}} {
+		if r := e.run(args...); r.code != cli.ExitUserError || !strings.Contains(r.stderr, "run ID") {
+			t.Errorf("%q: %v", args, r)
+		}
 	}
 }
 
@@ -729,6 +801,7 @@ func TestUnreachableServerIsExit2(t *testing.T) {
 		{"locks", "list"},
 		{"locks", "release", "x", "--yes"},
 		{"runs", "list"},
+		{"runs", "get", "x"},
 	} {
 		r := run(t, append(args, "--mongo-uri", uri, "--timeout", "300ms")...)
 		if r.code != cli.ExitUnreachable || !strings.Contains(r.stderr, "cannot reach MongoDB") || r.stdout != "" {
@@ -811,13 +884,13 @@ func TestBashCompletion(t *testing.T) {
 	}
 }
 
-// DESIGN.md: every command takes --config and --mongo-uri; every command
-// but run takes --output.
+// Every command takes --config and --mongo-uri; every command but run (and
+// completion) takes --output.
 func TestEveryCommandHasCommonFlags(t *testing.T) {
 	for _, cmd := range [][]string{
 		{"run"}, {"init"}, {"next"}, {"validate"}, {"version"}, {"completion"},
 		{"schedules", "list"}, {"schedules", "get"}, {"schedules", "set"}, {"schedules", "delete"}, {"schedules", "pause"}, {"schedules", "resume"},
-		{"token", "show"}, {"token", "reset"}, {"locks", "list"}, {"locks", "release"}, {"runs", "list"},
+		{"token", "show"}, {"token", "reset"}, {"locks", "list"}, {"locks", "release"}, {"runs", "list"}, {"runs", "get"},
 	} {
 		r := run(t, append(cmd, "--help")...)
 		if r.code != cli.ExitOK {

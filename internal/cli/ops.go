@@ -9,6 +9,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
@@ -63,8 +64,8 @@ func deref(p *string) string {
 	return *p
 }
 
-// runView is one run record as `runs list -o json` shows it: the fields of
-// jobs.RunDoc, with null for times never set.
+// runView is one run record as `runs list -o json` and `runs get -o json`
+// show it: the fields of jobs.RunDoc, with null for times never set.
 type runView struct {
 	RunID       string  `json:"run_id"`
 	JobID       string  `json:"job_id"`
@@ -74,17 +75,46 @@ type runView struct {
 	Status      string  `json:"status"`
 	StartedAt   *string `json:"started_at"`
 	EndedAt     *string `json:"ended_at"`
+	LeaseUntil  *string `json:"lease_until"`
 	Error       string  `json:"error"`
 	ExitCode    *int    `json:"exit_code"`
-	Stderr      string  `json:"stderr"`
+	// Stdout and Stderr are the tails of what an exec action printed.
+	Stdout string `json:"stdout"`
+	Stderr string `json:"stderr"`
 }
 
 func newRunView(r jobs.RunDoc) runView {
 	return runView{
 		RunID: r.ID, JobID: r.JobID, ScheduledAt: jsonTime(r.ScheduledAt, nil), Instance: r.Instance,
 		Fence: r.Fence, Status: r.Status, StartedAt: jsonTime(r.StartedAt, nil), EndedAt: jsonTime(r.EndedAt, nil),
-		Error: r.Error, ExitCode: r.ExitCode, Stderr: r.Stderr,
+		LeaseUntil: jsonTime(r.LeaseUntil, nil), Error: r.Error, ExitCode: r.ExitCode, Stdout: r.Stdout, Stderr: r.Stderr,
 	}
+}
+
+// runTook is how long a finished run took ("" while running or skipped).
+func runTook(r jobs.RunDoc) string {
+	if r.EndedAt.IsZero() || r.StartedAt.IsZero() {
+		return ""
+	}
+	return r.EndedAt.Sub(r.StartedAt).Round(time.Millisecond).String()
+}
+
+// stdoutCellWidth bounds the STDOUT column of `runs list`: enough for a
+// status line, short enough to keep the table readable.
+const stdoutCellWidth = 40
+
+// lastLine returns the last non-empty line of s, cut to its last width
+// characters (marked with a leading "..." when cut).
+func lastLine(s string, width int) string {
+	s = strings.TrimRight(s, " \t\r\n")
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	s = strings.TrimSpace(s)
+	if r := []rune(s); len(r) > width {
+		return "..." + string(r[len(r)-(width-3):])
+	}
+	return s
 }
 
 func lockHeader() []string {
@@ -178,45 +208,109 @@ func releaseLock(ctx context.Context, c *ucli.Context, s *session, id string, st
 
 func runsCommand() *ucli.Command {
 	return &ucli.Command{
-		Name:  "runs",
-		Usage: "show run records (job_runs)",
-		Subcommands: []*ucli.Command{{
-			Name:  "list",
-			Usage: "list runs, newest first",
-			Flags: dbFlags(
-				&ucli.StringFlag{Name: "job", Usage: "only this job's runs"},
-				&ucli.IntFlag{Name: "limit", Value: 20, Usage: "at most this many"},
-			),
-			Action: func(c *ucli.Context) error {
-				if n := c.Int("limit"); n < 1 {
-					return ucli.Exit(fmt.Sprintf("--limit %d: want at least 1", n), ExitUserError)
+		Name:        "runs",
+		Usage:       "show run records (job_runs)",
+		Subcommands: []*ucli.Command{runsList(), runsGet()},
+	}
+}
+
+func runsList() *ucli.Command {
+	return &ucli.Command{
+		Name:  "list",
+		Usage: "list runs, newest first (STDOUT: the last line of an exec action's output; runs get shows all of it)",
+		Flags: dbFlags(
+			&ucli.StringFlag{Name: "job", Usage: "only this job's runs"},
+			&ucli.IntFlag{Name: "limit", Value: 20, Usage: "at most this many"},
+		),
+		Action: func(c *ucli.Context) error {
+			if n := c.Int("limit"); n < 1 {
+				return ucli.Exit(fmt.Sprintf("--limit %d: want at least 1", n), ExitUserError)
+			}
+			return withDB(c, func(ctx context.Context, s *session) error {
+				runs, err := s.store.Runs(ctx, c.String("job"), int64(c.Int("limit")))
+				if err != nil {
+					return s.fail(err)
 				}
-				return withDB(c, func(ctx context.Context, s *session) error {
-					runs, err := s.store.Runs(ctx, c.String("job"), int64(c.Int("limit")))
-					if err != nil {
-						return s.fail(err)
-					}
-					if isJSON(c) {
-						views := make([]runView, len(runs))
-						for i, r := range runs {
-							views[i] = newRunView(r)
-						}
-						return writeJSON(c.App.Writer, views)
-					}
-					rows := make([][]string, len(runs))
+				if isJSON(c) {
+					views := make([]runView, len(runs))
 					for i, r := range runs {
-						dur := ""
-						if !r.EndedAt.IsZero() && !r.StartedAt.IsZero() {
-							dur = r.EndedAt.Sub(r.StartedAt).Round(time.Millisecond).String()
-						}
-						rows[i] = []string{r.JobID, rfc3339(r.ScheduledAt, nil), r.Status, r.Instance,
-							rfc3339(r.StartedAt, nil), dur, strconv.FormatInt(r.Fence, 10), r.ID, r.Error}
+						views[i] = newRunView(r)
 					}
-					table(c.App.Writer, []string{"JOB", "SCHEDULED AT", "STATUS", "INSTANCE", "STARTED", "TOOK", "FENCE", "RUN ID", "ERROR"}, rows)
-					return nil
-				})
-			},
-		}},
+					return writeJSON(c.App.Writer, views)
+				}
+				rows := make([][]string, len(runs))
+				for i, r := range runs {
+					rows[i] = []string{r.JobID, rfc3339(r.ScheduledAt, nil), r.Status, r.Instance,
+						rfc3339(r.StartedAt, nil), runTook(r), strconv.FormatInt(r.Fence, 10), r.ID,
+						lastLine(r.Stdout, stdoutCellWidth), r.Error}
+				}
+				table(c.App.Writer, []string{"JOB", "SCHEDULED AT", "STATUS", "INSTANCE", "STARTED", "TOOK", "FENCE", "RUN ID", "STDOUT", "ERROR"}, rows)
+				return nil
+			})
+		},
+	}
+}
+
+func runsGet() *ucli.Command {
+	return &ucli.Command{
+		Name:      "get",
+		Usage:     "show one run record in full, with the tails of its stdout and stderr",
+		ArgsUsage: "RUN_ID",
+		Flags:     dbFlags(),
+		Action: func(c *ucli.Context) error {
+			if c.NArg() != 1 || c.Args().First() == "" {
+				return ucli.Exit("want exactly one run ID argument (the RUN ID column of `cronswap runs list`), e.g. cronswap runs get 4373965bd85bb8256244f7bd", ExitUserError)
+			}
+			id := c.Args().First()
+			return withDB(c, func(ctx context.Context, s *session) error {
+				r, err := s.store.Run(ctx, id)
+				if notFound(err) {
+					return ucli.Exit(fmt.Sprintf("no run %q in %s (records are kept for runs.retention after they end)", id, jobs.RunsCollection), ExitUserError)
+				}
+				if err != nil {
+					return s.fail(err)
+				}
+				if isJSON(c) {
+					return writeJSON(c.App.Writer, newRunView(r))
+				}
+				writeRun(c.App.Writer, r)
+				return nil
+			})
+		},
+	}
+}
+
+// writeRun prints one run record: a field per line, then the output tails
+// verbatim, each line indented.
+func writeRun(w io.Writer, r jobs.RunDoc) {
+	exit := ""
+	if r.ExitCode != nil {
+		exit = strconv.Itoa(*r.ExitCode)
+	}
+	fields := [][2]string{
+		{"RUN ID", r.ID}, {"JOB", r.JobID}, {"SCHEDULED AT", rfc3339(r.ScheduledAt, nil)}, {"STATUS", r.Status},
+		{"INSTANCE", r.Instance}, {"FENCE", strconv.FormatInt(r.Fence, 10)}, {"STARTED", rfc3339(r.StartedAt, nil)},
+		{"ENDED", rfc3339(r.EndedAt, nil)}, {"TOOK", runTook(r)}, {"LEASE UNTIL", rfc3339(r.LeaseUntil, nil)},
+		{"EXIT CODE", exit}, {"ERROR", r.Error},
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, f := range fields {
+		v := strings.NewReplacer("\t", " ", "\n", " ", "\r", " ").Replace(f[1])
+		if v == "" {
+			v = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", f[0], v)
+	}
+	_ = tw.Flush()
+	for _, out := range [][2]string{{"STDOUT", r.Stdout}, {"STDERR", r.Stderr}} {
+		if out[1] == "" {
+			fmt.Fprintf(w, "%s: -\n", out[0])
+			continue
+		}
+		fmt.Fprintf(w, "%s:\n", out[0])
+		for _, line := range strings.Split(out[1], "\n") {
+			fmt.Fprintln(w, "  "+strings.TrimRight(line, "\r"))
+		}
 	}
 }
 

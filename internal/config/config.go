@@ -9,12 +9,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
+	"sort"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -46,16 +47,19 @@ type Config struct {
 	Runs       Runs     `yaml:"runs"`
 	HTTP       HTTP     `yaml:"http"`
 	Shutdown   Shutdown `yaml:"shutdown"`
-	// Workers bounds how many actions run at once in this instance.
+	// Workers bounds how many actions run at once in this instance; 0
+	// means jobs.DefaultWorkers().
 	Workers int `yaml:"workers"`
 	// Catchup is the default catch-up window: after downtime, a job's most
 	// recent missed slot younger than this runs once. 0 (default) is off.
 	Catchup time.Duration `yaml:"catchup"`
 	// StateFile, when set, is where the applied schedule state and its
 	// resume token are persisted for a warm restart.
-	StateFile string         `yaml:"state_file"`
-	Jobs      map[string]Job `yaml:"jobs"`
-	Location  *time.Location `yaml:"-"`
+	StateFile string `yaml:"state_file"`
+	// Jobs are the named actions schedules may run, each decoded straight
+	// into the fire path's definition type.
+	Jobs     map[string]jobs.Definition `yaml:"jobs"`
+	Location *time.Location             `yaml:"-"`
 }
 
 // Mongo says where the schedules live.
@@ -76,11 +80,14 @@ type Watch struct {
 
 // Lock configures the per-job leader locks.
 type Lock struct {
+	// TTL is the lock lease; 0 means jobs.DefaultLockTTL.
 	TTL time.Duration `yaml:"ttl"`
 }
 
 // Runs configures the run records.
 type Runs struct {
+	// Retention is how long run records are kept after they end; 0 means
+	// jobs.DefaultRetention.
 	Retention time.Duration `yaml:"retention"`
 }
 
@@ -95,26 +102,9 @@ type Shutdown struct {
 	Grace time.Duration `yaml:"grace"`
 }
 
-// Job is one named action a schedule may run.
-type Job struct {
-	Exec    []string      `yaml:"exec"`
-	HTTP    *HTTPAction   `yaml:"http"`
-	Timeout time.Duration `yaml:"timeout"`
-	Overlap string        `yaml:"overlap"`
-	// Catchup overrides the default catch-up window for this job.
-	Catchup *time.Duration `yaml:"catchup"`
-	// Jitter bounds a deterministic per-job delay after each slot (the slot's
-	// identity stays the undelayed time). 0 (default) is none.
-	Jitter time.Duration `yaml:"jitter"`
-}
-
-// HTTPAction calls a URL with the fire's details as a JSON body.
-type HTTPAction struct {
-	URL    string `yaml:"url"`
-	Method string `yaml:"method"`
-}
-
-// Default returns the configuration used when no file is given.
+// Default returns the configuration used when no file is given. The fire
+// path's settings (lock.ttl, runs.retention, workers) are left zero: the
+// jobs package owns their defaults.
 func Default() Config {
 	return Config{
 		Mongo:    Mongo{URI: DefaultMongoURI, Database: "cronswap"},
@@ -126,18 +116,11 @@ func Default() Config {
 			BackoffMin:     100 * time.Millisecond,
 			BackoffMax:     10 * time.Second,
 		},
-		Lock:     Lock{TTL: 10 * time.Minute},
-		Runs:     Runs{Retention: 720 * time.Hour},
 		HTTP:     HTTP{Listen: "127.0.0.1:9090"},
 		Shutdown: Shutdown{Grace: 30 * time.Second},
-		Workers:  DefaultWorkers(),
 		Location: time.UTC,
 	}
 }
-
-// DefaultWorkers is the default size of the worker pool: four per CPU, as
-// most actions wait on I/O or a child process.
-func DefaultWorkers() int { return 4 * runtime.NumCPU() }
 
 // CatchupFor returns the catch-up window of job name (its own, else the
 // default).
@@ -261,14 +244,14 @@ func (c *Config) Finish() error {
 	if c.Watch.BackoffMin <= 0 || c.Watch.BackoffMax < c.Watch.BackoffMin {
 		return fmt.Errorf("watch.backoff_min %s / backoff_max %s: want 0 < min <= max", c.Watch.BackoffMin, c.Watch.BackoffMax)
 	}
-	if c.Lock.TTL <= 0 {
-		return fmt.Errorf("lock.ttl %s: must be positive", c.Lock.TTL)
+	if c.Lock.TTL < 0 {
+		return fmt.Errorf("lock.ttl %s: must be positive (or 0 for the default %s)", c.Lock.TTL, jobs.DefaultLockTTL)
 	}
-	if c.Runs.Retention <= 0 {
-		return fmt.Errorf("runs.retention %s: must be positive", c.Runs.Retention)
+	if c.Runs.Retention < 0 {
+		return fmt.Errorf("runs.retention %s: must be positive (or 0 for the default %s)", c.Runs.Retention, jobs.DefaultRetention)
 	}
-	if c.Workers <= 0 {
-		return fmt.Errorf("workers %d: must be positive", c.Workers)
+	if c.Workers < 0 {
+		return fmt.Errorf("workers %d: must be positive (or 0 for the default, %d per CPU)", c.Workers, jobs.DefaultWorkersPerCPU)
 	}
 	if c.Catchup < 0 {
 		return fmt.Errorf("catchup %s: must be 0 (off) or positive", c.Catchup)
@@ -282,39 +265,22 @@ func (c *Config) Finish() error {
 	if c.Shutdown.Grace < 0 {
 		return fmt.Errorf("shutdown.grace %s: must not be negative", c.Shutdown.Grace)
 	}
-	for name, j := range c.Jobs {
-		if err := j.validate(); err != nil {
+	names := make([]string, 0, len(c.Jobs))
+	for name := range c.Jobs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		// Each action kind checks its own settings (jobs.Definition), so a
+		// bad action is refused here, at load time, not at its first fire.
+		d := c.Jobs[name]
+		if err := d.Validate(); err != nil {
 			return fmt.Errorf("jobs.%s: %w", name, err)
 		}
-		if j.Overlap == "" {
-			j.Overlap = "forbid"
-			c.Jobs[name] = j
-		}
-	}
-	return nil
-}
-
-func (j Job) validate() error {
-	switch {
-	case len(j.Exec) > 0 && j.HTTP != nil:
-		return errors.New("give either exec or http, not both")
-	case len(j.Exec) == 0 && j.HTTP == nil:
-		return errors.New("no action: give exec (an argv list) or http (url, method)")
-	case j.HTTP != nil && j.HTTP.URL == "":
-		return errors.New("http.url is empty")
-	case len(j.Exec) > 0 && j.Exec[0] == "":
-		return errors.New("exec[0] (the program) is empty")
-	case j.Timeout < 0:
-		return fmt.Errorf("timeout %s: must not be negative", j.Timeout)
-	case j.Catchup != nil && *j.Catchup < 0:
-		return fmt.Errorf("catchup %s: must be 0 (off) or positive", *j.Catchup)
-	case j.Jitter < 0:
-		return fmt.Errorf("jitter %s: must not be negative", j.Jitter)
-	}
-	switch j.Overlap {
-	case "", "forbid", "allow":
-	default:
-		return fmt.Errorf("overlap %q: want forbid or allow", j.Overlap)
+		// Show the effective policy (the empty one is the default).
+		overlap, _ := jobs.ParseOverlap(string(d.Overlap))
+		d.Overlap = overlap
+		c.Jobs[name] = d
 	}
 	return nil
 }

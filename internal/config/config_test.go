@@ -12,6 +12,7 @@ import (
 	_ "time/tzdata" // the zones the tests name, whatever the machine has
 
 	"github.com/cronswap/cronswap/internal/config"
+	"github.com/cronswap/cronswap/jobs"
 )
 
 func hostname(t *testing.T) string {
@@ -32,7 +33,9 @@ func readRepoConfig(t *testing.T) string {
 	return string(data)
 }
 
-// TestDefault pins the defaults DESIGN.md ("Config file") and config.yaml document.
+// TestDefault pins the defaults the README's configuration table and
+// config.yaml document. The fire path's settings are zero in Default(): the
+// jobs package owns their defaults, pinned here too.
 func TestDefault(t *testing.T) {
 	d := config.Default()
 	checks := []struct {
@@ -48,8 +51,12 @@ func TestDefault(t *testing.T) {
 		{"watch.resync_interval", d.Watch.ResyncInterval, 10 * time.Minute},
 		{"watch.backoff_min", d.Watch.BackoffMin, 100 * time.Millisecond},
 		{"watch.backoff_max", d.Watch.BackoffMax, 10 * time.Second},
-		{"lock.ttl", d.Lock.TTL, 10 * time.Minute},
-		{"runs.retention", d.Runs.Retention, 720 * time.Hour},
+		{"lock.ttl (0: jobs.DefaultLockTTL)", d.Lock.TTL, time.Duration(0)},
+		{"runs.retention (0: jobs.DefaultRetention)", d.Runs.Retention, time.Duration(0)},
+		{"workers (0: jobs.DefaultWorkers())", d.Workers, 0},
+		{"jobs.DefaultLockTTL", jobs.DefaultLockTTL, 10 * time.Minute},
+		{"jobs.DefaultRetention", jobs.DefaultRetention, 720 * time.Hour},
+		{"jobs.DefaultWorkersPerCPU", jobs.DefaultWorkersPerCPU, 4},
 		{"http.listen", d.HTTP.Listen, "127.0.0.1:9090"},
 		{"shutdown.grace", d.Shutdown.Grace, 30 * time.Second},
 		{"location", d.Location, time.UTC},
@@ -80,22 +87,22 @@ func TestRepoConfigYAML(t *testing.T) {
 	}
 
 	hour := time.Hour
-	wantJobs := map[string]config.Job{
+	wantJobs := map[string]jobs.Definition{
 		"daily_report": {
 			Exec:    []string{"sh", "-c", "echo report for $CRONSWAP_SCHEDULED_AT"},
 			Timeout: 5 * time.Minute,
-			Overlap: "forbid",
+			Overlap: jobs.OverlapForbid,
 			Catchup: &hour,
 		},
 		"heartbeat": {
 			Exec:    []string{"sh", "-c", "echo heartbeat $CRONSWAP_JOB_ID at $CRONSWAP_SCHEDULED_AT args=$CRONSWAP_ARGS"},
 			Timeout: 30 * time.Second,
-			Overlap: "forbid",
+			Overlap: jobs.OverlapForbid,
 		},
 		"warm_cache": {
-			HTTP:    &config.HTTPAction{URL: "http://127.0.0.1:8080/hooks/warm", Method: "POST"},
+			HTTP:    &jobs.HTTPSettings{URL: "http://127.0.0.1:8080/hooks/warm", Method: "POST"},
 			Timeout: 10 * time.Second,
-			Overlap: "forbid",
+			Overlap: jobs.OverlapForbid,
 		},
 	}
 	if got := cfg.CatchupFor("daily_report"); got != time.Hour {
@@ -114,6 +121,13 @@ func TestRepoConfigYAML(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Jobs, def.Jobs = nil, nil
+	// The file spells out the fire path's defaults, which Default() leaves
+	// zero for the jobs package to fill in.
+	if cfg.Lock.TTL != jobs.DefaultLockTTL || cfg.Runs.Retention != jobs.DefaultRetention {
+		t.Errorf("config.yaml: lock.ttl %s, runs.retention %s; want the jobs package's defaults %s, %s",
+			cfg.Lock.TTL, cfg.Runs.Retention, jobs.DefaultLockTTL, jobs.DefaultRetention)
+	}
+	cfg.Lock.TTL, cfg.Runs.Retention = 0, 0
 	if cfg.InstanceID != hostname(t) {
 		t.Errorf("instance_id = %q, want the hostname %q", cfg.InstanceID, hostname(t))
 	}
@@ -172,10 +186,10 @@ jobs:
 	if cfg.Lock.TTL != 90*time.Second || cfg.Runs.Retention != 24*time.Hour || cfg.HTTP.Listen != "127.0.0.1:0" || cfg.Shutdown.Grace != 0 {
 		t.Errorf("lock %+v runs %+v http %+v shutdown %+v", cfg.Lock, cfg.Runs, cfg.HTTP, cfg.Shutdown)
 	}
-	if got := cfg.Jobs["a"].Overlap; got != "allow" {
+	if got := cfg.Jobs["a"].Overlap; got != jobs.OverlapAllow {
 		t.Errorf("jobs.a.overlap = %q, want allow", got)
 	}
-	if got := cfg.Jobs["b"].Overlap; got != "forbid" {
+	if got := cfg.Jobs["b"].Overlap; got != jobs.OverlapForbid {
 		t.Errorf("jobs.b.overlap = %q, want the default forbid", got)
 	}
 	if got := cfg.Jobs["b"].HTTP; got == nil || got.URL != "http://127.0.0.1:1/x" || got.Method != "" {
@@ -188,7 +202,7 @@ func TestOverlapDefaultsToForbid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]string{"x": "forbid", "y": "forbid", "z": "allow"} {
+	for name, want := range map[string]jobs.Overlap{"x": jobs.OverlapForbid, "y": jobs.OverlapForbid, "z": jobs.OverlapAllow} {
 		if got := cfg.Jobs[name].Overlap; got != want {
 			t.Errorf("jobs.%s.overlap = %q, want %q", name, got, want)
 		}
@@ -236,10 +250,9 @@ func TestParseErrors(t *testing.T) {
 		{"watch.resync_interval negative", "watch: {resync_interval: -1m}", []string{"watch.resync_interval"}},
 		{"watch.backoff_min zero", "watch: {backoff_min: 0s}", []string{"watch.backoff_min"}},
 		{"watch.backoff_max below min", "watch: {backoff_min: 2s, backoff_max: 1s}", []string{"backoff_max"}},
-		{"lock.ttl zero", "lock: {ttl: 0s}", []string{"lock.ttl"}},
 		{"lock.ttl negative", "lock: {ttl: -10m}", []string{"lock.ttl", "-10m"}},
-		{"runs.retention zero", "runs: {retention: 0s}", []string{"runs.retention"}},
 		{"runs.retention negative", "runs: {retention: -1h}", []string{"runs.retention"}},
+		{"workers negative", "workers: -2", []string{"workers", "-2"}},
 		{"shutdown.grace negative", "shutdown: {grace: -1s}", []string{"shutdown.grace"}},
 		{"job with exec and http", "jobs: {both: {exec: [x], http: {url: 'http://x'}}}", []string{"jobs.both", "exec", "http"}},
 		{"job with neither", "jobs: {none: {timeout: 5s}}", []string{"jobs.none", "exec", "http"}},
@@ -249,6 +262,8 @@ func TestParseErrors(t *testing.T) {
 		{"job with empty http.url", "jobs: {h: {http: {method: POST}}}", []string{"jobs.h", "http.url"}},
 		{"job with bad overlap", "jobs: {o: {exec: [x], overlap: sometimes}}", []string{"jobs.o", "overlap", "sometimes"}},
 		{"job with negative timeout", "jobs: {t: {exec: [x], timeout: -1s}}", []string{"jobs.t", "timeout"}},
+		{"job with negative jitter", "jobs: {j: {exec: [x], jitter: -1s}}", []string{"jobs.j", "jitter"}},
+		{"job with negative catchup", "jobs: {c: {exec: [x], catchup: -1s}}", []string{"jobs.c", "catchup"}},
 		{"unknown timezone", "timezone: Mars/Base", []string{"timezone", "Mars/Base"}},
 		{"Local timezone refused", "timezone: Local", []string{"timezone", "Local"}},
 		{"timezone with a space", "timezone: 'Europe/ Berlin'", []string{"timezone"}},
@@ -270,6 +285,18 @@ func TestParseErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Zero (or absent) lock.ttl, runs.retention and workers mean the jobs
+// package's defaults: the config keeps no second copy of them.
+func TestFirePathZeroMeansDefault(t *testing.T) {
+	cfg, err := config.Parse("lock: {ttl: 0s}\nruns: {retention: 0s}\nworkers: 0\n")
+	if err != nil {
+		t.Fatalf("zero lock.ttl, runs.retention and workers mean the defaults and must be accepted: %v", err)
+	}
+	if cfg.Lock.TTL != 0 || cfg.Runs.Retention != 0 || cfg.Workers != 0 {
+		t.Errorf("lock %+v runs %+v workers %d: want them left zero", cfg.Lock, cfg.Runs, cfg.Workers)
 	}
 }
 

@@ -21,16 +21,14 @@ import (
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/resumetoken"
-	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
 
-// Collection names (DESIGN.md, "MongoDB data model").
+// Collection names of the schedules and the resume tokens. The fire path's
+// are jobs.LocksCollection and jobs.RunsCollection.
 const (
 	SchedulesCollection = "schedules"
 	TokensCollection    = resumetoken.CollectionName
-	LocksCollection     = "job_locks"
-	RunsCollection      = "job_runs"
 )
 
 // Connect returns a client for the configured server. It does not wait for
@@ -53,7 +51,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 // RunWith is Run with extras for tests and embedders (see Options).
 func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options) error {
 	log = log.With("instance_id", cfg.InstanceID)
-	registry, err := jobs.FromConfig(cfg.Jobs)
+	registry, err := jobs.FromDefinitions(cfg.Jobs)
 	if err != nil {
 		return err
 	}
@@ -89,37 +87,25 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		Registry:   registry,
 		InstanceID: cfg.InstanceID,
 		Logger:     log,
-		Resolve: func(id string) (jobs.Target, bool) {
-			st, ok := engine.Get(id)
-			if !ok || !st.Armed {
-				return jobs.Target{}, false
-			}
-			return jobs.Target{Action: st.Action, Args: []byte(st.Args), Category: st.Category}, true
-		},
 		Store: jobs.NewMongoStore(db.Collection(jobs.LocksCollection), runs,
 			jobs.MongoStoreOptions{Retention: cfg.Runs.Retention, Instance: cfg.InstanceID, Logger: log}),
 		TTL:     cfg.Lock.TTL,
 		Workers: cfg.Workers,
-		Hooks: fireHooks(mx, func(id string) time.Duration {
-			st, _ := engine.Get(id)
-			return st.Delay
-		}),
+		Hooks:   fireHooks(mx),
 	})
+	// Until the engine hands the fire path a schedule.Due itself, its
+	// callback reads the armed schedule back (armedFire).
+	fire := func(id string, slot time.Time) { armedFire(engine, runner, log, id, slot) }
 	engine = scheduler.New(scheduler.Options{
 		Location: cfg.Location,
 		// Fire lateness is observed by the fire path when a worker takes
 		// the fire (fireHooks), not here.
-		Fire:   runner.Fire,
+		Fire:   fire,
 		Logger: log,
-		// jobs.<action>.jitter: a fixed per-job delay after each slot.
-		Jitter: func(s schedule.Schedule) time.Duration { return cfg.Jobs[s.ActionName()].Jitter },
-		Validate: func(s schedule.Schedule) error {
-			if _, ok := registry.Lookup(s.ActionName()); !ok {
-				return &schedule.Error{ID: s.ID, Field: schedule.FieldJob,
-					Reason: fmt.Sprintf("unknown action %q: not in the config's jobs (known: %v)", s.ActionName(), registry.Names())}
-			}
-			return nil
-		},
+		// The registry is the config policy: an unknown action is refused,
+		// jobs.<action>.jitter delays each slot by a fixed per-job amount.
+		Jitter:   registry.Jitter,
+		Validate: registry.Check,
 	})
 
 	if opts.Engine != nil {
@@ -180,7 +166,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 	catchUpDone := make(chan struct{})
 	go func() {
 		defer close(catchUpDone)
-		runCatchUp(watchCtx, engine, func() bool { return watcher.Status().Ready }, cfg.CatchupFor, runner.Fire, log)
+		runCatchUp(watchCtx, engine, func() bool { return watcher.Status().Ready }, cfg.CatchupFor, fire, log)
 	}()
 
 	var runErr error

@@ -19,6 +19,7 @@ import (
 	"github.com/cronswap/cronswap/internal/config"
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/internal/testmongo"
+	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/scheduler"
 )
 
@@ -148,7 +149,7 @@ func testConfig(uri, database string) config.Config {
 	cfg.Watch.BackoffMin = 50 * time.Millisecond
 	cfg.Watch.BackoffMax = time.Second
 	cfg.Shutdown.Grace = 5 * time.Second
-	cfg.Jobs = map[string]config.Job{"tick": {Exec: []string{"true"}}}
+	cfg.Jobs = map[string]jobs.Definition{"tick": {Exec: []string{"true"}}}
 	return cfg
 }
 

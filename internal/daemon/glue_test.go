@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"github.com/cronswap/cronswap/internal/config"
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/internal/statefile"
+	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
@@ -120,6 +122,34 @@ func TestSinkRefusesBadExpressionThroughTheEngine(t *testing.T) {
 		st, ok := engine.Get("j")
 		if !ok || !st.Armed || st.CronExpr != "0 9 * * *" || !strings.Contains(st.LastError, "field "+bad.field) {
 			t.Fatalf("after %+v: %+v", bad, st)
+		}
+	}
+}
+
+// The fire callback hands the runner the armed schedule with its jitter
+// delay; a job the engine does not hold armed gives no Due.
+func TestArmedDueCarriesScheduleAndDelay(t *testing.T) {
+	reg := jobs.NewRegistry()
+	reg.Register("act", jobs.Spec{Action: jobs.ActionFunc(func(context.Context, jobs.Fire) error { return nil }), Jitter: time.Hour})
+	engine := scheduler.New(scheduler.Options{Logger: slog.New(slog.DiscardHandler), Jitter: reg.Jitter, Validate: reg.Check})
+	armedSched := schedule.Schedule{ID: "a", CronExpr: "0 9 * * *", Enabled: true, Job: "act", Category: "reports", Args: `{"x":1}`}
+	engine.Reload(armedSched)
+	engine.Reload(schedule.Schedule{ID: "off", CronExpr: "0 9 * * *", Job: "act"})
+	slot := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)
+
+	d, ok := armedDue(engine, "a", slot)
+	if !ok {
+		t.Fatal("armed job gave no Due")
+	}
+	if d.Schedule != armedSched || !d.Slot.Equal(slot) {
+		t.Errorf("Due = %+v, want schedule %+v at %v", d, armedSched, slot)
+	}
+	if want := scheduler.JitterDelay("a", time.Hour); d.Delay != want || !d.At().Equal(slot.Add(want)) {
+		t.Errorf("Delay = %v (At %v), want the job's jitter delay %v", d.Delay, d.At(), want)
+	}
+	for _, id := range []string{"off", "missing"} {
+		if d, ok := armedDue(engine, id, slot); ok {
+			t.Errorf("%s: Due %+v, want none for a job not armed", id, d)
 		}
 	}
 }

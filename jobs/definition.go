@@ -1,0 +1,137 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Definition is one named action as the configuration defines it: the
+// settings of exactly one kind of action and the action's run policy.
+// internal/config decodes each entry of the YAML jobs section straight into
+// it (the yaml tags are the file's keys); FromDefinitions turns definitions
+// into a registry.
+type Definition struct {
+	// Exec configures an exec action: the program and its arguments, run
+	// without a shell unless they name one.
+	Exec []string `yaml:"exec"`
+	// HTTP configures an http action.
+	HTTP *HTTPSettings `yaml:"http"`
+	// Timeout bounds each run; 0 is none.
+	Timeout time.Duration `yaml:"timeout"`
+	// Overlap is the overlap policy; empty means DefaultOverlap.
+	Overlap Overlap `yaml:"overlap"`
+	// Catchup, when set, overrides the configuration's default catch-up
+	// window for the schedules running this action. The daemon's catch-up
+	// at start reads it; the runner does not.
+	Catchup *time.Duration `yaml:"catchup"`
+	// Jitter bounds a fixed per-job delay after each slot (the slot's
+	// identity stays the undelayed time); 0 is none.
+	Jitter time.Duration `yaml:"jitter"`
+}
+
+// HTTPSettings configure an http action: the URL the fire is sent to as a
+// JSON body, and the method (default POST).
+type HTTPSettings struct {
+	URL    string `yaml:"url"`
+	Method string `yaml:"method"`
+}
+
+// actionKind is one kind of action: which settings of a Definition select
+// it, and how they are checked and turned into an Action.
+type actionKind struct {
+	// usage names the kind's settings in errors.
+	usage string
+	// given reports whether d holds settings of this kind.
+	given func(d Definition) bool
+	// build checks the kind's settings in d and returns the action; its
+	// error says what is wrong with them.
+	build func(d Definition) (Action, error)
+}
+
+// actionKinds is the table of action kinds, keyed by the Definition key
+// that selects each. A new kind adds its settings field to Definition, its
+// Action type, and one entry here.
+var actionKinds = map[string]actionKind{
+	"exec": {
+		usage: "exec (an argv list)",
+		given: func(d Definition) bool { return d.Exec != nil },
+		build: func(d Definition) (Action, error) {
+			switch {
+			case len(d.Exec) == 0:
+				return nil, errors.New("exec is empty: give the program and its arguments")
+			case d.Exec[0] == "":
+				return nil, errors.New("exec[0] (the program) is empty")
+			}
+			return &ExecAction{Argv: append([]string(nil), d.Exec...)}, nil
+		},
+	},
+	"http": {
+		usage: "http (url, method)",
+		given: func(d Definition) bool { return d.HTTP != nil },
+		build: func(d Definition) (Action, error) {
+			if d.HTTP.URL == "" {
+				return nil, errors.New("http.url is empty")
+			}
+			return &HTTPAction{URL: d.HTTP.URL, Method: d.HTTP.Method}, nil
+		},
+	},
+}
+
+// kindNames returns the action kinds' keys, sorted.
+func kindNames() []string {
+	names := make([]string, 0, len(actionKinds))
+	for k := range actionKinds {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Spec checks d and returns the action spec it defines. Its error says what
+// is wrong without naming the job: callers add the name.
+func (d Definition) Spec() (Spec, error) {
+	var given []string
+	for _, k := range kindNames() {
+		if actionKinds[k].given(d) {
+			given = append(given, k)
+		}
+	}
+	switch len(given) {
+	case 0:
+		usages := make([]string, 0, len(actionKinds))
+		for _, k := range kindNames() {
+			usages = append(usages, actionKinds[k].usage)
+		}
+		return Spec{}, fmt.Errorf("no action: give %s", strings.Join(usages, " or "))
+	case 1:
+	default:
+		return Spec{}, fmt.Errorf("give one kind of action, not %s", strings.Join(given, " and "))
+	}
+	action, err := actionKinds[given[0]].build(d)
+	if err != nil {
+		return Spec{}, err
+	}
+	switch {
+	case d.Timeout < 0:
+		return Spec{}, fmt.Errorf("timeout %s: must not be negative", d.Timeout)
+	case d.Catchup != nil && *d.Catchup < 0:
+		return Spec{}, fmt.Errorf("catchup %s: must be 0 (off) or positive", *d.Catchup)
+	case d.Jitter < 0:
+		return Spec{}, fmt.Errorf("jitter %s: must not be negative", d.Jitter)
+	}
+	overlap, err := ParseOverlap(string(d.Overlap))
+	if err != nil {
+		return Spec{}, err
+	}
+	return Spec{Action: action, Timeout: d.Timeout, Overlap: overlap, Jitter: d.Jitter}, nil
+}
+
+// Validate reports what is wrong with d (nil when it defines an action),
+// without naming the job.
+func (d Definition) Validate() error {
+	_, err := d.Spec()
+	return err
+}

@@ -1,0 +1,132 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"syscall"
+)
+
+// DefaultTailBytes is how many bytes of each of an exec action's standard
+// output and standard error its run record keeps.
+const DefaultTailBytes = 2048
+
+// ExecAction runs a program from config, without a shell unless Argv names
+// one, in its own process group; when ctx ends the whole group is killed.
+type ExecAction struct {
+	Argv []string
+	// TailBytes is how many bytes of each of stdout and stderr are kept
+	// (the last ones); default DefaultTailBytes.
+	TailBytes int
+}
+
+// ExitError is returned by ExecAction when the program failed.
+type ExitError struct {
+	// Code is the exit status, -1 when killed by a signal.
+	Code int
+	// Stderr is the tail of the program's standard error.
+	Stderr string
+	Err    error
+}
+
+func (e *ExitError) Error() string {
+	if e.Stderr != "" {
+		return fmt.Sprintf("%v (exit %d): %s", e.Err, e.Code, e.Stderr)
+	}
+	return fmt.Sprintf("%v (exit %d)", e.Err, e.Code)
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// Run implements Action: RunOutput without the output.
+func (a *ExecAction) Run(ctx context.Context, f Fire) error {
+	_, err := a.RunOutput(ctx, f)
+	return err
+}
+
+// RunOutput implements OutputAction. The program's standard output and
+// standard error each go to a temporary file whose tail is kept; a failure
+// is an *ExitError carrying the stderr tail. When the program exits, or ctx
+// ends, its whole process group is killed, so a job never leaves processes
+// behind (like systemd's KillMode=control-group).
+func (a *ExecAction) RunOutput(ctx context.Context, f Fire) (Output, error) {
+	if len(a.Argv) == 0 {
+		return Output{}, fmt.Errorf("exec %s: empty argv", f.JobID)
+	}
+	stdout, err := tempOutput("stdout")
+	if err != nil {
+		return Output{}, fmt.Errorf("exec %s: %w", f.JobID, err)
+	}
+	defer removeOutput(stdout)
+	stderr, err := tempOutput("stderr")
+	if err != nil {
+		return Output{}, fmt.Errorf("exec %s: %w", f.JobID, err)
+	}
+	defer removeOutput(stderr)
+
+	cmd := exec.CommandContext(ctx, a.Argv[0], a.Argv[1:]...)
+	cmd.Env = append(os.Environ(), f.Env()...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		// Kill the whole group: the program and everything it started.
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	// Files, not pipes: Wait then returns when the program exits, even if
+	// children it left behind still hold the descriptors.
+	cmd.Stdout = stdout
+	cmd.Stderr = stderr
+	err = cmd.Run()
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	n := a.TailBytes
+	if n <= 0 {
+		n = DefaultTailBytes
+	}
+	out := Output{Stdout: fileTail(stdout, n), Stderr: fileTail(stderr, n)}
+	if err == nil {
+		return out, nil
+	}
+	code := -1
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	}
+	if ctx.Err() != nil {
+		err = fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
+	return out, &ExitError{Code: code, Stderr: out.Stderr, Err: err}
+}
+
+// tempOutput creates the temporary file that takes one output stream.
+func tempOutput(stream string) (*os.File, error) {
+	f, err := os.CreateTemp("", "cronswap-"+stream+"-*")
+	if err != nil {
+		return nil, fmt.Errorf("%s file: %w", stream, err)
+	}
+	return f, nil
+}
+
+func removeOutput(f *os.File) {
+	_ = f.Close()
+	_ = os.Remove(f.Name())
+}
+
+// fileTail returns the last n bytes of f, trimmed of surrounding space: the
+// one truncation rule of every output tail a run record keeps.
+func fileTail(f *os.File, n int) string {
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return ""
+	}
+	off := max(size-int64(n), 0)
+	buf := make([]byte, size-off)
+	if _, err := f.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
+		return ""
+	}
+	return string(bytes.TrimSpace(buf))
+}

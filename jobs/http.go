@@ -1,0 +1,52 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// HTTPAction sends the fire as a JSON body; a non-2xx answer is a failure.
+type HTTPAction struct {
+	URL    string
+	Method string
+	Client *http.Client
+}
+
+// Run implements Action.
+func (a *HTTPAction) Run(ctx context.Context, f Fire) error {
+	// The same values as the exec environment: scheduled_at in UTC, args "{}"
+	// when there are none (an empty non-nil RawMessage would not marshal).
+	f.ScheduledAt = f.ScheduledAt.UTC()
+	f.Args = f.argsJSON()
+	body, err := json.Marshal(f)
+	if err != nil {
+		return fmt.Errorf("http action %s: %w", f.JobID, err)
+	}
+	method := a.Method
+	if method == "" {
+		method = http.MethodPost
+	}
+	req, err := http.NewRequestWithContext(ctx, method, a.URL, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("http action %s: %w", f.JobID, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	client := a.Client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("http action %s: %w", f.JobID, err)
+	}
+	defer resp.Body.Close()
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("http action %s: %s %s answered %s: %s", f.JobID, method, a.URL, resp.Status, bytes.TrimSpace(snippet))
+	}
+	return nil
+}
