@@ -107,14 +107,14 @@ func (p *position) reloaded(ctx context.Context, t bson.Raw) {
 // interval). An unchanged t is no move.
 func (p *position) advance(ctx context.Context, t bson.Raw, applied bool) {
 	if applied {
-		p.token = t
+		p.token, p.savedAt = t, time.Time{}
 		p.saver.applied(ctx, t)
 		return
 	}
 	if t == nil || bytesEqual(t, p.token) {
 		return
 	}
-	p.token = t
+	p.token, p.savedAt = t, time.Time{}
 	p.saver.advanced(t)
 }
 

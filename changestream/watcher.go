@@ -6,6 +6,10 @@
 // client-go's Reflector, with the stream opened before the list so that no
 // edit falls in the gap.
 //
+// A periodic resync (Options.ResyncInterval), or a call to Resync, diffs
+// the whole collection against the sink once the stream has caught up, and
+// reports the jobs it had to correct as drift.
+//
 // Where the server has no change streams (a standalone mongod answers 40573)
 // the watcher polls: a full diff every poll interval.
 //
