@@ -206,31 +206,51 @@ func TestEventHookReportsTimes(t *testing.T) {
 	}
 }
 
-// stampSink reports a fixed instant as the time its changes took effect.
+// stampSink records, as the last thing each Upsert and Delete does, the
+// instant it is about to return.
 type stampSink struct {
 	*memSink
-	at time.Time
+	mu        *sync.Mutex
+	returning *time.Time
 }
 
-func (s stampSink) Upsert(d bson.Raw) time.Time       { s.memSink.Upsert(d); return s.at }
-func (s stampSink) Delete(id bson.RawValue) time.Time { s.memSink.Delete(id); return s.at }
+func (s stampSink) stamp() { s.mu.Lock(); *s.returning = time.Now(); s.mu.Unlock() }
 
-// EventInfo.Applied is the instant the sink says the change took effect
-// (the daemon's: timer armed, before logging), not when Upsert returned.
-func TestEventHookAppliedIsTheSinksInstant(t *testing.T) {
+func (s stampSink) Upsert(d bson.Raw) {
+	s.memSink.Upsert(d)
+	time.Sleep(5 * time.Millisecond) // the sink's own work after applying (the daemon logs)
+	s.stamp()
+}
+
+func (s stampSink) Delete(id bson.RawValue) {
+	s.memSink.Delete(id)
+	time.Sleep(5 * time.Millisecond)
+	s.stamp()
+}
+
+// EventInfo.Applied is when the sink call returned: after all of the sink's
+// work, not when the watcher received the event.
+func TestEventHookAppliedIsWhenTheSinkReturned(t *testing.T) {
 	feed := newFakeFeed()
 	var mu sync.Mutex
 	var got []EventInfo
-	armed := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	var returning time.Time
 	w, _ := startWith(t, feed, resumetoken.NewMemStore(), newMemSink(), func(o *Options) {
-		o.Sink = stampSink{o.Sink.(*memSink), armed}
+		o.Sink = stampSink{memSink: o.Sink.(*memSink), mu: &mu, returning: &returning}
 		o.Hooks.Event = func(ev EventInfo) { mu.Lock(); got = append(got, ev); mu.Unlock() }
 	})
 	waitFor(t, "ready", func() bool { return w.Status().Ready })
-	feed.push(event("update", "a", "0 8 * * *", 1))
-	waitFor(t, "hook", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 1 })
-	if !got[0].Applied.Equal(armed) {
-		t.Fatalf("applied %v, want the sink's %v", got[0].Applied, armed)
+	feed.push(event("update", "a", "0 8 * * *", 1), event("delete", "a", "", 2))
+	waitFor(t, "hook", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	for _, ev := range got {
+		if ev.Applied.Sub(ev.Received) < 5*time.Millisecond {
+			t.Fatalf("%s: applied %v only %v after received: before the sink returned", ev.Op, ev.Applied, ev.Applied.Sub(ev.Received))
+		}
+	}
+	if last := got[1].Applied; last.Before(returning) {
+		t.Fatalf("applied %v, before the sink returned at %v", last, returning)
 	}
 }
 
@@ -413,27 +433,33 @@ func (a *atomicInt) add()     { a.mu.Lock(); a.n++; a.mu.Unlock() }
 func (a *atomicInt) get() int { a.mu.Lock(); defer a.mu.Unlock(); return a.n }
 
 func TestStateSavesAreCoalescedAndPairedWithTheToken(t *testing.T) {
-	feed := newFakeFeed()
-	tokens := newSeqStore()
-	state := &memState{}
-	w, stop := startWith(t, feed, tokens, newMemSink(), func(o *Options) {
-		o.State = state
-		o.StateSaveDelay = 20 * time.Millisecond
-		o.SaveDelay = -1 // ignored with a state: it would write the whole state per event
-	})
-	waitFor(t, "ready", func() bool { return w.Status().Ready })
-	pushUpdates(feed, 1, 300)
-	waitFor(t, "last position saved", func() bool { return tokens.last() == data(300) })
-	stop()
-	st, saves := state.get()
-	if saves > 60 {
-		t.Fatalf("%d state saves for 300 events: not coalesced", saves)
-	}
-	// Every token save was preceded by a state save at the same token.
-	if n := len(tokens.sequence()); n != saves {
-		t.Fatalf("%d token saves, %d state saves: want them paired", n, saves)
-	}
-	if string(st.Token) != string(tok(300)) || len(st.Docs) != 1 {
-		t.Fatalf("final state at %v with %d docs", st.Token, len(st.Docs))
+	for _, delay := range []time.Duration{
+		20 * time.Millisecond,
+		-1, // means the state default with a state: saving per event would rewrite the whole state each time
+	} {
+		t.Run(delay.String(), func(t *testing.T) {
+			feed := newFakeFeed()
+			tokens := newSeqStore()
+			state := &memState{}
+			w, stop := startWith(t, feed, tokens, newMemSink(), func(o *Options) {
+				o.State = state
+				o.SaveDelay = delay
+			})
+			waitFor(t, "ready", func() bool { return w.Status().Ready })
+			pushUpdates(feed, 1, 300)
+			waitFor(t, "last position saved", func() bool { return tokens.last() == data(300) })
+			stop()
+			st, saves := state.get()
+			if saves > 60 {
+				t.Fatalf("%d state saves for 300 events: not coalesced", saves)
+			}
+			// Every token save was preceded by a state save at the same token.
+			if n := len(tokens.sequence()); n != saves {
+				t.Fatalf("%d token saves, %d state saves: want them paired", n, saves)
+			}
+			if string(st.Token) != string(tok(300)) || len(st.Docs) != 1 {
+				t.Fatalf("final state at %v with %d docs", st.Token, len(st.Docs))
+			}
+		})
 	}
 }

@@ -2,38 +2,51 @@ package changestream
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/resumetoken"
 )
 
-// State is the collection as the sink has applied it, with the resume token
-// it corresponds to: arming from Docs and resuming the stream after Token
-// reproduces the sink's state without reading the collection.
-type State struct {
-	Token bson.Raw
-	Docs  []bson.Raw
+// persister is where the saver keeps the position: a resume token store,
+// or a state file with the token store (see statePersister).
+type persister interface {
+	// save stores position t and reports whether it was stored; false
+	// means "try again later" (the failure is logged).
+	save(ctx context.Context, t bson.Raw) bool
+	// forget deletes the stored position.
+	forget(ctx context.Context)
+	// defaults is the save timing used for the Options left zero.
+	defaults() saveTiming
 }
 
-// StateStore persists State for warm restarts (see Options.State).
-type StateStore interface {
-	// Load returns the stored state; any error means "do a full reload"
-	// (an error wrapping fs.ErrNotExist: there is none yet).
-	Load(ctx context.Context) (State, error)
-	// Save replaces the stored state atomically.
-	Save(ctx context.Context, st State) error
+// saveTiming says when the saver saves.
+type saveTiming struct {
+	// delay is how long an applied event's position may wait for a save;
+	// negative saves synchronously after each event.
+	delay time.Duration
+	// idle is the least time between two saves of an idle stream's
+	// advancing position.
+	idle time.Duration
+	// maxEvents saves at once when this many applied events are unsaved.
+	maxEvents int
+	// syncOK says whether a negative delay is allowed (in defaults only).
+	syncOK bool
 }
 
 // saver persists the applied position off the apply path, coalesced: the
-// stream loop hands it each applied token (applied) or idle position
+// position owner hands it each applied token (applied) or idle position
 // (advanced) and carries on; a goroutine saves the latest one once it is
-// SaveDelay old, or at once after SaveMaxEvents events. flush saves
+// timing.delay old, or at once after timing.maxEvents events. flush saves
 // synchronously (full reloads, shutdown); drop forgets the stored token.
 // saveMu orders saves, flushes and drops so that an older token is never
 // written after a newer one or after a drop.
 type saver struct {
-	w *Watcher
+	to     persister
+	timing saveTiming
 
 	kick chan struct{}
 
@@ -50,8 +63,8 @@ type saver struct {
 // saveRetryDelay is the pause after a failed save before the next try.
 const saveRetryDelay = time.Second
 
-func newSaver(w *Watcher) *saver {
-	return &saver{w: w, kick: make(chan struct{}, 1), lastSave: time.Now()}
+func newSaver(to persister, timing saveTiming) *saver {
+	return &saver{to: to, timing: timing, kick: make(chan struct{}, 1), lastSave: time.Now()}
 }
 
 func (s *saver) wake() {
@@ -63,7 +76,7 @@ func (s *saver) wake() {
 
 // applied records the position after an applied event.
 func (s *saver) applied(ctx context.Context, t bson.Raw) {
-	if s.w.opts.SaveDelay < 0 && s.w.state == nil {
+	if s.timing.delay < 0 {
 		s.set(t, 1)
 		s.flush(ctx)
 		return
@@ -98,7 +111,7 @@ func (s *saver) set(t bson.Raw, events int) bool {
 			first = true
 		}
 		s.events += events
-		if s.events >= s.w.opts.SaveMaxEvents {
+		if s.events >= s.timing.maxEvents {
 			return true
 		}
 	}
@@ -117,12 +130,12 @@ func (s *saver) due() (wait time.Duration, ok bool) {
 		return wait, true
 	}
 	if s.events > 0 {
-		if s.events >= s.w.opts.SaveMaxEvents {
+		if s.events >= s.timing.maxEvents {
 			return 0, true
 		}
-		return time.Until(s.since.Add(s.w.saveDelay())), true
+		return time.Until(s.since.Add(s.timing.delay)), true
 	}
-	return time.Until(s.lastSave.Add(s.w.idleDelay())), true
+	return time.Until(s.lastSave.Add(s.timing.idle)), true
 }
 
 // run saves pending positions until ctx ends.
@@ -165,7 +178,7 @@ func (s *saver) flush(ctx context.Context) {
 	if t == nil {
 		return
 	}
-	if !s.w.persist(ctx, t) {
+	if !s.to.save(ctx, t) {
 		// Keep it for the next attempt unless a newer one came meanwhile.
 		s.mu.Lock()
 		if s.token == nil {
@@ -188,75 +201,35 @@ func (s *saver) drop(ctx context.Context) {
 	s.mu.Lock()
 	s.token, s.events = nil, 0
 	s.mu.Unlock()
-	s.w.dropToken(ctx)
+	s.to.forget(ctx)
 }
 
-// mirror is a sink wrapper that remembers the documents it applied, for
-// the state file. Snapshots may run concurrently with the stream loop.
-type mirror struct {
-	Sink
-	mu   sync.Mutex
-	docs map[string]bson.Raw // by _id (type byte + value bytes)
+// tokenPersister keeps the position in the resume token store.
+type tokenPersister struct {
+	store resumetoken.Store
+	id    string
+	log   *slog.Logger
+	// saved is told when a token was stored.
+	saved func(at time.Time)
 }
 
-func newMirror(s Sink) *mirror { return &mirror{Sink: s, docs: map[string]bson.Raw{}} }
-
-func idKey(v bson.RawValue) string { return string(rune(v.Type)) + string(v.Value) }
-
-func (m *mirror) Upsert(doc bson.Raw) time.Time {
-	at := m.Sink.Upsert(doc)
-	if id, err := doc.LookupErr("_id"); err == nil {
-		d := append(bson.Raw(nil), doc...) // the stream reuses its buffers
-		m.mu.Lock()
-		m.docs[idKey(id)] = d
-		m.mu.Unlock()
-	}
-	return at
-}
-
-func (m *mirror) Delete(id bson.RawValue) time.Time {
-	at := m.Sink.Delete(id)
-	m.mu.Lock()
-	delete(m.docs, idKey(id))
-	m.mu.Unlock()
-	return at
-}
-
-func (m *mirror) ReplaceAll(docs []bson.Raw) []string {
-	changed := m.Sink.ReplaceAll(docs)
-	m.set(docs)
-	return changed
-}
-
-func (m *mirror) ReplaceAllTimed(docs []bson.Raw) ([]string, time.Duration, time.Duration) {
-	ts, ok := m.Sink.(TimedSink)
-	if !ok {
-		start := time.Now()
-		return m.ReplaceAll(docs), 0, time.Since(start)
-	}
-	changed, dec, app := ts.ReplaceAllTimed(docs)
-	m.set(docs)
-	return changed, dec, app
-}
-
-func (m *mirror) set(docs []bson.Raw) {
-	next := make(map[string]bson.Raw, len(docs))
-	for _, d := range docs {
-		if id, err := d.LookupErr("_id"); err == nil {
-			next[idKey(id)] = d
+func (p *tokenPersister) save(ctx context.Context, t bson.Raw) bool {
+	if err := p.store.Save(ctx, p.id, t); err != nil {
+		if ctx.Err() == nil {
+			p.log.Warn("saving resume token failed; will retry", "watcher_id", p.id, "error", err)
 		}
+		return false
 	}
-	m.mu.Lock()
-	m.docs = next
-	m.mu.Unlock()
+	p.saved(time.Now())
+	return true
 }
 
-func (m *mirror) snapshot() []bson.Raw {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]bson.Raw, 0, len(m.docs))
-	for _, d := range m.docs {
-		out = append(out, d)
+func (p *tokenPersister) forget(ctx context.Context) {
+	if err := p.store.Delete(ctx, p.id); err != nil && ctx.Err() == nil {
+		p.log.Warn("deleting resume token failed", "watcher_id", p.id, "error", err)
 	}
-	return out
+}
+
+func (p *tokenPersister) defaults() saveTiming {
+	return saveTiming{delay: DefaultSaveDelay, idle: DefaultIdleSaveInterval, syncOK: true}
 }

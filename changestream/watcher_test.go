@@ -186,21 +186,19 @@ type memSink struct {
 
 func newMemSink() *memSink { return &memSink{armed: map[string]string{}} }
 
-func (s *memSink) Upsert(d bson.Raw) time.Time {
+func (s *memSink) Upsert(d bson.Raw) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	id := d.Lookup("_id").StringValue()
 	s.armed[id] = d.Lookup("cron_expr").StringValue()
 	s.applied = append(s.applied, "upsert:"+id)
-	return time.Time{}
 }
 
-func (s *memSink) Delete(id bson.RawValue) time.Time {
+func (s *memSink) Delete(id bson.RawValue) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.armed, id.StringValue())
 	s.applied = append(s.applied, "delete:"+id.StringValue())
-	return time.Time{}
 }
 
 func (s *memSink) ReplaceAll(docs []bson.Raw) []string {
@@ -258,7 +256,7 @@ type harness struct {
 	done   chan error
 }
 
-func start(t *testing.T, feed *fakeFeed, tokens *resumetoken.MemStore, mode string) *harness {
+func start(t *testing.T, feed *fakeFeed, tokens *resumetoken.MemStore, mode Mode) *harness {
 	t.Helper()
 	h := &harness{feed: feed, sink: newMemSink(), tokens: tokens, done: make(chan error, 1)}
 	h.w = New(Options{

@@ -15,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
 )
@@ -29,13 +30,6 @@ const (
 // DefaultMongoURI is used when neither the file, the environment nor a flag
 // names a server: the local launcher's default port.
 const DefaultMongoURI = "mongodb://127.0.0.1:27017/"
-
-// Watch modes.
-const (
-	WatchAuto         = "auto"
-	WatchChangeStream = "changestream"
-	WatchPoll         = "poll"
-)
 
 // Config is the whole configuration of one daemon instance.
 type Config struct {
@@ -68,14 +62,70 @@ type Mongo struct {
 	Database string `yaml:"database"`
 }
 
-// Watch configures how edits are noticed.
+// Watch configures how edits are noticed. A key left out (nil, or an empty
+// mode) takes the watcher's default: see the Default constants of package
+// changestream. Finish parses the mode, so it is never empty afterwards.
 type Watch struct {
-	Mode           string        `yaml:"mode"`
-	PollInterval   time.Duration `yaml:"poll_interval"`
-	ResyncInterval time.Duration `yaml:"resync_interval"`
-	// BackoffMin and BackoffMax bound the reconnect backoff.
-	BackoffMin time.Duration `yaml:"backoff_min"`
-	BackoffMax time.Duration `yaml:"backoff_max"`
+	// Mode is auto (default), changestream or poll.
+	Mode changestream.Mode `yaml:"mode"`
+	// PollInterval is the full-diff period in poll mode; must be positive.
+	PollInterval *time.Duration `yaml:"poll_interval"`
+	// ResyncInterval is the period of the safety-net full diff while
+	// streaming; 0 disables it.
+	ResyncInterval *time.Duration `yaml:"resync_interval"`
+	// BackoffMin and BackoffMax bound the reconnect backoff: 0 < min <= max,
+	// where a key left out counts as its default.
+	BackoffMin *time.Duration `yaml:"backoff_min"`
+	BackoffMax *time.Duration `yaml:"backoff_max"`
+}
+
+// Apply returns o with the settings of this section: the mode and every
+// duration given. The rest of o is left as it is, so the watcher's defaults
+// apply to the keys left out.
+func (w Watch) Apply(o changestream.Options) changestream.Options {
+	o.Mode = w.Mode
+	if w.PollInterval != nil {
+		o.PollInterval = *w.PollInterval
+	}
+	if w.ResyncInterval != nil {
+		o.ResyncInterval = *w.ResyncInterval
+		if o.ResyncInterval == 0 {
+			o.ResyncInterval = changestream.ResyncOff
+		}
+	}
+	if w.BackoffMin != nil {
+		o.BackoffMin = *w.BackoffMin
+	}
+	if w.BackoffMax != nil {
+		o.BackoffMax = *w.BackoffMax
+	}
+	return o
+}
+
+// validate parses the mode and checks the durations given.
+func (w *Watch) validate() error {
+	mode, err := changestream.ParseMode(string(w.Mode))
+	if err != nil {
+		return fmt.Errorf("watch.mode: %w", err)
+	}
+	w.Mode = mode
+	if w.PollInterval != nil && *w.PollInterval <= 0 {
+		return fmt.Errorf("watch.poll_interval %s: must be positive", *w.PollInterval)
+	}
+	if w.ResyncInterval != nil && *w.ResyncInterval < 0 {
+		return fmt.Errorf("watch.resync_interval %s: must be 0 (off) or positive", *w.ResyncInterval)
+	}
+	lo, hi := changestream.DefaultBackoffMin, changestream.DefaultBackoffMax
+	if w.BackoffMin != nil {
+		lo = *w.BackoffMin
+	}
+	if w.BackoffMax != nil {
+		hi = *w.BackoffMax
+	}
+	if lo <= 0 || hi < lo {
+		return fmt.Errorf("watch.backoff_min %s / backoff_max %s: want 0 < min <= max", lo, hi)
+	}
+	return nil
 }
 
 // Lock configures the per-job leader locks.
@@ -109,13 +159,6 @@ func Default() Config {
 	return Config{
 		Mongo:    Mongo{URI: DefaultMongoURI, Database: "cronswap"},
 		Timezone: "UTC",
-		Watch: Watch{
-			Mode:           WatchAuto,
-			PollInterval:   5 * time.Second,
-			ResyncInterval: 10 * time.Minute,
-			BackoffMin:     100 * time.Millisecond,
-			BackoffMax:     10 * time.Second,
-		},
 		HTTP:     HTTP{Listen: "127.0.0.1:9090"},
 		Shutdown: Shutdown{Grace: 30 * time.Second},
 		Location: time.UTC,
@@ -228,21 +271,8 @@ func (c *Config) Finish() error {
 		return fmt.Errorf("timezone: %w", err)
 	}
 	c.Location = loc
-	switch c.Watch.Mode {
-	case "":
-		c.Watch.Mode = WatchAuto
-	case WatchAuto, WatchChangeStream, WatchPoll:
-	default:
-		return fmt.Errorf("watch.mode %q: want auto, changestream or poll", c.Watch.Mode)
-	}
-	if c.Watch.PollInterval <= 0 {
-		return fmt.Errorf("watch.poll_interval %s: must be positive", c.Watch.PollInterval)
-	}
-	if c.Watch.ResyncInterval < 0 {
-		return fmt.Errorf("watch.resync_interval %s: must be 0 (off) or positive", c.Watch.ResyncInterval)
-	}
-	if c.Watch.BackoffMin <= 0 || c.Watch.BackoffMax < c.Watch.BackoffMin {
-		return fmt.Errorf("watch.backoff_min %s / backoff_max %s: want 0 < min <= max", c.Watch.BackoffMin, c.Watch.BackoffMax)
+	if err := c.Watch.validate(); err != nil {
+		return err
 	}
 	if c.Lock.TTL < 0 {
 		return fmt.Errorf("lock.ttl %s: must be positive (or 0 for the default %s)", c.Lock.TTL, jobs.DefaultLockTTL)

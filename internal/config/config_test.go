@@ -11,6 +11,7 @@ import (
 	"time"
 	_ "time/tzdata" // the zones the tests name, whatever the machine has
 
+	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/config"
 	"github.com/cronswap/cronswap/jobs"
 )
@@ -33,9 +34,10 @@ func readRepoConfig(t *testing.T) string {
 	return string(data)
 }
 
-// TestDefault pins the defaults the README's configuration table and
-// config.yaml document. The fire path's settings are zero in Default(): the
-// jobs package owns their defaults, pinned here too.
+// TestDefault pins the defaults the configuration docs and config.yaml
+// document. The fire path's and the watch section's settings are unset in
+// Default(): the jobs and changestream packages own their defaults, pinned
+// here too.
 func TestDefault(t *testing.T) {
 	d := config.Default()
 	checks := []struct {
@@ -46,11 +48,11 @@ func TestDefault(t *testing.T) {
 		{"mongo.database", d.Mongo.Database, "cronswap"},
 		{"instance_id", d.InstanceID, ""},
 		{"timezone", d.Timezone, "UTC"},
-		{"watch.mode", d.Watch.Mode, config.WatchAuto},
-		{"watch.poll_interval", d.Watch.PollInterval, 5 * time.Second},
-		{"watch.resync_interval", d.Watch.ResyncInterval, 10 * time.Minute},
-		{"watch.backoff_min", d.Watch.BackoffMin, 100 * time.Millisecond},
-		{"watch.backoff_max", d.Watch.BackoffMax, 10 * time.Second},
+		{"watch (unset: the watcher's defaults)", d.Watch, config.Watch{}},
+		{"watch.poll_interval", changestream.DefaultPollInterval, 5 * time.Second},
+		{"watch.resync_interval", changestream.DefaultResyncInterval, 10 * time.Minute},
+		{"watch.backoff_min", changestream.DefaultBackoffMin, 100 * time.Millisecond},
+		{"watch.backoff_max", changestream.DefaultBackoffMax, 10 * time.Second},
 		{"lock.ttl (0: jobs.DefaultLockTTL)", d.Lock.TTL, time.Duration(0)},
 		{"runs.retention (0: jobs.DefaultRetention)", d.Runs.Retention, time.Duration(0)},
 		{"workers (0: jobs.DefaultWorkers())", d.Workers, 0},
@@ -70,9 +72,12 @@ func TestDefault(t *testing.T) {
 	if config.DefaultMongoURI != d.Mongo.URI {
 		t.Errorf("DefaultMongoURI %q != Default().Mongo.URI %q", config.DefaultMongoURI, d.Mongo.URI)
 	}
-	// Default must itself be valid once finished.
+	// Default must itself be valid once finished, with the default mode.
 	if err := d.Finish(); err != nil {
 		t.Fatalf("Default().Finish(): %v", err)
+	}
+	if d.Watch.Mode != changestream.ModeAuto {
+		t.Errorf("Default().Finish() watch.mode = %q, want %q", d.Watch.Mode, changestream.ModeAuto)
 	}
 }
 
@@ -128,6 +133,14 @@ func TestRepoConfigYAML(t *testing.T) {
 			cfg.Lock.TTL, cfg.Runs.Retention, jobs.DefaultLockTTL, jobs.DefaultRetention)
 	}
 	cfg.Lock.TTL, cfg.Runs.Retention = 0, 0
+	// The watch section spells out the watcher's defaults.
+	wantWatch := changestream.Options{Mode: changestream.ModeAuto, PollInterval: changestream.DefaultPollInterval,
+		ResyncInterval: changestream.DefaultResyncInterval,
+		BackoffMin:     changestream.DefaultBackoffMin, BackoffMax: changestream.DefaultBackoffMax}
+	if got := cfg.Watch.Apply(changestream.Options{}); !reflect.DeepEqual(got, wantWatch) {
+		t.Errorf("config.yaml's watch section %+v, want the watcher's defaults %+v", got, wantWatch)
+	}
+	cfg.Watch = def.Watch
 	if cfg.InstanceID != hostname(t) {
 		t.Errorf("instance_id = %q, want the hostname %q", cfg.InstanceID, hostname(t))
 	}
@@ -179,8 +192,9 @@ jobs:
 	if cfg.Timezone != "Asia/Seoul" || cfg.Location == nil || cfg.Location.String() != "Asia/Seoul" {
 		t.Errorf("timezone = %q, location = %v", cfg.Timezone, cfg.Location)
 	}
-	want := config.Watch{Mode: config.WatchPoll, PollInterval: 250 * time.Millisecond, BackoffMin: time.Second, BackoffMax: time.Second}
-	if cfg.Watch != want {
+	want := config.Watch{Mode: changestream.ModePoll, PollInterval: new(250 * time.Millisecond), ResyncInterval: new(time.Duration(0)),
+		BackoffMin: new(time.Second), BackoffMax: new(time.Second)}
+	if !reflect.DeepEqual(cfg.Watch, want) {
 		t.Errorf("watch = %+v, want %+v", cfg.Watch, want)
 	}
 	if cfg.Lock.TTL != 90*time.Second || cfg.Runs.Retention != 24*time.Hour || cfg.HTTP.Listen != "127.0.0.1:0" || cfg.Shutdown.Grace != 0 {
@@ -215,7 +229,7 @@ func TestParseEmptyFieldsFallBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Mongo.URI != config.DefaultMongoURI || cfg.Mongo.Database != "cronswap" || cfg.Timezone != "UTC" ||
-		cfg.Location != time.UTC || cfg.Watch.Mode != config.WatchAuto {
+		cfg.Location != time.UTC || cfg.Watch.Mode != changestream.ModeAuto {
 		t.Errorf("empty values did not fall back to the defaults: %+v", cfg)
 	}
 }
@@ -250,6 +264,8 @@ func TestParseErrors(t *testing.T) {
 		{"watch.resync_interval negative", "watch: {resync_interval: -1m}", []string{"watch.resync_interval"}},
 		{"watch.backoff_min zero", "watch: {backoff_min: 0s}", []string{"watch.backoff_min"}},
 		{"watch.backoff_max below min", "watch: {backoff_min: 2s, backoff_max: 1s}", []string{"backoff_max"}},
+		{"watch.backoff_max below the default min", "watch: {backoff_max: 50ms}", []string{"backoff_max", "50ms"}},
+		{"watch.backoff_min above the default max", "watch: {backoff_min: 20s}", []string{"backoff_min", "20s"}},
 		{"lock.ttl negative", "lock: {ttl: -10m}", []string{"lock.ttl", "-10m"}},
 		{"runs.retention negative", "runs: {retention: -1h}", []string{"runs.retention"}},
 		{"workers negative", "workers: -2", []string{"workers", "-2"}},
@@ -318,8 +334,25 @@ func TestResyncIntervalZeroDisables(t *testing.T) {
 	if err != nil {
 		t.Fatalf("resync_interval 0 means off and must be accepted: %v", err)
 	}
-	if cfg.Watch.ResyncInterval != 0 {
+	if cfg.Watch.ResyncInterval == nil || *cfg.Watch.ResyncInterval != 0 {
 		t.Errorf("resync_interval = %v", cfg.Watch.ResyncInterval)
+	}
+	if got := cfg.Watch.Apply(changestream.Options{}).ResyncInterval; got >= 0 {
+		t.Errorf("resync_interval 0 gives the watcher ResyncInterval %v, want a negative one (off)", got)
+	}
+}
+
+// A watch key left out leaves the watcher option zero (its default); one
+// given is passed on.
+func TestWatchKeysLeftOutTakeTheWatchersDefaults(t *testing.T) {
+	cfg, err := config.Parse("watch: {poll_interval: 2s}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cfg.Watch.Apply(changestream.Options{ID: "kept"})
+	want := changestream.Options{ID: "kept", Mode: changestream.ModeAuto, PollInterval: 2 * time.Second}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Apply = %+v, want %+v", got, want)
 	}
 }
 

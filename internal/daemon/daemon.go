@@ -118,20 +118,15 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 	var startEngine sync.Once
 	hooks := metricsHooks(mx)
 	hooks.Synced = func() { startEngine.Do(engine.Start) }
-	watcher = changestream.New(changestream.Options{
-		ID:             cfg.InstanceID,
-		Feed:           changestream.NewMongoFeed(db.Collection(SchedulesCollection), time.Second),
-		Tokens:         resumetoken.NewMongoStore(db.Collection(TokensCollection)),
-		Sink:           NewEngineSink(engine, log, mx),
-		Logger:         log,
-		Mode:           cfg.Watch.Mode,
-		PollInterval:   cfg.Watch.PollInterval,
-		ResyncInterval: cfg.Watch.ResyncInterval,
-		BackoffMin:     cfg.Watch.BackoffMin,
-		BackoffMax:     cfg.Watch.BackoffMax,
-		Hooks:          hooks,
-		State:          stateStore(cfg),
-	})
+	watcher = changestream.New(cfg.Watch.Apply(changestream.Options{
+		ID:     cfg.InstanceID,
+		Feed:   changestream.NewMongoFeed(db.Collection(SchedulesCollection), time.Second),
+		Tokens: resumetoken.NewMongoStore(db.Collection(TokensCollection)),
+		Sink:   NewEngineSink(engine, log, mx),
+		Logger: log,
+		Hooks:  hooks,
+		State:  stateStore(cfg),
+	}))
 
 	srv := &http.Server{
 		Handler: httpapi.New(httpapi.Options{
@@ -143,7 +138,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 				ws := watcher.Status()
 				return httpapi.Status{
 					InstanceID:     cfg.InstanceID,
-					WatchMode:      ws.Mode,
+					WatchMode:      string(ws.Mode),
 					LastEventAt:    timePtr(ws.LastEventAt),
 					TokenSavedAt:   timePtr(ws.TokenSavedAt),
 					FullReloads:    ws.FullReloads,

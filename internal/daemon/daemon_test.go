@@ -146,8 +146,8 @@ func testConfig(uri, database string) config.Config {
 	cfg.Mongo = config.Mongo{URI: uri, Database: database}
 	cfg.InstanceID = "daemon-test"
 	cfg.HTTP.Listen = "127.0.0.1:0"
-	cfg.Watch.BackoffMin = 50 * time.Millisecond
-	cfg.Watch.BackoffMax = time.Second
+	cfg.Watch.BackoffMin = new(50 * time.Millisecond)
+	cfg.Watch.BackoffMax = new(time.Second)
 	cfg.Shutdown.Grace = 5 * time.Second
 	cfg.Jobs = map[string]jobs.Definition{"tick": {Exec: []string{"true"}}}
 	return cfg
@@ -176,7 +176,7 @@ func TestResyncRestoresMissedEventAndCountsDrift(t *testing.T) {
 	db := testmongo.NewDatabase(t, testmongo.Client(t))
 	insertSchedules(t, db, "a", "b", "c")
 	cfg := testConfig(testmongo.Shared(t).URI, db.Name())
-	cfg.Watch.ResyncInterval = 300 * time.Millisecond
+	cfg.Watch.ResyncInterval = new(300 * time.Millisecond)
 	d := startDaemon(t, cfg)
 	waitFor(t, 30*time.Second, "ready and all armed", func() bool {
 		code, _ := d.get(t, "/readyz")

@@ -14,7 +14,7 @@ import (
 )
 
 // EngineSink turns raw schedules documents into engine calls: the daemon's
-// changestream.TimedSink, exported so that benchmarks measure the real one. Fields are
+// changestream.Sink, exported so that benchmarks measure the real one. Fields are
 // decoded and checked here, through the schedule package, so a malformed
 // document becomes a Reject (last known good) instead of a Reload; the
 // expression and time zone are parsed once, by the engine, which rejects
@@ -34,17 +34,15 @@ func NewEngineSink(engine *scheduler.Engine, log *slog.Logger, mx *metrics.Metri
 	return EngineSink{engine: engine, log: log, metrics: mx}
 }
 
-// Upsert implements changestream.Sink: it returns when the engine armed the
-// job (before logging it); zero for a refused document.
-func (s EngineSink) Upsert(doc bson.Raw) time.Time {
+// Upsert implements changestream.Sink.
+func (s EngineSink) Upsert(doc bson.Raw) {
 	sched, err := schedule.DecodeFields(doc)
 	if err != nil {
 		s.reject(sched.ID, err)
-		return time.Time{}
+		return
 	}
-	o, at := s.engine.ReloadTimed(sched)
+	o, _ := s.engine.ReloadTimed(sched)
 	s.metrics.CountReload(reloadResult(o))
-	return at
 }
 
 // reloadResult names a Reload outcome for the reloads metric.
@@ -68,18 +66,16 @@ func (s EngineSink) reject(id string, err error) {
 	s.metrics.CountReload(metrics.ReloadRejected)
 }
 
-// Delete implements changestream.Sink: it returns when the engine disarmed
-// the job (before logging it); zero when there was nothing to remove.
-func (s EngineSink) Delete(id bson.RawValue) time.Time {
+// Delete implements changestream.Sink.
+func (s EngineSink) Delete(id bson.RawValue) {
 	jobID, _ := schedule.DecodeID(id)
 	if jobID == "" {
-		return time.Time{}
+		return
 	}
-	known, at := s.engine.RemoveTimed(jobID)
+	known, _ := s.engine.RemoveTimed(jobID)
 	if known {
 		s.metrics.CountReload(metrics.ReloadRemoved)
 	}
-	return at
 }
 
 // ReplaceAll implements changestream.Sink.
@@ -88,8 +84,8 @@ func (s EngineSink) ReplaceAll(docs []bson.Raw) []string {
 	return changed
 }
 
-// ReplaceAllTimed implements changestream.TimedSink: ReplaceAll, saying how
-// long decoding and the engine's Sync took.
+// ReplaceAllTimed is ReplaceAll, saying how long decoding and the engine's
+// Sync took.
 func (s EngineSink) ReplaceAllTimed(docs []bson.Raw) ([]string, time.Duration, time.Duration) {
 	start := time.Now()
 	decoded := DecodeAll(docs)

@@ -1,0 +1,151 @@
+package changestream
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cronswap/cronswap/resumetoken"
+)
+
+// Mode says how the watcher learns of edits.
+type Mode string
+
+// Watch modes.
+const (
+	// ModeAuto uses a change stream and falls back to polling when the
+	// server has none (a standalone mongod). It is the default.
+	ModeAuto Mode = "auto"
+	// ModeChangeStream uses a change stream and keeps reconnecting when the
+	// server refuses one.
+	ModeChangeStream Mode = "changestream"
+	// ModePoll reads the whole collection every poll interval.
+	ModePoll Mode = "poll"
+)
+
+// ParseMode returns the mode named s; the empty string is ModeAuto.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case "":
+		return ModeAuto, nil
+	case ModeAuto, ModeChangeStream, ModePoll:
+		return m, nil
+	}
+	return "", fmt.Errorf("unknown watch mode %q: want %s, %s or %s", s, ModeAuto, ModeChangeStream, ModePoll)
+}
+
+// Defaults of Options, applied by New to every zero field. The save timings
+// depend on what a save writes: without Options.State a save is one small
+// token document; with it, each save rewrites the whole state file, so saves
+// are spaced further apart.
+const (
+	// DefaultPollInterval is the full-diff period in poll mode.
+	DefaultPollInterval = 5 * time.Second
+	// DefaultResyncInterval is the period of the safety-net full diff while
+	// streaming.
+	DefaultResyncInterval = 10 * time.Minute
+	// DefaultBackoffMin is the first reconnect delay.
+	DefaultBackoffMin = 100 * time.Millisecond
+	// DefaultBackoffMax caps the reconnect delay.
+	DefaultBackoffMax = 10 * time.Second
+	// DefaultSaveMaxEvents is how many applied events may wait for a save.
+	DefaultSaveMaxEvents = 1000
+	// DefaultSaveDelay is how long an applied event's token may wait for a
+	// save without Options.State.
+	DefaultSaveDelay = 100 * time.Millisecond
+	// DefaultIdleSaveInterval is the least time between two saves of an
+	// idle stream's advancing token without Options.State.
+	DefaultIdleSaveInterval = 5 * time.Second
+	// DefaultStateSaveDelay is DefaultSaveDelay with Options.State.
+	DefaultStateSaveDelay = time.Second
+	// DefaultStateIdleSaveInterval is DefaultIdleSaveInterval with
+	// Options.State.
+	DefaultStateIdleSaveInterval = time.Minute
+)
+
+// ResyncOff as Options.ResyncInterval disables the periodic resync.
+const ResyncOff time.Duration = -1
+
+// Options configures a Watcher. Zero durations and counts take the
+// defaults above.
+type Options struct {
+	// ID names this watcher's resume token (the instance id).
+	ID string
+	// Feed is the collection and its change stream.
+	Feed Feed
+	// Tokens stores the resume token.
+	Tokens resumetoken.Store
+	// Sink receives the collection's contents.
+	Sink Sink
+	// Logger receives the watcher's logs (default slog.Default()).
+	Logger *slog.Logger
+	// Mode is ModeAuto (default), ModeChangeStream or ModePoll.
+	Mode Mode
+	// PollInterval is the full-diff period in poll mode (default
+	// DefaultPollInterval).
+	PollInterval time.Duration
+	// ResyncInterval is the period of the safety-net full diff while
+	// streaming (default DefaultResyncInterval); negative (ResyncOff)
+	// disables it.
+	ResyncInterval time.Duration
+	// BackoffMin and BackoffMax bound the reconnect backoff (defaults
+	// DefaultBackoffMin and DefaultBackoffMax; a BackoffMax below
+	// BackoffMin becomes the larger of the two and DefaultBackoffMax).
+	BackoffMin, BackoffMax time.Duration
+	// SaveDelay bounds how long an applied event's token may wait before it
+	// is saved (default DefaultSaveDelay, or DefaultStateSaveDelay with
+	// State). Negative saves synchronously after each event; with State,
+	// where that would rewrite the whole state per event, negative means
+	// the default.
+	SaveDelay time.Duration
+	// IdleSaveInterval is the least time between two saves of an idle
+	// stream's advancing token (default DefaultIdleSaveInterval, or
+	// DefaultStateIdleSaveInterval with State).
+	IdleSaveInterval time.Duration
+	// SaveMaxEvents saves at once when this many applied events are not yet
+	// saved (default DefaultSaveMaxEvents).
+	SaveMaxEvents int
+	// State, when set, persists the applied documents with their token for
+	// warm restarts (see the package doc).
+	State StateStore
+	// Hooks lets a caller observe the watcher (metrics); any may be nil.
+	Hooks Hooks
+}
+
+// withDefaults returns o with every zero field set to its default.
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Mode == "" {
+		o.Mode = ModeAuto
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.ResyncInterval == 0 {
+		o.ResyncInterval = DefaultResyncInterval
+	}
+	if o.BackoffMin <= 0 {
+		o.BackoffMin = DefaultBackoffMin
+	}
+	if o.BackoffMax < o.BackoffMin {
+		o.BackoffMax = max(DefaultBackoffMax, o.BackoffMin)
+	}
+	return o
+}
+
+// timing returns the save timing of o over the persister's defaults def.
+func (o Options) timing(def saveTiming) saveTiming {
+	t := saveTiming{delay: o.SaveDelay, idle: o.IdleSaveInterval, maxEvents: o.SaveMaxEvents}
+	if t.delay == 0 || (t.delay < 0 && !def.syncOK) {
+		t.delay = def.delay
+	}
+	if t.idle <= 0 {
+		t.idle = def.idle
+	}
+	if t.maxEvents <= 0 {
+		t.maxEvents = DefaultSaveMaxEvents
+	}
+	return t
+}
