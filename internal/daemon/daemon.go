@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/changestream"
@@ -25,9 +26,9 @@ import (
 	"github.com/cronswap/cronswap/scheduler"
 )
 
-// Collection names (DESIGN.md, "MongoDB data model").
+// Collection names of the daemon's data in MongoDB.
 const (
-	SchedulesCollection = "schedules"
+	SchedulesCollection = schedule.CollectionName
 	TokensCollection    = resumetoken.CollectionName
 	LocksCollection     = "job_locks"
 	RunsCollection      = "job_runs"
@@ -94,7 +95,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 			if !ok || !st.Armed {
 				return jobs.Target{}, false
 			}
-			return jobs.Target{Action: st.Action, Args: []byte(st.Args), Category: st.Category}, true
+			return jobs.Target{Action: st.ActionName(), Args: []byte(st.Args), Category: st.Category}, true
 		},
 		Store: jobs.NewMongoStore(db.Collection(jobs.LocksCollection), runs,
 			jobs.MongoStoreOptions{Retention: cfg.Runs.Retention, Instance: cfg.InstanceID, Logger: log}),
@@ -105,21 +106,15 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 			return st.Delay
 		}),
 	})
+	// The runner still takes (id, slot) and resolves the schedule itself.
+	fire := func(d schedule.Due) { runner.Fire(d.Schedule.ID, d.Slot) }
 	engine = scheduler.New(scheduler.Options{
 		Location: cfg.Location,
 		// Fire lateness is observed by the fire path when a worker takes
 		// the fire (fireHooks), not here.
-		Fire:   runner.Fire,
+		Fire:   fire,
 		Logger: log,
-		// jobs.<action>.jitter: a fixed per-job delay after each slot.
-		Jitter: func(s schedule.Schedule) time.Duration { return cfg.Jobs[s.ActionName()].Jitter },
-		Validate: func(s schedule.Schedule) error {
-			if _, ok := registry.Lookup(s.ActionName()); !ok {
-				return &schedule.Error{ID: s.ID, Field: schedule.FieldJob,
-					Reason: fmt.Sprintf("unknown action %q: not in the config's jobs (known: %v)", s.ActionName(), registry.Names())}
-			}
-			return nil
-		},
+		Policy: configPolicy{registry: registry, jobs: cfg.Jobs},
 	})
 
 	if opts.Engine != nil {
@@ -136,7 +131,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		ID:             cfg.InstanceID,
 		Feed:           changestream.NewMongoFeed(db.Collection(SchedulesCollection), time.Second),
 		Tokens:         resumetoken.NewMongoStore(db.Collection(TokensCollection)),
-		Sink:           NewEngineSink(engine, log, mx),
+		Sink:           watcherSink{NewEngineSink(engine, log, mx)},
 		Logger:         log,
 		Mode:           cfg.Watch.Mode,
 		PollInterval:   cfg.Watch.PollInterval,
@@ -180,7 +175,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 	catchUpDone := make(chan struct{})
 	go func() {
 		defer close(catchUpDone)
-		runCatchUp(watchCtx, engine, func() bool { return watcher.Status().Ready }, cfg.CatchupFor, runner.Fire, log)
+		runCatchUp(watchCtx, engine, func() bool { return watcher.Status().Ready }, cfg.CatchupFor, fire, log)
 	}()
 
 	var runErr error
@@ -231,6 +226,34 @@ func metricsHooks(mx *metrics.Metrics) changestream.Hooks {
 		Drift:      func(ids []string) { mx.CountResyncDrift(len(ids)) },
 	}
 }
+
+// configPolicy is the engine's Policy from the configuration: an enabled
+// schedule must name a configured action, and its jitter bound is that
+// action's jobs.<action>.jitter.
+type configPolicy struct {
+	registry *jobs.Registry
+	jobs     map[string]config.Job
+}
+
+// Check refuses a schedule whose action is not configured.
+func (p configPolicy) Check(s schedule.Schedule) error {
+	if _, ok := p.registry.Lookup(s.ActionName()); !ok {
+		return &schedule.Error{ID: s.ID, Field: schedule.FieldJob,
+			Reason: fmt.Sprintf("unknown action %q: not in the config's jobs (known: %v)", s.ActionName(), p.registry.Names())}
+	}
+	return nil
+}
+
+// Jitter is the configured jitter bound of the schedule's action.
+func (p configPolicy) Jitter(s schedule.Schedule) time.Duration { return p.jobs[s.ActionName()].Jitter }
+
+// watcherSink is EngineSink as the watcher's Sink, whose Upsert and Delete
+// return when the change took effect; the zero time they return means
+// "when the call returned".
+type watcherSink struct{ EngineSink }
+
+func (s watcherSink) Upsert(doc bson.Raw) time.Time     { s.EngineSink.Upsert(doc); return time.Time{} }
+func (s watcherSink) Delete(id bson.RawValue) time.Time { s.EngineSink.Delete(id); return time.Time{} }
 
 func timePtr(t time.Time) *time.Time {
 	if t.IsZero() {

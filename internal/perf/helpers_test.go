@@ -17,6 +17,7 @@ import (
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/daemon"
 	"github.com/cronswap/cronswap/internal/testmongo"
+	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
 
@@ -35,10 +36,19 @@ func decodeAll(docs []bson.Raw) []scheduler.Item {
 	return kept
 }
 
-// engineSink is the daemon's own sink, without metrics.
-func engineSink(engine *scheduler.Engine) daemon.EngineSink {
-	return daemon.NewEngineSink(engine, quietLogger(), nil)
+// engineSink is the daemon's own sink, without metrics, as the watcher
+// takes it.
+func engineSink(engine *scheduler.Engine) changestream.Sink {
+	return watcherSink{daemon.NewEngineSink(engine, quietLogger(), nil)}
 }
+
+// watcherSink is daemon.EngineSink as the watcher's Sink, whose Upsert and
+// Delete return when the change took effect; the zero time means "when the
+// call returned".
+type watcherSink struct{ daemon.EngineSink }
+
+func (s watcherSink) Upsert(doc bson.Raw) time.Time     { s.EngineSink.Upsert(doc); return time.Time{} }
+func (s watcherSink) Delete(id bson.RawValue) time.Time { s.EngineSink.Delete(id); return time.Time{} }
 
 // infoLogger is what the daemon logs with: info level, JSON, here discarded
 // (per-event log records are part of the apply cost).
@@ -49,7 +59,7 @@ func quietLogger() *slog.Logger {
 }
 
 func newEngine(log *slog.Logger) *scheduler.Engine {
-	return scheduler.New(scheduler.Options{Logger: log, Fire: func(string, time.Time) {}})
+	return scheduler.New(scheduler.Options{Logger: log, Fire: func(schedule.Due) {}})
 }
 
 // scheduleDoc is a realistic schedules document; n varies its timing.
