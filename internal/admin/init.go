@@ -20,9 +20,10 @@ import (
 	"github.com/cronswap/cronswap/schedule"
 )
 
-// Collection names (DESIGN.md, "MongoDB data model").
+// Collection names of cronswap's data, each defined by the package that
+// owns the data.
 const (
-	SchedulesCollection = "schedules"
+	SchedulesCollection = schedule.CollectionName
 	TokensCollection    = resumetoken.CollectionName
 	LocksCollection     = jobs.LocksCollection
 	RunsCollection      = jobs.RunsCollection

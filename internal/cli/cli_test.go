@@ -344,6 +344,7 @@ func TestUnknownCommandIsUserError(t *testing.T) {
 	}
 }
 
+// next and validate do not list --config and --mongo-uri, but accept them.
 func TestEveryCommandTakesConfigAndMongoURI(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := cli.Main([]string{"cronswap", "validate", "--config", "", "--mongo-uri", "mongodb://127.0.0.1:1/", "0 9 * * *"}, &out, &errb)

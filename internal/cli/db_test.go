@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -802,6 +803,13 @@ func TestBashCompletion(t *testing.T) {
 	if !strings.Contains(r.stdout, "--cron\n") || !strings.Contains(r.stdout, "--category\n") || strings.Contains(r.stdout, "--tz") {
 		t.Errorf("completion of schedules set --c: %q", r.stdout)
 	}
+	// next takes --config only for compatibility and does not offer it.
+	if r = run(t, "next", "--c", "--generate-bash-completion"); strings.Contains(r.stdout, "--config") {
+		t.Errorf("completion of next --c offers --config: %q", r.stdout)
+	}
+	if r = run(t, "schedules", "list", "--c", "--generate-bash-completion"); !strings.Contains(r.stdout, "--config\n") {
+		t.Errorf("completion of schedules list --c: %q", r.stdout)
+	}
 	r = run(t, "completion", "bash")
 	if r.code != 0 || !strings.Contains(r.stdout, "--generate-bash-completion") || !strings.Contains(r.stdout, "complete -o bashdefault") {
 		t.Errorf("completion bash: %v", r)
@@ -811,9 +819,13 @@ func TestBashCompletion(t *testing.T) {
 	}
 }
 
-// DESIGN.md: every command takes --config and --mongo-uri; every command
-// but run takes --output.
+// Every command that reads the configuration or the server takes --config,
+// --mongo-uri and the log flags; every command but run and completion takes
+// --output. next and validate need neither configuration nor server: they
+// accept those flags (TestEveryCommandTakesConfigAndMongoURI) but do not list
+// them.
 func TestEveryCommandHasCommonFlags(t *testing.T) {
+	common := []string{"--config", "--mongo-uri", "--log-format", "--log-level"}
 	for _, cmd := range [][]string{
 		{"run"}, {"init"}, {"next"}, {"validate"}, {"version"}, {"completion"},
 		{"schedules", "list"}, {"schedules", "get"}, {"schedules", "set"}, {"schedules", "delete"}, {"schedules", "pause"}, {"schedules", "resume"},
@@ -824,13 +836,24 @@ func TestEveryCommandHasCommonFlags(t *testing.T) {
 			t.Errorf("%q --help: %v", cmd, r)
 			continue
 		}
-		want := []string{"--config", "--mongo-uri"}
+		standalone := cmd[0] == "next" || cmd[0] == "validate"
+		var want, unwanted []string
+		if standalone {
+			want, unwanted = []string{"--tz"}, common
+		} else {
+			want = slices.Clone(common)
+		}
 		if cmd[0] != "run" && cmd[0] != "completion" {
 			want = append(want, "--output")
 		}
 		for _, f := range want {
 			if !strings.Contains(r.stdout, f) {
 				t.Errorf("%q has no %s:\n%s", cmd, f, r.stdout)
+			}
+		}
+		for _, f := range unwanted {
+			if strings.Contains(r.stdout, f) {
+				t.Errorf("%q lists %s, which it does not use:\n%s", cmd, f, r.stdout)
 			}
 		}
 	}
