@@ -452,9 +452,9 @@ var applyOne = apply{lvl: slog.LevelInfo}
 // wait: while robfig runs, Remove is a hand-off to the shard's run loop that
 // blocks until the loop comes round, and an edit should not wait for that
 // (the target is event received → armed within 1 ms at the 99th
-// percentile), so the entry goes to the engine's retired queue. inline removes it before
-// returning instead: Sync uses it, so that robfig's lists match the engine's
-// jobs when Sync returns. The caller holds sh.mu.
+// percentile), so the entry goes to the engine's retired queue. inline
+// removes it before returning instead: Sync uses it, so that robfig's lists
+// match the engine's jobs when Sync returns. The caller holds sh.mu.
 func (e *Engine) retire(sh *shard, old *record, inline bool) {
 	if old.fire != nil {
 		old.fire.retired.Store(true)
