@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -120,6 +121,60 @@ func TestSinkRefusesBadExpressionThroughTheEngine(t *testing.T) {
 		st, ok := engine.Get("j")
 		if !ok || !st.Armed || st.CronExpr != "0 9 * * *" || !strings.Contains(st.LastError, "field "+bad.field) {
 			t.Fatalf("after %+v: %+v", bad, st)
+		}
+	}
+}
+
+// ReplaceAll logs how a full reload divided its time between decoding and
+// the engine: at info level when something changed, at debug level when the
+// snapshot matched the engine.
+func TestSinkLogsTheDecodeEngineSplit(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	engine := scheduler.New(scheduler.Options{Logger: slog.New(slog.DiscardHandler)})
+	sink := NewEngineSink(engine, log, nil)
+	var docs []bson.Raw
+	for i := range 3 {
+		b, err := bson.Marshal(bson.D{{Key: "_id", Value: fmt.Sprintf("j%d", i)}, {Key: "cron_expr", Value: "0 9 * * *"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, b)
+	}
+	if changed := sink.ReplaceAll(docs); len(changed) != 3 {
+		t.Fatalf("first ReplaceAll changed %v", changed)
+	}
+	if changed := sink.ReplaceAll(docs); len(changed) != 0 {
+		t.Fatalf("second ReplaceAll changed %v", changed)
+	}
+	type record struct {
+		Level     string `json:"level"`
+		Msg       string `json:"msg"`
+		Documents int    `json:"documents"`
+		Changed   int    `json:"changed"`
+		Decode    *int64 `json:"decode"` // nanoseconds
+		Engine    *int64 `json:"engine"`
+	}
+	var recs []record
+	for line := range strings.Lines(buf.String()) {
+		var rec record
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Msg == msgSchedulesReplaced {
+			recs = append(recs, rec)
+		}
+	}
+	if len(recs) != 2 {
+		t.Fatalf("%d %q records, want 2:\n%s", len(recs), msgSchedulesReplaced, buf.String())
+	}
+	for i, want := range []struct {
+		level   string
+		changed int
+	}{{"INFO", 3}, {"DEBUG", 0}} {
+		r := recs[i]
+		if r.Level != want.level || r.Documents != 3 || r.Changed != want.changed || r.Decode == nil || r.Engine == nil || *r.Decode < 0 || *r.Engine <= 0 {
+			t.Errorf("record %d: %+v, want level %s, 3 documents, %d changed, a decode and engine duration", i, r, want.level, want.changed)
 		}
 	}
 }
