@@ -25,7 +25,11 @@ const (
 	MaxNameBytes     = 256
 )
 
-// Field names of a schedules document (DESIGN.md, "MongoDB data model").
+// CollectionName is the MongoDB collection holding one document per
+// schedule; every package that reads or writes schedules uses this name.
+const CollectionName = "schedules"
+
+// Field names of a schedules document.
 const (
 	FieldID        = "_id"
 	FieldCronExpr  = "cron_expr"
@@ -67,6 +71,21 @@ func (s Schedule) ActionName() string {
 		return s.Job
 	}
 	return s.ID
+}
+
+// SameExceptTiming reports whether s and o agree on every field but their
+// timing (CronExpr, Timezone, Enabled) and UpdatedAt, which is
+// informational. It compares whole copies, so a field added to Schedule
+// counts without being listed here; Schedule must therefore stay comparable
+// with ==.
+func (s Schedule) SameExceptTiming(o Schedule) bool {
+	return s.withoutTiming() == o.withoutTiming()
+}
+
+// withoutTiming is s with its timing and UpdatedAt zeroed.
+func (s Schedule) withoutTiming() Schedule {
+	s.CronExpr, s.Timezone, s.Enabled, s.UpdatedAt = "", "", false, time.Time{}
+	return s
 }
 
 // Timing is the part of a schedule that decides when the timer fires. Two
@@ -363,7 +382,8 @@ func ParseExpr(expr string, loc *time.Location) (sched cron.Schedule, err error)
 // Period since the Unix epoch (1970-01-01T00:00:00Z), whatever the time zone.
 // "@every 1h" fires on the hour, "@every 30s" at :00 and :30 of each minute,
 // "@every 7s" at the Unix times divisible by 7. This keeps the scheduled time
-// of a fire deterministic from the spec (DESIGN.md invariant 3).
+// of a fire deterministic from the spec: every replica, and every restart,
+// computes the same slots.
 type Every struct {
 	// Period is the distance between activations, a whole number of
 	// seconds; anything below one second counts as one second.

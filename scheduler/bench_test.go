@@ -1,6 +1,7 @@
 package scheduler
 
-// Benchmarks for issue 5's engine targets. They report distributions
+// Benchmarks for the engine's performance targets (edit to armed, full
+// load, fire lateness). They report distributions
 // (p50/p99 of per-operation durations) and ratios against the obvious use of
 // robfig/cron v3 (AddFunc on one running cron.Cron per schedule,
 // Remove+AddFunc per edit) measured in the same process. scripts/bench-engine.sh
@@ -395,7 +396,8 @@ func BenchmarkFireLateness(b *testing.B) {
 		done := make(chan struct{})
 		var wrongSlot atomic.Int64
 		var slotAt time.Time // written before Sync, read by callbacks after
-		e := benchEngine(Options{Fire: func(id string, slot time.Time) {
+		e := benchEngine(Options{Fire: func(due schedule.Due) {
+			slot := due.Slot
 			d := time.Since(slot)
 			if !slot.Equal(slotAt) {
 				wrongSlot.Add(1)

@@ -1,6 +1,7 @@
 // Package scheduler owns the cron timers. It arms one robfig/cron entry per
 // enabled job, re-arms a job when its timing changes, and calls a fire
-// callback with (job id, slot) when a timer goes off. It knows nothing of
+// callback with a schedule.Due (the schedule as armed, its slot and its
+// jitter delay) when a timer goes off. It knows nothing of
 // MongoDB: the watcher feeds it validated schedules through Reload, Remove,
 // Reject and Sync, and the HTTP API reads it through List and Get.
 //
@@ -9,16 +10,18 @@
 // Reload compares the timing of the new schedule (expression, time zone,
 // enabled, jitter bound) with the armed one. When they are equal robfig is
 // not touched at all, and the expression is not even parsed again: the entry
-// keeps its id and its next activation, and only the metadata (action,
-// category, args) is updated. Other jobs are never touched by one job's
-// change (DESIGN.md invariant 2).
+// keeps its id and its next activation, and only the other fields (action,
+// category, args, and any field added to schedule.Schedule) are updated:
+// the next fire carries them. Whether anything but the timing and
+// updated_at changed is decided by schedule.Schedule.SameExceptTiming over
+// the whole value. Other jobs are never touched by one job's change.
 //
 // # Last known good
 //
 // A schedule that does not validate never disarms a job: the previous valid
 // timer stays armed and the error is recorded in the job's Status. A job
 // whose first document is bad is not armed; its Status shows the error with
-// Armed false (DESIGN.md invariant 4).
+// Armed false.
 //
 // # Sharding
 //
@@ -48,14 +51,12 @@
 // the old one: its job is marked so that it neither runs nor asks robfig for
 // another activation, and a queue drained by one short-lived goroutine takes
 // it out of robfig afterwards. Reload returns once the new entry is handed
-// over; ReloadTimed and RemoveTimed also say when that was, before the change
-// is logged, for the daemon's event-received → armed metric. Sync removes
-// inline, and Stop waits for the queue.
+// over. Sync removes inline, and Stop waits for the queue.
 //
 // # Slot identity
 //
 // A fire is identified by (job id, scheduled time), and replicas with skewed
-// clocks must agree on that time (DESIGN.md invariant 3). robfig runs a
+// clocks must agree on that time, so that they claim the same fire. robfig runs a
 // job's Run method in a goroutine of its own and does not tell it which
 // scheduled time it runs for, so when robfig runs a job at wall time now the
 // engine reports
@@ -82,14 +83,15 @@
 //
 // # Jitter
 //
-// Options.Jitter gives a job a jitter bound b (the daemon takes it from
+// Options.Policy gives a job a jitter bound b (the daemon takes it from
 // jobs.<action>.jitter). The job is then dispatched a fixed delay
 // d = FNV-1a-64(job id) mod b after each of its slots: d depends on the id
 // alone, so every replica delays a job by the same amount, and a fleet of
 // jobs on the same expression spreads over [0, b) instead of stampeding. The
 // robfig entry runs on the schedule moved by d, the slot is computed at
 // now-d as described above, and the fire callback receives the undelayed
-// slot: replicas agree on the slot identity, only the dispatch moves.
+// slot (and the delay, in schedule.Due): replicas agree on the slot
+// identity, only the dispatch moves.
 // Status.NextRun names the next slot not yet dispatched and Status.Delay the
 // delay. The bound is part of the job's timing: changing it re-arms the job.
 //

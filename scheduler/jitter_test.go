@@ -17,8 +17,8 @@ func TestJitterReplicasAgree(t *testing.T) {
 	now := time.Date(2024, 5, 10, 12, 34, 56, 0, time.UTC)
 	clock := func() time.Time { return now }
 	jitter := func(schedule.Schedule) time.Duration { return bound }
-	a := newEngine(t, Options{Jitter: jitter, Now: clock})
-	b := newEngine(t, Options{Jitter: jitter, Now: clock, Shards: 3}) // sharding must not matter
+	a := newEngine(t, Options{Policy: testPolicy{jitter: jitter}, Now: clock})
+	b := newEngine(t, Options{Policy: testPolicy{jitter: jitter}, Now: clock, Shards: 3}) // sharding must not matter
 	var items []Item
 	for i := range 100 {
 		items = append(items, Item{Schedule: sch(fmt.Sprintf("fleet-%03d", i), "0 * * * *")})
@@ -75,11 +75,11 @@ func TestJitterReplicasAgree(t *testing.T) {
 func TestJitterTiming(t *testing.T) {
 	var mu sync.Mutex
 	bounds := map[string]time.Duration{"a": time.Minute}
-	e := newEngine(t, Options{Jitter: func(s schedule.Schedule) time.Duration {
+	e := newEngine(t, Options{Policy: testPolicy{jitter: func(s schedule.Schedule) time.Duration {
 		mu.Lock()
 		defer mu.Unlock()
 		return bounds[s.ActionName()]
-	}})
+	}}})
 	expect(t, e.Reload(sch("a", "0 9 * * *")), Added)
 	if d := mustGet(t, e, "a").Delay; d != JitterDelay("a", time.Minute) || d == 0 {
 		t.Fatalf("delay %s, want %s", d, JitterDelay("a", time.Minute))
@@ -141,13 +141,14 @@ func TestJitterSlotOnFakeClock(t *testing.T) {
 	// Not started: only the calls below run the job.
 	e := New(Options{
 		Logger: quiet(),
-		Jitter: func(schedule.Schedule) time.Duration { return bound },
+		Policy: testPolicy{jitter: func(schedule.Schedule) time.Duration { return bound }},
 		Now: func() time.Time {
 			mu.Lock()
 			defer mu.Unlock()
 			return now
 		},
-		Fire: func(_ string, slot time.Time) {
+		Fire: func(d schedule.Due) {
+			slot := d.Slot
 			mu.Lock()
 			defer mu.Unlock()
 			slots = append(slots, slot)
@@ -183,7 +184,8 @@ func TestJitterSlotOnFakeClock(t *testing.T) {
 	r := e.load(id)
 	run := func(at time.Time) {
 		set(at)
-		(&firing{e: e, id: id, sched: r.sched, delay: r.delay, slots: r.slots}).Run()
+		e.newFiring(r).Run() // a fresh entry each time: nothing planned
+
 	}
 	s1, s2 := slot.Add(time.Minute), slot.Add(time.Minute+5*time.Second)
 	run(s1.Add(delay))                        // robfig wakes exactly at slot+delay
@@ -197,7 +199,8 @@ func TestJitterSlotOnFakeClock(t *testing.T) {
 }
 
 // TestJitterFires runs an every-second job with a real delay: its callback
-// runs no earlier than slot+delay and still gets the whole-second slot.
+// runs no earlier than slot+delay and still gets the whole-second slot, with
+// the delay alongside.
 func TestJitterFires(t *testing.T) {
 	t.Parallel() // waits on real time
 	const bound = 900 * time.Millisecond
@@ -210,8 +213,13 @@ func TestJitterFires(t *testing.T) {
 	delay := JitterDelay(id, bound)
 	fires := make(chan fire, 100)
 	e := newEngine(t, Options{
-		Jitter: func(schedule.Schedule) time.Duration { return bound },
-		Fire:   func(id string, slot time.Time) { fires <- fire{id, slot, time.Now()} },
+		Policy: testPolicy{jitter: func(schedule.Schedule) time.Duration { return bound }},
+		Fire: func(d schedule.Due) {
+			if d.Delay != delay {
+				t.Errorf("fire carries delay %s, want the job's %s", d.Delay, delay)
+			}
+			fires <- fire{d.Schedule.ID, d.Slot, time.Now()}
+		},
 	})
 	expect(t, e.Reload(sch(id, "* * * * * *")), Added)
 	var got []fire

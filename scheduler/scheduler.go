@@ -24,14 +24,26 @@ import (
 // goroutine and timer per shard (see scripts/bench-engine.sh).
 const DefaultShards = 1024
 
-// FireFunc is called when job id fires for the cron slot slot (the scheduled
-// activation time, not the wall-clock time of the call; see the package
-// documentation). It runs in a goroutine of its own, started by robfig; a
-// panic in it is recovered and logged. Engine.Stop waits for running calls.
-type FireFunc func(id string, slot time.Time)
+// FireFunc is called when an armed job fires. d carries the schedule as
+// armed (decoded and validated), the cron slot (the scheduled activation
+// time, not the wall-clock time of the call; see the package documentation)
+// and the job's jitter delay. It runs in a goroutine of its own, started by
+// robfig; a panic in it is recovered and logged. Engine.Stop waits for
+// running calls.
+type FireFunc func(d schedule.Due)
+
+// Policy is what the configuration says about a schedule beyond its own
+// fields. The engine asks it only about enabled schedules, so a job can
+// always be paused.
+type Policy interface {
+	// Check is an extra check of an enabled schedule (e.g. its action exists); non-nil rejects it.
+	Check(s schedule.Schedule) error
+	// Jitter is the jitter bound of an enabled schedule's action (<= 0: none).
+	Jitter(s schedule.Schedule) time.Duration
+}
 
 // Options configures an Engine. The zero value works: UTC, DefaultShards
-// shards, no fire callback, no extra validation, slog.Default, time.Now.
+// shards, no fire callback, no policy, slog.Default, time.Now.
 type Options struct {
 	// Location is the time zone of schedules that name none (nil means UTC).
 	Location *time.Location
@@ -40,23 +52,20 @@ type Options struct {
 	Shards int
 	// Fire is called for every fire; nil drops fires.
 	Fire FireFunc
-	// Validate is an extra check run on every enabled schedule after its
-	// expression parsed, e.g. that its action exists in the configuration. A
-	// non-nil error rejects the schedule like an unparsable one. Disabled
-	// schedules are not passed to it, so a job can always be paused.
-	Validate func(schedule.Schedule) error
+	// Policy checks and gives the jitter bound of every enabled schedule
+	// (nil: no extra check, no jitter). Policy.Check runs after the
+	// expression parsed; a non-nil error rejects the schedule like an
+	// unparsable one. A job with jitter bound b is dispatched a fixed delay
+	// in [0, b) after each of its slots; the delay is derived from the job
+	// id alone (see JitterDelay), so every replica delays a job by the same
+	// amount, and the fire callback still receives the undelayed slot. A
+	// changed bound re-arms the job.
+	Policy Policy
 	// Logger receives the engine's logs (nil means slog.Default()).
 	Logger *slog.Logger
 	// Now is the clock for next-run and slot computations (nil means
 	// time.Now). robfig's own timers always use the real clock.
 	Now func() time.Time
-	// Jitter returns the jitter bound of an enabled schedule, e.g. from its
-	// action's configuration (nil, or a result <= 0, means none). A job with
-	// bound b is dispatched a fixed delay in [0, b) after each of its slots;
-	// the delay is derived from the job id alone (see JitterDelay), so every
-	// replica delays a job by the same amount, and the fire callback still
-	// receives the undelayed slot. A changed bound re-arms the job.
-	Jitter func(schedule.Schedule) time.Duration
 }
 
 // Outcome says what Reload did with a schedule.
@@ -70,7 +79,8 @@ const (
 	// new one armed.
 	Replaced
 	// Unchanged: the timing equals the current one; robfig was not touched,
-	// only metadata (action, category, args) and the error were updated.
+	// only the other fields (action, category, args, ...) and the error
+	// were updated.
 	Unchanged
 	// Disarmed: the job is known but not armed (enabled: false).
 	Disarmed
@@ -110,38 +120,25 @@ type SyncStats struct {
 	// snapshot).
 	Added, Replaced, Unchanged, Disarmed, Removed, Rejected int
 	// Changed lists, sorted, the ids whose state the sync changed: timer,
-	// metadata (action, category, args) or recorded error. A snapshot that
+	// any other schedule field but updated_at, or recorded error. A snapshot that
 	// matches the engine yields none, even when it holds bad documents that
 	// were rejected before; re-saved documents that differ only in
 	// updated_at do not count either.
 	Changed []string
 }
 
-// Status is the read-only view of one job, as the API shows it.
+// Status is the read-only view of one job: its schedule and the engine's
+// own state of it. The HTTP API and catch-up read it.
 type Status struct {
-	// ID is the job id.
-	ID string
-	// CronExpr, Timezone and Enabled are those of the last valid schedule
-	// (the one armed), or of the bad document when no valid one was seen.
-	CronExpr string
-	Timezone string
-	Enabled  bool
+	// Schedule is the last valid schedule (the one armed, while Armed), or
+	// the bad document as far as it was read when no valid one was seen.
+	// Its ID is always the job id.
+	schedule.Schedule
 	// NextRun is the next activation after now; zero when not armed.
 	NextRun time.Time
 	// LastError is the error of the most recent rejected document for this
 	// job, empty once a valid document was applied after it.
 	LastError string
-	// Job is the schedule's job field as written; empty means the id.
-	Job string
-	// Action is the name of the action the job runs: Job, or the id when
-	// Job is empty.
-	Action string
-	// Category is the dispatch category; may be empty.
-	Category string
-	// Args is the JSON of the schedule's args object; empty when none.
-	Args string
-	// UpdatedAt is the schedule document's updated_at; informational.
-	UpdatedAt time.Time
 	// Armed is true while a timer for the job is armed.
 	Armed bool
 	// Delay is the job's jitter delay: the fire for slot NextRun is
@@ -170,6 +167,9 @@ type Engine struct {
 
 	// retired holds robfig entries waiting to be removed (see retire).
 	retired retiredQueue
+
+	// zones caches the locations showTime loaded, by IANA name.
+	zones sync.Map // string → *time.Location
 }
 
 // retiredQueue is the robfig entries of replaced or removed jobs still to
@@ -350,12 +350,20 @@ func JitterDelay(id string, bound time.Duration) time.Duration {
 }
 
 // jitterOf returns the jitter bound of s: zero unless s is enabled and
-// Options.Jitter gives a positive bound.
+// Options.Policy gives a positive bound.
 func (e *Engine) jitterOf(s schedule.Schedule) time.Duration {
-	if !s.Enabled || e.opts.Jitter == nil {
+	if !s.Enabled || e.opts.Policy == nil {
 		return 0
 	}
-	return max(0, e.opts.Jitter(s))
+	return max(0, e.opts.Policy.Jitter(s))
+}
+
+// policyCheck runs Options.Policy.Check on s when s is enabled.
+func (e *Engine) policyCheck(s schedule.Schedule) error {
+	if !s.Enabled || e.opts.Policy == nil {
+		return nil
+	}
+	return e.opts.Policy.Check(s)
 }
 
 func (e *Engine) load(id string) *record {
@@ -394,7 +402,7 @@ type parseKey struct{ expr, tz string }
 type parseCache map[parseKey]cron.Schedule
 
 // check parses s in the engine's default zone, reusing cache when it holds
-// the expression (nil means no cache), and runs Options.Validate on it.
+// the expression (nil means no cache), and runs the policy's Check on it.
 func (e *Engine) check(s schedule.Schedule, cache parseCache) (cron.Schedule, error) {
 	key := parseKey{s.CronExpr, s.Timezone}
 	sched, ok := cache[key]
@@ -407,10 +415,8 @@ func (e *Engine) check(s schedule.Schedule, cache parseCache) (cron.Schedule, er
 			cache[key] = sched
 		}
 	}
-	if s.Enabled && e.opts.Validate != nil {
-		if err := e.opts.Validate(s); err != nil {
-			return nil, err
-		}
+	if err := e.policyCheck(s); err != nil {
+		return nil, err
 	}
 	return sched, nil
 }
@@ -421,28 +427,34 @@ func (e *Engine) check(s schedule.Schedule, cache parseCache) (cron.Schedule, er
 // visible. An invalid schedule is Rejected and the job keeps its last known
 // good timer (see Reject).
 func (e *Engine) Reload(s schedule.Schedule) Outcome {
-	o, _ := e.reload(s, slog.LevelInfo, nil, nil)
+	o, _ := e.reload(s, applyOne)
 	return o
 }
 
-// ReloadTimed is Reload, also returning when the job's new state took
-// effect: the instant its timer was armed (or disarmed, or found unchanged),
-// before the change was logged. It is zero for a rejected schedule.
-func (e *Engine) ReloadTimed(s schedule.Schedule) (Outcome, time.Time) {
-	var at time.Time
-	o, _ := e.reload(s, slog.LevelInfo, nil, &at)
-	return o, at
+// apply says how reload and remove treat one job: at which level a
+// successful change is logged, which parse cache they share (nil: none),
+// and whether a retired robfig entry is taken out before they return.
+type apply struct {
+	lvl   slog.Level
+	cache parseCache
+	// removeInline takes a replaced or removed job's robfig entry out
+	// before returning instead of through the retired queue (see retire).
+	removeInline bool
 }
+
+// applyOne is how Reload and Remove apply one edit: logged at info, the
+// old entry retired without waiting for robfig.
+var applyOne = apply{lvl: slog.LevelInfo}
 
 // retire disarms the robfig entry of a replaced or removed job. The entry's
 // job is marked retired first, so from here on it neither runs nor asks
 // robfig for another activation. Taking it out of robfig's list can then
 // wait: while robfig runs, Remove is a hand-off to the shard's run loop that
 // blocks until the loop comes round, and an edit should not wait for that
-// (the issue-5 target is event received → armed ≤ 1 ms at p99), so the
-// entry goes to the engine's retired queue. inline removes it before
-// returning instead: Sync uses it, so that robfig's lists match the engine's
-// jobs when Sync returns. The caller holds sh.mu.
+// (the target is event received → armed within 1 ms at the 99th
+// percentile), so the entry goes to the engine's retired queue. inline
+// removes it before returning instead: Sync uses it, so that robfig's lists
+// match the engine's jobs when Sync returns. The caller holds sh.mu.
 func (e *Engine) retire(sh *shard, old *record, inline bool) {
 	if old.fire != nil {
 		old.fire.retired.Store(true)
@@ -455,11 +467,9 @@ func (e *Engine) retire(sh *shard, old *record, inline bool) {
 	e.retired.add(sh, old.entry)
 }
 
-// reload is Reload logging a successful change at level lvl and parsing
-// through cache (may be nil). It also reports whether the job's state changed
-// (see SyncStats.Changed).
-// When at is not nil, it receives the instant the new state took effect.
-func (e *Engine) reload(s schedule.Schedule, lvl slog.Level, cache parseCache, at *time.Time) (Outcome, bool) {
+// reload is Reload applying s as how says. It also reports whether the
+// job's state changed (see SyncStats.Changed).
+func (e *Engine) reload(s schedule.Schedule, how apply) (Outcome, bool) {
 	if s.ID == "" {
 		e.log.Warn("scheduler: schedule without job id ignored", "cron_expr", s.CronExpr)
 		return Rejected, false
@@ -472,28 +482,26 @@ func (e *Engine) reload(s schedule.Schedule, lvl slog.Level, cache parseCache, a
 	old := e.load(s.ID)
 
 	if old != nil && old.valid && old.cur.Timing() == s.Timing() && old.jitter == jitter {
-		// The same timing parses to the same schedule: only the extra
-		// validation (the action may have changed) is left to do.
-		if s.Enabled && e.opts.Validate != nil {
-			if err := e.opts.Validate(s); err != nil {
-				return Rejected, e.rejectLocked(s.ID, old, &s, err)
-			}
+		// The same timing parses to the same schedule: only the policy's
+		// check (the action may have changed) is left to do.
+		if err := e.policyCheck(s); err != nil {
+			return Rejected, e.rejectLocked(s.ID, old, &s, err)
 		}
 		r := *old
 		r.cur, r.err = s, ""
-		e.store(sh, s.ID, &r)
-		if at != nil {
-			*at = time.Now()
+		if r.fire != nil {
+			r.fire.cur.Store(&r.cur) // the next fire carries the new fields
 		}
+		e.store(sh, s.ID, &r)
 		if old.err != "" {
-			e.log.Log(context.Background(), lvl, "scheduler: schedule valid again, error cleared",
+			e.log.Log(context.Background(), how.lvl, "scheduler: schedule valid again, error cleared",
 				"job_id", s.ID, "cron_expr", s.CronExpr)
 		} else if e.log.Enabled(context.Background(), slog.LevelDebug) {
 			e.log.Debug("scheduler: schedule unchanged", "job_id", s.ID, "cron_expr", s.CronExpr)
 		}
-		return Unchanged, old.err != "" || !sameMetadata(old.cur, s)
+		return Unchanged, old.err != "" || !old.cur.SameExceptTiming(s)
 	}
-	sched, err := e.check(s, cache)
+	sched, err := e.check(s, how.cache)
 	if err != nil {
 		return Rejected, e.rejectLocked(s.ID, old, &s, err)
 	}
@@ -510,7 +518,7 @@ func (e *Engine) reload(s schedule.Schedule, lvl slog.Level, cache parseCache, a
 	if s.Enabled {
 		// Arm the new entry first: with the shard's run loop waiting,
 		// this hand-off returns at once; the old entry is retired after.
-		f := &firing{e: e, id: s.ID, sched: sched, delay: r.delay, slots: r.slots}
+		f := e.newFiring(r)
 		if wasArmed && old.fire != nil {
 			old.fire.retired.Store(true) // never two live entries for one job
 		}
@@ -522,34 +530,25 @@ func (e *Engine) reload(s schedule.Schedule, lvl slog.Level, cache parseCache, a
 		}
 	}
 	if wasArmed {
-		e.retire(sh, old, cache != nil) // only Sync passes a cache: it removes inline
+		e.retire(sh, old, how.removeInline)
 	}
 	e.store(sh, s.ID, r)
-	if at != nil {
-		*at = time.Now()
-	}
 
-	if ctx := context.Background(); e.log.Enabled(ctx, lvl) {
+	if ctx := context.Background(); e.log.Enabled(ctx, how.lvl) {
 		attrs := []slog.Attr{slog.String("job_id", s.ID), slog.String("cron_expr", s.CronExpr),
 			slog.String("outcome", outcome.String())}
 		if s.Timezone != "" {
 			attrs = append(attrs, slog.String("timezone", s.Timezone))
 		}
 		if r.entry != 0 {
-			attrs = append(attrs, slog.Time("next_run", r.nextRun(e.now())))
+			attrs = append(attrs, slog.String("next_run", e.showTime(r.nextRun(e.now()), s.Timezone)))
 			if r.delay > 0 {
 				attrs = append(attrs, slog.Duration("jitter_delay", r.delay))
 			}
 		}
-		e.log.LogAttrs(ctx, lvl, "scheduler: schedule applied", attrs...)
+		e.log.LogAttrs(ctx, how.lvl, "scheduler: schedule applied", attrs...)
 	}
 	return outcome, true
-}
-
-// sameMetadata reports whether a and b agree on everything but timing and
-// updated_at.
-func sameMetadata(a, b schedule.Schedule) bool {
-	return a.ID == b.ID && a.Job == b.Job && a.Category == b.Category && a.Args == b.Args
 }
 
 // Reject records err as the last error of job id after a bad document for
@@ -606,21 +605,12 @@ func (e *Engine) rejectLocked(id string, old *record, bad *schedule.Schedule, er
 // Remove disarms job id and forgets it, including its last error and slot
 // memory. It reports whether the job was known.
 func (e *Engine) Remove(id string) bool {
-	return e.remove(id, false, nil)
-}
-
-// RemoveTimed is Remove, also returning when the job was disarmed and
-// forgotten, before that was logged; zero when the job was not known.
-func (e *Engine) RemoveTimed(id string) (bool, time.Time) {
-	var at time.Time
-	known := e.remove(id, false, &at)
-	return known, at
+	return e.remove(id, applyOne)
 }
 
 // remove is Remove, taking the robfig entry out before returning when
-// inline is set (see retire); at, when not nil, receives the instant the job
-// was gone.
-func (e *Engine) remove(id string, inline bool, at *time.Time) bool {
+// how.removeInline is set (see retire).
+func (e *Engine) remove(id string, how apply) bool {
 	sh := e.shardOf(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -629,12 +619,9 @@ func (e *Engine) remove(id string, inline bool, at *time.Time) bool {
 		return false
 	}
 	if old.entry != 0 {
-		e.retire(sh, old, inline)
+		e.retire(sh, old, how.removeInline)
 	}
 	e.store(sh, id, nil)
-	if at != nil {
-		*at = time.Now()
-	}
 	e.log.Info("scheduler: schedule removed", "job_id", id)
 	return true
 }
@@ -657,7 +644,9 @@ func (e *Engine) Sync(items []Item) SyncStats {
 	defer e.life.Unlock()
 	defer e.resume(e.pauseEmpty(items))
 	var st SyncStats
-	cache := make(parseCache)
+	// Per-job changes are logged at debug level; the robfig lists match
+	// the engine's jobs when Sync returns, so retired entries go inline.
+	how := apply{lvl: slog.LevelDebug, cache: make(parseCache), removeInline: true}
 	seen := make(map[string]struct{}, len(items))
 	for _, it := range items {
 		id := it.Schedule.ID
@@ -671,7 +660,7 @@ func (e *Engine) Sync(items []Item) SyncStats {
 			}
 			continue
 		}
-		o, changed := e.reload(it.Schedule, slog.LevelDebug, cache, nil)
+		o, changed := e.reload(it.Schedule, how)
 		if changed {
 			st.Changed = append(st.Changed, id)
 		}
@@ -697,7 +686,7 @@ func (e *Engine) Sync(items []Item) SyncStats {
 	}
 	e.mu.RUnlock()
 	for _, id := range gone {
-		if e.remove(id, true, nil) {
+		if e.remove(id, how) {
 			st.Removed++
 			st.Changed = append(st.Changed, id)
 		}
@@ -794,26 +783,32 @@ func (e *Engine) Len() int {
 
 func (r *record) status(id string, now time.Time) Status {
 	st := Status{
-		ID:        id,
-		CronExpr:  r.cur.CronExpr,
-		Timezone:  r.cur.Timezone,
-		Enabled:   r.cur.Enabled,
+		Schedule:  r.cur,
 		LastError: r.err,
-		Job:       r.cur.Job,
-		Action:    r.cur.ActionName(),
-		Category:  r.cur.Category,
-		Args:      r.cur.Args,
-		UpdatedAt: r.cur.UpdatedAt,
 		Armed:     r.entry != 0,
 		Delay:     r.delay,
 	}
-	if st.Action == "" {
-		st.Action = id
-	}
+	st.ID = id
 	if r.entry != 0 {
 		st.NextRun = r.nextRun(now)
 	}
 	return st
+}
+
+// showTime formats t for the log as the CLI shows a job's times: RFC 3339
+// in the job's own zone (tz), or in the engine's default zone when the job
+// names none or its zone cannot be loaded.
+func (e *Engine) showTime(t time.Time, tz string) string {
+	loc := e.opts.Location
+	if tz != "" {
+		if l, ok := e.zones.Load(tz); ok {
+			loc = l.(*time.Location)
+		} else if l, err := schedule.LoadLocation(tz); err == nil {
+			e.zones.Store(tz, l)
+			loc = l
+		}
+	}
+	return t.In(loc).Format(time.RFC3339)
 }
 
 // nextRun returns the first slot of an armed job not dispatched by now: the
@@ -843,6 +838,10 @@ type firing struct {
 	sched cron.Schedule // undelayed
 	delay time.Duration // jitter delay; robfig runs the job this long after each slot
 	slots *slotState
+	// cur is the job's current valid schedule, handed to the fire
+	// callback. A Reload that leaves the timing as it is keeps this entry
+	// and stores the new schedule here.
+	cur atomic.Pointer[schedule.Schedule]
 	// retired is set once the job was replaced or removed: the entry
 	// neither runs nor is rescheduled, whether or not robfig has dropped
 	// it yet.
@@ -852,6 +851,13 @@ type firing struct {
 	// planned holds the last two activations of sched that Next handed to
 	// robfig (undelayed), the newer last; guarded by mu.
 	planned [2]time.Time
+}
+
+// newFiring returns the robfig job for the valid record r, firing r.cur.
+func (e *Engine) newFiring(r *record) *firing {
+	f := &firing{e: e, id: r.cur.ID, sched: r.sched, delay: r.delay, slots: r.slots}
+	f.cur.Store(&r.cur)
+	return f
 }
 
 // Next is the timer robfig runs the entry on: the activations of sched,
@@ -897,7 +903,7 @@ func (f *firing) Run() {
 		}
 	}()
 	if f.e.opts.Fire != nil {
-		f.e.opts.Fire(f.id, slot)
+		f.e.opts.Fire(schedule.Due{Schedule: *f.cur.Load(), Slot: slot, Delay: f.delay})
 	}
 }
 

@@ -87,7 +87,7 @@ func decode(t *testing.T, d bson.D) (schedule.Schedule, error) {
 	return schedule.Decode(raw)
 }
 
-// TestReloadIdempotent is DESIGN.md invariant 2: re-applying a document, or
+// TestReloadIdempotent: re-applying a document, or
 // a re-saved one that differs only in updated_at, does not touch robfig; a
 // changed expression replaces only that job's entry.
 func TestReloadIdempotent(t *testing.T) {
@@ -144,13 +144,13 @@ func TestReloadIdempotent(t *testing.T) {
 		t.Fatalf("status after metadata reload: %+v", st)
 	}
 
-	if st.Job != "" || st.Action != "daily_report" {
-		t.Fatalf("job %q, action %q; want \"\", \"daily_report\"", st.Job, st.Action)
+	if st.Job != "" || st.ActionName() != "daily_report" {
+		t.Fatalf("job %q, action %q; want \"\", \"daily_report\"", st.Job, st.ActionName())
 	}
 	s3.Job = "report"
 	expect(t, e.Reload(s3), Unchanged)
-	if st := mustGet(t, e, "daily_report"); st.Job != "report" || st.Action != "report" {
-		t.Fatalf("job %q, action %q; want report, report", st.Job, st.Action)
+	if st := mustGet(t, e, "daily_report"); st.Job != "report" || st.ActionName() != "report" {
+		t.Fatalf("job %q, action %q; want report, report", st.Job, st.ActionName())
 	}
 	if got := mustEntry(t, e, "daily_report"); got != before {
 		t.Fatalf("robfig entry changed by a new action name: %+v -> %+v", before, got)
@@ -199,14 +199,15 @@ func TestReloadIdempotent(t *testing.T) {
 	}
 }
 
-// TestLastKnownGood is DESIGN.md invariant 4.
+// TestLastKnownGood: a schedule that does not validate never disarms a job;
+// the previous valid timer stays armed and the error is recorded.
 func TestLastKnownGood(t *testing.T) {
-	e := newEngine(t, Options{Validate: func(s schedule.Schedule) error {
+	e := newEngine(t, Options{Policy: testPolicy{check: func(s schedule.Schedule) error {
 		if s.ActionName() == "no_such_action" {
 			return &schedule.Error{ID: s.ID, Field: schedule.FieldJob, Reason: "unknown action \"no_such_action\""}
 		}
 		return nil
-	}})
+	}}})
 	expect(t, e.Reload(sch("a", "0 9 * * *")), Added)
 	good := mustGet(t, e, "a")
 	entry := mustEntry(t, e, "a")
@@ -466,9 +467,9 @@ type fire struct {
 func TestFire(t *testing.T) {
 	fires := make(chan fire, 100)
 	var once sync.Once
-	e := newEngine(t, Options{Fire: func(id string, slot time.Time) {
+	e := newEngine(t, Options{Fire: func(d schedule.Due) {
 		wall := time.Now()
-		fires <- fire{id, slot, wall}
+		fires <- fire{d.Schedule.ID, d.Slot, wall}
 		once.Do(func() { panic("a fire callback panics") }) // must not kill the process
 	}})
 	expect(t, e.Reload(sch("tick", "* * * * * *")), Added)
@@ -500,7 +501,7 @@ func TestFire(t *testing.T) {
 
 	// Stop waits for running callbacks; afterwards nothing fires.
 	block, started := make(chan struct{}), make(chan struct{})
-	e2 := New(Options{Logger: quiet(), Fire: func(string, time.Time) {
+	e2 := New(Options{Logger: quiet(), Fire: func(schedule.Due) {
 		select {
 		case started <- struct{}{}:
 		default:
@@ -532,7 +533,7 @@ func TestFire(t *testing.T) {
 // and then checks that no robfig entry leaked or went missing.
 func TestConcurrent(t *testing.T) {
 	var fired sync.Map
-	e := newEngine(t, Options{Shards: 4, Fire: func(id string, slot time.Time) { fired.Store(id, slot) }})
+	e := newEngine(t, Options{Shards: 4, Fire: func(d schedule.Due) { fired.Store(d.Schedule.ID, d.Slot) }})
 	exprs := []string{"* * * * * *", "*/2 * * * * *", "0 9 * * *", "@every 1s", "61 * * * *", "", "@hourly"}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -602,7 +603,7 @@ func TestRetiredEntryNeverRuns(t *testing.T) {
 	var fired atomic.Int64
 	// Not started: robfig's timers never call Run here, only the test does,
 	// so an every-second job cannot fire on its own between the calls.
-	e := New(Options{Shards: 1, Logger: quiet(), Fire: func(string, time.Time) { fired.Add(1) }})
+	e := New(Options{Shards: 1, Logger: quiet(), Fire: func(schedule.Due) { fired.Add(1) }})
 	expect(t, e.Reload(sch("a", "* * * * * *")), Added)
 	old := e.load("a").fire
 	expect(t, e.Reload(sch("a", "0 9 1 1 *")), Replaced)
@@ -636,37 +637,56 @@ func TestRetiredEntryNeverRuns(t *testing.T) {
 	}
 }
 
-// ReloadTimed and RemoveTimed say when the change took effect: between the
-// call and its return, and zero when nothing took effect.
-func TestTimedReloadAndRemove(t *testing.T) {
+// Reload and Remove have taken effect when they return: the status read
+// right after shows the new state, a rejected schedule leaves the last
+// known good, and a second Remove finds nothing.
+func TestReloadAndRemoveTakeEffectOnReturn(t *testing.T) {
 	e := newEngine(t, Options{Shards: 4})
-	check := func(name string, before, at time.Time) {
-		t.Helper()
-		if at.Before(before) || at.After(time.Now()) {
-			t.Fatalf("%s: took effect at %v, called at %v", name, at, before)
-		}
-	}
 	off := sch("a", "0 8 * * *")
 	off.Enabled = false
 	for _, step := range []struct {
-		s    schedule.Schedule
-		want Outcome
-	}{{sch("a", "0 9 * * *"), Added}, {sch("a", "0 9 * * *"), Unchanged}, {sch("a", "0 8 * * *"), Replaced}, {off, Disarmed}} {
-		before := time.Now()
-		o, at := e.ReloadTimed(step.s)
-		expect(t, o, step.want)
-		check(step.want.String(), before, at)
+		s     schedule.Schedule
+		want  Outcome
+		armed bool
+	}{{sch("a", "0 9 * * *"), Added, true}, {sch("a", "0 9 * * *"), Unchanged, true},
+		{sch("a", "0 8 * * *"), Replaced, true}, {off, Disarmed, false}} {
+		expect(t, e.Reload(step.s), step.want)
+		if st := mustGet(t, e, "a"); st.Armed != step.armed || st.CronExpr != step.s.CronExpr || st.Enabled != step.s.Enabled {
+			t.Fatalf("%s: status %+v right after Reload", step.want, st)
+		}
 	}
-	if o, at := e.ReloadTimed(sch("a", "0 25 * * *")); o != Rejected || !at.IsZero() {
-		t.Fatalf("bad schedule: %v at %v, want Rejected at zero", o, at)
+	expect(t, e.Reload(sch("a", "0 25 * * *")), Rejected)
+	if st := mustGet(t, e, "a"); st.CronExpr != "0 8 * * *" || st.LastError == "" {
+		t.Fatalf("bad schedule: status %+v, want the last known good with an error", st)
 	}
-	before := time.Now()
-	known, at := e.RemoveTimed("a")
-	if !known {
-		t.Fatal("RemoveTimed(a) = false")
+	if !e.Remove("a") {
+		t.Fatal("Remove(a) = false")
 	}
-	check("removed", before, at)
-	if known, at := e.RemoveTimed("a"); known || !at.IsZero() {
-		t.Fatalf("second RemoveTimed = %v at %v", known, at)
+	if _, ok := e.Get("a"); ok {
+		t.Fatal("job a still known right after Remove")
 	}
+	if e.Remove("a") {
+		t.Fatal("second Remove(a) = true")
+	}
+}
+
+// testPolicy is a Policy made of two optional functions (nil: no check, no
+// jitter).
+type testPolicy struct {
+	check  func(schedule.Schedule) error
+	jitter func(schedule.Schedule) time.Duration
+}
+
+func (p testPolicy) Check(s schedule.Schedule) error {
+	if p.check == nil {
+		return nil
+	}
+	return p.check(s)
+}
+
+func (p testPolicy) Jitter(s schedule.Schedule) time.Duration {
+	if p.jitter == nil {
+		return 0
+	}
+	return p.jitter(s)
 }

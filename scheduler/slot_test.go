@@ -206,7 +206,7 @@ func TestEverySchedule(t *testing.T) {
 
 func TestLastSlot(t *testing.T) {
 	now := time.Date(2026, 3, 10, 9, 30, 15, 0, time.UTC)
-	e := New(Options{Fire: func(string, time.Time) {}, Logger: quiet(), Now: func() time.Time { return now }})
+	e := New(Options{Fire: func(schedule.Due) {}, Logger: quiet(), Now: func() time.Time { return now }})
 	seoul := sch("seoul", "0 9 * * *")
 	seoul.Timezone = "Asia/Seoul"
 	off := sch("off", "0 * * * *")

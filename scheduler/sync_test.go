@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cronswap/cronswap/schedule"
 )
 
 // TestSyncPausesOnlyEmptyShards: a Sync into a running engine fills the
@@ -17,7 +19,8 @@ func TestSyncPausesOnlyEmptyShards(t *testing.T) {
 		mu    sync.Mutex
 		fired = map[string]int{}
 	)
-	e := newEngine(t, Options{Shards: 8, Fire: func(id string, _ time.Time) {
+	e := newEngine(t, Options{Shards: 8, Fire: func(d schedule.Due) {
+		id := d.Schedule.ID
 		mu.Lock()
 		defer mu.Unlock()
 		fired[id]++
@@ -58,9 +61,9 @@ func TestSyncPausesOnlyEmptyShards(t *testing.T) {
 func TestSyncWhileStopped(t *testing.T) {
 	t.Parallel() // waits on real time
 	fires := make(chan string, 100)
-	e := New(Options{Logger: quiet(), Shards: 4, Fire: func(id string, _ time.Time) {
+	e := New(Options{Logger: quiet(), Shards: 4, Fire: func(d schedule.Due) {
 		select {
-		case fires <- id:
+		case fires <- d.Schedule.ID:
 		default:
 		}
 	}})

@@ -20,17 +20,10 @@ import (
 	"github.com/cronswap/cronswap/schedule"
 )
 
-// Collection names of the schedules and the resume tokens. The fire path's
-// collections are named by jobs.LocksCollection and jobs.RunsCollection.
-const (
-	SchedulesCollection = "schedules"
-	TokensCollection    = resumetoken.CollectionName
-)
-
 // Collections lists every collection cronswap uses, in the order Init
-// creates them.
+// creates them; each name is defined by the package that owns the data.
 func Collections() []string {
-	return []string{SchedulesCollection, TokensCollection, jobs.LocksCollection, jobs.RunsCollection}
+	return []string{schedule.CollectionName, resumetoken.CollectionName, jobs.LocksCollection, jobs.RunsCollection}
 }
 
 // Index names. The daemon creates the same indexes at start with the same
@@ -155,7 +148,7 @@ func Init(ctx context.Context, db *mongo.Database) (InitReport, error) {
 			continue
 		}
 		cmd := bson.D{{Key: "create", Value: name}}
-		if name == SchedulesCollection {
+		if name == schedule.CollectionName {
 			cmd = append(cmd, bson.E{Key: "validator", Value: validator},
 				bson.E{Key: "validationLevel", Value: "strict"},
 				bson.E{Key: "validationAction", Value: "error"})
@@ -180,7 +173,7 @@ func Init(ctx context.Context, db *mongo.Database) (InitReport, error) {
 		}
 	}
 
-	rep.Validator, err = ensureValidator(ctx, db, validator, slices.Contains(rep.CreatedCollections, SchedulesCollection))
+	rep.Validator, err = ensureValidator(ctx, db, validator, slices.Contains(rep.CreatedCollections, schedule.CollectionName))
 	if err != nil {
 		return rep, err
 	}
@@ -243,7 +236,7 @@ func ensureValidator(ctx context.Context, db *mongo.Database, want bson.D, justC
 		return ValidatorUnchanged, nil
 	}
 	err = db.RunCommand(ctx, bson.D{
-		{Key: "collMod", Value: SchedulesCollection},
+		{Key: "collMod", Value: schedule.CollectionName},
 		{Key: "validator", Value: want},
 		{Key: "validationLevel", Value: "strict"},
 		{Key: "validationAction", Value: "error"},
@@ -252,7 +245,7 @@ func ensureValidator(ctx context.Context, db *mongo.Database, want bson.D, justC
 		return ValidatorUnsupported, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("set the validator of %s: %w", SchedulesCollection, err)
+		return "", fmt.Errorf("set the validator of %s: %w", schedule.CollectionName, err)
 	}
 	// Some servers answer ok and keep nothing: believe only what they show.
 	have, _, err = currentValidator(ctx, db)
@@ -268,12 +261,12 @@ func ensureValidator(ctx context.Context, db *mongo.Database, want bson.D, justC
 // currentValidator returns the validator and validationAction the server
 // reports for schedules (nil and "" when none).
 func currentValidator(ctx context.Context, db *mongo.Database) (bson.Raw, string, error) {
-	specs, err := db.ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: SchedulesCollection}})
+	specs, err := db.ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: schedule.CollectionName}})
 	if err != nil {
-		return nil, "", fmt.Errorf("read the options of %s: %w", SchedulesCollection, err)
+		return nil, "", fmt.Errorf("read the options of %s: %w", schedule.CollectionName, err)
 	}
 	if len(specs) == 0 {
-		return nil, "", fmt.Errorf("read the options of %s: the collection does not exist", SchedulesCollection)
+		return nil, "", fmt.Errorf("read the options of %s: the collection does not exist", schedule.CollectionName)
 	}
 	opts := specs[0].Options
 	var validator bson.Raw

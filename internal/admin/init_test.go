@@ -15,6 +15,7 @@ import (
 	"github.com/cronswap/cronswap/internal/admin"
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/schedule"
 )
 
 func TestMain(m *testing.M) { testmongo.Main(m, nil) }
@@ -56,14 +57,14 @@ func TestIndexesUseRunDocFields(t *testing.T) {
 // validator; the unique index then refuses a second record of a fire.
 func TestInitOverExistingCollections(t *testing.T) {
 	db := testmongo.NewDatabase(t, testmongo.Client(t))
-	if _, err := db.Collection(admin.SchedulesCollection).InsertOne(ctx(t), bson.D{{Key: "_id", Value: "a"}, {Key: "cron_expr", Value: "@hourly"}}); err != nil {
+	if _, err := db.Collection(schedule.CollectionName).InsertOne(ctx(t), bson.D{{Key: "_id", Value: "a"}, {Key: "cron_expr", Value: "@hourly"}}); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := admin.Init(ctx(t), db)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.Contains(rep.CreatedCollections, admin.SchedulesCollection) || len(rep.CreatedCollections) != 3 || len(rep.CreatedIndexes) != 2 {
+	if slices.Contains(rep.CreatedCollections, schedule.CollectionName) || len(rep.CreatedCollections) != 3 || len(rep.CreatedIndexes) != 2 {
 		t.Fatalf("report %+v", rep)
 	}
 	switch rep.Validator {

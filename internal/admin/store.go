@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -68,9 +69,9 @@ func decodeDoc(raw bson.Raw) ScheduleDoc {
 
 // Schedules returns every document of schedules, sorted by _id.
 func (s *Store) Schedules(ctx context.Context) ([]ScheduleDoc, error) {
-	cur, err := s.db.Collection(SchedulesCollection).Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	cur, err := s.db.Collection(schedule.CollectionName).Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", SchedulesCollection, err)
+		return nil, fmt.Errorf("read %s: %w", schedule.CollectionName, err)
 	}
 	defer cur.Close(ctx)
 	out := []ScheduleDoc{}
@@ -78,14 +79,14 @@ func (s *Store) Schedules(ctx context.Context) ([]ScheduleDoc, error) {
 		out = append(out, decodeDoc(append(bson.Raw(nil), cur.Current...)))
 	}
 	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", SchedulesCollection, err)
+		return nil, fmt.Errorf("read %s: %w", schedule.CollectionName, err)
 	}
 	return out, nil
 }
 
 // Schedule returns the document of job id.
 func (s *Store) Schedule(ctx context.Context, id string) (ScheduleDoc, error) {
-	raw, err := s.db.Collection(SchedulesCollection).FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+	raw, err := s.db.Collection(schedule.CollectionName).FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return ScheduleDoc{}, fmt.Errorf("schedule %q: %w", id, ErrNotFound)
 	}
@@ -152,7 +153,7 @@ func (s *Store) SetSchedule(ctx context.Context, id string, e ScheduleEdit) (cre
 	if len(unset) > 0 {
 		update = append(update, bson.E{Key: "$unset", Value: unset})
 	}
-	res, err := s.db.Collection(SchedulesCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update, options.UpdateOne().SetUpsert(true))
+	res, err := s.db.Collection(schedule.CollectionName).UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update, options.UpdateOne().SetUpsert(true))
 	if err != nil {
 		return false, fmt.Errorf("write schedule %q: %w", id, err)
 	}
@@ -200,7 +201,7 @@ func mergeDoc(id string, old bson.Raw, set, unset bson.D) (bson.Raw, error) {
 
 // DeleteSchedule deletes the document of job id.
 func (s *Store) DeleteSchedule(ctx context.Context, id string) error {
-	res, err := s.db.Collection(SchedulesCollection).DeleteOne(ctx, bson.D{{Key: "_id", Value: id}})
+	res, err := s.db.Collection(schedule.CollectionName).DeleteOne(ctx, bson.D{{Key: "_id", Value: id}})
 	if err != nil {
 		return fmt.Errorf("delete schedule %q: %w", id, err)
 	}
@@ -213,7 +214,7 @@ func (s *Store) DeleteSchedule(ctx context.Context, id string) error {
 // SetEnabled pauses (false) or resumes (true) job id, setting updated_at. It
 // reports whether the document changed (false: it already was so).
 func (s *Store) SetEnabled(ctx context.Context, id string, enabled bool) (changed bool, err error) {
-	coll := s.db.Collection(SchedulesCollection)
+	coll := s.db.Collection(schedule.CollectionName)
 	// Leave an already paused/resumed document (and its updated_at) alone,
 	// so the daemon sees no event for a no-op.
 	filter := bson.D{{Key: "_id", Value: id}}
@@ -352,9 +353,9 @@ func (s *Store) Tokens(ctx context.Context, id string) ([]Token, error) {
 	if id != "" {
 		filter = bson.D{{Key: "_id", Value: id}}
 	}
-	cur, err := s.db.Collection(TokensCollection).Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	cur, err := s.db.Collection(resumetoken.CollectionName).Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", TokensCollection, err)
+		return nil, fmt.Errorf("read %s: %w", resumetoken.CollectionName, err)
 	}
 	defer cur.Close(ctx)
 	out := []Token{}
@@ -378,7 +379,7 @@ func (s *Store) Tokens(ctx context.Context, id string) ([]Token, error) {
 		out = append(out, t)
 	}
 	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", TokensCollection, err)
+		return nil, fmt.Errorf("read %s: %w", resumetoken.CollectionName, err)
 	}
 	return out, nil
 }
@@ -391,9 +392,9 @@ func (s *Store) ResetTokens(ctx context.Context, id string) (int64, error) {
 	if id != "" {
 		filter = bson.D{{Key: "_id", Value: id}}
 	}
-	res, err := s.db.Collection(TokensCollection).DeleteMany(ctx, filter)
+	res, err := s.db.Collection(resumetoken.CollectionName).DeleteMany(ctx, filter)
 	if err != nil {
-		return 0, fmt.Errorf("delete from %s: %w", TokensCollection, err)
+		return 0, fmt.Errorf("delete from %s: %w", resumetoken.CollectionName, err)
 	}
 	return res.DeletedCount, nil
 }

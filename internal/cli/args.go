@@ -12,7 +12,7 @@ const completionFlag = "--generate-bash-completion"
 
 // interspersed reorders a command line so that flags given after a leaf
 // command's positional arguments are parsed too: urfave/cli v2 (like the flag
-// package) stops at the first positional argument, so DESIGN.md's
+// package) stops at the first positional argument, so the documented
 // `cronswap next EXPR -n 5 --tz ZONE` would otherwise leave -n and --tz as
 // extra arguments. For the leaf command named on the line, its flags (with
 // their values) are moved before its positional arguments, keeping their
@@ -137,6 +137,9 @@ func setCompletion(app *ucli.App, args []string) {
 			w := c.App.Writer
 			if isFlag(prev) {
 				for _, f := range flags {
+					if v, ok := f.(ucli.VisibleFlag); ok && !v.IsVisible() {
+						continue // accepted, but not offered
+					}
 					for _, n := range f.Names() {
 						dashed := "--" + n
 						if len(n) == 1 {

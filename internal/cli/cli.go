@@ -1,6 +1,6 @@
 // Package cli defines cronswap's command line (urfave/cli/v2): run, init,
-// schedules, next, validate, token, locks, runs, version and completion
-// (DESIGN.md, "CLI"). Every command prints an aligned table for people or,
+// schedules, next, validate, token, locks, runs, version and completion.
+// Every command prints an aligned table for people or,
 // with --output json, JSON for scripts. Exit codes: 0 ok, 1 user error (bad
 // input, not found), 2 server unreachable.
 package cli
@@ -35,6 +35,8 @@ const (
 // Version is set at build time with -ldflags "-X github.com/cronswap/cronswap/internal/cli.Version=v1.2.3".
 var Version = "dev"
 
+// commonFlags are the flags of every command that reads the configuration
+// or talks to the server (see ignoredCommonFlags for next and validate).
 func commonFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "config file (YAML)", EnvVars: []string{config.EnvConfig}},
@@ -42,6 +44,18 @@ func commonFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "log-format", Value: "text", Usage: "text (coloured on a terminal) or json"},
 		&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 	}
+}
+
+// ignoredCommonFlags are commonFlags, hidden, for next and validate: they
+// read no configuration, talk to no server and log nothing, so their help
+// does not list these flags, but they still accept and ignore them, so that
+// a script passing --config to every command keeps working.
+func ignoredCommonFlags() []ucli.Flag {
+	flags := commonFlags()
+	for _, f := range flags {
+		f.(*ucli.StringFlag).Hidden = true
+	}
+	return flags
 }
 
 // Main runs the command line with the process's stdin and returns the
@@ -180,7 +194,7 @@ func nextCommand() *ucli.Command {
 		Name:      "next",
 		Usage:     "print the next fire times of a cron expression (no database needed)",
 		ArgsUsage: "EXPR",
-		Flags: append(commonFlags(), outputFlag(),
+		Flags: append(ignoredCommonFlags(), outputFlag(),
 			&ucli.IntFlag{Name: "n", Value: 5, Usage: "how many fire times"},
 			&ucli.StringFlag{Name: "tz", Usage: "IANA time zone of the expression (default UTC)"},
 		),
@@ -222,9 +236,9 @@ func nextCommand() *ucli.Command {
 func validateCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "validate",
-		Usage:     "exit 0 if EXPR is a valid cron expression, else explain and exit 1",
+		Usage:     "exit 0 if EXPR is a valid cron expression, else explain and exit 1 (no database needed)",
 		ArgsUsage: "EXPR",
-		Flags: append(commonFlags(), outputFlag(),
+		Flags: append(ignoredCommonFlags(), outputFlag(),
 			&ucli.StringFlag{Name: "tz", Usage: "IANA time zone of the expression (default UTC)"},
 		),
 		Action: func(c *ucli.Context) error {

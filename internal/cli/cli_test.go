@@ -142,7 +142,7 @@ func weekdayNinesSeoul(t *testing.T, now time.Time, n int) []string {
 
 func TestNextWeekdaysSeoul(t *testing.T) {
 	orders := [][]string{
-		{"next", "0 9 * * 1-5", "--tz", "Asia/Seoul", "-n", "3"}, // DESIGN.md's order: flags after EXPR
+		{"next", "0 9 * * 1-5", "--tz", "Asia/Seoul", "-n", "3"}, // the documented order: flags after EXPR
 		{"next", "--tz", "Asia/Seoul", "-n", "3", "0 9 * * 1-5"}, // flags first
 		{"next", "-n", "3", "0 9 * * 1-5", "--tz", "Asia/Seoul"}, // mixed
 		{"next", "0 9 * * 1-5", "--tz=Asia/Seoul", "-n=3"},       // = forms
@@ -344,6 +344,7 @@ func TestUnknownCommandIsUserError(t *testing.T) {
 	}
 }
 
+// next and validate do not list --config and --mongo-uri, but accept them.
 func TestEveryCommandTakesConfigAndMongoURI(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := cli.Main([]string{"cronswap", "validate", "--config", "", "--mongo-uri", "mongodb://127.0.0.1:1/", "0 9 * * *"}, &out, &errb)

@@ -24,6 +24,7 @@ import (
 	"github.com/cronswap/cronswap/internal/faultproxy"
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/resumetoken"
 )
 
 func TestMain(m *testing.M) { testmongo.Main(m, nil) }
@@ -621,7 +622,7 @@ func TestRunsGet(t *testing.T) {
 func TestTokenShowAndReset(t *testing.T) {
 	e := newEnv(t)
 	now := time.Now().UTC().Truncate(time.Second)
-	insertDocs(t, e.db.Collection(admin.TokensCollection),
+	insertDocs(t, e.db.Collection(resumetoken.CollectionName),
 		bson.D{{Key: "_id", Value: "cli-test"}, {Key: "token", Value: bson.D{{Key: "_data", Value: "8263A1"}}}, {Key: "updated_at", Value: now}},
 		bson.D{{Key: "_id", Value: "other-1"}, {Key: "token", Value: bson.D{{Key: "_data", Value: "8263B2"}}}, {Key: "updated_at", Value: now}},
 		bson.D{{Key: "_id", Value: "other-2"}, {Key: "token", Value: bson.D{{Key: "_data", Value: "8263C3"}}}, {Key: "updated_at", Value: now}},
@@ -641,19 +642,19 @@ func TestTokenShowAndReset(t *testing.T) {
 
 	// Default: this config's instance id.
 	r = e.ok("token", "reset")
-	if !strings.Contains(r.stdout, "cli-test") || e.count(admin.TokensCollection) != 2 {
-		t.Fatalf("token reset: %v (left %d)", r, e.count(admin.TokensCollection))
+	if !strings.Contains(r.stdout, "cli-test") || e.count(resumetoken.CollectionName) != 2 {
+		t.Fatalf("token reset: %v (left %d)", r, e.count(resumetoken.CollectionName))
 	}
 	if r = e.ok("token", "reset"); !strings.Contains(r.stdout, "nothing to reset") {
 		t.Errorf("second reset: %v", r)
 	}
 	var res map[string]any
 	e.okJSON(&res, "token", "reset", "--id", "other-1")
-	if res["deleted"] != float64(1) || e.count(admin.TokensCollection) != 1 {
+	if res["deleted"] != float64(1) || e.count(resumetoken.CollectionName) != 1 {
 		t.Errorf("reset --id other-1: %v", res)
 	}
 	e.ok("token", "reset", "--all")
-	if n := e.count(admin.TokensCollection); n != 0 {
+	if n := e.count(resumetoken.CollectionName); n != 0 {
 		t.Errorf("%d tokens after --all", n)
 	}
 	if r = e.run("token", "reset", "--all", "--id", "x"); r.code != cli.ExitUserError {
@@ -875,6 +876,13 @@ func TestBashCompletion(t *testing.T) {
 	if !strings.Contains(r.stdout, "--cron\n") || !strings.Contains(r.stdout, "--category\n") || strings.Contains(r.stdout, "--tz") {
 		t.Errorf("completion of schedules set --c: %q", r.stdout)
 	}
+	// next takes --config only for compatibility and does not offer it.
+	if r = run(t, "next", "--c", "--generate-bash-completion"); strings.Contains(r.stdout, "--config") {
+		t.Errorf("completion of next --c offers --config: %q", r.stdout)
+	}
+	if r = run(t, "schedules", "list", "--c", "--generate-bash-completion"); !strings.Contains(r.stdout, "--config\n") {
+		t.Errorf("completion of schedules list --c: %q", r.stdout)
+	}
 	r = run(t, "completion", "bash")
 	if r.code != 0 || !strings.Contains(r.stdout, "--generate-bash-completion") || !strings.Contains(r.stdout, "complete -o bashdefault") {
 		t.Errorf("completion bash: %v", r)
@@ -884,9 +892,13 @@ func TestBashCompletion(t *testing.T) {
 	}
 }
 
-// Every command takes --config and --mongo-uri; every command but run (and
-// completion) takes --output.
+// Every command that reads the configuration or the server takes --config,
+// --mongo-uri and the log flags; every command but run and completion takes
+// --output. next and validate need neither configuration nor server: they
+// accept those flags (TestEveryCommandTakesConfigAndMongoURI) but do not list
+// them.
 func TestEveryCommandHasCommonFlags(t *testing.T) {
+	common := []string{"--config", "--mongo-uri", "--log-format", "--log-level"}
 	for _, cmd := range [][]string{
 		{"run"}, {"init"}, {"next"}, {"validate"}, {"version"}, {"completion"},
 		{"schedules", "list"}, {"schedules", "get"}, {"schedules", "set"}, {"schedules", "delete"}, {"schedules", "pause"}, {"schedules", "resume"},
@@ -897,13 +909,24 @@ func TestEveryCommandHasCommonFlags(t *testing.T) {
 			t.Errorf("%q --help: %v", cmd, r)
 			continue
 		}
-		want := []string{"--config", "--mongo-uri"}
+		standalone := cmd[0] == "next" || cmd[0] == "validate"
+		var want, unwanted []string
+		if standalone {
+			want, unwanted = []string{"--tz"}, common
+		} else {
+			want = slices.Clone(common)
+		}
 		if cmd[0] != "run" && cmd[0] != "completion" {
 			want = append(want, "--output")
 		}
 		for _, f := range want {
 			if !strings.Contains(r.stdout, f) {
 				t.Errorf("%q has no %s:\n%s", cmd, f, r.stdout)
+			}
+		}
+		for _, f := range unwanted {
+			if strings.Contains(r.stdout, f) {
+				t.Errorf("%q lists %s, which it does not use:\n%s", cmd, f, r.stdout)
 			}
 		}
 	}

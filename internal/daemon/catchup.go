@@ -5,30 +5,26 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
 
-// catchUpFire is one missed slot to run after downtime.
-type catchUpFire struct {
-	JobID string
-	Slot  time.Time
-}
-
 // catchUpSlots picks, among the armed jobs, the ones whose most recent slot
 // (at or before now) is younger than their catch-up window, and returns
-// that one slot per job — never more than one, however long the downtime.
-// A slot from before the job's document was last written is skipped: the
-// schedule was not in force then. Whether the slot was really missed is
-// not decided here but by the lock claim (last fire < slot), so a slot that
-// ran, here or on another replica, is never run again.
+// that one slot per job, as a fire of the job's armed schedule with its
+// jitter delay — never more than one, however long the downtime. A slot
+// from before the job's document was last written is skipped: the schedule
+// was not in force then. Whether the slot was really missed is not decided
+// here but by the lock claim (last fire < slot), so a slot that ran, here
+// or on another replica, is never run again.
 func catchUpSlots(jobs []scheduler.Status, now time.Time, window func(action string) time.Duration,
-	lastSlot func(id string, now time.Time) (time.Time, bool)) []catchUpFire {
-	var out []catchUpFire
+	lastSlot func(id string, now time.Time) (time.Time, bool)) []schedule.Due {
+	var out []schedule.Due
 	for _, st := range jobs {
 		if !st.Armed {
 			continue
 		}
-		w := window(st.Action)
+		w := window(st.ActionName())
 		if w <= 0 {
 			continue
 		}
@@ -39,7 +35,7 @@ func catchUpSlots(jobs []scheduler.Status, now time.Time, window func(action str
 		if !st.UpdatedAt.IsZero() && slot.Before(st.UpdatedAt) {
 			continue
 		}
-		out = append(out, catchUpFire{JobID: st.ID, Slot: slot})
+		out = append(out, schedule.Due{Schedule: st.Schedule, Slot: slot, Delay: st.Delay})
 	}
 	return out
 }
@@ -65,11 +61,11 @@ func runCatchUp(ctx context.Context, engine *scheduler.Engine, ready func() bool
 	}
 	log.Info("catch-up: offering the latest slot of jobs with a catch-up window", "jobs", len(fires))
 	done := make(chan struct{}, len(fires))
-	for _, f := range fires {
-		log.Info("catch-up: claiming a slot from before start-up", "job_id", f.JobID, "scheduled_at", f.Slot, "late_by", now.Sub(f.Slot))
+	for _, d := range fires {
+		log.Info("catch-up: claiming a slot from before start-up", "job_id", d.Schedule.ID, "scheduled_at", d.Slot, "late_by", now.Sub(d.Slot))
 		go func() {
 			defer func() { done <- struct{}{} }()
-			fire(f.JobID, f.Slot)
+			fire(d)
 		}()
 	}
 	for range fires {

@@ -1,6 +1,8 @@
-// Package daemon wires the parts of a running cronswap instance together:
-// the MongoDB client, the engine, the watcher, the job runner and the HTTP
-// listener, and shuts them down in order.
+// Package daemon builds a running cronswap instance from its configuration:
+// the MongoDB client, the metrics, the fire path (runner), the engine, the
+// change-stream watcher and the HTTP listener. New creates every part in
+// dependency order, so no part refers to one that does not exist yet; Run
+// starts them and, when its context ends, shuts them down in order.
 package daemon
 
 import (
@@ -21,14 +23,8 @@ import (
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/resumetoken"
+	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
-)
-
-// Collection names of the schedules and the resume tokens. The fire path's
-// are jobs.LocksCollection and jobs.RunsCollection.
-const (
-	SchedulesCollection = "schedules"
-	TokensCollection    = resumetoken.CollectionName
 )
 
 // Connect returns a client for the configured server. It does not wait for
@@ -41,127 +37,134 @@ func Connect(cfg config.Config) (*mongo.Client, error) {
 	return client, nil
 }
 
-// Run runs the daemon until ctx is cancelled, then shuts down gracefully:
-// no new fires, running actions get the grace period, the resume token is
-// saved. It returns an error only when the daemon cannot start.
-func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	return RunWith(ctx, cfg, log, Options{})
+// Daemon is one cronswap instance, built by New. Its parts are fixed once
+// New returns; Run runs them until its context ends.
+type Daemon struct {
+	cfg config.Config
+	log *slog.Logger
+
+	client   *mongo.Client
+	listener net.Listener
+	metrics  *metrics.Metrics
+	registry *jobs.Registry
+	runner   *jobs.Runner
+	engine   *scheduler.Engine
+	watcher  *changestream.Watcher
+	server   *http.Server
+
+	startEngine sync.Once
+	closeOnce   sync.Once
 }
 
-// RunWith is Run with extras for tests and embedders (see Options).
-func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options) error {
-	log = log.With("instance_id", cfg.InstanceID)
+// New builds a daemon from cfg (already Finished): it checks the action
+// definitions, creates the client (without waiting for the server) and
+// listens on the HTTP address, then creates the parts in the order they
+// depend on each other. Nothing runs until Run. On error nothing is left
+// open.
+func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	registry, err := jobs.FromDefinitions(cfg.Jobs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	client, err := Connect(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = client.Disconnect(dctx)
-	}()
-	db := client.Database(cfg.Mongo.Database)
-
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {
-		return fmt.Errorf("http listen %s: %w", cfg.HTTP.Listen, err)
+		disconnect(client)
+		return nil, fmt.Errorf("http listen %s: %w", cfg.HTTP.Listen, err)
 	}
+	d := &Daemon{cfg: cfg, log: log.With("instance_id", cfg.InstanceID), client: client, listener: ln, registry: registry}
+	db := client.Database(cfg.Mongo.Database)
 
-	var (
-		engine  *scheduler.Engine
-		watcher *changestream.Watcher
-	)
-	mx := metrics.New(metrics.Sources{
-		Armed:        func() int { return engine.Len() },
-		TokenSavedAt: func() time.Time { return watcher.Status().TokenSavedAt },
-	})
-	runs := db.Collection(jobs.RunsCollection)
-	indexCtx, stopIndexes := context.WithCancel(context.Background())
-	defer stopIndexes()
-	go ensureRunIndexes(indexCtx, runs, log)
-	runner := jobs.NewRunner(jobs.RunnerOptions{
+	d.metrics = metrics.New()
+	d.runner = jobs.NewRunner(jobs.RunnerOptions{
 		Registry:   registry,
 		InstanceID: cfg.InstanceID,
-		Logger:     log,
-		Store: jobs.NewMongoStore(db.Collection(jobs.LocksCollection), runs,
-			jobs.MongoStoreOptions{Retention: cfg.Runs.Retention, Instance: cfg.InstanceID, Logger: log}),
+		Logger:     d.log,
+		Store: jobs.NewMongoStore(db.Collection(jobs.LocksCollection), db.Collection(jobs.RunsCollection),
+			jobs.MongoStoreOptions{Retention: cfg.Runs.Retention, Instance: cfg.InstanceID, Logger: d.log}),
 		TTL:     cfg.Lock.TTL,
 		Workers: cfg.Workers,
-		Hooks:   fireHooks(mx),
+		Hooks:   fireHooks(d.metrics),
 	})
-	// Until the engine hands the fire path a schedule.Due itself, its
-	// callback reads the armed schedule back (armedFire).
-	fire := func(id string, slot time.Time) { armedFire(engine, runner, log, id, slot) }
-	engine = scheduler.New(scheduler.Options{
+	d.engine = scheduler.New(scheduler.Options{
 		Location: cfg.Location,
 		// Fire lateness is observed by the fire path when a worker takes
 		// the fire (fireHooks), not here.
-		Fire:   fire,
-		Logger: log,
+		Fire:   d.runner.Fire,
+		Logger: d.log,
 		// The registry is the config policy: an unknown action is refused,
 		// jobs.<action>.jitter delays each slot by a fixed per-job amount.
-		Jitter:   registry.Jitter,
-		Validate: registry.Check,
+		Policy: registry,
 	})
-
-	if opts.Engine != nil {
-		opts.Engine(engine)
-	}
-
+	hooks := watchHooks(d.metrics)
 	// The engine's timers start once it holds the schedules: filling a
 	// running engine costs robfig a re-sort per job (about 6x slower at
 	// 100,000 jobs); an empty engine has nothing to fire meanwhile.
-	var startEngine sync.Once
-	hooks := metricsHooks(mx)
-	hooks.Synced = func() { startEngine.Do(engine.Start) }
-	watcher = changestream.New(cfg.Watch.Apply(changestream.Options{
+	hooks.Synced = func() { d.startEngine.Do(d.engine.Start) }
+	d.watcher = changestream.New(cfg.Watch.Apply(changestream.Options{
 		ID:     cfg.InstanceID,
-		Feed:   changestream.NewMongoFeed(db.Collection(SchedulesCollection), time.Second),
-		Tokens: resumetoken.NewMongoStore(db.Collection(TokensCollection)),
-		Sink:   NewEngineSink(engine, log, mx),
-		Logger: log,
+		Feed:   changestream.NewMongoFeed(db.Collection(schedule.CollectionName), time.Second),
+		Tokens: resumetoken.NewMongoStore(db.Collection(resumetoken.CollectionName)),
+		Sink:   NewEngineSink(d.engine, d.log, d.metrics),
+		Logger: d.log,
 		Hooks:  hooks,
 		State:  stateStore(cfg),
 	}))
-
-	srv := &http.Server{
+	d.metrics.RegisterGauges(metrics.Sources{
+		Armed:        d.engine.Len,
+		TokenSavedAt: func() time.Time { return d.watcher.Status().TokenSavedAt },
+	})
+	d.server = &http.Server{
 		Handler: httpapi.New(httpapi.Options{
-			Schedules:       engine,
+			Schedules:       d.engine,
 			DefaultTimezone: cfg.Location.String(),
-			Ready:           func() bool { return watcher.Status().Ready },
-			Metrics:         mx.Handler(),
-			Status: func() httpapi.Status {
-				ws := watcher.Status()
-				return httpapi.Status{
-					InstanceID:     cfg.InstanceID,
-					WatchMode:      string(ws.Mode),
-					LastEventAt:    timePtr(ws.LastEventAt),
-					TokenSavedAt:   timePtr(ws.TokenSavedAt),
-					FullReloads:    ws.FullReloads,
-					SchedulesArmed: engine.Len(),
-					Ready:          ws.Ready,
-					Reconnects:     ws.Reconnects,
-				}
-			},
+			Ready:           func() bool { return d.watcher.Status().Ready },
+			Metrics:         d.metrics.Handler(),
+			Status:          d.status,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 	}
+	return d, nil
+}
+
+// Engine returns the daemon's engine: its read model for embedders, and a
+// way for tests to reach behind the watcher's back (for instance to drop a
+// job as if its change event had been missed).
+func (d *Daemon) Engine() *scheduler.Engine { return d.engine }
+
+// Watcher returns the daemon's change-stream watcher (e.g. to call Resync).
+func (d *Daemon) Watcher() *changestream.Watcher { return d.watcher }
+
+// Addr is the address the HTTP listener is bound to.
+func (d *Daemon) Addr() net.Addr { return d.listener.Addr() }
+
+// Run runs the daemon until ctx is cancelled or a part fails, then shuts
+// down gracefully: no new fires, running actions get the grace period, the
+// resume token is saved, the HTTP listener and the client are closed. It
+// returns the failure that ended it, nil after a cancelled ctx. Run may be
+// called once.
+func (d *Daemon) Run(ctx context.Context) error {
+	defer d.close()
+	indexCtx, stopIndexes := context.WithCancel(context.Background())
+	defer stopIndexes()
+	go ensureRunIndexes(indexCtx, d.client.Database(d.cfg.Mongo.Database).Collection(jobs.RunsCollection), d.log)
+
 	httpDone := make(chan error, 1)
-	go func() { httpDone <- srv.Serve(ln) }()
-	log.Info("cronswap started", "mongo_uri", config.RedactURI(cfg.Mongo.URI), "database", cfg.Mongo.Database,
-		"http_listen", ln.Addr().String(), "watch_mode", cfg.Watch.Mode, "actions", registry.Names())
+	go func() { httpDone <- d.server.Serve(d.listener) }()
+	d.log.Info("cronswap started", "mongo_uri", config.RedactURI(d.cfg.Mongo.URI), "database", d.cfg.Mongo.Database,
+		"http_listen", d.listener.Addr().String(), "watch_mode", d.watcher.Status().Mode, "actions", d.registry.Names())
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
 	watchDone := make(chan error, 1)
-	go func() { watchDone <- watcher.Run(watchCtx) }()
+	go func() { watchDone <- d.watcher.Run(watchCtx) }()
 	catchUpDone := make(chan struct{})
 	go func() {
 		defer close(catchUpDone)
-		runCatchUp(watchCtx, engine, func() bool { return watcher.Status().Ready }, cfg.CatchupFor, fire, log)
+		runCatchUp(watchCtx, d.engine, func() bool { return d.watcher.Status().Ready }, d.cfg.CatchupFor, d.runner.Fire, d.log)
 	}()
 
 	var runErr error
@@ -172,13 +175,12 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		watchDone <- nil
 	case err := <-httpDone:
 		runErr = fmt.Errorf("http server: %w", err)
-		httpDone <- nil
 	}
 
-	log.Info("shutting down", "grace", cfg.Shutdown.Grace)
-	engine.Stop()
-	if !runner.Shutdown(cfg.Shutdown.Grace) {
-		log.Warn("some actions were cancelled at the end of the grace period")
+	d.log.Info("shutting down", "grace", d.cfg.Shutdown.Grace)
+	d.engine.Stop()
+	if !d.runner.Shutdown(d.cfg.Shutdown.Grace) {
+		d.log.Warn("some actions were cancelled at the end of the grace period")
 	}
 	stopWatch()
 	<-catchUpDone
@@ -187,16 +189,53 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		log.Warn("http shutdown", "error", err)
+	if err := d.server.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		d.log.Warn("http shutdown", "error", err)
 	}
-	log.Info("stopped")
+	d.log.Info("stopped")
 	return runErr
 }
 
-// metricsHooks reports the watcher's events, full reloads, reconnects and
+// Close releases what New opened (the listener and the client) for a
+// daemon that will not Run; Run closes them itself. It is idempotent.
+func (d *Daemon) Close() { d.close() }
+
+func (d *Daemon) close() {
+	d.closeOnce.Do(func() {
+		_ = d.listener.Close()
+		disconnect(d.client)
+	})
+}
+
+// Run builds a daemon from cfg and runs it until ctx is cancelled (see
+// Daemon.Run). It returns an error when the daemon cannot start or a part
+// fails.
+func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	d, err := New(cfg, log)
+	if err != nil {
+		return err
+	}
+	return d.Run(ctx)
+}
+
+// status is the /api/status view of this instance.
+func (d *Daemon) status() httpapi.Status {
+	ws := d.watcher.Status()
+	return httpapi.Status{
+		InstanceID:     d.cfg.InstanceID,
+		WatchMode:      string(ws.Mode),
+		LastEventAt:    timePtr(ws.LastEventAt),
+		TokenSavedAt:   timePtr(ws.TokenSavedAt),
+		FullReloads:    ws.FullReloads,
+		SchedulesArmed: d.engine.Len(),
+		Ready:          ws.Ready,
+		Reconnects:     ws.Reconnects,
+	}
+}
+
+// watchHooks reports the watcher's events, full reloads, reconnects and
 // resync drift (jobs whose event was missed) as metrics.
-func metricsHooks(mx *metrics.Metrics) changestream.Hooks {
+func watchHooks(mx *metrics.Metrics) changestream.Hooks {
 	return changestream.Hooks{
 		Event: func(ev changestream.EventInfo) {
 			mx.CountChangeEvent(ev.Op)
@@ -211,6 +250,12 @@ func metricsHooks(mx *metrics.Metrics) changestream.Hooks {
 		Reconnect:  func(int, time.Duration, error) { mx.CountReconnect() },
 		Drift:      func(ids []string) { mx.CountResyncDrift(len(ids)) },
 	}
+}
+
+func disconnect(client *mongo.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = client.Disconnect(ctx)
 }
 
 func timePtr(t time.Time) *time.Time {

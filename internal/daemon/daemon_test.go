@@ -20,6 +20,7 @@ import (
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
 
@@ -84,10 +85,14 @@ func startDaemon(t *testing.T, cfg config.Config) *running {
 	}
 	r := &running{logs: &logBuffer{}}
 	log := slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	engines := make(chan *scheduler.Engine, 1)
+	d, err := New(cfg, log)
+	if err != nil {
+		t.Fatalf("daemon: %v", err)
+	}
+	r.engine = d.Engine()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- RunWith(ctx, cfg, log, Options{Engine: func(e *scheduler.Engine) { engines <- e }}) }()
+	go func() { done <- d.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -97,11 +102,6 @@ func startDaemon(t *testing.T, cfg config.Config) *running {
 			t.Logf("daemon log:\n%s", r.logs.buf.String())
 		}
 	})
-	select {
-	case r.engine = <-engines:
-	case err := <-done:
-		t.Fatalf("daemon exited at start: %v", err)
-	}
 	waitFor(t, 30*time.Second, "daemon started", func() bool {
 		l, ok := r.logs.find(func(l map[string]any) bool { return l["msg"] == "cronswap started" })
 		if ok {
@@ -156,7 +156,7 @@ func testConfig(uri, database string) config.Config {
 func insertSchedules(t *testing.T, db *mongo.Database, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
-		_, err := db.Collection(SchedulesCollection).InsertOne(context.Background(),
+		_, err := db.Collection(schedule.CollectionName).InsertOne(context.Background(),
 			bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: "@hourly"}, {Key: "job", Value: "tick"}})
 		if err != nil {
 			t.Fatal(err)

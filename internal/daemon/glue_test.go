@@ -1,7 +1,7 @@
 package daemon
 
 import (
-	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,7 +16,6 @@ import (
 	"github.com/cronswap/cronswap/internal/config"
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/internal/statefile"
-	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
@@ -38,8 +37,8 @@ func histogramCount(t *testing.T, mx *metrics.Metrics, name string) uint64 {
 }
 
 func TestMetricsHooksEditToArmedFallsBackToUpdatedAt(t *testing.T) {
-	mx := metrics.New(metrics.Sources{})
-	h := metricsHooks(mx)
+	mx := metrics.New()
+	h := watchHooks(mx)
 	now := time.Now()
 	// Wall time present: counted.
 	h.Event(changestream.EventInfo{Op: "update", WallTime: now.Add(-time.Second), Received: now, Applied: now})
@@ -126,30 +125,56 @@ func TestSinkRefusesBadExpressionThroughTheEngine(t *testing.T) {
 	}
 }
 
-// The fire callback hands the runner the armed schedule with its jitter
-// delay; a job the engine does not hold armed gives no Due.
-func TestArmedDueCarriesScheduleAndDelay(t *testing.T) {
-	reg := jobs.NewRegistry()
-	reg.Register("act", jobs.Spec{Action: jobs.ActionFunc(func(context.Context, jobs.Fire) error { return nil }), Jitter: time.Hour})
-	engine := scheduler.New(scheduler.Options{Logger: slog.New(slog.DiscardHandler), Jitter: reg.Jitter, Validate: reg.Check})
-	armedSched := schedule.Schedule{ID: "a", CronExpr: "0 9 * * *", Enabled: true, Job: "act", Category: "reports", Args: `{"x":1}`}
-	engine.Reload(armedSched)
-	engine.Reload(schedule.Schedule{ID: "off", CronExpr: "0 9 * * *", Job: "act"})
-	slot := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)
-
-	d, ok := armedDue(engine, "a", slot)
-	if !ok {
-		t.Fatal("armed job gave no Due")
+// ReplaceAll logs how a full reload divided its time between decoding and
+// the engine: at info level when something changed, at debug level when the
+// snapshot matched the engine.
+func TestSinkLogsTheDecodeEngineSplit(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	engine := scheduler.New(scheduler.Options{Logger: slog.New(slog.DiscardHandler)})
+	sink := NewEngineSink(engine, log, nil)
+	var docs []bson.Raw
+	for i := range 3 {
+		b, err := bson.Marshal(bson.D{{Key: "_id", Value: fmt.Sprintf("j%d", i)}, {Key: "cron_expr", Value: "0 9 * * *"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, b)
 	}
-	if d.Schedule != armedSched || !d.Slot.Equal(slot) {
-		t.Errorf("Due = %+v, want schedule %+v at %v", d, armedSched, slot)
+	if changed := sink.ReplaceAll(docs); len(changed) != 3 {
+		t.Fatalf("first ReplaceAll changed %v", changed)
 	}
-	if want := scheduler.JitterDelay("a", time.Hour); d.Delay != want || !d.At().Equal(slot.Add(want)) {
-		t.Errorf("Delay = %v (At %v), want the job's jitter delay %v", d.Delay, d.At(), want)
+	if changed := sink.ReplaceAll(docs); len(changed) != 0 {
+		t.Fatalf("second ReplaceAll changed %v", changed)
 	}
-	for _, id := range []string{"off", "missing"} {
-		if d, ok := armedDue(engine, id, slot); ok {
-			t.Errorf("%s: Due %+v, want none for a job not armed", id, d)
+	type record struct {
+		Level     string `json:"level"`
+		Msg       string `json:"msg"`
+		Documents int    `json:"documents"`
+		Changed   int    `json:"changed"`
+		Decode    *int64 `json:"decode"` // nanoseconds
+		Engine    *int64 `json:"engine"`
+	}
+	var recs []record
+	for line := range strings.Lines(buf.String()) {
+		var rec record
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Msg == msgSchedulesReplaced {
+			recs = append(recs, rec)
+		}
+	}
+	if len(recs) != 2 {
+		t.Fatalf("%d %q records, want 2:\n%s", len(recs), msgSchedulesReplaced, buf.String())
+	}
+	for i, want := range []struct {
+		level   string
+		changed int
+	}{{"INFO", 3}, {"DEBUG", 0}} {
+		r := recs[i]
+		if r.Level != want.level || r.Documents != 3 || r.Changed != want.changed || r.Decode == nil || r.Engine == nil || *r.Decode < 0 || *r.Engine <= 0 {
+			t.Errorf("record %d: %+v, want level %s, 3 documents, %d changed, a decode and engine duration", i, r, want.level, want.changed)
 		}
 	}
 }

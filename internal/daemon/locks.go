@@ -9,8 +9,6 @@ import (
 
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/jobs"
-	"github.com/cronswap/cronswap/schedule"
-	"github.com/cronswap/cronswap/scheduler"
 )
 
 // fireHooks reports the fire path's events as metrics. Fire lateness is
@@ -47,32 +45,4 @@ func ensureRunIndexes(ctx context.Context, runs *mongo.Collection, log *slog.Log
 		}
 		wait = min(2*wait, 30*time.Second)
 	}
-}
-
-// armedFire hands the runner the fire of job id for slot as a schedule.Due,
-// built from the engine's current record of the job: its armed schedule and
-// its jitter delay. A job no longer armed is dropped. It stands in for the
-// engine handing over the Due itself.
-func armedFire(engine *scheduler.Engine, runner *jobs.Runner, log *slog.Logger, id string, slot time.Time) {
-	d, ok := armedDue(engine, id, slot)
-	if !ok {
-		log.Info("job no longer armed; fire dropped", "job_id", id, "scheduled_at", slot)
-		return
-	}
-	runner.Fire(d)
-}
-
-// armedDue is the Due of job id's armed schedule for slot; false when the
-// engine does not hold the job armed.
-func armedDue(engine *scheduler.Engine, id string, slot time.Time) (schedule.Due, bool) {
-	st, ok := engine.Get(id)
-	if !ok || !st.Armed {
-		return schedule.Due{}, false
-	}
-	return schedule.Due{
-		Schedule: schedule.Schedule{ID: st.ID, CronExpr: st.CronExpr, Timezone: st.Timezone, Enabled: st.Enabled,
-			Job: st.Job, Category: st.Category, Args: st.Args, UpdatedAt: st.UpdatedAt},
-		Slot:  slot,
-		Delay: st.Delay,
-	}, true
 }

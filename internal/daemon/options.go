@@ -9,17 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/cronswap/cronswap/internal/config"
-	"github.com/cronswap/cronswap/scheduler"
 )
-
-// Options are extras for RunWith that the command line never sets.
-type Options struct {
-	// Engine, when set, is called once with the daemon's engine before the
-	// watcher starts. Tests use it to reach behind the watcher's back (for
-	// instance to drop a job as if its change event had been missed);
-	// embedders can read the engine's view.
-	Engine func(*scheduler.Engine)
-}
 
 // ClientOptions are the driver options for the configured server. Every
 // option in the connection string (tls, tlsCAFile, tlsCertificateKeyFile,

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -14,11 +15,12 @@ import (
 )
 
 // EngineSink turns raw schedules documents into engine calls: the daemon's
-// changestream.Sink, exported so that benchmarks measure the real one. Fields are
-// decoded and checked here, through the schedule package, so a malformed
-// document becomes a Reject (last known good) instead of a Reload; the
-// expression and time zone are parsed once, by the engine, which rejects
-// them the same way.
+// changestream.Sink, exported so that benchmarks measure the real one.
+// Fields are decoded and checked here, through the schedule package, so a
+// malformed document becomes a Reject (last known good) instead of a
+// Reload; the expression and time zone are parsed once, by the engine,
+// which rejects them the same way. Each method returns once the engine
+// applied the change.
 type EngineSink struct {
 	engine  *scheduler.Engine
 	log     *slog.Logger
@@ -34,15 +36,15 @@ func NewEngineSink(engine *scheduler.Engine, log *slog.Logger, mx *metrics.Metri
 	return EngineSink{engine: engine, log: log, metrics: mx}
 }
 
-// Upsert implements changestream.Sink.
+// Upsert implements changestream.Sink: it decodes doc and reloads the job,
+// or records the document's error against the job (last known good).
 func (s EngineSink) Upsert(doc bson.Raw) {
 	sched, err := schedule.DecodeFields(doc)
 	if err != nil {
 		s.reject(sched.ID, err)
 		return
 	}
-	o, _ := s.engine.ReloadTimed(sched)
-	s.metrics.CountReload(reloadResult(o))
+	s.metrics.CountReload(reloadResult(s.engine.Reload(sched)))
 }
 
 // reloadResult names a Reload outcome for the reloads metric.
@@ -66,27 +68,24 @@ func (s EngineSink) reject(id string, err error) {
 	s.metrics.CountReload(metrics.ReloadRejected)
 }
 
-// Delete implements changestream.Sink.
+// Delete implements changestream.Sink: it disarms and forgets the job with
+// this _id; an _id that is not a job id is ignored.
 func (s EngineSink) Delete(id bson.RawValue) {
 	jobID, _ := schedule.DecodeID(id)
 	if jobID == "" {
 		return
 	}
-	known, _ := s.engine.RemoveTimed(jobID)
-	if known {
+	if s.engine.Remove(jobID) {
 		s.metrics.CountReload(metrics.ReloadRemoved)
 	}
 }
 
-// ReplaceAll implements changestream.Sink.
+// ReplaceAll implements changestream.Sink: it decodes docs (a whole
+// collection) and hands them to the engine's Sync, returning the ids Sync
+// changed. It logs how the time divided between decoding and the engine,
+// as "decode" and "engine" attributes: at info level when something
+// changed, at debug level otherwise (a periodic resync that finds nothing).
 func (s EngineSink) ReplaceAll(docs []bson.Raw) []string {
-	changed, _, _ := s.ReplaceAllTimed(docs)
-	return changed
-}
-
-// ReplaceAllTimed is ReplaceAll, saying how long decoding and the engine's
-// Sync took.
-func (s EngineSink) ReplaceAllTimed(docs []bson.Raw) ([]string, time.Duration, time.Duration) {
 	start := time.Now()
 	decoded := DecodeAll(docs)
 	items := make([]scheduler.Item, 0, len(docs))
@@ -99,8 +98,18 @@ func (s EngineSink) ReplaceAllTimed(docs []bson.Raw) ([]string, time.Duration, t
 	}
 	decodedAt := time.Now()
 	changed := s.engine.Sync(items).Changed
-	return changed, decodedAt.Sub(start), time.Since(decodedAt)
+	lvl := slog.LevelDebug
+	if len(changed) > 0 {
+		lvl = slog.LevelInfo
+	}
+	s.log.Log(context.Background(), lvl, msgSchedulesReplaced, "documents", len(docs), "changed", len(changed),
+		"decode", decodedAt.Sub(start), "engine", time.Since(decodedAt))
+	return changed
 }
+
+// msgSchedulesReplaced is the message EngineSink.ReplaceAll logs with the
+// decode/engine split of a full reload.
+const msgSchedulesReplaced = "schedules replaced"
 
 // DecodeAll decodes docs in order, spread over the available CPUs when
 // there are many (decoding is about a third of a 100,000-document reload).

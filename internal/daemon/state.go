@@ -4,6 +4,7 @@ import (
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/config"
 	"github.com/cronswap/cronswap/internal/statefile"
+	"github.com/cronswap/cronswap/schedule"
 )
 
 // stateStore returns the warm-restart state file of config state_file, or
@@ -14,6 +15,6 @@ func stateStore(cfg config.Config) changestream.StateStore {
 	}
 	return statefile.New(cfg.StateFile, statefile.Options{
 		WatcherID: cfg.InstanceID,
-		Source:    cfg.Mongo.Database + "." + SchedulesCollection,
+		Source:    cfg.Mongo.Database + "." + schedule.CollectionName,
 	})
 }

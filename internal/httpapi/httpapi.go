@@ -1,5 +1,6 @@
 // Package httpapi serves the daemon's health, readiness, status and schedule
-// views over HTTP (DESIGN.md, "HTTP").
+// views over HTTP: /healthz, /readyz, /api/status, /api/schedules,
+// /api/schedules/{id} and, when configured, /metrics.
 package httpapi
 
 import (
@@ -12,7 +13,9 @@ import (
 
 // Schedules is the read-only view of the engine the API serves.
 type Schedules interface {
+	// List returns every known job, sorted by id.
 	List() []scheduler.Status
+	// Get returns one job, and false when it is unknown.
 	Get(id string) (scheduler.Status, bool)
 }
 
@@ -30,6 +33,7 @@ type Status struct {
 
 // Options configures the handler.
 type Options struct {
+	// Schedules is what /api/schedules shows; nil shows none.
 	Schedules Schedules
 	// Status returns the current /api/status body.
 	Status func() Status
@@ -41,31 +45,46 @@ type Options struct {
 	DefaultTimezone string
 }
 
-// Schedule is one element of /api/schedules.
+// Schedule is one element of /api/schedules (and the body of
+// /api/schedules/{id}): fields of the job's schedule.Schedule, then the
+// engine's state of the job. Job and category are left out when empty.
 type Schedule struct {
-	ID        string  `json:"id"`
-	CronExpr  string  `json:"cron_expr"`
-	Timezone  string  `json:"timezone"`
-	Enabled   bool    `json:"enabled"`
-	Armed     bool    `json:"armed"`
-	NextRun   *string `json:"next_run"`
-	LastError string  `json:"last_error"`
-	Job       string  `json:"job,omitempty"`
-	Category  string  `json:"category,omitempty"`
+	// ID is the job id.
+	ID string `json:"id"`
+	// CronExpr is the armed expression (or the rejected one, for a job
+	// never armed).
+	CronExpr string `json:"cron_expr"`
+	// Timezone is the schedule's zone, or the daemon's default zone when
+	// the schedule names none.
+	Timezone string `json:"timezone"`
+	// Enabled is the schedule's enabled flag.
+	Enabled bool `json:"enabled"`
+	// Armed is true while a timer for the job is armed.
+	Armed bool `json:"armed"`
+	// NextRun is the next slot, RFC 3339 in UTC; null when not armed.
+	NextRun *string `json:"next_run"`
+	// LastError is the error of the latest rejected document, "" when none.
+	LastError string `json:"last_error"`
+	// Job is the schedule's job field (the action it runs; the id when
+	// absent).
+	Job string `json:"job,omitempty"`
+	// Category is the schedule's dispatch category.
+	Category string `json:"category,omitempty"`
 }
 
 // FromStatus converts an engine status to its API form; defaultTZ is shown
 // for a schedule that names no zone of its own.
-func FromStatus(s scheduler.Status, defaultTZ string) Schedule {
+func FromStatus(st scheduler.Status, defaultTZ string) Schedule {
+	s := st.Schedule
 	if s.Timezone == "" {
 		s.Timezone = defaultTZ
 	}
 	out := Schedule{
-		ID: s.ID, CronExpr: s.CronExpr, Timezone: s.Timezone, Enabled: s.Enabled,
-		Armed: s.Armed, LastError: s.LastError, Job: s.Job, Category: s.Category,
+		ID: s.ID, CronExpr: s.CronExpr, Timezone: s.Timezone, Enabled: s.Enabled, Job: s.Job, Category: s.Category,
+		Armed: st.Armed, LastError: st.LastError,
 	}
-	if !s.NextRun.IsZero() {
-		v := s.NextRun.UTC().Format(time.RFC3339)
+	if !st.NextRun.IsZero() {
+		v := st.NextRun.UTC().Format(time.RFC3339)
 		out.NextRun = &v
 	}
 	return out

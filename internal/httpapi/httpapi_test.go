@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/internal/httpapi"
+	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
 
@@ -41,20 +42,21 @@ func (f *fakeSchedules) Get(id string) (scheduler.Status, bool) {
 var (
 	nextRun = time.Date(2030, 1, 2, 9, 0, 0, 0, time.FixedZone("KST", 9*3600))
 	armed   = scheduler.Status{
-		ID: "daily_report", CronExpr: "0 9 * * *", Timezone: "Asia/Seoul", Enabled: true,
-		NextRun: nextRun, Armed: true, Job: "report", Action: "report", Category: "reports",
-		Args: `{"x":1}`, UpdatedAt: time.Now(),
+		Schedule: schedule.Schedule{ID: "daily_report", CronExpr: "0 9 * * *", Timezone: "Asia/Seoul", Enabled: true,
+			Job: "report", Category: "reports", Args: `{"x":1}`, UpdatedAt: time.Now()},
+		NextRun: nextRun, Armed: true,
 	}
 	noZone = scheduler.Status{
-		ID: "heartbeat", CronExpr: "*/5 * * * * *", Enabled: true, Armed: true,
-		NextRun: time.Date(2030, 1, 1, 0, 0, 5, 0, time.UTC), Action: "heartbeat",
+		Schedule: schedule.Schedule{ID: "heartbeat", CronExpr: "*/5 * * * * *", Enabled: true},
+		Armed:    true, NextRun: time.Date(2030, 1, 1, 0, 0, 5, 0, time.UTC),
 	}
 	rejected = scheduler.Status{
-		ID: "broken", CronExpr: "61 * * * *", Enabled: true,
-		LastError: `cron_expr "61 * * * *": end of range (61) above maximum (59)`, Action: "broken",
+		Schedule:  schedule.Schedule{ID: "broken", CronExpr: "61 * * * *", Enabled: true},
+		LastError: `cron_expr "61 * * * *": end of range (61) above maximum (59)`,
 	}
-	paused = scheduler.Status{ID: "paused", CronExpr: "@hourly", Timezone: "UTC", Enabled: false, Action: "paused"}
-	slashy = scheduler.Status{ID: "team/job", CronExpr: "@daily", Timezone: "UTC", Enabled: true, Armed: true, NextRun: nextRun}
+	paused = scheduler.Status{Schedule: schedule.Schedule{ID: "paused", CronExpr: "@hourly", Timezone: "UTC", Enabled: false}}
+	slashy = scheduler.Status{Schedule: schedule.Schedule{ID: "team/job", CronExpr: "@daily", Timezone: "UTC", Enabled: true},
+		Armed: true, NextRun: nextRun}
 )
 
 type fixture struct {
@@ -426,14 +428,14 @@ func TestNilOptions(t *testing.T) {
 }
 
 func TestFromStatus(t *testing.T) {
-	s := httpapi.FromStatus(scheduler.Status{ID: "x", CronExpr: "@hourly"}, "UTC")
+	s := httpapi.FromStatus(scheduler.Status{Schedule: schedule.Schedule{ID: "x", CronExpr: "@hourly"}}, "UTC")
 	if s.NextRun != nil {
 		t.Errorf("zero NextRun gave next_run %q, want null", *s.NextRun)
 	}
 	if s.Timezone != "UTC" {
 		t.Errorf("timezone = %q, want the default", s.Timezone)
 	}
-	s = httpapi.FromStatus(scheduler.Status{ID: "x", Timezone: "Asia/Seoul", NextRun: nextRun}, "UTC")
+	s = httpapi.FromStatus(scheduler.Status{Schedule: schedule.Schedule{ID: "x", Timezone: "Asia/Seoul"}, NextRun: nextRun}, "UTC")
 	if s.Timezone != "Asia/Seoul" || s.NextRun == nil || *s.NextRun != "2030-01-02T00:00:00Z" {
 		t.Errorf("FromStatus = %s", show(s))
 	}

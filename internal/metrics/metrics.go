@@ -45,8 +45,8 @@ type Metrics struct {
 	// EditToArmed is the time from a write (the change event's wall time,
 	// else the document's updated_at) to the new timer being armed.
 	EditToArmed prometheus.Histogram
-	// EventApply is the time from receiving a change event to the engine
-	// having armed (or disarmed) the job, before the change is logged: the
+	// EventApply is the time from receiving a change event to the sink
+	// having applied it (the engine armed or disarmed the job): the
 	// daemon's own share of EditToArmed.
 	EventApply prometheus.Histogram
 	// FireLateness is dispatch time minus the cron slot.
@@ -61,8 +61,8 @@ type Metrics struct {
 	FiresNotRun *prometheus.CounterVec
 }
 
-// Sources are read at scrape time for the gauges; any may be nil, which
-// leaves its gauge out.
+// Sources are read at scrape time for the gauges (see RegisterGauges); any
+// may be nil, which leaves its gauge out.
 type Sources struct {
 	// Armed returns the number of jobs with an armed timer.
 	Armed func() int
@@ -72,8 +72,9 @@ type Sources struct {
 }
 
 // New creates the metrics on a fresh registry that also carries the Go
-// runtime and process collectors.
-func New(src Sources) *Metrics {
+// runtime and process collectors. The gauges read from the parts they
+// describe are added by RegisterGauges once those parts exist.
+func New() *Metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f := factory{reg}
@@ -93,7 +94,7 @@ func New(src Sources) *Metrics {
 			Help:    "Time from a write (event wall time, else updated_at) to the new timer being armed.",
 			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}),
 		EventApply: f.histogram(prometheus.HistogramOpts{Name: "event_apply_seconds",
-			Help:    "Time from receiving a change event to the engine having armed or disarmed the job (before logging it).",
+			Help:    "Time from receiving a change event to the engine having armed or disarmed the job.",
 			Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .00075, .001, .0015, .002, .0025, .005, .01, .05}}),
 		FireLateness: f.histogram(prometheus.HistogramOpts{Name: "fire_lateness_seconds",
 			Help:    "Dispatch time minus the cron slot.",
@@ -105,6 +106,13 @@ func New(src Sources) *Metrics {
 		FiresNotRun: f.counterVec(prometheus.CounterOpts{Name: "fires_not_run_total",
 			Help: "Fires not run for a reason other than another replica having them (database_unreachable, claim_error, shutting_down)."}, "reason"),
 	}
+	return m
+}
+
+// RegisterGauges adds the gauges read from src at scrape time. Call it once,
+// after the parts src reads from were created.
+func (m *Metrics) RegisterGauges(src Sources) {
+	reg := m.reg
 	if src.Armed != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "schedules_armed",
 			Help: "Jobs with an armed timer."}, func() float64 { return float64(src.Armed()) }))
@@ -119,7 +127,6 @@ func New(src Sources) *Metrics {
 			return time.Since(t).Seconds()
 		}))
 	}
-	return m
 }
 
 // Registry returns the registry the metrics live on, to register more

@@ -19,7 +19,8 @@ func scrape(t *testing.T, m *Metrics) map[string]float64 {
 
 func TestMetricsMoveAndParse(t *testing.T) {
 	saved := time.Now().Add(-3 * time.Second)
-	m := New(Sources{Armed: func() int { return 7 }, TokenSavedAt: func() time.Time { return saved }})
+	m := New()
+	m.RegisterGauges(Sources{Armed: func() int { return 7 }, TokenSavedAt: func() time.Time { return saved }})
 	m.CountChangeEvent("update")
 	m.CountReload(ReloadApplied)
 	m.CountReload(ReloadRejected)

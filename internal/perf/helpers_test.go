@@ -17,6 +17,7 @@ import (
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/daemon"
 	"github.com/cronswap/cronswap/internal/testmongo"
+	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
 
@@ -35,8 +36,9 @@ func decodeAll(docs []bson.Raw) []scheduler.Item {
 	return kept
 }
 
-// engineSink is the daemon's own sink, without metrics.
-func engineSink(engine *scheduler.Engine) daemon.EngineSink {
+// engineSink is the daemon's own sink, without metrics, as the watcher
+// takes it.
+func engineSink(engine *scheduler.Engine) changestream.Sink {
 	return daemon.NewEngineSink(engine, quietLogger(), nil)
 }
 
@@ -49,7 +51,7 @@ func quietLogger() *slog.Logger {
 }
 
 func newEngine(log *slog.Logger) *scheduler.Engine {
-	return scheduler.New(scheduler.Options{Logger: log, Fire: func(string, time.Time) {}})
+	return scheduler.New(scheduler.Options{Logger: log, Fire: func(schedule.Due) {}})
 }
 
 // scheduleDoc is a realistic schedules document; n varies its timing.

@@ -71,9 +71,13 @@ type logRecord struct {
 
 // Log messages the bench keys on (scheduler/scheduler.go, changestream/watcher.go, internal/daemon).
 const (
-	msgStarted    = "cronswap started"
-	msgApplied    = "scheduler: schedule applied"
-	msgFullReload = "full reload"
+	// msgSinkReplaced is the daemon's sink (internal/daemon/sink.go)
+	// logging the decode/engine split of a full reload or warm start,
+	// just before the watcher's record of it.
+	msgSinkReplaced = "schedules replaced"
+	msgStarted      = "cronswap started"
+	msgApplied      = "scheduler: schedule applied"
+	msgFullReload   = "full reload"
 	// msgArmedFromFile is the warm start (changestream/watcher.go warmStart).
 	msgArmedFromFile = "armed from state file"
 )
@@ -91,6 +95,17 @@ type daemon struct {
 	warm     []logRecord // "armed from state file" records
 	notes    []string    // records about the state file or the stored resume token
 	problems []string    // warn and error records
+	split    *logRecord  // the sink's latest decode/engine split, not yet matched to a reload
+}
+
+// withSplit fills in rec's decode/engine split from the sink's record that
+// preceded it, when rec carries none itself. The caller holds d.mu.
+func (d *daemon) withSplit(rec logRecord) logRecord {
+	if d.split != nil && rec.Decode == 0 && rec.Engine == 0 {
+		rec.Decode, rec.Engine = d.split.Decode, d.split.Engine
+	}
+	d.split = nil
+	return rec
 }
 
 // config returns the daemon's YAML configuration.
@@ -178,13 +193,17 @@ func (d *daemon) readLog(r io.Reader, copyTo io.Writer, addrCh chan<- string, on
 				case rec.Msg == msgStarted && !sentAddr:
 					addrCh <- rec.HTTPListen
 					sentAddr = true
+				case rec.Msg == msgSinkReplaced:
+					d.mu.Lock()
+					d.split = &rec
+					d.mu.Unlock()
 				case rec.Msg == msgFullReload:
 					d.mu.Lock()
-					d.reloads = append(d.reloads, rec)
+					d.reloads = append(d.reloads, d.withSplit(rec))
 					d.mu.Unlock()
 				case rec.Msg == msgArmedFromFile:
 					d.mu.Lock()
-					d.warm = append(d.warm, rec)
+					d.warm = append(d.warm, d.withSplit(rec))
 					d.mu.Unlock()
 				case isStateNote(rec.Msg):
 					d.mu.Lock()

@@ -21,6 +21,30 @@ func daemonLog(t *testing.T, write func(log *slog.Logger)) string {
 	return b.String()
 }
 
+// The daemon's sink logs the decode/engine split of a full reload just
+// before the watcher's record, which then carries none of its own.
+func TestReadLogTakesTheSplitFromTheSink(t *testing.T) {
+	text := daemonLog(t, func(log *slog.Logger) {
+		log.Info(msgStarted, "http_listen", "127.0.0.1:4242")
+		log.Info(msgSinkReplaced, "documents", 1000, "changed", 1000, "decode", 30*time.Millisecond, "engine", 70*time.Millisecond)
+		log.Info(msgFullReload, "reason", "startup", "documents", 1000, "changed", 1000, "duration", 150*time.Millisecond,
+			"read", 40*time.Millisecond)
+		log.Info(msgFullReload, "reason", "poll", "documents", 1000, "changed", 1, "duration", 50*time.Millisecond,
+			"read", 40*time.Millisecond, "decode", 3*time.Millisecond, "engine", 4*time.Millisecond)
+	})
+	d := &daemon{}
+	d.readLog(strings.NewReader(text), &bytes.Buffer{}, make(chan string, 1), nil)
+	if len(d.reloads) != 2 {
+		t.Fatalf("full reload records %+v", d.reloads)
+	}
+	if a := d.reloads[0]; time.Duration(a.Decode) != 30*time.Millisecond || time.Duration(a.Engine) != 70*time.Millisecond {
+		t.Errorf("startup reload parsed as %+v, want the sink's split", a)
+	}
+	if b := d.reloads[1]; time.Duration(b.Decode) != 3*time.Millisecond || time.Duration(b.Engine) != 4*time.Millisecond {
+		t.Errorf("poll reload parsed as %+v, want its own split", b)
+	}
+}
+
 func TestReadLogSortsWarmStartRecords(t *testing.T) {
 	text := daemonLog(t, func(log *slog.Logger) {
 		log.Info(msgStarted, "http_listen", "127.0.0.1:4242")
