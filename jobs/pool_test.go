@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Seed 003's interleaving: categories A:5, B:3, C:2 due at once and one
+// Interleaved dispatch across categories: A:5, B:3, C:2 due at once and one
 // worker run as A B C A B C A B A A.
 func TestPoolInterleavesCategories(t *testing.T) {
 	t.Parallel()
