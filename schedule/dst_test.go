@@ -311,7 +311,7 @@ func TestDSTPlain(t *testing.T) {
 			}
 		})
 	}
-	// And the issue it exists to fix is there in plain mode.
+	// And the double run that DSTShift prevents is there in plain mode.
 	sched := parseIn(t, "30 1 * * *", "America/New_York", ParseOptions{DST: DSTPlain})
 	got := nextN(sched, rfc(t, "2027-11-07T00:00:00-04:00"), 2)
 	if want := []time.Time{rfc(t, "2027-11-07T01:30:00-04:00"), rfc(t, "2027-11-07T01:30:00-05:00")}; !same(got, want) {
