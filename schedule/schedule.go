@@ -331,48 +331,10 @@ func LoadLocation(name string) (*time.Location, error) {
 // exprParser accepts 5 fields, 6 fields with leading seconds, and descriptors.
 var exprParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
-// ParseExpr compiles a cron expression in loc (nil means UTC). It accepts 5
-// fields ("0 9 * * *"), 6 fields with leading seconds ("*/5 * * * * *"),
-// descriptors ("@hourly", "@every 30s") and a CRON_TZ=Area/City prefix. An
-// expression that never fires (like "0 0 30 2 *") is refused.
-func ParseExpr(expr string, loc *time.Location) (sched cron.Schedule, err error) {
-	expr = strings.TrimSpace(expr)
-	if expr == "" {
-		return nil, errors.New(`empty expression (want e.g. "0 9 * * *", "*/10 * * * * *" or "@hourly")`)
-	}
-	if len(expr) > MaxExprBytes {
-		return nil, fmt.Errorf("expression is %d bytes, more than %d", len(expr), MaxExprBytes)
-	}
-	if loc == nil {
-		loc = time.UTC
-	}
-	tzPrefix := strings.HasPrefix(expr, "CRON_TZ=") || strings.HasPrefix(expr, "TZ=")
-	if tzPrefix {
-		name, _, _ := strings.Cut(expr[strings.IndexByte(expr, '=')+1:], " ")
-		if _, err := LoadLocation(name); err != nil {
-			return nil, err
-		}
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			sched, err = nil, fmt.Errorf("cannot parse %q: %v", expr, r)
-		}
-	}()
-	full := expr
-	if !tzPrefix {
-		full = "CRON_TZ=" + loc.String() + " " + expr
-	}
-	sched, err = exprParser.Parse(full)
-	if err != nil {
-		return nil, fmt.Errorf("cannot parse %q: %v (want e.g. \"0 9 * * *\", \"*/10 * * * * *\" or \"@hourly\")", expr, err)
-	}
-	if cd, ok := sched.(cron.ConstantDelaySchedule); ok {
-		sched = Every{Period: cd.Delay}
-	}
-	if sched.Next(time.Now()).IsZero() {
-		return nil, fmt.Errorf("%q never fires", expr)
-	}
-	return sched, nil
+// ParseExpr compiles a cron expression in loc (nil means UTC), with the
+// default options: see ParseExprWith for what it accepts and returns.
+func ParseExpr(expr string, loc *time.Location) (cron.Schedule, error) {
+	return ParseExprWith(expr, loc, ParseOptions{})
 }
 
 // Every is the schedule of an "@every <duration>" expression. robfig's
@@ -381,12 +343,14 @@ func ParseExpr(expr string, loc *time.Location) (sched cron.Schedule, err error)
 // activation times. Every instead fires on a fixed grid: the multiples of
 // Period since the Unix epoch (1970-01-01T00:00:00Z), whatever the time zone.
 // "@every 1h" fires on the hour, "@every 30s" at :00 and :30 of each minute,
-// "@every 7s" at the Unix times divisible by 7. This keeps the scheduled time
-// of a fire deterministic from the spec: every replica, and every restart,
-// computes the same slots.
+// "@every 7s" at the Unix times divisible by 7. So the scheduled time of a
+// fire follows from the expression alone: every replica, started whenever,
+// computes the same activations. ParseExpr accepts periods from MinEvery to
+// MaxEvery in whole seconds.
 type Every struct {
 	// Period is the distance between activations, a whole number of
-	// seconds; anything below one second counts as one second.
+	// seconds; a value built by hand below one second counts as one
+	// second, and fractions of a second are dropped.
 	Period time.Duration
 }
 

@@ -1,0 +1,160 @@
+package schedule
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+)
+
+// DSTMode says how a cron expression treats the wall times that a change of
+// the zone's UTC offset (daylight saving, or a zone moving across the date
+// line) skips or repeats. The values are spelled as they are meant to appear
+// in a schedules document.
+type DSTMode string
+
+const (
+	// DSTShift, the default, makes every wall time of the expression
+	// count once, the same on every replica and however the computation
+	// starts (see DSTSchedule):
+	//   - a wall time the clocks skip fires at the first instant after the
+	//     jump (02:30 on a day that goes from 02:00 to 03:00 fires at
+	//     03:00), once however many skipped wall times fall there, and not
+	//     at all when the expression fires at that instant anyway;
+	//   - a wall time the clocks repeat fires once, at its first occurrence,
+	//     when the expression names a single second, minute and hour
+	//     ("30 1 * * *"); when the hour, minute or second is a wildcard, a
+	//     list, a range or a step ("*/15 * * * *", "0 */2 * * *") it fires
+	//     at both occurrences, on real elapsed time.
+	DSTShift DSTMode = "shift"
+	// DSTPlain is robfig/cron's own behaviour: a skipped wall time does
+	// not fire, a repeated one fires at each occurrence.
+	DSTPlain DSTMode = "plain"
+)
+
+// ParseDSTMode reads a DSTMode as written in a document or on a command
+// line. The empty string is DSTShift, the default.
+func ParseDSTMode(s string) (DSTMode, error) {
+	switch m := DSTMode(strings.TrimSpace(s)); m {
+	case "", DSTShift:
+		return DSTShift, nil
+	case DSTPlain:
+		return DSTPlain, nil
+	default:
+		return "", fmt.Errorf("unknown daylight-saving mode %q (want %q, the default, or %q)", s, DSTShift, DSTPlain)
+	}
+}
+
+// ParseOptions are the choices of ParseExprWith. The zero value is what
+// ParseExpr uses.
+type ParseOptions struct {
+	// DST is how skipped and repeated wall times are treated; empty
+	// means DSTShift.
+	DST DSTMode
+}
+
+// ParseExprWith is ParseExpr with options.
+//
+// It accepts 5 fields ("0 9 * * *"), 6 fields with leading seconds
+// ("*/5 * * * * *"), descriptors ("@hourly", "@every 30s") and one
+// CRON_TZ=Area/City or TZ=Area/City prefix, which wins over loc (nil means
+// UTC). It refuses an expression that never fires (like "0 0 30 2 *"), a
+// prefix without an expression after it, and an "@every" period that is
+// not a whole number of seconds from MinEvery to MaxEvery.
+//
+// "@every" compiles to Every, on a grid that ignores time zones. Any other
+// expression in a zone whose UTC offset ever changes compiles, under
+// DSTShift, to a *DSTSchedule; in a zone without changes, or under
+// DSTPlain, to robfig's *cron.SpecSchedule.
+func ParseExprWith(expr string, loc *time.Location, opts ParseOptions) (sched cron.Schedule, err error) {
+	mode, err := ParseDSTMode(string(opts.DST))
+	if err != nil {
+		return nil, err
+	}
+	expr = strings.TrimSpace(expr)
+	if expr == "" {
+		return nil, errors.New(`empty expression (want e.g. "0 9 * * *", "*/10 * * * * *" or "@hourly")`)
+	}
+	if len(expr) > MaxExprBytes {
+		return nil, fmt.Errorf("expression is %d bytes, more than %d", len(expr), MaxExprBytes)
+	}
+	if loc == nil {
+		loc = time.UTC
+	}
+	body := expr
+	if name, rest, ok := cutTZPrefix(expr); ok {
+		if name == "" {
+			return nil, fmt.Errorf("cannot parse %q: the time zone prefix names no zone (want e.g. \"CRON_TZ=Europe/Berlin 0 9 * * *\")", expr)
+		}
+		if loc, err = LoadLocation(name); err != nil {
+			return nil, err
+		}
+		if rest == "" {
+			return nil, fmt.Errorf("cannot parse %q: a time zone prefix without an expression after it (want e.g. \"CRON_TZ=%s 0 9 * * *\")", expr, name)
+		}
+		if _, _, again := cutTZPrefix(rest); again {
+			return nil, fmt.Errorf("cannot parse %q: more than one time zone prefix (want one, e.g. \"CRON_TZ=%s 0 9 * * *\")", expr, name)
+		}
+		body = rest
+	}
+	if period, ok := cutEvery(body); ok {
+		d, err := parseEvery(period)
+		if err != nil {
+			return nil, err
+		}
+		return Every{Period: d}, nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			sched, err = nil, fmt.Errorf("cannot parse %q: %v", expr, r)
+		}
+	}()
+	// The zone is set on the result rather than handed to robfig as a
+	// prefix: robfig would load it from the zone database once more on
+	// every parse.
+	sched, err = exprParser.Parse(body)
+	if err != nil {
+		return nil, fmt.Errorf("cannot parse %q: %v (want e.g. \"0 9 * * *\", \"*/10 * * * * *\" or \"@hourly\")", expr, err)
+	}
+	if _, ok := sched.(cron.ConstantDelaySchedule); ok {
+		// Only "@every " makes one, and that was read above.
+		return nil, fmt.Errorf("cannot parse %q (%s)", expr, everyHint)
+	}
+	now := time.Now()
+	if spec, ok := sched.(*cron.SpecSchedule); ok {
+		spec.Location = loc
+		if mode == DSTShift && hasTransitions(loc, now) {
+			sched = newDSTSchedule(spec)
+		}
+	}
+	if sched.Next(now).IsZero() {
+		return nil, fmt.Errorf("%q never fires", expr)
+	}
+	return sched, nil
+}
+
+// cutTZPrefix splits "CRON_TZ=Area/City rest" or "TZ=Area/City rest" into
+// the zone name and the trimmed rest. ok is false when expr has no prefix.
+func cutTZPrefix(expr string) (name, rest string, ok bool) {
+	var after string
+	if after, ok = strings.CutPrefix(expr, "CRON_TZ="); !ok {
+		if after, ok = strings.CutPrefix(expr, "TZ="); !ok {
+			return "", "", false
+		}
+	}
+	i := strings.IndexFunc(after, func(r rune) bool { return r < 0x80 && isSpace(byte(r)) })
+	if i < 0 {
+		return after, "", true
+	}
+	return after[:i], strings.TrimSpace(after[i:]), true
+}
+
+// hasTransitions reports whether loc has ever changed its UTC offset (or
+// its abbreviation): then the instant at is in a zone period with a start
+// or an end.
+func hasTransitions(loc *time.Location, at time.Time) bool {
+	start, end := at.In(loc).ZoneBounds()
+	return !start.IsZero() || !end.IsZero()
+}
