@@ -8,7 +8,9 @@
 # something already listens on the port, adds the example schedules (only
 # those missing, so your edits survive a re-run), and runs the daemon with
 # ./config.yaml until you stop it. Ctrl-C, or SIGINT/SIGTERM to this script's
-# pid, stops the daemon and the test server this script started.
+# pid, stops the daemon and the test server this script started. (Started
+# with `&` from another script, bash ignores SIGINT and cannot trap it: send
+# SIGTERM then.)
 #
 # Environment:
 #   CRONSWAP_MONGO_URI    use this server; no test server is started
@@ -53,6 +55,9 @@ if [[ -n "${CRONSWAP_MONGO_URI:-}" ]]; then
 elif [[ "$port" != 0 ]] && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 	uri="mongodb://127.0.0.1:$port/"
 	echo "run-local: something already listens on 127.0.0.1:$port; using it" >&2
+elif uri="$(scripts/mongo.sh uri 2>/dev/null)"; then
+	# started by someone else from this run directory: theirs to stop
+	echo "run-local: using the test server already running from $run_dir at $uri" >&2
 else
 	started_server=1
 	uri="$(scripts/mongo.sh start --port "$port")"
