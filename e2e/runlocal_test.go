@@ -23,6 +23,8 @@ import (
 // (its own test server, the example schedules, the daemon), waits until the
 // daemon is ready, sends SIGINT to the script's pid only — not to its process
 // group — and checks that the daemon and the test server it started are gone.
+// Once started directly, once as a background job of a non-interactive shell
+// (`run-local.sh &` in a script), which starts it with SIGINT ignored.
 // It reads processes from /proc, hence Linux only.
 func TestRunLocalStopsOnSignal(t *testing.T) {
 	if testing.Short() {
@@ -32,11 +34,22 @@ func TestRunLocalStopsOnSignal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	script := filepath.Join(root, "scripts", "run-local.sh")
+	t.Run("direct", func(t *testing.T) { testRunLocalSignal(t, root, false, "bash", script) })
+	t.Run("background", func(t *testing.T) {
+		testRunLocalSignal(t, root, true, "bash", "-c", `bash "$0" & echo "run-local pid $!"; wait`, script)
+	})
+}
+
+// testRunLocalSignal runs argv (which starts scripts/run-local.sh; with
+// printsPid, a wrapper that prints "run-local pid N" first) and checks that
+// SIGINT to the script stops everything it started.
+func testRunLocalSignal(t *testing.T, root string, printsPid bool, argv ...string) {
 	runDir := t.TempDir()
 	httpAddr := freeLoopbackAddr(t)
 	_, mongoPort, _ := net.SplitHostPort(freeLoopbackAddr(t))
 
-	cmd := exec.Command("bash", filepath.Join(root, "scripts", "run-local.sh"))
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = root
 	cmd.Env = append(withoutEnv(os.Environ(), "CRONSWAP_MONGO_URI", "CRONSWAP_CONFIG", "CRONSWAP_INSTANCE_ID"),
 		"CRONSWAP_RUN_DIR="+runDir,
@@ -54,11 +67,26 @@ func TestRunLocalStopsOnSignal(t *testing.T) {
 	script := cmd.Process.Pid
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
+	if printsPid {
+		deadline := time.Now().Add(30 * time.Second)
+		for script == cmd.Process.Pid {
+			for _, line := range strings.Split(out.String(), "\n") {
+				if n, err := strconv.Atoi(strings.TrimPrefix(line, "run-local pid ")); err == nil && n > 0 {
+					script = n
+				}
+			}
+			if time.Now().After(deadline) {
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				t.Fatalf("no pid of run-local.sh printed within 30s:\n%s", out.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 
 	// Whatever happens, leave no process behind.
 	var started []int
 	t.Cleanup(func() {
-		left := append(started, script)
+		left := append(started, script, cmd.Process.Pid)
 		left = append(left, descendants(script)...)
 		left = append(left, findProcs(func(p proc) bool { return strings.Contains(p.cmdline, runDir) })...)
 		for _, pid := range left {

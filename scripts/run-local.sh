@@ -8,9 +8,7 @@
 # something already listens on the port, adds the example schedules (only
 # those missing, so your edits survive a re-run), and runs the daemon with
 # ./config.yaml until you stop it. Ctrl-C, or SIGINT/SIGTERM to this script's
-# pid, stops the daemon and the test server this script started. (Started
-# with `&` from another script, bash ignores SIGINT and cannot trap it: send
-# SIGTERM then.)
+# pid, stops the daemon and the test server this script started.
 #
 # Environment:
 #   CRONSWAP_MONGO_URI    use this server; no test server is started
@@ -18,6 +16,15 @@
 #   CRONSWAP_HTTP_LISTEN  the daemon's status listener (default 127.0.0.1:9090, as in config.yaml)
 #   CRONSWAP_RUN_DIR      where the binary, the test server's pid file and logs go (default .run)
 set -euo pipefail
+# A non-interactive shell starts a background job (`run-local.sh &` in a
+# script) with SIGINT ignored, and bash cannot trap a signal ignored at
+# entry. Run again with SIGINT restored (GNU env; same pid), so that SIGINT
+# still stops everything; without GNU env, send SIGTERM instead.
+if [[ "$(trap -p INT)" == "trap -- '' SIGINT" && -z "${CRONSWAP_RUN_LOCAL_SIGINT:-}" ]] &&
+	env --default-signal=INT true 2>/dev/null; then
+	export CRONSWAP_RUN_LOCAL_SIGINT=restored
+	exec env --default-signal=INT bash "${BASH_SOURCE[0]}" "$@"
+fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
