@@ -14,7 +14,8 @@ import (
 	"github.com/cronswap/cronswap/schedule"
 )
 
-// The seed article's one-liner, verbatim.
+// The one-liner the README gives for retiming a job, verbatim: the operator's
+// way to edit a schedule must keep working exactly as written.
 const seedOneLiner = `db.schedules.updateOne({ _id: "daily_report" }, { $set: { cron_expr: "0 8 * * *", updated_at: new Date() } })`
 
 func TestLiveEditWithMongosh(t *testing.T) {

@@ -376,7 +376,7 @@ func TestDeadHolderIsTakenOver(t *testing.T) {
 	}
 }
 
-// damagedLockCases are the damaged rows of the README's state table, as
+// damagedLockCases are the damaged rows of the lock state table in docs/locks.md, as
 // an operator would write them by hand with mongosh.
 var damagedLockCases = map[string]string{
 	"dmg_state_missing":      `{holder: "", run_id: "", lease_until: past, fence: NumberLong(7), last_slot: past}`,

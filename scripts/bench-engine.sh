@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Engine benchmarks (issue 5): Sync of 10k/30k/100k schedules into a running
+# Engine benchmarks: Sync of 10k/30k/100k schedules into a running
 # engine, one Reload with 30k/100k armed (changed and unchanged), heap per
 # armed job at 100k, dispatch lateness of 10k jobs due in the same second, and
 # the obvious robfig/cron v3 use they are measured against (AddFunc per

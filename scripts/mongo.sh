@@ -9,14 +9,15 @@
 #   scripts/mongo.sh run [flags...]             run in the foreground (Ctrl-C / stdin EOF stops it)
 #   scripts/mongo.sh uri                        print the URI of the running server
 #
-# Logs of a background server go to .run/mongo.log. Needs JDK 17+ and Maven 3.8+ (Maven Central) for the build.
+# Logs of a background server go to .run/mongo.log. CRONSWAP_RUN_DIR moves .run elsewhere (a second
+# instance, a test). Needs JDK 17+ and Maven 3.8+ (Maven Central) for the build.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 project="$here/mongo-server"
 jar="$project/target/mongo-server.jar"
-run_dir="$root/.run"
+run_dir="${CRONSWAP_RUN_DIR:-$root/.run}"
 pid_file="$run_dir/mongo.pid"
 uri_file="$run_dir/mongo.uri"
 log_file="$run_dir/mongo.log"

@@ -3,33 +3,81 @@
 #
 #   scripts/run-local.sh [extra `cronswap run` flags...]
 #
-# Without CRONSWAP_MONGO_URI it starts the project's test server (in memory,
-# 127.0.0.1:27017) unless something already listens there, seeds the example
-# schedules (only those missing, so your edits survive a re-run), and runs the
-# daemon with ./config.yaml in the foreground. Ctrl-C stops the daemon and the
-# server this script started.
+# Builds the binary into .run/cronswap (use it for the CLI), starts the
+# project's test server (in memory) unless CRONSWAP_MONGO_URI is set or
+# something already listens on the port, adds the example schedules (only
+# those missing, so your edits survive a re-run), and runs the daemon with
+# ./config.yaml until you stop it. Ctrl-C, or SIGINT/SIGTERM to this script's
+# pid, stops the daemon and the test server this script started.
+#
+# Environment:
+#   CRONSWAP_MONGO_URI    use this server; no test server is started
+#   CRONSWAP_MONGO_PORT   port of the test server (default 27017; 0 = any free port)
+#   CRONSWAP_HTTP_LISTEN  the daemon's status listener (default 127.0.0.1:9090, as in config.yaml)
+#   CRONSWAP_RUN_DIR      where the binary, the test server's pid file and logs go (default .run)
 set -euo pipefail
+# A non-interactive shell starts a background job (`run-local.sh &` in a
+# script) with SIGINT ignored, and bash cannot trap a signal ignored at
+# entry. Run again with SIGINT restored (GNU env; same pid), so that SIGINT
+# still stops everything; without GNU env, send SIGTERM instead.
+if [[ "$(trap -p INT)" == "trap -- '' SIGINT" && -z "${CRONSWAP_RUN_LOCAL_SIGINT:-}" ]] &&
+	env --default-signal=INT true 2>/dev/null; then
+	export CRONSWAP_RUN_LOCAL_SIGINT=restored
+	exec env --default-signal=INT bash "${BASH_SOURCE[0]}" "$@"
+fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-uri="${CRONSWAP_MONGO_URI:-mongodb://127.0.0.1:27017/}"
+run_dir="${CRONSWAP_RUN_DIR:-$root/.run}"
+mkdir -p "$run_dir"
+run_dir="$(cd "$run_dir" && pwd)"
+export CRONSWAP_RUN_DIR="$run_dir" # scripts/mongo.sh keeps its pid file there
+port="${CRONSWAP_MONGO_PORT:-27017}"
+http_listen="${CRONSWAP_HTTP_LISTEN:-127.0.0.1:9090}"
+bin="$run_dir/cronswap"
+database=cronswap # as in config.yaml
+
 started_server=""
-if [[ -z "${CRONSWAP_MONGO_URI:-}" ]]; then
-	if (exec 3<>/dev/tcp/127.0.0.1/27017) 2>/dev/null; then
-		echo "run-local: something already listens on 127.0.0.1:27017; using it" >&2
-	else
-		scripts/mongo.sh start --port 27017
-		started_server=1
+daemon_pid=""
+# cleanup stops what this script started: the daemon first (it saves its
+# resume token and releases its locks), then the test server. It runs on
+# exit and on SIGINT/SIGTERM, and is safe to run twice.
+cleanup() {
+	if [[ -n "$daemon_pid" ]]; then
+		kill -TERM "$daemon_pid" 2>/dev/null || true
+		wait "$daemon_pid" 2>/dev/null || true
+		daemon_pid=""
 	fi
-fi
-cleanup() { if [[ -n "$started_server" ]]; then scripts/mongo.sh stop || true; fi; }
+	if [[ -n "$started_server" ]]; then
+		started_server=""
+		scripts/mongo.sh stop || true
+	fi
+}
 trap cleanup EXIT
+trap 'echo "run-local: interrupted; stopping" >&2; cleanup; exit 130' INT
+trap 'echo "run-local: terminated; stopping" >&2; cleanup; exit 143' TERM
+
+if [[ -n "${CRONSWAP_MONGO_URI:-}" ]]; then
+	uri="$CRONSWAP_MONGO_URI"
+elif [[ "$port" != 0 ]] && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+	uri="mongodb://127.0.0.1:$port/"
+	echo "run-local: something already listens on 127.0.0.1:$port; using it" >&2
+elif uri="$(scripts/mongo.sh uri 2>/dev/null)"; then
+	# started by someone else from this run directory: theirs to stop
+	echo "run-local: using the test server already running from $run_dir at $uri" >&2
+else
+	started_server=1
+	uri="$(scripts/mongo.sh start --port "$port")"
+fi
 
 if [[ ! -x scripts/node_modules/.bin/mongosh ]]; then
 	echo "run-local: installing mongosh (npm ci --prefix scripts)" >&2
 	npm ci --prefix scripts --no-audit --no-fund --loglevel=error
 fi
-database=cronswap # as in config.yaml
+
+echo "run-local: building $bin" >&2
+go build -o "$bin" .
+
 scripts/node_modules/.bin/mongosh "$uri" --quiet --norc --eval "const dbName = \"$database\";" --eval '
 db = db.getSiblingDB(dbName);
 const examples = [
@@ -45,9 +93,20 @@ db.schedules.find().forEach(d => print("  " + d._id + "  " + d.cron_expr + (d.en
 '
 cat >&2 <<TXT
 
-run-local: daemon starting; status at http://127.0.0.1:9090/api/schedules
-run-local: in another terminal, retime a job with the seed's one-liner:
+run-local: daemon starting; status at http://$http_listen/api/schedules
+run-local: in another terminal, retime a job:
   scripts/node_modules/.bin/mongosh "$uri" --quiet --eval 'db = db.getSiblingDB("$database")' --eval 'db.schedules.updateOne({ _id: "daily_report" }, { \$set: { cron_expr: "0 8 * * *", updated_at: new Date() } })'
+run-local: the CLI is $bin, for example:
+  CRONSWAP_MONGO_URI='$uri' $bin schedules list
 
 TXT
-CRONSWAP_MONGO_URI="$uri" go run . run --config config.yaml "$@"
+export CRONSWAP_MONGO_URI="$uri"
+# The daemon runs in the background and this script waits for it: a signal
+# to the script then interrupts the wait at once and the traps stop
+# everything (bash runs no trap while a foreground child is running).
+"$bin" run --config config.yaml --http-listen "$http_listen" "$@" &
+daemon_pid=$!
+status=0
+wait "$daemon_pid" || status=$?
+daemon_pid=""
+exit "$status"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, vet, and every test (unit, integration
 # against the test server, end-to-end through the binary and mongosh) with
-# the race detector. Installs what the tests need first (the test server jar
-# via Maven, mongosh via npm, Go modules).
+# the race detector, in the daemon's module and in scripts/bench (a module of
+# its own), then the repository checks. Installs what the tests need first
+# (the test server jar via Maven, mongosh via npm, Go modules).
 #
 #   scripts/test.sh [extra go test flags...]
 #
@@ -20,6 +21,7 @@ if [[ ! -x scripts/node_modules/.bin/mongosh || scripts/package-lock.json -nt sc
 	npm ci --prefix scripts --no-audit --no-fund --loglevel=error
 fi
 go mod download
+(cd scripts/bench && go mod download)
 
 step "gofmt"
 unformatted="$(find . -name '*.go' -not -path '*/node_modules/*' -not -path './.git/*' -print0 | xargs -0 gofmt -l)"
@@ -31,9 +33,49 @@ fi
 
 step "go vet"
 go vet ./...
+(cd scripts/bench && go vet ./...)
 
 step "go test -race"
 go test -race -count=1 -timeout 30m "$@" ./...
+(cd scripts/bench && go test -race -count=1 -timeout 10m "$@" ./...)
 
 step "fuzz: schedule.Decode over raw BSON (20 s)"
 go test -run '^$' -fuzz '^FuzzDecode$' -fuzztime 20s ./schedule/
+
+# Last, so that a violation does not hide the test results above.
+step "repository checks"
+failed=0
+violation() {
+	printf 'repository check failed: %s\n' "$1" >&2
+	[[ -z "${2:-}" ]] || printf '%s\n' "$2" | sed 's/^/  /' >&2
+	failed=1
+}
+# The fire path takes its settings from its callers, not from the config loader.
+jobs_deps="$(go list -deps ./jobs)"
+if grep -qx 'github.com/cronswap/cronswap/internal/config' <<<"$jobs_deps"; then
+	violation "package jobs depends on internal/config (see: go list -deps ./jobs); jobs must not import the config loader"
+fi
+# No compiled binaries: *.test files, or ELF, Mach-O or PE executables.
+binaries=""
+while IFS= read -r -d '' f; do
+	[[ -f "$f" ]] || continue
+	magic="$(head -c 4 -- "$f" | od -An -tx1 | tr -d ' \n')"
+	case "$f:$magic" in
+	*.test:* | *:7f454c46 | *:cffaedfe | *:cefaedfe | *:feedface | *:feedfacf | *:4d5a*) binaries+="$f"$'\n' ;;
+	esac
+done < <(git ls-files -z)
+if [[ -n "$binaries" ]]; then
+	violation "compiled binaries are tracked by git (git rm them):" "${binaries%$'\n'}"
+fi
+# The daemon's module lists only what the daemon needs; plots belong to scripts/bench.
+if plot="$(grep -nE 'gonum\.org/' go.mod go.sum)"; then
+	violation "the daemon's go.mod/go.sum name a plotting library (it belongs in scripts/bench/go.mod):" "$plot"
+fi
+# Nothing refers to files outside the repository.
+if outside="$(git grep -nE '\.\./shared' -- . || true)" && [[ -n "$outside" ]]; then
+	violation "tracked files refer to a shared directory beside the repository, which no clone has:" "$outside"
+fi
+if [[ $failed -ne 0 ]]; then
+	exit 1
+fi
+echo "repository checks: ok" >&2

@@ -1,4 +1,4 @@
-// Command bench is cronswap's end-to-end benchmark (issue 5). For each watch
+// Command bench is cronswap's end-to-end benchmark. For each watch
 // mode it starts a fresh test server (internal/testmongo), loads N schedules,
 // starts the real daemon binary on them, drives edits at a fixed rate and
 // measures, on this machine's clock:
@@ -21,7 +21,10 @@
 // It prints a table (also written to OUT/bench-results.txt) and draws the
 // latency distributions to OUT/edit-to-armed.png.
 //
-//	go run ./scripts/bench -n 100000 -edits 500 -rate 5 -modes changestream,poll -out docs
+//	scripts/bench.sh -n 100000 -edits 500 -rate 5 -modes changestream,poll -out docs
+//
+// It is a module of its own (its plotting library stays out of the daemon's
+// go.mod) and runs from the repository root, where -out is relative to.
 package main
 
 import (

@@ -199,7 +199,7 @@ func (rep report) text() string {
 		}
 	}
 
-	w("\nTargets (issue 5)\n")
+	w("\nTargets\n")
 	if cs != nil {
 		armed, _, fl, _ := cs.latencies()
 		d50, d99 := armed.pct(50)-fl.pct(50), armed.pct(99)-fl.pct(99)
