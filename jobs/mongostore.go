@@ -583,7 +583,7 @@ func farFuture(now time.Time, ttl time.Duration) time.Time {
 }
 
 // inspectLock decodes a lock document leniently and lists its damage (the
-// README's state table). It never fails: unreadable fields are damage.
+// the state table in docs/locks.md). It never fails: unreadable fields are damage.
 func inspectLock(raw bson.Raw, now time.Time, ttl time.Duration) lockView {
 	var v lockView
 	bad := func(format string, a ...any) { v.damage = append(v.damage, fmt.Sprintf(format, a...)) }

@@ -359,7 +359,7 @@ func TestMongoStoreAllowOverlapsAndSweeps(t *testing.T) {
 	}
 }
 
-// damagedLocks are the bad states of the README's table, as an operator or
+// damagedLocks are the bad states of the state table in docs/locks.md, as an operator or
 // a bug might leave them. Each must be repaired by the next claim.
 func damagedLocks(now time.Time) map[string]bson.D {
 	good := func(extra ...bson.E) bson.D {

@@ -13,7 +13,7 @@ const (
 
 // Lock states: a lock document is either free or held by one run, said by
 // one explicit state field rather than by a combination of flags. The
-// README's state table lists every combination of the fields, what it means
+// state table in docs/locks.md lists every combination of the fields, what it means
 // and how the daemon repairs the damaged ones.
 const (
 	LockFree    = "free"
@@ -56,7 +56,7 @@ type LockDoc struct {
 	// UpdatedAt is when the document was last written.
 	UpdatedAt time.Time `bson:"updated_at" json:"updated_at"`
 	// RepairedAt and RepairReason are set when the daemon last found the
-	// document damaged and reset it (README, "Leader locks").
+	// document damaged and reset it (docs/locks.md).
 	RepairedAt   time.Time `bson:"repaired_at,omitempty" json:"repaired_at,omitzero"`
 	RepairReason string    `bson:"repair_reason,omitempty" json:"repair_reason,omitempty"`
 }
