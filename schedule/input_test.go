@@ -15,7 +15,7 @@ func refusal(t *testing.T, d bson.D, field string) *Error {
 	s, err := Decode(marshal(t, d))
 	var se *Error
 	if !errors.As(err, &se) || !errors.Is(err, ErrInvalid) {
-		t.Fatalf("Decode = %+v, %v; want a *schedule.Error", s, err)
+		t.Fatalf("Decode accepted %q (%d bytes of args JSON), %v; want a *schedule.Error", s.ID, len(s.Args), err)
 	}
 	if se.Field != field {
 		t.Fatalf("error %q names field %q, want %q", err, se.Field, field)
