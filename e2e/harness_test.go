@@ -25,6 +25,7 @@ import (
 
 	"github.com/cronswap/cronswap/internal/httpapi"
 	"github.com/cronswap/cronswap/internal/testmongo"
+	"github.com/cronswap/cronswap/schedule"
 )
 
 // binary is the cronswap binary built once for the whole test run.
@@ -265,7 +266,13 @@ func (d *daemon) schedules() map[string]apiSchedule {
 	}
 	out := map[string]apiSchedule{}
 	for _, s := range list {
-		out[s.ID] = s
+		// A refused document whose _id is not a job id is listed under
+		// its rendering: keep it apart from the job of that id.
+		key := s.ID
+		if s.InvalidID {
+			key = schedule.RefusedKey(s.ID)
+		}
+		out[key] = s
 	}
 	return out
 }

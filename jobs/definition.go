@@ -3,6 +3,10 @@ package jobs
 import (
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
+	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -33,7 +37,8 @@ type Definition struct {
 }
 
 // HTTPSettings configure an http action: the URL the fire is sent to as a
-// JSON body, and the method (default POST).
+// JSON body, and the method (default POST). The URL must be absolute, with
+// scheme http or https and a host; the method one of HTTPMethods.
 type HTTPSettings struct {
 	URL    string `yaml:"url"`
 	Method string `yaml:"method"`
@@ -72,12 +77,54 @@ var actionKinds = map[string]actionKind{
 		usage: "http (url, method)",
 		given: func(d Definition) bool { return d.HTTP != nil },
 		build: func(d Definition) (Action, error) {
-			if d.HTTP.URL == "" {
-				return nil, errors.New("http.url is empty")
+			if err := checkURL(d.HTTP.URL); err != nil {
+				return nil, err
+			}
+			if err := checkMethod(d.HTTP.Method); err != nil {
+				return nil, err
 			}
 			return &HTTPAction{URL: d.HTTP.URL, Method: d.HTTP.Method}, nil
 		},
 	},
+}
+
+// urlExample is shown with every refusal of an http action's url.
+const urlExample = `(e.g. url: "https://hooks.example.com/cron/report")`
+
+// checkURL refuses an http action's url unless it is an absolute http or
+// https URL with a host.
+func checkURL(raw string) error {
+	if strings.TrimSpace(raw) == "" {
+		return fmt.Errorf("http.url is empty: give an absolute http or https URL %s", urlExample)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("http.url %q is not a URL: %w %s", raw, err, urlExample)
+	}
+	switch {
+	case !strings.EqualFold(u.Scheme, "http") && !strings.EqualFold(u.Scheme, "https"):
+		return fmt.Errorf("http.url %q: the scheme must be http or https, not %q %s", raw, u.Scheme, urlExample)
+	case u.Opaque != "" || u.Hostname() == "":
+		return fmt.Errorf("http.url %q has no host %s", raw, urlExample)
+	}
+	return nil
+}
+
+// HTTPMethods are the methods an http action may use; the fire goes in the
+// request body, as JSON.
+var HTTPMethods = []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodGet}
+
+// checkMethod refuses an http action's method unless it is empty (POST) or
+// one of HTTPMethods.
+func checkMethod(m string) error {
+	switch {
+	case m == "" || slices.Contains(HTTPMethods, m):
+		return nil
+	case slices.Contains(HTTPMethods, strings.ToUpper(m)):
+		return fmt.Errorf("http.method %q: methods are upper case, write %q", m, strings.ToUpper(m))
+	default:
+		return fmt.Errorf("http.method %q: want one of %s, or leave it out for POST", m, strings.Join(HTTPMethods, ", "))
+	}
 }
 
 // kindNames returns the action kinds' keys, sorted.
@@ -134,4 +181,34 @@ func (d Definition) Spec() (Spec, error) {
 func (d Definition) Validate() error {
 	_, err := d.Spec()
 	return err
+}
+
+// CheckPrograms reports the first exec action, in name order, whose program
+// cannot be found as exec would find it when the job fires: a name with a
+// slash must be an executable file (a relative one, relative to the
+// current directory); a bare name must be an executable file in one of
+// PATH's directories. The error names the job and the program. It checks
+// the machine it runs on, so only the daemon calls it, at start, and not
+// the commands that only read the configuration (validate, schedules, ...),
+// which must work where the programs are not installed.
+func CheckPrograms(defs map[string]Definition) error {
+	names := make([]string, 0, len(defs))
+	for name := range defs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		argv := defs[name].Exec
+		if len(argv) == 0 || argv[0] == "" {
+			continue // no exec action, or one Validate refuses
+		}
+		if _, err := exec.LookPath(argv[0]); err != nil {
+			hint := "install it, or give its absolute path"
+			if !strings.Contains(argv[0], "/") {
+				hint = "install it in a directory of the daemon's PATH, or give its absolute path"
+			}
+			return fmt.Errorf("job %q: exec program %q: %w (%s, e.g. exec: [\"/usr/local/bin/report\", \"--daily\"])", name, argv[0], err, hint)
+		}
+	}
+	return nil
 }

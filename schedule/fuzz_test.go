@@ -117,6 +117,8 @@ func checkAccepted(t *testing.T, s Schedule) {
 		t.Fatalf("accepted an oversized name: %+v", s)
 	case s.Args != "" && !json.Valid([]byte(s.Args)):
 		t.Fatalf("args are not JSON: %q", s.Args)
+	case len(s.Args) > MaxArgsJSONBytes:
+		t.Fatalf("accepted %d bytes of args JSON, more than an exec action can be handed", len(s.Args))
 	}
 	sched, err := s.Parse(time.UTC)
 	if err != nil {

@@ -23,7 +23,22 @@ const (
 	MaxIDBytes       = 256
 	MaxExprBytes     = 256
 	MaxNameBytes     = 256
+	// MaxArgsJSONBytes bounds the JSON of a document's args object (relaxed
+	// extended JSON, as actions receive it). An exec action gets it in one
+	// environment variable, CRONSWAP_ARGS=<json>, and Linux refuses to
+	// start a program with any environment string longer than
+	// MAX_ARG_STRLEN (131072 bytes, counting the name, the '=' and the
+	// terminating NUL). Escapes make JSON longer than the BSON it comes
+	// from (a control character becomes \u0001, binary becomes base64), so
+	// a document under MaxDocumentBytes can still exceed it; such args are
+	// refused at decode for every action kind, so that no action kind
+	// accepts a document another one could not run.
+	MaxArgsJSONBytes = 131072 - len(EnvArgs) - len("=") - 1
 )
+
+// EnvArgs is the environment variable in which an exec action receives a
+// fire's args as JSON.
+const EnvArgs = "CRONSWAP_ARGS"
 
 // CollectionName is the MongoDB collection holding one document per
 // schedule; every package that reads or writes schedules uses this name.
@@ -184,18 +199,18 @@ func DecodeFields(raw bson.Raw) (s Schedule, err error) {
 	}
 	s.CronExpr = strings.TrimSpace(expr)
 
+	// Unlike the other optional fields, enabled may not be null: a null
+	// left by a script that meant to pause the job must not arm it.
 	if v, err := raw.LookupErr(FieldEnabled); err == nil {
-		switch v.Type {
-		case bson.TypeBoolean:
-			b, ok := v.BooleanOK()
-			if !ok {
-				return s, invalid(id, FieldEnabled, "is a malformed BSON boolean")
-			}
-			s.Enabled = b
-		case bson.TypeNull:
-		default:
-			return s, invalid(id, FieldEnabled, "must be a boolean true or false, not %s", typeName(v.Type))
+		if v.Type != bson.TypeBoolean {
+			return s, invalid(id, FieldEnabled, "must be a boolean true or false, or absent (meaning true), not %s "+
+				"(e.g. {enabled: false} pauses the job, as `cronswap schedules pause %s` does)", typeName(v.Type), id)
 		}
+		b, ok := v.BooleanOK()
+		if !ok {
+			return s, invalid(id, FieldEnabled, "is a malformed BSON boolean")
+		}
+		s.Enabled = b
 	}
 	if s.Timezone, err = optionalString(raw, id, FieldTimezone); err != nil {
 		return s, err
@@ -217,6 +232,12 @@ func DecodeFields(raw bson.Raw) (s Schedule, err error) {
 			if err != nil {
 				return s, invalid(id, FieldArgs, "cannot be turned into JSON: %v", err)
 			}
+			if len(js) > MaxArgsJSONBytes {
+				return s, invalid(id, FieldArgs, "is %d bytes as JSON, more than the %d an action can be handed "+
+					"(an exec action gets them in the environment variable %s, which Linux limits to 128 KiB); "+
+					"keep args small, e.g. {\"region\": \"eu\", \"report\": \"r-2024\"}, and pass large data by reference",
+					len(js), MaxArgsJSONBytes, EnvArgs)
+			}
 			s.Args = string(js)
 		case bson.TypeNull:
 		default:
@@ -232,8 +253,12 @@ func DecodeFields(raw bson.Raw) (s Schedule, err error) {
 }
 
 // DecodeID reads a job id from an _id value: it must be a non-empty UTF-8
-// string of at most MaxIDBytes. For other types the returned id is a readable
-// rendering (for error messages only) and the error says why it was refused.
+// string of at most MaxIDBytes. When the _id is present but not a job id (a
+// non-string, or a string too long), the returned string is its
+// RefusedKey, under which the refused document is tracked, and the error
+// (which names a readable rendering of the _id) says why it was refused. It
+// returns "" for an _id that cannot be attributed at all: missing, empty,
+// malformed or not UTF-8.
 func DecodeID(v bson.RawValue) (string, error) {
 	switch v.Type {
 	case bson.TypeString:
@@ -244,7 +269,8 @@ func DecodeID(v bson.RawValue) (string, error) {
 		case id == "":
 			return "", invalid("", FieldID, "must not be empty")
 		case len(id) > MaxIDBytes:
-			return id[:32] + "…", invalid(id[:32]+"…", FieldID, "is %d bytes, more than %d", len(id), MaxIDBytes)
+			shown := fmt.Sprintf("%q (%d bytes)", truncateUTF8(id, 32)+"…", len(id))
+			return RefusedKey(shown), invalid(truncateUTF8(id, 32)+"…", FieldID, "is %d bytes, more than %d", len(id), MaxIDBytes)
 		case !utf8.ValidString(id):
 			return "", invalid("", FieldID, "is not valid UTF-8")
 		}
@@ -254,10 +280,53 @@ func DecodeID(v bson.RawValue) (string, error) {
 	default:
 		r := v.String()
 		if len(r) > 64 {
-			r = r[:64] + "…"
+			r = truncateUTF8(r, 64) + "…"
 		}
-		return r, invalid(r, FieldID, "must be a string job id, not %s", typeName(v.Type))
+		return RefusedKey(r), invalid(r, FieldID, "must be a string job id, not %s (e.g. _id: \"daily_report\")", typeName(v.Type))
 	}
+}
+
+// refusedMark starts every RefusedKey. The byte 0xFF never occurs in valid
+// UTF-8, and a job id is valid UTF-8, so no job id starts with it.
+const refusedMark = "\xff"
+
+// RefusedKey returns the key under which a refused document whose _id is
+// not a job id is tracked (by the engine, the API and the command line),
+// given a readable rendering of that _id. No job id equals a RefusedKey, so
+// such a document never stands in for a job, and deleting it never disarms
+// one, whatever its _id renders as.
+func RefusedKey(rendering string) string { return refusedMark + rendering }
+
+// RefusedID reports whether key is a RefusedKey, and returns the rendering
+// of the _id behind it; for a job id it returns key and false.
+func RefusedID(key string) (rendering string, refused bool) {
+	if r, ok := strings.CutPrefix(key, refusedMark); ok {
+		return r, true
+	}
+	return key, false
+}
+
+// ShowKey returns key as people read it in logs and tables: a job id as it
+// is, a RefusedKey as "_id " and the rendering of its _id (e.g. `_id
+// {"tenant": "x"}`), so that it does not read as the job whose id is that
+// rendering. Where ids are data (JSON), show RefusedID's rendering with a
+// flag instead: any readable text is some job's possible id.
+func ShowKey(key string) string {
+	if r, ok := RefusedID(key); ok {
+		return "_id " + r
+	}
+	return key
+}
+
+// truncateUTF8 returns at most n bytes of s, cut at a rune boundary.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 func idOf(raw bson.Raw) string {

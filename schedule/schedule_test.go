@@ -53,7 +53,6 @@ func TestDecodeValid(t *testing.T) {
 			Schedule{ID: "full", CronExpr: "0 9 * * 1-5", Timezone: "Asia/Seoul", Enabled: false, Job: "report",
 				Category: "reports", Args: `{"format":"pdf","n":3}`, UpdatedAt: updated}},
 		{"nulls mean absent", doc("n", "0 9 * * *",
-			bson.E{Key: FieldEnabled, Value: nil},
 			bson.E{Key: FieldTimezone, Value: nil},
 			bson.E{Key: FieldArgs, Value: nil}),
 			Schedule{ID: "n", CronExpr: "0 9 * * *", Enabled: true}},

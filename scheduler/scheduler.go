@@ -598,7 +598,7 @@ func (e *Engine) rejectLocked(id string, old *record, bad *schedule.Schedule, er
 		lvl = slog.LevelDebug // the same rejection again, e.g. by a periodic resync
 	}
 	e.log.Log(context.Background(), lvl, "scheduler: schedule rejected, last known good kept",
-		"job_id", id, "error", err, "armed", r.entry != 0)
+		"job_id", schedule.ShowKey(id), "error", err, "armed", r.entry != 0)
 	return changed
 }
 
@@ -622,7 +622,7 @@ func (e *Engine) remove(id string, how apply) bool {
 		e.retire(sh, old, how.removeInline)
 	}
 	e.store(sh, id, nil)
-	e.log.Info("scheduler: schedule removed", "job_id", id)
+	e.log.Info("scheduler: schedule removed", "job_id", schedule.ShowKey(id))
 	return true
 }
 

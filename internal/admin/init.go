@@ -67,7 +67,9 @@ func Indexes() []Index {
 // SchedulesValidator returns the $jsonSchema validator of the schedules
 // collection: what a document must look like for the server to accept it.
 // It mirrors the types schedule.Decode checks (null counts as absent, as
-// there), so a mongosh typo like `cron_expr: 0800` is refused at write time.
+// there, except for enabled, which must be a boolean when present), so a
+// mongosh typo like `cron_expr: 0800` or `enabled: null` is refused at
+// write time.
 // Whether the expression parses is still the daemon's check (last known good).
 func SchedulesValidator() bson.D {
 	str := func(maxLen int) bson.D {
@@ -86,7 +88,7 @@ func SchedulesValidator() bson.D {
 		{Key: "properties", Value: bson.D{
 			{Key: schedule.FieldID, Value: str(schedule.MaxIDBytes)},
 			{Key: schedule.FieldCronExpr, Value: str(schedule.MaxExprBytes)},
-			{Key: schedule.FieldEnabled, Value: optional("bool")},
+			{Key: schedule.FieldEnabled, Value: bson.D{{Key: "bsonType", Value: "bool"}}},
 			{Key: schedule.FieldTimezone, Value: optional("string")},
 			{Key: schedule.FieldJob, Value: optional("string")},
 			{Key: schedule.FieldCategory, Value: optional("string")},

@@ -126,3 +126,33 @@ func TestInitConcurrent(t *testing.T) {
 		t.Errorf("Init after concurrent Inits: %+v, %v", rep, err)
 	}
 }
+
+// The validator refuses what the decoder refuses: enabled must be a boolean
+// when present (null is not "absent" there), while the other optional
+// fields may be null.
+func TestSchedulesValidatorEnabledIsBooleanOnly(t *testing.T) {
+	schema := admin.SchedulesValidator()[0].Value.(bson.D)
+	var props bson.D
+	for _, e := range schema {
+		if e.Key == "properties" {
+			props = e.Value.(bson.D)
+		}
+	}
+	types := map[string]any{}
+	for _, p := range props {
+		for _, e := range p.Value.(bson.D) {
+			if e.Key == "bsonType" {
+				types[p.Key] = e.Value
+			}
+		}
+	}
+	if got := types[schedule.FieldEnabled]; got != "bool" {
+		t.Errorf("enabled bsonType %v, want only \"bool\" (no null)", got)
+	}
+	for _, f := range []string{schedule.FieldTimezone, schedule.FieldJob, schedule.FieldCategory, schedule.FieldArgs} {
+		a, _ := types[f].(bson.A)
+		if !slices.Contains(a, any("null")) {
+			t.Errorf("%s bsonType %v, want null allowed (absent)", f, types[f])
+		}
+	}
+}

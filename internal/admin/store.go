@@ -219,7 +219,9 @@ func (s *Store) SetEnabled(ctx context.Context, id string, enabled bool) (change
 	// so the daemon sees no event for a no-op.
 	filter := bson.D{{Key: "_id", Value: id}}
 	if enabled {
-		filter = append(filter, bson.E{Key: schedule.FieldEnabled, Value: false})
+		// Anything present but true: false, and values the daemon refuses
+		// (null, "yes"), which resume replaces with true.
+		filter = append(filter, bson.E{Key: schedule.FieldEnabled, Value: bson.D{{Key: "$exists", Value: true}, {Key: "$ne", Value: true}}})
 	} else {
 		filter = append(filter, bson.E{Key: schedule.FieldEnabled, Value: bson.D{{Key: "$ne", Value: false}}})
 	}

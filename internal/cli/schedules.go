@@ -22,7 +22,13 @@ const setExample = `cronswap schedules set daily_report --cron "0 9 * * 1-5" --t
 
 // scheduleView is one schedule as list/get show it.
 type scheduleView struct {
-	ID        string          `json:"id"`
+	// ID is the job id, or for a document whose _id is not a job id
+	// (InvalidID) a rendering of that _id.
+	ID string `json:"id"`
+	// InvalidID marks a document whose _id is not a job id: it is not a
+	// job, has no runs, and is shown apart from the job whose id equals
+	// its rendering.
+	InvalidID bool            `json:"invalid_id,omitempty"`
 	CronExpr  string          `json:"cron_expr"`
 	Timezone  string          `json:"timezone"` // the document's; "" = the config's default
 	Enabled   bool            `json:"enabled"`
@@ -47,6 +53,7 @@ type scheduleView struct {
 // view builds the scheduleView of d, with run information from runs/locks.
 func (s *session) view(ctx context.Context, d admin.ScheduleDoc, locks map[string]jobs.LockDoc, now time.Time) (scheduleView, error) {
 	v := scheduleView{ID: d.ID, Args: json.RawMessage("null"), loc: s.cfg.Location}
+	v.ID, v.InvalidID = schedule.RefusedID(d.ID)
 	sc := d.Schedule
 	if d.Err == nil {
 		v.CronExpr, v.Timezone, v.Enabled, v.Job, v.Category = sc.CronExpr, sc.Timezone, sc.Enabled, sc.Job, sc.Category
@@ -67,6 +74,10 @@ func (s *session) view(ctx context.Context, d admin.ScheduleDoc, locks map[strin
 		v.CronExpr, v.Timezone, v.Job, v.Category = d.Field(schedule.FieldCronExpr), d.Field(schedule.FieldTimezone), d.Field(schedule.FieldJob), d.Field(schedule.FieldCategory)
 		v.Enabled = sc.Enabled
 		v.Error = d.Err.Error()
+	}
+	if v.InvalidID {
+		// Runs and locks are keyed by job id: the job of this text is another one.
+		return v, nil
 	}
 	run, ok, err := s.store.LastRun(ctx, d.ID)
 	if err != nil {
@@ -102,7 +113,11 @@ func (v scheduleView) row() []string {
 	if errText == "" && v.LastRunError != "" {
 		errText = "last run: " + v.LastRunError
 	}
-	return []string{v.ID, v.CronExpr, tz, strconv.FormatBool(v.Enabled), str(v.NextRun), str(v.LastRun), v.LastStatus, errText}
+	id := v.ID
+	if v.InvalidID {
+		id = schedule.ShowKey(schedule.RefusedKey(v.ID))
+	}
+	return []string{id, v.CronExpr, tz, strconv.FormatBool(v.Enabled), str(v.NextRun), str(v.LastRun), v.LastStatus, errText}
 }
 
 func scheduleHeader() []string {

@@ -130,7 +130,8 @@ func (w *Watch) validate() error {
 
 // Lock configures the per-job leader locks.
 type Lock struct {
-	// TTL is the lock lease; 0 means jobs.DefaultLockTTL.
+	// TTL is the lock lease; 0 means jobs.DefaultLockTTL. Anything else
+	// below jobs.MinLockTTL is refused.
 	TTL time.Duration `yaml:"ttl"`
 }
 
@@ -274,8 +275,9 @@ func (c *Config) Finish() error {
 	if err := c.Watch.validate(); err != nil {
 		return err
 	}
-	if c.Lock.TTL < 0 {
-		return fmt.Errorf("lock.ttl %s: must be positive (or 0 for the default %s)", c.Lock.TTL, jobs.DefaultLockTTL)
+	if c.Lock.TTL < 0 || (c.Lock.TTL > 0 && c.Lock.TTL < jobs.MinLockTTL) {
+		return fmt.Errorf("lock.ttl %s: must be at least %s, the lease being renewed every ttl/3 while a run lasts (e.g. lock: {ttl: 1m}; 0 or absent is the default %s)",
+			c.Lock.TTL, jobs.MinLockTTL, jobs.DefaultLockTTL)
 	}
 	if c.Runs.Retention < 0 {
 		return fmt.Errorf("runs.retention %s: must be positive (or 0 for the default %s)", c.Runs.Retention, jobs.DefaultRetention)

@@ -57,13 +57,18 @@ type Daemon struct {
 }
 
 // New builds a daemon from cfg (already Finished): it checks the action
-// definitions, creates the client (without waiting for the server) and
-// listens on the HTTP address, then creates the parts in the order they
-// depend on each other. Nothing runs until Run. On error nothing is left
+// definitions and that every exec action's program exists
+// (jobs.CheckPrograms), creates the client (without waiting for the
+// server) and listens on the HTTP address, then creates the parts in the
+// order they depend on each other. Nothing runs until Run. On error nothing is left
 // open.
 func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	registry, err := jobs.FromDefinitions(cfg.Jobs)
 	if err != nil {
+		return nil, err
+	}
+	// Only the daemon runs the programs, so only it requires them to exist.
+	if err := jobs.CheckPrograms(cfg.Jobs); err != nil {
 		return nil, err
 	}
 	client, err := Connect(cfg)

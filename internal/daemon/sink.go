@@ -69,7 +69,9 @@ func (s EngineSink) reject(id string, err error) {
 }
 
 // Delete implements changestream.Sink: it disarms and forgets the job with
-// this _id; an _id that is not a job id is ignored.
+// this _id. For an _id that is not a job id it forgets only the refused
+// document tracked under its schedule.RefusedKey, never the job whose id
+// equals the _id's rendering; an _id that cannot be attributed is ignored.
 func (s EngineSink) Delete(id bson.RawValue) {
 	jobID, _ := schedule.DecodeID(id)
 	if jobID == "" {

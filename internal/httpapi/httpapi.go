@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
 
@@ -49,8 +50,14 @@ type Options struct {
 // /api/schedules/{id}): fields of the job's schedule.Schedule, then the
 // engine's state of the job. Job and category are left out when empty.
 type Schedule struct {
-	// ID is the job id.
+	// ID is the job id; for a refused document whose _id is not a job id
+	// (InvalidID), a rendering of that _id.
 	ID string `json:"id"`
+	// InvalidID is true for a refused document whose _id is not a job id
+	// (not a string, or too long). Such an entry is not a job: it is kept
+	// apart from the job whose id equals its rendering, and it goes away
+	// when the document is deleted.
+	InvalidID bool `json:"invalid_id,omitempty"`
 	// CronExpr is the armed expression (or the rejected one, for a job
 	// never armed).
 	CronExpr string `json:"cron_expr"`
@@ -79,8 +86,9 @@ func FromStatus(st scheduler.Status, defaultTZ string) Schedule {
 	if s.Timezone == "" {
 		s.Timezone = defaultTZ
 	}
+	id, invalidID := schedule.RefusedID(s.ID)
 	out := Schedule{
-		ID: s.ID, CronExpr: s.CronExpr, Timezone: s.Timezone, Enabled: s.Enabled, Job: s.Job, Category: s.Category,
+		ID: id, InvalidID: invalidID, CronExpr: s.CronExpr, Timezone: s.Timezone, Enabled: s.Enabled, Job: s.Job, Category: s.Category,
 		Armed: st.Armed, LastError: st.LastError,
 	}
 	if !st.NextRun.IsZero() {

@@ -479,3 +479,35 @@ func show(s httpapi.Schedule) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
+
+// A refused document whose _id is not a job id is shown under its _id's
+// rendering, flagged invalid_id, next to the job whose id is that text.
+func TestSchedulesListFlagsInvalidIDs(t *testing.T) {
+	rendering := `{"tenant": "x","n": {"$numberInt":"1"}}`
+	job := scheduler.Status{Schedule: schedule.Schedule{ID: rendering, CronExpr: "0 9 * * *", Enabled: true}, Armed: true,
+		NextRun: time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)}
+	refused := scheduler.Status{Schedule: schedule.Schedule{ID: schedule.RefusedKey(rendering)},
+		LastError: `schedule "{...}": field _id: must be a string job id, not an object`}
+	h := httpapi.New(httpapi.Options{Schedules: &fakeSchedules{list: []scheduler.Status{job, refused}}})
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/api/schedules", nil))
+	var raw []map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &raw); err != nil {
+		t.Fatalf("%v\n%s", err, rec.Body)
+	}
+	if len(raw) != 2 {
+		t.Fatalf("list %s", rec.Body)
+	}
+	if raw[0]["id"] != rendering || raw[0]["armed"] != true {
+		t.Errorf("job: %v", raw[0])
+	}
+	if _, ok := raw[0]["invalid_id"]; ok {
+		t.Errorf("job carries invalid_id: %v", raw[0])
+	}
+	if raw[1]["id"] != rendering || raw[1]["invalid_id"] != true || raw[1]["armed"] != false {
+		t.Errorf("invalid _id: %v", raw[1])
+	}
+	if strings.ContainsRune(rec.Body.String(), '\uFFFD') {
+		t.Errorf("the internal key leaked into the JSON: %s", rec.Body)
+	}
+}

@@ -1,0 +1,35 @@
+package daemon
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/cronswap/cronswap/internal/config"
+	"github.com/cronswap/cronswap/jobs"
+)
+
+// The daemon refuses to start when an exec action's program is missing,
+// naming the job and the program, instead of failing at its first fire.
+func TestNewRefusesAMissingProgram(t *testing.T) {
+	cfg := config.Default()
+	cfg.InstanceID = "programs-test"
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	cfg.Jobs = map[string]jobs.Definition{
+		"ok":     {Exec: []string{"sh", "-c", "true"}},
+		"report": {Exec: []string{"/opt/reports/bin/daily-report", "--all"}},
+	}
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(cfg, slog.New(slog.DiscardHandler))
+	if err == nil {
+		d.Close()
+		t.Fatal("New accepted a job whose program does not exist")
+	}
+	for _, w := range []string{`job "report"`, "/opt/reports/bin/daily-report"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not say %q", err, w)
+		}
+	}
+}
