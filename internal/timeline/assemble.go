@@ -66,6 +66,9 @@ func Assemble(in Input) Timeline {
 	tl := Timeline{JobID: in.JobID, From: in.From.UTC(), To: in.To.UTC(), Segments: Segments(in.Current, in.Edits, in.From, in.To, in.EditsCutBefore)}
 	if in.Current.Exists {
 		cur := in.Current.Timing
+		if cur.Timezone == "" {
+			cur.Timezone = in.Location.String()
+		}
 		tl.Schedule = &cur
 	}
 	for i := range tl.Segments {

@@ -101,7 +101,8 @@ type Timeline struct {
 type Timing struct {
 	// CronExpr is the expression; empty when the document had none.
 	CronExpr string `json:"cron_expr"`
-	// Timezone is the document's zone; empty means the daemon's default.
+	// Timezone is the document's zone, or the daemon's default zone when
+	// the document names none.
 	Timezone string `json:"timezone"`
 	// Enabled is false for a paused job.
 	Enabled bool `json:"enabled"`
