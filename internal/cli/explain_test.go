@@ -112,7 +112,7 @@ func TestExplainText(t *testing.T) {
 		"2026-03-01T00:00:00Z  run        -      succeeded, on host-a, fence 7, took 1.5s\n",
 		"2026-03-01T01:00:00Z  skipped    -      overlap forbid: run run-0000 of host-a still holds the lock, on host-b\n",
 		"2026-03-01T02:00:00Z  missed     2      no_replica_running, 2 slots to 2026-03-01T03:00:00Z, recorded by host-a\n",
-		`2026-03-01T03:15:00Z  edit       -      update cron_expr "0 * * * *" → "30 * * * *", updated_at`,
+		`2026-03-01T03:15:00Z  edit       -      update cron_expr "0 * * * *" → "30 * * * *", by alice` + "\n",
 		"2026-03-01T03:30:00Z  no_record  3      unrecorded, 3 slots to 2026-03-01T05:30:00Z\n",
 	} {
 		if !strings.Contains(r.stdout, want) {

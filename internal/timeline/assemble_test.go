@@ -226,3 +226,23 @@ func TestParseWindow(t *testing.T) {
 		}
 	}
 }
+
+// A slot daylight saving moved carries its note and stands alone: on
+// 2027-03-14 in New York 02:30 does not exist and fires at 03:00 EDT.
+func TestDSTSlotStandsAlone(t *testing.T) {
+	ny := State{Exists: true, Known: true, Timing: Timing{CronExpr: "30 2 * * *", Timezone: "America/New_York", Enabled: true}}
+	from := time.Date(2027, 3, 12, 12, 0, 0, 0, time.UTC)
+	to := time.Date(2027, 3, 17, 12, 0, 0, 0, time.UTC)
+	tl := Assemble(Input{JobID: "j", From: from, To: to, Now: to, Current: ny})
+	var got []string
+	for _, e := range tl.Entries {
+		got = append(got, e.At.Format(time.RFC3339)+"x"+itoa(e.Count)+"/"+strconv.FormatBool(e.Shifted))
+	}
+	// 03-13 07:30Z (EST), the shifted 03-14 07:00Z (03:00 EDT), then 03-15..17 06:30Z (EDT).
+	if g := strings.Join(got, " "); g != "2027-03-13T07:30:00Zx1/false 2027-03-14T07:00:00Zx1/true 2027-03-15T06:30:00Zx3/false" {
+		t.Errorf("entries %s", g)
+	}
+	if tl.Entries[1].DSTNote == "" {
+		t.Errorf("the shifted slot has no note: %+v", tl.Entries[1])
+	}
+}

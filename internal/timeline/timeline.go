@@ -231,6 +231,9 @@ func (e Entry) Summary() string {
 	case KindEdit:
 		var cs []string
 		for _, c := range e.Changes {
+			if c.Field == "updated_at" && len(e.Changes) > 1 {
+				continue // the stamp of every edit; shown in JSON
+			}
 			cs = append(cs, fmt.Sprintf("%s %s → %s", c.Field, renderValue(c.Before), renderValue(c.After)))
 		}
 		line := e.Op
