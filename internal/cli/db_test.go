@@ -803,6 +803,7 @@ func TestUnreachableServerIsExit2(t *testing.T) {
 		{"locks", "release", "x", "--yes"},
 		{"runs", "list"},
 		{"runs", "get", "x"},
+		{"explain", "x", "--from", "-2h"},
 	} {
 		r := run(t, append(args, "--mongo-uri", uri, "--timeout", "300ms")...)
 		if r.code != cli.ExitUnreachable || !strings.Contains(r.stderr, "cannot reach MongoDB") || r.stdout != "" {
@@ -902,7 +903,7 @@ func TestEveryCommandHasCommonFlags(t *testing.T) {
 	for _, cmd := range [][]string{
 		{"run"}, {"init"}, {"next"}, {"validate"}, {"version"}, {"completion"},
 		{"schedules", "list"}, {"schedules", "get"}, {"schedules", "set"}, {"schedules", "delete"}, {"schedules", "pause"}, {"schedules", "resume"},
-		{"token", "show"}, {"token", "reset"}, {"locks", "list"}, {"locks", "release"}, {"runs", "list"}, {"runs", "get"},
+		{"token", "show"}, {"token", "reset"}, {"locks", "list"}, {"locks", "release"}, {"runs", "list"}, {"runs", "get"}, {"explain"},
 	} {
 		r := run(t, append(cmd, "--help")...)
 		if r.code != cli.ExitOK {

@@ -21,6 +21,7 @@ import (
 	"github.com/cronswap/cronswap/internal/config"
 	"github.com/cronswap/cronswap/internal/httpapi"
 	"github.com/cronswap/cronswap/internal/metrics"
+	"github.com/cronswap/cronswap/internal/timeline"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
@@ -129,6 +130,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 			Ready:           func() bool { return d.watcher.Status().Ready },
 			Metrics:         d.metrics.Handler(),
 			Status:          d.status,
+			Timelines:       timeline.NewReader(db, timeline.Options{Location: cfg.Location}),
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 	}

@@ -234,3 +234,50 @@ func anyStrings(v any) []string {
 	}
 	return out
 }
+
+// The daemon serves a job's timeline from its database on its listener:
+// a run inserted into job_runs shows up at /api/schedules/{id}/timeline,
+// an unknown job is 404 and a bad range 400.
+func TestTimelineServed(t *testing.T) {
+	client := testmongo.Client(t)
+	db := testmongo.NewDatabase(t, client)
+	insertSchedules(t, db, "hourly")
+	slot := time.Now().UTC().Add(-time.Hour).Truncate(time.Hour)
+	if _, err := db.Collection(jobs.RunsCollection).InsertOne(context.Background(), bson.D{
+		{Key: "_id", Value: "r1"}, {Key: "job_id", Value: "hourly"}, {Key: "scheduled_at", Value: slot},
+		{Key: "status", Value: jobs.StatusSucceeded}, {Key: "instance", Value: "elsewhere"}, {Key: "fence", Value: int64(3)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, testConfig(testmongo.Shared(t).URI, db.Name()))
+	code, body := d.get(t, "/api/schedules/hourly/timeline?from=-3h")
+	if code != http.StatusOK {
+		t.Fatalf("timeline = %d %s", code, body)
+	}
+	var tl struct {
+		JobID   string `json:"job_id"`
+		Entries []struct {
+			Kind  string    `json:"kind"`
+			At    time.Time `json:"at"`
+			Fence int64     `json:"fence"`
+		} `json:"entries"`
+	}
+	if err := json.Unmarshal(body, &tl); err != nil {
+		t.Fatalf("%v\n%s", err, body)
+	}
+	found := false
+	for _, e := range tl.Entries {
+		if e.Kind == "run" && e.At.Equal(slot) && e.Fence == 3 {
+			found = true
+		}
+	}
+	if tl.JobID != "hourly" || !found {
+		t.Errorf("timeline lacks the run at %s: %s", slot, body)
+	}
+	if code, body := d.get(t, "/api/schedules/nobody/timeline"); code != http.StatusNotFound {
+		t.Errorf("timeline of an unknown job = %d %s", code, body)
+	}
+	if code, body := d.get(t, "/api/schedules/hourly/timeline?to=later"); code != http.StatusBadRequest {
+		t.Errorf("timeline with a bad to = %d %s", code, body)
+	}
+}

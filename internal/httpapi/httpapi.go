@@ -1,13 +1,17 @@
 // Package httpapi serves the daemon's health, readiness, status and schedule
 // views over HTTP: /healthz, /readyz, /api/status, /api/schedules,
-// /api/schedules/{id} and, when configured, /metrics.
+// /api/schedules/{id}, /api/schedules/{id}/timeline and, when configured,
+// /metrics.
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"time"
 
+	"github.com/cronswap/cronswap/internal/timeline"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
@@ -18,6 +22,15 @@ type Schedules interface {
 	List() []scheduler.Status
 	// Get returns one job, and false when it is unknown.
 	Get(id string) (scheduler.Status, bool)
+}
+
+// Timelines builds the job timelines /api/schedules/{id}/timeline serves
+// (*timeline.Reader is one).
+type Timelines interface {
+	// Build returns the timeline of job id over [from, to] (zero ends:
+	// the defaults); errors wrap timeline.ErrBadRange or
+	// timeline.ErrNotFound when the range or the job is the problem.
+	Build(ctx context.Context, id string, from, to time.Time) (timeline.Timeline, error)
 }
 
 // Status is the body of /api/status.
@@ -44,6 +57,8 @@ type Options struct {
 	Metrics http.Handler
 	// DefaultTimezone is shown for schedules that name no zone.
 	DefaultTimezone string
+	// Timelines serves /api/schedules/{id}/timeline; nil answers 404.
+	Timelines Timelines
 }
 
 // Schedule is one element of /api/schedules (and the body of
@@ -137,6 +152,9 @@ func New(o Options) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, FromStatus(s, o.DefaultTimezone))
 	})
+	mux.HandleFunc("GET /api/schedules/{id}/timeline", func(w http.ResponseWriter, r *http.Request) {
+		serveTimeline(w, r, o.Timelines)
+	})
 	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, o.Status())
 	})
@@ -144,6 +162,45 @@ func New(o Options) http.Handler {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
 	return mux
+}
+
+// serveTimeline answers GET /api/schedules/{id}/timeline?from=&to= with
+// the JSON of timeline.Timeline: from and to as `cronswap explain` takes
+// them (RFC 3339, now, or relative like -2h), 400 for a bad range, 404 for
+// a job nothing is known about.
+func serveTimeline(w http.ResponseWriter, r *http.Request, tls Timelines) {
+	id := r.PathValue("id")
+	if tls == nil {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "timelines are not served by this listener"})
+		return
+	}
+	q := r.URL.Query()
+	for name, vs := range q {
+		if (name == "from" || name == "to") && len(vs) > 1 {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": name + " given more than once"})
+			return
+		}
+		if name != "from" && name != "to" {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "unknown parameter " + name + " (want from and to)"})
+			return
+		}
+	}
+	from, to, err := timeline.ParseWindow(q.Get("from"), q.Get("to"), time.Now())
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	tl, err := tls.Build(r.Context(), id, from, to)
+	switch {
+	case errors.Is(err, timeline.ErrBadRange):
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+	case errors.Is(err, timeline.ErrNotFound):
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+	case err != nil:
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+	default:
+		writeJSON(w, http.StatusOK, tl)
+	}
 }
 
 type noSchedules struct{}
