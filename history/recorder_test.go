@@ -18,8 +18,8 @@ func (q *memQueue) Enqueue(e Entry) bool { q.entries = append(q.entries, e); ret
 
 type nopSink struct{ replaced int }
 
-func (nopSink) Upsert(bson.Raw)                       {}
-func (nopSink) Delete(bson.RawValue)                  {}
+func (nopSink) Upsert(bson.Raw)                        {}
+func (nopSink) Delete(bson.RawValue)                   {}
 func (s *nopSink) ReplaceAll(docs []bson.Raw) []string { s.replaced++; return nil }
 
 var wall0 = time.Date(2027, 3, 1, 10, 0, 0, 0, time.UTC)
