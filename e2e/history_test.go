@@ -16,14 +16,16 @@ import (
 	"github.com/cronswap/cronswap/history"
 )
 
-// The five edits, in one mongosh run so they come faster than the
-// replicas read them (a looked-up fullDocument would already show later
-// edits; the entries must not). The first is the operator's one-liner.
-const fiveEdits = seedOneLiner + `;
-db.schedules.updateOne({ _id: "daily_report" }, { $set: { timezone: "Europe/Berlin", updated_at: new Date() } });
-db.schedules.updateOne({ _id: "daily_report" }, { $set: { enabled: false, updated_at: new Date() } });
-db.schedules.updateOne({ _id: "daily_report" }, { $set: { enabled: true, updated_at: new Date() } });
-db.schedules.updateOne({ _id: "daily_report" }, { $set: { args: { region: "eu", batch: 500 }, updated_by: "alice", updated_at: new Date() } });`
+// The five edits, in one mongosh bulkWrite so that all five are committed
+// before any replica reads their events: a looked-up fullDocument would
+// then show the last version for every one of them; the entries must not.
+const fiveEdits = `db.schedules.bulkWrite([
+  { updateOne: { filter: { _id: "daily_report" }, update: { $set: { cron_expr: "0 8 * * *", updated_at: new Date() } } } },
+  { updateOne: { filter: { _id: "daily_report" }, update: { $set: { timezone: "Europe/Berlin", updated_at: new Date() } } } },
+  { updateOne: { filter: { _id: "daily_report" }, update: { $set: { enabled: false, updated_at: new Date() } } } },
+  { updateOne: { filter: { _id: "daily_report" }, update: { $set: { enabled: true, updated_at: new Date() } } } },
+  { updateOne: { filter: { _id: "daily_report" }, update: { $set: { args: { region: "eu", batch: 500 }, updated_by: "alice", updated_at: new Date() } } } }
+], { ordered: true })`
 
 // fiveEntries are the entries the five edits give, oldest first.
 var fiveEntries = []string{
