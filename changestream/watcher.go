@@ -113,6 +113,11 @@ type EventInfo struct {
 	// Applied is when the sink's Upsert or Delete call for the event
 	// returned (for the daemon: the job re-armed and the change logged).
 	Applied time.Time
+	// Event is the change event as the server sent it (its _id is the
+	// resume token, identical on every watcher of the collection). The
+	// stream reuses the buffer: it is valid only during the Hooks.Event
+	// call; copy what must outlive it.
+	Event bson.Raw
 }
 
 // Hooks are optional callbacks for observability.
@@ -126,6 +131,11 @@ type Hooks struct {
 	// Drift is called with the jobs a resync found out of step with the
 	// collection, once it is sure no queued event explains them.
 	Drift func(ids []string)
+	// Idle is called after each empty round trip of the stream: every
+	// event committed before the round trip began has been applied (and
+	// passed to Event). It is called from the watcher's goroutine, like
+	// Event, and must return quickly.
+	Idle func()
 	// Synced is called once, after the sink was first made equal to the
 	// collection (first full reload, or armed from the state file). An
 	// engine is much faster to fill while its timers are not running, so
@@ -511,6 +521,9 @@ func (w *Watcher) consume(ctx context.Context, cs Stream) error {
 		// Idle: the engine has every event so far. Suspects no event
 		// explained are drift; a due resync runs now.
 		w.reportDrift(ctx, &suspects)
+		if w.opts.Hooks.Idle != nil {
+			w.opts.Hooks.Idle()
+		}
 		if _, ok := w.resyncPending(); ok {
 			suspects.add(w.runResync(ctx))
 		}
@@ -569,7 +582,7 @@ func (w *Watcher) apply(ctx context.Context, ev bson.Raw) (string, error) {
 	applied := time.Now()
 	w.update(func(s *Status) { s.LastEventAt = applied })
 	if w.opts.Hooks.Event != nil {
-		w.opts.Hooks.Event(EventInfo{Op: op, WallTime: wall, UpdatedAt: updatedAt, Received: received, Applied: applied})
+		w.opts.Hooks.Event(EventInfo{Op: op, WallTime: wall, UpdatedAt: updatedAt, Received: received, Applied: applied, Event: ev})
 	}
 	return op, nil
 }

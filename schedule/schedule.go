@@ -54,6 +54,9 @@ const (
 	FieldJob       = "job"
 	FieldArgs      = "args"
 	FieldCategory  = "category"
+	// FieldUpdatedBy optionally names who made the last edit (a string);
+	// the daemon ignores it, the edit history records it.
+	FieldUpdatedBy = "updated_by"
 )
 
 // ErrInvalid is wrapped by every validation error, so callers can tell a bad

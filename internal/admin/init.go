@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/cronswap/cronswap/history"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
@@ -23,7 +24,8 @@ import (
 // Collections lists every collection cronswap uses, in the order Init
 // creates them; each name is defined by the package that owns the data.
 func Collections() []string {
-	return []string{schedule.CollectionName, resumetoken.CollectionName, jobs.LocksCollection, jobs.RunsCollection}
+	return []string{schedule.CollectionName, resumetoken.CollectionName, jobs.LocksCollection, jobs.RunsCollection,
+		history.CollectionName}
 }
 
 // Index names. The daemon creates the same indexes at start with the same
@@ -55,11 +57,15 @@ func (ix Index) Name() string {
 // Indexes returns the indexes cronswap needs beyond _id: on job_runs, a
 // unique (job_id, scheduled_at) so a fire is recorded at most once, and a TTL
 // index on expire_at (each run document carries its own expiry: end +
-// runs.retention, hence expireAfterSeconds 0).
+// runs.retention, hence expireAfterSeconds 0); on schedule_history, (job_id,
+// at descending) for one job's history and the same kind of TTL index.
 func Indexes() []Index {
 	var out []Index
 	for _, m := range jobs.RunIndexes() {
 		out = append(out, Index{Collection: jobs.RunsCollection, Model: m})
+	}
+	for _, m := range history.Indexes() {
+		out = append(out, Index{Collection: history.CollectionName, Model: m})
 	}
 	return out
 }
@@ -93,6 +99,7 @@ func SchedulesValidator() bson.D {
 			{Key: schedule.FieldJob, Value: optional("string")},
 			{Key: schedule.FieldCategory, Value: optional("string")},
 			{Key: schedule.FieldArgs, Value: optional("object")},
+			{Key: schedule.FieldUpdatedBy, Value: optional("string")},
 		}},
 	}}}
 }

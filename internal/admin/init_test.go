@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/cronswap/cronswap/history"
 	"github.com/cronswap/cronswap/internal/admin"
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/jobs"
@@ -26,29 +27,38 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-// The index keys are the bson names of jobs.RunDoc, so the indexes cover
-// what the fire path writes.
-func TestIndexesUseRunDocFields(t *testing.T) {
-	tags := map[string]bool{}
-	rt := reflect.TypeFor[jobs.RunDoc]()
-	for i := range rt.NumField() {
-		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("bson"), ",")
-		tags[name] = true
+// The index keys are the bson names of the documents they index
+// (jobs.RunDoc, history.Entry), so the indexes cover what is written.
+func TestIndexesUseDocumentFields(t *testing.T) {
+	fields := func(rt reflect.Type) map[string]bool {
+		tags := map[string]bool{}
+		for i := range rt.NumField() {
+			name, _, _ := strings.Cut(rt.Field(i).Tag.Get("bson"), ",")
+			tags[name] = true
+		}
+		return tags
+	}
+	docs := map[string]map[string]bool{
+		jobs.RunsCollection:    fields(reflect.TypeFor[jobs.RunDoc]()),
+		history.CollectionName: fields(reflect.TypeFor[history.Entry]()),
 	}
 	var names []string
 	for _, ix := range admin.Indexes() {
-		if ix.Collection != jobs.RunsCollection {
-			t.Errorf("index %s on %s, want %s", ix.Name(), ix.Collection, jobs.RunsCollection)
+		tags, ok := docs[ix.Collection]
+		if !ok {
+			t.Errorf("index %s on %s, want %s or %s", ix.Name(), ix.Collection, jobs.RunsCollection, history.CollectionName)
 		}
-		names = append(names, ix.Name())
+		names = append(names, ix.Collection+"."+ix.Name())
 		for _, k := range ix.Model.Keys.(bson.D) {
 			if !tags[k.Key] {
-				t.Errorf("index %s keys %q, not a field of jobs.RunDoc", ix.Name(), k.Key)
+				t.Errorf("index %s keys %q, not a field of the documents of %s", ix.Name(), k.Key, ix.Collection)
 			}
 		}
 	}
-	if !slices.Equal(names, []string{admin.RunsUniqueIndex, admin.RunsTTLIndex}) {
-		t.Errorf("index names %q", names)
+	want := []string{jobs.RunsCollection + "." + admin.RunsUniqueIndex, jobs.RunsCollection + "." + admin.RunsTTLIndex,
+		history.CollectionName + "." + history.JobIndex, history.CollectionName + "." + history.TTLIndex}
+	if !slices.Equal(names, want) {
+		t.Errorf("index names %q, want %q", names, want)
 	}
 }
 
@@ -64,7 +74,7 @@ func TestInitOverExistingCollections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.Contains(rep.CreatedCollections, schedule.CollectionName) || len(rep.CreatedCollections) != 3 || len(rep.CreatedIndexes) != 2 {
+	if slices.Contains(rep.CreatedCollections, schedule.CollectionName) || len(rep.CreatedCollections) != 4 || len(rep.CreatedIndexes) != 4 {
 		t.Fatalf("report %+v", rep)
 	}
 	switch rep.Validator {

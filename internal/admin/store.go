@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/cronswap/cronswap/history"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
@@ -399,4 +400,10 @@ func (s *Store) ResetTokens(ctx context.Context, id string) (int64, error) {
 		return 0, fmt.Errorf("delete from %s: %w", resumetoken.CollectionName, err)
 	}
 	return res.DeletedCount, nil
+}
+
+// History returns the newest edit-history entries of job id, newest first,
+// at most limit (see history.List).
+func (s *Store) History(ctx context.Context, id string, limit int64) ([]history.Entry, error) {
+	return history.List(ctx, s.db.Collection(history.CollectionName), id, limit)
 }

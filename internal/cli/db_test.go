@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/cronswap/cronswap/history"
 	"github.com/cronswap/cronswap/internal/admin"
 	"github.com/cronswap/cronswap/internal/cli"
 	"github.com/cronswap/cronswap/internal/config"
@@ -666,34 +667,38 @@ func TestInitTwice(t *testing.T) {
 	e := newEnv(t)
 	var rep admin.InitReport
 	e.okJSON(&rep, "init")
-	if len(rep.CreatedCollections) != 4 || len(rep.CreatedIndexes) != 2 || !rep.Changed() {
+	if len(rep.CreatedCollections) != 5 || len(rep.CreatedIndexes) != 4 || !rep.Changed() {
 		t.Fatalf("first init: %+v", rep)
 	}
 	// The indexes are there with their options.
-	cur, err := e.db.Collection(jobs.RunsCollection).Indexes().List(ctx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var specs []struct {
-		Name   string `bson:"name"`
-		Key    bson.D `bson:"key"`
-		Unique *bool  `bson:"unique"`
-		TTL    *int32 `bson:"expireAfterSeconds"`
-	}
-	if err := cur.All(ctx(t), &specs); err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]string{}
-	for _, s := range specs {
-		ttl := "none"
-		if s.TTL != nil {
-			ttl = fmt.Sprint(*s.TTL)
+	for _, coll := range []string{jobs.RunsCollection, history.CollectionName} {
+		cur, err := e.db.Collection(coll).Indexes().List(ctx(t))
+		if err != nil {
+			t.Fatal(err)
 		}
-		got[s.Name] = fmt.Sprintf("key=%v unique=%v ttl=%s", s.Key, s.Unique != nil && *s.Unique, ttl)
+		var specs []struct {
+			Name   string `bson:"name"`
+			Key    bson.D `bson:"key"`
+			Unique *bool  `bson:"unique"`
+			TTL    *int32 `bson:"expireAfterSeconds"`
+		}
+		if err := cur.All(ctx(t), &specs); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range specs {
+			ttl := "none"
+			if s.TTL != nil {
+				ttl = fmt.Sprint(*s.TTL)
+			}
+			got[coll+"."+s.Name] = fmt.Sprintf("key=%v unique=%v ttl=%s", s.Key, s.Unique != nil && *s.Unique, ttl)
+		}
 	}
 	want := map[string]string{
-		"job_id_1_scheduled_at_1": `key={"job_id":{"$numberInt":"1"},"scheduled_at":{"$numberInt":"1"}} unique=true ttl=none`,
-		"expire_at_1":             `key={"expire_at":{"$numberInt":"1"}} unique=false ttl=0`,
+		"job_runs.job_id_1_scheduled_at_1":            `key={"job_id":{"$numberInt":"1"},"scheduled_at":{"$numberInt":"1"}} unique=true ttl=none`,
+		"job_runs.expire_at_1":                        `key={"expire_at":{"$numberInt":"1"}} unique=false ttl=0`,
+		"schedule_history.schedule_history_job_at":    `key={"job_id":{"$numberInt":"1"},"at":{"$numberInt":"-1"}} unique=false ttl=none`,
+		"schedule_history.schedule_history_expire_at": `key={"expire_at":{"$numberInt":"1"}} unique=false ttl=0`,
 	}
 	for name, w := range want {
 		if got[name] != w {

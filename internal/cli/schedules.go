@@ -142,7 +142,7 @@ func schedulesCommand() *ucli.Command {
 		Usage: "list, show and edit the schedules collection",
 		Subcommands: []*ucli.Command{
 			schedulesList(), schedulesGet(), schedulesSet(), schedulesDelete(),
-			schedulesEnable("pause", false), schedulesEnable("resume", true),
+			schedulesEnable("pause", false), schedulesEnable("resume", true), schedulesHistory(),
 		},
 	}
 }

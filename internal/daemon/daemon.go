@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/history"
 	"github.com/cronswap/cronswap/internal/config"
 	"github.com/cronswap/cronswap/internal/httpapi"
 	"github.com/cronswap/cronswap/internal/metrics"
@@ -51,6 +52,7 @@ type Daemon struct {
 	runner   *jobs.Runner
 	engine   *scheduler.Engine
 	watcher  *changestream.Watcher
+	history  *editHistory
 	server   *http.Server
 
 	startEngine sync.Once
@@ -105,7 +107,9 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		// jobs.<action>.jitter delays each slot by a fixed per-job amount.
 		Policy: registry,
 	})
-	hooks := watchHooks(d.metrics)
+	d.history = newEditHistory(db.Collection(history.CollectionName), NewEngineSink(d.engine, d.log, d.metrics),
+		cfg.InstanceID, cfg.Runs.Retention, d.log)
+	hooks := d.history.hook(watchHooks(d.metrics))
 	// The engine's timers start once it holds the schedules: filling a
 	// running engine costs robfig a re-sort per job (about 6x slower at
 	// 100,000 jobs); an empty engine has nothing to fire meanwhile.
@@ -114,7 +118,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		ID:     cfg.InstanceID,
 		Feed:   changestream.NewMongoFeed(db.Collection(schedule.CollectionName), time.Second),
 		Tokens: resumetoken.NewMongoStore(db.Collection(resumetoken.CollectionName)),
-		Sink:   NewEngineSink(d.engine, d.log, d.metrics),
+		Sink:   d.history.recorder,
 		Logger: d.log,
 		Hooks:  hooks,
 		State:  stateStore(cfg),
@@ -158,6 +162,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	indexCtx, stopIndexes := context.WithCancel(context.Background())
 	defer stopIndexes()
 	go ensureRunIndexes(indexCtx, d.client.Database(d.cfg.Mongo.Database).Collection(jobs.RunsCollection), d.log)
+	stopHistory := d.history.run(d.log)
+	defer stopHistory() // after the watcher stopped: no entry comes after it
 
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- d.server.Serve(d.listener) }()

@@ -1,0 +1,234 @@
+package history
+
+import (
+	"encoding/hex"
+	"log/slog"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/schedule"
+)
+
+// Queue receives the entries a Recorder computes; *Writer is the real one.
+type Queue interface {
+	// Enqueue hands e over without blocking; false means it was dropped.
+	Enqueue(e Entry) bool
+}
+
+// RecorderOptions configures a Recorder.
+type RecorderOptions struct {
+	// Instance names this replica in Entry.Instance.
+	Instance string
+	// Retention is how long entries are kept (Entry.ExpireAt = At +
+	// Retention); it must be positive.
+	Retention time.Duration
+	// Logger receives the recorder's logs (default slog.Default()).
+	Logger *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Recorder turns the change events a watcher applies into history entries.
+// It wraps the watcher's sink (to see full reloads) and is fed the events
+// through Observe (Hooks.Event) and the stream's catching up through
+// CaughtUp (Hooks.Idle). Every method is called from the watcher's
+// goroutine; none waits for the database (entries go to the Queue).
+type Recorder struct {
+	changestream.Sink
+	queue Queue
+	opts  RecorderOptions
+
+	// docs are the schedules documents as the events left them, by job id;
+	// nil while reloaded is not yet indexed.
+	docs map[string]bson.Raw
+	// reloaded is the collection of the last full reload, indexed into
+	// docs at the first event after it (poll mode never pays for that).
+	reloaded []bson.Raw
+	// exact is true once the stream caught up after the last full reload:
+	// docs are then exactly the documents before the next event.
+	exact bool
+}
+
+// NewRecorder returns a recorder wrapping sink and sending entries to q.
+func NewRecorder(sink changestream.Sink, q Queue, opts RecorderOptions) *Recorder {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Recorder{Sink: sink, queue: q, opts: opts, docs: map[string]bson.Raw{}}
+}
+
+// ReplaceAll implements changestream.Sink: it passes the full reload on
+// and takes docs as the documents from now on, not exact until the stream
+// has caught up (see the package doc). docs must not be modified later.
+func (r *Recorder) ReplaceAll(docs []bson.Raw) []string {
+	changed := r.Sink.ReplaceAll(docs)
+	r.reloaded, r.docs = docs, nil
+	if r.exact {
+		r.opts.Logger.Debug("schedule history paused until the stream catches up after a full reload", "documents", len(docs))
+	}
+	r.exact = false
+	return changed
+}
+
+// CaughtUp tells the recorder that the stream applied every event
+// committed before now (Hooks.Idle): its documents are exact from here on.
+func (r *Recorder) CaughtUp() {
+	if r.exact {
+		return
+	}
+	r.exact = true
+	r.opts.Logger.Debug("schedule history recording: stream caught up")
+}
+
+// Observe takes one applied change event (Hooks.Event): it updates the
+// recorder's copy of the document and, when that copy was exact, queues
+// the entry for the change (none when nothing but _id, updated_at or
+// updated_by changed).
+func (r *Recorder) Observe(ev changestream.EventInfo) {
+	e, ok := r.observe(ev.Event)
+	if !ok {
+		return
+	}
+	if !r.queue.Enqueue(e) {
+		r.opts.Logger.Warn("schedule history queue full; entry dropped", "job_id", e.JobID, "history_id", e.ID, "op", e.Op)
+	}
+}
+
+// observe is Observe without the queue: the entry, and whether there is one.
+func (r *Recorder) observe(ev bson.Raw) (Entry, bool) {
+	op, _ := ev.Lookup("operationType").StringValueOK()
+	if op != OpInsert && op != OpUpdate && op != OpReplace && op != OpDelete {
+		return Entry{}, false
+	}
+	jobID := eventJobID(ev)
+	if jobID == "" {
+		return Entry{}, false // not a job's document (no string _id)
+	}
+	r.index()
+	before := r.docs[jobID]
+	var after bson.Raw
+	switch op {
+	case OpInsert, OpReplace:
+		after = copyDoc(ev, "fullDocument")
+	case OpUpdate:
+		desc, err := ev.LookupErr("updateDescription")
+		if err == nil && desc.Type == bson.TypeEmbeddedDocument {
+			next, err := ApplyUpdate(before, desc.Document())
+			if err != nil {
+				r.opts.Logger.Warn("schedule history: cannot apply an update event; taking the looked-up document",
+					"job_id", jobID, "error", err)
+				after = copyDoc(ev, "fullDocument")
+			} else {
+				after = next
+			}
+		} else {
+			after = copyDoc(ev, "fullDocument") // a server without updateDescription
+		}
+	}
+	if after == nil {
+		delete(r.docs, jobID)
+	} else {
+		r.docs[jobID] = after
+	}
+	if !r.exact {
+		return Entry{}, false
+	}
+	id := eventKey(ev)
+	if id == "" {
+		r.opts.Logger.Warn("schedule history: change event without a resume token; not recorded", "job_id", jobID, "op", op)
+		return Entry{}, false
+	}
+	changes := Diff(before, after)
+	if len(changes) == 0 && (op == OpUpdate || op == OpReplace) {
+		return Entry{}, false
+	}
+	now := r.opts.Now()
+	at := eventTime(ev, now)
+	e := Entry{ID: id, JobID: jobID, At: at, Op: op, Changes: changes, Instance: r.opts.Instance,
+		RecordedAt: now.UTC(), ExpireAt: at.Add(r.opts.Retention)}
+	if after != nil {
+		if s, ok := after.Lookup(schedule.FieldUpdatedBy).StringValueOK(); ok {
+			e.UpdatedBy = s
+		}
+	}
+	if e.Changes == nil {
+		e.Changes = []Change{}
+	}
+	return e, true
+}
+
+// index builds docs from the last full reload, if not done yet.
+func (r *Recorder) index() {
+	if r.docs != nil {
+		return
+	}
+	r.docs = make(map[string]bson.Raw, len(r.reloaded))
+	for _, d := range r.reloaded {
+		if v, err := d.LookupErr("_id"); err == nil {
+			if id, err := schedule.DecodeID(v); err == nil && v.Type == bson.TypeString {
+				r.docs[id] = d
+			}
+		}
+	}
+	r.reloaded = nil
+}
+
+// eventJobID is the string _id of the event's document ("" when it has
+// none or another type).
+func eventJobID(ev bson.Raw) string {
+	v, err := ev.LookupErr("documentKey", "_id")
+	if err != nil {
+		v, err = ev.LookupErr("fullDocument", "_id")
+	}
+	if err != nil || v.Type != bson.TypeString {
+		return ""
+	}
+	id, err := schedule.DecodeID(v)
+	if err != nil {
+		return ""
+	}
+	return id
+}
+
+// eventKey is the event's resume token _data: a hex string on MongoDB 4.2+
+// and the test server; binary _data (older servers) is hex-encoded.
+func eventKey(ev bson.Raw) string {
+	v, err := ev.LookupErr("_id", "_data")
+	if err != nil {
+		return ""
+	}
+	if s, ok := v.StringValueOK(); ok {
+		return s
+	}
+	if _, b, ok := v.BinaryOK(); ok {
+		return hex.EncodeToString(b)
+	}
+	return ""
+}
+
+// eventTime is the event's wallTime, else its clusterTime, else now.
+func eventTime(ev bson.Raw, now time.Time) time.Time {
+	if v, err := ev.LookupErr("wallTime"); err == nil && v.Type == bson.TypeDateTime {
+		return v.Time().UTC()
+	}
+	if v, err := ev.LookupErr("clusterTime"); err == nil && v.Type == bson.TypeTimestamp {
+		t, _ := v.Timestamp()
+		return time.Unix(int64(t), 0).UTC()
+	}
+	return now.UTC()
+}
+
+// copyDoc returns a copy of the embedded document ev.key (nil if absent or
+// not a document): the stream reuses the event's buffer.
+func copyDoc(ev bson.Raw, key string) bson.Raw {
+	v, err := ev.LookupErr(key)
+	if err != nil || v.Type != bson.TypeEmbeddedDocument {
+		return nil
+	}
+	return append(bson.Raw(nil), v.Document()...)
+}

@@ -1,0 +1,191 @@
+package history
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/changestream"
+)
+
+type memQueue struct{ entries []Entry }
+
+func (q *memQueue) Enqueue(e Entry) bool { q.entries = append(q.entries, e); return true }
+
+type nopSink struct{ replaced int }
+
+func (nopSink) Upsert(bson.Raw)                        {}
+func (nopSink) Delete(bson.RawValue)                   {}
+func (s *nopSink) ReplaceAll(docs []bson.Raw) []string { s.replaced++; return nil }
+
+var wall0 = time.Date(2027, 3, 1, 10, 0, 0, 0, time.UTC)
+
+// ev builds a change event numbered n for job id: fields are added as given
+// (fullDocument, updateDescription...).
+func ev(t *testing.T, n int, op string, id any, fields ...bson.E) changestream.EventInfo {
+	t.Helper()
+	d := bson.D{
+		{Key: "_id", Value: bson.D{{Key: "_data", Value: fmt.Sprintf("82%014X", n)}}},
+		{Key: "operationType", Value: op},
+		{Key: "wallTime", Value: bson.NewDateTimeFromTime(wall0.Add(time.Duration(n) * time.Second))},
+		{Key: "documentKey", Value: bson.D{{Key: "_id", Value: id}}},
+	}
+	return changestream.EventInfo{Op: op, Event: raw(t, append(d, fields...))}
+}
+
+func full(t *testing.T, d bson.D) bson.E { return bson.E{Key: "fullDocument", Value: raw(t, d)} }
+
+func upd(t *testing.T, set bson.D, removed ...string) bson.E {
+	a := bson.A{}
+	for _, r := range removed {
+		a = append(a, r)
+	}
+	return bson.E{Key: "updateDescription", Value: bson.D{{Key: "updatedFields", Value: set}, {Key: "removedFields", Value: a}}}
+}
+
+func newTestRecorder() (*Recorder, *memQueue, *nopSink) {
+	q, s := &memQueue{}, &nopSink{}
+	r := NewRecorder(s, q, RecorderOptions{Instance: "r1", Retention: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return wall0.Add(time.Hour) }})
+	return r, q, s
+}
+
+func entryString(e Entry) string {
+	s := e.Op + " " + e.JobID + " [" + renderAll(e.Changes) + "]"
+	if e.UpdatedBy != "" {
+		s += " by " + e.UpdatedBy
+	}
+	return s
+}
+
+// TestRecorderEntriesFollowTheEvents drives a recorder through the edits an
+// operator makes and checks each entry's before -> after. Every update
+// event carries a looked-up fullDocument that is already a later version
+// (as updateLookup gives when edits come quickly): the entries must not
+// use it.
+func TestRecorderEntriesFollowTheEvents(t *testing.T) {
+	r, q, sink := newTestRecorder()
+	start := bson.D{{Key: "_id", Value: "daily_report"}, {Key: "cron_expr", Value: "0 9 * * *"}}
+	r.ReplaceAll([]bson.Raw{raw(t, start)})
+	if sink.replaced != 1 {
+		t.Fatal("ReplaceAll not passed on to the wrapped sink")
+	}
+	r.CaughtUp()
+	later := full(t, bson.D{{Key: "_id", Value: "daily_report"}, {Key: "cron_expr", Value: "9 9 9 9 *"}, {Key: "enabled", Value: false}})
+	now := bson.NewDateTimeFromTime(wall0)
+	events := []changestream.EventInfo{
+		ev(t, 1, "update", "daily_report", later, upd(t, bson.D{{Key: "cron_expr", Value: "0 8 * * *"}, {Key: "updated_at", Value: now}})),
+		ev(t, 2, "update", "daily_report", later, upd(t, bson.D{{Key: "timezone", Value: "Europe/Berlin"}, {Key: "updated_at", Value: now}})),
+		ev(t, 3, "update", "daily_report", later, upd(t, bson.D{{Key: "enabled", Value: false}, {Key: "updated_by", Value: "alice"}})),
+		// Not setting updated_by: the document still names alice.
+		ev(t, 4, "update", "daily_report", later, upd(t, bson.D{{Key: "enabled", Value: true}})),
+		ev(t, 5, "update", "daily_report", later, upd(t, bson.D{{Key: "args", Value: bson.D{{Key: "region", Value: "eu"}}}}, "updated_by")),
+		ev(t, 6, "update", "daily_report", later, upd(t, bson.D{{Key: "args.region", Value: "us"}})),
+		// Only updated_at: nothing recorded.
+		ev(t, 7, "update", "daily_report", later, upd(t, bson.D{{Key: "updated_at", Value: now}})),
+		ev(t, 8, "replace", "daily_report", full(t, bson.D{{Key: "_id", Value: "daily_report"}, {Key: "cron_expr", Value: "@daily"}, {Key: "updated_by", Value: "bob"}})),
+		ev(t, 9, "delete", "daily_report"),
+		ev(t, 10, "insert", "daily_report", full(t, bson.D{{Key: "_id", Value: "daily_report"}, {Key: "cron_expr", Value: "@hourly"}})),
+		// A document whose _id is not a string is no job: no entry.
+		ev(t, 11, "insert", bson.D{{Key: "tenant", Value: "x"}}, full(t, bson.D{{Key: "_id", Value: bson.D{{Key: "tenant", Value: "x"}}}, {Key: "cron_expr", Value: "@hourly"}})),
+	}
+	for _, e := range events {
+		r.Observe(e)
+	}
+	want := []string{
+		`update daily_report [cron_expr: "0 9 * * *" -> "0 8 * * *"]`,
+		`update daily_report [timezone: - -> "Europe/Berlin"]`,
+		`update daily_report [enabled: - -> false] by alice`,
+		`update daily_report [enabled: false -> true] by alice`,
+		`update daily_report [args: - -> {"region":"eu"}]`,
+		`update daily_report [args.region: "eu" -> "us"]`,
+		`replace daily_report [cron_expr: "0 8 * * *" -> "@daily"; timezone: "Europe/Berlin" -> -; enabled: true -> -; args: {"region":"us"} -> -] by bob`,
+		`delete daily_report [cron_expr: "@daily" -> -]`,
+		`insert daily_report [cron_expr: - -> "@hourly"]`,
+	}
+	if len(q.entries) != len(want) {
+		for _, e := range q.entries {
+			t.Logf("entry: %s", entryString(e))
+		}
+		t.Fatalf("%d entries, want %d", len(q.entries), len(want))
+	}
+	ids := map[string]bool{}
+	for i, e := range q.entries {
+		if got := entryString(e); got != want[i] {
+			t.Errorf("entry %d:\n got %s\nwant %s", i, got, want[i])
+		}
+		ids[e.ID] = true
+		if e.Instance != "r1" || e.ExpireAt.Sub(e.At) != time.Hour || !e.RecordedAt.Equal(wall0.Add(time.Hour)) {
+			t.Errorf("entry %d: instance %q, expire_at %s - at %s, recorded_at %s", i, e.Instance, e.ExpireAt, e.At, e.RecordedAt)
+		}
+	}
+	if len(ids) != len(want) {
+		t.Errorf("entry ids not unique per event: %v", ids)
+	}
+	if first := q.entries[0]; first.ID != "8200000000000001" || !first.At.Equal(wall0.Add(time.Second)) {
+		t.Errorf("first entry: _id %q at %s, want the event's _data and wallTime", first.ID, first.At)
+	}
+}
+
+// TestRecorderRecordsNothingUntilCaughtUp checks the window after a full
+// reload: events that the read may already include are applied to the
+// recorder's documents but not recorded; once the stream caught up the
+// next event has the right "before".
+func TestRecorderRecordsNothingUntilCaughtUp(t *testing.T) {
+	r, q, _ := newTestRecorder()
+	// The read already includes event 1 (0 8) and event 2 (0 7).
+	r.ReplaceAll([]bson.Raw{raw(t, bson.D{{Key: "_id", Value: "a"}, {Key: "cron_expr", Value: "0 7 * * *"}})})
+	r.Observe(ev(t, 1, "update", "a", upd(t, bson.D{{Key: "cron_expr", Value: "0 8 * * *"}})))
+	r.Observe(ev(t, 2, "update", "a", upd(t, bson.D{{Key: "cron_expr", Value: "0 7 * * *"}})))
+	if len(q.entries) != 0 {
+		t.Fatalf("entries before the stream caught up: %v", q.entries)
+	}
+	r.CaughtUp()
+	r.Observe(ev(t, 3, "update", "a", upd(t, bson.D{{Key: "cron_expr", Value: "0 6 * * *"}})))
+	if len(q.entries) != 1 || entryString(q.entries[0]) != `update a [cron_expr: "0 7 * * *" -> "0 6 * * *"]` {
+		t.Fatalf("entries = %v", q.entries)
+	}
+	// A resync's full reload pauses recording again.
+	r.ReplaceAll([]bson.Raw{raw(t, bson.D{{Key: "_id", Value: "a"}, {Key: "cron_expr", Value: "0 5 * * *"}})})
+	r.Observe(ev(t, 4, "update", "a", upd(t, bson.D{{Key: "cron_expr", Value: "0 5 * * *"}})))
+	if len(q.entries) != 1 {
+		t.Fatalf("entry recorded while not caught up: %v", q.entries[1:])
+	}
+}
+
+// TestRecordersOfTwoReplicasAgree feeds the same events to two recorders
+// that reloaded at different moments (one before the edits, one in the
+// middle with the stream replaying what its read already had) and checks
+// that whatever both record is identical, id included.
+func TestRecordersOfTwoReplicasAgree(t *testing.T) {
+	a, qa, _ := newTestRecorder()
+	b, qb, _ := newTestRecorder()
+	a.ReplaceAll([]bson.Raw{raw(t, bson.D{{Key: "_id", Value: "j"}, {Key: "cron_expr", Value: "0 9 * * *"}})})
+	a.CaughtUp()
+	events := []changestream.EventInfo{
+		ev(t, 1, "update", "j", upd(t, bson.D{{Key: "cron_expr", Value: "0 8 * * *"}})),
+		ev(t, 2, "update", "j", upd(t, bson.D{{Key: "enabled", Value: false}})),
+		ev(t, 3, "update", "j", upd(t, bson.D{{Key: "enabled", Value: true}})),
+	}
+	for _, e := range events {
+		a.Observe(e)
+	}
+	// b read the collection after event 2, then replays 1 and 2.
+	b.ReplaceAll([]bson.Raw{raw(t, bson.D{{Key: "_id", Value: "j"}, {Key: "cron_expr", Value: "0 8 * * *"}, {Key: "enabled", Value: false}})})
+	b.Observe(events[0])
+	b.Observe(events[1])
+	b.CaughtUp()
+	b.Observe(events[2])
+	if len(qa.entries) != 3 || len(qb.entries) != 1 {
+		t.Fatalf("a recorded %d, b %d; want 3 and 1", len(qa.entries), len(qb.entries))
+	}
+	ea, eb := qa.entries[2], qb.entries[0]
+	ea.RecordedAt, eb.RecordedAt = time.Time{}, time.Time{}
+	if fmt.Sprint(ea) != fmt.Sprint(eb) {
+		t.Fatalf("replicas disagree on event 3:\n a %+v\n b %+v", ea, eb)
+	}
+}

@@ -1,0 +1,97 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/history"
+	"github.com/cronswap/cronswap/jobs"
+)
+
+// historyFlushTimeout bounds how long shutdown waits for queued history
+// entries to be written once the watcher has stopped.
+const historyFlushTimeout = 5 * time.Second
+
+// editHistory wires the edit history into the watcher: the recorder wraps
+// the engine's sink and follows the watcher's hooks, the writer stores
+// what it records. Retention is runs.retention, so the history covers at
+// least the runs it explains.
+type editHistory struct {
+	coll     *mongo.Collection
+	writer   *history.Writer
+	recorder *history.Recorder
+}
+
+func newEditHistory(coll *mongo.Collection, sink changestream.Sink, instance string, retention time.Duration, log *slog.Logger) *editHistory {
+	if retention <= 0 {
+		retention = jobs.DefaultRetention
+	}
+	w := history.NewWriter(coll, history.WriterOptions{Logger: log})
+	return &editHistory{coll: coll, writer: w,
+		recorder: history.NewRecorder(sink, w, history.RecorderOptions{Instance: instance, Retention: retention, Logger: log})}
+}
+
+// hook adds the recorder to the watcher's hooks, after what they already do.
+func (h *editHistory) hook(hooks changestream.Hooks) changestream.Hooks {
+	event := hooks.Event
+	hooks.Event = func(ev changestream.EventInfo) {
+		if event != nil {
+			event(ev)
+		}
+		h.recorder.Observe(ev)
+	}
+	idle := hooks.Idle
+	hooks.Idle = func() {
+		if idle != nil {
+			idle()
+		}
+		h.recorder.CaughtUp()
+	}
+	return hooks
+}
+
+// run creates the collection's indexes and writes entries until stop is
+// called; stop waits at most historyFlushTimeout for the queue.
+func (h *editHistory) run(log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go ensureIndexes(ctx, h.coll.Name(), func(ctx context.Context) error { return history.EnsureIndexes(ctx, h.coll) }, log)
+	done := make(chan struct{})
+	go func() { defer close(done); h.writer.Run(ctx) }()
+	return func() {
+		h.writer.Close()
+		t := time.NewTimer(historyFlushTimeout)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		cancel()
+		<-done
+	}
+}
+
+// ensureIndexes runs create with backoff until it succeeds or ctx ends
+// (the daemon starts without waiting for the database).
+func ensureIndexes(ctx context.Context, collection string, create func(context.Context) error, log *slog.Logger) {
+	wait := 500 * time.Millisecond
+	for {
+		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := create(octx)
+		cancel()
+		if err == nil {
+			log.Debug("indexes in place", "collection", collection)
+			return
+		}
+		log.Warn("could not create indexes; retrying", "collection", collection, "error", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
+}
