@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/cronswap/cronswap/history"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
 )
@@ -40,7 +41,7 @@ func NewReader(db *mongo.Database, o Options) *Reader {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Reader{db: db, loc: o.Location, now: o.Now, hist: HistoryCollection}
+	return &Reader{db: db, loc: o.Location, now: o.Now, hist: history.CollectionName}
 }
 
 // Now is the reader's clock, for resolving relative range ends.

@@ -16,12 +16,6 @@ import (
 	"time"
 )
 
-// HistoryCollection is the collection of schedule edits, one document per
-// applied change event (job_id, at, op, changes [{field, before, after}],
-// updated_by). The edit-history package will own this name; until then
-// this is its only spelling in this package.
-const HistoryCollection = "schedule_history"
-
 // Bounds of one timeline. A request for more is refused (window) or cut
 // short with Truncated set and NextFrom saying where to continue.
 const (
