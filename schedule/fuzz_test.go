@@ -28,6 +28,7 @@ func FuzzDecode(f *testing.F) {
 		{{Key: FieldID, Value: int32(7)}, {Key: FieldCronExpr, Value: "@hourly"}},
 		{{Key: FieldID, Value: bson.NewObjectID()}, {Key: FieldCronExpr, Value: "@hourly"}},
 		{{Key: FieldID, Value: "일일_보고"}, {Key: FieldCronExpr, Value: "CRON_TZ=Asia/Seoul 0 9 * * *"}},
+		{{Key: FieldID, Value: "billing"}, {Key: FieldCronExpr, Value: "30 1 * * *"}, {Key: FieldTimezone, Value: "America/New_York"}, {Key: FieldDST, Value: "plain"}},
 	} {
 		raw, err := bson.Marshal(d)
 		if err != nil {
@@ -67,6 +68,9 @@ func FuzzDecode(f *testing.F) {
 		}
 		if s.Job != "" {
 			d = append(d, bson.E{Key: FieldJob, Value: s.Job})
+		}
+		if s.DST != "" {
+			d = append(d, bson.E{Key: FieldDST, Value: string(s.DST)})
 		}
 		raw, err := bson.Marshal(d)
 		if err != nil {
@@ -115,6 +119,8 @@ func checkAccepted(t *testing.T, s Schedule) {
 		t.Fatalf("accepted a bad expression %q", s.CronExpr)
 	case len(s.Timezone) > MaxNameBytes || len(s.Job) > MaxNameBytes || len(s.Category) > MaxNameBytes:
 		t.Fatalf("accepted an oversized name: %+v", s)
+	case s.DST != "" && s.DST != DSTPlain:
+		t.Fatalf("accepted dst %q: only DSTPlain or empty (the default) may come out", s.DST)
 	case s.Args != "" && !json.Valid([]byte(s.Args)):
 		t.Fatalf("args are not JSON: %q", s.Args)
 	case len(s.Args) > MaxArgsJSONBytes:

@@ -57,6 +57,9 @@ const (
 	// FieldUpdatedBy optionally names who made the last edit (a string);
 	// the daemon ignores it, the edit history records it.
 	FieldUpdatedBy = "updated_by"
+	// FieldDST chooses the daylight-saving semantics: "shift" (the
+	// default) or "plain".
+	FieldDST = "dst"
 )
 
 // ErrInvalid is wrapped by every validation error, so callers can tell a bad
@@ -71,6 +74,11 @@ type Schedule struct {
 	CronExpr string
 	// Timezone is the IANA zone from the document; empty means the default.
 	Timezone string
+	// DST is how the expression treats the wall times a change of the
+	// zone's UTC offset skips or repeats: DSTPlain, or empty for DSTShift,
+	// the default. A document's "shift" decodes to empty, so both ways of
+	// writing the default are the same timing.
+	DST DSTMode
 	// Enabled is false when the document disarms the job.
 	Enabled bool
 	// Job names the action in config; empty means ID.
@@ -92,7 +100,7 @@ func (s Schedule) ActionName() string {
 }
 
 // SameExceptTiming reports whether s and o agree on every field but their
-// timing (CronExpr, Timezone, Enabled) and UpdatedAt, which is
+// timing (CronExpr, Timezone, DST, Enabled) and UpdatedAt, which is
 // informational. It compares whole copies, so a field added to Schedule
 // counts without being listed here; Schedule must therefore stay comparable
 // with ==.
@@ -102,7 +110,7 @@ func (s Schedule) SameExceptTiming(o Schedule) bool {
 
 // withoutTiming is s with its timing and UpdatedAt zeroed.
 func (s Schedule) withoutTiming() Schedule {
-	s.CronExpr, s.Timezone, s.Enabled, s.UpdatedAt = "", "", false, time.Time{}
+	s.CronExpr, s.Timezone, s.DST, s.Enabled, s.UpdatedAt = "", "", "", false, time.Time{}
 	return s
 }
 
@@ -111,12 +119,13 @@ func (s Schedule) withoutTiming() Schedule {
 type Timing struct {
 	CronExpr string
 	Timezone string
+	DST      DSTMode
 	Enabled  bool
 }
 
 // Timing returns the timer-relevant part of s.
 func (s Schedule) Timing() Timing {
-	return Timing{CronExpr: s.CronExpr, Timezone: s.Timezone, Enabled: s.Enabled}
+	return Timing{CronExpr: s.CronExpr, Timezone: s.Timezone, DST: s.DST, Enabled: s.Enabled}
 }
 
 // Error is a validation error about one job.
@@ -216,6 +225,9 @@ func DecodeFields(raw bson.Raw) (s Schedule, err error) {
 		s.Enabled = b
 	}
 	if s.Timezone, err = optionalString(raw, id, FieldTimezone); err != nil {
+		return s, err
+	}
+	if s.DST, err = decodeDST(raw, id); err != nil {
 		return s, err
 	}
 	if s.Job, err = optionalString(raw, id, FieldJob); err != nil {
@@ -360,6 +372,23 @@ func optionalString(raw bson.Raw, id, field string) (string, error) {
 	return s, nil
 }
 
+// decodeDST reads the optional dst field: absent, null or "shift" is the
+// default (empty), "plain" is DSTPlain, anything else is refused.
+func decodeDST(raw bson.Raw, id string) (DSTMode, error) {
+	str, err := optionalString(raw, id, FieldDST)
+	if err != nil {
+		return "", err
+	}
+	m, err := ParseDSTMode(str)
+	if err != nil {
+		return "", invalid(id, FieldDST, "%v", err)
+	}
+	if m == DSTShift {
+		return "", nil
+	}
+	return m, nil
+}
+
 // Validate checks the fields of s that Decode cannot check by type alone:
 // the expression parses and fires at least once, and the time zone exists.
 func (s Schedule) Validate() error {
@@ -370,9 +399,12 @@ func (s Schedule) Validate() error {
 }
 
 // Parse compiles the schedule's expression in its time zone, or in def when
-// the document names none. A CRON_TZ= or TZ= prefix in the expression wins
-// over both.
+// the document names none, with its daylight-saving mode. A CRON_TZ= or TZ=
+// prefix in the expression wins over both zones.
 func (s Schedule) Parse(def *time.Location) (cron.Schedule, error) {
+	if _, err := ParseDSTMode(string(s.DST)); err != nil {
+		return nil, invalid(s.ID, FieldDST, "%v", err)
+	}
 	if s.Timezone != "" {
 		loc, err := LoadLocation(s.Timezone)
 		if err != nil {
@@ -380,7 +412,7 @@ func (s Schedule) Parse(def *time.Location) (cron.Schedule, error) {
 		}
 		def = loc
 	}
-	sched, err := ParseExpr(s.CronExpr, def)
+	sched, err := ParseExprWith(s.CronExpr, def, ParseOptions{DST: s.DST})
 	if err != nil {
 		return nil, invalid(s.ID, FieldCronExpr, "%v", err)
 	}

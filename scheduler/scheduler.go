@@ -394,7 +394,10 @@ func (e *Engine) store(sh *shard, id string, r *record) {
 
 // parseKey is what a parsed expression depends on besides the engine's
 // default zone.
-type parseKey struct{ expr, tz string }
+type parseKey struct {
+	expr, tz string
+	dst      schedule.DSTMode
+}
 
 // parseCache maps expressions already parsed by one Sync to their schedule.
 // Parsed schedules are immutable, so jobs with the same expression can
@@ -404,7 +407,7 @@ type parseCache map[parseKey]cron.Schedule
 // check parses s in the engine's default zone, reusing cache when it holds
 // the expression (nil means no cache), and runs the policy's Check on it.
 func (e *Engine) check(s schedule.Schedule, cache parseCache) (cron.Schedule, error) {
-	key := parseKey{s.CronExpr, s.Timezone}
+	key := parseKey{s.CronExpr, s.Timezone, s.DST}
 	sched, ok := cache[key]
 	if !ok {
 		var err error

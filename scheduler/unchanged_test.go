@@ -34,7 +34,7 @@ func TestUnchangedRuleCoversEveryField(t *testing.T) {
 	}
 	// Values that keep a timing field valid; any other field gets a value
 	// derived from its kind.
-	valid := map[string]any{"CronExpr": "*/2 * * * * *", "Timezone": "Asia/Seoul"}
+	valid := map[string]any{"CronExpr": "*/2 * * * * *", "Timezone": "Asia/Seoul", "DST": schedule.DSTPlain}
 
 	typ := reflect.TypeOf(base)
 	if typ.NumField() < 8 {

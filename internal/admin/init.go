@@ -73,9 +73,10 @@ func Indexes() []Index {
 // SchedulesValidator returns the $jsonSchema validator of the schedules
 // collection: what a document must look like for the server to accept it.
 // It mirrors the types schedule.Decode checks (null counts as absent, as
-// there, except for enabled, which must be a boolean when present), so a
-// mongosh typo like `cron_expr: 0800` or `enabled: null` is refused at
-// write time.
+// there, except for enabled, which must be a boolean when present) and the
+// values of dst ("shift" or "plain"), so a mongosh typo like
+// `cron_expr: 0800`, `enabled: null` or `dst: "plian"` is refused at write
+// time.
 // Whether the expression parses is still the daemon's check (last known good).
 func SchedulesValidator() bson.D {
 	str := func(maxLen int) bson.D {
@@ -100,6 +101,7 @@ func SchedulesValidator() bson.D {
 			{Key: schedule.FieldCategory, Value: optional("string")},
 			{Key: schedule.FieldArgs, Value: optional("object")},
 			{Key: schedule.FieldUpdatedBy, Value: optional("string")},
+			{Key: schedule.FieldDST, Value: bson.D{{Key: "enum", Value: bson.A{string(schedule.DSTShift), string(schedule.DSTPlain), nil}}}},
 		}},
 	}}}
 }

@@ -104,6 +104,9 @@ type ScheduleEdit struct {
 	Timezone *string
 	Job      *string
 	Category *string
+	// DST is the daylight-saving mode, "shift" or "plain" (see
+	// schedule.DSTMode).
+	DST *string
 	// Args is the new args object; nil leaves it.
 	Args bson.Raw
 }
@@ -120,7 +123,7 @@ func (s *Store) SetSchedule(ctx context.Context, id string, e ScheduleEdit) (cre
 	for _, f := range []struct {
 		name string
 		v    *string
-	}{{schedule.FieldTimezone, e.Timezone}, {schedule.FieldJob, e.Job}, {schedule.FieldCategory, e.Category}} {
+	}{{schedule.FieldTimezone, e.Timezone}, {schedule.FieldJob, e.Job}, {schedule.FieldCategory, e.Category}, {schedule.FieldDST, e.DST}} {
 		switch {
 		case f.v == nil:
 		case *f.v == "":

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/robfig/cron/v3"
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/cronswap/cronswap/internal/config"
@@ -198,6 +199,8 @@ func nextCommand() *ucli.Command {
 		Flags: append(ignoredCommonFlags(), outputFlag(),
 			&ucli.IntFlag{Name: "n", Value: 5, Usage: "how many fire times"},
 			&ucli.StringFlag{Name: "tz", Usage: "IANA time zone of the expression (default UTC)"},
+			&ucli.StringFlag{Name: "dst", Usage: "daylight-saving mode, shift (the default) or plain, as the schedule's dst field"},
+			&ucli.StringFlag{Name: "from", Usage: "list the fire times after this instant, RFC 3339 (default now)"},
 		),
 		Action: func(c *ucli.Context) error {
 			if c.NArg() != 1 {
@@ -210,24 +213,33 @@ func nextCommand() *ucli.Command {
 			if n < 1 || n > 1000 {
 				return ucli.Exit(fmt.Sprintf("-n %d: want 1 to 1000", n), ExitUserError)
 			}
-			sched, loc, err := parseWithTZ(c.Args().First(), c.String("tz"))
+			mode, err := schedule.ParseDSTMode(c.String("dst"))
+			if err != nil {
+				return ucli.Exit("--dst: "+err.Error(), ExitUserError)
+			}
+			from := time.Now()
+			if v := c.String("from"); v != "" {
+				if from, err = time.Parse(time.RFC3339, v); err != nil {
+					return ucli.Exit(fmt.Sprintf("--from %q: want an RFC 3339 time like 2027-11-07T00:00:00-04:00", v), ExitUserError)
+				}
+			}
+			sched, loc, err := parseWithTZ(c.Args().First(), c.String("tz"), schedule.ParseOptions{DST: mode})
 			if err != nil {
 				return ucli.Exit(err.Error(), ExitUserError)
 			}
-			t := time.Now()
 			times := []fireTime{}
-			for range n {
-				t = sched.Next(t)
-				if t.IsZero() {
-					break
-				}
-				times = append(times, fireTime{t.In(loc).Format(time.RFC3339)})
+			for _, f := range schedule.Upcoming(sched, from, n) {
+				times = append(times, newFireTime(f, loc))
 			}
 			if isJSON(c) {
 				return writeJSON(c.App.Writer, times)
 			}
 			for _, ft := range times {
-				fmt.Fprintln(c.App.Writer, ft.At)
+				if ft.Mark == "" {
+					fmt.Fprintln(c.App.Writer, ft.At)
+				} else {
+					fmt.Fprintf(c.App.Writer, "%s  %s: %s\n", ft.At, ft.Mark, ft.Note)
+				}
 			}
 			return nil
 		},
@@ -250,7 +262,7 @@ func validateCommand() *ucli.Command {
 				return ucli.Exit(`want exactly one EXPR argument, e.g. cronswap validate "0 9 * * *"`, ExitUserError)
 			}
 			expr := c.Args().First()
-			sched, loc, err := parseWithTZ(expr, c.String("tz"))
+			sched, loc, err := parseWithTZ(expr, c.String("tz"), schedule.ParseOptions{})
 			if err != nil {
 				if isJSON(c) {
 					_ = writeJSON(c.App.Writer, validation{Expr: expr, Timezone: c.String("tz"), Valid: false, Error: err.Error()})
@@ -267,9 +279,61 @@ func validateCommand() *ucli.Command {
 	}
 }
 
-// fireTime is one element of `next --output json`.
+// fireTime is one element of `next --output json`: the fire's time and,
+// when daylight saving moved or de-duplicated it, what it did.
 type fireTime struct {
 	At string `json:"at"`
+	// Mark names what daylight saving did (one of the mark constants);
+	// Note says it in words.
+	Mark string `json:"mark,omitempty"`
+	Note string `json:"note,omitempty"`
+	// Shifted: the expression does not name this wall time; the fire
+	// stands for the skipped wall times MeantFor to MeantForLast.
+	Shifted      bool   `json:"shifted,omitempty"`
+	MeantFor     string `json:"meant_for,omitempty"`
+	MeantForLast string `json:"meant_for_last,omitempty"`
+	// Dropped is the second occurrence of this wall time, not run.
+	Dropped string `json:"dropped,omitempty"`
+	// Repeat: the second occurrence of a repeated wall time, run because
+	// the expression is not a fixed time.
+	Repeat bool `json:"repeat,omitempty"`
+}
+
+// Marks of `next`, by what daylight saving did to a fire.
+const (
+	// markShifted: a wall time the clocks skip, run at the first instant
+	// after the jump.
+	markShifted = "shifted"
+	// markMerged: a fire on its own schedule right after a jump that
+	// also stands for the skipped wall times, which are not run apart.
+	markMerged = "merged"
+	// markOnce: the first occurrence of a repeated fixed time; the second
+	// is not run.
+	markOnce = "once"
+	// markRepeat: the second occurrence of a repeated wall time, run.
+	markRepeat = "repeat"
+)
+
+// newFireTime is f as `next` shows it, times in loc.
+func newFireTime(f schedule.Fire, loc *time.Location) fireTime {
+	ft := fireTime{At: f.At.In(loc).Format(time.RFC3339), Note: f.Note, Shifted: f.Shifted, Repeat: f.Repeat}
+	if !f.MeantFor.IsZero() {
+		ft.MeantFor, ft.MeantForLast = f.MeantFor.String(), f.MeantForLast.String()
+	}
+	if !f.Dropped.IsZero() {
+		ft.Dropped = f.Dropped.In(loc).Format(time.RFC3339)
+	}
+	switch {
+	case f.Shifted:
+		ft.Mark = markShifted
+	case !f.Dropped.IsZero():
+		ft.Mark = markOnce
+	case f.Repeat:
+		ft.Mark = markRepeat
+	case !f.MeantFor.IsZero():
+		ft.Mark = markMerged
+	}
+	return ft
 }
 
 // validation is the answer of `validate --output json`.
@@ -281,9 +345,9 @@ type validation struct {
 	Error    string  `json:"error,omitempty"`
 }
 
-type nexter interface{ Next(time.Time) time.Time }
-
-func parseWithTZ(expr, tz string) (nexter, *time.Location, error) {
+// parseWithTZ parses expr in zone tz (UTC when empty) with opts, and
+// returns the zone too.
+func parseWithTZ(expr, tz string, opts schedule.ParseOptions) (cron.Schedule, *time.Location, error) {
 	loc := time.UTC
 	if tz != "" {
 		l, err := schedule.LoadLocation(tz)
@@ -292,7 +356,7 @@ func parseWithTZ(expr, tz string) (nexter, *time.Location, error) {
 		}
 		loc = l
 	}
-	sched, err := schedule.ParseExpr(expr, loc)
+	sched, err := schedule.ParseExprWith(expr, loc, opts)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/cronswap/cronswap/jobs"
 )
 
+// update rewrites the golden files under testdata/ (explain, next) from the output.
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/ from the output")
 
 // insertExplainJob stores a job whose timeline over 2026-03-01 00:00 to

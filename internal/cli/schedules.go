@@ -31,6 +31,7 @@ type scheduleView struct {
 	InvalidID bool            `json:"invalid_id,omitempty"`
 	CronExpr  string          `json:"cron_expr"`
 	Timezone  string          `json:"timezone"` // the document's; "" = the config's default
+	DST       string          `json:"dst"`      // "shift" (the default) or "plain"; a refused document's as written
 	Enabled   bool            `json:"enabled"`
 	Job       string          `json:"job"`
 	Category  string          `json:"category"`
@@ -57,6 +58,7 @@ func (s *session) view(ctx context.Context, d admin.ScheduleDoc, locks map[strin
 	sc := d.Schedule
 	if d.Err == nil {
 		v.CronExpr, v.Timezone, v.Enabled, v.Job, v.Category = sc.CronExpr, sc.Timezone, sc.Enabled, sc.Job, sc.Category
+		v.DST = dstName(sc.DST)
 		if sc.Args != "" {
 			v.Args = json.RawMessage(sc.Args)
 		}
@@ -72,6 +74,7 @@ func (s *session) view(ctx context.Context, d admin.ScheduleDoc, locks map[strin
 	} else {
 		// Show what the document holds, as far as it can be read.
 		v.CronExpr, v.Timezone, v.Job, v.Category = d.Field(schedule.FieldCronExpr), d.Field(schedule.FieldTimezone), d.Field(schedule.FieldJob), d.Field(schedule.FieldCategory)
+		v.DST = d.Field(schedule.FieldDST)
 		v.Enabled = sc.Enabled
 		v.Error = d.Err.Error()
 	}
@@ -96,6 +99,15 @@ func (s *session) view(ctx context.Context, d admin.ScheduleDoc, locks map[strin
 		v.LastStatus = lock.LastOutcome
 	}
 	return v, nil
+}
+
+// dstName is how a valid schedule's daylight-saving mode is shown: the
+// default by its name rather than empty.
+func dstName(m schedule.DSTMode) string {
+	if m == "" {
+		return string(schedule.DSTShift)
+	}
+	return string(m)
 }
 
 func (v scheduleView) row() []string {
@@ -235,7 +247,7 @@ func schedulesGet() *ucli.Command {
 				if v.UpdatedAt != nil {
 					upd = *v.UpdatedAt
 				}
-				rows = append(rows, []string{"job:", v.Job}, []string{"category:", v.Category}, []string{"args:", args}, []string{"updated at:", upd})
+				rows = append(rows, []string{"dst:", v.DST}, []string{"job:", v.Job}, []string{"category:", v.Category}, []string{"args:", args}, []string{"updated at:", upd})
 				table(c.App.Writer, []string{"FIELD", "VALUE"}, rows)
 				return nil
 			})
@@ -253,6 +265,7 @@ func schedulesSet() *ucli.Command {
 			&ucli.StringFlag{Name: "tz", Usage: `IANA time zone, e.g. Asia/Seoul ("" removes it: the config's default applies)`},
 			&ucli.StringFlag{Name: "job", Usage: `name of the action in the config's jobs ("" removes it: the ID is the action)`},
 			&ucli.StringFlag{Name: "category", Usage: `dispatch category ("" removes it)`},
+			&ucli.StringFlag{Name: "dst", Usage: `daylight saving: shift (a time the clocks skip runs right after the jump, a fixed time the clocks repeat runs once) or plain (skipped times do not run, repeated ones run at each occurrence); "" removes it, back to shift`},
 			&ucli.StringFlag{Name: "args", Usage: `JSON object handed to the action, e.g. '{"region":"eu"}'`},
 		),
 		Action: func(c *ucli.Context) error {
@@ -329,7 +342,19 @@ func checkSetFlags(c *ucli.Context, id string, edit *admin.ScheduleEdit) error {
 			loc = l
 		}
 	}
-	if _, err := schedule.ParseExpr(edit.CronExpr, loc); err != nil {
+	var opts schedule.ParseOptions
+	if c.IsSet("dst") {
+		v := strings.TrimSpace(c.String("dst"))
+		if v != "" {
+			m, err := schedule.ParseDSTMode(v)
+			if err != nil {
+				return fmt.Errorf("--dst: %w", err)
+			}
+			opts.DST = m
+		}
+		edit.DST = &v
+	}
+	if _, err := schedule.ParseExprWith(edit.CronExpr, loc, opts); err != nil {
 		return fmt.Errorf("--cron %q: %w", edit.CronExpr, err)
 	}
 	for _, f := range []struct {

@@ -63,7 +63,8 @@ type Options struct {
 
 // Schedule is one element of /api/schedules (and the body of
 // /api/schedules/{id}): fields of the job's schedule.Schedule, then the
-// engine's state of the job. Job and category are left out when empty.
+// engine's state of the job. Job, category and dst are left out when empty
+// (dst: when the schedule has the default, "shift").
 type Schedule struct {
 	// ID is the job id; for a refused document whose _id is not a job id
 	// (InvalidID), a rendering of that _id.
@@ -92,6 +93,9 @@ type Schedule struct {
 	Job string `json:"job,omitempty"`
 	// Category is the schedule's dispatch category.
 	Category string `json:"category,omitempty"`
+	// DST is the schedule's daylight-saving mode when it is not the
+	// default: "plain".
+	DST string `json:"dst,omitempty"`
 }
 
 // FromStatus converts an engine status to its API form; defaultTZ is shown
@@ -104,6 +108,7 @@ func FromStatus(st scheduler.Status, defaultTZ string) Schedule {
 	id, invalidID := schedule.RefusedID(s.ID)
 	out := Schedule{
 		ID: id, InvalidID: invalidID, CronExpr: s.CronExpr, Timezone: s.Timezone, Enabled: s.Enabled, Job: s.Job, Category: s.Category,
+		DST:   string(s.DST),
 		Armed: st.Armed, LastError: st.LastError,
 	}
 	if !st.NextRun.IsZero() {

@@ -43,7 +43,7 @@ var (
 	nextRun = time.Date(2030, 1, 2, 9, 0, 0, 0, time.FixedZone("KST", 9*3600))
 	armed   = scheduler.Status{
 		Schedule: schedule.Schedule{ID: "daily_report", CronExpr: "0 9 * * *", Timezone: "Asia/Seoul", Enabled: true,
-			Job: "report", Category: "reports", Args: `{"x":1}`, UpdatedAt: time.Now()},
+			Job: "report", Category: "reports", Args: `{"x":1}`, UpdatedAt: time.Now(), DST: schedule.DSTPlain},
 		NextRun: nextRun, Armed: true,
 	}
 	noZone = scheduler.Status{
@@ -185,9 +185,9 @@ func TestSchedulesList(t *testing.T) {
 	if len(raw) != 5 {
 		t.Fatalf("got %d schedules, want 5:\n%s", len(raw), r.body)
 	}
-	// Exactly the documented fields; job and category only when set.
+	// Exactly the documented fields; job, category and dst only when set.
 	wantKeys := [][]string{
-		append(slices.Clone(scheduleFields), "job", "category"), // armed: has both
+		append(slices.Clone(scheduleFields), "job", "category", "dst"), // armed: has all three
 		scheduleFields, scheduleFields, scheduleFields, scheduleFields,
 	}
 	for i, obj := range raw {
@@ -203,7 +203,7 @@ func TestSchedulesList(t *testing.T) {
 	str := func(s string) *string { return &s }
 	want := []httpapi.Schedule{
 		{ID: "daily_report", CronExpr: "0 9 * * *", Timezone: "Asia/Seoul", Enabled: true, Armed: true,
-			NextRun: str("2030-01-02T00:00:00Z"), Job: "report", Category: "reports"},
+			NextRun: str("2030-01-02T00:00:00Z"), Job: "report", Category: "reports", DST: "plain"},
 		{ID: "heartbeat", CronExpr: "*/5 * * * * *", Timezone: "Europe/Berlin", Enabled: true, Armed: true,
 			NextRun: str("2030-01-01T00:00:05Z")},
 		{ID: "broken", CronExpr: "61 * * * *", Timezone: "Europe/Berlin", Enabled: true, LastError: rejected.LastError},

@@ -104,7 +104,7 @@ func timingOf(raw bson.Raw) Timing {
 		}
 		return ""
 	}
-	t.CronExpr, t.Timezone, t.DST = str(schedule.FieldCronExpr), str(schedule.FieldTimezone), str(fieldDST)
+	t.CronExpr, t.Timezone, t.DST = str(schedule.FieldCronExpr), str(schedule.FieldTimezone), str(schedule.FieldDST)
 	if v, err := raw.LookupErr(schedule.FieldEnabled); err == nil {
 		b, ok := v.BooleanOK()
 		t.Enabled = ok && b

@@ -50,11 +50,9 @@ var timingFields = map[string]bool{
 	schedule.FieldCronExpr: true,
 	schedule.FieldTimezone: true,
 	schedule.FieldEnabled:  true,
-	fieldDST:               true,
+	schedule.FieldDST:               true,
 }
 
-// fieldDST is the schedules document's daylight-saving mode field.
-const fieldDST = "dst"
 
 // Segments reconstructs the schedules in force over [from, to], oldest
 // first, from the schedule as it is now (current) and the edits since from
@@ -161,7 +159,7 @@ func applyBefore(t *Timing, changes []FieldChange) {
 			if s, ok := v.StringValueOK(); ok {
 				t.Timezone = s
 			}
-		case fieldDST:
+		case schedule.FieldDST:
 			t.DST = ""
 			if s, ok := v.StringValueOK(); ok {
 				t.DST = s
