@@ -46,6 +46,13 @@ func TestBadDocumentsKeepLastKnownGood(t *testing.T) {
 		{"unknown zone", "", set("timezone", "Mars/Base"), "Mars/Base"},
 		{"enabled not bool", "", set("enabled", "yes"), "enabled"},
 		{"unknown action", "", set("job", "rm_rf"), "unknown action"},
+		// @every outside whole seconds from 1s to 24h: refused, never a
+		// one-second timer.
+		{"@every negative", `db.schedules.updateOne({ _id: "daily_report" }, { $set: { cron_expr: "@every -5s", updated_at: new Date() } })`, nil, "is negative"},
+		{"@every zero", "", set("cron_expr", "@every 0s"), "less than 1s"},
+		{"@every 1ns", "", set("cron_expr", "@every 1ns"), "shorter than a second"},
+		{"@every fractional", "", set("cron_expr", "@every 1.5s"), "not a whole number of seconds"},
+		{"@every 500ms", "", set("cron_expr", "@every 500ms"), "shorter than a second"},
 	}
 	for _, c := range cases {
 		if c.shell != "" {

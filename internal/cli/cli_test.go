@@ -102,6 +102,14 @@ func TestValidateInvalid(t *testing.T) {
 		{[]string{"validate", "0 9 * * *", "--tz", "Mars/Base"}, []string{"Mars/Base"}},
 		{[]string{"validate"}, []string{"EXPR"}},
 		{[]string{"validate", "0 9 * * *", "0 10 * * *"}, []string{"EXPR"}},
+		// @every takes whole seconds from 1s to 24h; each refusal says why
+		// and gives a valid example.
+		{[]string{"validate", "@every -5s"}, []string{"invalid", "is negative", `"@every 30s"`}},
+		{[]string{"validate", "@every 0s"}, []string{"invalid", "less than 1s", `"@every 30s"`}},
+		{[]string{"validate", "@every 1ns"}, []string{"invalid", "shorter than a second", `"@every 30s"`}},
+		{[]string{"validate", "@every 1.5s"}, []string{"invalid", "not a whole number of seconds", `"@every 30s"`}},
+		{[]string{"validate", "@every 500ms"}, []string{"invalid", "shorter than a second", `"@every 30s"`}},
+		{[]string{"validate", "CRON_TZ=UTC"}, []string{"invalid", "without an expression"}},
 	}
 	for _, tt := range tests {
 		r := run(t, tt.args...)
