@@ -50,9 +50,8 @@ var timingFields = map[string]bool{
 	schedule.FieldCronExpr: true,
 	schedule.FieldTimezone: true,
 	schedule.FieldEnabled:  true,
-	schedule.FieldDST:               true,
+	schedule.FieldDST:      true,
 }
-
 
 // Segments reconstructs the schedules in force over [from, to], oldest
 // first, from the schedule as it is now (current) and the edits since from
