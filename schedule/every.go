@@ -113,3 +113,28 @@ func cutEvery(expr string) (string, bool) {
 func isSpace(b byte) bool {
 	return b == ' ' || b == '\t' || b == '\n' || b == '\r' || b == '\v' || b == '\f'
 }
+
+// Patterns that let a server-side validator (the schedules collection's
+// $jsonSchema, installed by `cronswap init`) refuse a bad "@every" period at
+// write time, as ParseExpr refuses it. Both are written in the regular
+// expression syntax that RE2 (Go) and PCRE (MongoDB) share, without
+// lookahead. A cron_expr is acceptable to the validator when it does not
+// match EveryExprPattern, or when it matches EveryValidPattern.
+//
+// EveryValidPattern enforces the period grammar (1 to 3 terms of h, m and s,
+// in that order, whole numbers) and a non-zero period; the 24h maximum of
+// the whole period is beyond what a regular expression says simply, so
+// "@every 25h" passes the validator and is refused by the decoder (the
+// daemon keeps the job's last good timer and shows the error).
+const (
+	// EveryExprPattern matches any cron_expr that is an "@every" expression,
+	// with or without a time zone prefix.
+	EveryExprPattern = `^\s*(?:(?:CRON_)?TZ=\S*\s+)?@every(?:\s|$)`
+	// EveryValidPattern matches the "@every" expressions whose period has
+	// the grammar ParseExpr accepts and is not zero.
+	EveryValidPattern = `^\s*(?:(?:CRON_)?TZ=\S+\s+)?@every\s+` +
+		`(?:0*[1-9][0-9]*h(?:[0-9]+m)?(?:[0-9]+s)?` + // a non-zero hour term first
+		`|(?:0+h)?0*[1-9][0-9]*m(?:[0-9]+s)?` + // else a non-zero minute term
+		`|(?:0+h)?(?:0+m)?0*[1-9][0-9]*s)` + // else a non-zero second term
+		`\s*$`
+)

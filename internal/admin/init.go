@@ -74,9 +74,10 @@ func Indexes() []Index {
 // collection: what a document must look like for the server to accept it.
 // It mirrors the types schedule.Decode checks (null counts as absent, as
 // there, except for enabled, which must be a boolean when present) and the
-// values of dst ("shift" or "plain"), so a mongosh typo like
-// `cron_expr: 0800`, `enabled: null` or `dst: "plian"` is refused at write
-// time.
+// values of dst ("shift" or "plain"), and refuses an "@every" period that
+// is not whole seconds or is zero (schedule.EveryExprPattern and
+// EveryValidPattern), so a mongosh typo like `cron_expr: 0800`,
+// `@every -5m`, `enabled: null` or `dst: "plian"` is refused at write time.
 // Whether the expression parses is still the daemon's check (last known good).
 func SchedulesValidator() bson.D {
 	str := func(maxLen int) bson.D {
@@ -94,7 +95,10 @@ func SchedulesValidator() bson.D {
 		{Key: "required", Value: bson.A{schedule.FieldID, schedule.FieldCronExpr}},
 		{Key: "properties", Value: bson.D{
 			{Key: schedule.FieldID, Value: str(schedule.MaxIDBytes)},
-			{Key: schedule.FieldCronExpr, Value: str(schedule.MaxExprBytes)},
+			{Key: schedule.FieldCronExpr, Value: append(str(schedule.MaxExprBytes), bson.E{Key: "anyOf", Value: bson.A{
+				bson.D{{Key: "not", Value: bson.D{{Key: "pattern", Value: schedule.EveryExprPattern}}}},
+				bson.D{{Key: "pattern", Value: schedule.EveryValidPattern}},
+			}})},
 			{Key: schedule.FieldEnabled, Value: bson.D{{Key: "bsonType", Value: "bool"}}},
 			{Key: schedule.FieldTimezone, Value: optional("string")},
 			{Key: schedule.FieldJob, Value: optional("string")},

@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -163,6 +164,57 @@ func TestSchedulesValidatorEnabledIsBooleanOnly(t *testing.T) {
 		a, _ := types[f].(bson.A)
 		if !slices.Contains(a, any("null")) {
 			t.Errorf("%s bsonType %v, want null allowed (absent)", f, types[f])
+		}
+	}
+}
+
+// The validator's cron_expr rule refuses the "@every" periods the decoder
+// refuses for being negative, zero, fractional or shorter than a second, and
+// accepts ordinary expressions: its anyOf/not/pattern clauses are evaluated
+// here as a server would (the bundled test server does not enforce
+// validators).
+func TestSchedulesValidatorRefusesBadEveryPeriods(t *testing.T) {
+	schema := admin.SchedulesValidator()[0].Value.(bson.D)
+	var rule bson.D
+	for _, e := range schema {
+		if e.Key == "properties" {
+			for _, p := range e.Value.(bson.D) {
+				if p.Key == schedule.FieldCronExpr {
+					rule = p.Value.(bson.D)
+				}
+			}
+		}
+	}
+	var matches func(clause bson.D, s string) bool
+	matches = func(clause bson.D, s string) bool {
+		ok := true
+		for _, e := range clause {
+			switch e.Key {
+			case "pattern":
+				ok = ok && regexp.MustCompile(e.Value.(string)).MatchString(s)
+			case "not":
+				ok = ok && !matches(e.Value.(bson.D), s)
+			case "anyOf":
+				found := false
+				for _, c := range e.Value.(bson.A) {
+					found = found || matches(c.(bson.D), s)
+				}
+				ok = ok && found
+			}
+		}
+		return ok
+	}
+	if len(rule) == 0 || !slices.ContainsFunc(rule, func(e bson.E) bool { return e.Key == "anyOf" }) {
+		t.Fatalf("cron_expr rule %v has no anyOf clause for @every", rule)
+	}
+	for _, bad := range []string{"@every -5s", "@every 0s", "@every 1ns", "@every 1.5s", "@every 500ms", "@every -5m"} {
+		if matches(rule, bad) {
+			t.Errorf("cron_expr %q passes the validator", bad)
+		}
+	}
+	for _, good := range []string{"0 9 * * *", "*/5 * * * * *", "@hourly", "@every 30s", "@every 1h30m", "CRON_TZ=Asia/Seoul @every 5m"} {
+		if !matches(rule, good) {
+			t.Errorf("cron_expr %q refused by the validator", good)
 		}
 	}
 }
