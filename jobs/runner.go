@@ -446,6 +446,16 @@ func (r *Runner) claim(log *slog.Logger, d schedule.Due, deadline time.Duration,
 		}
 		return Lease{}, false
 	case Skipped:
+		if r.late(d, deadline) {
+			// The slot is consumed, but it could not have started anyway:
+			// past its deadline that is the reason on record.
+			log.Info("fire not started within its starting deadline (and the lock was held)", "reason", MissedStartingDeadline,
+				"starting_deadline", deadline, "holder", c.Holder, "holder_run_id", c.HolderRunID)
+			r.notRun(f.JobID, f.ScheduledAt, NotRunStartingDeadline)
+			r.queueMissed(d.Schedule, d.Delay, MissedRange{JobID: f.JobID, From: f.ScheduledAt, To: f.ScheduledAt, Count: 1,
+				Reason: MissedStartingDeadline})
+			return Lease{}, false
+		}
 		reason := fmt.Sprintf("overlap %s: run %s of %s still holds the lock", spec.Overlap, c.HolderRunID, c.Holder)
 		log.Info("fire skipped: the previous run still holds the lock", "holder", c.Holder, "holder_run_id", c.HolderRunID)
 		if err := r.opts.Store.RecordSkip(ctx, f.JobID, f.ScheduledAt, r.opts.InstanceID, f.RunID, reason, r.clock.Now()); err != nil {
