@@ -16,6 +16,8 @@ import (
 type decidedAtStart struct {
 	mu    sync.Mutex
 	slots map[string]time.Time
+	// asked holds the jobs whose decided slot was asked for.
+	asked map[string]bool
 	ok    bool
 }
 
@@ -49,6 +51,10 @@ func (d *Daemon) readDecided() {
 			"collection", jobs.LocksCollection, "error", err)
 		return
 	}
+	d.decided.asked = make(map[string]bool, len(ids))
+	for _, id := range ids {
+		d.decided.asked[id] = true
+	}
 	d.decided.slots, d.decided.ok = slots, true
 }
 
@@ -63,7 +69,7 @@ const firesFromWait = 10 * time.Second
 // job's catch-up window). catchUp are the slots the catch-up offers.
 func (d *Daemon) recordStartupGaps(ctx context.Context, now time.Time, catchUp []schedule.Due) {
 	d.decided.mu.Lock()
-	decided, ok := d.decided.slots, d.decided.ok
+	decided, asked, ok := d.decided.slots, d.decided.asked, d.decided.ok
 	d.decided.mu.Unlock()
 	if !ok {
 		return
@@ -78,9 +84,15 @@ func (d *Daemon) recordStartupGaps(ctx context.Context, now time.Time, catchUp [
 	}
 	waitUntil := time.Now().Add(firesFromWait)
 	for _, st := range d.engine.List() {
+		if !st.Armed || !asked[st.ID] {
+			continue // armed after the engine started: its fires say what happened
+		}
+		// A job that never fired anywhere is due since its document was
+		// written (as the catch-up counts it); without updated_at there is
+		// no telling since when.
 		last, ok := decided[st.ID]
-		if !st.Armed || !ok {
-			continue // a job that never fired anywhere has no gap to speak of
+		if !ok && st.UpdatedAt.IsZero() {
+			continue
 		}
 		var from time.Time
 		var delay time.Duration
