@@ -212,11 +212,16 @@ func TestRunnerStartingDeadlineAtTake(t *testing.T) {
 	clock.Add(3*time.Second + time.Millisecond) // past slot + jitter + deadline
 	close(release)
 	<-late
-	if got := <-reasons; got != NotRunStartingDeadline {
-		t.Fatalf("reason %q, want %q", got, NotRunStartingDeadline)
-	}
 	if _, ok := ran.Load(t0); ok {
 		t.Fatal("a fire past its starting deadline ran")
+	}
+	select {
+	case got := <-reasons:
+		if got != NotRunStartingDeadline {
+			t.Fatalf("reason %q, want %q", got, NotRunStartingDeadline)
+		}
+	default:
+		t.Fatal("the late fire was not reported not run")
 	}
 	// Within the deadline it runs: 3 s after its slot, with 1 s jitter.
 	r.Fire(schedule.Due{Schedule: schedule.Schedule{ID: "j", Enabled: true}, Slot: t0.Add(time.Second), Delay: time.Second})
@@ -386,7 +391,14 @@ func TestRunnerQueueBound(t *testing.T) {
 		go r.Fire(dueAt("block", slot.Add(time.Duration(i+1)*time.Second)))
 	}
 	waitUntil(t, "two fires queued", func() bool { return r.pool.queued() == 2 })
-	r.Fire(dueAt("block", slot.Add(10*time.Second)))
+	third := make(chan struct{})
+	go func() { defer close(third); r.Fire(dueAt("block", slot.Add(10*time.Second))) }()
+	select {
+	case <-third:
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("a fire past the queue bound was queued")
+	}
 	mu.Lock()
 	got := fmt.Sprint(reasons)
 	mu.Unlock()
