@@ -142,6 +142,8 @@ func TestMissedSlotsWhileNoReplicaRuns(t *testing.T) {
 	d := startDaemon(t, cfg)
 	d.waitReady()
 	m := checkGap(t, db, decided, 5*time.Second, 4)
+	t.Logf("gap on record: %s .. %s, %d slots, %s, by %s", m.ScheduledAt.UTC().Format(time.RFC3339),
+		m.LastScheduledAt.UTC().Format(time.RFC3339), m.Count, m.Reason, m.Instance)
 
 	ran := ledgerSlots(t, ledger)
 	for s := m.ScheduledAt; !s.After(m.LastScheduledAt); s = s.Add(5 * time.Second) {
@@ -272,6 +274,11 @@ func TestDatabaseCutLongerThanStartingDeadline(t *testing.T) {
 		return true
 	})
 	ran := ledgerSlots(t, ledger)
+	byReason := map[string]int64{}
+	for _, r := range missedRecords(t, db, "tick") {
+		byReason[r.Reason] += r.Count
+	}
+	t.Logf("cut of %s: %d slots inside it; missed slots on record by reason %v; %d runs in all", cut, len(inCut), byReason, len(ran))
 	for _, s := range inCut {
 		m, _ := covered(s)
 		if m.Reason != jobs.MissedStartingDeadline && m.Reason != jobs.MissedUnreachable {
