@@ -17,7 +17,7 @@ import (
 // TestCatchUpAfterDowntime stops the daemon across a slot and restarts two
 // replicas 3 s after it: the job whose catch-up window (25 s) covers the
 // missed slot runs it exactly once; the job whose window (1 s) does not,
-// never runs it.
+// never runs it, and it is recorded missed (outside_catchup_window).
 func TestCatchUpAfterDowntime(t *testing.T) {
 	uri, db := setup(t)
 	ledger := filepath.Join(t.TempDir(), "ledger")
@@ -60,9 +60,21 @@ func TestCatchUpAfterDowntime(t *testing.T) {
 	if len(inside) != 1 || inside[0].Status != jobs.StatusSucceeded {
 		t.Fatalf("inside: runs of the missed slot %s = %+v, want one succeeded", slot, inside)
 	}
-	outside := allRuns(t, db, bson.D{{Key: "job_id", Value: "outside"}, {Key: "scheduled_at", Value: missed}})
+	outside := allRuns(t, db, bson.D{{Key: "job_id", Value: "outside"}, {Key: "scheduled_at", Value: missed},
+		{Key: "status", Value: bson.D{{Key: "$ne", Value: jobs.StatusMissed}}}})
 	if len(outside) != 0 {
 		t.Fatalf("outside: the missed slot %s ran though its window is 1 s: %+v", slot, outside)
+	}
+	// It is on record instead: missed, older than the catch-up window.
+	var onRecord []jobs.RunDoc
+	waitFor(t, 30*time.Second, "outside: the missed slot on record", func() bool {
+		onRecord = allRuns(t, db, bson.D{{Key: "job_id", Value: "outside"}, {Key: "status", Value: jobs.StatusMissed},
+			{Key: "scheduled_at", Value: bson.D{{Key: "$lte", Value: missed}}},
+			{Key: "last_scheduled_at", Value: bson.D{{Key: "$gte", Value: missed}}}})
+		return len(onRecord) > 0
+	})
+	if len(onRecord) != 1 || onRecord[0].Reason != jobs.MissedOutsideCatchup {
+		t.Fatalf("outside: records of the missed slot %s: %+v, want one missed (%s)", slot, onRecord, jobs.MissedOutsideCatchup)
 	}
 	data, err := os.ReadFile(ledger)
 	if err != nil {

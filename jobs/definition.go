@@ -34,6 +34,11 @@ type Definition struct {
 	// Jitter bounds a fixed per-job delay after each slot (the slot's
 	// identity stays the undelayed time); 0 is none.
 	Jitter time.Duration `yaml:"jitter"`
+	// StartingDeadline is how long after its slot (plus jitter) a fire may
+	// still start; a fire that cannot start by then is not run and is
+	// recorded missed. 0 means the configuration's default (see
+	// RunnerOptions.StartingDeadline).
+	StartingDeadline time.Duration `yaml:"starting_deadline"`
 }
 
 // HTTPSettings configure an http action: the URL the fire is sent to as a
@@ -168,12 +173,15 @@ func (d Definition) Spec() (Spec, error) {
 		return Spec{}, fmt.Errorf("catchup %s: must be 0 (off) or positive", *d.Catchup)
 	case d.Jitter < 0:
 		return Spec{}, fmt.Errorf("jitter %s: must not be negative", d.Jitter)
+	case d.StartingDeadline < 0:
+		return Spec{}, fmt.Errorf("starting_deadline %s: must be positive (or 0 for the default)", d.StartingDeadline)
 	}
 	overlap, err := ParseOverlap(string(d.Overlap))
 	if err != nil {
 		return Spec{}, err
 	}
-	return Spec{Action: action, Timeout: d.Timeout, Overlap: overlap, Jitter: d.Jitter}, nil
+	return Spec{Action: action, Timeout: d.Timeout, Overlap: overlap, Jitter: d.Jitter,
+		StartingDeadline: d.StartingDeadline}, nil
 }
 
 // Validate reports what is wrong with d (nil when it defines an action),

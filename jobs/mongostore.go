@@ -286,15 +286,17 @@ func (s *MongoStore) history(ctx context.Context, jobID string) (fence int64, la
 	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 		return 0, time.Time{}, fmt.Errorf("runs of %s in %s: %w: %w", jobID, s.runs.Name(), ErrUnreachable, err)
 	}
+	// A missed record covers its slots up to last_scheduled_at.
 	var bySlot struct {
-		ScheduledAt time.Time `bson:"scheduled_at"`
+		ScheduledAt     time.Time `bson:"scheduled_at"`
+		LastScheduledAt time.Time `bson:"last_scheduled_at"`
 	}
 	err = s.runs.FindOne(ctx, bson.D{{Key: "job_id", Value: jobID}},
 		options.FindOne().SetSort(bson.D{{Key: "scheduled_at", Value: -1}})).Decode(&bySlot)
 	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 		return 0, time.Time{}, fmt.Errorf("runs of %s in %s: %w: %w", jobID, s.runs.Name(), ErrUnreachable, err)
 	}
-	return byFence.Fence, bySlot.ScheduledAt, nil
+	return byFence.Fence, laterOf(bySlot.ScheduledAt, bySlot.LastScheduledAt), nil
 }
 
 // initLock creates the free lock document of a job seen for the first time
@@ -528,9 +530,20 @@ func (s *MongoStore) FinishRun(ctx context.Context, l Lease, end RunEnd) error {
 	if end.Output.Stderr != "" {
 		set = append(set, bson.E{Key: "stderr", Value: end.Output.Stderr})
 	}
+	update := bson.D{{Key: "$set", Value: set}}
+	if end.Status == StatusMissed {
+		// The claimed slot did not start: its record becomes a missed
+		// record of that one slot.
+		set = append(set,
+			bson.E{Key: "last_scheduled_at", Value: l.Slot},
+			bson.E{Key: "count", Value: int64(1)},
+			bson.E{Key: "reason", Value: end.Reason},
+			bson.E{Key: "recorded_at", Value: end.EndedAt})
+		update = bson.D{{Key: "$set", Value: set},
+			{Key: "$unset", Value: bson.D{{Key: "started_at", Value: ""}, {Key: "lease_until", Value: ""}}}}
+	}
 	res, err := s.runs.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: StatusRunning}},
-		bson.D{{Key: "$set", Value: set}})
+		bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: StatusRunning}}, update)
 	if err != nil {
 		return fmt.Errorf("record end of run %s of %s: %w", l.RunID, l.JobID, err)
 	}

@@ -1,6 +1,9 @@
 package jobs
 
-import "sync"
+import (
+	"errors"
+	"sync"
+)
 
 // Pool runs tasks on a bounded number of workers. Waiting tasks are handed
 // out round-robin by category: the categories with
@@ -15,16 +18,34 @@ type Pool struct {
 	next   int      // index in ring of the next category to serve
 	closed bool
 	wg     sync.WaitGroup
+	// limit bounds the tasks waiting for a worker (<= 0: no bound);
+	// waiting counts them.
+	limit   int
+	waiting int
 }
+
+// Errors of Offer.
+var (
+	// ErrPoolClosed: the pool was closed; the task was not queued.
+	ErrPoolClosed = errors.New("pool closed")
+	// ErrPoolFull: the pool's bound of waiting tasks is reached; the task
+	// was not queued.
+	ErrPoolFull = errors.New("pool queue full")
+)
 
 type poolTask struct {
 	run  func()
 	drop func()
 }
 
-// NewPool starts a pool of n workers (at least 1).
-func NewPool(n int) *Pool {
-	p := &Pool{queues: map[string][]*poolTask{}}
+// NewPool starts a pool of n workers (at least 1) whose queue of waiting
+// tasks is not bounded.
+func NewPool(n int) *Pool { return NewBoundedPool(n, 0) }
+
+// NewBoundedPool starts a pool of n workers (at least 1) that holds at
+// most limit tasks waiting for a worker (limit <= 0: no bound).
+func NewBoundedPool(n, limit int) *Pool {
+	p := &Pool{queues: map[string][]*poolTask{}, limit: limit}
 	p.cond = sync.NewCond(&p.mu)
 	for range max(n, 1) {
 		p.wg.Add(1)
@@ -37,17 +58,28 @@ func NewPool(n int) *Pool {
 // takes the task, drop is called instead (if not nil). Submit reports
 // false, calling neither, when the pool is already closed.
 func (p *Pool) Submit(category string, run, drop func()) bool {
+	return p.Offer(category, run, drop) == nil
+}
+
+// Offer is Submit that says why a task was not queued: ErrPoolClosed, or
+// ErrPoolFull when the bound of waiting tasks is reached (neither run nor
+// drop is called then).
+func (p *Pool) Offer(category string, run, drop func()) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return false
+		return ErrPoolClosed
 	}
+	if p.limit > 0 && p.waiting >= p.limit {
+		return ErrPoolFull
+	}
+	p.waiting++
 	if len(p.queues[category]) == 0 {
 		p.ring = append(p.ring, category)
 	}
 	p.queues[category] = append(p.queues[category], &poolTask{run: run, drop: drop})
 	p.cond.Signal()
-	return true
+	return nil
 }
 
 // take removes the next task in round-robin order; false when none waits.
@@ -60,6 +92,7 @@ func (p *Pool) take() (*poolTask, bool) {
 	}
 	cat := p.ring[p.next]
 	q := p.queues[cat]
+	p.waiting--
 	t := q[0]
 	q[0] = nil
 	q = q[1:]
@@ -110,6 +143,13 @@ func (p *Pool) Close() {
 			t.drop()
 		}
 	}
+}
+
+// queued returns how many tasks wait for a worker.
+func (p *Pool) queued() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.waiting
 }
 
 // Wait waits until Close was called and every worker has returned.

@@ -27,6 +27,9 @@ const (
 	StatusFailed    = "failed"
 	StatusSkipped   = "skipped"
 	StatusAbandoned = "abandoned"
+	// StatusMissed marks a record of slots that did not run, with the
+	// reason in RunDoc.Reason (one of the Missed* reasons).
+	StatusMissed = "missed"
 )
 
 // LockDoc is one document of job_locks: the lock of one job.
@@ -87,4 +90,17 @@ type RunDoc struct {
 	// ExpireAt drives the TTL index (runs.retention after the run ended or
 	// was skipped).
 	ExpireAt time.Time `bson:"expire_at" json:"-"`
+
+	// The fields below are set on missed records (Status StatusMissed)
+	// only. ScheduledAt is then the first missed slot of the range.
+
+	// LastScheduledAt is the last missed slot of the range (equal to
+	// ScheduledAt for one slot).
+	LastScheduledAt time.Time `bson:"last_scheduled_at,omitempty" json:"last_scheduled_at,omitzero"`
+	// Count is the number of slots in the range.
+	Count int64 `bson:"count,omitempty" json:"count,omitempty"`
+	// Reason says why the slots did not run (MissedNoReplica, ...).
+	Reason string `bson:"reason,omitempty" json:"reason,omitempty"`
+	// RecordedAt is when the record was written.
+	RecordedAt time.Time `bson:"recorded_at,omitempty" json:"recorded_at,omitzero"`
 }

@@ -20,6 +20,9 @@ type Spec struct {
 	// running this action (the slot's identity stays the undelayed time);
 	// 0 is none.
 	Jitter time.Duration
+	// StartingDeadline is how long after its slot plus jitter a fire of
+	// this action may still start; 0 means the runner's default.
+	StartingDeadline time.Duration
 }
 
 // Registry maps action names to actions. It is safe for concurrent use. It

@@ -120,6 +120,9 @@ type RunEnd struct {
 	ExitCode *int
 	// Output is what the run printed (exec actions).
 	Output Output
+	// Reason is why the slot did not run, when Status is StatusMissed (the
+	// claim won but the action was not started).
+	Reason string
 }
 
 // LockStore is the fire path's view of job_locks and job_runs. Every method

@@ -849,6 +849,9 @@ type firing struct {
 	// neither runs nor is rescheduled, whether or not robfig has dropped
 	// it yet.
 	retired atomic.Bool
+	// from is the time (Unix nanoseconds) robfig first asked for the
+	// entry's next activation; 0 until then. See Engine.FiresFrom.
+	from atomic.Int64
 
 	mu sync.Mutex
 	// planned holds the last two activations of sched that Next handed to
@@ -872,6 +875,7 @@ func (f *firing) Next(t time.Time) time.Time {
 	if f.retired.Load() {
 		return time.Time{} // robfig never runs an entry without a next activation
 	}
+	f.from.CompareAndSwap(0, t.UnixNano())
 	n := f.sched.Next(t.Add(-f.delay))
 	if n.IsZero() {
 		return n

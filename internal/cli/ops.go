@@ -81,6 +81,13 @@ type runView struct {
 	// Stdout and Stderr are the tails of what an exec action printed.
 	Stdout string `json:"stdout"`
 	Stderr string `json:"stderr"`
+	// The fields of a missed record (status missed), left out otherwise:
+	// the range's last slot, its number of slots, why they did not run
+	// and when the record was written.
+	LastScheduledAt *string `json:"last_scheduled_at,omitempty"`
+	Count           int64   `json:"count,omitempty"`
+	Reason          string  `json:"reason,omitempty"`
+	RecordedAt      *string `json:"recorded_at,omitempty"`
 }
 
 func newRunView(r jobs.RunDoc) runView {
@@ -88,7 +95,25 @@ func newRunView(r jobs.RunDoc) runView {
 		RunID: r.ID, JobID: r.JobID, ScheduledAt: jsonTime(r.ScheduledAt, nil), Instance: r.Instance,
 		Fence: r.Fence, Status: r.Status, StartedAt: jsonTime(r.StartedAt, nil), EndedAt: jsonTime(r.EndedAt, nil),
 		LeaseUntil: jsonTime(r.LeaseUntil, nil), Error: r.Error, ExitCode: r.ExitCode, Stdout: r.Stdout, Stderr: r.Stderr,
+		LastScheduledAt: jsonTime(r.LastScheduledAt, nil), Count: r.Count, Reason: r.Reason,
+		RecordedAt: jsonTime(r.RecordedAt, nil),
 	}
+}
+
+// runNote is the ERROR column of `runs list`: the run's error, or for a
+// missed record its reason and, for a range, how many slots up to which.
+func runNote(r jobs.RunDoc) string {
+	if r.Status != jobs.StatusMissed {
+		return r.Error
+	}
+	note := r.Reason
+	if r.Count > 1 {
+		note = fmt.Sprintf("%s: %d slots, %s .. %s", r.Reason, r.Count, rfc3339(r.ScheduledAt, nil), rfc3339(r.LastScheduledAt, nil))
+	}
+	if r.Error != "" {
+		note += " (" + r.Error + ")"
+	}
+	return note
 }
 
 // runTook is how long a finished run took ("" while running or skipped).
@@ -209,7 +234,7 @@ func releaseLock(ctx context.Context, c *ucli.Context, s *session, id string, st
 func runsCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:        "runs",
-		Usage:       "show run records (job_runs)",
+		Usage:       "show run records (job_runs): runs, skips and missed slots",
 		Subcommands: []*ucli.Command{runsList(), runsGet()},
 	}
 }
@@ -242,7 +267,7 @@ func runsList() *ucli.Command {
 				for i, r := range runs {
 					rows[i] = []string{r.JobID, rfc3339(r.ScheduledAt, nil), r.Status, r.Instance,
 						rfc3339(r.StartedAt, nil), runTook(r), strconv.FormatInt(r.Fence, 10), r.ID,
-						lastLine(r.Stdout, stdoutCellWidth), r.Error}
+						lastLine(r.Stdout, stdoutCellWidth), runNote(r)}
 				}
 				table(c.App.Writer, []string{"JOB", "SCHEDULED AT", "STATUS", "INSTANCE", "STARTED", "TOOK", "FENCE", "RUN ID", "STDOUT", "ERROR"}, rows)
 				return nil
@@ -292,6 +317,10 @@ func writeRun(w io.Writer, r jobs.RunDoc) {
 		{"INSTANCE", r.Instance}, {"FENCE", strconv.FormatInt(r.Fence, 10)}, {"STARTED", rfc3339(r.StartedAt, nil)},
 		{"ENDED", rfc3339(r.EndedAt, nil)}, {"TOOK", runTook(r)}, {"LEASE UNTIL", rfc3339(r.LeaseUntil, nil)},
 		{"EXIT CODE", exit}, {"ERROR", r.Error},
+	}
+	if r.Status == jobs.StatusMissed {
+		fields = append(fields, [][2]string{{"REASON", r.Reason}, {"LAST SCHEDULED AT", rfc3339(r.LastScheduledAt, nil)},
+			{"COUNT", strconv.FormatInt(r.Count, 10)}, {"RECORDED", rfc3339(r.RecordedAt, nil)}}...)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, f := range fields {

@@ -47,6 +47,15 @@ type Config struct {
 	// Catchup is the default catch-up window: after downtime, a job's most
 	// recent missed slot younger than this runs once. 0 (default) is off.
 	Catchup time.Duration `yaml:"catchup"`
+	// StartingDeadline is the starting deadline of the actions without
+	// their own (jobs.<name>.starting_deadline): how long after its slot
+	// (plus jitter) a fire may still start; later it is not run and is
+	// recorded missed. 0 means the time to the job's next slot, at most
+	// jobs.MaxDefaultStartingDeadline.
+	StartingDeadline time.Duration `yaml:"starting_deadline"`
+	// QueueLimit bounds the fires waiting for a worker; 0 means
+	// jobs.DefaultQueueLimit.
+	QueueLimit int `yaml:"queue_limit"`
 	// StateFile, when set, is where the applied schedule state and its
 	// resume token are persisted for a warm restart.
 	StateFile string `yaml:"state_file"`
@@ -287,6 +296,13 @@ func (c *Config) Finish() error {
 	}
 	if c.Catchup < 0 {
 		return fmt.Errorf("catchup %s: must be 0 (off) or positive", c.Catchup)
+	}
+	if c.StartingDeadline < 0 {
+		return fmt.Errorf("starting_deadline %s: must be positive (or 0 for the default: the time to the job's next slot, at most %s)",
+			c.StartingDeadline, jobs.MaxDefaultStartingDeadline)
+	}
+	if c.QueueLimit < 0 {
+		return fmt.Errorf("queue_limit %d: must be positive (or 0 for the default %d)", c.QueueLimit, jobs.DefaultQueueLimit)
 	}
 	if c.StateFile != "" {
 		dir := filepath.Dir(c.StateFile)

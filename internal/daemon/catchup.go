@@ -40,11 +40,14 @@ func catchUpSlots(jobs []scheduler.Status, now time.Time, window func(action str
 	return out
 }
 
-// runCatchUp waits until ready reports the first full sync, then hands each
-// job's missed slot (catchUpSlots) to fire, concurrently, and returns when
-// they are done or ctx ends. The fire path's claim keeps it exactly-once.
+// runCatchUp waits until ready reports the first full sync, hands the
+// catch-up slots to gaps (which records the slots since each job's last
+// decided one that neither it nor the engine will run; may be nil), then
+// hands each job's missed slot (catchUpSlots) to fire, concurrently, and
+// returns when they are done or ctx ends. The fire path's claim keeps it
+// exactly-once.
 func runCatchUp(ctx context.Context, engine *scheduler.Engine, ready func() bool, window func(action string) time.Duration,
-	fire scheduler.FireFunc, log *slog.Logger) {
+	fire scheduler.FireFunc, log *slog.Logger, gaps func(ctx context.Context, now time.Time, catchUp []schedule.Due)) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for !ready() {
@@ -56,6 +59,9 @@ func runCatchUp(ctx context.Context, engine *scheduler.Engine, ready func() bool
 	}
 	now := time.Now()
 	fires := catchUpSlots(engine.List(), now, window, engine.LastSlot)
+	if gaps != nil {
+		gaps(ctx, now, fires)
+	}
 	if len(fires) == 0 {
 		return
 	}

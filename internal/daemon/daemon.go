@@ -57,6 +57,11 @@ type Daemon struct {
 
 	startEngine sync.Once
 	closeOnce   sync.Once
+
+	// store is the fire path's store; decided holds what it said was
+	// decided per job just before the engine started (see readDecided).
+	store   *jobs.MongoStore
+	decided decidedAtStart
 }
 
 // New builds a daemon from cfg (already Finished): it checks the action
@@ -87,15 +92,23 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	db := client.Database(cfg.Mongo.Database)
 
 	d.metrics = metrics.New()
+	d.store = jobs.NewMongoStore(db.Collection(jobs.LocksCollection), db.Collection(jobs.RunsCollection),
+		jobs.MongoStoreOptions{Retention: cfg.Runs.Retention, Instance: cfg.InstanceID, Logger: d.log})
 	d.runner = jobs.NewRunner(jobs.RunnerOptions{
 		Registry:   registry,
 		InstanceID: cfg.InstanceID,
 		Logger:     d.log,
-		Store: jobs.NewMongoStore(db.Collection(jobs.LocksCollection), db.Collection(jobs.RunsCollection),
-			jobs.MongoStoreOptions{Retention: cfg.Runs.Retention, Instance: cfg.InstanceID, Logger: d.log}),
-		TTL:     cfg.Lock.TTL,
-		Workers: cfg.Workers,
-		Hooks:   fireHooks(d.metrics),
+		Store:      d.store,
+		TTL:        cfg.Lock.TTL,
+		Workers:    cfg.Workers,
+		Hooks:      fireHooks(d.metrics),
+		QueueLimit: cfg.QueueLimit,
+		// The engine, created next, knows each job's slots; the runner
+		// asks only once fires arrive, which the engine sends.
+		Slots:            d.slots,
+		StartingDeadline: cfg.StartingDeadline,
+		CatchupWindow:    cfg.CatchupFor,
+		ClaimRetry:       jobs.DefaultClaimRetry,
 	})
 	d.engine = scheduler.New(scheduler.Options{
 		Location: cfg.Location,
@@ -113,7 +126,14 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	// The engine's timers start once it holds the schedules: filling a
 	// running engine costs robfig a re-sort per job (about 6x slower at
 	// 100,000 jobs); an empty engine has nothing to fire meanwhile.
-	hooks.Synced = func() { d.startEngine.Do(d.engine.Start) }
+	hooks.Synced = func() {
+		d.startEngine.Do(func() {
+			// What was decided is read before this engine can decide
+			// anything, so that the start-up gaps are the real ones.
+			d.readDecided()
+			d.engine.Start()
+		})
+	}
 	d.watcher = changestream.New(cfg.Watch.Apply(changestream.Options{
 		ID:     cfg.InstanceID,
 		Feed:   changestream.NewMongoFeed(db.Collection(schedule.CollectionName), time.Second),
@@ -177,7 +197,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	catchUpDone := make(chan struct{})
 	go func() {
 		defer close(catchUpDone)
-		runCatchUp(watchCtx, d.engine, func() bool { return d.watcher.Status().Ready }, d.cfg.CatchupFor, d.runner.Fire, d.log)
+		runCatchUp(watchCtx, d.engine, func() bool { return d.watcher.Status().Ready }, d.cfg.CatchupFor,
+			func(due schedule.Due) { d.runner.FireCatchUp(due, d.cfg.CatchupFor(due.Schedule.ActionName())) },
+			d.log, d.recordStartupGaps)
 	}()
 
 	var runErr error

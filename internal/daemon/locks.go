@@ -20,6 +20,7 @@ func fireHooks(mx *metrics.Metrics) jobs.Hooks {
 		Claimed:    func(_ string, result string) { mx.CountLockAcquisition(result) },
 		RunEnded:   func(id, status string) { mx.CountRun(id, status) },
 		NotRun:     func(_ string, _ time.Time, reason string) { mx.CountFireNotRun(reason) },
+		Missed:     func(_ string, reason string, n int64) { mx.CountMissedSlots(reason, n) },
 	}
 }
 

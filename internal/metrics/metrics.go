@@ -59,6 +59,10 @@ type Metrics struct {
 	// FiresNotRun counts fires that were not run for a reason other than
 	// another replica having them (database unreachable, shutting down).
 	FiresNotRun *prometheus.CounterVec
+	// MissedSlots counts the slots of the missed records this replica
+	// wrote, by reason: a record of a range of 40 slots counts 40. Summed
+	// over the replicas it counts each missed slot once.
+	MissedSlots *prometheus.CounterVec
 }
 
 // Sources are read at scrape time for the gauges (see RegisterGauges); any
@@ -104,7 +108,9 @@ func New() *Metrics {
 		LockAcquisitions: f.counterVec(prometheus.CounterOpts{Name: "lock_acquisitions_total",
 			Help: "Lock attempts by result (acquired, taken_over, held, already_fired, error)."}, "result"),
 		FiresNotRun: f.counterVec(prometheus.CounterOpts{Name: "fires_not_run_total",
-			Help: "Fires not run for a reason other than another replica having them (database_unreachable, claim_error, shutting_down)."}, "reason"),
+			Help: "Fires not run for a reason other than another replica having them (database_unreachable, claim_error, shutting_down, starting_deadline, queue_full)."}, "reason"),
+		MissedSlots: f.counterVec(prometheus.CounterOpts{Name: "missed_slots_total",
+			Help: "Slots recorded missed in job_runs by this replica, by reason (a range of n slots counts n)."}, "reason"),
 	}
 	return m
 }
@@ -252,4 +258,12 @@ func (f factory) histogram(o prometheus.HistogramOpts) prometheus.Histogram {
 	h := prometheus.NewHistogram(o)
 	f.reg.MustRegister(h)
 	return h
+}
+
+// CountMissedSlots counts n slots recorded missed for reason.
+func (m *Metrics) CountMissedSlots(reason string, n int64) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.MissedSlots.WithLabelValues(reason).Add(float64(n))
 }

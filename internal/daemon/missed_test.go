@@ -1,0 +1,63 @@
+package daemon
+
+import (
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/cronswap/cronswap/jobs"
+)
+
+// every returns the slot sequence of a job firing every d.
+func every(d time.Duration) jobs.NextFunc {
+	return func(t time.Time) time.Time { return t.Truncate(d).Add(d) }
+}
+
+// The start-up gap is every slot after the last decided one that the
+// engine does not fire and the catch-up does not offer, collapsed into one
+// range per reason: a day of an every-second job is one range of 86,400.
+func TestStartupGaps(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	day := 24 * time.Hour
+	log := slog.New(slog.DiscardHandler)
+	for _, c := range []struct {
+		name string
+		in   gapInput
+		want string
+	}{
+		{"every second down for a day", gapInput{decided: t0, firesFrom: t0.Add(day).Add(300 * time.Millisecond),
+			now: t0.Add(day).Add(time.Second), next: every(time.Second)},
+			fmt.Sprintf("[{job %s %s 86400 no_replica_running}]", t0.Add(time.Second), t0.Add(day))},
+		{"every 5 s, engine starts between slots", gapInput{decided: t0, firesFrom: t0.Add(23 * time.Second),
+			now: t0.Add(24 * time.Second), next: every(5 * time.Second)},
+			fmt.Sprintf("[{job %s %s 4 no_replica_running}]", t0.Add(5*time.Second), t0.Add(20*time.Second))},
+		{"jitter: a slot whose delayed fire is after the start is the engine's", gapInput{decided: t0,
+			firesFrom: t0.Add(20*time.Second + 100*time.Millisecond), delay: 500 * time.Millisecond,
+			now: t0.Add(21 * time.Second), next: every(5 * time.Second)},
+			fmt.Sprintf("[{job %s %s 3 no_replica_running}]", t0.Add(5*time.Second), t0.Add(15*time.Second))},
+		{"no gap: the engine fires the next slot", gapInput{decided: t0, firesFrom: t0.Add(4 * time.Second),
+			now: t0.Add(4 * time.Second), next: every(5 * time.Second)}, "[]"},
+		{"the document was written during the downtime", gapInput{decided: t0, notBefore: t0.Add(12 * time.Second),
+			firesFrom: t0.Add(23 * time.Second), now: t0.Add(23 * time.Second), next: every(5 * time.Second)},
+			fmt.Sprintf("[{job %s %s 2 no_replica_running}]", t0.Add(15*time.Second), t0.Add(20*time.Second))},
+		{"catch-up offers the latest slot; older ones split at the window", gapInput{decided: t0,
+			firesFrom: t0.Add(63 * time.Second), catchUp: t0.Add(60 * time.Second), window: 25 * time.Second,
+			now: t0.Add(63 * time.Second), next: every(10 * time.Second)},
+			fmt.Sprintf("[{job %s %s 3 outside_catchup_window} {job %s %s 2 no_replica_running}]",
+				t0.Add(10*time.Second), t0.Add(30*time.Second), t0.Add(40*time.Second), t0.Add(50*time.Second))},
+		{"catch-up window shorter than the gap's youngest slot", gapInput{decided: t0,
+			firesFrom: t0.Add(23 * time.Second), window: time.Second, now: t0.Add(23 * time.Second), next: every(10 * time.Second)},
+			fmt.Sprintf("[{job %s %s 2 outside_catchup_window}]", t0.Add(10*time.Second), t0.Add(20*time.Second))},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := fmt.Sprint(startupGaps("job", c.in, log))
+			if got == "[]" && c.want == "[]" {
+				return
+			}
+			if got != c.want {
+				t.Fatalf("gaps %s\nwant    %s", got, c.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,314 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Reasons of a missed record (RunDoc.Reason of a record with status
+// StatusMissed): why its slots did not run.
+const (
+	// MissedNoReplica: no replica was running at the slots; found at
+	// start-up by comparing the job's last decided slot with its slots
+	// since then.
+	MissedNoReplica = "no_replica_running"
+	// MissedUnreachable: the claim could not reach the database, and no
+	// retry fitted before the fire's starting deadline.
+	MissedUnreachable = "database_unreachable"
+	// MissedShuttingDown: the fire came due while this replica was
+	// shutting down (and no other replica ran it).
+	MissedShuttingDown = "shutting_down"
+	// MissedStartingDeadline: the fire could not start within its starting
+	// deadline (it waited in the queue, its claim answered too late, or the
+	// claim was blocked by an unreachable database until past it).
+	MissedStartingDeadline = "starting_deadline"
+	// MissedOutsideCatchup: at start-up the slots were older than the
+	// job's catch-up window, which offers only the latest slot within it.
+	MissedOutsideCatchup = "outside_catchup_window"
+	// MissedQueueFull: the fire came due while the fire path's queue held
+	// its bound of fires waiting for a worker.
+	MissedQueueFull = "queue_full"
+)
+
+// MissedReasons lists every reason of a missed record.
+var MissedReasons = []string{MissedNoReplica, MissedUnreachable, MissedShuttingDown,
+	MissedStartingDeadline, MissedOutsideCatchup, MissedQueueFull}
+
+// MissedRange is a run of consecutive slots of one job that did not run,
+// for one reason: the slots From..To of the job's schedule, Count of them.
+type MissedRange struct {
+	JobID  string
+	From   time.Time
+	To     time.Time
+	Count  int64
+	Reason string
+}
+
+// NextFunc gives the first slot of a job's schedule strictly after t (zero
+// when there is none).
+type NextFunc func(t time.Time) time.Time
+
+// maxSlotWalk bounds how many slots CountSlots walks: more than 30 days of
+// an every-second job (the default retention of the records).
+const maxSlotWalk = 1 << 22
+
+// CountSlots walks the slots of next strictly after after and at or before
+// through, and returns the first, the last and how many there are (n is 0
+// when there is none). It walks at most maxSlotWalk slots; complete is
+// false when it stopped there (last is then the last slot walked).
+func CountSlots(next NextFunc, after, through time.Time) (first, last time.Time, n int64, complete bool) {
+	s := next(after)
+	for !s.IsZero() && !s.After(through) {
+		if n == 0 {
+			first = s
+		}
+		last = s
+		n++
+		if n >= maxSlotWalk {
+			return first, last, n, false
+		}
+		s = next(s)
+	}
+	return first, last, n, true
+}
+
+// MissedStore records missed slots and tells which slots are decided. The
+// runner uses it when its Store implements it (MongoStore does).
+type MissedStore interface {
+	// RecordMissed records m as missed, less the slots the database
+	// already decided (run, skipped or recorded missed, here or on another
+	// replica): it first moves the job's last slot up to m.To, so that no
+	// claim can take a slot of the range any more, then writes one record
+	// per stretch of undecided slots (next counts them; nil when the job's
+	// schedule is unknown: then the range is written only if no slot of it
+	// is decided). It returns the records it wrote; one already written by
+	// another replica is not returned.
+	RecordMissed(ctx context.Context, m MissedRange, next NextFunc, instance string, now time.Time) ([]MissedRange, error)
+	// DecidedSlots returns, for each of ids the database knows, the latest
+	// slot decided for it: the lock's last slot, else the newest record in
+	// job_runs at or before notAfter.
+	DecidedSlots(ctx context.Context, ids []string, notAfter time.Time) (map[string]time.Time, error)
+}
+
+// MissedID is the _id of the missed record whose first slot is from: the
+// same on every replica, so a record is written once however many replicas
+// record it.
+func MissedID(jobID string, from time.Time) string {
+	return "missed/" + jobID + "/" + from.UTC().Format(time.RFC3339Nano)
+}
+
+// RecordMissed implements MissedStore.
+func (s *MongoStore) RecordMissed(ctx context.Context, m MissedRange, next NextFunc, instance string, now time.Time) ([]MissedRange, error) {
+	if err := s.consume(ctx, m.JobID, m.To, now); err != nil {
+		return nil, err
+	}
+	covered, err := s.decidedIn(ctx, m.JobID, m.From, m.To)
+	if err != nil {
+		return nil, err
+	}
+	pieces := []MissedRange{m}
+	if len(covered) > 0 {
+		if m.From.Equal(m.To) {
+			return nil, nil // the one slot is decided
+		}
+		if next == nil {
+			s.log.Warn("missed slots not recorded: some are decided and the job's schedule is unknown",
+				"job_id", m.JobID, "scheduled_at", m.From, "last_scheduled_at", m.To, "reason", m.Reason)
+			return nil, nil
+		}
+		pieces = uncovered(m, covered, next)
+	}
+	var written []MissedRange
+	for _, p := range pieces {
+		_, err := s.runs.InsertOne(ctx, RunDoc{
+			ID: MissedID(p.JobID, p.From), JobID: p.JobID, ScheduledAt: p.From, LastScheduledAt: p.To,
+			Count: p.Count, Reason: p.Reason, Status: StatusMissed, Instance: instance,
+			RecordedAt: now, ExpireAt: now.Add(s.retention),
+		})
+		if mongo.IsDuplicateKeyError(err) {
+			continue // recorded already, here or on another replica
+		}
+		if err != nil {
+			return written, fmt.Errorf("record missed slots of %s at %s in %s: %w: %w",
+				p.JobID, p.From.UTC().Format(time.RFC3339), s.runs.Name(), ErrUnreachable, err)
+		}
+		written = append(written, p)
+	}
+	return written, nil
+}
+
+// consume moves the job's last slot up to through, so that no claim takes
+// a slot at or before it any more; a lock document that does not exist is
+// created first (from job_runs, like a claim does).
+func (s *MongoStore) consume(ctx context.Context, jobID string, through, now time.Time) error {
+	for range 2 {
+		res, err := s.locks.UpdateOne(ctx,
+			bson.D{{Key: "_id", Value: jobID}, {Key: "last_slot", Value: bson.D{{Key: "$lt", Value: through}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "last_slot", Value: through}, {Key: "updated_at", Value: now}}}})
+		if err != nil {
+			return fmt.Errorf("move last slot of %s in %s: %w: %w", jobID, s.locks.Name(), ErrUnreachable, err)
+		}
+		if res.MatchedCount > 0 {
+			return nil
+		}
+		err = s.locks.FindOne(ctx, bson.D{{Key: "_id", Value: jobID}},
+			options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
+		if err == nil {
+			return nil // already at or past through (or damaged: the claim repairs it from job_runs)
+		}
+		if !errors.Is(err, mongo.ErrNoDocuments) {
+			return fmt.Errorf("read lock %s in %s: %w: %w", jobID, s.locks.Name(), ErrUnreachable, err)
+		}
+		if err := s.initLock(ctx, jobID, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// span is a stretch of decided slots [from, to].
+type span struct{ from, to time.Time }
+
+// decidedIn returns the records of the job covering slots in [from, to]:
+// records whose slot lies in it, and a missed range starting before from
+// that reaches into it.
+func (s *MongoStore) decidedIn(ctx context.Context, jobID string, from, to time.Time) ([]span, error) {
+	var out []span
+	var before RunDoc
+	err := s.runs.FindOne(ctx,
+		bson.D{{Key: "job_id", Value: jobID}, {Key: "scheduled_at", Value: bson.D{{Key: "$lt", Value: from}}}},
+		options.FindOne().SetSort(bson.D{{Key: "scheduled_at", Value: -1}}).
+			SetProjection(bson.D{{Key: "scheduled_at", Value: 1}, {Key: "last_scheduled_at", Value: 1}})).Decode(&before)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+	case err != nil:
+		return nil, fmt.Errorf("runs of %s in %s: %w: %w", jobID, s.runs.Name(), ErrUnreachable, err)
+	case !before.LastScheduledAt.Before(from):
+		out = append(out, span{from, before.LastScheduledAt})
+	}
+	cur, err := s.runs.Find(ctx,
+		bson.D{{Key: "job_id", Value: jobID}, {Key: "scheduled_at", Value: bson.D{{Key: "$gte", Value: from}, {Key: "$lte", Value: to}}}},
+		options.Find().SetProjection(bson.D{{Key: "scheduled_at", Value: 1}, {Key: "last_scheduled_at", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("runs of %s in %s: %w: %w", jobID, s.runs.Name(), ErrUnreachable, err)
+	}
+	var docs []RunDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("runs of %s in %s: %w: %w", jobID, s.runs.Name(), ErrUnreachable, err)
+	}
+	for _, d := range docs {
+		out = append(out, span{d.ScheduledAt, laterOf(d.ScheduledAt, d.LastScheduledAt)})
+	}
+	return out, nil
+}
+
+// laterOf returns the later of a and b.
+func laterOf(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// uncovered splits m into the stretches of its slots (walked with next)
+// that no span covers.
+func uncovered(m MissedRange, covered []span, next NextFunc) []MissedRange {
+	sort.Slice(covered, func(i, j int) bool { return covered[i].from.Before(covered[j].from) })
+	isCovered := func(t time.Time) bool {
+		for _, c := range covered {
+			if c.from.After(t) {
+				return false
+			}
+			if !c.to.Before(t) {
+				return true
+			}
+		}
+		return false
+	}
+	var out []MissedRange
+	var cur *MissedRange
+	walked := int64(0)
+	for t := m.From; !t.IsZero() && !t.After(m.To) && walked < maxSlotWalk; t = next(t) {
+		walked++
+		if isCovered(t) {
+			cur = nil
+			continue
+		}
+		if cur == nil {
+			out = append(out, MissedRange{JobID: m.JobID, From: t, To: t, Count: 1, Reason: m.Reason})
+			cur = &out[len(out)-1]
+			continue
+		}
+		cur.To = t
+		cur.Count++
+	}
+	return out
+}
+
+// DecidedSlots implements MissedStore.
+func (s *MongoStore) DecidedSlots(ctx context.Context, ids []string, notAfter time.Time) (map[string]time.Time, error) {
+	out := make(map[string]time.Time, len(ids))
+	const chunk = 1000
+	var missing []string
+	for i := 0; i < len(ids); i += chunk {
+		part := ids[i:min(i+chunk, len(ids))]
+		cur, err := s.locks.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: part}}}},
+			options.Find().SetProjection(bson.D{{Key: "last_slot", Value: 1}}))
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w: %w", s.locks.Name(), ErrUnreachable, err)
+		}
+		var locks []struct {
+			ID       string    `bson:"_id"`
+			LastSlot time.Time `bson:"last_slot"`
+		}
+		if err := cur.All(ctx, &locks); err != nil {
+			return nil, fmt.Errorf("read %s: %w: %w", s.locks.Name(), ErrUnreachable, err)
+		}
+		seen := make(map[string]bool, len(locks))
+		for _, l := range locks {
+			seen[l.ID] = true
+			if !l.LastSlot.IsZero() {
+				out[l.ID] = l.LastSlot
+			}
+		}
+		for _, id := range part {
+			if !seen[id] {
+				missing = append(missing, id)
+			}
+		}
+	}
+	// A job without a lock document never fired, or its document was
+	// deleted: job_runs says what was decided.
+	for i := 0; i < len(missing); i += chunk {
+		part := missing[i:min(i+chunk, len(missing))]
+		cur, err := s.runs.Aggregate(ctx, mongo.Pipeline{
+			{{Key: "$match", Value: bson.D{{Key: "job_id", Value: bson.D{{Key: "$in", Value: part}}},
+				{Key: "scheduled_at", Value: bson.D{{Key: "$lte", Value: notAfter}}}}}},
+			{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$job_id"},
+				{Key: "slot", Value: bson.D{{Key: "$max", Value: "$scheduled_at"}}},
+				{Key: "last", Value: bson.D{{Key: "$max", Value: "$last_scheduled_at"}}}}}},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w: %w", s.runs.Name(), ErrUnreachable, err)
+		}
+		var newest []struct {
+			ID   string    `bson:"_id"`
+			Slot time.Time `bson:"slot"`
+			Last time.Time `bson:"last"`
+		}
+		if err := cur.All(ctx, &newest); err != nil {
+			return nil, fmt.Errorf("read %s: %w: %w", s.runs.Name(), ErrUnreachable, err)
+		}
+		for _, n := range newest {
+			out[n.ID] = laterOf(n.Slot, n.Last)
+		}
+	}
+	return out, nil
+}
