@@ -95,7 +95,7 @@ func Assemble(in Input) Timeline {
 	for i, r := range in.Records {
 		breaks = append(breaks, r.ScheduledAt)
 		bySlot[r.ScheduledAt.UnixMilli()] = i
-		if r.Status == statusMissed {
+		if r.Status == jobs.StatusMissed {
 			missed = append(missed, r)
 		}
 	}
@@ -116,7 +116,7 @@ func Assemble(in Input) Timeline {
 			continue
 		}
 		e := recordEntry(r)
-		e.OffSchedule = !matched[i] && r.Status != statusMissed
+		e.OffSchedule = !matched[i] && r.Status != jobs.StatusMissed
 		entries = append(entries, e)
 	}
 	for _, e := range edits {
@@ -286,7 +286,7 @@ func recordEntry(r Record) Entry {
 		if r.Reason != "" {
 			e.Reason = r.Reason
 		}
-	case statusMissed:
+	case jobs.StatusMissed:
 		e.Kind = KindMissed
 		e.Reason = r.Reason
 		if r.Count > 1 {

@@ -174,7 +174,7 @@ func (r *Reader) records(ctx context.Context, id string, from, to time.Time) (ou
 	filter := bson.D{{Key: "job_id", Value: id}, {Key: "$or", Value: bson.A{
 		bson.D{{Key: "scheduled_at", Value: bson.D{{Key: "$gte", Value: from}, {Key: "$lte", Value: to}}}},
 		bson.D{
-			{Key: "status", Value: statusMissed},
+			{Key: "status", Value: jobs.StatusMissed},
 			{Key: "scheduled_at", Value: bson.D{{Key: "$lt", Value: from}}},
 			{Key: "last_scheduled_at", Value: bson.D{{Key: "$gte", Value: from}}},
 		},

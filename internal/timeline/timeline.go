@@ -55,10 +55,6 @@ const (
 	NoRecordUnrecorded = "unrecorded"
 )
 
-// Statuses of job_runs documents that the fire path and the missed-slot
-// recorder write; the run statuses are the jobs package's.
-const statusMissed = "missed"
-
 // ErrNotFound is wrapped when a job has no schedule document, no record in
 // job_runs and no edit in the history: nothing is known about it.
 var ErrNotFound = errors.New("not found")
