@@ -26,8 +26,11 @@ import (
 
 // fireSettings are the fire benchmark's command-line settings.
 type fireSettings struct {
-	ns           []int
-	replicas     []int
+	ns       []int
+	replicas []int
+	// points are the (N, replicas) pairs run, in order: -points, else the
+	// grid -n × -replicas.
+	points       [][2]int
 	bursts       int
 	every        time.Duration
 	hold         time.Duration
@@ -46,12 +49,13 @@ type fireSettings struct {
 func fireMain(args []string) int {
 	fs := flag.NewFlagSet("bench fire", flag.ContinueOnError)
 	var (
-		o        fireSettings
-		ns, reps string
-		actionMS int
+		o                fireSettings
+		ns, reps, points string
+		actionMS         int
 	)
 	fs.StringVar(&ns, "n", "1000", "jobs due in the same second, comma-separated for a grid (e.g. 1000,5000)")
 	fs.StringVar(&reps, "replicas", "1", "daemon replicas, comma-separated for a grid (e.g. 1,3)")
+	fs.StringVar(&points, "points", "", "explicit points NxR, comma-separated (e.g. 1000x1,1000x3,10000x3), instead of the grid -n × -replicas")
 	fs.IntVar(&o.bursts, "bursts", 2, "measured bursts per point")
 	fs.DurationVar(&o.every, "every", 30*time.Second,
 		"the jobs' period: whole seconds dividing a minute (30s: '<s>/30 * * * * *') or whole minutes dividing an hour")
@@ -79,6 +83,10 @@ func fireMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "bench fire: -replicas:", err)
 		return 2
 	}
+	if o.points, err = pointList(points, o.ns, o.replicas); err != nil {
+		fmt.Fprintln(os.Stderr, "bench fire: -points:", err)
+		return 2
+	}
 	o.hold = time.Duration(actionMS) * time.Millisecond
 	if o.burstTimeout == 0 {
 		o.burstTimeout = 2*o.every + 30*time.Second + o.hold
@@ -96,6 +104,35 @@ func fireMain(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// pointList parses "1000x1,10000x3"; empty gives the grid ns × reps.
+func pointList(s string, ns, reps []int) ([][2]int, error) {
+	var out [][2]int
+	if strings.TrimSpace(s) == "" {
+		for _, n := range ns {
+			for _, r := range reps {
+				out = append(out, [2]int{n, r})
+			}
+		}
+		return out, nil
+	}
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		a, b, ok := strings.Cut(f, "x")
+		n, errN := intList(a)
+		r, errR := intList(b)
+		if !ok || errN != nil || errR != nil || len(n) != 1 || len(r) != 1 {
+			return nil, fmt.Errorf("%q: want NxR, e.g. 1000x3", f)
+		}
+		out = append(out, [2]int{n[0], r[0]})
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty")
+	}
+	return out, nil
 }
 
 // intList parses "1000,5000" into positive integers.
@@ -152,24 +189,23 @@ func runFire(ctx context.Context, o fireSettings) error {
 	}
 	rep := fireReport{opts: o, env: describeMachine(ctx), started: time.Now().UTC()}
 	var firstErr error
-	for _, n := range o.ns {
-		for _, r := range o.replicas {
-			if ctx.Err() != nil {
-				break
+	for _, pt := range o.points {
+		n, r := pt[0], pt[1]
+		if ctx.Err() != nil {
+			break
+		}
+		logf("=== fire: N=%d, %d replica(s), %d burst(s) every %s, action hold %s", n, r, o.bursts, o.every, o.hold)
+		p, err := runFirePoint(ctx, o, n, r, logDir)
+		if err != nil {
+			logf("N=%d R=%d: %v", n, r, err)
+			if firstErr == nil {
+				firstErr = fmt.Errorf("N=%d R=%d: %w", n, r, err)
 			}
-			logf("=== fire: N=%d, %d replica(s), %d burst(s) every %s, action hold %s", n, r, o.bursts, o.every, o.hold)
-			p, err := runFirePoint(ctx, o, n, r, logDir)
-			if err != nil {
-				logf("N=%d R=%d: %v", n, r, err)
-				if firstErr == nil {
-					firstErr = fmt.Errorf("N=%d R=%d: %w", n, r, err)
-				}
-			}
-			if p != nil {
-				p.err = err
-				rep.points = append(rep.points, p)
-				fmt.Print(p.text())
-			}
+		}
+		if p != nil {
+			p.err = err
+			rep.points = append(rep.points, p)
+			fmt.Print(p.text())
 		}
 	}
 	rep.finished = time.Now().UTC()

@@ -130,6 +130,9 @@ func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, logDir s
 		for _, path := range logs {
 			p.problems = append(p.problems, logProblems(path)...)
 		}
+		if p.loadAfter == "" {
+			p.loadAfter = loadAvg()
+		}
 	}()
 	armStart := time.Now()
 	for i := range replicas {

@@ -36,20 +36,16 @@ func (rep fireReport) text() string {
 	w("\nmachine: %d CPUs (%s), %s, linux %s, %s, %s; load average %s before, %s after (shared machine: figures are noisy)\n",
 		rep.env.cpus, rep.env.cpuModel, rep.env.memTotal, rep.env.kernel, rep.env.goVersion, rep.env.java,
 		rep.env.loadBefore, rep.env.loadAfter)
-	w("run: -n %s -replicas %s -bursts %d -every %s -action-ms %d -workers %d -idle %s -burst-timeout %s\n",
-		joinInts(o.ns), joinInts(o.replicas), o.bursts, o.every, o.hold.Milliseconds(), o.workers, o.idle, o.burstTimeout)
+	pts := make([]string, len(o.points))
+	for i, pt := range o.points {
+		pts[i] = fmt.Sprintf("%dx%d", pt[0], pt[1])
+	}
+	w("run: -points %s -bursts %d -every %s -action-ms %d -workers %d -idle %s -burst-timeout %s\n",
+		strings.Join(pts, ","), o.bursts, o.every, o.hold.Milliseconds(), o.workers, o.idle, o.burstTimeout)
 	for _, p := range rep.points {
 		b.WriteString(p.text())
 	}
 	return b.String()
-}
-
-func joinInts(v []int) string {
-	s := make([]string, len(v))
-	for i, n := range v {
-		s[i] = fmt.Sprint(n)
-	}
-	return strings.Join(s, ",")
 }
 
 // fmtLate formats a lateness in milliseconds: ms below a second, else s.
