@@ -95,9 +95,12 @@ func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, logDir s
 	}
 	defer sk.close()
 
-	// The first slot lies past the expected start-up and the idle window;
-	// if the daemons take longer, the bursts start at a later slot.
-	lead := 15*time.Second + o.idle + time.Duration(n*replicas)*300*time.Microsecond
+	// The first slot lies past the expected start-up and the idle window,
+	// but less than one period ahead: the slot before it must lie before
+	// the daemons start, or an unmeasured burst would come due just
+	// before the measured ones. If the daemons take longer, the bursts
+	// start at a later slot.
+	lead := min(15*time.Second+o.idle+time.Duration(n*replicas)*300*time.Microsecond, o.every-time.Second)
 	if p.expr, err = fireExpr(o.every, time.Now().Add(lead)); err != nil {
 		return nil, err
 	}

@@ -111,7 +111,7 @@ func (p *firePoint) text() string {
 			p.idleWindow.Round(100*time.Millisecond), total/float64(p.replicas), strings.Join(parts, ", "))
 	}
 	if p.earlier > 0 {
-		w("    arrivals for slots before the measured bursts (the daemons were ready before them): %d\n", p.earlier)
+		w("    WARNING: %d arrivals for a slot before the measured bursts: an unmeasured burst came due after the daemons were ready and its fires ran ahead of the measured ones\n", p.earlier)
 	}
 	if p.unexpected > 0 || p.badBodies > 0 {
 		w("    unexpected arrivals (another job or slot): %d; bodies that did not decode: %d\n", p.unexpected, p.badBodies)
