@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -68,11 +69,19 @@ func fireMain(args []string) int {
 	fs.StringVar(&o.out, "out", "docs", "directory for bench-fire-results.txt (appended) and fire-lateness.png ('' writes neither)")
 	fs.BoolVar(&o.plot, "plot", true, "draw OUT/fire-lateness.png from this run's points")
 	fs.StringVar(&o.label, "label", "", "free text recorded with the run (e.g. before, after)")
+	replot := fs.String("replot", "", "only redraw OUT/fire-lateness.png from the last run in this results file, then exit")
 	fs.IntVar(&o.batch, "batch", 1000, "insertMany batch size while loading")
 	fs.StringVar(&o.binary, "binary", "", "cronswap binary to run (default: go build into a temporary directory)")
 	fs.StringVar(&o.logDir, "logs", "", "keep the daemons' logs and configs in this directory (default: a temporary one, removed)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *replot != "" {
+		if err := replotFire(*replot, o.out, o.label); err != nil {
+			fmt.Fprintln(os.Stderr, "bench fire:", err)
+			return 1
+		}
+		return 0
 	}
 	var err error
 	if o.ns, err = intList(ns); err != nil {
@@ -104,6 +113,24 @@ func fireMain(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// replotFire redraws OUT/fire-lateness.png from a results file.
+func replotFire(results, out, label string) error {
+	text, err := os.ReadFile(results)
+	if err != nil {
+		return err
+	}
+	pts, day, err := latPointsFromResults(string(text))
+	if err != nil {
+		return fmt.Errorf("%s: %w", results, err)
+	}
+	path := filepath.Join(out, "fire-lateness.png")
+	if err := plotFireLateness(path, plotTitle(day, runtime.NumCPU(), label), pts); err != nil {
+		return err
+	}
+	logf("wrote %s from %s", path, results)
+	return nil
 }
 
 // pointList parses "1000x1,10000x3"; empty gives the grid ns × reps.
@@ -229,7 +256,8 @@ func runFire(ctx context.Context, o fireSettings) error {
 		logf("appended to %s", resPath)
 		if o.plot {
 			pngPath := filepath.Join(o.out, "fire-lateness.png")
-			if err := plotFireLateness(pngPath, rep); err != nil {
+			title := plotTitle(rep.finished.Format("2006-01-02"), rep.env.cpus, o.label)
+			if err := plotFireLateness(pngPath, title, rep.latPoints()); err != nil {
 				return fmt.Errorf("plot: %w", err)
 			}
 			logf("wrote %s", pngPath)

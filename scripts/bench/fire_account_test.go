@@ -227,3 +227,32 @@ func TestFireExpr(t *testing.T) {
 		}
 	}
 }
+
+func TestLatPointsFromResults(t *testing.T) {
+	text := `
+=== cronswap fire benchmark, old run
+fire-burst {"n":10,"replicas":1,"action_ms":0,"slot":"2026-01-01T00:00:00Z","late_p50_ms":1,"late_p99_ms":2}
+=== cronswap fire benchmark, grid
+fire-burst {"n":1000,"replicas":1,"action_ms":0,"slot":"2026-12-01T10:10:10Z","late_p50_ms":1950,"late_p99_ms":4770}
+fire-burst {"n":1000,"replicas":1,"action_ms":0,"slot":"2026-12-01T10:10:40Z","late_p50_ms":1750,"late_p99_ms":4190}
+fire-burst {"n":5000,"replicas":3,"action_ms":0,"slot":"2026-12-01T10:15:27Z","late_p50_ms":null,"late_p99_ms":null}
+=== cronswap fire benchmark, long action
+fire-burst {"n":50,"replicas":1,"action_ms":30000,"slot":"2026-12-01T11:00:00Z","late_p50_ms":60000,"late_p99_ms":180000}
+`
+	pts, day, err := latPointsFromResults(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if day != "2026-12-01" || len(pts) != 2 {
+		t.Fatalf("day %q, %d points: %+v", day, len(pts), pts)
+	}
+	if p := pts[0]; p.n != 1000 || p.replicas != 1 || !slices.Equal(p.p50, []float64{1950, 1750}) || !slices.Equal(p.p99, []float64{4770, 4190}) {
+		t.Errorf("first point %+v", p)
+	}
+	if p := pts[1]; p.n != 5000 || p.replicas != 3 || len(p.p50) != 1 || !math.IsNaN(p.p50[0]) || !math.IsNaN(p.p99[0]) {
+		t.Errorf("second point %+v (null lateness is NaN)", p)
+	}
+	if _, _, err := latPointsFromResults("nothing here"); err == nil {
+		t.Error("no fire-burst lines: want an error")
+	}
+}

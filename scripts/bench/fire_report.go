@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"image/color"
 	"maps"
@@ -163,16 +164,14 @@ func (p *firePoint) burstJSON(i int, bu fireBurst) map[string]any {
 
 // plotFireLateness draws start lateness p50 and p99 against N, one colour
 // per replica count: each burst as a point, a line through the median of
-// the bursts at each N. Both axes are log scale.
-func plotFireLateness(path string, rep fireReport) error {
+// the bursts at each N. Both axes are log scale; lateness is in seconds
+// (below 1 ms drawn at 1 ms) and covers the fires that ran by the burst's
+// deadline, so a point with many missed fires is drawn optimistic.
+func plotFireLateness(path, title string, points []latPoint) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("cronswap start lateness of a burst of N fires due in the same second (%s, %d CPUs, shared)",
-		rep.finished.Format("2006-01-02"), rep.env.cpus)
-	if rep.opts.label != "" {
-		p.Title.Text += " [" + rep.opts.label + "]"
-	}
+	p.Title.Text = title
 	p.X.Label.Text = "N jobs due in the same second (log scale)"
-	p.Y.Label.Text = "action request arrived − slot (ms, log scale)"
+	p.Y.Label.Text = "request at the sink − slot (s, log; fires run by the burst deadline)"
 	p.Add(plotter.NewGrid())
 	p.Legend.Top = true
 	p.Legend.Left = true
@@ -182,17 +181,15 @@ func plotFireLateness(path string, rep fireReport) error {
 		color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
 		color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
 	}
-	byR := map[int][]*firePoint{}
-	for _, pt := range rep.points {
-		if len(pt.bursts) > 0 {
-			byR[pt.replicas] = append(byR[pt.replicas], pt)
-		}
+	byR := map[int][]latPoint{}
+	for _, pt := range points {
+		byR[pt.replicas] = append(byR[pt.replicas], pt)
 	}
 	lo, hi := math.Inf(1), math.Inf(-1)
 	xlo, xhi := math.Inf(1), math.Inf(-1)
 	for ci, r := range slices.Sorted(maps.Keys(byR)) {
 		pts := byR[r]
-		slices.SortFunc(pts, func(a, b *firePoint) int { return a.n - b.n })
+		slices.SortFunc(pts, func(a, b latPoint) int { return a.n - b.n })
 		for _, q := range []struct {
 			pct    float64
 			dashed bool
@@ -200,12 +197,11 @@ func plotFireLateness(path string, rep fireReport) error {
 			var line, scatter plotter.XYs
 			for _, pt := range pts {
 				var vals []float64
-				for _, bu := range pt.bursts {
-					v := bu.lateness.pct(q.pct)
+				for _, v := range pt.lateMS(q.pct) {
 					if math.IsNaN(v) {
 						continue
 					}
-					y := math.Log10(max(v, 1))
+					y := math.Log10(max(v, 1) / 1000)
 					vals = append(vals, y)
 					scatter = append(scatter, plotter.XY{X: math.Log10(float64(pt.n)), Y: y})
 					lo, hi = min(lo, y), max(hi, y)
@@ -239,11 +235,11 @@ func plotFireLateness(path string, rep fireReport) error {
 			}
 			sc.Radius = vg.Points(2.5)
 			p.Add(ln, sc)
-			p.Legend.Add(fmt.Sprintf("%d replica(s), p%g (points: bursts; line: their median)", r, q.pct), ln, sc)
+			p.Legend.Add(fmt.Sprintf("%d replica(s), p%g (points: bursts; line: their lower median)", r, q.pct), ln, sc)
 		}
 	}
 	if math.IsInf(lo, 1) {
-		lo, hi = 0, 3
+		lo, hi = -1, 2
 		xlo, xhi = 2, 4
 	}
 	p.Y.Min, p.Y.Max = math.Floor(lo), math.Ceil(hi)+0.6 // head room for the legend
@@ -254,4 +250,102 @@ func plotFireLateness(path string, rep fireReport) error {
 	}
 	p.X.Tick.Marker = logMSTicks(math.Floor(xlo), math.Ceil(xhi))
 	return p.Save(10*vg.Inch, 5.5*vg.Inch, path)
+}
+
+// latPoint is what the lateness plot needs of one (N, replicas) point: the
+// p50 and p99 start lateness of each burst, in milliseconds (NaN: none ran).
+type latPoint struct {
+	n, replicas int
+	p50, p99    []float64
+}
+
+func (p latPoint) lateMS(pct float64) []float64 {
+	if pct == 50 {
+		return p.p50
+	}
+	return p.p99
+}
+
+// latPoints returns the plot's points of a run.
+func (rep fireReport) latPoints() []latPoint {
+	var out []latPoint
+	for _, pt := range rep.points {
+		if len(pt.bursts) == 0 {
+			continue
+		}
+		lp := latPoint{n: pt.n, replicas: pt.replicas}
+		for _, bu := range pt.bursts {
+			lp.p50 = append(lp.p50, bu.lateness.pct(50))
+			lp.p99 = append(lp.p99, bu.lateness.pct(99))
+		}
+		out = append(out, lp)
+	}
+	return out
+}
+
+// plotTitle is the lateness plot's title.
+func plotTitle(day string, cpus int, label string) string {
+	t := fmt.Sprintf("cronswap: start lateness of N fires due in the same second (%s, %d CPUs, shared)", day, cpus)
+	if label != "" {
+		t += " [" + label + "]"
+	}
+	return t
+}
+
+// latPointsFromResults reads the "fire-burst {json}" lines of the last run
+// in a results file (runs start with "=== cronswap fire benchmark") that
+// has bursts without an action hold, and returns its points and the day of
+// its first slot.
+func latPointsFromResults(text string) ([]latPoint, string, error) {
+	runs := strings.Split(text, "=== cronswap fire benchmark")
+	for i := len(runs) - 1; i >= 0; i-- {
+		type key struct{ n, r int }
+		byKey := map[key]*latPoint{}
+		var order []key
+		day := ""
+		for _, line := range strings.Split(runs[i], "\n") {
+			js, ok := strings.CutPrefix(line, "fire-burst ")
+			if !ok {
+				continue
+			}
+			var b struct {
+				N        int      `json:"n"`
+				Replicas int      `json:"replicas"`
+				ActionMS int64    `json:"action_ms"`
+				Slot     string   `json:"slot"`
+				P50      *float64 `json:"late_p50_ms"`
+				P99      *float64 `json:"late_p99_ms"`
+			}
+			if err := json.Unmarshal([]byte(js), &b); err != nil {
+				return nil, "", fmt.Errorf("fire-burst line: %w", err)
+			}
+			if b.ActionMS != 0 {
+				continue
+			}
+			k := key{b.N, b.Replicas}
+			if byKey[k] == nil {
+				byKey[k] = &latPoint{n: b.N, replicas: b.Replicas}
+				order = append(order, k)
+			}
+			v := func(p *float64) float64 {
+				if p == nil {
+					return math.NaN()
+				}
+				return *p
+			}
+			byKey[k].p50 = append(byKey[k].p50, v(b.P50))
+			byKey[k].p99 = append(byKey[k].p99, v(b.P99))
+			if day == "" && len(b.Slot) >= 10 {
+				day = b.Slot[:10]
+			}
+		}
+		if len(order) > 0 {
+			out := make([]latPoint, len(order))
+			for j, k := range order {
+				out[j] = *byKey[k]
+			}
+			return out, day, nil
+		}
+	}
+	return nil, "", errors.New("no fire-burst lines without an action hold")
 }
