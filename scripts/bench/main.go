@@ -23,6 +23,9 @@
 //
 //	scripts/bench.sh -n 100000 -edits 500 -rate 5 -modes changestream,poll -out docs
 //
+// "bench fire [flags]" is the fire-path benchmark instead (fire.go,
+// scripts/bench-fire.sh): N jobs due in the same second, R replicas.
+//
 // It is a module of its own (its plotting library stays out of the daemon's
 // go.mod) and runs from the repository root, where -out is relative to.
 package main
@@ -59,6 +62,9 @@ type settings struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "fire" {
+		os.Exit(fireMain(os.Args[2:]))
+	}
 	var (
 		o     settings
 		modes string

@@ -1,0 +1,462 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/internal/faultproxy"
+	"github.com/cronswap/cronswap/internal/testmongo"
+	"github.com/cronswap/cronswap/schedule"
+)
+
+// firePoint is everything measured for one (N, replicas) point.
+type firePoint struct {
+	n, replicas int
+	expr        string
+	every, hold time.Duration
+	workers     int
+	started     time.Time
+	loadBefore  string
+	loadAfter   string
+	loadTime    time.Duration // insertMany of the N schedules
+	armTime     time.Duration // first daemon start → every daemon ready with N armed
+
+	idleWindow time.Duration
+	idleCmds   map[string]int // summed over the replicas
+
+	bursts     []fireBurst
+	earlier    int // arrivals for a slot before the measured bursts
+	unexpected int // arrivals for another job or slot
+	// idleFires is the number of action requests during the idle window
+	// (an earlier burst in it makes the idle figure meaningless).
+	idleFires int
+	badBodies int // action requests whose body did not decode
+	problems  []string
+	err       error
+}
+
+// fireBurst is one burst's accounting plus its command window.
+type fireBurst struct {
+	burstStats
+	windowFrom, windowTo time.Time
+	windowFires          int            // sink arrivals (any job, any slot) in the window
+	cmds                 map[string]int // commands at the proxies in the window, summed over the replicas
+	load                 string         // load average at the window's end
+}
+
+// jobPrefix starts the id of every job the fire benchmark loads.
+const jobPrefix = "fire-"
+
+func fireJobID(k int) string { return fmt.Sprintf("%s%06d", jobPrefix, k) }
+
+// windowLead is how long before a slot its command window opens: the
+// daemons' timers fire at the slot, so nothing of the burst is earlier.
+const windowLead = 500 * time.Millisecond
+
+func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, logDir string) (*firePoint, error) {
+	p := &firePoint{n: n, replicas: replicas, every: o.every, hold: o.hold, workers: o.workers,
+		started: time.Now().UTC(), loadBefore: loadAvg()}
+	srv, err := testmongo.Start(ctx, testmongo.Options{StartTimeout: 2 * time.Minute})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = srv.Stop() }()
+	client, err := testmongo.Connect(ctx, srv.URI)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	dbName := testmongo.DatabaseName(fmt.Sprintf("bench_fire_%d_%d", n, replicas))
+	db := client.Database(dbName)
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = db.Drop(dctx)
+	}()
+
+	sk, err := startSink(o.hold)
+	if err != nil {
+		return nil, err
+	}
+	defer sk.close()
+
+	// The first slot lies past the expected start-up and the idle window,
+	// but less than one period ahead: the slot before it must lie before
+	// the daemons start, or an unmeasured burst would come due just
+	// before the measured ones. If the daemons take longer, the bursts
+	// start at a later slot.
+	lead := min(15*time.Second+o.idle+time.Duration(n*replicas)*300*time.Microsecond, o.every-time.Second)
+	if p.expr, err = fireExpr(o.every, time.Now().Add(lead)); err != nil {
+		return nil, err
+	}
+	sched, err := schedule.ParseExpr(p.expr, time.UTC)
+	if err != nil {
+		return nil, fmt.Errorf("expression %q: %w", p.expr, err)
+	}
+	logf("loading %d schedules %q into %s", n, p.expr, dbName)
+	jobIDs, took, err := loadFireJobs(ctx, db.Collection(schedule.CollectionName), n, p.expr, o.batch)
+	if err != nil {
+		return nil, err
+	}
+	p.loadTime = took
+
+	var (
+		proxies []*faultproxy.Proxy
+		daemons []*daemon
+		logs    []string
+	)
+	defer func() {
+		for _, px := range proxies {
+			_ = px.Close()
+		}
+	}()
+	defer func() {
+		// Held requests are answered first, so that a daemon's shutdown
+		// does not wait on them.
+		sk.release()
+		stopAll(daemons)
+		for _, path := range logs {
+			p.problems = append(p.problems, logProblems(path)...)
+		}
+		if p.loadAfter == "" {
+			p.loadAfter = loadAvg()
+		}
+	}()
+	armStart := time.Now()
+	for i := range replicas {
+		px, err := faultproxy.New(ctx, firstHost(srv.URI))
+		if err != nil {
+			return nil, err
+		}
+		proxies = append(proxies, px)
+		id := fmt.Sprintf("bench-fire-%d", i+1)
+		cfg := fireDaemonConfig{uri: px.URI(srv.URI), database: dbName, instanceID: id, sinkURL: sk.URL(), workers: o.workers}
+		logPath := filepath.Join(logDir, fmt.Sprintf("%s-n%d-r%d.log", id, n, replicas))
+		d, err := startFireDaemon(o.binary, cfg, logPath)
+		if err != nil {
+			return nil, err
+		}
+		daemons = append(daemons, d)
+		logs = append(logs, logPath)
+	}
+	for _, d := range daemons {
+		if _, err := d.waitReady(ctx, readyLimit); err != nil {
+			return p, err
+		}
+		if err := d.waitArmed(ctx, n, readyLimit); err != nil {
+			return p, err
+		}
+	}
+	armedAt := time.Now()
+	p.armTime = armedAt.Sub(armStart)
+	logf("%d daemon(s) ready with %d armed after %s", replicas, n, p.armTime.Round(time.Millisecond))
+
+	// Slots: the measured bursts, then the next one (the cut-off for missed).
+	settleStart := 3 * time.Second
+	slots := []time.Time{sched.Next(armedAt.Add(settleStart + o.idle + windowLead))}
+	for len(slots) < o.bursts+1 {
+		slots = append(slots, sched.Next(slots[len(slots)-1]))
+	}
+	commands := func() map[string]int {
+		sum := map[string]int{}
+		for _, px := range proxies {
+			for name, k := range px.Stats().Commands {
+				sum[name] += k
+			}
+		}
+		return sum
+	}
+	exited := func() error {
+		for i, d := range daemons {
+			select {
+			case <-d.done:
+				return fmt.Errorf("daemon %d exited during the run: %v (log: %s)", i+1, d.exitErr(), logs[i])
+			default:
+			}
+		}
+		return nil
+	}
+	sleepUntil := func(t time.Time) error {
+		for {
+			if err := exited(); err != nil {
+				return err
+			}
+			left := time.Until(t)
+			if left <= 0 {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(min(left, 200*time.Millisecond)):
+			}
+		}
+	}
+
+	// Idle window: after the start-up has settled, before the first burst.
+	if err := sleepUntil(armedAt.Add(settleStart)); err != nil {
+		return p, err
+	}
+	idleFrom, idleBefore := time.Now(), commands()
+	idleArrivals, _ := sk.snapshot()
+	windowStart := slots[0].Add(-windowLead)
+	logf("first burst at %s (in %s)", slots[0].Format("15:04:05"), time.Until(slots[0]).Round(time.Second))
+	if err := sleepUntil(windowStart); err != nil {
+		return p, err
+	}
+	snap := commands()
+	if o.idle > 0 {
+		p.idleWindow = time.Since(idleFrom)
+		p.idleCmds = commandDelta(idleBefore, snap)
+		now, _ := sk.snapshot()
+		p.idleFires = len(now) - len(idleArrivals)
+	}
+
+	// Burst windows: [slot − windowLead, next slot − windowLead); the last
+	// one ends earlier once its burst is complete and settled.
+	settle := 2*time.Second + o.hold
+	type window struct {
+		from, to time.Time
+		cmds     map[string]int
+		load     string
+	}
+	var windows []window
+	for k := range o.bursts {
+		from, before := time.Now(), snap
+		end := slots[k+1].Add(-windowLead)
+		if k == o.bursts-1 {
+			var complete time.Time
+			for time.Now().Before(end) {
+				if complete.IsZero() && sk.distinct(slots[k]) >= n {
+					complete = time.Now()
+					logf("burst %d: all %d fires arrived %s after the slot", k+1, n, complete.Sub(slots[k]).Round(time.Millisecond))
+				}
+				if !complete.IsZero() && time.Since(complete) >= settle {
+					break
+				}
+				if err := sleepUntil(time.Now().Add(100 * time.Millisecond)); err != nil {
+					return p, err
+				}
+			}
+		} else if err := sleepUntil(end); err != nil {
+			return p, err
+		}
+		snap = commands()
+		windows = append(windows, window{from: from, to: time.Now(), cmds: commandDelta(before, snap), load: loadAvg()})
+		logf("burst %d (%s): %d of %d arrived by the window's end", k+1, slots[k].Format("15:04:05"), sk.distinct(slots[k]), n)
+	}
+
+	// Late fires: wait for every burst to be complete or past its deadline.
+	for {
+		pending := false
+		for _, s := range slots[:o.bursts] {
+			if sk.distinct(s) < n && time.Now().Before(s.Add(o.burstTimeout)) {
+				pending = true
+			}
+		}
+		if !pending {
+			break
+		}
+		if err := sleepUntil(time.Now().Add(200 * time.Millisecond)); err != nil {
+			return p, err
+		}
+	}
+	// A duplicate would arrive soon after the first run; give it the
+	// settle time before accounting.
+	if err := sleepUntil(time.Now().Add(settle)); err != nil {
+		return p, err
+	}
+
+	arrivals, bad := sk.snapshot()
+	p.badBodies = bad
+	stats, earlier, unexpected := accountBursts(jobIDs, slots, arrivals)
+	p.earlier, p.unexpected = earlier, unexpected
+	for k, b := range stats {
+		w := windows[k]
+		p.bursts = append(p.bursts, fireBurst{burstStats: b, windowFrom: w.from, windowTo: w.to,
+			windowFires: arrivalsIn(arrivals, w.from, w.to), cmds: w.cmds, load: w.load})
+	}
+	p.loadAfter = loadAvg()
+	return p, nil
+}
+
+// loadFireJobs inserts n schedules with expr and the sink action, in
+// unordered batches, and returns their ids.
+func loadFireJobs(ctx context.Context, coll *mongo.Collection, n int, expr string, batch int) ([]string, time.Duration, error) {
+	start := time.Now()
+	now := time.Now().UTC()
+	ids := make([]string, 0, n)
+	docs := make([]any, 0, batch)
+	for k := range n {
+		id := fireJobID(k)
+		ids = append(ids, id)
+		docs = append(docs, bson.D{
+			{Key: schedule.FieldID, Value: id},
+			{Key: schedule.FieldCronExpr, Value: expr},
+			{Key: schedule.FieldJob, Value: fireAction},
+			{Key: schedule.FieldUpdatedAt, Value: now},
+		})
+		if len(docs) == batch || k == n-1 {
+			if _, err := coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil {
+				return nil, 0, fmt.Errorf("insert into %s: %w", coll.Name(), err)
+			}
+			docs = docs[:0]
+		}
+	}
+	return ids, time.Since(start), nil
+}
+
+// fireAction is the action name of the loaded schedules.
+const fireAction = "sink"
+
+// fireDaemonConfig is what one fire-benchmark daemon's config varies.
+type fireDaemonConfig struct {
+	uri, database, instanceID, sinkURL string
+	listen                             string
+	workers                            int
+}
+
+func (c fireDaemonConfig) yaml() string {
+	s := fmt.Sprintf(`mongo:
+  uri: %q
+  database: %q
+instance_id: %q
+timezone: UTC
+http:
+  listen: %q
+watch:
+  resync_interval: 0s
+shutdown:
+  grace: 5s
+jobs:
+  %s:
+    http:
+      url: %q
+`, c.uri, c.database, c.instanceID, c.listen, fireAction, c.sinkURL)
+	if c.workers > 0 {
+		s += fmt.Sprintf("workers: %d\n", c.workers)
+	}
+	return s
+}
+
+// startFireDaemon starts the binary with cfg on a free loopback port. Its
+// log (JSON, info, the default level) goes straight to logPath: the bench
+// does not parse it while the bursts run.
+func startFireDaemon(binary string, cfg fireDaemonConfig, logPath string) (*daemon, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	cfg.listen = ln.Addr().String()
+	_ = ln.Close()
+	cfgPath := strings.TrimSuffix(logPath, ".log") + ".yaml"
+	if err := os.WriteFile(cfgPath, []byte(cfg.yaml()), 0o600); err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(binary, "run", "--config", cfgPath, "--log-format", "json", "--log-level", "info")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	d := &daemon{cmd: cmd, addr: cfg.listen, done: make(chan struct{}), started: time.Now()}
+	if err := startChild(cmd); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", binary, err)
+	}
+	go func() {
+		err := cmd.Wait()
+		logFile.Close()
+		d.mu.Lock()
+		d.waitErr = err
+		d.mu.Unlock()
+		close(d.done)
+	}()
+	return d, nil
+}
+
+// waitArmed polls /api/status until the daemon has n schedules armed.
+func (d *daemon) waitArmed(ctx context.Context, n int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	last := -1
+	for {
+		body, err := d.get(ctx, "/api/status")
+		if err == nil {
+			var st struct {
+				SchedulesArmed int  `json:"schedules_armed"`
+				Ready          bool `json:"ready"`
+			}
+			if json.Unmarshal(body, &st) == nil {
+				last = st.SchedulesArmed
+				if st.Ready && st.SchedulesArmed >= n {
+					return nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("daemon at %s: %d of %d schedules armed after %s", d.addr, last, n, limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-d.done:
+			return fmt.Errorf("daemon at %s exited before arming: %v", d.addr, d.exitErr())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// stopAll stops the daemons at once (SIGTERM, then SIGKILL after 30 s).
+func stopAll(ds []*daemon) {
+	var wg sync.WaitGroup
+	for _, d := range ds {
+		wg.Go(func() {
+			select {
+			case <-d.done:
+			default:
+				d.stop()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// logProblems summarises a daemon log's WARN and ERROR records: each
+// distinct level and message once, with its count.
+func logProblems(path string) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	counts := map[string]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 1<<20), 1<<20)
+	for sc.Scan() {
+		var rec logRecord
+		if json.Unmarshal(sc.Bytes(), &rec) != nil || (rec.Level != "WARN" && rec.Level != "ERROR") {
+			continue
+		}
+		counts[rec.Level+" "+rec.Msg]++
+	}
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		out = append(out, fmt.Sprintf("%s: %s ×%d", filepath.Base(path), k, counts[k]))
+	}
+	return out
+}
