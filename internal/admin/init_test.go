@@ -78,7 +78,7 @@ func TestInitOverExistingCollections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.Contains(rep.CreatedCollections, schedule.CollectionName) || len(rep.CreatedCollections) != 4 || len(rep.CreatedIndexes) != 4 {
+	if slices.Contains(rep.CreatedCollections, schedule.CollectionName) || len(rep.CreatedCollections) != 5 || len(rep.CreatedIndexes) != 5 {
 		t.Fatalf("report %+v", rep)
 	}
 	switch rep.Validator {
