@@ -54,13 +54,24 @@ const (
 	// save without Options.State.
 	DefaultSaveDelay = 100 * time.Millisecond
 	// DefaultIdleSaveInterval is the least time between two saves of an
-	// idle stream's advancing token without Options.State.
-	DefaultIdleSaveInterval = 5 * time.Second
+	// idle stream's advancing token without Options.State: 2 writes per
+	// idle minute, and a stored token at most this plus one getMore wait
+	// (DefaultMaxAwait) old while idle — a restart then replays at most
+	// that much of an idle oplog, and the token age stays below a minute.
+	// Edits are saved after SaveDelay whatever this is.
+	DefaultIdleSaveInterval = 30 * time.Second
 	// DefaultStateSaveDelay is DefaultSaveDelay with Options.State.
 	DefaultStateSaveDelay = time.Second
 	// DefaultStateIdleSaveInterval is DefaultIdleSaveInterval with
 	// Options.State.
 	DefaultStateIdleSaveInterval = time.Minute
+	// DefaultMaxAwait is the getMore wait the daemon gives MongoFeed: an
+	// idle stream sends 6 getMores a minute instead of 60 at the server's
+	// 1 s. An event ends a waiting getMore at once, and cancelling the
+	// watcher's context abandons it at once, so neither an edit nor a
+	// shutdown waits for it; a requested resync, which runs between round
+	// trips, may.
+	DefaultMaxAwait = 10 * time.Second
 )
 
 // ResyncOff as Options.ResyncInterval disables the periodic resync.

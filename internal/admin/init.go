@@ -17,6 +17,7 @@ import (
 
 	"github.com/cronswap/cronswap/history"
 	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/members"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
 )
@@ -25,7 +26,7 @@ import (
 // creates them; each name is defined by the package that owns the data.
 func Collections() []string {
 	return []string{schedule.CollectionName, resumetoken.CollectionName, jobs.LocksCollection, jobs.RunsCollection,
-		history.CollectionName}
+		history.CollectionName, members.CollectionName}
 }
 
 // Index names. The daemon creates the same indexes at start with the same
@@ -58,7 +59,9 @@ func (ix Index) Name() string {
 // unique (job_id, scheduled_at) so a fire is recorded at most once, and a TTL
 // index on expire_at (each run document carries its own expiry: end +
 // runs.retention, hence expireAfterSeconds 0); on schedule_history, (job_id,
-// at descending) for one job's history and the same kind of TTL index.
+// at descending) for one job's history and the same kind of TTL index; on
+// members, a TTL index on expire_at (a dead member's document goes
+// members.DefaultRetention after its lease ended).
 func Indexes() []Index {
 	var out []Index
 	for _, m := range jobs.RunIndexes() {
@@ -66,6 +69,9 @@ func Indexes() []Index {
 	}
 	for _, m := range history.Indexes() {
 		out = append(out, Index{Collection: history.CollectionName, Model: m})
+	}
+	for _, m := range members.Indexes() {
+		out = append(out, Index{Collection: members.CollectionName, Model: m})
 	}
 	return out
 }

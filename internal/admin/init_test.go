@@ -17,6 +17,7 @@ import (
 	"github.com/cronswap/cronswap/internal/admin"
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/members"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -29,7 +30,7 @@ func ctx(t *testing.T) context.Context {
 }
 
 // The index keys are the bson names of the documents they index
-// (jobs.RunDoc, history.Entry), so the indexes cover what is written.
+// (jobs.RunDoc, history.Entry, members.Member), so the indexes cover what is written.
 func TestIndexesUseDocumentFields(t *testing.T) {
 	fields := func(rt reflect.Type) map[string]bool {
 		tags := map[string]bool{}
@@ -42,12 +43,14 @@ func TestIndexesUseDocumentFields(t *testing.T) {
 	docs := map[string]map[string]bool{
 		jobs.RunsCollection:    fields(reflect.TypeFor[jobs.RunDoc]()),
 		history.CollectionName: fields(reflect.TypeFor[history.Entry]()),
+		members.CollectionName: fields(reflect.TypeFor[members.Member]()),
 	}
 	var names []string
 	for _, ix := range admin.Indexes() {
 		tags, ok := docs[ix.Collection]
 		if !ok {
-			t.Errorf("index %s on %s, want %s or %s", ix.Name(), ix.Collection, jobs.RunsCollection, history.CollectionName)
+			t.Errorf("index %s on %s, want %s, %s or %s", ix.Name(), ix.Collection, jobs.RunsCollection, history.CollectionName,
+				members.CollectionName)
 		}
 		names = append(names, ix.Collection+"."+ix.Name())
 		for _, k := range ix.Model.Keys.(bson.D) {
@@ -57,7 +60,8 @@ func TestIndexesUseDocumentFields(t *testing.T) {
 		}
 	}
 	want := []string{jobs.RunsCollection + "." + admin.RunsUniqueIndex, jobs.RunsCollection + "." + admin.RunsTTLIndex,
-		history.CollectionName + "." + history.JobIndex, history.CollectionName + "." + history.TTLIndex}
+		history.CollectionName + "." + history.JobIndex, history.CollectionName + "." + history.TTLIndex,
+		members.CollectionName + "." + members.TTLIndex}
 	if !slices.Equal(names, want) {
 		t.Errorf("index names %q, want %q", names, want)
 	}
@@ -75,7 +79,7 @@ func TestInitOverExistingCollections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.Contains(rep.CreatedCollections, schedule.CollectionName) || len(rep.CreatedCollections) != 4 || len(rep.CreatedIndexes) != 4 {
+	if slices.Contains(rep.CreatedCollections, schedule.CollectionName) || len(rep.CreatedCollections) != 5 || len(rep.CreatedIndexes) != 5 {
 		t.Fatalf("report %+v", rep)
 	}
 	switch rep.Validator {

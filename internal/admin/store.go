@@ -13,6 +13,7 @@ import (
 
 	"github.com/cronswap/cronswap/history"
 	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/members"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
 )
@@ -409,4 +410,34 @@ func (s *Store) ResetTokens(ctx context.Context, id string) (int64, error) {
 // at most limit (see history.List).
 func (s *Store) History(ctx context.Context, id string, limit int64) ([]history.Entry, error) {
 	return history.List(ctx, s.db.Collection(history.CollectionName), id, limit)
+}
+
+// EnabledScheduleIDs returns the _id of every enabled schedule (enabled
+// absent counts as true), reading only the ids: about 30 bytes a schedule
+// on the wire, 3 MB for 100,000.
+func (s *Store) EnabledScheduleIDs(ctx context.Context) ([]string, error) {
+	cur, err := s.db.Collection(schedule.CollectionName).Find(ctx,
+		bson.D{{Key: schedule.FieldEnabled, Value: bson.D{{Key: "$ne", Value: false}}}},
+		options.Find().SetProjection(bson.D{{Key: schedule.FieldID, Value: 1}}).SetBatchSize(10000))
+	if err != nil {
+		return nil, fmt.Errorf("read the ids of %s: %w", schedule.CollectionName, err)
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	var ids []string
+	for cur.Next(ctx) {
+		if id, ok := cur.Current.Lookup(schedule.FieldID).StringValueOK(); ok {
+			ids = append(ids, id)
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("read the ids of %s: %w", schedule.CollectionName, err)
+	}
+	return ids, nil
+}
+
+// Members returns every document of members (live or not), sorted by
+// instance id, and when they were read.
+func (s *Store) Members(ctx context.Context) ([]members.Member, time.Time, error) {
+	ms, err := members.List(ctx, s.db)
+	return ms, s.now(), err
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/cronswap/cronswap/internal/faultproxy"
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/members"
 	"github.com/cronswap/cronswap/resumetoken"
 )
 
@@ -672,12 +673,12 @@ func TestInitTwice(t *testing.T) {
 	e := newEnv(t)
 	var rep admin.InitReport
 	e.okJSON(&rep, "init")
-	if len(rep.CreatedCollections) != 5 || len(rep.CreatedIndexes) != 4 || !rep.Changed() {
+	if len(rep.CreatedCollections) != 6 || len(rep.CreatedIndexes) != 5 || !rep.Changed() {
 		t.Fatalf("first init: %+v", rep)
 	}
 	// The indexes are there with their options.
 	got := map[string]string{}
-	for _, coll := range []string{jobs.RunsCollection, history.CollectionName} {
+	for _, coll := range []string{jobs.RunsCollection, history.CollectionName, members.CollectionName} {
 		cur, err := e.db.Collection(coll).Indexes().List(ctx(t))
 		if err != nil {
 			t.Fatal(err)
@@ -704,6 +705,7 @@ func TestInitTwice(t *testing.T) {
 		"job_runs.expire_at_1":                        `key={"expire_at":{"$numberInt":"1"}} unique=false ttl=0`,
 		"schedule_history.schedule_history_job_at":    `key={"job_id":{"$numberInt":"1"},"at":{"$numberInt":"-1"}} unique=false ttl=none`,
 		"schedule_history.schedule_history_expire_at": `key={"expire_at":{"$numberInt":"1"}} unique=false ttl=0`,
+		"members.members_expire_at":                   `key={"expire_at":{"$numberInt":"1"}} unique=false ttl=0`,
 	}
 	for name, w := range want {
 		if got[name] != w {
@@ -813,6 +815,7 @@ func TestUnreachableServerIsExit2(t *testing.T) {
 		{"locks", "release", "x", "--yes"},
 		{"runs", "list"},
 		{"runs", "get", "x"},
+		{"members", "list"},
 		{"explain", "x", "--from", "-2h"},
 	} {
 		r := run(t, append(args, "--mongo-uri", uri, "--timeout", "300ms")...)

@@ -1,6 +1,6 @@
 // Package daemon builds a running cronswap instance from its configuration:
-// the MongoDB client, the metrics, the fire path (runner), the engine, the
-// change-stream watcher and the HTTP listener. New creates every part in
+// the MongoDB client, the membership, the metrics, the fire path (runner),
+// the engine, the change-stream watcher and the HTTP listener. New creates every part in
 // dependency order, so no part refers to one that does not exist yet; Run
 // starts them and, when its context ends, shuts them down in order.
 package daemon
@@ -24,6 +24,7 @@ import (
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/internal/timeline"
 	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/members"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
@@ -47,6 +48,7 @@ type Daemon struct {
 
 	client   *mongo.Client
 	listener net.Listener
+	members  *members.Membership
 	metrics  *metrics.Metrics
 	registry *jobs.Registry
 	runner   *jobs.Runner
@@ -91,6 +93,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, log: log.With("instance_id", cfg.InstanceID), client: client, listener: ln, registry: registry}
 	db := client.Database(cfg.Mongo.Database)
 
+	d.members = members.New(db, members.Options{InstanceID: cfg.InstanceID, Logger: d.log})
 	d.metrics = metrics.New()
 	d.store = jobs.NewMongoStore(db.Collection(jobs.LocksCollection), db.Collection(jobs.RunsCollection),
 		jobs.MongoStoreOptions{Retention: cfg.Runs.Retention, Instance: cfg.InstanceID, Logger: d.log})
@@ -136,7 +139,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	}
 	d.watcher = changestream.New(cfg.Watch.Apply(changestream.Options{
 		ID:     cfg.InstanceID,
-		Feed:   changestream.NewMongoFeed(db.Collection(schedule.CollectionName), time.Second),
+		Feed:   changestream.NewMongoFeed(db.Collection(schedule.CollectionName), getMoreWait(cfg)),
 		Tokens: resumetoken.NewMongoStore(db.Collection(resumetoken.CollectionName)),
 		Sink:   d.history.recorder,
 		Logger: d.log,
@@ -174,7 +177,12 @@ func (d *Daemon) Addr() net.Addr { return d.listener.Addr() }
 
 // Run runs the daemon until ctx is cancelled or a part fails, then shuts
 // down gracefully: no new fires, running actions get the grace period, the
-// resume token is saved, the HTTP listener and the client are closed. It
+// resume token is saved, the membership document is removed, the HTTP
+// listener and the client are closed. Before it watches or fires anything
+// it joins the members (members.Membership.Join): a second live process
+// with this instance id gets a *members.DuplicateError, and one whose
+// membership another process takes over stops with a
+// *members.TakenOverError. It
 // returns the failure that ended it, nil after a cancelled ctx. Run may be
 // called once.
 func (d *Daemon) Run(ctx context.Context) error {
@@ -188,7 +196,22 @@ func (d *Daemon) Run(ctx context.Context) error {
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- d.server.Serve(d.listener) }()
 	d.log.Info("cronswap started", "mongo_uri", config.RedactURI(d.cfg.Mongo.URI), "database", d.cfg.Mongo.Database,
-		"http_listen", d.listener.Addr().String(), "watch_mode", d.watcher.Status().Mode, "actions", d.registry.Names())
+		"http_listen", d.listener.Addr().String(), "watch_mode", d.watcher.Status().Mode, "actions", d.registry.Names(),
+		"incarnation", d.members.Self().Incarnation)
+
+	// Nothing is watched or fired before this process holds its instance
+	// id: a second live process with the same id is refused here.
+	if err := d.members.Join(ctx); err != nil {
+		d.shutdownHTTP()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	memberCtx, stopMember := context.WithCancel(context.Background())
+	defer stopMember()
+	memberDone := make(chan error, 1)
+	go func() { memberDone <- d.members.Run(memberCtx) }()
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
@@ -210,6 +233,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		watchDone <- nil
 	case err := <-httpDone:
 		runErr = fmt.Errorf("http server: %w", err)
+	case err := <-memberDone:
+		runErr = err // taken over by another process with this instance id
+		memberDone <- nil
 	}
 
 	d.log.Info("shutting down", "grace", d.cfg.Shutdown.Grace)
@@ -222,13 +248,30 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := <-watchDone; err != nil && runErr == nil {
 		runErr = err
 	}
+	stopMember()
+	if err := <-memberDone; err != nil && runErr == nil {
+		runErr = err
+	}
+	// Removing the document (when this process still holds it) shows the
+	// others at once that this member is gone.
+	lctx, cancelLeave := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelLeave()
+	if err := d.members.Leave(lctx); err != nil {
+		d.log.Warn("leaving the members", "error", err)
+	}
+	d.shutdownHTTP()
+	d.log.Info("stopped")
+	return runErr
+}
+
+// shutdownHTTP stops the HTTP listener, waiting a little for requests in
+// flight.
+func (d *Daemon) shutdownHTTP() {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := d.server.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		d.log.Warn("http shutdown", "error", err)
 	}
-	d.log.Info("stopped")
-	return runErr
 }
 
 // Close releases what New opened (the listener and the client) for a
@@ -285,6 +328,17 @@ func watchHooks(mx *metrics.Metrics) changestream.Hooks {
 		Reconnect:  func(int, time.Duration, error) { mx.CountReconnect() },
 		Drift:      func(ids []string) { mx.CountResyncDrift(len(ids)) },
 	}
+}
+
+// getMoreWait is how long an idle change stream's getMore waits on the
+// server: changestream.DefaultMaxAwait, but no longer than a configured
+// resync interval, since a resync (and the drift report after it) runs
+// between two round trips of the stream.
+func getMoreWait(cfg config.Config) time.Duration {
+	if ri := cfg.Watch.ResyncInterval; ri != nil && *ri > 0 && *ri < changestream.DefaultMaxAwait {
+		return *ri
+	}
+	return changestream.DefaultMaxAwait
 }
 
 func disconnect(client *mongo.Client) {

@@ -1,0 +1,94 @@
+package daemon
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/internal/testmongo"
+	"github.com/cronswap/cronswap/schedule"
+)
+
+// A long getMore wait costs neither an edit nor a shutdown anything: an
+// insert ends the waiting getMore at once, and cancelling the context
+// abandons one at once. The wait here is a minute, so returning within the
+// deadlines below can only come from the wake-up or the cancel.
+func TestLongGetMoreWaitWakesOnEditAndOnCancel(t *testing.T) {
+	const wait = time.Minute
+	var getMores atomic.Int64
+	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName == "getMore" {
+			getMores.Add(1)
+		}
+	}}
+	client, err := mongo.Connect(options.Client().ApplyURI(testmongo.Shared(t).URI).SetMonitor(mon))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) }) // after the database is dropped
+	db := testmongo.NewDatabase(t, client)
+	coll := db.Collection(schedule.CollectionName)
+	feed := changestream.NewMongoFeed(coll, wait)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs, err := feed.Open(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cs.Close(context.Background()) }()
+	for cs.TryNext(ctx) { // the aggregate's first batch
+	}
+
+	// sent waits until n getMores were sent (one is waiting on the server).
+	sent := func(n int64) {
+		waitFor(t, 10*time.Second, "a getMore sent", func() bool { return getMores.Load() >= n })
+	}
+	got := make(chan bool, 1)
+	go func() {
+		for {
+			if cs.TryNext(ctx) {
+				got <- true
+				return
+			}
+			if cs.Err() != nil || ctx.Err() != nil {
+				got <- false
+				return
+			}
+		}
+	}()
+	sent(1)
+	if _, err := coll.InsertOne(context.Background(), bson.D{{Key: "_id", Value: "x"}, {Key: "cron_expr", Value: "@hourly"}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ok := <-got:
+		if !ok {
+			t.Fatalf("stream ended instead of delivering the insert: %v", cs.Err())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("insert not delivered within 10 s of a %s getMore wait", wait)
+	}
+
+	// Now the next getMore waits on the server; cancel it.
+	before := getMores.Load()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for cs.TryNext(ctx) {
+		}
+	}()
+	sent(before + 1)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a waiting getMore did not return within 10 s of the cancel (wait %s)", wait)
+	}
+}

@@ -1,0 +1,63 @@
+package members
+
+import "hash/fnv"
+
+// Owner returns the member of live that owns jobID, by rendezvous
+// (highest-random-weight) hashing: every member gets a weight from a hash
+// of the job id and its instance id, and the highest weight wins (ties,
+// which need equal hashes, go to the smaller instance id). It is
+// deterministic — every replica with the same live set picks the same
+// owner — and stable: when a member joins, it takes over only the jobs it
+// now wins, and when one leaves, only its own jobs move, each to the
+// member that was second for it. The incarnation is not hashed, so a
+// restarted instance owns the same jobs as before. The zero Member is
+// returned when live is empty.
+func Owner(jobID string, live []Member) Member {
+	var best Member
+	var bestW uint64
+	for i, m := range live {
+		w := weight(jobID, m.ID)
+		if i == 0 || w > bestW || (w == bestW && m.ID < best.ID) {
+			best, bestW = m, w
+		}
+	}
+	return best
+}
+
+// weight is the rendezvous weight of (jobID, memberID): FNV-1a over both,
+// separated by a byte neither contains in practice, then mixed so that
+// the weights of near-identical ids are independent.
+func weight(jobID, memberID string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(jobID))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(memberID))
+	return mix64(h.Sum64())
+}
+
+// mix64 is the splitmix64 finaliser: it spreads every input bit over the
+// whole output, which FNV alone does poorly in its high bits.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// OwnedCounts returns, for each member of live, how many of jobIDs it
+// owns (by instance id).
+func OwnedCounts(jobIDs []string, live []Member) map[string]int {
+	out := make(map[string]int, len(live))
+	for _, m := range live {
+		out[m.ID] = 0
+	}
+	if len(live) == 0 {
+		return out
+	}
+	for _, id := range jobIDs {
+		out[Owner(id, live).ID]++
+	}
+	return out
+}
