@@ -197,23 +197,13 @@ func (o fireSettings) validate() error {
 }
 
 func runFire(ctx context.Context, o fireSettings) error {
-	tmp, err := os.MkdirTemp("", "cronswap-bench-fire-")
+	ws, err := newWorkspace(ctx, "cronswap-bench-fire-", o.logDir, o.binary)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
-	logDir := o.logDir
-	if logDir == "" {
-		logDir = tmp
-	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
-		return err
-	}
-	if o.binary == "" {
-		o.binary = filepath.Join(tmp, "cronswap")
-		if err := buildDaemon(ctx, o.binary); err != nil {
-			return err
-		}
-	}
+	defer ws.remove()
+	logDir := ws.logDir
+	o.binary = ws.binary
 	rep := fireReport{opts: o, env: describeMachine(ctx), started: time.Now().UTC()}
 	var firstErr error
 	for _, pt := range o.points {

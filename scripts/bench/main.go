@@ -148,23 +148,13 @@ const (
 )
 
 func run(ctx context.Context, o settings) error {
-	tmp, err := os.MkdirTemp("", "cronswap-bench-")
+	ws, err := newWorkspace(ctx, "cronswap-bench-", o.logDir, o.binary)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
-	logDir := o.logDir
-	if logDir == "" {
-		logDir = tmp
-	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
-		return err
-	}
-	if o.binary == "" {
-		o.binary = filepath.Join(tmp, "cronswap")
-		if err := buildDaemon(ctx, o.binary); err != nil {
-			return err
-		}
-	}
+	defer ws.remove()
+	logDir := ws.logDir
+	o.binary = ws.binary
 
 	env := describeMachine(ctx)
 	started := time.Now().UTC()
