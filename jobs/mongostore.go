@@ -12,6 +12,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 )
 
 // MongoStore is the LockStore on MongoDB: job_locks holds one lock document
@@ -42,8 +44,19 @@ type MongoStoreOptions struct {
 // MongoStoreOptions.Retention (config runs.retention) is 0: 30 days.
 const DefaultRetention = 720 * time.Hour
 
+// Collections returns the fire path's collections of db, LocksCollection
+// and RunsCollection, with write concern majority and read concern majority
+// set on them whatever the connection string says: a claim or a run record
+// acknowledged by a primary alone can be rolled back by a failover, and a
+// rolled-back claim is a slot that runs twice. (A primary-secondary-arbiter
+// replica set defaults to w: 1.)
+func Collections(db *mongo.Database) (locks, runs *mongo.Collection) {
+	opts := options.Collection().SetWriteConcern(writeconcern.Majority()).SetReadConcern(readconcern.Majority())
+	return db.Collection(LocksCollection, opts), db.Collection(RunsCollection, opts)
+}
+
 // NewMongoStore returns a store on the given collections (normally
-// LocksCollection and RunsCollection of the daemon's database).
+// Collections of the daemon's database).
 func NewMongoStore(locks, runs *mongo.Collection, opts MongoStoreOptions) *MongoStore {
 	if opts.Retention <= 0 {
 		opts.Retention = DefaultRetention

@@ -95,7 +95,8 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 
 	d.members = members.New(db, members.Options{InstanceID: cfg.InstanceID, Logger: d.log})
 	d.metrics = metrics.New()
-	d.store = jobs.NewMongoStore(db.Collection(jobs.LocksCollection), db.Collection(jobs.RunsCollection),
+	locks, runs := jobs.Collections(db)
+	d.store = jobs.NewMongoStore(locks, runs,
 		jobs.MongoStoreOptions{Retention: cfg.Runs.Retention, Instance: cfg.InstanceID, Logger: d.log})
 	d.runner = jobs.NewRunner(jobs.RunnerOptions{
 		Registry:   registry,
