@@ -35,6 +35,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Unreachable, when set, is called (from Join's goroutine) each time a
+	// join attempt fails to read or write the collection, as when the
+	// database is not reachable yet; it is not called while Join waits on
+	// a live holder of the id.
+	Unreachable func(err error)
 }
 
 // joinPoll is how often Join looks at a document it waits on.
@@ -137,6 +142,9 @@ func (m *Membership) Join(ctx context.Context) error {
 		wait := joinPoll
 		if err != nil {
 			failures++
+			if m.opts.Unreachable != nil {
+				m.opts.Unreachable(err)
+			}
 			if failures == 1 || failures%30 == 0 {
 				m.log.Warn("cannot register in "+CollectionName+" yet; retrying", "error", err, "attempts", failures)
 			}

@@ -57,7 +57,10 @@ type Daemon struct {
 	history  *editHistory
 	server   *http.Server
 
-	startEngine sync.Once
+	synced     chan struct{} // closed by the watcher's first full sync
+	syncedOnce sync.Once
+	away       chan struct{} // closed when joining the members first fails to reach the database
+	awayOnce   sync.Once
 	closeOnce   sync.Once
 
 	// store is the fire path's store; decided holds what it said was
@@ -90,10 +93,12 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		disconnect(client)
 		return nil, fmt.Errorf("http listen %s: %w", cfg.HTTP.Listen, err)
 	}
-	d := &Daemon{cfg: cfg, log: log.With("instance_id", cfg.InstanceID), client: client, listener: ln, registry: registry}
+	d := &Daemon{cfg: cfg, log: log.With("instance_id", cfg.InstanceID), client: client, listener: ln, registry: registry,
+		synced: make(chan struct{}), away: make(chan struct{})}
 	db := client.Database(cfg.Mongo.Database)
 
-	d.members = members.New(db, members.Options{InstanceID: cfg.InstanceID, Logger: d.log})
+	d.members = members.New(db, members.Options{InstanceID: cfg.InstanceID, Logger: d.log,
+		Unreachable: func(error) { d.awayOnce.Do(func() { close(d.away) }) }})
 	d.metrics = metrics.New()
 	locks, runs := jobs.Collections(db)
 	d.store = jobs.NewMongoStore(locks, runs,
@@ -130,14 +135,9 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	// The engine's timers start once it holds the schedules: filling a
 	// running engine costs robfig a re-sort per job (about 6x slower at
 	// 100,000 jobs); an empty engine has nothing to fire meanwhile.
-	hooks.Synced = func() {
-		d.startEngine.Do(func() {
-			// What was decided is read before this engine can decide
-			// anything, so that the start-up gaps are the real ones.
-			d.readDecided()
-			d.engine.Start()
-		})
-	}
+	// The engine's timers start (startEngine, from Run) once it holds the
+	// schedules and this process holds its instance id.
+	hooks.Synced = func() { d.syncedOnce.Do(func() { close(d.synced) }) }
 	d.watcher = changestream.New(cfg.Watch.Apply(changestream.Options{
 		ID:     cfg.InstanceID,
 		Feed:   changestream.NewMongoFeed(db.Collection(schedule.CollectionName), getMoreWait(cfg)),
@@ -179,11 +179,10 @@ func (d *Daemon) Addr() net.Addr { return d.listener.Addr() }
 // Run runs the daemon until ctx is cancelled or a part fails, then shuts
 // down gracefully: no new fires, running actions get the grace period, the
 // resume token is saved, the membership document is removed, the HTTP
-// listener and the client are closed. Before it watches or fires anything
-// it joins the members (members.Membership.Join): a second live process
-// with this instance id gets a *members.DuplicateError, and one whose
-// membership another process takes over stops with a
-// *members.TakenOverError. It
+// listener and the client are closed. Before it fires anything it joins
+// the members (members.Membership.Join): a second live process with this
+// instance id gets a *members.DuplicateError, and one whose membership
+// another process takes over stops with a *members.TakenOverError. It
 // returns the failure that ended it, nil after a cancelled ctx. Run may be
 // called once.
 func (d *Daemon) Run(ctx context.Context) error {
@@ -200,28 +199,54 @@ func (d *Daemon) Run(ctx context.Context) error {
 		"http_listen", d.listener.Addr().String(), "watch_mode", d.watcher.Status().Mode, "actions", d.registry.Names(),
 		"incarnation", d.members.Self().Incarnation)
 
-	// Nothing is watched or fired before this process holds its instance
-	// id: a second live process with the same id is refused here.
-	if err := d.members.Join(ctx); err != nil {
-		d.shutdownHTTP()
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
+	// Nothing is read or fired before this process holds its instance id:
+	// a second live process with the same id is refused by Join. The one
+	// exception is a database that cannot be reached yet: then the watcher
+	// starts too, so that it retries, logs its reconnects and answers
+	// /readyz as ever, while the engine still waits for the join.
 	memberCtx, stopMember := context.WithCancel(context.Background())
 	defer stopMember()
+	joined := make(chan struct{})
 	memberDone := make(chan error, 1)
-	go func() { memberDone <- d.members.Run(memberCtx) }()
+	go func() {
+		if err := d.members.Join(memberCtx); err != nil {
+			memberDone <- err
+			return
+		}
+		close(joined)
+		memberDone <- d.members.Run(memberCtx)
+	}()
+	isJoined := func() bool {
+		select {
+		case <-joined:
+			return true
+		default:
+			return false
+		}
+	}
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
 	watchDone := make(chan error, 1)
-	go func() { watchDone <- d.watcher.Run(watchCtx) }()
+	go func() {
+		select {
+		case <-joined:
+		case <-d.away:
+		case <-watchCtx.Done():
+			watchDone <- nil
+			return
+		}
+		watchDone <- d.watcher.Run(watchCtx)
+	}()
+	starterDone := make(chan struct{})
+	go func() {
+		defer close(starterDone)
+		d.startEngine(watchCtx, joined)
+	}()
 	catchUpDone := make(chan struct{})
 	go func() {
 		defer close(catchUpDone)
-		runCatchUp(watchCtx, d.engine, func() bool { return d.watcher.Status().Ready }, d.cfg.CatchupFor,
+		runCatchUp(watchCtx, d.engine, func() bool { return isJoined() && d.watcher.Status().Ready }, d.cfg.CatchupFor,
 			func(due schedule.Due) { d.runner.FireCatchUp(due, d.cfg.CatchupFor(due.Schedule.ActionName())) },
 			d.log, d.recordStartupGaps)
 	}()
@@ -235,34 +260,60 @@ func (d *Daemon) Run(ctx context.Context) error {
 	case err := <-httpDone:
 		runErr = fmt.Errorf("http server: %w", err)
 	case err := <-memberDone:
-		runErr = err // taken over by another process with this instance id
+		// Refused (another live process has this instance id) or taken
+		// over by one.
+		runErr = err
 		memberDone <- nil
 	}
 
 	d.log.Info("shutting down", "grace", d.cfg.Shutdown.Grace)
+	stopWatch()
+	<-starterDone // the engine is not started after this point
 	d.engine.Stop()
 	if !d.runner.Shutdown(d.cfg.Shutdown.Grace) {
 		d.log.Warn("some actions were cancelled at the end of the grace period")
 	}
-	stopWatch()
 	<-catchUpDone
 	if err := <-watchDone; err != nil && runErr == nil {
 		runErr = err
 	}
 	stopMember()
-	if err := <-memberDone; err != nil && runErr == nil {
+	// After stopMember an error is the cancellation itself, unless another
+	// process took the instance id meanwhile.
+	if err := <-memberDone; runErr == nil && members.IsDuplicate(err) {
 		runErr = err
 	}
-	// Removing the document (when this process still holds it) shows the
-	// others at once that this member is gone.
-	lctx, cancelLeave := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancelLeave()
-	if err := d.members.Leave(lctx); err != nil {
-		d.log.Warn("leaving the members", "error", err)
+	// Removing the document (when this process holds it) shows the others
+	// at once that this member is gone.
+	if isJoined() {
+		lctx, cancelLeave := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancelLeave()
+		if err := d.members.Leave(lctx); err != nil {
+			d.log.Warn("leaving the members", "error", err)
+		}
 	}
 	d.shutdownHTTP()
 	d.log.Info("stopped")
 	return runErr
+}
+
+// startEngine starts the engine's timers once the watcher has made it equal
+// to the collection (filling a running engine costs robfig a re-sort per
+// job, about 6x slower at 100,000 jobs; an empty engine has nothing to fire
+// meanwhile) and this process holds its instance id (joined is closed). It
+// returns without starting it when ctx ends first.
+func (d *Daemon) startEngine(ctx context.Context, joined <-chan struct{}) {
+	for _, ready := range []<-chan struct{}{joined, d.synced} {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return
+		}
+	}
+	// What was decided is read before this engine can decide anything, so
+	// that the start-up gaps are the real ones.
+	d.readDecided()
+	d.engine.Start()
 }
 
 // shutdownHTTP stops the HTTP listener, waiting a little for requests in
