@@ -61,7 +61,7 @@ type Daemon struct {
 	syncedOnce sync.Once
 	away       chan struct{} // closed when joining the members first fails to reach the database
 	awayOnce   sync.Once
-	closeOnce   sync.Once
+	closeOnce  sync.Once
 
 	// store is the fire path's store; decided holds what it said was
 	// decided per job just before the engine started (see readDecided).
