@@ -66,6 +66,17 @@ type Options struct {
 	// Now is the clock for next-run and slot computations (nil means
 	// time.Now). robfig's own timers always use the real clock.
 	Now func() time.Time
+	// Hooks let a caller observe the engine (metrics); any may be nil.
+	Hooks Hooks
+}
+
+// Hooks are optional callbacks for observability. They are called
+// synchronously, on the goroutine that called the engine, and must be quick.
+type Hooks struct {
+	// Applied is called when Reload (or Sync) has put a valid schedule in
+	// force — armed, re-armed, disarmed or updated in place — right after
+	// the engine's state changed and before the change is logged.
+	Applied func(id string, o Outcome)
 }
 
 // Outcome says what Reload did with a schedule.
@@ -496,6 +507,9 @@ func (e *Engine) reload(s schedule.Schedule, how apply) (Outcome, bool) {
 			r.fire.cur.Store(&r.cur) // the next fire carries the new fields
 		}
 		e.store(sh, s.ID, &r)
+		if e.opts.Hooks.Applied != nil {
+			e.opts.Hooks.Applied(s.ID, Unchanged)
+		}
 		if old.err != "" {
 			e.log.Log(context.Background(), how.lvl, "scheduler: schedule valid again, error cleared",
 				"job_id", s.ID, "cron_expr", s.CronExpr)
@@ -536,6 +550,9 @@ func (e *Engine) reload(s schedule.Schedule, how apply) (Outcome, bool) {
 		e.retire(sh, old, how.removeInline)
 	}
 	e.store(sh, s.ID, r)
+	if e.opts.Hooks.Applied != nil {
+		e.opts.Hooks.Applied(s.ID, outcome)
+	}
 
 	if ctx := context.Background(); e.log.Enabled(ctx, how.lvl) {
 		attrs := []slog.Attr{slog.String("job_id", s.ID), slog.String("cron_expr", s.CronExpr),

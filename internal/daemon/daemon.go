@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -57,6 +58,7 @@ type Daemon struct {
 	history  *editHistory
 	server   *http.Server
 
+	armedAt    atomic.Int64  // unix nanoseconds of the engine's last Applied hook (see watchHooks)
 	synced     chan struct{} // closed by the watcher's first full sync
 	syncedOnce sync.Once
 	away       chan struct{} // closed when joining the members first fails to reach the database
@@ -128,10 +130,13 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		// The registry is the config policy: an unknown action is refused,
 		// jobs.<action>.jitter delays each slot by a fixed per-job amount.
 		Policy: registry,
+		// When the job was armed, before the engine logged it: the end of
+		// the event-apply measure (watchHooks).
+		Hooks: scheduler.Hooks{Applied: func(string, scheduler.Outcome) { d.armedAt.Store(time.Now().UnixNano()) }},
 	})
 	d.history = newEditHistory(db.Collection(history.CollectionName), NewEngineSink(d.engine, d.log, d.metrics),
 		cfg.InstanceID, cfg.Runs.Retention, d.log)
-	hooks := d.history.hook(watchHooks(d.metrics))
+	hooks := d.history.hook(watchHooks(d.metrics, &d.armedAt))
 	// The engine's timers start once it holds the schedules: filling a
 	// running engine costs robfig a re-sort per job (about 6x slower at
 	// 100,000 jobs); an empty engine has nothing to fire meanwhile.
@@ -364,8 +369,11 @@ func (d *Daemon) status() httpapi.Status {
 }
 
 // watchHooks reports the watcher's events, full reloads, reconnects and
-// resync drift (jobs whose event was missed) as metrics.
-func watchHooks(mx *metrics.Metrics) changestream.Hooks {
+// resync drift (jobs whose event was missed) as metrics. An event counts as
+// applied when the engine armed (or disarmed) the job, as armedAt says
+// (set by the engine's Applied hook, before the change is logged), and
+// otherwise when the sink call returned.
+func watchHooks(mx *metrics.Metrics, armedAt *atomic.Int64) changestream.Hooks {
 	return changestream.Hooks{
 		Event: func(ev changestream.EventInfo) {
 			mx.CountChangeEvent(ev.Op)
@@ -373,8 +381,12 @@ func watchHooks(mx *metrics.Metrics) changestream.Hooks {
 			if written.IsZero() {
 				written = ev.UpdatedAt // servers without wallTime
 			}
-			mx.ObserveEditToArmed(written, ev.Applied)
-			mx.ObserveEventApply(ev.Applied.Sub(ev.Received))
+			applied := ev.Applied
+			if at := time.Unix(0, armedAt.Swap(0)); !at.Before(ev.Received) && at.Before(ev.Applied) {
+				applied = at
+			}
+			mx.ObserveEditToArmed(written, applied)
+			mx.ObserveEventApply(applied.Sub(ev.Received))
 		},
 		FullReload: func(reason string, _ []string) { mx.CountFullReload(reason) },
 		Reconnect:  func(int, time.Duration, error) { mx.CountReconnect() },

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,7 +39,8 @@ func histogramCount(t *testing.T, mx *metrics.Metrics, name string) uint64 {
 
 func TestMetricsHooksEditToArmedFallsBackToUpdatedAt(t *testing.T) {
 	mx := metrics.New()
-	h := watchHooks(mx)
+	var armedAt atomic.Int64
+	h := watchHooks(mx, &armedAt)
 	now := time.Now()
 	// Wall time present: counted.
 	h.Event(changestream.EventInfo{Op: "update", WallTime: now.Add(-time.Second), Received: now, Applied: now})
@@ -176,5 +178,37 @@ func TestSinkLogsTheDecodeEngineSplit(t *testing.T) {
 		if r.Level != want.level || r.Documents != 3 || r.Changed != want.changed || r.Decode == nil || r.Engine == nil || *r.Decode < 0 || *r.Engine <= 0 {
 			t.Errorf("record %d: %+v, want level %s, 3 documents, %d changed, a decode and engine duration", i, r, want.level, want.changed)
 		}
+	}
+}
+
+// Event apply ends when the engine armed the job (its Applied hook, before
+// the change is logged), not when the sink call returned; an armed time
+// from before the event was received (another event, a full reload) is
+// not this event's.
+func TestEventApplyEndsWhenTheEngineArmed(t *testing.T) {
+	mx := metrics.New()
+	var armedAt atomic.Int64
+	h := watchHooks(mx, &armedAt)
+	received := time.Now()
+	returned := received.Add(50 * time.Millisecond)
+	armedAt.Store(received.Add(time.Millisecond).UnixNano())
+	h.Event(changestream.EventInfo{Op: "update", Received: received, Applied: returned})
+	armedAt.Store(received.Add(-time.Second).UnixNano()) // stale: before this event
+	h.Event(changestream.EventInfo{Op: "update", Received: received, Applied: returned})
+	var sum float64
+	mfs, err := mx.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "cronswap_event_apply_seconds" {
+			sum = mf.GetMetric()[0].GetHistogram().GetSampleSum()
+		}
+	}
+	if want := 0.001 + 0.050; sum < want-1e-6 || sum > want+1e-6 {
+		t.Errorf("event apply sum %.6fs, want %.6fs (1 ms to the engine's arming, then 50 ms to the sink's return for the stale one)", sum, want)
+	}
+	if armedAt.Load() != 0 {
+		t.Error("the armed time was not consumed by the event")
 	}
 }

@@ -45,8 +45,8 @@ type Metrics struct {
 	// EditToArmed is the time from a write (the change event's wall time,
 	// else the document's updated_at) to the new timer being armed.
 	EditToArmed prometheus.Histogram
-	// EventApply is the time from receiving a change event to the sink
-	// having applied it (the engine armed or disarmed the job): the
+	// EventApply is the time from receiving a change event to the engine
+	// having armed or disarmed the job, before the change is logged: the
 	// daemon's own share of EditToArmed.
 	EventApply prometheus.Histogram
 	// FireLateness is dispatch time minus the cron slot.
