@@ -38,6 +38,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cronswap/cronswap/internal/childproc"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
@@ -276,7 +277,6 @@ func (s *Server) startLocked(ctx context.Context) error {
 	}
 	args = append(args, s.opts.ExtraArgs...)
 	cmd := exec.Command(javaPath(), args...)
-	cmd.SysProcAttr = sysProcAttr()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return err
@@ -292,7 +292,10 @@ func (s *Server) startLocked(ctx context.Context) error {
 	}
 	cmd.Stderr = logOut
 
-	if err := startProcess(cmd); err != nil {
+	// Its own process group (Stop and Kill reach the JVM and anything it
+	// forks), killed when the test binary dies: on Linux by the kernel, on
+	// every platform by its stdin (a pipe from us) reaching EOF.
+	if err := childproc.Start(cmd); err != nil {
 		_ = stdoutW.Close()
 		return fmt.Errorf("testmongo: starting %s: %w", cmd, err)
 	}

@@ -19,6 +19,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/cronswap/cronswap/internal/childproc"
 	"github.com/cronswap/cronswap/internal/faultproxy"
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/schedule"
@@ -375,7 +376,7 @@ func startFireDaemon(binary string, cfg fireDaemonConfig, logPath string) (*daem
 	cmd := exec.Command(binary, "run", "--config", cfgPath, "--log-format", "json", "--log-level", "info")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	d := &daemon{cmd: cmd, addr: cfg.listen, done: make(chan struct{}), started: time.Now()}
-	if err := startChild(cmd); err != nil {
+	if err := childproc.Start(cmd); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", binary, err)
 	}
