@@ -615,10 +615,15 @@ func eventID(ev bson.Raw) (bson.RawValue, bool) {
 }
 
 // saveFinal stores the last applied position on shutdown, with a short
-// deadline of its own since the run context is already done.
+// deadline of its own since the run context is already done. The position
+// is written even when it was saved before (an idle stream whose position
+// has not moved), so the stored token says when this watcher stopped.
 func (w *Watcher) saveFinal() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if t := w.pos.token; t != nil && w.pos.reload == "" {
+		w.saver.set(t, 0)
+	}
 	w.saver.flush(ctx)
 }
 
