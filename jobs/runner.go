@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,13 +18,20 @@ import (
 // Hooks report what the fire path does, for metrics. Any may be nil. They
 // are called synchronously and must be quick.
 type Hooks struct {
-	// Dispatched is called when a worker picks a fire up, with when the
-	// fire was due (its slot plus its planned jitter, schedule.Due.At) and
-	// the time; at minus due is the fire's lateness.
+	// Dispatched is called when a fire's action starts (after its claim),
+	// with when the fire was due (its slot plus its planned jitter,
+	// schedule.Due.At) and the time; at minus due is the fire's start
+	// lateness.
 	Dispatched func(jobID string, due, at time.Time)
 	// Claimed is called after each claim with its result (ClaimResult's
 	// String, or "error").
 	Claimed func(jobID string, result string)
+	// ClaimBatch is called after each claim batch with the number of fires
+	// it claimed together and how long the store took to answer.
+	ClaimBatch func(size int, took time.Duration)
+	// OwnerTakeover is called when this replica won a fire of a job it
+	// does not own (its owner had not claimed it within the grace).
+	OwnerTakeover func(jobID string)
 	// RunEnded is called when a fire ends with a run status (succeeded,
 	// failed, abandoned, skipped).
 	RunEnded func(jobID, status string)
@@ -54,13 +60,11 @@ const (
 	DefaultLockTTL = 10 * time.Minute
 	// DefaultOpTimeout bounds each database operation of the fire path.
 	DefaultOpTimeout = 10 * time.Second
-	// DefaultWorkersPerCPU is the worker pool's size per CPU: most actions
-	// wait on I/O or a child process.
-	DefaultWorkersPerCPU = 4
-	// DefaultQueueLimit bounds the fires waiting for a worker. A fire that
-	// comes due while the queue is full is not run and recorded missed
-	// (queue_full). The starting deadline keeps the queue short in
-	// practice; the bound caps memory when it cannot.
+	// DefaultQueueLimit bounds the fires waiting for admission (a
+	// category's max_running or the workers bound). A fire that comes due
+	// while the queue is full is not run and recorded missed (queue_full).
+	// The starting deadline keeps the queue short in practice; the bound
+	// caps memory when it cannot.
 	DefaultQueueLimit = 100_000
 	// MaxDefaultStartingDeadline caps the default starting deadline, which
 	// is otherwise the time to the job's next slot: an every-second job
@@ -74,6 +78,21 @@ const (
 	// DefaultMissedBacklog bounds the missed ranges waiting to be recorded
 	// (see Runner.RecordMissed).
 	DefaultMissedBacklog = 10_000
+	// DefaultClaimGrace is how long after a fire was due a replica that
+	// does not own the job waits before it claims the fire itself (the
+	// owner dead or stalled). It is capped at half the fire's starting
+	// deadline, so an every-second job's fire is still taken over in time.
+	DefaultClaimGrace = 2 * time.Second
+)
+
+// Batching of the fire path's requests: a batch takes every request that
+// arrived while earlier batches were out, up to the maximum; a few batches
+// are out at once.
+const (
+	claimBatchMax      = 1000
+	claimBatchesAtOnce = 4
+	endBatchMax        = 1000
+	endBatchesAtOnce   = 2
 )
 
 // missedMargin is added to a slot's starting deadline before it is
@@ -85,35 +104,39 @@ const missedMargin = time.Second
 // to become recordable (their deadline to pass) before the process exits.
 const missedFlushAtShutdown = 5 * time.Second
 
-// DefaultWorkers is the worker pool's size when RunnerOptions.Workers is
-// 0: DefaultWorkersPerCPU per CPU.
-func DefaultWorkers() int { return DefaultWorkersPerCPU * runtime.NumCPU() }
-
 // RunnerOptions configures a Runner. A zero field means its default.
 type RunnerOptions struct {
 	Registry   *Registry
 	InstanceID string
-	Logger     *slog.Logger
+	// Incarnation names this process among the lives of InstanceID (the
+	// membership's); a lock held by InstanceID under another incarnation
+	// is taken over at once. Default: a random one per Runner.
+	Incarnation string
+	Logger      *slog.Logger
 	// Done, if set, is called after each run with its outcome.
 	Done func(f Fire, err error, took time.Duration)
 
 	// Store coordinates replicas through job_locks and job_runs. Nil runs
 	// every fire without locks or records (one process, tests, embedding).
-	Store LockStore
+	Store BatchStore
 	// Clock gives "now" for leases and run times; default SystemClock.
 	Clock Clock
-	// TTL is the lock lease (config lock.ttl); renewed every TTL/3 while an
-	// action runs. Default DefaultLockTTL.
+	// TTL is the lock lease (config lock.ttl); every running lease of the
+	// replica is renewed every TTL/3. Default DefaultLockTTL.
 	TTL time.Duration
-	// Workers bounds how many fires run at once (config workers); default
-	// DefaultWorkers().
+	// Workers, when positive, bounds how many actions run at once on this
+	// replica (config workers); waiting fires are admitted round-robin by
+	// category. 0: no bound.
 	Workers int
+	// Categories bounds how many actions of a category run at once on
+	// this replica (config categories.<name>.max_running).
+	Categories map[string]int
 	// OpTimeout bounds each database operation of the fire path; default
 	// DefaultOpTimeout.
 	OpTimeout time.Duration
 	Hooks     Hooks
 
-	// QueueLimit bounds the fires waiting for a worker (config
+	// QueueLimit bounds the fires waiting for admission (config
 	// queue_limit); default DefaultQueueLimit.
 	QueueLimit int
 	// StartingDeadline is how long after it was due (slot plus jitter) a
@@ -137,29 +160,45 @@ type RunnerOptions struct {
 	// MissedBacklog bounds the missed ranges waiting to be recorded;
 	// default DefaultMissedBacklog.
 	MissedBacklog int
+
+	// Owns reports whether this replica owns a job (members.Owner over the
+	// live members): the owner claims a fire as soon as it is due, any
+	// other replica only after ClaimGrace. Nil: every job is owned.
+	// Ownership spreads the work; exactly-once does not depend on it.
+	Owns func(jobID string) bool
+	// ClaimGrace is how long a replica that does not own a job waits
+	// before claiming its fire; default DefaultClaimGrace.
+	ClaimGrace time.Duration
 }
 
 // Runner executes fires. With a Store, each fire of (job, slot) runs at most
-// once across all replicas sharing the database: a worker passes the
-// in-process guard, claims the fire with one conditional update, runs the
-// action while renewing the lease, releases fenced by holder and fence,
-// and records the run. Shutdown stops it taking fires and waits for
+// once across all replicas sharing the database: the fire is admitted by
+// the gate (the local bounds), claimed in a batch with the other fires
+// due at the same time (one record per slot, and the job's lock for a
+// policy that takes it), run on its own goroutine while the replica's
+// leases are renewed together, and its end is written in a batch too. A
+// run whose lease cannot be renewed is cancelled when the lease runs out
+// by the local clock. Shutdown stops it taking fires and waits for
 // running actions.
 type Runner struct {
 	opts   RunnerOptions
 	log    *slog.Logger
 	clock  Clock
-	pool   *Pool
-	guard  *keyGuard
+	gate   *Gate
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// stop is closed when Shutdown begins: fires still waiting (for their
+	// grace, a claim retry, admission) are dropped.
+	stop     chan struct{}
+	stopOnce sync.Once
+
+	claims *batcher[FireClaim, ClaimOutcome]
+	ends   *batcher[LeaseEnd, error]
+	leases *leaseKeeper
 
 	mu       sync.Mutex
 	stopping bool
 	running  sync.WaitGroup
-
-	activeMu sync.Mutex
-	active   map[string]struct{} // run ids of this process's claims and runs in progress
 
 	// missed holds the missed slots waiting to be recorded; flushing
 	// writes them (nil without a MissedStore).
@@ -189,9 +228,6 @@ func NewRunner(opts RunnerOptions) *Runner {
 	if opts.TTL <= 0 {
 		opts.TTL = DefaultLockTTL
 	}
-	if opts.Workers <= 0 {
-		opts.Workers = DefaultWorkers()
-	}
 	if opts.OpTimeout <= 0 {
 		opts.OpTimeout = DefaultOpTimeout
 	}
@@ -201,9 +237,21 @@ func NewRunner(opts RunnerOptions) *Runner {
 	if opts.MissedBacklog <= 0 {
 		opts.MissedBacklog = DefaultMissedBacklog
 	}
+	if opts.ClaimGrace <= 0 {
+		opts.ClaimGrace = DefaultClaimGrace
+	}
+	if opts.Incarnation == "" {
+		opts.Incarnation = newIncarnation()
+	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	r := &Runner{opts: opts, log: opts.Logger, clock: opts.Clock, pool: NewBoundedPool(opts.Workers, opts.QueueLimit),
-		guard: newKeyGuard(), ctx: ctx, cancel: cancel, active: map[string]struct{}{}}
+	r := &Runner{opts: opts, log: opts.Logger, clock: opts.Clock,
+		gate: NewGate(opts.Workers, opts.Categories, opts.QueueLimit),
+		ctx:  ctx, cancel: cancel, stop: make(chan struct{})}
+	if opts.Store != nil {
+		r.claims = newBatcher(claimBatchMax, claimBatchesAtOnce, r.claimBatch)
+		r.ends = newBatcher(endBatchMax, endBatchesAtOnce, r.endBatch)
+		r.leases = newLeaseKeeper(r)
+	}
 	if ms, ok := opts.Store.(MissedStore); ok {
 		r.missedStore = ms
 		r.missed = newLedger(opts.MissedBacklog)
@@ -214,10 +262,10 @@ func NewRunner(opts RunnerOptions) *Runner {
 }
 
 // Fire handles one fire of an armed schedule and returns when it is done
-// (run, skipped, lost to another replica, or dropped at shutdown). The
-// schedule names the action, its args and its dispatch category. It is the
-// scheduler's fire callback, which runs on a goroutine of its own; the
-// worker pool bounds how many fires run at once.
+// (run, skipped, lost to another replica, or dropped). The schedule names
+// the action, its args and its dispatch category. It is the scheduler's
+// fire callback, which runs on a goroutine of its own; the action runs on
+// that goroutine too.
 func (r *Runner) Fire(d schedule.Due) { r.dispatch(d, r.startingDeadline(d)) }
 
 // FireCatchUp is Fire for a slot offered by the catch-up after downtime:
@@ -227,8 +275,8 @@ func (r *Runner) FireCatchUp(d schedule.Due, window time.Duration) {
 	r.dispatch(d, max(window, r.startingDeadline(d)))
 }
 
-// dispatch queues the fire for a worker; deadline is how long after
-// d.At() it may still start.
+// dispatch takes a fire through ownership, admission, claim and run;
+// deadline is how long after d.At() it may still start.
 func (r *Runner) dispatch(d schedule.Due, deadline time.Duration) {
 	r.mu.Lock()
 	if r.stopping {
@@ -240,22 +288,116 @@ func (r *Runner) dispatch(d schedule.Due, deadline time.Duration) {
 	r.mu.Unlock()
 	defer r.running.Done()
 
-	done := make(chan struct{})
-	err := r.pool.Offer(d.Schedule.Category,
-		func() { defer close(done); r.fire(d, deadline) },
-		func() {
-			defer close(done)
-			r.drop(d, deadline, NotRunShuttingDown, "shutting down; queued fire not started")
-		})
-	switch {
-	case errors.Is(err, ErrPoolFull):
-		r.drop(d, deadline, NotRunQueueFull, "fire not started: the queue of fires waiting for a worker is full")
-		return
-	case err != nil:
-		r.drop(d, deadline, NotRunShuttingDown, "shutting down; fire not started")
+	spec, ok := r.opts.Registry.Lookup(d.Schedule.ActionName())
+	if !ok {
+		f := r.newFire(d, Lease{})
+		err := fmt.Errorf("job %s: %w %q", d.Schedule.ID, ErrUnknownAction, d.Schedule.ActionName())
+		r.log.Error("fire names an unknown action", "job_id", d.Schedule.ID, "scheduled_at", d.Slot.UTC(),
+			"action", d.Schedule.ActionName())
+		if r.opts.Done != nil {
+			r.opts.Done(f, err, 0)
+		}
 		return
 	}
-	<-done
+	owner := r.opts.Store == nil || r.opts.Owns == nil || r.opts.Owns(d.Schedule.ID)
+	if !owner && !r.waitGrace(d, deadline) {
+		return
+	}
+	release, ok := r.admit(d, deadline)
+	if !ok {
+		return
+	}
+	defer release()
+	if r.late(d, deadline) {
+		r.drop(d, deadline, NotRunStartingDeadline, "fire not started within its starting deadline")
+		return
+	}
+	if r.opts.Store == nil {
+		f := r.newFire(d, Lease{})
+		log := r.log.With("job_id", f.JobID, "scheduled_at", f.ScheduledAt, "run_id", f.RunID)
+		took, err := r.execute(log, d, spec, f, nil)
+		if r.opts.Done != nil {
+			r.opts.Done(f, err, took)
+		}
+		return
+	}
+	lease, ok := r.claim(d, deadline, spec, !owner)
+	if !ok {
+		return
+	}
+	f := r.newFire(d, lease)
+	log := r.log.With("job_id", f.JobID, "scheduled_at", f.ScheduledAt, "run_id", f.RunID, "fence", f.Fence)
+	if r.late(d, deadline) {
+		// The claim answered too late: the slot is this replica's, and it
+		// is recorded missed instead of run.
+		r.missClaimed(log, d, deadline, lease)
+		return
+	}
+	took, err := r.execute(log, d, spec, f, &lease)
+	if r.opts.Done != nil {
+		r.opts.Done(f, err, took)
+	}
+}
+
+// newFire is what the action is handed for d, run under l (zero without
+// a store: a run id of its own, fence 0).
+func (r *Runner) newFire(d schedule.Due, l Lease) Fire {
+	f := Fire{JobID: d.Schedule.ID, ScheduledAt: d.Slot.UTC(), RunID: l.RunID, Fence: l.Fence,
+		InstanceID: r.opts.InstanceID, Args: json.RawMessage(d.Schedule.Args)}
+	if f.RunID == "" {
+		f.RunID = newRunID() // without a store every fire is a run of its own
+	}
+	return f
+}
+
+// waitGrace holds a fire of a job another replica owns until its grace
+// has passed (the owner claims first); false when the runner stopped
+// meanwhile (the fire is dropped).
+func (r *Runner) waitGrace(d schedule.Due, deadline time.Duration) bool {
+	grace := min(r.opts.ClaimGrace, deadline/2)
+	wait := d.At().Add(grace).Sub(r.clock.Now())
+	if wait <= 0 {
+		return true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.stop:
+		r.drop(d, deadline, NotRunShuttingDown, "shutting down; fire of a job owned by another replica not claimed")
+		return false
+	}
+}
+
+// admit waits for the gate (the category's and the replica's bounds) at
+// most until the fire's starting deadline; false when the fire was
+// dropped instead.
+func (r *Runner) admit(d schedule.Due, deadline time.Duration) (release func(), ok bool) {
+	// Shutdown closes the gate, which wakes every waiter.
+	ctx, cancel := context.WithTimeout(context.Background(), d.At().Add(deadline).Sub(r.clock.Now()))
+	defer cancel()
+	release, err := r.gate.Acquire(ctx, d.Schedule.Category)
+	switch {
+	case err == nil:
+		return release, true
+	case errors.Is(err, ErrGateFull):
+		r.drop(d, deadline, NotRunQueueFull, "fire not started: the queue of fires waiting for admission is full")
+	case errors.Is(err, ErrGateClosed) || r.stopped():
+		r.drop(d, deadline, NotRunShuttingDown, "shutting down; waiting fire not started")
+	default:
+		r.drop(d, deadline, NotRunStartingDeadline, "fire not admitted within its starting deadline")
+	}
+	return nil, false
+}
+
+func (r *Runner) stopped() bool {
+	select {
+	case <-r.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // startingDeadline is how long after d.At() the fire may still start: the
@@ -322,210 +464,15 @@ func (r *Runner) runEnded(id, status string) {
 }
 
 // opCtx bounds one database operation; it is not tied to the runner's
-// context, so releases and records still happen at shutdown.
+// context, so ends and records are still written at shutdown.
 func (r *Runner) opCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), r.opts.OpTimeout)
 }
 
-// fire runs on a worker.
-func (r *Runner) fire(d schedule.Due, deadline time.Duration) {
-	id, slot, action := d.Schedule.ID, d.Slot.UTC(), d.Schedule.ActionName()
-	if h := r.opts.Hooks.Dispatched; h != nil {
-		h(id, d.At(), r.clock.Now())
-	}
-	if r.late(d, deadline) {
-		r.drop(d, deadline, NotRunStartingDeadline, "fire not started within its starting deadline")
-		return
-	}
-	f := Fire{JobID: id, ScheduledAt: slot, RunID: newRunID(), InstanceID: r.opts.InstanceID,
-		Args: json.RawMessage(d.Schedule.Args)}
-	log := r.log.With("job_id", id, "scheduled_at", slot, "run_id", f.RunID)
-	spec, ok := r.opts.Registry.Lookup(action)
-	if !ok {
-		err := fmt.Errorf("job %s: %w %q", id, ErrUnknownAction, action)
-		log.Error("fire names an unknown action", "action", action)
-		if r.opts.Done != nil {
-			r.opts.Done(f, err, 0)
-		}
-		return
-	}
-	if r.opts.Store == nil {
-		took, err := r.execute(log, action, spec, f, nil)
-		if r.opts.Done != nil {
-			r.opts.Done(f, err, took)
-		}
-		return
-	}
-	lease, ok := r.claim(log, d, deadline, f, spec)
-	if !ok {
-		return
-	}
-	f.Fence = lease.Fence
-	log = log.With("fence", lease.Fence)
-	if r.late(d, deadline) {
-		// The claim answered too late: the slot is this replica's, and it
-		// is recorded missed instead of run.
-		r.missClaimed(log, d, deadline, lease)
-		return
-	}
-	took, err := r.execute(log, action, spec, f, &lease)
-	if r.opts.Done != nil {
-		r.opts.Done(f, err, took)
-	}
-}
-
-// claim takes the fire through the in-process guard and the store. It
-// returns the lease when this replica is to run the fire and its running
-// record is written. A claim that cannot reach the database is tried again
-// (RunnerOptions.ClaimRetry) while the fire can still start in time.
-func (r *Runner) claim(log *slog.Logger, d schedule.Due, deadline time.Duration, f Fire, spec Spec) (Lease, bool) {
-	req := ClaimRequest{JobID: f.JobID, Slot: f.ScheduledAt, Instance: r.opts.InstanceID, RunID: f.RunID,
-		Overlap: spec.Overlap, TTL: r.opts.TTL}
-	req.Running = r.isActive
-	r.setActive(f.RunID, true)
-	won := false
-	defer func() {
-		if !won {
-			r.setActive(f.RunID, false)
-		}
-	}()
-	var c Claim
-	var err error
-	retried := false
-	for wait := r.opts.ClaimRetry; ; wait = min(2*wait, r.opts.OpTimeout) {
-		actx, acancel := r.opCtx()
-		r.guard.lock(f.JobID)
-		req.Now = r.clock.Now()
-		c, err = r.opts.Store.Claim(actx, req)
-		r.guard.unlock(f.JobID)
-		acancel()
-		if h := r.opts.Hooks.Claimed; h != nil {
-			if err != nil {
-				h(f.JobID, "error")
-			} else {
-				h(f.JobID, c.Result.String())
-			}
-		}
-		if err == nil {
-			r.dbAnswered.Store(true)
-		}
-		if err == nil || !errors.Is(err, ErrUnreachable) || wait <= 0 ||
-			r.clock.Now().Add(wait).After(d.At().Add(deadline)) {
-			break
-		}
-		log.Warn("could not reach the database to claim the fire; trying again", "error", err, "retry_in", wait)
-		select {
-		case <-time.After(wait):
-		case <-r.ctx.Done():
-			r.drop(d, deadline, NotRunShuttingDown, "shutting down; fire not claimed")
-			return Lease{}, false
-		}
-		retried = true
-	}
-	if err != nil {
-		reason := NotRunClaimError
-		if errors.Is(err, ErrUnreachable) {
-			reason = NotRunUnreachable
-		}
-		reason = r.dropReason(d, deadline, reason)
-		log.Warn("fire not run: could not claim it", "reason", reason, "error", err)
-		r.drop(d, deadline, reason, "")
-		return Lease{}, false
-	}
-	ctx, cancel := r.opCtx()
-	defer cancel()
-	switch c.Result {
-	case AlreadyFired:
-		log.Debug("fire claimed elsewhere")
-		if retried || r.late(d, deadline) {
-			// An earlier try may have won the slot without an answer, or
-			// the answer came after the deadline: if no replica recorded
-			// the slot, it is recorded missed once nothing can start it.
-			reason := r.dropReason(d, deadline, MissedUnreachable)
-			r.queueMissed(d.Schedule, d.Delay, MissedRange{JobID: f.JobID, From: f.ScheduledAt, To: f.ScheduledAt, Count: 1, Reason: reason})
-		}
-		return Lease{}, false
-	case Skipped:
-		if r.late(d, deadline) {
-			// The slot is consumed, but it could not have started anyway:
-			// past its deadline that is the reason on record.
-			log.Info("fire not started within its starting deadline (and the lock was held)", "reason", MissedStartingDeadline,
-				"starting_deadline", deadline, "holder", c.Holder, "holder_run_id", c.HolderRunID)
-			r.notRun(f.JobID, f.ScheduledAt, NotRunStartingDeadline)
-			r.queueMissed(d.Schedule, d.Delay, MissedRange{JobID: f.JobID, From: f.ScheduledAt, To: f.ScheduledAt, Count: 1,
-				Reason: MissedStartingDeadline})
-			return Lease{}, false
-		}
-		reason := fmt.Sprintf("overlap %s: run %s of %s still holds the lock", spec.Overlap, c.HolderRunID, c.Holder)
-		log.Info("fire skipped: the previous run still holds the lock", "holder", c.Holder, "holder_run_id", c.HolderRunID)
-		if err := r.opts.Store.RecordSkip(ctx, f.JobID, f.ScheduledAt, r.opts.InstanceID, f.RunID, reason, r.clock.Now()); err != nil {
-			log.Warn("could not record the skipped fire", "error", err)
-		}
-		r.runEnded(f.JobID, StatusSkipped)
-		return Lease{}, false
-	case TakenOver:
-		log.Warn("lock taken over from a holder whose lease expired", "previous_holder", c.Holder, "previous_run_id", c.HolderRunID)
-	}
-	if err := r.opts.Store.StartRun(ctx, c.Lease, r.clock.Now(), r.opts.TTL); err != nil {
-		// Without its record the run is not started: at most once.
-		log.Warn("fire not run: could not record its start", "error", err)
-		if rerr := r.opts.Store.Release(ctx, c.Lease, StatusAbandoned, r.clock.Now()); rerr != nil {
-			log.Warn("could not release the lock", "error", rerr)
-		}
-		if !errors.Is(err, ErrLockLost) {
-			r.drop(d, deadline, NotRunUnreachable, "fire not run: its start could not be recorded")
-		}
-		return Lease{}, false
-	}
-	won = true
-	return c.Lease, true
-}
-
-// missClaimed records a fire whose claim won too late to start: its
-// running record becomes a missed record (starting_deadline) and the lock
-// is released.
-func (r *Runner) missClaimed(log *slog.Logger, d schedule.Due, deadline time.Duration, l Lease) {
-	defer r.setActive(l.RunID, false)
-	now := r.clock.Now()
-	log.Info("fire not started within its starting deadline; claimed too late", "reason", MissedStartingDeadline,
-		"starting_deadline", deadline, "late_by", now.Sub(d.At()))
-	r.notRun(l.JobID, l.Slot, NotRunStartingDeadline)
-	ctx, cancel := r.opCtx()
-	defer cancel()
-	if err := r.opts.Store.Release(ctx, l, StatusMissed, now); err != nil && !errors.Is(err, ErrLockLost) {
-		log.Warn("could not release the lock; it frees itself when its lease ends", "error", err)
-	}
-	err := r.opts.Store.FinishRun(ctx, l, RunEnd{Status: StatusMissed, EndedAt: now, Reason: MissedStartingDeadline,
-		Error: fmt.Sprintf("not started within its starting deadline (%s)", deadline)})
-	if err != nil {
-		log.Warn("could not record the missed slot", "error", err)
-		return
-	}
-	r.reportMissed(MissedRange{JobID: l.JobID, From: l.Slot, To: l.Slot, Count: 1, Reason: MissedStartingDeadline})
-}
-
-func (r *Runner) setActive(runID string, on bool) {
-	r.activeMu.Lock()
-	defer r.activeMu.Unlock()
-	if on {
-		r.active[runID] = struct{}{}
-	} else {
-		delete(r.active, runID)
-	}
-}
-
-func (r *Runner) isActive(runID string) bool {
-	r.activeMu.Lock()
-	defer r.activeMu.Unlock()
-	_, ok := r.active[runID]
-	return ok
-}
-
-// execute runs the action with its timeout; with a lease it renews it
-// while the action runs (cancelling the action if the lock is lost), then
-// releases it and records the run's end.
-func (r *Runner) execute(log *slog.Logger, action string, spec Spec, f Fire, lease *Lease) (time.Duration, error) {
-	start := time.Now()
+// execute runs the action with its timeout; with a lease the lease keeper
+// renews it while the action runs (cancelling the action if the lock is
+// lost or the lease runs out), then the end is written.
+func (r *Runner) execute(log *slog.Logger, d schedule.Due, spec Spec, f Fire, lease *Lease) (time.Duration, error) {
 	ctx, cancel := context.WithCancelCause(r.ctx)
 	defer cancel(nil)
 	if spec.Timeout > 0 {
@@ -533,19 +480,20 @@ func (r *Runner) execute(log *slog.Logger, action string, spec Spec, f Fire, lea
 		ctx, cancelT = context.WithTimeout(ctx, spec.Timeout)
 		defer cancelT()
 	}
-	stopRenew := make(chan struct{})
-	renewDone := make(chan struct{})
 	if lease != nil {
-		go r.renew(log, *lease, cancel, stopRenew, renewDone)
-	} else {
-		close(renewDone)
+		r.leases.hold(*lease, cancel)
 	}
-	log.Info("run started", "action", action)
+	start := time.Now()
+	if h := r.opts.Hooks.Dispatched; h != nil {
+		h(f.JobID, d.At(), r.clock.Now())
+	}
+	log.Info("run started", "action", d.Schedule.ActionName())
 	out, err := runSafely(ctx, spec.Action, f)
 	took := time.Since(start)
 	endedAt := r.clock.Now()
-	close(stopRenew)
-	<-renewDone
+	if lease != nil {
+		r.leases.forget(lease.RunID)
+	}
 
 	status := StatusSucceeded
 	cause := context.Cause(ctx)
@@ -565,7 +513,6 @@ func (r *Runner) execute(log *slog.Logger, action string, spec Spec, f Fire, lea
 	}
 	if lease != nil {
 		status = r.finish(log, *lease, status, err, out, endedAt)
-		r.setActive(lease.RunID, false)
 	}
 	switch status {
 	case StatusSucceeded:
@@ -577,19 +524,9 @@ func (r *Runner) execute(log *slog.Logger, action string, spec Spec, f Fire, lea
 	return took, err
 }
 
-// finish releases the lock and records the run's end; it returns the
-// status recorded (abandoned if the lock turned out lost).
+// finish writes the run's end (freeing the lock); it returns the status
+// on record: abandoned if another replica had taken the run over.
 func (r *Runner) finish(log *slog.Logger, l Lease, status string, runErr error, out Output, endedAt time.Time) string {
-	ctx, cancel := r.opCtx()
-	defer cancel()
-	if err := r.opts.Store.Release(ctx, l, status, r.clock.Now()); err != nil {
-		if errors.Is(err, ErrLockLost) && status != StatusAbandoned {
-			log.Warn("lock lost before the run ended; recording it abandoned", "error", err)
-			status = StatusAbandoned
-		} else if !errors.Is(err, ErrLockLost) {
-			log.Warn("could not release the lock; it frees itself when its lease ends", "error", err)
-		}
-	}
 	end := RunEnd{Status: status, EndedAt: endedAt, Output: out}
 	if runErr != nil {
 		end.Error = runErr.Error()
@@ -602,51 +539,41 @@ func (r *Runner) finish(log *slog.Logger, l Lease, status string, runErr error, 
 			end.Output.Stderr = ee.Stderr
 		}
 	}
-	if err := r.opts.Store.FinishRun(ctx, l, end); err != nil {
-		if errors.Is(err, ErrLockLost) {
-			log.Info("run record was already closed by another replica", "error", err)
-		} else {
-			log.Warn("could not record the run's end", "error", err)
-		}
+	err := r.ends.submit(LeaseEnd{Lease: l, End: end})
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrLockLost):
+		log.Warn("the run had been taken over by another replica; its true end is recorded on the abandoned record",
+			"error", err)
+		status = StatusAbandoned
+	default:
+		log.Warn("could not record the run's end; the lock frees itself when its lease ends", "error", err)
 	}
 	return status
 }
 
-// renew extends the lease every TTL/3 until stop is closed. A renewal that
-// finds the lock taken cancels the action at once; failing renewals are
-// retried until the lease would run out before the next try, and then
-// cancel the action too (another replica may take the lock from then on).
-func (r *Runner) renew(log *slog.Logger, l Lease, cancel context.CancelCauseFunc, stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	interval := max(r.opts.TTL/3, time.Millisecond)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	leaseEnd := time.Now().Add(r.opts.TTL)
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-		ctx, cancelOp := context.WithTimeout(context.Background(), min(interval, r.opts.OpTimeout))
-		err := r.opts.Store.Renew(ctx, l, r.clock.Now(), r.opts.TTL)
-		cancelOp()
-		if err == nil {
-			leaseEnd = time.Now().Add(r.opts.TTL)
-			continue
-		}
-		if errors.Is(err, ErrLockLost) {
-			log.Warn("lock lost while running; cancelling the action", "error", err)
-			cancel(err)
-			return
-		}
-		if !time.Now().Add(interval).Before(leaseEnd) {
-			log.Warn("could not renew the lock before its lease ends; cancelling the action", "error", err)
-			cancel(fmt.Errorf("%w: renewal failed: %w", ErrLockLost, err))
-			return
-		}
-		log.Warn("lock renewal failed; retrying", "error", err)
+// missClaimed records a fire whose claim won too late to start: its
+// running record becomes a missed record (starting_deadline) and the lock
+// is freed.
+func (r *Runner) missClaimed(log *slog.Logger, d schedule.Due, deadline time.Duration, l Lease) {
+	now := r.clock.Now()
+	log.Info("fire not started within its starting deadline; claimed too late", "reason", MissedStartingDeadline,
+		"starting_deadline", deadline, "late_by", now.Sub(d.At()))
+	r.notRun(l.JobID, l.Slot, NotRunStartingDeadline)
+	err := r.ends.submit(LeaseEnd{Lease: l, End: RunEnd{Status: StatusMissed, EndedAt: now, Reason: MissedStartingDeadline,
+		Error: fmt.Sprintf("not started within its starting deadline (%s)", deadline)}})
+	if err != nil {
+		log.Warn("could not record the missed slot", "error", err)
+		return
 	}
+	r.reportMissed(MissedRange{JobID: l.JobID, From: l.Slot, To: l.Slot, Count: 1, Reason: MissedStartingDeadline})
+}
+
+// endBatch writes a batch of ends.
+func (r *Runner) endBatch(ends []LeaseEnd) []error {
+	ctx, cancel := r.opCtx()
+	defer cancel()
+	return r.opts.Store.EndBatch(ctx, ends)
 }
 
 // runSafely runs the action, with its output when it reports one, and
@@ -667,21 +594,23 @@ func runSafely(ctx context.Context, a Action, f Fire) (out Output, err error) {
 // (a Go function that never looks at its context), so shutdown always ends.
 const abandonAfterCancel = 10 * time.Second
 
-// Shutdown stops taking fires (queued ones are dropped) and waits for
+// Shutdown stops taking fires (waiting ones are dropped) and waits for
 // running actions; after grace it cancels them and waits for them to return
-// (at most abandonAfterCancel). Each run releases its lock and records its
+// (at most abandonAfterCancel). Each run frees its lock and records its
 // end before Shutdown returns. It reports whether every action ended within
 // the grace period.
 func (r *Runner) Shutdown(grace time.Duration) bool {
 	r.mu.Lock()
 	r.stopping = true
 	r.mu.Unlock()
-	r.pool.Close()
+	r.stopOnce.Do(func() { close(r.stop) })
+	r.gate.Close()
 	done := make(chan struct{})
-	go func() { r.running.Wait(); r.pool.Wait(); close(done) }()
+	go func() { r.running.Wait(); close(done) }()
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	defer r.stopFlushing()
+	defer r.leases.close()
 	select {
 	case <-done:
 		r.cancel(errShutdown)
@@ -700,6 +629,13 @@ func (r *Runner) Shutdown(grace time.Duration) bool {
 
 func newRunID() string {
 	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// newIncarnation returns a random name for this process's life.
+func newIncarnation() string {
+	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }

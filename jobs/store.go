@@ -28,30 +28,6 @@ var ErrLockLost = errors.New("lock lost")
 // database: the fire is not run (at most once beats at least once).
 var ErrUnreachable = errors.New("database unreachable")
 
-// ClaimRequest asks for one fire of a job.
-type ClaimRequest struct {
-	JobID string
-	// Slot is the cron slot being fired; at most one claim per (JobID,
-	// Slot) ever wins, and none for a slot at or before the job's last slot.
-	Slot time.Time
-	// Instance is this replica's id; RunID the id of the run if it wins.
-	Instance string
-	RunID    string
-	// Overlap is the job's overlap policy: under OverlapForbid the claim
-	// also takes the job's lock and is skipped while another run holds it;
-	// under OverlapAllow only the slot is claimed.
-	Overlap Overlap
-	// Now is the claimer's clock, for leases; TTL the lease length.
-	Now time.Time
-	TTL time.Duration
-	// Running, if set, reports whether a run id is one of this process's
-	// runs in progress. A lock held under this Instance by a run that is
-	// not is left over from a previous life of this instance (crashed and
-	// restarted with the same instance id): it is taken over at once
-	// instead of waiting for its lease.
-	Running func(runID string) bool
-}
-
 // ClaimResult says how a claim ended.
 type ClaimResult int
 
@@ -87,30 +63,55 @@ func (r ClaimResult) String() string {
 // Lease is a won claim: what renewals, the release and the run record are
 // fenced by.
 type Lease struct {
-	JobID    string
-	Slot     time.Time
-	Instance string
-	RunID    string
-	Fence    int64
+	JobID       string
+	RunID       string
+	Instance    string
+	Incarnation string
+	Slot        time.Time
+	Fence       int64
 	// Overlap is the claim's policy; under one that takes the lock, the
-	// lease holds the job's lock and renewals and the release are fenced
-	// by it.
+	// lease holds the job's lock.
 	Overlap Overlap
 }
 
-// Claim is the answer to a ClaimRequest.
-type Claim struct {
-	Result ClaimResult
-	// Lease is set when Result is Acquired or TakenOver.
-	Lease Lease
-	// Holder and HolderRunID name the live holder when Result is Skipped,
-	// or the previous (dead) holder when Result is TakenOver.
+// FireClaim is one fire of a claim batch.
+type FireClaim struct {
+	JobID   string
+	Slot    time.Time
+	Overlap Overlap
+	// Check: this replica is not the job's owner: first look whether the
+	// slot is already recorded and insert only those that are not.
+	Check bool
+}
+
+// BatchClaim is one claim batch of a replica.
+type BatchClaim struct {
+	Fires       []FireClaim
+	Instance    string
+	Incarnation string
+	Now         time.Time
+	TTL         time.Duration
+}
+
+// ClaimOutcome answers one fire of a batch.
+type ClaimOutcome struct {
+	Result      ClaimResult
+	Lease       Lease
 	Holder      string
 	HolderRunID string
-	// Repaired lists the damage found and repaired in the lock document on
-	// the way (empty when none).
-	Repaired []string
+	Reason      string
+	Repaired    []string
+	Err         error
 }
+
+// LeaseEnd is one run's end for EndBatch.
+type LeaseEnd struct {
+	Lease Lease
+	End   RunEnd
+}
+
+// ErrOutcomeUnknown marks a claim whose record may have landed.
+var ErrOutcomeUnknown = errors.New("claim outcome unknown")
 
 // RunEnd is the outcome of a run, written to its record.
 type RunEnd struct {
@@ -125,26 +126,20 @@ type RunEnd struct {
 	Reason string
 }
 
-// LockStore is the fire path's view of job_locks and job_runs. Every method
-// is one or a few conditional atomic updates; none reads and then writes
-// without a condition.
-type LockStore interface {
-	// Claim tries to win the fire (JobID, Slot). Damaged lock documents are
-	// repaired on the way. An error wrapping ErrUnreachable means the
-	// database could not be asked; the fire must not run.
-	Claim(ctx context.Context, req ClaimRequest) (Claim, error)
-	// StartRun inserts the running record of a won claim. A duplicate
-	// (job id, slot) is ErrLockLost: someone else has the slot.
-	StartRun(ctx context.Context, l Lease, now time.Time, ttl time.Duration) error
-	// Renew extends the lease (and the run record's lease) to now+ttl;
-	// ErrLockLost when it is no longer the caller's.
-	Renew(ctx context.Context, l Lease, now time.Time, ttl time.Duration) error
-	// Release frees the lock, fenced by holder and fence, recording the
-	// outcome as the job's last; ErrLockLost when it was not the caller's.
-	Release(ctx context.Context, l Lease, outcome string, now time.Time) error
-	// FinishRun records the run's end, if the record is still running
-	// (a taker may have marked it abandoned first).
-	FinishRun(ctx context.Context, l Lease, end RunEnd) error
-	// RecordSkip records a skipped fire.
-	RecordSkip(ctx context.Context, jobID string, slot time.Time, instance, runID, reason string, now time.Time) error
+// BatchStore is the fire path's store.
+type BatchStore interface {
+	ClaimBatch(ctx context.Context, b BatchClaim) []ClaimOutcome
+	RenewBatch(ctx context.Context, leases []Lease, now time.Time, ttl time.Duration) (lost []Lease, err error)
+	EndBatch(ctx context.Context, ends []LeaseEnd) []error
+	Disown(ctx context.Context, leases []Lease, reason string, now time.Time) error
+	SweepExpired(ctx context.Context, now time.Time, limit int) ([]RunDoc, error)
+	VerifyIndexes(ctx context.Context) (recreated bool, err error)
 }
+
+// RunID is the run id of (jobID, slot).
+func RunID(jobID string, slot time.Time) string {
+	return jobID + "@" + slot.UTC().Format(time.RFC3339Nano)
+}
+
+// FenceOf is the fence of slot.
+func FenceOf(slot time.Time) int64 { return slot.UnixMilli() }

@@ -1,0 +1,109 @@
+package jobs
+
+import (
+	"errors"
+	"time"
+
+	"github.com/cronswap/cronswap/schedule"
+)
+
+// claim takes the fire through a claim batch. It returns the lease when
+// this replica is to run the fire (its running record is written). A
+// claim that could not reach the database is tried again
+// (RunnerOptions.ClaimRetry) while the fire can still start in time;
+// check says this replica does not own the job.
+func (r *Runner) claim(d schedule.Due, deadline time.Duration, spec Spec, check bool) (Lease, bool) {
+	id, slot := d.Schedule.ID, d.Slot.UTC()
+	log := r.log.With("job_id", id, "scheduled_at", slot)
+	fc := FireClaim{JobID: id, Slot: slot, Overlap: spec.Overlap, Check: check}
+	var o ClaimOutcome
+	retried := false
+	for wait := r.opts.ClaimRetry; ; wait = min(2*wait, r.opts.OpTimeout) {
+		o = r.claims.submit(fc)
+		if h := r.opts.Hooks.Claimed; h != nil {
+			if o.Err != nil {
+				h(id, "error")
+			} else {
+				h(id, o.Result.String())
+			}
+		}
+		if o.Err == nil {
+			r.dbAnswered.Store(true)
+			break
+		}
+		if errors.Is(o.Err, ErrOutcomeUnknown) {
+			// The record may have landed as this replica's: it is turned
+			// into a missed record once the database answers again, and
+			// the fire is not tried again (a retry would find the record
+			// and could not tell it was ours to run).
+			r.leases.disown(Lease{JobID: id, RunID: RunID(id, slot), Instance: r.opts.InstanceID,
+				Incarnation: r.opts.Incarnation, Slot: slot, Overlap: spec.Overlap})
+			break
+		}
+		if !errors.Is(o.Err, ErrUnreachable) || wait <= 0 || r.clock.Now().Add(wait).After(d.At().Add(deadline)) {
+			break
+		}
+		log.Warn("could not reach the database to claim the fire; trying again", "error", o.Err, "retry_in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-r.stop:
+			t.Stop()
+			r.drop(d, deadline, NotRunShuttingDown, "shutting down; fire not claimed")
+			return Lease{}, false
+		}
+		retried = true
+	}
+	if o.Err != nil {
+		reason := NotRunClaimError
+		if errors.Is(o.Err, ErrUnreachable) {
+			reason = NotRunUnreachable
+		}
+		reason = r.dropReason(d, deadline, reason)
+		log.Warn("fire not run: could not claim it", "reason", reason, "error", o.Err)
+		r.drop(d, deadline, reason, "")
+		return Lease{}, false
+	}
+	if len(o.Repaired) > 0 {
+		log.Warn("lock document was damaged; repaired before claiming", "damage", o.Repaired)
+	}
+	switch o.Result {
+	case AlreadyFired:
+		log.Debug("fire claimed elsewhere")
+		if retried || r.late(d, deadline) {
+			// An earlier try may have been refused without an answer, or
+			// the answer came after the deadline: if no replica recorded
+			// the slot, it is recorded missed once nothing can start it.
+			reason := r.dropReason(d, deadline, MissedUnreachable)
+			r.queueMissed(d.Schedule, d.Delay, MissedRange{JobID: id, From: slot, To: slot, Count: 1, Reason: reason})
+		}
+		return Lease{}, false
+	case Skipped:
+		log.Info("fire skipped: the previous run still holds the lock", "holder", o.Holder,
+			"holder_run_id", o.HolderRunID, "reason", o.Reason)
+		r.runEnded(id, StatusSkipped)
+		return Lease{}, false
+	}
+	if check {
+		log.Info("fire claimed for its owner, which had not claimed it within the grace")
+		if h := r.opts.Hooks.OwnerTakeover; h != nil {
+			h(id)
+		}
+	}
+	return o.Lease, true
+}
+
+// claimBatch claims a batch of fires in one store call, after checking
+// that the indexes the claim relies on are in place.
+func (r *Runner) claimBatch(fires []FireClaim) []ClaimOutcome {
+	r.leases.verifyIndexes()
+	ctx, cancel := r.opCtx()
+	defer cancel()
+	start := time.Now()
+	out := r.opts.Store.ClaimBatch(ctx, BatchClaim{Fires: fires, Instance: r.opts.InstanceID,
+		Incarnation: r.opts.Incarnation, Now: r.clock.Now(), TTL: r.opts.TTL})
+	if h := r.opts.Hooks.ClaimBatch; h != nil {
+		h(len(fires), time.Since(start))
+	}
+	return out
+}

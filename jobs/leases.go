@@ -1,0 +1,255 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// How the lease keeper paces its work.
+const (
+	// indexCheckInterval is how old the last check of job_runs' indexes
+	// may be when a claim batch goes out; an older one is done again
+	// first (one listIndexes), so a replica that was frozen or cut off
+	// across a dropped collection finds the index missing before it
+	// claims.
+	indexCheckInterval = 10 * time.Second
+	// renewBatchMax bounds the leases of one renewal request.
+	renewBatchMax = 10_000
+	// sweepLimit bounds the expired records one sweep abandons.
+	sweepLimit = 1000
+)
+
+// localLeaseMargin is how long before its lease ends, by the local clock,
+// a run that could not renew it is cancelled: room for the clocks of two
+// replicas to differ, since a taker reads the lease against its own.
+func localLeaseMargin(ttl time.Duration) time.Duration {
+	return min(max(ttl/20, 100*time.Millisecond), time.Second)
+}
+
+// sweepInterval is how often the keeper abandons the running records of
+// dead holders: a third of the lease, between 5 s and a minute.
+func sweepInterval(ttl time.Duration) time.Duration {
+	return min(max(ttl/3, 5*time.Second), time.Minute)
+}
+
+// leaseKeeper holds the leases of the runs this replica is running: it
+// renews all of them with one request per collection every TTL/3, cancels
+// a run whose lock was lost, and cancels a run at its local lease
+// deadline when renewals did not land — without waiting for the
+// database. It also sweeps the records of dead holders, turns records of
+// unknown claims into missed ones (disown), and checks the indexes.
+type leaseKeeper struct {
+	r      *Runner
+	margin time.Duration
+
+	mu     sync.Mutex
+	held   map[string]*heldLease // by run id
+	orphan []Lease               // claims whose outcome was unknown, to disown
+
+	indexMu      sync.Mutex
+	indexChecked time.Time // monotonic; zero: never
+
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+type heldLease struct {
+	lease  Lease
+	cancel context.CancelCauseFunc
+	// deadline cancels the run when its lease has run out locally; it is
+	// pushed back by each renewal that lands.
+	deadline *time.Timer
+}
+
+func newLeaseKeeper(r *Runner) *leaseKeeper {
+	k := &leaseKeeper{r: r, margin: localLeaseMargin(r.opts.TTL), held: map[string]*heldLease{},
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go k.loop()
+	return k
+}
+
+// hold starts keeping l while its run runs; cancel stops the run. The
+// lease was written by a claim sent no earlier than now, so it lasts at
+// least TTL from now by the local clock.
+func (k *leaseKeeper) hold(l Lease, cancel context.CancelCauseFunc) {
+	h := &heldLease{lease: l, cancel: cancel}
+	h.deadline = time.AfterFunc(k.r.opts.TTL-k.margin, func() { k.ranOut(h) })
+	k.mu.Lock()
+	k.held[l.RunID] = h
+	k.mu.Unlock()
+}
+
+// forget stops keeping a run's lease (its action returned).
+func (k *leaseKeeper) forget(runID string) {
+	k.mu.Lock()
+	h := k.held[runID]
+	delete(k.held, runID)
+	k.mu.Unlock()
+	if h != nil {
+		h.deadline.Stop()
+	}
+}
+
+func (k *leaseKeeper) ranOut(h *heldLease) {
+	if !k.holds(h) {
+		return
+	}
+	k.r.log.Warn("lease ran out before a renewal landed; cancelling the action", "job_id", h.lease.JobID,
+		"scheduled_at", h.lease.Slot, "run_id", h.lease.RunID)
+	h.cancel(fmt.Errorf("%w: the lease ran out by the local clock before a renewal landed", ErrLockLost))
+}
+
+func (k *leaseKeeper) holds(h *heldLease) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.held[h.lease.RunID] == h
+}
+
+// disown queues a claim whose record may have landed unknown to us.
+func (k *leaseKeeper) disown(l Lease) {
+	k.mu.Lock()
+	k.orphan = append(k.orphan, l)
+	k.mu.Unlock()
+}
+
+// verifyIndexes checks job_runs' indexes when the last check is older
+// than indexCheckInterval (recreating a missing one). A check that fails
+// is logged and tried again at the next batch.
+func (k *leaseKeeper) verifyIndexes() {
+	k.indexMu.Lock()
+	defer k.indexMu.Unlock()
+	if !k.indexChecked.IsZero() && time.Since(k.indexChecked) < indexCheckInterval {
+		return
+	}
+	ctx, cancel := k.r.opCtx()
+	defer cancel()
+	recreated, err := k.r.opts.Store.VerifyIndexes(ctx)
+	if err != nil {
+		k.r.log.Warn("could not check the indexes of the run records", "collection", RunsCollection, "error", err)
+		return
+	}
+	if recreated {
+		k.r.log.Warn("an index of the run records was missing; recreated it before claiming", "collection", RunsCollection)
+	}
+	k.indexChecked = time.Now()
+}
+
+func (k *leaseKeeper) loop() {
+	defer close(k.done)
+	renew := time.NewTicker(max(k.r.opts.TTL/3, time.Millisecond))
+	defer renew.Stop()
+	sweep := time.NewTicker(sweepInterval(k.r.opts.TTL))
+	defer sweep.Stop()
+	for {
+		select {
+		case <-k.stop:
+			k.disownAll()
+			return
+		case <-renew.C:
+			k.renewAll()
+			k.disownAll()
+		case <-sweep.C:
+			k.sweep()
+		}
+	}
+}
+
+// renewAll renews every held lease, a batch per request.
+func (k *leaseKeeper) renewAll() {
+	k.mu.Lock()
+	hs := make([]*heldLease, 0, len(k.held))
+	for _, h := range k.held {
+		hs = append(hs, h)
+	}
+	k.mu.Unlock()
+	for len(hs) > 0 {
+		n := min(len(hs), renewBatchMax)
+		k.renew(hs[:n])
+		hs = hs[n:]
+	}
+}
+
+func (k *leaseKeeper) renew(hs []*heldLease) {
+	ttl := k.r.opts.TTL
+	leases := make([]Lease, len(hs))
+	for i, h := range hs {
+		leases[i] = h.lease
+	}
+	sent := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), min(max(ttl/3, time.Millisecond), k.r.opts.OpTimeout))
+	lost, err := k.r.opts.Store.RenewBatch(ctx, leases, k.r.clock.Now(), ttl)
+	cancel()
+	if err != nil {
+		k.r.log.Warn("lease renewal failed; runs whose lease runs out first are cancelled", "runs", len(hs), "error", err)
+		return
+	}
+	gone := map[string]bool{}
+	for _, l := range lost {
+		gone[l.RunID] = true
+	}
+	for _, h := range hs {
+		if gone[h.lease.RunID] {
+			k.r.log.Warn("lock lost while running; cancelling the action", "job_id", h.lease.JobID,
+				"scheduled_at", h.lease.Slot, "run_id", h.lease.RunID)
+			h.deadline.Stop()
+			h.cancel(fmt.Errorf("%w: the run is no longer this replica's", ErrLockLost))
+			continue
+		}
+		// The renewal was sent at sent: the lease lasts TTL from then.
+		k.mu.Lock()
+		if k.held[h.lease.RunID] == h {
+			h.deadline.Reset(time.Until(sent.Add(ttl - k.margin)))
+		}
+		k.mu.Unlock()
+	}
+}
+
+// disownAll turns the records of unknown claims into missed records.
+func (k *leaseKeeper) disownAll() {
+	k.mu.Lock()
+	orphans := k.orphan
+	k.orphan = nil
+	k.mu.Unlock()
+	if len(orphans) == 0 {
+		return
+	}
+	ctx, cancel := k.r.opCtx()
+	defer cancel()
+	if err := k.r.opts.Store.Disown(ctx, orphans, MissedUnreachable, k.r.clock.Now()); err != nil {
+		k.r.log.Warn("could not settle claims whose outcome was lost; trying again", "claims", len(orphans), "error", err)
+		k.mu.Lock()
+		k.orphan = append(orphans, k.orphan...)
+		k.mu.Unlock()
+	}
+}
+
+// sweep abandons the running records of holders that stopped renewing.
+func (k *leaseKeeper) sweep() {
+	ctx, cancel := k.r.opCtx()
+	defer cancel()
+	docs, err := k.r.opts.Store.SweepExpired(ctx, k.r.clock.Now(), sweepLimit)
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			k.r.log.Warn("could not sweep the records of dead holders", "collection", RunsCollection, "error", err)
+		}
+		return
+	}
+	for _, d := range docs {
+		k.r.log.Warn("run abandoned: its holder stopped renewing its lease", "job_id", d.JobID,
+			"scheduled_at", d.ScheduledAt, "run_id", d.ID, "holder", d.Instance, "lease_until", d.LeaseUntil)
+		k.r.runEnded(d.JobID, StatusAbandoned)
+	}
+}
+
+// close stops the keeper (after the runs ended), settling what it can.
+func (k *leaseKeeper) close() {
+	if k == nil {
+		return
+	}
+	k.stopOnce.Do(func() { close(k.stop) })
+	<-k.done
+}
