@@ -382,11 +382,19 @@ func TestFirePathDatabaseUnreachableDoesNotRun(t *testing.T) {
 
 // failingStore fails every claim with err.
 type failingStore struct {
-	LockStore
+	BatchStore
 	err error
 }
 
-func (s *failingStore) Claim(context.Context, ClaimRequest) (Claim, error) { return Claim{}, s.err }
+func (s *failingStore) ClaimBatch(_ context.Context, b BatchClaim) []ClaimOutcome {
+	out := make([]ClaimOutcome, len(b.Fires))
+	for i := range out {
+		out[i].Err = s.err
+	}
+	return out
+}
+
+func (s *failingStore) VerifyIndexes(context.Context) (bool, error) { return false, nil }
 
 // Shutdown cancels an action still running after the grace period, then
 // releases its lock and records it abandoned.
@@ -519,9 +527,9 @@ type renewFailStore struct {
 	renewals atomic.Int32
 }
 
-func (s *renewFailStore) Renew(context.Context, Lease, time.Time, time.Duration) error {
+func (s *renewFailStore) RenewBatch(context.Context, []Lease, time.Time, time.Duration) ([]Lease, error) {
 	s.renewals.Add(1)
-	return errors.New("connection refused")
+	return nil, errors.New("connection refused")
 }
 
 // Renewals that keep failing cancel the action before the lease could run

@@ -95,3 +95,5 @@ func (g *Gate) Close() {
 		close(g.closed)
 	}
 }
+
+func (g *Gate) Waiting() int { g.mu.Lock(); defer g.mu.Unlock(); return g.waiting }

@@ -100,7 +100,7 @@ func (k *leaseKeeper) ranOut(h *heldLease) {
 	}
 	k.r.log.Warn("lease ran out before a renewal landed; cancelling the action", "job_id", h.lease.JobID,
 		"scheduled_at", h.lease.Slot, "run_id", h.lease.RunID)
-	h.cancel(fmt.Errorf("%w: the lease ran out by the local clock before a renewal landed", ErrLockLost))
+	h.cancel(fmt.Errorf("%w: renewal failed: the lease ran out by the local clock before a renewal landed", ErrLockLost))
 }
 
 func (k *leaseKeeper) holds(h *heldLease) bool {

@@ -208,7 +208,7 @@ func TestRunnerStartingDeadlineAtTake(t *testing.T) {
 		defer close(late)
 		r.Fire(schedule.Due{Schedule: schedule.Schedule{ID: "j", Enabled: true}, Slot: t0, Delay: time.Second})
 	}()
-	waitUntil(t, "the fire queued behind the busy worker", func() bool { return r.pool.queued() == 1 })
+	waitUntil(t, "the fire queued behind the busy worker", func() bool { return r.gate.Waiting() == 1 })
 	clock.Add(3*time.Second + time.Millisecond) // past slot + jitter + deadline
 	close(release)
 	<-late
@@ -238,10 +238,10 @@ type lateStore struct {
 	by    time.Duration
 }
 
-func (s *lateStore) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
-	c, err := s.MongoStore.Claim(ctx, req)
+func (s *lateStore) ClaimBatch(ctx context.Context, b BatchClaim) []ClaimOutcome {
+	out := s.MongoStore.ClaimBatch(ctx, b)
 	s.clock.Add(s.by)
-	return c, err
+	return out
 }
 
 // A claim answered after the starting deadline does not start the action:
@@ -288,11 +288,15 @@ type unreachableStore struct {
 	healed atomic.Bool
 }
 
-func (s *unreachableStore) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
+func (s *unreachableStore) ClaimBatch(ctx context.Context, b BatchClaim) []ClaimOutcome {
 	if !s.healed.Load() {
-		return Claim{}, fmt.Errorf("claim %s: %w: no server", req.JobID, ErrUnreachable)
+		out := make([]ClaimOutcome, len(b.Fires))
+		for i, f := range b.Fires {
+			out[i].Err = fmt.Errorf("claim %s: %w: no server", f.JobID, ErrUnreachable)
+		}
+		return out
 	}
-	return s.MongoStore.Claim(ctx, req)
+	return s.MongoStore.ClaimBatch(ctx, b)
 }
 
 // Fires dropped because the claim could not reach the database wait in
@@ -390,7 +394,7 @@ func TestRunnerQueueBound(t *testing.T) {
 	for i := range 2 {
 		go r.Fire(dueAt("block", slot.Add(time.Duration(i+1)*time.Second)))
 	}
-	waitUntil(t, "two fires queued", func() bool { return r.pool.queued() == 2 })
+	waitUntil(t, "two fires queued", func() bool { return r.gate.Waiting() == 2 })
 	third := make(chan struct{})
 	go func() { defer close(third); r.Fire(dueAt("block", slot.Add(10*time.Second))) }()
 	select {

@@ -108,18 +108,25 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	d.runner = jobs.NewRunner(jobs.RunnerOptions{
 		Registry:   registry,
 		InstanceID: cfg.InstanceID,
-		Logger:     d.log,
-		Store:      d.store,
-		TTL:        cfg.Lock.TTL,
-		Workers:    cfg.Workers,
-		Hooks:      fireHooks(d.metrics),
-		QueueLimit: cfg.QueueLimit,
+		// A lock held under this instance id by another incarnation is a
+		// previous life's (a second live one is refused by the membership).
+		Incarnation: d.members.Self().Incarnation,
+		Logger:      d.log,
+		Store:       d.store,
+		TTL:         cfg.Lock.TTL,
+		Workers:     cfg.Workers,
+		Categories:  cfg.MaxRunning(),
+		Hooks:       fireHooks(d.metrics),
+		QueueLimit:  cfg.QueueLimit,
 		// The engine, created next, knows each job's slots; the runner
 		// asks only once fires arrive, which the engine sends.
 		Slots:            d.slots,
 		StartingDeadline: cfg.StartingDeadline,
 		CatchupWindow:    cfg.CatchupFor,
 		ClaimRetry:       jobs.DefaultClaimRetry,
+		// The owner of a job among the live members claims its fires at
+		// once; the others after the grace (owner dead or stalled).
+		Owns: d.members.Owns,
 	})
 	d.engine = scheduler.New(scheduler.Options{
 		Location: cfg.Location,

@@ -16,11 +16,13 @@ import (
 // jitter delay), so jitter does not show as lateness.
 func fireHooks(mx *metrics.Metrics) jobs.Hooks {
 	return jobs.Hooks{
-		Dispatched: func(_ string, due, at time.Time) { mx.ObserveFireLateness(due, at) },
-		Claimed:    func(_ string, result string) { mx.CountLockAcquisition(result) },
-		RunEnded:   func(id, status string) { mx.CountRun(id, status) },
-		NotRun:     func(_ string, _ time.Time, reason string) { mx.CountFireNotRun(reason) },
-		Missed:     func(_ string, reason string, n int64) { mx.CountMissedSlots(reason, n) },
+		Dispatched:    func(_ string, due, at time.Time) { mx.ObserveFireLateness(due, at) },
+		Claimed:       func(_ string, result string) { mx.CountLockAcquisition(result) },
+		ClaimBatch:    func(size int, took time.Duration) { mx.ObserveClaimBatch(size, took) },
+		OwnerTakeover: func(string) { mx.CountOwnerTakeover() },
+		RunEnded:      func(id, status string) { mx.CountRun(id, status) },
+		NotRun:        func(_ string, _ time.Time, reason string) { mx.CountFireNotRun(reason) },
+		Missed:        func(_ string, reason string, n int64) { mx.CountMissedSlots(reason, n) },
 	}
 }
 
