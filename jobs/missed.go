@@ -33,7 +33,7 @@ const (
 	// job's catch-up window, which offers only the latest slot within it.
 	MissedOutsideCatchup = "outside_catchup_window"
 	// MissedQueueFull: the fire came due while the fire path's queue held
-	// its bound of fires waiting for a worker.
+	// its bound of fires waiting for admission (queue_limit).
 	MissedQueueFull = "queue_full"
 )
 

@@ -41,9 +41,14 @@ type Config struct {
 	Runs       Runs     `yaml:"runs"`
 	HTTP       HTTP     `yaml:"http"`
 	Shutdown   Shutdown `yaml:"shutdown"`
-	// Workers bounds how many actions run at once in this instance; 0
-	// means jobs.DefaultWorkers().
+	// Workers bounds how many actions run at once in this instance, all
+	// categories together; 0 (the default) is no bound. Fires over the
+	// bound wait for admission (see QueueLimit).
 	Workers int `yaml:"workers"`
+	// Categories bounds the actions running at once per schedule category
+	// (the schedule's category field): categories: {billing: {max_running:
+	// 5}}. A category not listed has no bound of its own. See MaxRunning.
+	Categories map[string]Category `yaml:"categories"`
 	// Catchup is the default catch-up window: after downtime, a job's most
 	// recent missed slot younger than this runs once. 0 (default) is off.
 	Catchup time.Duration `yaml:"catchup"`
@@ -53,8 +58,8 @@ type Config struct {
 	// recorded missed. 0 means the time to the job's next slot, at most
 	// jobs.MaxDefaultStartingDeadline.
 	StartingDeadline time.Duration `yaml:"starting_deadline"`
-	// QueueLimit bounds the fires waiting for a worker; 0 means
-	// jobs.DefaultQueueLimit.
+	// QueueLimit bounds the fires waiting for admission (held back by a
+	// category's max_running or by workers); 0 means jobs.DefaultQueueLimit.
 	QueueLimit int `yaml:"queue_limit"`
 	// StateFile, when set, is where the applied schedule state and its
 	// resume token are persisted for a warm restart.
@@ -63,6 +68,28 @@ type Config struct {
 	// into the fire path's definition type.
 	Jobs     map[string]jobs.Definition `yaml:"jobs"`
 	Location *time.Location             `yaml:"-"`
+}
+
+// Category configures one schedule category.
+type Category struct {
+	// MaxRunning is the most actions of the category running at once in
+	// this instance; at least 1. Fires over it wait for admission, other
+	// categories' fires are not held back by it.
+	MaxRunning int `yaml:"max_running"`
+}
+
+// MaxRunning returns the max_running bound of every configured category
+// (category name -> bound), the form the fire path's admission gate takes
+// (jobs.NewGate); nil when no category is configured.
+func (c *Config) MaxRunning() map[string]int {
+	if len(c.Categories) == 0 {
+		return nil
+	}
+	m := make(map[string]int, len(c.Categories))
+	for name, cat := range c.Categories {
+		m[name] = cat.MaxRunning
+	}
+	return m
 }
 
 // Mongo says where the schedules live.
@@ -292,7 +319,10 @@ func (c *Config) Finish() error {
 		return fmt.Errorf("runs.retention %s: must be positive (or 0 for the default %s)", c.Runs.Retention, jobs.DefaultRetention)
 	}
 	if c.Workers < 0 {
-		return fmt.Errorf("workers %d: must be positive (or 0 for the default, %d per CPU)", c.Workers, jobs.DefaultWorkersPerCPU)
+		return fmt.Errorf("workers %d: must be positive, the most actions running at once on this replica (or 0, the default: no bound)", c.Workers)
+	}
+	if err := validateCategories(c.Categories); err != nil {
+		return err
 	}
 	if c.Catchup < 0 {
 		return fmt.Errorf("catchup %s: must be 0 (off) or positive", c.Catchup)
@@ -302,7 +332,7 @@ func (c *Config) Finish() error {
 			c.StartingDeadline, jobs.MaxDefaultStartingDeadline)
 	}
 	if c.QueueLimit < 0 {
-		return fmt.Errorf("queue_limit %d: must be positive (or 0 for the default %d)", c.QueueLimit, jobs.DefaultQueueLimit)
+		return fmt.Errorf("queue_limit %d: must be positive, the most fires waiting for admission (or 0 for the default %d)", c.QueueLimit, jobs.DefaultQueueLimit)
 	}
 	if c.StateFile != "" {
 		dir := filepath.Dir(c.StateFile)
@@ -329,6 +359,26 @@ func (c *Config) Finish() error {
 		overlap, _ := jobs.ParseOverlap(string(d.Overlap))
 		d.Overlap = overlap
 		c.Jobs[name] = d
+	}
+	return nil
+}
+
+// validateCategories checks the categories section: names non-empty,
+// max_running at least 1.
+func validateCategories(cats map[string]Category) error {
+	names := make([]string, 0, len(cats))
+	for name := range cats {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if strings.TrimSpace(name) == "" {
+			return fmt.Errorf("categories: a category name is empty or blank (%q); name the category exactly as the schedules' category field does", name)
+		}
+		if n := cats[name].MaxRunning; n < 1 {
+			return fmt.Errorf("categories.%s.max_running %d: must be at least 1, the most actions of category %s running at once on this replica (leave the category out for no bound)",
+				name, n, name)
+		}
 	}
 	return nil
 }

@@ -55,10 +55,10 @@ func TestDefault(t *testing.T) {
 		{"watch.backoff_max", changestream.DefaultBackoffMax, 10 * time.Second},
 		{"lock.ttl (0: jobs.DefaultLockTTL)", d.Lock.TTL, time.Duration(0)},
 		{"runs.retention (0: jobs.DefaultRetention)", d.Runs.Retention, time.Duration(0)},
-		{"workers (0: jobs.DefaultWorkers())", d.Workers, 0},
+		{"workers (0: no bound)", d.Workers, 0},
+		{"categories (none: no bound)", d.MaxRunning(), map[string]int(nil)},
 		{"jobs.DefaultLockTTL", jobs.DefaultLockTTL, 10 * time.Minute},
 		{"jobs.DefaultRetention", jobs.DefaultRetention, 720 * time.Hour},
-		{"jobs.DefaultWorkersPerCPU", jobs.DefaultWorkersPerCPU, 4},
 		{"http.listen", d.HTTP.Listen, "127.0.0.1:9090"},
 		{"shutdown.grace", d.Shutdown.Grace, 30 * time.Second},
 		{"location", d.Location, time.UTC},
@@ -305,7 +305,8 @@ func TestParseErrors(t *testing.T) {
 }
 
 // Zero (or absent) lock.ttl, runs.retention and workers mean the jobs
-// package's defaults: the config keeps no second copy of them.
+// package's defaults (for workers: no bound): the config keeps no second
+// copy of them.
 func TestFirePathZeroMeansDefault(t *testing.T) {
 	cfg, err := config.Parse("lock: {ttl: 0s}\nruns: {retention: 0s}\nworkers: 0\n")
 	if err != nil {
