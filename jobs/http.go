@@ -9,10 +9,30 @@ import (
 	"net/http"
 )
 
+// HTTPConnsPerHost bounds the connections the http actions of a registry
+// built from definitions keep open to one host, idle or busy: a burst of
+// thousands of fires to one endpoint reuses connections instead of opening
+// one per fire (and running out of file descriptors and ports); requests
+// beyond it wait for a connection and show as lateness.
+const HTTPConnsPerHost = 256
+
+// NewHTTPClient returns the client the http actions of a registry share:
+// the default transport's settings, with HTTPConnsPerHost connections per
+// host kept open.
+func NewHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 0 // no total bound; per host below
+	t.MaxIdleConnsPerHost = HTTPConnsPerHost
+	t.MaxConnsPerHost = HTTPConnsPerHost
+	return &http.Client{Transport: t}
+}
+
 // HTTPAction sends the fire as a JSON body; a non-2xx answer is a failure.
 type HTTPAction struct {
 	URL    string
 	Method string
+	// Client sends the request; nil: http.DefaultClient. A registry built
+	// from definitions gives all its http actions one NewHTTPClient.
 	Client *http.Client
 }
 

@@ -47,10 +47,14 @@ func FromDefinitions(defs map[string]Definition) (*Registry, error) {
 	}
 	sort.Strings(names)
 	r := NewRegistry()
+	client := NewHTTPClient()
 	for _, name := range names {
 		s, err := defs[name].Spec()
 		if err != nil {
 			return nil, fmt.Errorf("job %q: %w", name, err)
+		}
+		if h, ok := s.Action.(*HTTPAction); ok && h.Client == nil {
+			h.Client = client
 		}
 		r.Register(name, s)
 	}
