@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"reflect"
 	"strconv"
 	"strings"
@@ -229,5 +230,27 @@ func TestRegistryConcurrent(t *testing.T) {
 	wg.Wait()
 	if n := len(r.Names()); n != 10 {
 		t.Errorf("%d names, want 10", n)
+	}
+}
+
+// The http actions of a registry built from definitions share one client
+// that keeps HTTPConnsPerHost connections per host.
+func TestFromDefinitionsSharesOneHTTPClient(t *testing.T) {
+	reg, err := FromDefinitions(map[string]Definition{
+		"a": {HTTP: &HTTPSettings{URL: "http://127.0.0.1:1/a"}},
+		"b": {HTTP: &HTTPSettings{URL: "http://127.0.0.1:1/b"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, _ := reg.Lookup("a")
+	sb, _ := reg.Lookup("b")
+	ca, cb := sa.Action.(*HTTPAction).Client, sb.Action.(*HTTPAction).Client
+	if ca == nil || ca != cb {
+		t.Fatalf("clients %p and %p: want one shared client", ca, cb)
+	}
+	tr, ok := ca.Transport.(*http.Transport)
+	if !ok || tr.MaxConnsPerHost != HTTPConnsPerHost || tr.MaxIdleConnsPerHost != HTTPConnsPerHost {
+		t.Fatalf("transport %+v: want %d connections per host kept", ca.Transport, HTTPConnsPerHost)
 	}
 }
