@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -95,6 +96,8 @@ type fireArgs struct {
 	sinkCheck        int
 	sinkClients      int
 	sinkPooled       bool
+	sinkSend         string // the sink check's sender process: the sink's URL
+	sinkRelease      int64  // the sender's release instant, Unix ns
 }
 
 // fireFlagSet defines the flags of "bench fire" on o and a.
@@ -127,6 +130,8 @@ func fireFlagSet(o *fireSettings, a *fireArgs) *flag.FlagSet {
 	fs.DurationVar(&o.duration, "duration", 10*time.Minute, "sustained mode: measured duration (whole minutes are reported; a last partial minute too)")
 	fs.IntVar(&a.sinkCheck, "sink-check", 0, "only measure the recording sink alone with this many requests released at once, then exit")
 	fs.IntVar(&a.sinkClients, "sink-clients", 2000, "sink check: goroutines sending at once (each holds a connection: mind the open files limit)")
+	fs.StringVar(&a.sinkSend, "sink-send", "", "internal: the sink check's sender process, posting to this URL")
+	fs.Int64Var(&a.sinkRelease, "sink-release", 0, "internal: the sender's release instant (Unix ns)")
 	fs.BoolVar(&a.sinkPooled, "sink-pooled", false, "sink check: a client keeping -sink-clients idle connections instead of the daemon's http.DefaultClient settings")
 	return fs
 }
@@ -142,6 +147,11 @@ func fireMain(args []string) int {
 	}
 	if a.sinkCheck > 0 {
 		c := sinkCheckSettings{n: a.sinkCheck, clients: max(1, min(a.sinkClients, a.sinkCheck)), pooled: a.sinkPooled, timeout: 5 * time.Minute}
+		if a.sinkSend != "" {
+			out, _ := json.Marshal(sinkSend(a.sinkSend, c, time.Unix(0, a.sinkRelease)))
+			fmt.Println(string(out))
+			return 0
+		}
 		res, err := runSinkCheck(context.Background(), c)
 		fmt.Print(res.text(c))
 		if err != nil {

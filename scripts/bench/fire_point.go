@@ -64,6 +64,9 @@ type fireBurst struct {
 	// claims are each replica's claim metrics over the window (index =
 	// replica − 1; absent when the daemon does not export them).
 	claims []claimMetrics
+	// benchCPU is the bench process's CPU time in the window: the sink
+	// and the wire proxies (they share the machine with the daemons).
+	benchCPU time.Duration
 }
 
 // jobPrefix starts the id of every job the fire benchmark loads.
@@ -184,11 +187,12 @@ func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, logDir s
 		cmds     map[string]int
 		load     string
 		claims   []claimMetrics
+		cpu      time.Duration
 	}
 	var windows []window
 	claimsBefore := scrapeAllClaims(ctx, daemons)
 	for k := range o.bursts {
-		from, before := time.Now(), snap
+		from, before, cpu0 := time.Now(), snap, cpuTime()
 		end := slots[k+1].Add(-windowLead)
 		if k == o.bursts-1 {
 			var complete time.Time
@@ -211,7 +215,7 @@ func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, logDir s
 		to := time.Now()
 		claimsAfter := scrapeAllClaims(ctx, daemons)
 		windows = append(windows, window{from: from, to: to, cmds: commandDelta(before, snap), load: loadAvg(),
-			claims: claimsDelta(claimsAfter, claimsBefore)})
+			claims: claimsDelta(claimsAfter, claimsBefore), cpu: cpuTime() - cpu0})
 		claimsBefore = claimsAfter
 		logf("burst %d (%s): %d of %d arrived by the window's end", k+1, slots[k].Format("15:04:05"), sk.distinct(slots[k]), n)
 	}
@@ -244,7 +248,7 @@ func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, logDir s
 	for k, b := range stats {
 		w := windows[k]
 		p.bursts = append(p.bursts, fireBurst{burstStats: b, windowFrom: w.from, windowTo: w.to,
-			windowFires: arrivalsIn(arrivals, w.from, w.to), cmds: w.cmds, load: w.load, claims: w.claims})
+			windowFires: arrivalsIn(arrivals, w.from, w.to), cmds: w.cmds, load: w.load, claims: w.claims, benchCPU: w.cpu})
 	}
 	p.sinkErrs, p.sinkFirstErr = sk.errs.get()
 	p.loadAfter = loadAvg()

@@ -95,8 +95,9 @@ func (p *firePoint) text() string {
 		for j, r := range by {
 			parts[j] = fmt.Sprintf("%s %.2f", r.name, r.rate)
 		}
-		w("    burst %d: window %s (%d commands, %d fires); commands per fire: %s\n", i+1,
-			bu.windowTo.Sub(bu.windowFrom).Round(100*time.Millisecond), sumCounts(bu.cmds), bu.windowFires, strings.Join(parts, ", "))
+		w("    burst %d: window %s (%d commands, %d fires); commands per fire: %s; bench process (sink + wire proxies) CPU %s\n", i+1,
+			bu.windowTo.Sub(bu.windowFrom).Round(100*time.Millisecond), sumCounts(bu.cmds), bu.windowFires, strings.Join(parts, ", "),
+			bu.benchCPU.Round(10*time.Millisecond))
 		w("    burst %d: first runs by replica: %s; start lateness p90 %s; duplicated jobs %d\n", i+1,
 			byInstanceText(bu.byInstance), fmtLate(bu.lateness.pct(90)), bu.dupJobs)
 		for j, c := range bu.claims {
@@ -176,6 +177,7 @@ func (p *firePoint) burstJSON(i int, bu fireBurst) map[string]any {
 		"commands": bu.cmds, "commands_per_fire": math.Round(total*100) / 100, "by_replica": bu.byInstance,
 		"load": bu.load, "unexpected": p.unexpected, "earlier": p.earlier,
 		"burst_timeout_s": p.burstTimeout.Seconds(), "sink_errors": p.sinkErrs,
+		"bench_cpu_s": math.Round(bu.benchCPU.Seconds()*100) / 100,
 	}
 	claims := map[string]any{}
 	for j, c := range bu.claims {

@@ -35,6 +35,10 @@ type sustainedAcc struct {
 	secs  int       // measured slots
 	count [][]uint16
 	late  [][]float32 // ms, first arrival − slot
+	// inst is the first arrival's replica, an index into instances.
+	inst      [][]uint8
+	instances []string
+	instIndex map[string]uint8
 	// distinct counts, per slot, the jobs with at least one arrival.
 	distinct []int
 	// earlier: arrivals of a known job for a slot before start;
@@ -44,7 +48,7 @@ type sustainedAcc struct {
 
 func newSustainedAcc(n int, start time.Time, secs int) *sustainedAcc {
 	return &sustainedAcc{n: n, start: start.UTC(), secs: secs, count: make([][]uint16, secs),
-		late: make([][]float32, secs), distinct: make([]int, secs)}
+		late: make([][]float32, secs), inst: make([][]uint8, secs), distinct: make([]int, secs), instIndex: map[string]uint8{}}
 }
 
 // dueAt returns how many jobs are due at a slot with this second of the minute.
@@ -76,19 +80,34 @@ func (a *sustainedAcc) add(ar arrival) {
 	}
 	if a.count[i] == nil {
 		m := a.dueAt(a.slot(i).Second())
-		a.count[i], a.late[i] = make([]uint16, m), make([]float32, m)
+		a.count[i], a.late[i], a.inst[i] = make([]uint16, m), make([]float32, m), make([]uint8, m)
 	}
 	j := k / 60
 	late := float32(ar.at.Sub(ar.slot).Seconds() * 1000)
-	if a.count[i][j] == 0 {
-		a.distinct[i]++
-		a.late[i][j] = late
-	} else if late < a.late[i][j] {
-		a.late[i][j] = late
+	if a.count[i][j] == 0 || late < a.late[i][j] {
+		if a.count[i][j] == 0 {
+			a.distinct[i]++
+		}
+		a.late[i][j], a.inst[i][j] = late, a.instanceIndex(ar.instance)
 	}
 	if a.count[i][j] < math.MaxUint16 {
 		a.count[i][j]++
 	}
+}
+
+// instanceIndex returns the index of a replica's instance id (at most 256
+// distinct ones; later ones share the last index).
+func (a *sustainedAcc) instanceIndex(id string) uint8 {
+	if i, ok := a.instIndex[id]; ok {
+		return i
+	}
+	if len(a.instances) == math.MaxUint8+1 {
+		return math.MaxUint8
+	}
+	i := uint8(len(a.instances))
+	a.instances = append(a.instances, id)
+	a.instIndex[id] = i
+	return i
 }
 
 // pending reports whether a measured slot still lacks a job that can
@@ -121,6 +140,7 @@ func (a *sustainedAcc) minute(from, to int) burstStats {
 				continue
 			}
 			b.ran++
+			b.byInstance[a.instances[a.inst[i][j]]]++
 			if c > 1 {
 				b.duplicates += int(c) - 1
 				b.dupJobs++
@@ -155,6 +175,7 @@ type sustainedMinute struct {
 	rss                  []int64 // kB per replica at the window's end
 	claims               []claimMetrics
 	load                 string
+	benchCPU             time.Duration // the bench process (sink + wire proxies) in the window
 }
 
 // sustainedRun is everything the sustained mode measured.
@@ -303,7 +324,7 @@ func (run *sustainedRun) measure(ctx context.Context, logDir string) error {
 	run.rssStart = cl.rss()
 	var windows []sustainedMinute
 	for m := range minutes {
-		from := time.Now()
+		from, cpu0 := time.Now(), cpuTime()
 		end := run.start.Add(time.Duration(min(60*(m+1), secs))*time.Second - windowLead)
 		if m == minutes-1 {
 			// The last window ends once its fires have started (or could
@@ -324,7 +345,7 @@ func (run *sustainedRun) measure(ctx context.Context, logDir string) error {
 		}
 		now, nowClaims := cl.commands(), scrapeAllClaims(ctx, cl.daemons)
 		windows = append(windows, sustainedMinute{windowFrom: from, windowTo: time.Now(), cmds: commandDelta(snap, now),
-			rss: cl.rss(), claims: claimsDelta(nowClaims, claims), load: loadAvg()})
+			rss: cl.rss(), claims: claimsDelta(nowClaims, claims), load: loadAvg(), benchCPU: cpuTime() - cpu0})
 		snap, claims = now, nowClaims
 		logf("sustained: minute %d of %d done (%d fires so far)", m+1, minutes, sumInts(windowFires))
 	}
@@ -424,6 +445,11 @@ func (run *sustainedRun) text() string {
 		w("    RSS from the first slot to the end: %s\n", strings.Join(growth, "; "))
 		w("    first runs by replica (all minutes): %s; duplicated jobs %d; start lateness p90 %s\n",
 			byInstanceText(run.total.byInstance), run.total.dupJobs, fmtLate(run.total.lateness.pct(90)))
+		var cpu []string
+		for _, m := range run.minutes {
+			cpu = append(cpu, fmt.Sprintf("%.1f s", m.benchCPU.Seconds()))
+		}
+		w("    bench process (sink + wire proxies) CPU per minute: %s\n", strings.Join(cpu, ", "))
 	}
 	for i, m := range run.minutes {
 		for j, c := range m.claims {
@@ -481,6 +507,7 @@ func (run *sustainedRun) minuteJSON(i int, m sustainedMinute) map[string]any {
 		out["commands"], out["commands_per_fire"] = m.cmds, math.Round(total*100)/100
 		out["window_fires"], out["load"] = m.windowFires, m.load
 		out["window_s"] = math.Round(m.windowTo.Sub(m.windowFrom).Seconds()*10) / 10
+		out["bench_cpu_s"] = math.Round(m.benchCPU.Seconds()*100) / 100
 		claims := map[string]any{}
 		for j, c := range m.claims {
 			if c.present() && j < len(run.instances) {

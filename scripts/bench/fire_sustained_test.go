@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"maps"
 	"math"
 	"slices"
 	"testing"
@@ -21,7 +22,7 @@ func TestSustainedAcc(t *testing.T) {
 	s := func(i int) time.Time { return start.Add(time.Duration(i) * time.Second) }
 	for _, a := range []arrival{
 		at(58, s(0), 10), at(118, s(0), 20), // slot 0 (second 58): both
-		at(59, s(1), 30), at(59, s(1), 5), // slot 1: job 59 twice (the earlier counts), job 119 never
+		at(59, s(1), 30), {job: fireJobID(59), slot: s(1), instance: "r2", at: s(1).Add(5 * time.Millisecond)}, // slot 1: job 59 twice (the earlier, r2's, counts), job 119 never
 		at(0, s(2), 40), at(60, s(2), 61000), at(120, s(2), 50), // slot 2: job 60 after its next slot: missed
 		at(1, s(3), 1), at(61, s(3), 2), at(121, s(3), 3),
 		at(58, s(0).Add(-time.Minute), 1),        // before the first slot: earlier
@@ -42,6 +43,9 @@ func TestSustainedAcc(t *testing.T) {
 	m := acc.minute(0, 2)
 	if m.expected != 4 || m.ran != 3 || m.duplicates != 1 || m.dupJobs != 1 || m.missed != 1 || m.never != 1 {
 		t.Errorf("slots 0–1: %+v", m)
+	}
+	if !maps.Equal(m.byInstance, map[string]int{"r1": 2, "r2": 1}) {
+		t.Errorf("slots 0–1 by instance %v", m.byInstance)
 	}
 	if m.lateness.pct(50) != 10 || m.lateness.pct(100) != 20 {
 		t.Errorf("slots 0–1 lateness %v", m.lateness.ms)
