@@ -12,13 +12,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,61 +48,156 @@ type fireSettings struct {
 	batch        int
 	binary       string
 	logDir       string
+	// compare is the label of the runs in OUT/bench-fire-results.txt drawn
+	// beside this run's points ("" draws none).
+	compare string
+	// preset is the -preset name applied ("" none).
+	preset string
+
+	// sustained runs the sustained mode instead of bursts (fire_sustained.go).
+	sustained bool
+	duration  time.Duration
 }
 
-func fireMain(args []string) int {
+// firePresets are named sets of flag values (-preset NAME); a flag given
+// explicitly on the command line wins over its preset value.
+var firePresets = map[string]map[string]string{
+	// The long-action case: 50 jobs due at the same slot whose
+	// action takes 30 s, one replica, the daemon's default config; each
+	// start's lateness is printed.
+	"long-actions": {"n": "50", "replicas": "1", "bursts": "1", "every": "5m", "action-ms": "30000", "plot": "false", "idle": "0s"},
+}
+
+// sustainedDefaults are the flag values -sustained implies unless given.
+var sustainedDefaults = map[string]string{"n": "100000", "replicas": "3"}
+
+// applyDefaults sets each flag of vals that was not given on the command
+// line.
+func applyDefaults(fs *flag.FlagSet, vals map[string]string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for name, v := range vals {
+		if given[name] {
+			continue
+		}
+		if err := fs.Set(name, v); err != nil {
+			return fmt.Errorf("-%s %s: %w", name, v, err)
+		}
+	}
+	return nil
+}
+
+// fireArgs are the flags of "bench fire" that are not settings of a run
+// as they are (parsed further, or other modes).
+type fireArgs struct {
+	ns, reps, points string
+	actionMS         int
+	replot           string
+	sinkCheck        int
+	sinkClients      int
+	sinkPooled       bool
+	sinkSend         string // the sink check's sender process: the sink's URL
+	sinkRelease      int64  // the sender's release instant, Unix ns
+}
+
+// fireFlagSet defines the flags of "bench fire" on o and a.
+func fireFlagSet(o *fireSettings, a *fireArgs) *flag.FlagSet {
 	fs := flag.NewFlagSet("bench fire", flag.ContinueOnError)
-	var (
-		o                fireSettings
-		ns, reps, points string
-		actionMS         int
-	)
-	fs.StringVar(&ns, "n", "1000", "jobs due in the same second, comma-separated for a grid (e.g. 1000,5000)")
-	fs.StringVar(&reps, "replicas", "1", "daemon replicas, comma-separated for a grid (e.g. 1,3)")
-	fs.StringVar(&points, "points", "", "explicit points NxR, comma-separated (e.g. 1000x1,1000x3,10000x3), instead of the grid -n × -replicas")
+	fs.StringVar(&a.ns, "n", "1000", "jobs due in the same second, comma-separated for a grid (e.g. 1000,5000)")
+	fs.StringVar(&a.reps, "replicas", "1", "daemon replicas, comma-separated for a grid (e.g. 1,3)")
+	fs.StringVar(&a.points, "points", "", "explicit points NxR, comma-separated (e.g. 1000x1,1000x3,10000x3), instead of the grid -n × -replicas")
 	fs.IntVar(&o.bursts, "bursts", 2, "measured bursts per point")
 	fs.DurationVar(&o.every, "every", 30*time.Second,
 		"the jobs' period: whole seconds dividing a minute (30s: '<s>/30 * * * * *') or whole minutes dividing an hour")
-	fs.IntVar(&actionMS, "action-ms", 0, "the sink holds each action request this long before answering (a long action)")
+	fs.IntVar(&a.actionMS, "action-ms", 0, "the sink holds each action request this long before answering (a long action)")
 	fs.IntVar(&o.workers, "workers", 0, "config workers of each daemon (0: the daemon's default)")
 	fs.DurationVar(&o.idle, "idle", 10*time.Second, "idle window before the first burst, for commands per idle minute (0: none)")
 	fs.DurationVar(&o.burstTimeout, "burst-timeout", 0,
-		"how long after its slot a burst's fires are waited for (0: 2 × -every + 30s + the action hold)")
+		"how long after its slot a burst's fires are waited for (0: 2 × -every + 30s + the action hold + 1ms per job: 90s for 1,000 at 30s, 3m40s for 100,000)")
 	fs.DurationVar(&o.timeout, "timeout", 40*time.Minute, "overall deadline of the run")
 	fs.StringVar(&o.out, "out", "docs", "directory for bench-fire-results.txt (appended) and fire-lateness.png ('' writes neither)")
-	fs.BoolVar(&o.plot, "plot", true, "draw OUT/fire-lateness.png from this run's points")
+	fs.BoolVar(&o.plot, "plot", true, "draw OUT/fire-lateness.png: p99 against N per replica count; with -label, every run so labelled in the results file (per point the latest), beside the runs labelled -compare")
 	fs.StringVar(&o.label, "label", "", "free text recorded with the run (e.g. before, after)")
-	replot := fs.String("replot", "", "only redraw OUT/fire-lateness.png from the last run in this results file, then exit")
+	fs.StringVar(&a.replot, "replot", "", "only redraw OUT/fire-lateness.png from this results file (the runs labelled -label, or the last run; beside them those labelled -compare), then exit")
 	fs.IntVar(&o.batch, "batch", 1000, "insertMany batch size while loading")
 	fs.StringVar(&o.binary, "binary", "", "cronswap binary to run (default: go build into a temporary directory)")
 	fs.StringVar(&o.logDir, "logs", "", "keep the daemons' logs and configs in this directory (default: a temporary one, removed)")
+	fs.StringVar(&o.compare, "compare", "before",
+		"plot beside this run's points those of the runs in OUT/bench-fire-results.txt with this label ('' none)")
+	fs.StringVar(&o.preset, "preset", "", "a named set of flag values, explicit flags win: long-actions (-n 50 -replicas 1 -bursts 1 -every 5m -action-ms 30000 -plot=false -idle 0s)")
+	fs.BoolVar(&o.sustained, "sustained", false,
+		"sustained mode: -n schedules (default 100000) spread over the seconds of a minute ('S * * * * *', S = k mod 60), -replicas (default 3), for -duration; per minute lateness, missed, duplicates, RSS, commands per fire")
+	fs.DurationVar(&o.duration, "duration", 10*time.Minute, "sustained mode: measured duration (whole minutes are reported; a last partial minute too)")
+	fs.IntVar(&a.sinkCheck, "sink-check", 0, "only measure the recording sink alone with this many requests released at once, then exit")
+	fs.IntVar(&a.sinkClients, "sink-clients", 2000, "sink check: goroutines sending at once (each holds a connection: mind the open files limit)")
+	fs.StringVar(&a.sinkSend, "sink-send", "", "internal: the sink check's sender process, posting to this URL")
+	fs.Int64Var(&a.sinkRelease, "sink-release", 0, "internal: the sender's release instant (Unix ns)")
+	fs.BoolVar(&a.sinkPooled, "sink-pooled", false, "sink check: a client keeping -sink-clients idle connections instead of the daemon's http.DefaultClient settings")
+	return fs
+}
+
+func fireMain(args []string) int {
+	var (
+		o fireSettings
+		a fireArgs
+	)
+	fs := fireFlagSet(&o, &a)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *replot != "" {
-		if err := replotFire(*replot, o.out, o.label); err != nil {
+	if a.sinkCheck > 0 {
+		c := sinkCheckSettings{n: a.sinkCheck, clients: max(1, min(a.sinkClients, a.sinkCheck)), pooled: a.sinkPooled, timeout: 5 * time.Minute}
+		if a.sinkSend != "" {
+			out, _ := json.Marshal(sinkSend(a.sinkSend, c, time.Unix(0, a.sinkRelease)))
+			fmt.Println(string(out))
+			return 0
+		}
+		res, err := runSinkCheck(context.Background(), c)
+		fmt.Print(res.text(c))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench fire: sink check:", err)
+			return 1
+		}
+		return 0
+	}
+	if o.preset != "" {
+		vals, ok := firePresets[o.preset]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "bench fire: -preset %q: want one of %s\n", o.preset, strings.Join(slices.Sorted(maps.Keys(firePresets)), ", "))
+			return 2
+		}
+		if err := applyDefaults(fs, vals); err != nil {
+			fmt.Fprintln(os.Stderr, "bench fire: -preset:", err)
+			return 2
+		}
+	}
+	if o.sustained {
+		if err := applyDefaults(fs, sustainedDefaults); err != nil {
+			fmt.Fprintln(os.Stderr, "bench fire:", err)
+			return 2
+		}
+	}
+	if a.replot != "" {
+		if err := replotFire(a.replot, o.out, o.label, o.compare); err != nil {
 			fmt.Fprintln(os.Stderr, "bench fire:", err)
 			return 1
 		}
 		return 0
 	}
 	var err error
-	if o.ns, err = intList(ns); err != nil {
+	if o.ns, err = intList(a.ns); err != nil {
 		fmt.Fprintln(os.Stderr, "bench fire: -n:", err)
 		return 2
 	}
-	if o.replicas, err = intList(reps); err != nil {
+	if o.replicas, err = intList(a.reps); err != nil {
 		fmt.Fprintln(os.Stderr, "bench fire: -replicas:", err)
 		return 2
 	}
-	if o.points, err = pointList(points, o.ns, o.replicas); err != nil {
+	if o.points, err = pointList(a.points, o.ns, o.replicas); err != nil {
 		fmt.Fprintln(os.Stderr, "bench fire: -points:", err)
 		return 2
 	}
-	o.hold = time.Duration(actionMS) * time.Millisecond
-	if o.burstTimeout == 0 {
-		o.burstTimeout = 2*o.every + 30*time.Second + o.hold
-	}
+	o.hold = time.Duration(a.actionMS) * time.Millisecond
 	if err := o.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench fire:", err)
 		return 2
@@ -108,25 +206,31 @@ func fireMain(args []string) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	if err := runFire(ctx, o); err != nil {
+	run := runFire
+	if o.sustained {
+		run = runSustained
+	}
+	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench fire:", err)
 		return 1
 	}
 	return 0
 }
 
-// replotFire redraws OUT/fire-lateness.png from a results file.
-func replotFire(results, out, label string) error {
+// replotFire redraws OUT/fire-lateness.png from a results file: the runs
+// labelled label (the last run when label is ""), beside those labelled
+// compare.
+func replotFire(results, out, label, compare string) error {
 	text, err := os.ReadFile(results)
 	if err != nil {
 		return err
 	}
-	pts, day, err := latPointsFromResults(string(text))
+	series, day, err := plotSeriesFromResults(string(text), label, compare)
 	if err != nil {
 		return fmt.Errorf("%s: %w", results, err)
 	}
 	path := filepath.Join(out, "fire-lateness.png")
-	if err := plotFireLateness(path, plotTitle(day, runtime.NumCPU(), label), pts); err != nil {
+	if err := plotFireLateness(path, plotTitle(day, runtime.NumCPU(), seriesLabels(series)...), series); err != nil {
 		return err
 	}
 	logf("wrote %s from %s", path, results)
@@ -189,11 +293,52 @@ func (o fireSettings) validate() error {
 		return errors.New("-action-ms, -workers and -idle must not be negative")
 	case o.batch < 1:
 		return errors.New("-batch must be at least 1")
-	case o.timeout <= 0 || o.burstTimeout <= 0:
-		return errors.New("-timeout and -burst-timeout must be positive")
+	case o.timeout <= 0 || o.burstTimeout < 0:
+		return errors.New("-timeout must be positive and -burst-timeout not negative")
 	}
 	_, err := fireExpr(o.every, time.Now())
 	return err
+}
+
+// runSeries is what a run's plot draws: with a label, every run so labelled
+// in the results file (this one just appended; for each point the latest),
+// else this run's points; beside them the runs labelled -compare.
+func runSeries(rep fireReport, resPath string) ([]latSeries, error) {
+	o := rep.opts
+	text, err := os.ReadFile(resPath)
+	if err != nil {
+		return nil, err
+	}
+	if o.label != "" {
+		series, _, err := plotSeriesFromResults(string(text), o.label, o.compare)
+		return series, err
+	}
+	var series []latSeries
+	if runs, err := parseFireRuns(string(text)); err == nil && o.compare != "" {
+		if cmp, _ := latestPoints(runs, o.compare); len(cmp) > 0 {
+			series = append(series, latSeries{label: o.compare, points: cmp, dashed: true})
+		}
+	}
+	return append(series, latSeries{label: "this run", points: rep.latPoints()}), nil
+}
+
+// seriesLabels returns the series' labels, in order.
+func seriesLabels(series []latSeries) []string {
+	out := make([]string, len(series))
+	for i, s := range series {
+		out[i] = s.label
+	}
+	return out
+}
+
+// burstTimeoutFor is how long after its slot a burst of n fires is waited
+// for: -burst-timeout, else 2 × -every + 30 s + the action hold + 1 ms per
+// fire (90 s for 1,000 at 30 s, 3 min 40 s for 100,000).
+func (o fireSettings) burstTimeoutFor(n int) time.Duration {
+	if o.burstTimeout > 0 {
+		return o.burstTimeout
+	}
+	return 2*o.every + 30*time.Second + o.hold + time.Duration(n)*time.Millisecond
 }
 
 func runFire(ctx context.Context, o fireSettings) error {
@@ -244,10 +389,14 @@ func runFire(ctx context.Context, o fireSettings) error {
 			return werr
 		}
 		logf("appended to %s", resPath)
-		if o.plot {
+		if o.plot && len(rep.latPoints()) > 0 {
 			pngPath := filepath.Join(o.out, "fire-lateness.png")
-			title := plotTitle(rep.finished.Format("2006-01-02"), rep.env.cpus, o.label)
-			if err := plotFireLateness(pngPath, title, rep.latPoints()); err != nil {
+			series, err := runSeries(rep, resPath)
+			if err != nil {
+				return fmt.Errorf("plot: %w", err)
+			}
+			title := plotTitle(rep.finished.Format("2006-01-02"), rep.env.cpus, seriesLabels(series)...)
+			if err := plotFireLateness(pngPath, title, series); err != nil {
 				return fmt.Errorf("plot: %w", err)
 			}
 			logf("wrote %s", pngPath)

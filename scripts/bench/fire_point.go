@@ -20,7 +20,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/cronswap/cronswap/internal/childproc"
-	"github.com/cronswap/cronswap/internal/faultproxy"
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/schedule"
 )
@@ -40,9 +39,13 @@ type firePoint struct {
 	idleWindow time.Duration
 	idleCmds   map[string]int // summed over the replicas
 
-	bursts     []fireBurst
-	earlier    int // arrivals for a slot before the measured bursts
-	unexpected int // arrivals for another job or slot
+	bursts       []fireBurst
+	instances    []string // the replicas' instance ids
+	burstTimeout time.Duration
+	sinkErrs     int    // the sink server's own error records
+	sinkFirstErr string // the first of them
+	earlier      int    // arrivals for a slot before the measured bursts
+	unexpected   int    // arrivals for another job or slot
 	// idleFires is the number of action requests during the idle window
 	// (an earlier burst in it makes the idle figure meaningless).
 	idleFires int
@@ -58,6 +61,12 @@ type fireBurst struct {
 	windowFires          int            // sink arrivals (any job, any slot) in the window
 	cmds                 map[string]int // commands at the proxies in the window, summed over the replicas
 	load                 string         // load average at the window's end
+	// claims are each replica's claim metrics over the window (index =
+	// replica − 1; absent when the daemon does not export them).
+	claims []claimMetrics
+	// benchCPU is the bench process's CPU time in the window: the sink
+	// and the wire proxies (they share the machine with the daemons).
+	benchCPU time.Duration
 }
 
 // jobPrefix starts the id of every job the fire benchmark loads.
@@ -71,7 +80,7 @@ const windowLead = 500 * time.Millisecond
 
 func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, logDir string) (*firePoint, error) {
 	p := &firePoint{n: n, replicas: replicas, every: o.every, hold: o.hold, workers: o.workers,
-		started: time.Now().UTC(), loadBefore: loadAvg()}
+		started: time.Now().UTC(), loadBefore: loadAvg(), burstTimeout: o.burstTimeoutFor(n)}
 	srv, err := testmongo.Start(ctx, testmongo.Options{StartTimeout: 2 * time.Minute})
 	if err != nil {
 		return nil, err
@@ -90,7 +99,7 @@ func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, logDir s
 		_ = db.Drop(dctx)
 	}()
 
-	sk, err := startSink(o.hold)
+	sk, err := startSink(o.hold, true)
 	if err != nil {
 		return nil, err
 	}
@@ -110,58 +119,32 @@ func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, logDir s
 		return nil, fmt.Errorf("expression %q: %w", p.expr, err)
 	}
 	logf("loading %d schedules %q into %s", n, p.expr, dbName)
-	jobIDs, took, err := loadFireJobs(ctx, db.Collection(schedule.CollectionName), n, p.expr, o.batch)
+	jobIDs, took, err := loadFireJobs(ctx, db.Collection(schedule.CollectionName), n, func(int) string { return p.expr }, o.batch)
 	if err != nil {
 		return nil, err
 	}
 	p.loadTime = took
 
-	var (
-		proxies []*faultproxy.Proxy
-		daemons []*daemon
-		logs    []string
-	)
-	defer func() {
-		for _, px := range proxies {
-			_ = px.Close()
-		}
-	}()
+	var cl *fireCluster
 	defer func() {
 		// Held requests are answered first, so that a daemon's shutdown
 		// does not wait on them.
 		sk.release()
-		stopAll(daemons)
-		for _, path := range logs {
-			p.problems = append(p.problems, logProblems(path)...)
+		if cl != nil {
+			p.problems = append(p.problems, cl.stop()...)
 		}
 		if p.loadAfter == "" {
 			p.loadAfter = loadAvg()
 		}
 	}()
 	armStart := time.Now()
-	for i := range replicas {
-		px, err := faultproxy.New(ctx, firstHost(srv.URI))
-		if err != nil {
-			return nil, err
-		}
-		proxies = append(proxies, px)
-		id := fmt.Sprintf("bench-fire-%d", i+1)
-		cfg := fireDaemonConfig{uri: px.URI(srv.URI), database: dbName, instanceID: id, sinkURL: sk.URL(), workers: o.workers}
-		logPath := filepath.Join(logDir, fmt.Sprintf("%s-n%d-r%d.log", id, n, replicas))
-		d, err := startFireDaemon(o.binary, cfg, logPath)
-		if err != nil {
-			return nil, err
-		}
-		daemons = append(daemons, d)
-		logs = append(logs, logPath)
+	cl, err = startFireCluster(ctx, o, srv.URI, dbName, sk.URL(), replicas, logDir, fmt.Sprintf("n%d-r%d", n, replicas))
+	p.instances = cl.instances
+	if err != nil {
+		return nil, err
 	}
-	for _, d := range daemons {
-		if _, err := d.waitReady(ctx, readyLimit); err != nil {
-			return p, err
-		}
-		if err := d.waitArmed(ctx, n, readyLimit); err != nil {
-			return p, err
-		}
+	if err := cl.waitArmed(ctx, n); err != nil {
+		return p, err
 	}
 	armedAt := time.Now()
 	p.armTime = armedAt.Sub(armStart)
@@ -173,41 +156,9 @@ func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, logDir s
 	for len(slots) < o.bursts+1 {
 		slots = append(slots, sched.Next(slots[len(slots)-1]))
 	}
-	commands := func() map[string]int {
-		sum := map[string]int{}
-		for _, px := range proxies {
-			for name, k := range px.Stats().Commands {
-				sum[name] += k
-			}
-		}
-		return sum
-	}
-	exited := func() error {
-		for i, d := range daemons {
-			select {
-			case <-d.done:
-				return fmt.Errorf("daemon %d exited during the run: %v (log: %s)", i+1, d.exitErr(), logs[i])
-			default:
-			}
-		}
-		return nil
-	}
-	sleepUntil := func(t time.Time) error {
-		for {
-			if err := exited(); err != nil {
-				return err
-			}
-			left := time.Until(t)
-			if left <= 0 {
-				return nil
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(min(left, 200*time.Millisecond)):
-			}
-		}
-	}
+	commands := cl.commands
+	daemons := cl.daemons
+	sleepUntil := func(t time.Time) error { return cl.sleepUntil(ctx, t, nil) }
 
 	// Idle window: after the start-up has settled, before the first burst.
 	if err := sleepUntil(armedAt.Add(settleStart)); err != nil {
@@ -235,10 +186,13 @@ func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, logDir s
 		from, to time.Time
 		cmds     map[string]int
 		load     string
+		claims   []claimMetrics
+		cpu      time.Duration
 	}
 	var windows []window
+	claimsBefore := scrapeAllClaims(ctx, daemons)
 	for k := range o.bursts {
-		from, before := time.Now(), snap
+		from, before, cpu0 := time.Now(), snap, cpuTime()
 		end := slots[k+1].Add(-windowLead)
 		if k == o.bursts-1 {
 			var complete time.Time
@@ -258,7 +212,11 @@ func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, logDir s
 			return p, err
 		}
 		snap = commands()
-		windows = append(windows, window{from: from, to: time.Now(), cmds: commandDelta(before, snap), load: loadAvg()})
+		to := time.Now()
+		claimsAfter := scrapeAllClaims(ctx, daemons)
+		windows = append(windows, window{from: from, to: to, cmds: commandDelta(before, snap), load: loadAvg(),
+			claims: claimsDelta(claimsAfter, claimsBefore), cpu: cpuTime() - cpu0})
+		claimsBefore = claimsAfter
 		logf("burst %d (%s): %d of %d arrived by the window's end", k+1, slots[k].Format("15:04:05"), sk.distinct(slots[k]), n)
 	}
 
@@ -266,7 +224,7 @@ func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, logDir s
 	for {
 		pending := false
 		for _, s := range slots[:o.bursts] {
-			if sk.distinct(s) < n && time.Now().Before(s.Add(o.burstTimeout)) {
+			if sk.distinct(s) < n && time.Now().Before(s.Add(p.burstTimeout)) {
 				pending = true
 			}
 		}
@@ -290,37 +248,104 @@ func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, logDir s
 	for k, b := range stats {
 		w := windows[k]
 		p.bursts = append(p.bursts, fireBurst{burstStats: b, windowFrom: w.from, windowTo: w.to,
-			windowFires: arrivalsIn(arrivals, w.from, w.to), cmds: w.cmds, load: w.load})
+			windowFires: arrivalsIn(arrivals, w.from, w.to), cmds: w.cmds, load: w.load, claims: w.claims, benchCPU: w.cpu})
 	}
+	p.sinkErrs, p.sinkFirstErr = sk.errs.get()
 	p.loadAfter = loadAvg()
 	return p, nil
 }
 
-// loadFireJobs inserts n schedules with expr and the sink action, in
-// unordered batches, and returns their ids.
-func loadFireJobs(ctx context.Context, coll *mongo.Collection, n int, expr string, batch int) ([]string, time.Duration, error) {
+// scrapeAllClaims scrapes each daemon's claim metrics (a daemon that does
+// not answer, or exports none, gives an empty entry).
+func scrapeAllClaims(ctx context.Context, daemons []*daemon) []claimMetrics {
+	out := make([]claimMetrics, len(daemons))
+	var wg sync.WaitGroup
+	for i, d := range daemons {
+		wg.Go(func() {
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if m, err := scrapeClaims(sctx, d); err == nil {
+				out[i] = m
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// claimsDelta is after − before per replica; a replica without the
+// metrics in either scrape gives an empty entry.
+func claimsDelta(after, before []claimMetrics) []claimMetrics {
+	out := make([]claimMetrics, len(after))
+	for i := range after {
+		if i < len(before) && after[i].present() && before[i].present() {
+			out[i] = after[i].minus(before[i])
+		}
+	}
+	return out
+}
+
+// loadFireJobs inserts n schedules (job k with exprOf(k)) and the sink
+// action, in unordered insertMany batches of batch documents, up to
+// loadParallel batches in flight, and returns their ids (in k order).
+func loadFireJobs(ctx context.Context, coll *mongo.Collection, n int, exprOf func(k int) string, batch int) ([]string, time.Duration, error) {
 	start := time.Now()
 	now := time.Now().UTC()
-	ids := make([]string, 0, n)
-	docs := make([]any, 0, batch)
+	ids := make([]string, n)
 	for k := range n {
-		id := fireJobID(k)
-		ids = append(ids, id)
-		docs = append(docs, bson.D{
-			{Key: schedule.FieldID, Value: id},
-			{Key: schedule.FieldCronExpr, Value: expr},
-			{Key: schedule.FieldJob, Value: fireAction},
-			{Key: schedule.FieldUpdatedAt, Value: now},
-		})
-		if len(docs) == batch || k == n-1 {
-			if _, err := coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil {
-				return nil, 0, fmt.Errorf("insert into %s: %w", coll.Name(), err)
-			}
-			docs = docs[:0]
+		ids[k] = fireJobID(k)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	sem := make(chan struct{}, loadParallel)
+	for from := 0; from < n; from += batch {
+		to := min(from+batch, n)
+		docs := make([]any, 0, to-from)
+		for k := from; k < to; k++ {
+			docs = append(docs, bson.D{
+				{Key: schedule.FieldID, Value: ids[k]},
+				{Key: schedule.FieldCronExpr, Value: exprOf(k)},
+				{Key: schedule.FieldJob, Value: fireAction},
+				{Key: schedule.FieldUpdatedAt, Value: now},
+			})
 		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if _, err := coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = fmt.Errorf("insert into %s (jobs %d–%d): %w", coll.Name(), from, to-1, err)
+				}
+				mu.Unlock()
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = ctx.Err()
+	}
+	if firstErr != nil {
+		return nil, 0, firstErr
 	}
 	return ids, time.Since(start), nil
 }
+
+// loadParallel is how many insertMany batches loadFireJobs keeps in flight
+// (100,000 schedules in 100 batches of 1,000).
+const loadParallel = 4
 
 // fireAction is the action name of the loaded schedules.
 const fireAction = "sink"

@@ -2,19 +2,12 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"image/color"
 	"maps"
 	"math"
 	"slices"
 	"strings"
 	"time"
-
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
 )
 
 // fireReport is one run of the fire benchmark.
@@ -41,8 +34,16 @@ func (rep fireReport) text() string {
 	for i, pt := range o.points {
 		pts[i] = fmt.Sprintf("%dx%d", pt[0], pt[1])
 	}
-	w("run: -points %s -bursts %d -every %s -action-ms %d -workers %d -idle %s -burst-timeout %s\n",
-		strings.Join(pts, ","), o.bursts, o.every, o.hold.Milliseconds(), o.workers, o.idle, o.burstTimeout)
+	bt := "auto"
+	if o.burstTimeout > 0 {
+		bt = o.burstTimeout.String()
+	}
+	w("run: -points %s -bursts %d -every %s -action-ms %d -workers %d -idle %s -burst-timeout %s",
+		strings.Join(pts, ","), o.bursts, o.every, o.hold.Milliseconds(), o.workers, o.idle, bt)
+	if o.preset != "" {
+		w(" (-preset %s)", o.preset)
+	}
+	w("\n")
 	for _, p := range rep.points {
 		b.WriteString(p.text())
 	}
@@ -72,8 +73,8 @@ func (p *firePoint) text() string {
 	}
 	w("\n--- N=%d jobs due in the same second, %d replica(s): %q, http action to the sink (hold %s), workers %s\n",
 		p.n, p.replicas, p.expr, p.hold, workers)
-	w("    started %s UTC, load average %s before, %s after; loaded in %s, all replicas ready with N armed %s after the first start\n",
-		p.started.Format("15:04:05"), p.loadBefore, p.loadAfter, p.loadTime.Round(time.Millisecond), p.armTime.Round(time.Millisecond))
+	w("    started %s UTC, load average %s before, %s after; loaded in %s, all replicas ready with N armed %s after the first start; burst timeout %s\n",
+		p.started.Format("15:04:05"), p.loadBefore, p.loadAfter, p.loadTime.Round(time.Millisecond), p.armTime.Round(time.Millisecond), p.burstTimeout)
 	if p.err != nil {
 		w("    ERROR: %v\n", p.err)
 	}
@@ -94,14 +95,26 @@ func (p *firePoint) text() string {
 		for j, r := range by {
 			parts[j] = fmt.Sprintf("%s %.2f", r.name, r.rate)
 		}
-		w("    burst %d: window %s (%d commands, %d fires); commands per fire: %s\n", i+1,
-			bu.windowTo.Sub(bu.windowFrom).Round(100*time.Millisecond), sumCounts(bu.cmds), bu.windowFires, strings.Join(parts, ", "))
-		var inst []string
-		for _, id := range slices.Sorted(maps.Keys(bu.byInstance)) {
-			inst = append(inst, fmt.Sprintf("%s %d", id, bu.byInstance[id]))
-		}
+		w("    burst %d: window %s (%d commands, %d fires); commands per fire: %s; bench process (sink + wire proxies) CPU %s\n", i+1,
+			bu.windowTo.Sub(bu.windowFrom).Round(100*time.Millisecond), sumCounts(bu.cmds), bu.windowFires, strings.Join(parts, ", "),
+			bu.benchCPU.Round(10*time.Millisecond))
 		w("    burst %d: first runs by replica: %s; start lateness p90 %s; duplicated jobs %d\n", i+1,
-			strings.Join(inst, ", "), fmtLate(bu.lateness.pct(90)), bu.dupJobs)
+			byInstanceText(bu.byInstance), fmtLate(bu.lateness.pct(90)), bu.dupJobs)
+		for j, c := range bu.claims {
+			if c.present() && j < len(p.instances) {
+				w("    burst %d: %s: %s\n", i+1, p.instances[j], c.text())
+			}
+		}
+		if bu.expected <= eachStartMax && len(bu.lateness.ms) > 0 {
+			each := make([]string, len(bu.lateness.ms))
+			for j, v := range bu.lateness.ms {
+				each[j] = fmtLate(v)
+			}
+			w("    burst %d: each start's lateness, ascending (%d): %s\n", i+1, len(each), strings.Join(each, ", "))
+		}
+	}
+	if p.sinkErrs > 0 {
+		w("    WARNING: the sink's HTTP server logged %d errors (first: %s): the sink may have been a bottleneck\n", p.sinkErrs, p.sinkFirstErr)
 	}
 	switch {
 	case p.idleWindow > 0 && p.idleFires > 0:
@@ -135,6 +148,10 @@ func sumCounts(m map[string]int) int {
 	return n
 }
 
+// eachStartMax is the largest burst whose every start lateness is listed
+// (the long-action case has 50).
+const eachStartMax = 100
+
 // burstJSON is the machine-readable record of one burst.
 func (p *firePoint) burstJSON(i int, bu fireBurst) map[string]any {
 	total, _ := perFire(bu.cmds, bu.windowFires)
@@ -149,7 +166,7 @@ func (p *firePoint) burstJSON(i int, bu fireBurst) map[string]any {
 		total, _ := describeIdle(p.idleCmds, p.idleWindow)
 		idle = math.Round(total/float64(p.replicas)*10) / 10
 	}
-	return map[string]any{
+	m := map[string]any{
 		"idle_commands_per_min_per_replica": idle,
 		"n":                                 p.n, "replicas": p.replicas, "burst": i + 1, "slot": bu.slot.Format(time.RFC3339),
 		"expr": p.expr, "action_ms": p.hold.Milliseconds(), "workers": p.workers,
@@ -159,193 +176,33 @@ func (p *firePoint) burstJSON(i int, bu fireBurst) map[string]any {
 		"window_s": math.Round(bu.windowTo.Sub(bu.windowFrom).Seconds()*10) / 10, "window_fires": bu.windowFires,
 		"commands": bu.cmds, "commands_per_fire": math.Round(total*100) / 100, "by_replica": bu.byInstance,
 		"load": bu.load, "unexpected": p.unexpected, "earlier": p.earlier,
+		"burst_timeout_s": p.burstTimeout.Seconds(), "sink_errors": p.sinkErrs,
+		"bench_cpu_s": math.Round(bu.benchCPU.Seconds()*100) / 100,
 	}
-}
-
-// plotFireLateness draws start lateness p50 and p99 against N, one colour
-// per replica count: each burst as a point, a line through the median of
-// the bursts at each N. Both axes are log scale; lateness is in seconds
-// (below 1 ms drawn at 1 ms) and covers the fires that ran by the burst's
-// deadline, so a point with many missed fires is drawn optimistic.
-func plotFireLateness(path, title string, points []latPoint) error {
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = "N jobs due in the same second (log scale)"
-	p.Y.Label.Text = "request at the sink − slot (s, log; fires run by the burst deadline)"
-	p.Add(plotter.NewGrid())
-	p.Legend.Top = true
-	p.Legend.Left = true
-	colors := []color.Color{
-		color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
-		color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
-		color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
-		color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
-	}
-	byR := map[int][]latPoint{}
-	for _, pt := range points {
-		byR[pt.replicas] = append(byR[pt.replicas], pt)
-	}
-	lo, hi := math.Inf(1), math.Inf(-1)
-	xlo, xhi := math.Inf(1), math.Inf(-1)
-	for ci, r := range slices.Sorted(maps.Keys(byR)) {
-		pts := byR[r]
-		slices.SortFunc(pts, func(a, b latPoint) int { return a.n - b.n })
-		for _, q := range []struct {
-			pct    float64
-			dashed bool
-		}{{50, false}, {99, true}} {
-			var line, scatter plotter.XYs
-			for _, pt := range pts {
-				var vals []float64
-				for _, v := range pt.lateMS(q.pct) {
-					if math.IsNaN(v) {
-						continue
-					}
-					y := math.Log10(max(v, 1) / 1000)
-					vals = append(vals, y)
-					scatter = append(scatter, plotter.XY{X: math.Log10(float64(pt.n)), Y: y})
-					lo, hi = min(lo, y), max(hi, y)
-				}
-				if len(vals) > 0 {
-					slices.Sort(vals)
-					line = append(line, plotter.XY{X: math.Log10(float64(pt.n)), Y: vals[(len(vals)-1)/2]})
-				}
-				xlo, xhi = min(xlo, math.Log10(float64(pt.n))), max(xhi, math.Log10(float64(pt.n)))
-			}
-			if len(line) == 0 {
-				continue
-			}
-			c := colors[ci%len(colors)]
-			ln, err := plotter.NewLine(line)
-			if err != nil {
-				return err
-			}
-			ln.Color, ln.Width = c, vg.Points(1.6)
-			if q.dashed {
-				ln.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
-			}
-			sc, err := plotter.NewScatter(scatter)
-			if err != nil {
-				return err
-			}
-			sc.Color = c
-			sc.Shape = draw.CircleGlyph{}
-			if q.dashed {
-				sc.Shape = draw.TriangleGlyph{}
-			}
-			sc.Radius = vg.Points(2.5)
-			p.Add(ln, sc)
-			p.Legend.Add(fmt.Sprintf("%d replica(s), p%g (points: bursts; line: their lower median)", r, q.pct), ln, sc)
+	claims := map[string]any{}
+	for j, c := range bu.claims {
+		if c.present() && j < len(p.instances) {
+			claims[p.instances[j]] = c.json()
 		}
 	}
-	if math.IsInf(lo, 1) {
-		lo, hi = -1, 2
-		xlo, xhi = 2, 4
+	if len(claims) > 0 {
+		m["claims"] = claims
 	}
-	p.Y.Min, p.Y.Max = math.Floor(lo), math.Ceil(hi)+0.6 // head room for the legend
-	p.Y.Tick.Marker = logMSTicks(p.Y.Min, math.Ceil(hi))
-	p.X.Min, p.X.Max = math.Floor(xlo)-0.1, math.Ceil(xhi)+0.1
-	if p.X.Max-xhi < 0.1 {
-		p.X.Max = xhi + 0.2
-	}
-	p.X.Tick.Marker = logMSTicks(math.Floor(xlo), math.Ceil(xhi))
-	return p.Save(10*vg.Inch, 5.5*vg.Inch, path)
-}
-
-// latPoint is what the lateness plot needs of one (N, replicas) point: the
-// p50 and p99 start lateness of each burst, in milliseconds (NaN: none ran).
-type latPoint struct {
-	n, replicas int
-	p50, p99    []float64
-}
-
-func (p latPoint) lateMS(pct float64) []float64 {
-	if pct == 50 {
-		return p.p50
-	}
-	return p.p99
-}
-
-// latPoints returns the plot's points of a run.
-func (rep fireReport) latPoints() []latPoint {
-	var out []latPoint
-	for _, pt := range rep.points {
-		if len(pt.bursts) == 0 {
-			continue
+	if bu.expected <= eachStartMax && len(bu.lateness.ms) > 0 {
+		each := make([]float64, len(bu.lateness.ms))
+		for j, v := range bu.lateness.ms {
+			each[j] = math.Round(v*10) / 10
 		}
-		lp := latPoint{n: pt.n, replicas: pt.replicas}
-		for _, bu := range pt.bursts {
-			lp.p50 = append(lp.p50, bu.lateness.pct(50))
-			lp.p99 = append(lp.p99, bu.lateness.pct(99))
-		}
-		out = append(out, lp)
+		m["late_each_ms"] = each
 	}
-	return out
+	return m
 }
 
-// plotTitle is the lateness plot's title.
-func plotTitle(day string, cpus int, label string) string {
-	t := fmt.Sprintf("cronswap: start lateness of N fires due in the same second (%s, %d CPUs, shared)", day, cpus)
-	if label != "" {
-		t += " [" + label + "]"
+// byInstanceText is "id count, …" in id order.
+func byInstanceText(m map[string]int) string {
+	var inst []string
+	for _, id := range slices.Sorted(maps.Keys(m)) {
+		inst = append(inst, fmt.Sprintf("%s %d", id, m[id]))
 	}
-	return t
-}
-
-// latPointsFromResults reads the "fire-burst {json}" lines of the last run
-// in a results file (runs start with "=== cronswap fire benchmark") that
-// has bursts without an action hold, and returns its points and the day of
-// its first slot.
-func latPointsFromResults(text string) ([]latPoint, string, error) {
-	runs := strings.Split(text, "=== cronswap fire benchmark")
-	for i := len(runs) - 1; i >= 0; i-- {
-		type key struct{ n, r int }
-		byKey := map[key]*latPoint{}
-		var order []key
-		day := ""
-		for _, line := range strings.Split(runs[i], "\n") {
-			js, ok := strings.CutPrefix(line, "fire-burst ")
-			if !ok {
-				continue
-			}
-			var b struct {
-				N        int      `json:"n"`
-				Replicas int      `json:"replicas"`
-				ActionMS int64    `json:"action_ms"`
-				Slot     string   `json:"slot"`
-				P50      *float64 `json:"late_p50_ms"`
-				P99      *float64 `json:"late_p99_ms"`
-			}
-			if err := json.Unmarshal([]byte(js), &b); err != nil {
-				return nil, "", fmt.Errorf("fire-burst line: %w", err)
-			}
-			if b.ActionMS != 0 {
-				continue
-			}
-			k := key{b.N, b.Replicas}
-			if byKey[k] == nil {
-				byKey[k] = &latPoint{n: b.N, replicas: b.Replicas}
-				order = append(order, k)
-			}
-			v := func(p *float64) float64 {
-				if p == nil {
-					return math.NaN()
-				}
-				return *p
-			}
-			byKey[k].p50 = append(byKey[k].p50, v(b.P50))
-			byKey[k].p99 = append(byKey[k].p99, v(b.P99))
-			if day == "" && len(b.Slot) >= 10 {
-				day = b.Slot[:10]
-			}
-		}
-		if len(order) > 0 {
-			out := make([]latPoint, len(order))
-			for j, k := range order {
-				out[j] = *byKey[k]
-			}
-			return out, day, nil
-		}
-	}
-	return nil, "", errors.New("no fire-burst lines without an action hold")
+	return strings.Join(inst, ", ")
 }

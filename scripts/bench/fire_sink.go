@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -24,11 +26,17 @@ type sink struct {
 	// stop ends every held request at once (the run is over).
 	stop     chan struct{}
 	stopOnce sync.Once
+	// errs counts the server's own error records (accept errors such as
+	// "too many open files", broken connections): a sink that cannot keep
+	// up shows here.
+	errs errCounter
 
 	mu       sync.Mutex
 	arrivals []arrival
-	bad      int                       // requests whose body did not decode
-	perSlot  map[int64]map[string]bool // distinct jobs seen per slot
+	bad      int // requests whose body did not decode
+	// perSlot holds the distinct jobs seen per slot (bursts); nil in the
+	// sustained mode, which drains the arrivals instead.
+	perSlot map[int64]map[string]bool
 }
 
 // fireBody is the part of the http action's JSON body the sink reads.
@@ -38,14 +46,24 @@ type fireBody struct {
 	InstanceID  string    `json:"instance_id"`
 }
 
-// startSink listens on a kernel-chosen loopback port.
-func startSink(hold time.Duration) (*sink, error) {
+// startSink listens on a kernel-chosen loopback port. perSlot keeps the
+// distinct jobs per slot (for distinct); without it the arrivals are only
+// appended, for drain.
+func startSink(hold time.Duration, perSlot bool) (*sink, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	s := &sink{ln: ln, hold: hold, stop: make(chan struct{}), perSlot: map[int64]map[string]bool{}}
-	s.srv = &http.Server{Handler: http.HandlerFunc(s.handle), ReadHeaderTimeout: 10 * time.Second}
+	s := &sink{ln: ln, hold: hold, stop: make(chan struct{})}
+	if perSlot {
+		s.perSlot = map[int64]map[string]bool{}
+	}
+	// Keep-alive connections stay open as long as the client keeps them
+	// (the daemon's client decides how many it reuses); a burst of new
+	// connections is accepted as fast as the accept loop runs (the listen
+	// backlog is the kernel's somaxconn).
+	s.srv = &http.Server{Handler: http.HandlerFunc(s.handle), ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout: 2 * time.Minute, ErrorLog: log.New(&s.errs, "", 0)}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
 }
@@ -71,11 +89,13 @@ func (s *sink) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.arrivals = append(s.arrivals, arrival{job: b.JobID, slot: b.ScheduledAt, instance: b.InstanceID, at: at})
-	key := b.ScheduledAt.UnixNano()
-	if s.perSlot[key] == nil {
-		s.perSlot[key] = map[string]bool{}
+	if s.perSlot != nil {
+		key := b.ScheduledAt.UnixNano()
+		if s.perSlot[key] == nil {
+			s.perSlot[key] = map[string]bool{}
+		}
+		s.perSlot[key][b.JobID] = true
 	}
-	s.perSlot[key][b.JobID] = true
 	s.mu.Unlock()
 	if s.hold > 0 {
 		t := time.NewTimer(s.hold)
@@ -105,6 +125,23 @@ func (s *sink) snapshot() ([]arrival, int) {
 	return append([]arrival(nil), s.arrivals...), s.bad
 }
 
+// drain returns the arrivals since the last drain and forgets them, and
+// the count of bodies that did not decode so far.
+func (s *sink) drain() ([]arrival, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.arrivals
+	s.arrivals = nil
+	return out, s.bad
+}
+
+// count returns how many requests were recorded (since the last drain).
+func (s *sink) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.arrivals)
+}
+
 // release answers every held request now.
 func (s *sink) release() { s.stopOnce.Do(func() { close(s.stop) }) }
 
@@ -116,4 +153,29 @@ func (s *sink) close() {
 	if err := s.srv.Shutdown(ctx); err != nil {
 		_ = s.srv.Close()
 	}
+}
+
+// errCounter is an io.Writer for the server's ErrorLog: it counts the
+// records and keeps the first one.
+type errCounter struct {
+	mu    sync.Mutex
+	n     int
+	first string
+}
+
+func (e *errCounter) Write(p []byte) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.n == 0 {
+		e.first = strings.TrimSpace(string(p))
+	}
+	e.n++
+	return len(p), nil
+}
+
+// get returns the count and the first record.
+func (e *errCounter) get() (int, string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.n, e.first
 }

@@ -21,6 +21,7 @@ const (
 type histogram struct {
 	present bool // the daemon exports it
 	count   uint64
+	sum     float64
 	bounds  []float64 // ascending, +Inf excluded
 	cum     []uint64
 }
@@ -48,7 +49,7 @@ func histOf(f *dto.MetricFamily) histogram {
 		return histogram{}
 	}
 	h := f.GetMetric()[0].GetHistogram()
-	out := histogram{present: true, count: h.GetSampleCount()}
+	out := histogram{present: true, count: h.GetSampleCount(), sum: h.GetSampleSum()}
 	for _, b := range h.GetBucket() {
 		if math.IsInf(b.GetUpperBound(), 1) {
 			continue
@@ -67,7 +68,7 @@ func (h histogram) minus(o histogram) histogram {
 	if !h.present || !o.present || len(h.cum) != len(o.cum) {
 		return h
 	}
-	out := histogram{present: true, count: h.count - o.count, bounds: h.bounds, cum: make([]uint64, len(h.cum))}
+	out := histogram{present: true, count: h.count - o.count, sum: h.sum - o.sum, bounds: h.bounds, cum: make([]uint64, len(h.cum))}
 	for i := range h.cum {
 		out.cum[i] = h.cum[i] - o.cum[i]
 	}
