@@ -93,7 +93,7 @@ func TestClaimBatchMidBatchFaults(t *testing.T) {
 		// coming until it ends, so some outcomes stay unknown.
 		short bool
 	}{
-		{"cut insert", func(a, b *faultproxy.Proxy) { a.CutNext(runsInsert) }, false},
+		{"cut insert", func(a, b *faultproxy.Proxy) { a.CutNext(runsInsert) }, false}, // the insert is always sent: it hits
 		{"cut insert after apply", func(a, b *faultproxy.Proxy) { a.CutAfterNext(runsInsert); b.CutAfterNext(runsInsert) }, false},
 		{"10107 insert", func(a, b *faultproxy.Proxy) { a.FailNext(runsInsert, notWritablePrimary) }, false},
 		{"11602 insert both", func(a, b *faultproxy.Proxy) {
@@ -119,8 +119,10 @@ func TestClaimBatchMidBatchFaults(t *testing.T) {
 			b.FailAlways(locksUpdate, replStateChange)
 		}, true},
 		{"lock update applied then unreachable", func(a, b *faultproxy.Proxy) {
-			a.CutAfterNext(locksUpdate)
-			a.FailAlways(faultproxy.Collection(LocksCollection), notWritablePrimary)
+			for _, p := range []*faultproxy.Proxy{a, b} {
+				p.CutAfterNext(locksUpdate)
+				p.FailAlways(faultproxy.Collection(LocksCollection), notWritablePrimary)
+			}
 		}, true},
 	}
 	for _, tc := range cases {

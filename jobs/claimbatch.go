@@ -28,8 +28,8 @@ const (
 	retryMax   = 500 * time.Millisecond
 )
 
-// errDuplicateFire answers a fire that appears twice in one batch.
-var errDuplicateFire = "the same fire twice in one batch"
+// reasonDuplicateFire answers a fire that appears twice in one batch.
+var reasonDuplicateFire = "the same fire twice in one batch"
 
 // claimer is one ClaimBatch call in progress.
 type claimer struct {
@@ -62,7 +62,7 @@ func (s *MongoStore) ClaimBatch(ctx context.Context, b BatchClaim) []ClaimOutcom
 		c.leases[i] = Lease{JobID: f.JobID, Slot: slot, Instance: b.Instance, Incarnation: b.Incarnation,
 			RunID: RunID(f.JobID, slot), Fence: FenceOf(slot), Overlap: f.Overlap}
 		if seen[c.leases[i].RunID] {
-			c.out[i] = ClaimOutcome{Result: AlreadyFired, Reason: errDuplicateFire}
+			c.out[i] = ClaimOutcome{Result: AlreadyFired, Reason: reasonDuplicateFire}
 			continue
 		}
 		seen[c.leases[i].RunID] = true

@@ -102,7 +102,7 @@ func (s *MongoStore) RenewBatch(ctx context.Context, leases []Lease, now time.Ti
 	return lost, nil
 }
 
-// endSet is the $set (and $unset) of a run's end on its running record.
+// endUpdate is the update writing a run's end on its running record.
 func (s *MongoStore) endUpdate(e LeaseEnd) bson.D {
 	end := e.End
 	set := bson.D{
