@@ -19,16 +19,16 @@ import (
 // majority on every write and read concern majority on every read, as sent
 // on the wire, whatever the connection string says: a claim acknowledged by
 // a primary alone could be rolled back by a failover and its slot run again.
+// Every method of the batch store is driven through its usual and its
+// contended paths (read-backs, repair, skip, abandoned end, sweep, index
+// recreation).
 func TestCollectionsUseMajority(t *testing.T) {
 	var mu sync.Mutex
 	var seen []bson.Raw
 	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		switch e.CommandName {
-		case "insert", "update", "delete", "findAndModify", "find":
-			mu.Lock()
-			seen = append(seen, append(bson.Raw(nil), e.Command...))
-			mu.Unlock()
-		}
+		mu.Lock()
+		seen = append(seen, append(bson.Raw(nil), e.Command...))
+		mu.Unlock()
 	}}
 	client, err := mongo.Connect(options.Client().ApplyURI(testmongo.Shared(t).URI).SetMonitor(mon))
 	if err != nil {
@@ -37,30 +37,58 @@ func TestCollectionsUseMajority(t *testing.T) {
 	t.Cleanup(func() { _ = client.Disconnect(context.Background()) }) // after the database is dropped
 	db := testmongo.NewDatabase(t, client)
 	locks, runs := Collections(db)
-	s := NewMongoStore(locks, runs, MongoStoreOptions{Instance: "a", Logger: slog.New(slog.DiscardHandler)})
+	opts := MongoStoreOptions{Instance: "a", Logger: slog.New(slog.DiscardHandler)}
+	s := NewMongoStore(locks, runs, opts)
 	ctx := testCtx(t)
-	t0 := time.Now().Truncate(time.Second)
+	t0 := base
+	const ttl = 3 * time.Second
+	claim := func(inst string, now time.Time, fires ...FireClaim) []ClaimOutcome {
+		return s.ClaimBatch(ctx, BatchClaim{Fires: fires, Instance: inst, Incarnation: inst + "1", Now: now, TTL: ttl})
+	}
 
-	c, err := s.Claim(ctx, req("j", t0, "a", t0, OverlapForbid))
-	if err != nil || c.Result != Acquired {
-		t.Fatalf("claim: %+v, %v", c, err)
-	}
-	if err := s.StartRun(ctx, c.Lease, t0, time.Minute); err != nil {
+	if _, err := s.VerifyIndexes(ctx); err != nil { // creates them: none there yet
 		t.Fatal(err)
 	}
-	if err := s.Renew(ctx, c.Lease, t0.Add(time.Second), time.Minute); err != nil {
+	// A damaged lock (repaired on the way), a free one, an allow job.
+	if _, err := locks.InsertOne(ctx, bson.D{{Key: "_id", Value: "d"}, {Key: "state", Value: "editing"},
+		{Key: "fence", Value: int64(1)}, {Key: "last_slot", Value: t0.Add(-time.Hour)}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Release(ctx, c.Lease, StatusSucceeded, t0.Add(2*time.Second)); err != nil {
+	outs := claim("a", t0, forbid("j", t0), forbid("d", t0), allow("p", t0))
+	for _, o := range outs {
+		if o.Result != Acquired {
+			t.Fatalf("claim: %+v", o)
+		}
+	}
+	// Check fires (a find), a skip while held (lock read-back and the
+	// skipped record), already fired.
+	t1 := t0.Add(time.Second)
+	claim("b", t1, FireClaim{JobID: "j", Slot: t0, Overlap: OverlapForbid, Check: true}, forbid("j", t1))
+	// Renewals, one lost (a find names it).
+	if _, err := runs.UpdateOne(ctx, bson.D{{Key: "_id", Value: outs[1].Lease.RunID}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusAbandoned}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.FinishRun(ctx, c.Lease, RunEnd{Status: StatusSucceeded, EndedAt: t0.Add(2 * time.Second)}); err != nil {
+	if _, err := s.RenewBatch(ctx, []Lease{outs[0].Lease, outs[1].Lease, outs[2].Lease}, t1, ttl); err != nil {
 		t.Fatal(err)
 	}
-	// A second slot claimed while nothing holds the lock, and a miss that
-	// reads the lock back (already fired).
-	if _, err := s.Claim(ctx, req("j", t0, "a", t0.Add(3*time.Second), OverlapForbid)); err != nil {
+	// The ends, one of an abandoned record (read back, true end written).
+	end := RunEnd{Status: StatusSucceeded, EndedAt: t1}
+	s.EndBatch(ctx, []LeaseEnd{{outs[0].Lease, end}, {outs[1].Lease, end}, {outs[2].Lease, end}})
+	// A record disowned, expired ones swept, a dropped index recreated.
+	o := claim("a", t1.Add(time.Second), forbid("k", t1))[0]
+	if err := s.Disown(ctx, []Lease{o.Lease}, MissedUnreachable, t1); err != nil {
 		t.Fatal(err)
+	}
+	claim("a", t1, allow("q", t1))
+	if _, err := s.SweepExpired(ctx, t1.Add(time.Minute), 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := runs.Indexes().DropOne(ctx, RunsUniqueIndex); err != nil {
+		t.Fatal(err)
+	}
+	if re, err := s.VerifyIndexes(ctx); err != nil || !re {
+		t.Fatalf("verify indexes: %v %v", re, err)
 	}
 
 	mu.Lock()
@@ -73,19 +101,23 @@ func TestCollectionsUseMajority(t *testing.T) {
 			continue
 		}
 		kinds[name]++
-		if name == "find" {
+		switch name {
+		case "find", "aggregate", "count", "distinct":
 			if lvl, _ := cmd.Lookup("readConcern", "level").StringValueOK(); lvl != "majority" {
-				t.Errorf("find on %s without read concern majority: %s", coll, cmd)
+				t.Errorf("%s on %s without read concern majority: %s", name, coll, cmd)
 			}
-			continue
-		}
-		if w, ok := cmd.Lookup("writeConcern", "w").StringValueOK(); !ok || w != "majority" {
-			t.Errorf("%s on %s without write concern majority: %s", name, coll, cmd)
+		case "listIndexes", "dropIndexes", "getMore", "killCursors":
+			// No concern applies (dropIndexes is the test's own).
+		default:
+			if w, ok := cmd.Lookup("writeConcern", "w").StringValueOK(); !ok || w != "majority" {
+				t.Errorf("%s on %s without write concern majority: %s", name, coll, cmd)
+			}
 		}
 	}
-	for _, want := range []string{"findAndModify", "insert", "update", "find"} {
+	for _, want := range []string{"insert", "update", "find", "createIndexes"} {
 		if kinds[want] == 0 {
 			t.Errorf("no %s command on the fire path's collections seen (saw %v)", want, kinds)
 		}
 	}
+	t.Logf("commands seen: %v", kinds)
 }

@@ -16,12 +16,16 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 )
 
-// MongoStore is the LockStore on MongoDB: job_locks holds one lock document
-// per job, job_runs one record per claimed or skipped fire. It needs no
-// transactions or sessions: every step is a single-document conditional
-// update (findAndModify with the expected state in the filter), and the
-// unique (job_id, scheduled_at) index on job_runs backs exactly-once: a
-// second record of the same fire is refused by the server.
+// MongoStore is the BatchStore (and the MissedStore) on MongoDB: job_locks
+// holds one lock document per job, job_runs one record per claimed or
+// skipped fire. It needs no transactions or sessions: a claim batch is an
+// unordered insertMany of run records whose _id, RunID(job, slot), admits
+// one record per fire (the server refuses a second: exactly-once), then
+// one unordered bulkWrite of conditional upserts on the locks of the fires
+// won; renewals and ends are one write per collection. Every write is
+// conditional on the state it expects, and an outcome that was lost on
+// the way (connection cut, step-down, write concern) is read back, never
+// guessed. See docs/locks.md.
 type MongoStore struct {
 	locks     *mongo.Collection
 	runs      *mongo.Collection
@@ -73,19 +77,25 @@ func NewMongoStore(locks, runs *mongo.Collection, opts MongoStoreOptions) *Mongo
 const (
 	RunsUniqueIndex = "job_id_1_scheduled_at_1"
 	RunsTTLIndex    = "expire_at_1"
+	RunsLeaseIndex  = "status_1_lease_until_1"
 )
 
-// RunIndexes returns the indexes of job_runs: unique (job_id, scheduled_at),
-// the last line of exactly-once (the server refuses a second record of the
-// same fire), and a TTL index on expire_at, which each record sets to its end plus
-// runs.retention (so a changed retention applies to new records without
-// collMod). The daemon and `cronswap init` both create exactly these.
+// RunIndexes returns the indexes of job_runs (besides _id, RunID(job,
+// slot), the arbiter of exactly-once): unique (job_id, scheduled_at), which
+// keeps a missed record and a run of the same slot apart and serves the
+// queries by job; a TTL index on expire_at, which each record sets to its
+// end plus runs.retention (so a changed retention applies to new records
+// without collMod); and (status, lease_until), which SweepExpired reads.
+// The daemon and `cronswap init` both create exactly these, and
+// VerifyIndexes recreates any that went missing.
 func RunIndexes() []mongo.IndexModel {
 	return []mongo.IndexModel{
 		{Keys: bson.D{{Key: "job_id", Value: 1}, {Key: "scheduled_at", Value: 1}},
 			Options: options.Index().SetUnique(true).SetName(RunsUniqueIndex)},
 		{Keys: bson.D{{Key: "expire_at", Value: 1}},
 			Options: options.Index().SetExpireAfterSeconds(0).SetName(RunsTTLIndex)},
+		{Keys: bson.D{{Key: "status", Value: 1}, {Key: "lease_until", Value: 1}},
+			Options: options.Index().SetName(RunsLeaseIndex)},
 	}
 }
 
@@ -98,203 +108,21 @@ func EnsureIndexes(ctx context.Context, runs *mongo.Collection) error {
 	return nil
 }
 
-// maxClaimAttempts bounds the claim loop: each turn either wins, decides,
-// or changed the document (repair, initial insert), so a few suffice.
-const maxClaimAttempts = 5
-
-// Claim implements LockStore.
-func (s *MongoStore) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
-	var repaired []string
-	var lastErr error
-	for range maxClaimAttempts {
-		c, won, err := s.tryClaim(ctx, req)
-		if err == nil && won {
-			c.Repaired = repaired
-			return c, nil
-		}
-		if err != nil {
-			if !serverAnswered(err) {
-				return Claim{}, fmt.Errorf("claim %s at %s: %w: %w", req.JobID, req.Slot.UTC().Format(time.RFC3339), ErrUnreachable, err)
-			}
-			// The server refused the update (say, $inc on a fence that
-			// is not a number): look at the document.
-			lastErr = err
-		}
-		raw, err := s.locks.FindOne(ctx, bson.D{{Key: "_id", Value: req.JobID}}).Raw()
-		if errors.Is(err, mongo.ErrNoDocuments) {
-			if err := s.initLock(ctx, req.JobID, req.Now); err != nil {
-				return Claim{}, err
-			}
-			continue
-		}
-		if err != nil {
-			return Claim{}, fmt.Errorf("read lock %s: %w: %w", req.JobID, ErrUnreachable, err)
-		}
-		v := inspectLock(raw, req.Now, req.TTL)
-		switch {
-		case len(v.damage) > 0:
-			done, err := s.repair(ctx, req.JobID, raw, v, req.Now)
-			if err != nil {
-				return Claim{}, err
-			}
-			if done {
-				repaired = append(repaired, v.damage...)
-			}
-			continue
-		case !v.lastSlot.Before(req.Slot):
-			return Claim{Result: AlreadyFired, Repaired: repaired}, nil
-		case req.Overlap.takesLock() && v.state == LockRunning && !v.leaseUntil.Before(req.Now) &&
-			v.holder == req.Instance && req.Running != nil && !req.Running(v.runID):
-			c, won, err := s.reclaim(ctx, req, v)
-			if err != nil {
-				return Claim{}, err
-			}
-			if won {
-				c.Repaired = repaired
-				return c, nil
-			}
-		case req.Overlap.takesLock() && v.state == LockRunning && !v.leaseUntil.Before(req.Now):
-			// A live run holds the lock. Under OverlapForbid (the only
-			// policy taking the lock so far) the fire is skipped; a policy
-			// that does something else while the lock is held says so here.
-			c, won, err := s.skip(ctx, req)
-			if err != nil {
-				return Claim{}, err
-			}
-			if won {
-				c.Repaired = repaired
-				return c, nil
-			}
-			// The document changed under us: look again.
-		}
-	}
-	if lastErr != nil {
-		return Claim{}, fmt.Errorf("claim %s: %w", req.JobID, lastErr)
-	}
-	return Claim{}, fmt.Errorf("claim %s: lock document kept changing (%d attempts)", req.JobID, maxClaimAttempts)
-}
-
-// tryClaim is the one atomic conditional update that wins a fire. For a
-// policy that takes the lock its filter reads "slot not yet fired, and the
-// lock free or past its lease"; otherwise only the slot counts.
-func (s *MongoStore) tryClaim(ctx context.Context, req ClaimRequest) (Claim, bool, error) {
-	filter := bson.D{
-		{Key: "_id", Value: req.JobID},
-		{Key: "last_slot", Value: bson.D{{Key: "$lt", Value: req.Slot}}},
-		// A fence that is not an integer would make $inc fail or hand
-		// out a fraction or, when missing, restart at 1: repair first.
-		{Key: "fence", Value: bson.D{{Key: "$type", Value: bson.A{"int", "long"}}, {Key: "$gte", Value: 0}}},
-		{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{LockFree, LockRunning}}}},
-	}
-	set := bson.D{{Key: "last_slot", Value: req.Slot}, {Key: "updated_at", Value: req.Now}}
-	locks := req.Overlap.takesLock()
-	if locks {
-		filter = append(filter, bson.E{Key: "$or", Value: bson.A{
-			bson.D{{Key: "state", Value: LockFree}},
-			bson.D{{Key: "lease_until", Value: bson.D{{Key: "$lt", Value: req.Now}}}},
-		}})
-		set = append(set,
-			bson.E{Key: "state", Value: LockRunning},
-			bson.E{Key: "holder", Value: req.Instance},
-			bson.E{Key: "run_id", Value: req.RunID},
-			bson.E{Key: "acquired_at", Value: req.Now},
-			bson.E{Key: "lease_until", Value: req.Now.Add(req.TTL)},
-		)
-	}
-	update := bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "fence", Value: int64(1)}}}}
-	raw, err := s.locks.FindOneAndUpdate(ctx, filter, update,
-		options.FindOneAndUpdate().SetReturnDocument(options.Before)).Raw()
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return Claim{}, false, nil
-	}
-	if err != nil {
-		return Claim{}, false, err
-	}
-	before := inspectLock(raw, req.Now, req.TTL)
-	c := Claim{Result: Acquired, Lease: Lease{
-		JobID: req.JobID, Slot: req.Slot, Instance: req.Instance, RunID: req.RunID,
-		Fence: before.fence + 1, Overlap: req.Overlap,
-	}}
-	if locks && before.state != LockFree && before.runID != "" {
-		// The previous holder's lease ran out: its run is over for us.
-		c.Result = TakenOver
-		c.Holder, c.HolderRunID = before.holder, before.runID
-		s.abandonRun(ctx, req.JobID, before.runID, req.Now,
-			fmt.Sprintf("lease expired at %s; taken over by %s", before.leaseUntil.UTC().Format(time.RFC3339Nano), req.Instance))
-	}
-	s.sweepRuns(ctx, req.JobID, req.RunID, req.Now)
-	return c, true, nil
-}
-
-// reclaim takes over a lock this instance holds under a run it does not
-// know: one left by a previous life of the process. The filter pins the
-// exact holder, run and fence that were inspected.
-func (s *MongoStore) reclaim(ctx context.Context, req ClaimRequest, v lockView) (Claim, bool, error) {
-	filter := bson.D{
-		{Key: "_id", Value: req.JobID},
-		{Key: "last_slot", Value: bson.D{{Key: "$lt", Value: req.Slot}}},
-		{Key: "state", Value: LockRunning},
-		{Key: "holder", Value: req.Instance},
-		{Key: "run_id", Value: v.runID},
-		{Key: "fence", Value: v.fence},
-	}
-	update := bson.D{
-		{Key: "$set", Value: bson.D{
-			{Key: "run_id", Value: req.RunID},
-			{Key: "acquired_at", Value: req.Now},
-			{Key: "lease_until", Value: req.Now.Add(req.TTL)},
-			{Key: "last_slot", Value: req.Slot},
-			{Key: "updated_at", Value: req.Now},
-		}},
-		{Key: "$inc", Value: bson.D{{Key: "fence", Value: int64(1)}}},
-	}
-	res, err := s.locks.UpdateOne(ctx, filter, update)
-	if err != nil {
-		return Claim{}, false, fmt.Errorf("reclaim %s: %w: %w", req.JobID, ErrUnreachable, err)
-	}
-	if res.MatchedCount == 0 {
-		return Claim{}, false, nil
-	}
-	s.log.Warn("lock held by a previous run of this instance; taken over", "job_id", req.JobID,
-		"instance_id", req.Instance, "previous_run_id", v.runID)
-	s.abandonRun(ctx, req.JobID, v.runID, req.Now, "lock left by a previous life of "+req.Instance+"; taken over on restart")
-	s.sweepRuns(ctx, req.JobID, req.RunID, req.Now)
-	return Claim{Result: TakenOver, Holder: req.Instance, HolderRunID: v.runID, Lease: Lease{
-		JobID: req.JobID, Slot: req.Slot, Instance: req.Instance, RunID: req.RunID,
-		Fence: v.fence + 1, Overlap: req.Overlap,
-	}}, true, nil
-}
-
-// skip consumes the slot while a live run holds the lock, so that exactly
-// one replica records it skipped and no replica runs it later.
-func (s *MongoStore) skip(ctx context.Context, req ClaimRequest) (Claim, bool, error) {
-	filter := bson.D{
-		{Key: "_id", Value: req.JobID},
-		{Key: "last_slot", Value: bson.D{{Key: "$lt", Value: req.Slot}}},
-		{Key: "state", Value: LockRunning},
-		{Key: "lease_until", Value: bson.D{{Key: "$gte", Value: req.Now}}},
-	}
-	update := bson.D{{Key: "$set", Value: bson.D{{Key: "last_slot", Value: req.Slot}, {Key: "updated_at", Value: req.Now}}}}
-	raw, err := s.locks.FindOneAndUpdate(ctx, filter, update,
-		options.FindOneAndUpdate().SetReturnDocument(options.Before)).Raw()
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return Claim{}, false, nil
-	}
-	if err != nil {
-		return Claim{}, false, fmt.Errorf("skip %s: %w: %w", req.JobID, ErrUnreachable, err)
-	}
-	v := inspectLock(raw, req.Now, req.TTL)
-	return Claim{Result: Skipped, Holder: v.holder, HolderRunID: v.runID}, true, nil
-}
-
 // history returns the highest fence and the latest slot recorded in
 // job_runs for a job, so a lock document that is recreated or repaired
 // never hands out a fence twice or re-runs a recorded slot.
-func (s *MongoStore) history(ctx context.Context, jobID string) (fence int64, lastSlot time.Time, err error) {
+//
+// except, when not empty, is a record left out: the running record of the
+// claim that repairs the lock (written before it takes the lock).
+func (s *MongoStore) history(ctx context.Context, jobID, except string) (fence int64, lastSlot time.Time, err error) {
+	filter := bson.D{{Key: "job_id", Value: jobID}}
+	if except != "" {
+		filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$ne", Value: except}}})
+	}
 	var byFence struct {
 		Fence int64 `bson:"fence"`
 	}
-	err = s.runs.FindOne(ctx, bson.D{{Key: "job_id", Value: jobID}},
+	err = s.runs.FindOne(ctx, filter,
 		options.FindOne().SetSort(bson.D{{Key: "fence", Value: -1}})).Decode(&byFence)
 	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 		return 0, time.Time{}, fmt.Errorf("runs of %s in %s: %w: %w", jobID, s.runs.Name(), ErrUnreachable, err)
@@ -304,7 +132,7 @@ func (s *MongoStore) history(ctx context.Context, jobID string) (fence int64, la
 		ScheduledAt     time.Time `bson:"scheduled_at"`
 		LastScheduledAt time.Time `bson:"last_scheduled_at"`
 	}
-	err = s.runs.FindOne(ctx, bson.D{{Key: "job_id", Value: jobID}},
+	err = s.runs.FindOne(ctx, filter,
 		options.FindOne().SetSort(bson.D{{Key: "scheduled_at", Value: -1}})).Decode(&bySlot)
 	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 		return 0, time.Time{}, fmt.Errorf("runs of %s in %s: %w: %w", jobID, s.runs.Name(), ErrUnreachable, err)
@@ -315,7 +143,7 @@ func (s *MongoStore) history(ctx context.Context, jobID string) (fence int64, la
 // initLock creates the free lock document of a job seen for the first time
 // (or whose document was deleted). A concurrent insert wins just as well.
 func (s *MongoStore) initLock(ctx context.Context, jobID string, now time.Time) error {
-	fence, lastSlot, err := s.history(ctx, jobID)
+	fence, lastSlot, err := s.history(ctx, jobID, "")
 	if err != nil {
 		return err
 	}
@@ -350,8 +178,11 @@ func freeLock(jobID string, fence int64, lastSlot time.Time, lastOutcome string,
 // being exactly as inspected, so a concurrent repair or claim is never
 // overwritten; the run a damaged running lock named is marked abandoned.
 // It reports whether it replaced the document.
-func (s *MongoStore) repair(ctx context.Context, jobID string, raw bson.Raw, v lockView, now time.Time) (bool, error) {
-	fence, lastSlot, err := s.history(ctx, jobID)
+//
+// except is the run id of the claim repairing it (its own record is not
+// history).
+func (s *MongoStore) repair(ctx context.Context, jobID, except string, raw bson.Raw, v lockView, now time.Time) (bool, error) {
+	fence, lastSlot, err := s.history(ctx, jobID, except)
 	if err != nil {
 		return false, err
 	}
@@ -414,176 +245,22 @@ func sameDocFilter(raw bson.Raw) (bson.D, error) {
 	return f, nil
 }
 
-// abandonRun marks a run that is still recorded running as abandoned.
-// Failures are logged: the next claim's sweep catches the record anyway.
+// abandonRun marks a run that is still recorded running as abandoned
+// (abandoned_at, not ended_at: the holder, if alive, writes its true end).
+// Failures are logged: SweepExpired catches the record once its lease has
+// passed anyway.
 func (s *MongoStore) abandonRun(ctx context.Context, jobID, runID string, now time.Time, why string) {
 	_, err := s.runs.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: runID}, {Key: "status", Value: StatusRunning}},
 		bson.D{{Key: "$set", Value: bson.D{
 			{Key: "status", Value: StatusAbandoned},
-			{Key: "ended_at", Value: now},
+			{Key: "abandoned_at", Value: now},
 			{Key: "error", Value: why},
 			{Key: "expire_at", Value: now.Add(s.retention)},
 		}}})
 	if err != nil {
-		s.log.Warn("could not mark run abandoned", "job_id", jobID, "run_id", runID, "error", err)
+		s.log.Warn("could not mark run abandoned", "job_id", jobID, "run_id", runID, "instance_id", s.instance, "error", err)
 	}
-}
-
-// sweepRuns marks abandoned the running records of a job whose lease has
-// run out (their holder died without anyone taking its lock over: an allow
-// job whose policy takes no lock, or a lock an operator released by hand).
-func (s *MongoStore) sweepRuns(ctx context.Context, jobID, except string, now time.Time) {
-	_, err := s.runs.UpdateMany(ctx,
-		bson.D{
-			{Key: "job_id", Value: jobID},
-			{Key: "status", Value: StatusRunning},
-			{Key: "lease_until", Value: bson.D{{Key: "$lt", Value: now}}},
-			{Key: "_id", Value: bson.D{{Key: "$ne", Value: except}}},
-		},
-		bson.D{{Key: "$set", Value: bson.D{
-			{Key: "status", Value: StatusAbandoned},
-			{Key: "ended_at", Value: now},
-			{Key: "error", Value: "lease expired: the holder stopped renewing"},
-			{Key: "expire_at", Value: now.Add(s.retention)},
-		}}})
-	if err != nil {
-		s.log.Warn("could not sweep expired runs", "job_id", jobID, "error", err)
-	}
-}
-
-// StartRun implements LockStore.
-func (s *MongoStore) StartRun(ctx context.Context, l Lease, now time.Time, ttl time.Duration) error {
-	_, err := s.runs.InsertOne(ctx, RunDoc{
-		ID: l.RunID, JobID: l.JobID, ScheduledAt: l.Slot, Instance: l.Instance, Fence: l.Fence,
-		Status: StatusRunning, StartedAt: now, LeaseUntil: now.Add(ttl), ExpireAt: now.Add(s.retention),
-	})
-	if mongo.IsDuplicateKeyError(err) {
-		return fmt.Errorf("run of %s at %s already recorded: %w", l.JobID, l.Slot.UTC().Format(time.RFC3339), ErrLockLost)
-	}
-	if err != nil {
-		return fmt.Errorf("record run of %s in %s: %w", l.JobID, s.runs.Name(), err)
-	}
-	return nil
-}
-
-// Renew implements LockStore.
-func (s *MongoStore) Renew(ctx context.Context, l Lease, now time.Time, ttl time.Duration) error {
-	until := now.Add(ttl)
-	if l.Overlap.takesLock() {
-		res, err := s.locks.UpdateOne(ctx, holderFilter(l),
-			bson.D{{Key: "$set", Value: bson.D{{Key: "lease_until", Value: until}, {Key: "updated_at", Value: now}}}})
-		if err != nil {
-			return fmt.Errorf("renew lock %s: %w", l.JobID, err)
-		}
-		if res.MatchedCount == 0 {
-			return fmt.Errorf("renew lock %s (fence %d): %w", l.JobID, l.Fence, ErrLockLost)
-		}
-	}
-	res, err := s.runs.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: StatusRunning}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "lease_until", Value: until}}}})
-	if err != nil {
-		return fmt.Errorf("renew run %s of %s: %w", l.RunID, l.JobID, err)
-	}
-	if res.MatchedCount == 0 {
-		return fmt.Errorf("renew run %s of %s: no longer running: %w", l.RunID, l.JobID, ErrLockLost)
-	}
-	return nil
-}
-
-func holderFilter(l Lease) bson.D {
-	return bson.D{
-		{Key: "_id", Value: l.JobID},
-		{Key: "state", Value: LockRunning},
-		{Key: "holder", Value: l.Instance},
-		{Key: "fence", Value: l.Fence},
-	}
-}
-
-// Release implements LockStore.
-func (s *MongoStore) Release(ctx context.Context, l Lease, outcome string, now time.Time) error {
-	set := bson.D{{Key: "last_outcome", Value: outcome}, {Key: "last_ended_at", Value: now}, {Key: "updated_at", Value: now}}
-	filter := bson.D{{Key: "_id", Value: l.JobID}}
-	if l.Overlap.takesLock() {
-		filter = holderFilter(l)
-		set = append(set,
-			bson.E{Key: "state", Value: LockFree},
-			bson.E{Key: "holder", Value: ""},
-			bson.E{Key: "run_id", Value: ""},
-			bson.E{Key: "lease_until", Value: now},
-		)
-	}
-	res, err := s.locks.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: set}})
-	if err != nil {
-		return fmt.Errorf("release lock %s: %w", l.JobID, err)
-	}
-	if res.MatchedCount == 0 && l.Overlap.takesLock() {
-		return fmt.Errorf("release lock %s (fence %d): %w", l.JobID, l.Fence, ErrLockLost)
-	}
-	return nil
-}
-
-// FinishRun implements LockStore.
-func (s *MongoStore) FinishRun(ctx context.Context, l Lease, end RunEnd) error {
-	set := bson.D{
-		{Key: "status", Value: end.Status},
-		{Key: "ended_at", Value: end.EndedAt},
-		{Key: "expire_at", Value: end.EndedAt.Add(s.retention)},
-	}
-	if end.Error != "" {
-		set = append(set, bson.E{Key: "error", Value: end.Error})
-	}
-	if end.ExitCode != nil {
-		set = append(set, bson.E{Key: "exit_code", Value: *end.ExitCode})
-	}
-	if end.Output.Stdout != "" {
-		set = append(set, bson.E{Key: "stdout", Value: end.Output.Stdout})
-	}
-	if end.Output.Stderr != "" {
-		set = append(set, bson.E{Key: "stderr", Value: end.Output.Stderr})
-	}
-	update := bson.D{{Key: "$set", Value: set}}
-	if end.Status == StatusMissed {
-		// The claimed slot did not start: its record becomes a missed
-		// record of that one slot.
-		set = append(set,
-			bson.E{Key: "last_scheduled_at", Value: l.Slot},
-			bson.E{Key: "count", Value: int64(1)},
-			bson.E{Key: "reason", Value: end.Reason},
-			bson.E{Key: "recorded_at", Value: end.EndedAt})
-		update = bson.D{{Key: "$set", Value: set},
-			{Key: "$unset", Value: bson.D{{Key: "started_at", Value: ""}, {Key: "lease_until", Value: ""}}}}
-	}
-	res, err := s.runs.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: StatusRunning}}, update)
-	if err != nil {
-		return fmt.Errorf("record end of run %s of %s: %w", l.RunID, l.JobID, err)
-	}
-	if res.MatchedCount == 0 {
-		return fmt.Errorf("record end of run %s of %s: no longer running: %w", l.RunID, l.JobID, ErrLockLost)
-	}
-	return nil
-}
-
-// RecordSkip implements LockStore.
-func (s *MongoStore) RecordSkip(ctx context.Context, jobID string, slot time.Time, instance, runID, reason string, now time.Time) error {
-	_, err := s.runs.InsertOne(ctx, RunDoc{
-		ID: runID, JobID: jobID, ScheduledAt: slot, Instance: instance,
-		Status: StatusSkipped, StartedAt: now, EndedAt: now, Error: reason, ExpireAt: now.Add(s.retention),
-	})
-	if err != nil && !mongo.IsDuplicateKeyError(err) {
-		return fmt.Errorf("record skipped run of %s in %s: %w", jobID, s.runs.Name(), err)
-	}
-	return nil
-}
-
-// serverAnswered reports whether err is the server's answer to the
-// command (so the document can be looked at), as opposed to the server not
-// being reached in time.
-func serverAnswered(err error) bool {
-	var se mongo.ServerError
-	return errors.As(err, &se) && !mongo.IsNetworkError(err) && !mongo.IsTimeout(err)
 }
 
 // lockView is a lock document as inspected: the fields the fire path
@@ -591,6 +268,7 @@ func serverAnswered(err error) bool {
 type lockView struct {
 	state       string
 	holder      string
+	incarnation string
 	runID       string
 	leaseUntil  time.Time
 	fence       int64
@@ -647,6 +325,7 @@ func inspectLock(raw bson.Raw, now time.Time, ttl time.Duration) lockView {
 	}
 	v.holder, _ = lookupString(raw, "holder")
 	v.runID, _ = lookupString(raw, "run_id")
+	v.incarnation, _ = lookupString(raw, "incarnation")
 	if val, err := raw.LookupErr("lease_until"); err == nil {
 		v.leaseUntil, _ = val.TimeOK()
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -26,8 +27,14 @@ type storeEnv struct {
 
 func newStoreEnv(t testing.TB) storeEnv {
 	t.Helper()
-	db := testmongo.NewDatabase(t, testmongo.Client(t))
-	e := storeEnv{db: db, locks: db.Collection(LocksCollection), runs: db.Collection(RunsCollection)}
+	return newStoreEnvOn(t, testmongo.Client(t))
+}
+
+func newStoreEnvOn(t testing.TB, client *mongo.Client) storeEnv {
+	t.Helper()
+	db := testmongo.NewDatabase(t, client)
+	locks, runs := Collections(db)
+	e := storeEnv{db: db, locks: locks, runs: runs}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := EnsureIndexes(ctx, e.runs); err != nil {
@@ -36,8 +43,42 @@ func newStoreEnv(t testing.TB) storeEnv {
 	return e
 }
 
-func (e storeEnv) store(instance string) *MongoStore {
-	return NewMongoStore(e.locks, e.runs, MongoStoreOptions{Instance: instance, Logger: slog.New(slog.DiscardHandler)})
+// replica is one claimer: a store and the instance and incarnation it
+// claims as.
+type replica struct {
+	*MongoStore
+	inst, inc string
+}
+
+func (e storeEnv) replica(instance, incarnation string) replica {
+	return replica{NewMongoStore(e.locks, e.runs, MongoStoreOptions{Instance: instance, Logger: slog.New(slog.DiscardHandler)}),
+		instance, incarnation}
+}
+
+func (r replica) claim(t testing.TB, now time.Time, ttl time.Duration, fires ...FireClaim) []ClaimOutcome {
+	t.Helper()
+	return r.ClaimBatch(testCtx(t), BatchClaim{Fires: fires, Instance: r.inst, Incarnation: r.inc, Now: now, TTL: ttl})
+}
+
+// claimOne claims one fire and wants result.
+func (r replica) claimOne(t testing.TB, f FireClaim, now time.Time, want ClaimResult) ClaimOutcome {
+	t.Helper()
+	o := r.claim(t, now, 10*time.Second, f)[0]
+	if o.Err != nil {
+		t.Fatalf("claim %s at %s by %s/%s: %v", f.JobID, f.Slot.Format(time.TimeOnly), r.inst, r.inc, o.Err)
+	}
+	if o.Result != want {
+		t.Fatalf("claim %s at %s by %s/%s = %v (%+v), want %v", f.JobID, f.Slot.Format(time.TimeOnly), r.inst, r.inc, o.Result, o, want)
+	}
+	return o
+}
+
+func forbid(job string, slot time.Time) FireClaim {
+	return FireClaim{JobID: job, Slot: slot, Overlap: OverlapForbid}
+}
+
+func allow(job string, slot time.Time) FireClaim {
+	return FireClaim{JobID: job, Slot: slot, Overlap: OverlapAllow}
 }
 
 func (e storeEnv) lock(t testing.TB, id string) LockDoc {
@@ -72,6 +113,16 @@ func (e storeEnv) run(t testing.TB, runID string) RunDoc {
 	return d
 }
 
+// rawRun reads a record as stored, to see which fields are there.
+func (e storeEnv) rawRun(t testing.TB, runID string) bson.Raw {
+	t.Helper()
+	raw, err := e.runs.FindOne(testCtx(t), bson.D{{Key: "_id", Value: runID}}).Raw()
+	if err != nil {
+		t.Fatalf("run %s: %v", runID, err)
+	}
+	return raw
+}
+
 func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -82,279 +133,260 @@ func testCtx(t testing.TB) context.Context {
 // like cron slots).
 var base = time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)
 
-func req(job string, slot time.Time, instance string, now time.Time, overlap Overlap) ClaimRequest {
-	return ClaimRequest{JobID: job, Slot: slot, Instance: instance, RunID: newRunID(), Overlap: overlap, Now: now, TTL: 10 * time.Second}
+func TestRunIDAndFence(t *testing.T) {
+	t.Parallel()
+	slot := time.Date(2030, 1, 2, 3, 4, 5, 600_000_000, time.FixedZone("x", 3600))
+	if got, want := RunID("a@b", slot), "a@b@2030-01-02T02:04:05.6Z"; got != want {
+		t.Errorf("RunID = %q, want %q", got, want)
+	}
+	if got := FenceOf(slot); got != slot.UnixMilli() {
+		t.Errorf("FenceOf = %d, want %d", got, slot.UnixMilli())
+	}
+	if RunID("a", base) == RunID("a", base.Add(time.Second)) || RunID("a@"+base.Format(time.RFC3339Nano), base) == RunID("a", base) {
+		t.Error("run ids collide")
+	}
 }
 
-func mustClaim(t *testing.T, s *MongoStore, r ClaimRequest, want ClaimResult) Claim {
-	t.Helper()
-	c, err := s.Claim(testCtx(t), r)
-	if err != nil {
-		t.Fatalf("Claim(%s, %s by %s): %v", r.JobID, r.Slot.Format(time.TimeOnly), r.Instance, err)
-	}
-	if c.Result != want {
-		t.Fatalf("Claim(%s, %s by %s) = %v (%+v), want %v", r.JobID, r.Slot.Format(time.TimeOnly), r.Instance, c.Result, c, want)
-	}
-	return c
-}
-
-func TestMongoStoreClaimSkipRelease(t *testing.T) {
+// Two replicas claim the same batch at once: every fire is won by exactly
+// one of them; the lease, the record and the lock say who and with which
+// fence.
+func TestClaimBatchOneWinnerAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	e := newStoreEnv(t)
-	a, b := e.store("a"), e.store("b")
-	ctx := testCtx(t)
-	t0 := base
-
-	c := mustClaim(t, a, req("j", t0, "a", t0, OverlapForbid), Acquired)
-	if c.Lease.Fence != 1 || c.Lease.Instance != "a" || !c.Lease.Slot.Equal(t0) {
-		t.Fatalf("lease %+v, want fence 1 for a at %v", c.Lease, t0)
+	a, b := e.replica("a", "a1"), e.replica("b", "b1")
+	var fires []FireClaim
+	for i := range 40 {
+		fires = append(fires, forbid(fmt.Sprintf("f%d", i), base), allow(fmt.Sprintf("p%d", i), base))
 	}
-	if err := a.StartRun(ctx, c.Lease, t0, 10*time.Second); err != nil {
-		t.Fatal(err)
+	var outs [2][]ClaimOutcome
+	var wg sync.WaitGroup
+	for k, r := range []replica{a, b} {
+		wg.Go(func() { outs[k] = r.claim(t, base, 10*time.Second, fires...) })
 	}
-	// The same slot again, from anyone: already fired.
-	mustClaim(t, b, req("j", t0, "b", t0.Add(time.Second), OverlapForbid), AlreadyFired)
-	mustClaim(t, a, req("j", t0, "a", t0.Add(time.Second), OverlapForbid), AlreadyFired)
-	// The next slot while the run holds the lock: exactly one skip.
-	t1 := t0.Add(time.Second)
-	sk := mustClaim(t, b, req("j", t1, "b", t1, OverlapForbid), Skipped)
-	if sk.Holder != "a" || sk.HolderRunID != c.Lease.RunID {
-		t.Errorf("skip names holder %q run %q, want a / %s", sk.Holder, sk.HolderRunID, c.Lease.RunID)
-	}
-	mustClaim(t, a, req("j", t1, "a", t1, OverlapForbid), AlreadyFired)
-	if err := b.RecordSkip(ctx, "j", t1, "b", newRunID(), "held", t1); err != nil {
-		t.Fatal(err)
-	}
-	// A second skip record for the slot is de-duplicated by the index.
-	if err := a.RecordSkip(ctx, "j", t1, "a", newRunID(), "held", t1); err != nil {
-		t.Fatal(err)
-	}
-	// Only the holder may release; then the next slot is free.
-	if err := b.Release(ctx, Lease{JobID: "j", Instance: "b", Fence: 1, Overlap: OverlapForbid}, StatusSucceeded, t1); !errors.Is(err, ErrLockLost) {
-		t.Fatalf("release by another instance: %v, want ErrLockLost", err)
-	}
-	if err := a.Release(ctx, Lease{JobID: "j", Instance: "a", Fence: 1, Overlap: OverlapForbid}, StatusSucceeded, t1); err != nil {
-		t.Fatal(err)
-	}
-	end := t1.Add(500 * time.Millisecond)
-	if err := a.FinishRun(ctx, c.Lease, RunEnd{Status: StatusSucceeded, EndedAt: end}); err != nil {
-		t.Fatal(err)
-	}
-	l := e.lock(t, "j")
-	if l.State != LockFree || l.Holder != "" || l.RunID != "" || l.LastOutcome != StatusSucceeded || !l.LastSlot.Equal(t1) || l.Fence != 1 {
-		t.Fatalf("lock after release: %+v", l)
-	}
-	t2 := t1.Add(time.Second)
-	c2 := mustClaim(t, b, req("j", t2, "b", t2, OverlapForbid), Acquired)
-	if c2.Lease.Fence != 2 {
-		t.Errorf("second fence %d, want 2", c2.Lease.Fence)
-	}
-	runs := e.runDocs(t, "j")
-	if len(runs) != 2 || runs[0].Status != StatusSucceeded || !runs[0].EndedAt.Equal(end) || runs[1].Status != StatusSkipped || runs[1].Instance != "b" {
-		t.Fatalf("runs: %+v", runs)
-	}
-	if runs[0].ExpireAt.Before(end.Add(700 * time.Hour)) {
-		t.Errorf("expire_at %v: want end + retention", runs[0].ExpireAt)
-	}
-}
-
-// Two lock clients whose clocks are 2 s apart claim the same slot: exactly
-// one wins, whichever order they come in, and whether or not the winner has
-// finished and released by the time the other (late) one claims.
-func TestMongoStoreSkewedClocksOneWinner(t *testing.T) {
-	t.Parallel()
-	e := newStoreEnv(t)
-	ctx := testCtx(t)
-	fast, slow := e.store("fast"), e.store("slow")
-	const skew = 2 * time.Second
-	slot := base
-	for i := range 20 {
-		slot = slot.Add(time.Minute)
-		// Real time: the slot is due; fast's clock reads 2 s later than slow's.
-		slowNow := slot.Add(time.Duration(i%3) * 100 * time.Millisecond)
-		fastNow := slowNow.Add(skew)
-		var wg sync.WaitGroup
-		results := make([]Claim, 2)
-		errs := make([]error, 2)
-		for k, s := range []*MongoStore{fast, slow} {
-			now := []time.Time{fastNow, slowNow}[k]
-			inst := []string{"fast", "slow"}[k]
-			wg.Go(func() { results[k], errs[k] = s.Claim(ctx, req("skew", slot, inst, now, OverlapForbid)) })
-		}
-		wg.Wait()
+	wg.Wait()
+	for i, f := range fires {
 		won := 0
 		for k := range 2 {
-			if errs[k] != nil {
-				t.Fatalf("slot %d: %v", i, errs[k])
+			o := outs[k][i]
+			if o.Err != nil {
+				t.Fatalf("%s: %v", f.JobID, o.Err)
 			}
-			switch results[k].Result {
+			switch o.Result {
 			case Acquired:
 				won++
-				l := results[k].Lease
-				if err := []*MongoStore{fast, slow}[k].Release(ctx, l, StatusSucceeded, []time.Time{fastNow, slowNow}[k]); err != nil {
-					t.Fatal(err)
+				l := o.Lease
+				inst := []string{"a", "b"}[k]
+				if l.RunID != RunID(f.JobID, base) || l.Fence != base.UnixMilli() || l.Instance != inst ||
+					l.Incarnation != inst+"1" || l.Overlap != f.Overlap || !l.Slot.Equal(base) {
+					t.Errorf("%s: lease %+v", f.JobID, l)
+				}
+				r := e.run(t, l.RunID)
+				if r.Status != StatusRunning || r.Instance != inst || r.Incarnation != inst+"1" || r.Fence != l.Fence ||
+					!r.LeaseUntil.Equal(base.Add(10*time.Second)) || !r.StartedAt.Equal(base) {
+					t.Errorf("%s: record %+v", f.JobID, r)
+				}
+				if f.Overlap == OverlapForbid {
+					lk := e.lock(t, f.JobID)
+					if lk.State != LockRunning || lk.Holder != inst || lk.Incarnation != inst+"1" || lk.RunID != l.RunID ||
+						lk.Fence != l.Fence || !lk.LastSlot.Equal(base) {
+						t.Errorf("%s: lock %+v", f.JobID, lk)
+					}
 				}
 			case AlreadyFired:
 			default:
-				t.Fatalf("slot %d: result %v", i, results[k].Result)
+				t.Errorf("%s: result %v", f.JobID, o.Result)
 			}
 		}
 		if won != 1 {
-			t.Fatalf("slot %d: %d winners, want exactly 1", i, won)
+			t.Errorf("%s: %d winners, want 1", f.JobID, won)
 		}
-		// The slow replica fires the same slot again after the winner has
-		// released the lock (its timer went off late): still no second run.
-		mustClaim(t, slow, req("skew", slot, "slow", slowNow.Add(3*time.Second), OverlapForbid), AlreadyFired)
-		mustClaim(t, fast, req("skew", slot, "fast", fastNow.Add(3*time.Second), OverlapForbid), AlreadyFired)
+	}
+	// Allow jobs take no lock at the claim.
+	if n, err := e.locks.CountDocuments(testCtx(t), bson.D{{Key: "_id", Value: bson.D{{Key: "$regex", Value: "^p"}}}}); err != nil || n != 0 {
+		t.Errorf("allow jobs' locks: %d, %v; want none", n, err)
+	}
+	// The same slot again, from anyone: already fired.
+	for _, r := range []replica{a, b} {
+		for i, o := range r.claim(t, base.Add(time.Second), 10*time.Second, fires...) {
+			if o.Result != AlreadyFired || o.Err != nil {
+				t.Fatalf("%s again: %+v", fires[i].JobID, o)
+			}
+		}
 	}
 }
 
-// Many claimers racing for one slot: one winner per slot.
-func TestMongoStoreConcurrentClaims(t *testing.T) {
+// A fire twice in one batch is answered once.
+func TestClaimBatchDuplicateFireInBatch(t *testing.T) {
 	t.Parallel()
 	e := newStoreEnv(t)
-	ctx := testCtx(t)
-	for _, overlap := range []Overlap{OverlapForbid, OverlapAllow} {
-		for i := range 5 {
+	a := e.replica("a", "a1")
+	outs := a.claim(t, base, 10*time.Second, forbid("j", base), forbid("j", base))
+	if outs[0].Result != Acquired || outs[1].Result != AlreadyFired {
+		t.Fatalf("outcomes %+v", outs)
+	}
+}
+
+// Check fires (the replica is not the job's owner) look first: a recorded
+// slot is not inserted again, an unrecorded one is claimed as usual.
+func TestClaimBatchCheck(t *testing.T) {
+	t.Parallel()
+	e := newStoreEnv(t)
+	a, b := e.replica("a", "a1"), e.replica("b", "b1")
+	a.claimOne(t, forbid("j", base), base, Acquired)
+	outs := b.claim(t, base, 10*time.Second,
+		FireClaim{JobID: "j", Slot: base, Overlap: OverlapForbid, Check: true},
+		FireClaim{JobID: "k", Slot: base, Overlap: OverlapForbid, Check: true},
+		FireClaim{JobID: "m", Slot: base, Overlap: OverlapAllow, Check: true})
+	if outs[0].Result != AlreadyFired || !strings.Contains(outs[0].Reason, "running by a") {
+		t.Errorf("recorded fire: %+v", outs[0])
+	}
+	if outs[1].Result != Acquired || outs[2].Result != Acquired {
+		t.Errorf("unrecorded fires: %+v %+v", outs[1], outs[2])
+	}
+	// A missed record of the slot (another _id) counts as recorded too,
+	// with or without Check.
+	t1 := base.Add(time.Minute)
+	if _, err := e.runs.InsertOne(testCtx(t), RunDoc{ID: MissedID("j", t1), JobID: "j", ScheduledAt: t1, LastScheduledAt: t1,
+		Count: 1, Status: StatusMissed, Reason: MissedNoReplica}); err != nil {
+		t.Fatal(err)
+	}
+	b.claimOne(t, FireClaim{JobID: "j", Slot: t1, Overlap: OverlapForbid, Check: true}, t1, AlreadyFired)
+	b.claimOne(t, allow("j", t1), t1, AlreadyFired)
+}
+
+// Under forbid a fire while a live run holds the lock is skipped: its
+// record says skipped with the reason, and nobody claims the slot again.
+func TestClaimBatchForbidSkippedWhileHeld(t *testing.T) {
+	t.Parallel()
+	e := newStoreEnv(t)
+	a, b := e.replica("a", "a1"), e.replica("b", "b1")
+	o := a.claimOne(t, forbid("j", base), base, Acquired)
+	t1 := base.Add(time.Second)
+	sk := b.claimOne(t, forbid("j", t1), t1, Skipped)
+	if sk.Holder != "a" || sk.HolderRunID != o.Lease.RunID || !strings.Contains(sk.Reason, "still holds the lock") {
+		t.Errorf("skip %+v: want holder a, run %s", sk, o.Lease.RunID)
+	}
+	r := e.run(t, RunID("j", t1))
+	if r.Status != StatusSkipped || r.Instance != "b" || r.Reason != sk.Reason || !r.LeaseUntil.IsZero() || r.EndedAt.IsZero() {
+		t.Errorf("skipped record %+v", r)
+	}
+	a.claimOne(t, forbid("j", t1), t1, AlreadyFired)
+	// The holder's own next fire is skipped too (same incarnation: the
+	// run is alive in this process).
+	t2 := t1.Add(time.Second)
+	a.claimOne(t, forbid("j", t2), t2, Skipped)
+	if l := e.lock(t, "j"); l.RunID != o.Lease.RunID || !l.LastSlot.Equal(base) {
+		t.Errorf("lock after skips %+v: want still %s's", l, o.Lease.RunID)
+	}
+}
+
+// A lock held by this instance under another incarnation is a previous
+// life's: taken over at once, without waiting for its lease; other
+// instances still skip.
+func TestClaimBatchPreviousIncarnationTakenOver(t *testing.T) {
+	t.Parallel()
+	e := newStoreEnv(t)
+	old, b, again := e.replica("a", "a1"), e.replica("b", "b1"), e.replica("a", "a2")
+	o := old.claimOne(t, forbid("j", base), base, Acquired)
+	t1 := base.Add(time.Second)
+	b.claimOne(t, forbid("j", t1), t1, Skipped)
+	t2 := t1.Add(time.Second)
+	o2 := again.claimOne(t, forbid("j", t2), t2, Acquired)
+	if l := e.lock(t, "j"); l.Incarnation != "a2" || l.RunID != o2.Lease.RunID || l.Fence != FenceOf(t2) || l.Fence <= o.Lease.Fence {
+		t.Fatalf("lock %+v after the takeover", l)
+	}
+	// The old life's renewals find the lock gone.
+	lost, err := old.RenewBatch(testCtx(t), []Lease{o.Lease}, t2, 10*time.Second)
+	if err != nil || len(lost) != 1 {
+		t.Fatalf("renew of the previous life: lost %v, %v", lost, err)
+	}
+}
+
+func TestClaimBatchExpiredLeaseTakenOver(t *testing.T) {
+	t.Parallel()
+	e := newStoreEnv(t)
+	a, b := e.replica("a", "a1"), e.replica("b", "b1")
+	const ttl = 3 * time.Second
+	o := a.claim(t, base, ttl, forbid("j", base))[0]
+	if o.Result != Acquired {
+		t.Fatal(o)
+	}
+	// Renewed, the lock stays a's.
+	if lost, err := a.RenewBatch(testCtx(t), []Lease{o.Lease}, base.Add(2*time.Second), ttl); err != nil || len(lost) != 0 {
+		t.Fatalf("renew: %v %v", lost, err)
+	}
+	t1 := base.Add(4 * time.Second)
+	if o := b.claim(t, t1, ttl, forbid("j", t1))[0]; o.Result != Skipped {
+		t.Fatalf("within the lease: %+v", o)
+	}
+	// a stops renewing; past the lease b takes over.
+	t2 := base.Add(6 * time.Second)
+	o2 := b.claim(t, t2, ttl, forbid("j", t2))[0]
+	if o2.Result != Acquired || o2.Lease.Fence != FenceOf(t2) {
+		t.Fatalf("after the lease: %+v", o2)
+	}
+	if lost, err := a.RenewBatch(testCtx(t), []Lease{o.Lease}, t2, ttl); err != nil || len(lost) != 1 {
+		t.Fatalf("late renew: lost %v, %v", lost, err)
+	}
+	if l := e.lock(t, "j"); l.Holder != "b" || l.RunID != o2.Lease.RunID {
+		t.Fatalf("lock %+v: want b's", l)
+	}
+}
+
+// A slot earlier than one already claimed for the job is skipped.
+func TestClaimBatchLaterSlotClaimedFirst(t *testing.T) {
+	t.Parallel()
+	e := newStoreEnv(t)
+	a, b := e.replica("a", "a1"), e.replica("b", "b1")
+	t2 := base.Add(2 * time.Second)
+	o := a.claimOne(t, forbid("j", t2), t2, Acquired)
+	errs := a.EndBatch(testCtx(t), []LeaseEnd{{Lease: o.Lease, End: RunEnd{Status: StatusSucceeded, EndedAt: t2}}})
+	if errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	sk := b.claimOne(t, forbid("j", base), t2, Skipped)
+	if !strings.Contains(sk.Reason, "later slot") {
+		t.Errorf("reason %q", sk.Reason)
+	}
+	if r := e.run(t, RunID("j", base)); r.Status != StatusSkipped {
+		t.Errorf("record %+v", r)
+	}
+}
+
+// Many replicas racing for one slot, and for the next one: one winner per
+// slot, whatever the policy.
+func TestClaimBatchConcurrentClaims(t *testing.T) {
+	t.Parallel()
+	e := newStoreEnv(t)
+	for _, mk := range []func(string, time.Time) FireClaim{forbid, allow} {
+		for i := range 4 {
 			slot := base.Add(time.Duration(i) * time.Minute)
 			var mu sync.Mutex
 			var wins []Lease
 			var wg sync.WaitGroup
-			for k := range 8 {
-				inst := string(rune('a' + k))
-				s := e.store(inst)
+			for k := range 6 {
+				r := e.replica(fmt.Sprintf("r%d", k), "x")
 				wg.Go(func() {
-					c, err := s.Claim(ctx, req("race", slot, inst, slot, overlap))
-					if err != nil {
-						t.Error(err)
+					o := r.claim(t, slot, 10*time.Second, mk("race-"+string(mk("", slot).Overlap), slot))[0]
+					if o.Err != nil {
+						t.Error(o.Err)
 						return
 					}
-					if c.Result == Acquired || c.Result == TakenOver {
+					if o.Result == Acquired {
 						mu.Lock()
-						wins = append(wins, c.Lease)
+						wins = append(wins, o.Lease)
 						mu.Unlock()
 					}
 				})
 			}
 			wg.Wait()
 			if len(wins) != 1 {
-				t.Fatalf("overlap %s slot %d: %d winners", overlap, i, len(wins))
+				t.Fatalf("%s slot %d: %d winners", mk("", slot).Overlap, i, len(wins))
 			}
-			if overlap == OverlapForbid {
-				if err := e.store(wins[0].Instance).Release(ctx, wins[0], StatusSucceeded, slot); err != nil {
-					t.Fatal(err)
-				}
+			w := e.replica(wins[0].Instance, "x")
+			if errs := w.EndBatch(testCtx(t), []LeaseEnd{{Lease: wins[0], End: RunEnd{Status: StatusSucceeded, EndedAt: slot}}}); errs[0] != nil {
+				t.Fatal(errs[0])
 			}
-		}
-	}
-}
-
-func TestMongoStoreTakeoverAfterLease(t *testing.T) {
-	t.Parallel()
-	e := newStoreEnv(t)
-	ctx := testCtx(t)
-	a, b := e.store("a"), e.store("b")
-	const ttl = 3 * time.Second
-	r0 := req("j", base, "a", base, OverlapForbid)
-	r0.TTL = ttl
-	c := mustClaim(t, a, r0, Acquired)
-	if err := a.StartRun(ctx, c.Lease, base, ttl); err != nil {
-		t.Fatal(err)
-	}
-	// Renewed within its lease, the lock stays a's: b skips.
-	if err := a.Renew(ctx, c.Lease, base.Add(2*time.Second), ttl); err != nil {
-		t.Fatal(err)
-	}
-	r1 := req("j", base.Add(4*time.Second), "b", base.Add(4*time.Second), OverlapForbid)
-	r1.TTL = ttl
-	mustClaim(t, b, r1, Skipped)
-	// a stops renewing (it died); past the lease b takes over.
-	now := base.Add(6 * time.Second)
-	r2 := req("j", now, "b", now, OverlapForbid)
-	r2.TTL = ttl
-	c2 := mustClaim(t, b, r2, TakenOver)
-	if c2.Holder != "a" || c2.HolderRunID != c.Lease.RunID || c2.Lease.Fence != c.Lease.Fence+1 {
-		t.Fatalf("takeover %+v; want holder a, run %s, fence %d", c2, c.Lease.RunID, c.Lease.Fence+1)
-	}
-	old := e.run(t, c.Lease.RunID)
-	if old.Status != StatusAbandoned || !old.EndedAt.Equal(now) || !strings.Contains(old.Error, "taken over by b") {
-		t.Fatalf("old run %+v, want abandoned at %v", old, now)
-	}
-	// The late holder can neither renew, release, nor close its record.
-	if err := a.Renew(ctx, c.Lease, now, ttl); !errors.Is(err, ErrLockLost) {
-		t.Fatalf("late renew: %v", err)
-	}
-	if err := a.Release(ctx, c.Lease, StatusSucceeded, now); !errors.Is(err, ErrLockLost) {
-		t.Fatalf("late release: %v", err)
-	}
-	if err := a.FinishRun(ctx, c.Lease, RunEnd{Status: StatusSucceeded, EndedAt: now}); !errors.Is(err, ErrLockLost) {
-		t.Fatalf("late finish: %v", err)
-	}
-	if l := e.lock(t, "j"); l.Holder != "b" || l.Fence != c2.Lease.Fence || l.State != LockRunning {
-		t.Fatalf("lock %+v: want b's", l)
-	}
-}
-
-// An operator's `cronswap locks release ID` forces the lock free without a
-// fence check; the holder's next renewal notices.
-func TestMongoStoreForcedReleaseLosesLock(t *testing.T) {
-	t.Parallel()
-	e := newStoreEnv(t)
-	ctx := testCtx(t)
-	a := e.store("a")
-	c := mustClaim(t, a, req("j", base, "a", base, OverlapForbid), Acquired)
-	if err := a.StartRun(ctx, c.Lease, base, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.locks.UpdateOne(ctx, bson.D{{Key: "_id", Value: "j"}}, bson.D{{Key: "$set", Value: bson.D{
-		{Key: "state", Value: "free"}, {Key: "holder", Value: ""}, {Key: "run_id", Value: ""}, {Key: "lease_until", Value: time.Now()}}}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Renew(ctx, c.Lease, base.Add(time.Second), 10*time.Second); !errors.Is(err, ErrLockLost) {
-		t.Fatalf("renew after forced release: %v, want ErrLockLost", err)
-	}
-}
-
-func TestMongoStoreAllowOverlapsAndSweeps(t *testing.T) {
-	t.Parallel()
-	e := newStoreEnv(t)
-	ctx := testCtx(t)
-	a, b := e.store("a"), e.store("b")
-	const ttl = 3 * time.Second
-	var leases []Lease
-	for i := range 3 {
-		slot := base.Add(time.Duration(i) * time.Second)
-		r := req("par", slot, "a", slot, OverlapAllow)
-		r.TTL = ttl
-		c := mustClaim(t, a, r, Acquired)
-		if c.Lease.Fence != int64(i+1) {
-			t.Fatalf("fence %d, want %d", c.Lease.Fence, i+1)
-		}
-		if err := a.StartRun(ctx, c.Lease, slot, ttl); err != nil {
-			t.Fatal(err)
-		}
-		leases = append(leases, c.Lease)
-		r.Instance = "b"
-		mustClaim(t, b, r, AlreadyFired)
-	}
-	// Run 0 keeps renewing; runs 1 and 2 die. A claim after their leases
-	// marks those two abandoned and leaves run 0 alone.
-	now := base.Add(10 * time.Second)
-	if err := a.Renew(ctx, leases[0], now.Add(-time.Second), ttl); err != nil {
-		t.Fatal(err)
-	}
-	r := req("par", now, "b", now, OverlapAllow)
-	r.TTL = ttl
-	mustClaim(t, b, r, Acquired)
-	if s := e.run(t, leases[0].RunID).Status; s != StatusRunning {
-		t.Errorf("renewed run: %s, want running", s)
-	}
-	for _, l := range leases[1:] {
-		if s := e.run(t, l.RunID).Status; s != StatusAbandoned {
-			t.Errorf("expired run %s: %s, want abandoned", l.RunID, s)
-		}
-		if err := a.Renew(ctx, l, now, ttl); !errors.Is(err, ErrLockLost) {
-			t.Errorf("renewing a swept run: %v, want ErrLockLost", err)
 		}
 	}
 }
@@ -415,79 +447,85 @@ func damagedLocks(now time.Time) map[string]bson.D {
 	}
 }
 
-func TestMongoStoreRepairsDamagedLocks(t *testing.T) {
+// Every damaged state of the table is repaired by the next claim, which
+// then wins the slot; all in one batch.
+func TestClaimBatchRepairsDamagedLocks(t *testing.T) {
 	t.Parallel()
 	e := newStoreEnv(t)
 	ctx := testCtx(t)
 	now := base
-	s := e.store("a")
+	a := e.replica("a", "a1")
+	var fires []FireClaim
 	for name, doc := range damagedLocks(now) {
-		t.Run(name, func(t *testing.T) {
-			doc = append(bson.D{{Key: "_id", Value: name}}, doc...)
-			if _, err := e.locks.InsertOne(ctx, doc); err != nil {
-				t.Fatal(err)
-			}
-			// A running record the damaged lock may name.
-			if _, err := e.runs.InsertOne(ctx, RunDoc{ID: "ghost-run-" + name, JobID: name, ScheduledAt: now.Add(-2 * time.Hour),
-				Fence: 7, Status: StatusRunning, StartedAt: now.Add(-2 * time.Hour), LeaseUntil: now.Add(time.Hour)}); err != nil {
-				t.Fatal(err)
-			}
-			slot := now.Add(time.Second)
-			c, err := s.Claim(ctx, req(name, slot, "a", slot, OverlapForbid))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if c.Result != Acquired && c.Result != TakenOver {
-				t.Fatalf("result %v, want the claim to win after repair", c.Result)
-			}
-			if len(c.Repaired) == 0 {
-				t.Errorf("no repair reported")
-			}
-			if c.Lease.Fence <= 7 {
-				t.Errorf("fence %d after repair, want > 7 (the highest fence seen)", c.Lease.Fence)
-			}
-			l := e.lock(t, name)
-			if l.State != LockRunning || l.Holder != "a" || !l.LastSlot.Equal(slot) || l.RepairReason == "" {
-				t.Errorf("lock after repair+claim: %+v", l)
-			}
-		})
+		doc = append(bson.D{{Key: "_id", Value: name}}, doc...)
+		if _, err := e.locks.InsertOne(ctx, doc); err != nil {
+			t.Fatal(err)
+		}
+		// A running record the damaged lock may name.
+		if _, err := e.runs.InsertOne(ctx, RunDoc{ID: "ghost-run", JobID: name, ScheduledAt: now.Add(-2 * time.Hour),
+			Fence: 7, Status: StatusRunning, StartedAt: now.Add(-2 * time.Hour), LeaseUntil: now.Add(time.Hour)}); err != nil && !mongo.IsDuplicateKeyError(err) {
+			t.Fatal(err)
+		}
+		fires = append(fires, forbid(name, now.Add(time.Second)))
+	}
+	outs := a.claim(t, now.Add(time.Second), 10*time.Second, fires...)
+	for i, f := range fires {
+		o := outs[i]
+		if o.Err != nil || o.Result != Acquired {
+			t.Errorf("%s: %+v, want the claim to win after the repair", f.JobID, o)
+			continue
+		}
+		if len(o.Repaired) == 0 {
+			t.Errorf("%s: no repair reported", f.JobID)
+		}
+		l := e.lock(t, f.JobID)
+		if l.State != LockRunning || l.Holder != "a" || !l.LastSlot.Equal(f.Slot) || l.RepairReason == "" || l.Fence != FenceOf(f.Slot) {
+			t.Errorf("%s: lock after repair+claim: %+v", f.JobID, l)
+		}
+	}
+	if r := e.run(t, "ghost-run"); r.Status != StatusAbandoned || r.AbandonedAt.IsZero() || !r.EndedAt.IsZero() {
+		t.Errorf("the run a damaged lock named: %+v, want abandoned (abandoned_at, no ended_at)", r)
 	}
 }
 
-// A lock document that was deleted is recreated with the fence and last
-// slot its job's run records imply: no fence twice, no slot re-run.
-func TestMongoStoreRecreatesLockFromRuns(t *testing.T) {
+// Several replicas meeting the same damaged document at once: it is
+// repaired once (compare-and-swap) and exactly one of them wins the slot.
+func TestClaimBatchConcurrentRepairOneWinner(t *testing.T) {
 	t.Parallel()
 	e := newStoreEnv(t)
 	ctx := testCtx(t)
-	s := e.store("a")
-	if _, err := e.runs.InsertOne(ctx, RunDoc{ID: "r1", JobID: "j", ScheduledAt: base, Fence: 41, Status: StatusSucceeded, StartedAt: base}); err != nil {
-		t.Fatal(err)
-	}
-	mustClaim(t, s, req("j", base, "a", base, OverlapForbid), AlreadyFired)
-	c := mustClaim(t, s, req("j", base.Add(time.Second), "a", base, OverlapForbid), Acquired)
-	if c.Lease.Fence != 42 {
-		t.Errorf("fence %d, want 42", c.Lease.Fence)
-	}
-}
-
-func TestMongoStoreUnreachable(t *testing.T) {
-	t.Parallel()
-	// A port nobody listens on.
-	client, err := mongo.Connect(options.Client().ApplyURI("mongodb://127.0.0.1:1/").
-		SetServerSelectionTimeout(300 * time.Millisecond).SetConnectTimeout(300 * time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-	db := client.Database("nowhere")
-	s := NewMongoStore(db.Collection(LocksCollection), db.Collection(RunsCollection), MongoStoreOptions{Logger: slog.New(slog.DiscardHandler)})
-	_, err = s.Claim(testCtx(t), req("j", base, "a", base, OverlapForbid))
-	if !errors.Is(err, ErrUnreachable) {
-		t.Fatalf("Claim against no server: %v, want ErrUnreachable", err)
-	}
-	if !strings.Contains(err.Error(), "j") {
-		t.Errorf("error %q does not name the job", err)
+	for i, name := range []string{"fence_string", "running_lease_far", "state_missing", "last_slot_string"} {
+		id := fmt.Sprintf("c%d", i)
+		doc := append(bson.D{{Key: "_id", Value: id}}, damagedLocks(base)[name]...)
+		if _, err := e.locks.InsertOne(ctx, doc); err != nil {
+			t.Fatal(err)
+		}
+		slot := base.Add(time.Second)
+		var mu sync.Mutex
+		wins, repairs := 0, 0
+		var wg sync.WaitGroup
+		for k := range 6 {
+			r := e.replica(fmt.Sprintf("r%d", k), "x")
+			wg.Go(func() {
+				o := r.claim(t, slot, 10*time.Second, forbid(id, slot))[0]
+				if o.Err != nil {
+					t.Error(o.Err)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if len(o.Repaired) > 0 {
+					repairs++
+				}
+				if o.Result == Acquired {
+					wins++
+				}
+			})
+		}
+		wg.Wait()
+		if wins != 1 || repairs != 1 {
+			t.Fatalf("%s: %d winners and %d repairs, want 1 and 1", name, wins, repairs)
+		}
 	}
 }
 
@@ -521,96 +559,382 @@ func TestInspectLockHealthy(t *testing.T) {
 	}
 }
 
-// A lock this instance holds under a run it does not know (a previous life
-// of the process, restarted with the same instance id) is taken over at
-// once, without waiting for the lease; other instances still skip.
-func TestMongoStoreReclaimsOwnLeftoverLock(t *testing.T) {
+// The claim's lock step relies on this: an upsert whose filter matches no
+// document while a document with its _id exists fails, per operation of
+// an unordered bulkWrite, with a duplicate key error (E11000), and the
+// other operations are applied.
+func TestUpsertNonMatchingFilterIsDuplicateKey(t *testing.T) {
 	t.Parallel()
 	e := newStoreEnv(t)
 	ctx := testCtx(t)
-	a, b := e.store("a"), e.store("b")
-	c := mustClaim(t, a, req("j", base, "a", base, OverlapForbid), Acquired)
-	if err := a.StartRun(ctx, c.Lease, base, 10*time.Second); err != nil {
+	if _, err := e.locks.InsertOne(ctx, bson.D{{Key: "_id", Value: "x"}, {Key: "n", Value: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	live := func(id string) bool { return id == c.Lease.RunID }
-	gone := func(string) bool { return false }
-
-	t1 := base.Add(time.Second)
-	r := req("j", t1, "b", t1, OverlapForbid)
-	r.Running = gone // b's own runs say nothing about a's lock
-	mustClaim(t, b, r, Skipped)
-
-	t2 := t1.Add(time.Second)
-	r = req("j", t2, "a", t2, OverlapForbid)
-	r.Running = live // the run is alive in this process: skip
-	mustClaim(t, a, r, Skipped)
-
-	t3 := t2.Add(time.Second)
-	r = req("j", t3, "a", t3, OverlapForbid)
-	r.Running = gone // restarted: the run is not ours any more
-	c3 := mustClaim(t, a, r, TakenOver)
-	if c3.HolderRunID != c.Lease.RunID || c3.Lease.Fence != c.Lease.Fence+1 {
-		t.Fatalf("reclaim %+v, want previous run %s and fence %d", c3, c.Lease.RunID, c.Lease.Fence+1)
+	_, err := e.locks.BulkWrite(ctx, []mongo.WriteModel{
+		mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: "y"}, {Key: "n", Value: bson.D{{Key: "$lt", Value: 5}}}}).
+			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "m", Value: 1}}}}).SetUpsert(true),
+		mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: "x"}, {Key: "n", Value: bson.D{{Key: "$gt", Value: 5}}}}).
+			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "m", Value: 1}}}}).SetUpsert(true),
+		mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: "x"}, {Key: "n", Value: bson.D{{Key: "$lt", Value: 5}}}}).
+			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "k", Value: 1}}}}).SetUpsert(true),
+	}, options.BulkWrite().SetOrdered(false))
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) || len(bwe.WriteErrors) != 1 || bwe.WriteErrors[0].Index != 1 || bwe.WriteErrors[0].Code != 11000 {
+		t.Fatalf("bulkWrite: %v, want one E11000 at index 1", err)
 	}
-	if old := e.run(t, c.Lease.RunID); old.Status != StatusAbandoned {
-		t.Fatalf("left-over run %+v, want abandoned", old)
+	if n, _ := e.locks.CountDocuments(ctx, bson.D{{Key: "_id", Value: "y"}, {Key: "m", Value: 1}}); n != 1 {
+		t.Error("the upsert of a new _id was not applied")
 	}
-	if l := e.lock(t, "j"); l.RunID != c3.Lease.RunID || l.Fence != c3.Lease.Fence || !l.LastSlot.Equal(t3) {
-		t.Fatalf("lock %+v after reclaim", l)
-	}
-	// The old lease no longer renews or releases.
-	if err := a.Renew(ctx, c.Lease, t3, 10*time.Second); !errors.Is(err, ErrLockLost) {
-		t.Fatalf("renew of the left-over lease: %v", err)
+	if n, _ := e.locks.CountDocuments(ctx, bson.D{{Key: "_id", Value: "x"}, {Key: "k", Value: 1}}); n != 1 {
+		t.Error("the matching update was not applied")
 	}
 }
 
-// Several replicas meeting the same damaged document at once: it is
-// repaired once (compare-and-swap) and exactly one of them wins the slot.
-func TestMongoStoreConcurrentRepairOneWinner(t *testing.T) {
+func TestRenewBatch(t *testing.T) {
 	t.Parallel()
 	e := newStoreEnv(t)
 	ctx := testCtx(t)
-	for i, name := range []string{"fence_string", "running_lease_far", "state_missing", "last_slot_string"} {
-		id := fmt.Sprintf("c%d", i)
-		doc := append(bson.D{{Key: "_id", Value: id}}, damagedLocks(base)[name]...)
-		if _, err := e.locks.InsertOne(ctx, doc); err != nil {
-			t.Fatal(err)
+	a := e.replica("a", "a1")
+	outs := a.claim(t, base, 10*time.Second, forbid("f1", base), forbid("f2", base), allow("p1", base), allow("p2", base))
+	var leases []Lease
+	for _, o := range outs {
+		if o.Result != Acquired {
+			t.Fatal(o)
 		}
-		slot := base.Add(time.Second)
-		var mu sync.Mutex
-		var wins []Claim
-		repairs := 0
-		var wg sync.WaitGroup
-		for k := range 6 {
-			inst := fmt.Sprintf("r%d", k)
-			s := e.store(inst)
-			wg.Go(func() {
-				c, err := s.Claim(ctx, req(id, slot, inst, slot, OverlapForbid))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				if len(c.Repaired) > 0 {
-					repairs++
-				}
-				if c.Result == Acquired || c.Result == TakenOver {
-					wins = append(wins, c)
-				}
-			})
+		leases = append(leases, o.Lease)
+	}
+	now := base.Add(5 * time.Second)
+	lost, err := a.RenewBatch(ctx, leases, now, 10*time.Second)
+	if err != nil || len(lost) != 0 {
+		t.Fatalf("renew: lost %v, %v", lost, err)
+	}
+	for _, l := range leases {
+		if r := e.run(t, l.RunID); !r.LeaseUntil.Equal(now.Add(10 * time.Second)) {
+			t.Errorf("%s: record lease %v", l.JobID, r.LeaseUntil)
 		}
-		wg.Wait()
-		if len(wins) != 1 || repairs != 1 {
-			t.Fatalf("%s: %d winners and %d repairs, want 1 and 1", name, len(wins), repairs)
+	}
+	if lk := e.lock(t, "f1"); !lk.LeaseUntil.Equal(now.Add(10 * time.Second)) {
+		t.Errorf("lock lease %v", lk.LeaseUntil)
+	}
+	// An operator forces f1's lock free; p2's record is swept as abandoned.
+	if _, err := e.locks.UpdateOne(ctx, bson.D{{Key: "_id", Value: "f1"}}, bson.D{{Key: "$set", Value: bson.D{
+		{Key: "state", Value: "free"}, {Key: "holder", Value: ""}, {Key: "run_id", Value: ""}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.runs.UpdateOne(ctx, bson.D{{Key: "_id", Value: leases[3].RunID}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusAbandoned}}}}); err != nil {
+		t.Fatal(err)
+	}
+	lost, err = a.RenewBatch(ctx, leases, now.Add(time.Second), 10*time.Second)
+	if err != nil || len(lost) != 2 || lost[0].JobID != "f1" || lost[1].JobID != "p2" {
+		t.Fatalf("renew after losses: lost %+v, %v; want f1 and p2", lost, err)
+	}
+}
+
+func TestEndBatch(t *testing.T) {
+	t.Parallel()
+	e := newStoreEnv(t)
+	ctx := testCtx(t)
+	a, b := e.replica("a", "a1"), e.replica("b", "b1")
+	const ttl = 3 * time.Second
+	outs := a.claim(t, base, ttl, forbid("f", base), allow("p", base), forbid("gone", base), forbid("miss", base))
+	for _, o := range outs {
+		if o.Result != Acquired {
+			t.Fatal(o)
 		}
-		want := int64(8)
-		if name == "fence_string" {
-			want = 1 // nothing to trust: no number, no run records
+	}
+	// "gone" stops renewing: swept abandoned, then its lock taken over.
+	later := base.Add(10 * time.Second)
+	swept, err := b.SweepExpired(ctx, later, 10)
+	if err != nil || len(swept) != 4 {
+		t.Fatalf("sweep: %d, %v", len(swept), err)
+	}
+	// Only "gone" was really abandoned: put the others back to running
+	// (as if they had renewed in time).
+	if _, err := e.runs.UpdateMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$ne", Value: outs[2].Lease.RunID}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusRunning}}},
+			{Key: "$unset", Value: bson.D{{Key: "abandoned_at", Value: ""}}}}); err != nil {
+		t.Fatal(err)
+	}
+	t1 := later
+	b.claimOne(t, forbid("gone", t1), t1, Acquired)
+
+	code := 3
+	end := base.Add(12 * time.Second)
+	errs := a.EndBatch(ctx, []LeaseEnd{
+		{Lease: outs[0].Lease, End: RunEnd{Status: StatusFailed, EndedAt: end, Error: "boom", ExitCode: &code, Output: Output{Stdout: "o", Stderr: "e"}}},
+		{Lease: outs[1].Lease, End: RunEnd{Status: StatusSucceeded, EndedAt: end}},
+		{Lease: outs[2].Lease, End: RunEnd{Status: StatusSucceeded, EndedAt: end}},
+		{Lease: outs[3].Lease, End: RunEnd{Status: StatusMissed, EndedAt: end, Reason: MissedStartingDeadline}},
+	})
+	if errs[0] != nil || errs[1] != nil || errs[3] != nil {
+		t.Fatalf("ends: %v", errs)
+	}
+	if !errors.Is(errs[2], ErrLockLost) {
+		t.Fatalf("end of the abandoned run: %v, want ErrLockLost", errs[2])
+	}
+	if r := e.run(t, outs[0].Lease.RunID); r.Status != StatusFailed || !r.EndedAt.Equal(end) || r.Error != "boom" ||
+		r.ExitCode == nil || *r.ExitCode != 3 || r.Stdout != "o" || r.Stderr != "e" || !r.ExpireAt.Equal(end.Add(DefaultRetention)) {
+		t.Errorf("failed run %+v", r)
+	}
+	if l := e.lock(t, "f"); l.State != LockFree || l.RunID != "" || l.Holder != "" || l.LastOutcome != StatusFailed || !l.LastEndedAt.Equal(end) {
+		t.Errorf("freed lock %+v", l)
+	}
+	if l := e.lock(t, "p"); l.State != LockFree || l.LastOutcome != StatusSucceeded || !l.LastSlot.Equal(base) {
+		t.Errorf("allow job's lock %+v", l)
+	}
+	// The abandoned run keeps the truth: when it was abandoned, and its
+	// real end as the holder saw it; the taker's lock is untouched.
+	if r := e.run(t, outs[2].Lease.RunID); r.Status != StatusAbandoned || !r.AbandonedAt.Equal(later) ||
+		!r.EndedAt.Equal(end) || r.EndStatus != StatusSucceeded {
+		t.Errorf("abandoned run %+v", r)
+	}
+	if l := e.lock(t, "gone"); l.Holder != "b" || l.State != LockRunning {
+		t.Errorf("taker's lock %+v", l)
+	}
+	// The missed conversion.
+	raw := e.rawRun(t, outs[3].Lease.RunID)
+	r := e.run(t, outs[3].Lease.RunID)
+	if r.Status != StatusMissed || r.Reason != MissedStartingDeadline || r.Count != 1 || !r.LastScheduledAt.Equal(base) ||
+		!r.RecordedAt.Equal(end) || raw.Lookup("started_at").Type != 0 || raw.Lookup("lease_until").Type != 0 {
+		t.Errorf("missed record %+v", r)
+	}
+	// Ending twice: the first end stands; the second says not written.
+	errs = a.EndBatch(ctx, []LeaseEnd{{Lease: outs[0].Lease, End: RunEnd{Status: StatusSucceeded, EndedAt: end.Add(time.Second)}}})
+	if errs[0] == nil || errors.Is(errs[0], ErrLockLost) {
+		t.Errorf("second end: %v", errs[0])
+	}
+	// Repeating the same end (a retry whose first answer was lost) is fine.
+	errs = a.EndBatch(ctx, []LeaseEnd{{Lease: outs[1].Lease, End: RunEnd{Status: StatusSucceeded, EndedAt: end}}})
+	if errs[0] != nil {
+		t.Errorf("repeated end: %v", errs[0])
+	}
+}
+
+func TestDisown(t *testing.T) {
+	t.Parallel()
+	e := newStoreEnv(t)
+	ctx := testCtx(t)
+	a, b := e.replica("a", "a1"), e.replica("b", "b1")
+	oa := a.claimOne(t, forbid("j", base), base, Acquired)
+	ob := b.claimOne(t, forbid("k", base), base, Acquired)
+	never := Lease{JobID: "n", Slot: base, Instance: "a", Incarnation: "a1", RunID: RunID("n", base), Overlap: OverlapForbid}
+	// a disowns its own run, a record that is not there, and (wrongly) b's.
+	stolen := ob.Lease
+	stolen.Instance, stolen.Incarnation = "a", "a1"
+	now := base.Add(time.Second)
+	if err := a.Disown(ctx, []Lease{oa.Lease, never, stolen}, MissedUnreachable, now); err != nil {
+		t.Fatal(err)
+	}
+	r := e.run(t, oa.Lease.RunID)
+	if r.Status != StatusMissed || r.Reason != MissedUnreachable || r.Count != 1 || !r.LastScheduledAt.Equal(base) || !r.RecordedAt.Equal(now) {
+		t.Errorf("disowned record %+v", r)
+	}
+	if l := e.lock(t, "j"); l.State != LockFree || l.RunID != "" || l.LastOutcome != StatusMissed {
+		t.Errorf("disowned lock %+v", l)
+	}
+	if r := e.run(t, ob.Lease.RunID); r.Status != StatusRunning {
+		t.Errorf("b's record %+v: want untouched", r)
+	}
+	if l := e.lock(t, "k"); l.Holder != "b" || l.State != LockRunning {
+		t.Errorf("b's lock %+v: want untouched", l)
+	}
+	// The disowned slot stays decided.
+	b.claimOne(t, forbid("j", base), now, AlreadyFired)
+}
+
+func TestSweepExpired(t *testing.T) {
+	t.Parallel()
+	e := newStoreEnv(t)
+	ctx := testCtx(t)
+	a := e.replica("a", "a1")
+	var fires []FireClaim
+	for i := range 5 {
+		fires = append(fires, allow(fmt.Sprintf("p%d", i), base))
+	}
+	outs := a.claim(t, base, 3*time.Second, fires...)
+	// p0 keeps renewing.
+	if _, err := a.RenewBatch(ctx, []Lease{outs[0].Lease}, base.Add(8*time.Second), 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	now := base.Add(10 * time.Second)
+	got, err := a.SweepExpired(ctx, now, 3)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("sweep limit 3: %d, %v", len(got), err)
+	}
+	got2, err := a.SweepExpired(ctx, now, 3)
+	if err != nil || len(got2) != 1 {
+		t.Fatalf("second sweep: %d, %v", len(got2), err)
+	}
+	if got, _ := a.SweepExpired(ctx, now, 3); len(got) != 0 {
+		t.Fatalf("third sweep found %d", len(got))
+	}
+	for _, o := range outs[1:] {
+		raw := e.rawRun(t, o.Lease.RunID)
+		r := e.run(t, o.Lease.RunID)
+		if r.Status != StatusAbandoned || !r.AbandonedAt.Equal(now) || raw.Lookup("ended_at").Type != 0 ||
+			!strings.Contains(r.Error, "lease expired") || !r.ExpireAt.Equal(now.Add(DefaultRetention)) {
+			t.Errorf("swept %+v", r)
 		}
-		if wins[0].Lease.Fence != want {
-			t.Errorf("%s: fence %d, want %d", name, wins[0].Lease.Fence, want)
+	}
+	if r := e.run(t, outs[0].Lease.RunID); r.Status != StatusRunning {
+		t.Errorf("renewed run %+v swept", r)
+	}
+}
+
+func TestVerifyIndexes(t *testing.T) {
+	t.Parallel()
+	e := newStoreEnv(t)
+	ctx := testCtx(t)
+	a := e.replica("a", "a1")
+	if re, err := a.VerifyIndexes(ctx); err != nil || re {
+		t.Fatalf("all there: recreated %v, %v", re, err)
+	}
+	if err := e.runs.Indexes().DropOne(ctx, RunsUniqueIndex); err != nil {
+		t.Fatal(err)
+	}
+	if re, err := a.VerifyIndexes(ctx); err != nil || !re {
+		t.Fatalf("after dropping the unique index: recreated %v, %v", re, err)
+	}
+	wantIndexes(t, e.runs)
+	if err := e.runs.Drop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if re, err := a.VerifyIndexes(ctx); err != nil || !re {
+		t.Fatalf("after dropping the collection: recreated %v, %v", re, err)
+	}
+	wantIndexes(t, e.runs)
+	// The unique index is back in force: a missed record of a slot and a
+	// run of it cannot both be recorded.
+	if _, err := e.runs.InsertOne(ctx, RunDoc{ID: MissedID("j", base), JobID: "j", ScheduledAt: base, Status: StatusMissed}); err != nil {
+		t.Fatal(err)
+	}
+	a.claimOne(t, forbid("j", base), base, AlreadyFired)
+}
+
+func wantIndexes(t *testing.T, runs *mongo.Collection) {
+	t.Helper()
+	specs, err := runs.Indexes().ListSpecifications(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, s := range specs {
+		have[s.Name] = true
+		if s.Name == RunsUniqueIndex && (s.Unique == nil || !*s.Unique) {
+			t.Errorf("%s is not unique", s.Name)
+		}
+	}
+	for _, n := range []string{RunsUniqueIndex, RunsTTLIndex, RunsLeaseIndex} {
+		if !have[n] {
+			t.Errorf("index %s missing (have %v)", n, have)
+		}
+	}
+}
+
+func TestClaimBatchUnreachable(t *testing.T) {
+	t.Parallel()
+	// A port nobody listens on.
+	client, err := mongo.Connect(options.Client().ApplyURI("mongodb://127.0.0.1:1/").
+		SetServerSelectionTimeout(200 * time.Millisecond).SetConnectTimeout(200 * time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	locks, runs := Collections(client.Database("nowhere"))
+	s := NewMongoStore(locks, runs, MongoStoreOptions{Logger: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	outs := s.ClaimBatch(ctx, BatchClaim{Fires: []FireClaim{forbid("j", base), {JobID: "k", Slot: base, Check: true}},
+		Instance: "a", Incarnation: "a1", Now: base, TTL: time.Second})
+	for _, o := range outs {
+		if !errors.Is(o.Err, ErrUnreachable) || errors.Is(o.Err, ErrOutcomeUnknown) {
+			t.Errorf("claim against no server: %v, want ErrUnreachable (nothing sent, so not ErrOutcomeUnknown)", o.Err)
+		}
+	}
+	if !strings.Contains(outs[0].Err.Error(), "j") {
+		t.Errorf("error %q does not name the job", outs[0].Err)
+	}
+}
+
+// commandCounter counts the commands a client sends on the fire path's
+// collections.
+type commandCounter struct {
+	mu   sync.Mutex
+	cmds []string
+}
+
+func (c *commandCounter) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		coll, _ := e.Command.Index(0).Value().StringValueOK()
+		if coll == LocksCollection || coll == RunsCollection {
+			c.mu.Lock()
+			c.cmds = append(c.cmds, e.CommandName+" "+coll)
+			c.mu.Unlock()
+		}
+	}}
+}
+
+func (c *commandCounter) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.cmds
+	c.cmds = nil
+	return out
+}
+
+// A batch of N owner fires costs a constant number of commands: forbid
+// jobs with free locks 2 (insertMany + bulkWrite), allow jobs 1; renewing
+// and ending them one per collection.
+func TestClaimBatchCommandCount(t *testing.T) {
+	t.Parallel()
+	var cc commandCounter
+	client, err := mongo.Connect(options.Client().ApplyURI(testmongo.Shared(t).URI).SetMonitor(cc.monitor()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	e := newStoreEnvOn(t, client)
+	a := e.replica("a", "a1")
+	const n = 1000
+	for _, mk := range []func(string, time.Time) FireClaim{forbid, allow} {
+		fires := make([]FireClaim, n)
+		for i := range fires {
+			fires[i] = mk(fmt.Sprintf("%s%d", mk("", base).Overlap, i), base)
+		}
+		cc.take()
+		outs := a.claim(t, base, 10*time.Second, fires...)
+		cmds := cc.take()
+		leases := make([]Lease, n)
+		ends := make([]LeaseEnd, n)
+		for i, o := range outs {
+			if o.Result != Acquired {
+				t.Fatalf("%s: %+v", fires[i].JobID, o)
+			}
+			leases[i] = o.Lease
+			ends[i] = LeaseEnd{Lease: o.Lease, End: RunEnd{Status: StatusSucceeded, EndedAt: base.Add(time.Second)}}
+		}
+		want := 2
+		if fires[0].Overlap == OverlapAllow {
+			want = 1
+		}
+		t.Logf("%s: claim of %d fires: %v", fires[0].Overlap, n, cmds)
+		if len(cmds) != want {
+			t.Errorf("%s: claim of %d fires took %d commands %v, want %d", fires[0].Overlap, n, len(cmds), cmds, want)
+		}
+		if lost, err := a.RenewBatch(testCtx(t), leases, base.Add(time.Second), 10*time.Second); err != nil || len(lost) > 0 {
+			t.Fatal(lost, err)
+		}
+		if cmds := cc.take(); len(cmds) != want {
+			t.Errorf("%s: renew took %v, want %d commands", fires[0].Overlap, cmds, want)
+		}
+		for _, err := range a.EndBatch(testCtx(t), ends) {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if cmds := cc.take(); len(cmds) != 2 {
+			t.Errorf("%s: end took %v, want 2 commands", fires[0].Overlap, cmds)
 		}
 	}
 }

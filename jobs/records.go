@@ -40,15 +40,20 @@ type LockDoc struct {
 	State string `bson:"state" json:"state"`
 	// Holder is the instance id of the replica running the job ("" when free).
 	Holder string `bson:"holder" json:"holder"`
-	// RunID identifies the holder's run ("" when free).
+	// Incarnation is the holder's process (its membership incarnation): a
+	// lock held by this instance under another incarnation is left over
+	// from a previous life and is taken over at once.
+	Incarnation string `bson:"incarnation,omitempty" json:"incarnation,omitempty"`
+	// RunID identifies the holder's run, RunID(job, slot) ("" when free).
 	RunID string `bson:"run_id" json:"run_id"`
 	// AcquiredAt is when the holder took the lock.
 	AcquiredAt time.Time `bson:"acquired_at" json:"acquired_at"`
 	// LeaseUntil is when the lock expires unless renewed; past it any
 	// replica may take it over.
 	LeaseUntil time.Time `bson:"lease_until" json:"lease_until"`
-	// Fence is incremented on every acquisition; releases and renewals are
-	// fenced by (holder, fence).
+	// Fence is FenceOf(slot) of the run that last acquired the lock (the
+	// slot in Unix ms): it increases with every acquisition, since a lock
+	// is acquired only for a slot later than LastSlot.
 	Fence int64 `bson:"fence" json:"fence"`
 	// LastSlot is the scheduled time of the last fire claimed for the job.
 	LastSlot time.Time `bson:"last_slot" json:"last_slot"`
@@ -65,18 +70,29 @@ type LockDoc struct {
 }
 
 // RunDoc is one document of job_runs: one fire that was claimed or skipped.
-// (JobID, ScheduledAt) is unique.
+// Its _id, RunID(job, slot), admits one record per fire; (JobID,
+// ScheduledAt) is unique too.
 type RunDoc struct {
-	// ID is the run id (the CRONSWAP_RUN_ID the action saw).
+	// ID is the run id, RunID(JobID, ScheduledAt) (the CRONSWAP_RUN_ID
+	// the action saw), or MissedID for a missed range.
 	ID          string    `bson:"_id" json:"run_id"`
 	JobID       string    `bson:"job_id" json:"job_id"`
 	ScheduledAt time.Time `bson:"scheduled_at" json:"scheduled_at"`
 	Instance    string    `bson:"instance" json:"instance"`
+	// Incarnation is the process of Instance that wrote the record.
+	Incarnation string    `bson:"incarnation,omitempty" json:"incarnation,omitempty"`
 	Fence       int64     `bson:"fence" json:"fence"`
 	Status      string    `bson:"status" json:"status"`
 	StartedAt   time.Time `bson:"started_at" json:"started_at"`
 	EndedAt     time.Time `bson:"ended_at,omitempty" json:"ended_at,omitzero"`
 	Error       string    `bson:"error,omitempty" json:"error,omitempty"`
+	// AbandonedAt is when the record was marked abandoned (its lease had
+	// passed without a renewal); EndedAt stays unset until the holder, if
+	// it comes back, writes its true end, with EndStatus (what the holder
+	// saw: succeeded, failed, ...) and EndError.
+	AbandonedAt time.Time `bson:"abandoned_at,omitempty" json:"abandoned_at,omitzero"`
+	EndStatus   string    `bson:"end_status,omitempty" json:"end_status,omitempty"`
+	EndError    string    `bson:"end_error,omitempty" json:"end_error,omitempty"`
 	// ExitCode is set for exec actions that ran and failed.
 	ExitCode *int `bson:"exit_code,omitempty" json:"exit_code,omitempty"`
 	// Stdout and Stderr are the tails (the last DefaultTailBytes, trimmed)
@@ -85,7 +101,7 @@ type RunDoc struct {
 	Stderr string `bson:"stderr,omitempty" json:"stderr,omitempty"`
 	// LeaseUntil is renewed with the lock while the run is running; a
 	// running record past it belongs to a dead holder and is marked
-	// abandoned by the next claim of the job.
+	// abandoned by SweepExpired.
 	LeaseUntil time.Time `bson:"lease_until,omitempty" json:"lease_until,omitzero"`
 	// ExpireAt drives the TTL index (runs.retention after the run ended or
 	// was skipped).
@@ -99,7 +115,8 @@ type RunDoc struct {
 	LastScheduledAt time.Time `bson:"last_scheduled_at,omitempty" json:"last_scheduled_at,omitzero"`
 	// Count is the number of slots in the range.
 	Count int64 `bson:"count,omitempty" json:"count,omitempty"`
-	// Reason says why the slots did not run (MissedNoReplica, ...).
+	// Reason says why the slots did not run (MissedNoReplica, ...), or,
+	// for a skipped record, why it was skipped.
 	Reason string `bson:"reason,omitempty" json:"reason,omitempty"`
 	// RecordedAt is when the record was written.
 	RecordedAt time.Time `bson:"recorded_at,omitempty" json:"recorded_at,omitzero"`

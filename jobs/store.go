@@ -33,13 +33,13 @@ type ClaimResult int
 
 // Claim results.
 const (
-	// Acquired: the claim won; the lock was free (or the policy takes none).
+	// Acquired: the claim won the slot and, under a policy that takes the
+	// lock, the job's lock (free, past its lease, or left by a previous
+	// incarnation of this instance).
 	Acquired ClaimResult = iota + 1
-	// TakenOver: the claim won a lock whose holder's lease had expired;
-	// the holder's run has been marked abandoned.
-	TakenOver
-	// Skipped: a live run holds the lock (OverlapForbid) and this claim consumed
-	// the slot as skipped; the caller records the skipped run.
+	// Skipped: this claim won the slot, but a live run holds the lock
+	// (OverlapForbid) or a later slot of the job was claimed first: the
+	// slot is consumed and its record says skipped, with the reason.
 	Skipped
 	// AlreadyFired: the slot was claimed or skipped by someone else.
 	AlreadyFired
@@ -50,8 +50,6 @@ func (r ClaimResult) String() string {
 	switch r {
 	case Acquired:
 		return "acquired"
-	case TakenOver:
-		return "taken_over"
 	case Skipped:
 		return "held"
 	case AlreadyFired:
@@ -60,58 +58,94 @@ func (r ClaimResult) String() string {
 	return "error"
 }
 
-// Lease is a won claim: what renewals, the release and the run record are
+// ErrOutcomeUnknown is wrapped (with ErrUnreachable) in the Err of a claim
+// outcome when this replica's run record may have been written although
+// its answer was lost: the fire must not run, and the caller hands its
+// lease to Disown, which turns such a record into a missed one.
+var ErrOutcomeUnknown = errors.New("claim outcome unknown")
+
+// RunID is the id of the run of job jobID at slot: job_runs' _id, the
+// lock's run_id and the CRONSWAP_RUN_ID an action sees. It is the same on
+// every replica, so the always-present _id index admits one record per
+// (job, slot); the part after the last "@" is a time, so distinct
+// (job, slot) pairs never share an id.
+func RunID(jobID string, slot time.Time) string {
+	return jobID + "@" + slot.UTC().Format(time.RFC3339Nano)
+}
+
+// FenceOf is the fence of the run at slot: the slot in Unix milliseconds.
+// A lock is acquired only for a slot later than its last slot, so the
+// fences a job's lock hands out strictly increase; an action passes
+// CRONSWAP_FENCE to a resource that refuses writes with a lower fence.
+func FenceOf(slot time.Time) int64 { return slot.UnixMilli() }
+
+// Lease is a won claim: what renewals, the end and the run record are
 // fenced by.
 type Lease struct {
-	JobID       string
-	RunID       string
+	JobID string
+	Slot  time.Time
+	// Instance and Incarnation name the replica and the process that won.
 	Instance    string
 	Incarnation string
-	Slot        time.Time
-	Fence       int64
+	// RunID is RunID(JobID, Slot); Fence is FenceOf(Slot).
+	RunID string
+	Fence int64
 	// Overlap is the claim's policy; under one that takes the lock, the
-	// lease holds the job's lock.
+	// lease holds the job's lock and renewals and the end are fenced by
+	// the lock's run_id.
 	Overlap Overlap
 }
 
 // FireClaim is one fire of a claim batch.
 type FireClaim struct {
 	JobID   string
-	Slot    time.Time
+	Slot    time.Time // UTC cron slot
 	Overlap Overlap
 	// Check: this replica is not the job's owner: first look whether the
-	// slot is already recorded and insert only those that are not.
+	// slot is already recorded (one find for all Check fires of the batch)
+	// and insert only those that are not.
 	Check bool
 }
 
 // BatchClaim is one claim batch of a replica.
 type BatchClaim struct {
-	Fires       []FireClaim
-	Instance    string
+	Fires    []FireClaim
+	Instance string
+	// Incarnation identifies this process (members): a lock held by this
+	// Instance under another incarnation is a previous life's and is
+	// taken over at once.
 	Incarnation string
-	Now         time.Time
-	TTL         time.Duration
+	// Now is the claimer's clock, for leases; TTL the lease length.
+	Now time.Time
+	TTL time.Duration
 }
 
-// ClaimOutcome answers one fire of a batch.
+// ClaimOutcome answers one fire of a batch (same index as
+// BatchClaim.Fires).
 type ClaimOutcome struct {
-	Result      ClaimResult
-	Lease       Lease
+	// Result is Acquired, Skipped or AlreadyFired; zero when Err is set.
+	Result ClaimResult
+	// Lease is set when Result is Acquired.
+	Lease Lease
+	// Holder and HolderRunID name the live holder when Result is Skipped
+	// and it is known.
 	Holder      string
 	HolderRunID string
-	Reason      string
-	Repaired    []string
-	Err         error
+	// Reason says why the fire was skipped (Result Skipped) or why the
+	// slot is already decided (AlreadyFired, when known).
+	Reason string
+	// Repaired lists the damage found and repaired in the lock document
+	// on the way (empty when none).
+	Repaired []string
+	// Err is set when there is no decision. errors.Is(Err, ErrUnreachable):
+	// the database could not be asked, or its answer was lost and could
+	// not be read back; errors.Is(Err, ErrOutcomeUnknown) additionally
+	// when this replica's record may have landed (the caller later calls
+	// Disown for Lease, which is then filled in). Otherwise the server
+	// refused (a claim error). With Err set this replica holds nothing and
+	// must not run the fire.
+	Err error
 }
-
-// LeaseEnd is one run's end for EndBatch.
-type LeaseEnd struct {
-	Lease Lease
-	End   RunEnd
-}
-
-// ErrOutcomeUnknown marks a claim whose record may have landed.
-var ErrOutcomeUnknown = errors.New("claim outcome unknown")
 
 // RunEnd is the outcome of a run, written to its record.
 type RunEnd struct {
@@ -126,20 +160,43 @@ type RunEnd struct {
 	Reason string
 }
 
-// BatchStore is the fire path's store.
+// LeaseEnd is one run's end for EndBatch.
+type LeaseEnd struct {
+	Lease Lease
+	End   RunEnd
+}
+
+// BatchStore is the fire path's view of job_locks and job_runs: every
+// method serves many fires with one request per collection (a few more
+// only when something is contended, damaged or lost), and none reads and
+// then writes without a condition.
 type BatchStore interface {
+	// ClaimBatch claims the fires of b; the outcomes have the same
+	// indexes as b.Fires.
 	ClaimBatch(ctx context.Context, b BatchClaim) []ClaimOutcome
+	// RenewBatch extends lease_until to now+ttl of every lease's run
+	// record and, for leases whose overlap takes the lock, of its lock.
+	// lost lists the leases no longer this run's (record not running,
+	// lock run_id differs). err: not known (nothing lost reported).
 	RenewBatch(ctx context.Context, leases []Lease, now time.Time, ttl time.Duration) (lost []Lease, err error)
+	// EndBatch frees the locks (fenced by run_id) and records the ends,
+	// one request per collection. Per end (same index): nil; an error
+	// wrapping ErrLockLost when the record was no longer running
+	// (abandoned by a taker) — its true ended_at is still written; another
+	// error: not written. Status StatusMissed converts the running record
+	// into a missed record of its slot.
 	EndBatch(ctx context.Context, ends []LeaseEnd) []error
+	// Disown turns records this replica may have inserted without knowing
+	// (instance and incarnation match, still running) into missed records
+	// with reason, and frees the locks they may hold; a record that is not
+	// there is fine.
 	Disown(ctx context.Context, leases []Lease, reason string, now time.Time) error
+	// SweepExpired marks abandoned the running records whose lease passed
+	// (holder died): status abandoned, abandoned_at now, error why,
+	// expire_at; ended_at is not set (the holder writes its true end if
+	// it comes back). It returns the records it abandoned, at most limit.
 	SweepExpired(ctx context.Context, now time.Time, limit int) ([]RunDoc, error)
+	// VerifyIndexes checks job_runs' indexes and recreates any missing;
+	// recreated reports whether one was missing.
 	VerifyIndexes(ctx context.Context) (recreated bool, err error)
 }
-
-// RunID is the run id of (jobID, slot).
-func RunID(jobID string, slot time.Time) string {
-	return jobID + "@" + slot.UTC().Format(time.RFC3339Nano)
-}
-
-// FenceOf is the fence of slot.
-func FenceOf(slot time.Time) int64 { return slot.UnixMilli() }

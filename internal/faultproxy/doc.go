@@ -34,6 +34,7 @@
 //	standalone mongod (no change streams)         p.FailAlways(faultproxy.IsChangeStreamAggregate, ErrorReply{Code: 40573,
 //	                                                  CodeName: "Location40573", Errmsg: "The $changeStream stage is only supported on replica sets"})
 //	failCommand with closeConnection: true        p.CutNext(m)
+//	write applied, answer lost (cut on the way back) p.CutAfterNext(m)
 //
 // # Usage
 //

@@ -61,6 +61,10 @@ type fault struct {
 	match Matcher
 	reply ErrorReply
 	cut   bool // close the connection instead of replying
+	// cutAfter forwards the command and closes the connection when its
+	// reply arrives, instead of delivering it: the command took effect
+	// upstream, but the client never learns its outcome.
+	cutAfter bool
 	// remaining is the number of further commands to fail; negative means
 	// unlimited and zero means spent or cleared. Guarded by Proxy.mu.
 	remaining int
@@ -220,8 +224,18 @@ func (p *Proxy) CutNext(m Matcher) {
 	p.arm(&fault{match: m, cut: true, remaining: 1})
 }
 
+// CutAfterNext arms a one-shot fault that forwards the next command
+// matching m to upstream and then, when upstream replies, closes the
+// client connection instead of delivering the reply: the command takes
+// effect, but the client sees a network error and does not know its
+// outcome (a primary that applied a write and then lost its connections,
+// or a network cut on the way back). It counts as a cut.
+func (p *Proxy) CutAfterNext(m Matcher) {
+	p.arm(&fault{match: m, cutAfter: true, remaining: 1})
+}
+
 // ClearFailures disarms every fault armed by FailNext, FailTimes,
-// FailAlways and CutNext.
+// FailAlways, CutNext and CutAfterNext.
 func (p *Proxy) ClearFailures() {
 	p.mu.Lock()
 	for _, f := range p.faults {
@@ -326,7 +340,7 @@ func (p *Proxy) acceptLoop() {
 			_ = c.Close()
 			continue
 		}
-		pc := &proxyConn{p: p, client: c, pendingCS: map[int32]struct{}{}}
+		pc := &proxyConn{p: p, client: c, pendingCS: map[int32]struct{}{}, cutOnReply: map[int32]struct{}{}}
 		p.conns[pc] = struct{}{}
 		p.wg.Add(1)
 		p.mu.Unlock()
@@ -362,7 +376,7 @@ func (p *Proxy) decide(req request) *fault {
 				p.faults = slices.DeleteFunc(p.faults, func(g *fault) bool { return g == f })
 			}
 		}
-		if f.cut {
+		if f.cut || f.cutAfter {
 			p.stats.Cuts++
 		} else {
 			p.stats.Injected[req.name]++
@@ -388,6 +402,9 @@ type proxyConn struct {
 	// pendingCS holds the requestIDs of forwarded change-stream
 	// aggregates whose replies have not been seen yet.
 	pendingCS map[int32]struct{}
+	// cutOnReply holds the requestIDs of commands forwarded under a
+	// CutAfterNext fault: their reply closes the connection.
+	cutOnReply map[int32]struct{}
 }
 
 // close severs both sides. It reports whether this call did the closing.
@@ -478,6 +495,13 @@ func (c *proxyConn) clientToServer(up net.Conn) {
 			}
 		case f.cut:
 			return
+		case f.cutAfter:
+			c.mu.Lock()
+			c.cutOnReply[req.requestID] = struct{}{}
+			c.mu.Unlock()
+			if _, err := up.Write(msg); err != nil {
+				return
+			}
 		case req.moreToCome:
 			// The client expects no reply: swallow the request.
 		default:
@@ -502,7 +526,11 @@ func (c *proxyConn) serverToClient(up net.Conn) {
 			c.mu.Lock()
 			_, isCS := c.pendingCS[respTo]
 			delete(c.pendingCS, respTo)
+			_, cut := c.cutOnReply[respTo]
 			c.mu.Unlock()
+			if cut {
+				return // the reply is lost; run closes both sides
+			}
 			if isCS {
 				if id, ok := replyCursorID(msg); ok {
 					c.p.noteChangeStreamCursor(id)

@@ -449,6 +449,31 @@ func TestCutNext(t *testing.T) {
 	}
 }
 
+// CutAfterNext forwards the command (it takes effect upstream) and cuts
+// the connection instead of delivering the reply.
+func TestCutAfterNext(t *testing.T) {
+	fake := startFakeServer(t, false)
+	p := newProxy(t, fake.addr())
+	c := newClient(t, p)
+	ctx := ctxTimeout(t, 20*time.Second)
+	if err := ping(ctx, c); err != nil {
+		t.Fatalf("warm-up ping: %v", err)
+	}
+	p.CutAfterNext(CommandName("ping"))
+	if err := ping(ctx, c); err == nil || !mongo.IsNetworkError(err) {
+		t.Fatalf("ping after CutAfterNext: %v, want network error", err)
+	}
+	if fake.count("ping") != 2 {
+		t.Errorf("upstream saw %d pings, want the cut one forwarded too", fake.count("ping"))
+	}
+	if err := ping(ctx, c); err != nil {
+		t.Fatalf("ping after the cut: %v", err)
+	}
+	if st := p.Stats(); st.Cuts != 1 {
+		t.Errorf("cuts %d, want 1", st.Cuts)
+	}
+}
+
 func TestRefuseFor(t *testing.T) {
 	fake := startFakeServer(t, false)
 	p := newProxy(t, fake.addr())

@@ -1,0 +1,651 @@
+package jobs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
+)
+
+// maxClaimRounds bounds the rounds of one step of a claim batch that are
+// not caused by an unreachable database (which is retried while the
+// context allows): each round either decides a fire or changed the
+// document it looked at (a repair, a lock freed in between), so a few
+// suffice.
+const maxClaimRounds = 5
+
+// Backoff between tries of a step whose outcome was lost.
+const (
+	retryFirst = 20 * time.Millisecond
+	retryMax   = 500 * time.Millisecond
+)
+
+// reasonDuplicateFire answers a fire that appears twice in one batch.
+var reasonDuplicateFire = "the same fire twice in one batch"
+
+// claimer is one ClaimBatch call in progress.
+type claimer struct {
+	s      *MongoStore
+	b      BatchClaim
+	out    []ClaimOutcome
+	leases []Lease
+	// recorded marks the fires whose running record is this replica's
+	// (confirmed written); notSent those whose every insert so far failed
+	// before being sent (so nothing of theirs can have landed).
+	recorded []bool
+	notSent  []bool
+	// nonce identifies this call in the records it inserts.
+	nonce string
+}
+
+// ClaimBatch implements BatchStore. Commands per batch, when nothing is
+// contended or lost: [find job_runs for the Check fires] + insertMany
+// job_runs + (for the fires won whose policy takes the lock) one bulkWrite
+// on job_locks. A fire whose lock is held costs one find of the held locks
+// and one bulkWrite turning their records skipped, for all such fires.
+func (s *MongoStore) ClaimBatch(ctx context.Context, b BatchClaim) []ClaimOutcome {
+	c := &claimer{s: s, b: b, out: make([]ClaimOutcome, len(b.Fires)),
+		leases: make([]Lease, len(b.Fires)), recorded: make([]bool, len(b.Fires)),
+		notSent: make([]bool, len(b.Fires)), nonce: claimNonce()}
+	seen := make(map[string]bool, len(b.Fires))
+	var todo []int
+	for i, f := range b.Fires {
+		slot := f.Slot.UTC()
+		c.leases[i] = Lease{JobID: f.JobID, Slot: slot, Instance: b.Instance, Incarnation: b.Incarnation,
+			RunID: RunID(f.JobID, slot), Fence: FenceOf(slot), Overlap: f.Overlap}
+		if seen[c.leases[i].RunID] {
+			c.out[i] = ClaimOutcome{Result: AlreadyFired, Reason: reasonDuplicateFire}
+			continue
+		}
+		seen[c.leases[i].RunID] = true
+		todo = append(todo, i)
+	}
+	todo = c.check(ctx, todo)
+	won := c.insert(ctx, todo)
+	var locking []int
+	for _, i := range won {
+		if b.Fires[i].Overlap.takesLock() {
+			locking = append(locking, i)
+		} else {
+			c.out[i] = ClaimOutcome{Result: Acquired, Lease: c.leases[i]}
+		}
+	}
+	c.lock(ctx, locking)
+	c.closeUnrun(ctx)
+	return c.out
+}
+
+// claimNonce returns a random id for one ClaimBatch call.
+func claimNonce() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// runKey is the (job, slot) of a record, to match records read back.
+type runKey struct {
+	job  string
+	slot int64
+}
+
+func keyOf(l Lease) runKey { return runKey{l.JobID, l.Slot.UnixNano()} }
+
+// check answers the Check fires already recorded (one find for all of
+// them) and returns the fires left to insert.
+func (c *claimer) check(ctx context.Context, todo []int) []int {
+	var checks []int
+	for _, i := range todo {
+		if c.b.Fires[i].Check {
+			checks = append(checks, i)
+		}
+	}
+	if len(checks) == 0 {
+		return todo
+	}
+	found, err := c.readRuns(ctx, checks)
+	if err != nil {
+		for _, i := range checks {
+			c.out[i].Err = c.errf(i, "look for the record", fmt.Errorf("%w: %w", ErrUnreachable, err))
+		}
+	}
+	var left []int
+	for _, i := range todo {
+		switch {
+		case !c.b.Fires[i].Check:
+			left = append(left, i)
+		case err != nil:
+		case found[i] != nil:
+			c.out[i] = ClaimOutcome{Result: AlreadyFired, Reason: recordedReason(found[i])}
+		default:
+			left = append(left, i)
+		}
+	}
+	return left
+}
+
+// claimedRun is the running record a claim inserts: a RunDoc and the
+// claim's nonce, which tells a record this very ClaimBatch wrote (by a try
+// whose answer was lost, or by the driver's own retry of it) from one an
+// earlier claim of the same process wrote.
+type claimedRun struct {
+	RunDoc `bson:",inline"`
+	Claim  string `bson:"claim"`
+}
+
+// runSeen is a record read back: enough to tell whose it is.
+type runSeen struct {
+	Claim       string    `bson:"claim"`
+	ID          string    `bson:"_id"`
+	JobID       string    `bson:"job_id"`
+	ScheduledAt time.Time `bson:"scheduled_at"`
+	Instance    string    `bson:"instance"`
+	Incarnation string    `bson:"incarnation"`
+	Status      string    `bson:"status"`
+}
+
+func recordedReason(r *runSeen) string {
+	return fmt.Sprintf("slot recorded %s by %s (%s)", r.Status, r.Instance, r.ID)
+}
+
+// readRuns reads back the records of the fires idx, by _id and by (job,
+// slot) (a missed record of the slot has another _id), retrying while ctx
+// allows. found[i] is the record of fire i, nil when there is none.
+func (c *claimer) readRuns(ctx context.Context, idx []int) (map[int]*runSeen, error) {
+	ids := make(bson.A, 0, len(idx))
+	jobs := make(bson.A, 0, len(idx))
+	slots := make(bson.A, 0, len(idx))
+	jobSeen, slotSeen := map[string]bool{}, map[int64]bool{}
+	byKey := make(map[runKey]int, len(idx))
+	for _, i := range idx {
+		l := c.leases[i]
+		ids = append(ids, l.RunID)
+		byKey[keyOf(l)] = i
+		if !jobSeen[l.JobID] {
+			jobSeen[l.JobID] = true
+			jobs = append(jobs, l.JobID)
+		}
+		if !slotSeen[l.Slot.UnixNano()] {
+			slotSeen[l.Slot.UnixNano()] = true
+			slots = append(slots, l.Slot)
+		}
+	}
+	filter := bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+		bson.D{{Key: "job_id", Value: bson.D{{Key: "$in", Value: jobs}}}, {Key: "scheduled_at", Value: bson.D{{Key: "$in", Value: slots}}}},
+	}}}
+	proj := options.Find().SetProjection(bson.D{{Key: "job_id", Value: 1}, {Key: "scheduled_at", Value: 1},
+		{Key: "instance", Value: 1}, {Key: "incarnation", Value: 1}, {Key: "status", Value: 1}, {Key: "claim", Value: 1}})
+	var docs []runSeen
+	err := retrying(ctx, func() error {
+		docs = docs[:0]
+		cur, err := c.s.runs.Find(ctx, filter, proj)
+		if err != nil {
+			return err
+		}
+		return cur.All(ctx, &docs)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read back records in %s: %w", c.s.runs.Name(), err)
+	}
+	found := make(map[int]*runSeen, len(docs))
+	for k := range docs {
+		d := &docs[k]
+		i, ok := byKey[runKey{d.JobID, d.ScheduledAt.UnixNano()}]
+		if !ok {
+			continue // another job's record of one of the slots
+		}
+		// A record under the fire's own id is the one that counts (a
+		// missed record of the slot cannot coexist with it while the
+		// unique index exists).
+		if prev := found[i]; prev == nil || d.ID == c.leases[i].RunID {
+			found[i] = d
+		}
+	}
+	return found, nil
+}
+
+// mine reports whether r is the running record this ClaimBatch inserted
+// for fire i.
+func (c *claimer) mine(i int, r *runSeen) bool {
+	return r.ID == c.leases[i].RunID && r.Instance == c.b.Instance && r.Incarnation == c.b.Incarnation && r.Claim == c.nonce
+}
+
+// insert writes the running records of the fires todo with one unordered
+// insertMany and returns the fires whose record is this replica's. A
+// duplicate key means another record of the fire exists: whose it is is
+// read back (it may be this replica's own, written by a try whose answer
+// was lost, or by the driver's retry of it). Outcomes lost on the way are
+// read back and the records not there inserted again, while ctx allows.
+func (c *claimer) insert(ctx context.Context, todo []int) (won []int) {
+	wait := retryFirst
+	dupRounds := 0
+	first := make(map[int]bool, len(todo))
+	for _, i := range todo {
+		first[i] = true
+	}
+	for len(todo) > 0 {
+		docs := make([]any, len(todo))
+		for k, i := range todo {
+			l := c.leases[i]
+			docs[k] = claimedRun{RunDoc: RunDoc{ID: l.RunID, JobID: l.JobID, ScheduledAt: l.Slot, Instance: l.Instance,
+				Incarnation: l.Incarnation, Fence: l.Fence, Status: StatusRunning, StartedAt: c.b.Now,
+				LeaseUntil: c.b.Now.Add(c.b.TTL), ExpireAt: c.b.Now.Add(c.s.retention)}, Claim: c.nonce}
+		}
+		_, err := c.s.runs.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+		perOp, wholeErr := splitBulkError(err)
+		for _, i := range todo {
+			c.notSent[i] = (first[i] || c.notSent[i]) && wholeErr != nil && notSent(wholeErr)
+			first[i] = false
+		}
+		var maybe []int
+		lastErr := wholeErr
+		for k, i := range todo {
+			we, failed := perOp[k]
+			switch {
+			case wholeErr != nil:
+				maybe = append(maybe, i)
+			case !failed:
+				c.recorded[i] = true
+				won = append(won, i)
+			case we.Code == 11000 || transientCode(we.Code):
+				lastErr = we
+				maybe = append(maybe, i)
+			default:
+				c.out[i].Err = c.errf(i, "record the run", we)
+			}
+		}
+		todo = nil
+		if len(maybe) == 0 {
+			break
+		}
+		if wholeErr != nil {
+			if !sleepCtx(ctx, wait) {
+				for _, i := range maybe {
+					c.unknown(i, "record the run", wholeErr)
+				}
+				break
+			}
+			wait = min(2*wait, retryMax)
+		} else {
+			dupRounds++
+		}
+		found, err := c.readRuns(ctx, maybe)
+		if err != nil {
+			for _, i := range maybe {
+				c.unknown(i, "record the run", err)
+			}
+			break
+		}
+		for _, i := range maybe {
+			r := found[i]
+			switch {
+			case r == nil && wholeErr != nil && !transient(wholeErr):
+				c.out[i].Err = c.errf(i, "record the run", wholeErr) // refused, and not there
+			case r == nil && dupRounds > maxClaimRounds:
+				c.out[i].Err = c.errf(i, "record the run", fmt.Errorf("duplicate key but no record to be read: %w", lastErr))
+			case r == nil:
+				todo = append(todo, i) // not there: try again
+			case c.mine(i, r) && r.Status == StatusRunning:
+				c.recorded[i] = true
+				won = append(won, i)
+			default:
+				c.out[i] = ClaimOutcome{Result: AlreadyFired, Reason: recordedReason(r)}
+			}
+		}
+	}
+	return won
+}
+
+// unknown answers fire i with no decision: the database could not be
+// asked or its answer was lost. Unless the step is the insert and err says
+// the command was never sent (no server could be selected), this
+// replica's record may have landed: ErrOutcomeUnknown, and the lease is
+// filled in for Disown.
+func (c *claimer) unknown(i int, step string, err error) {
+	if err == nil {
+		err = errors.New("no answer")
+	}
+	if !c.recorded[i] && c.notSent[i] && notSent(err) {
+		c.out[i] = ClaimOutcome{Err: c.errf(i, step, fmt.Errorf("%w: %w", ErrUnreachable, err))}
+		return
+	}
+	c.out[i] = ClaimOutcome{Lease: c.leases[i],
+		Err: c.errf(i, step, fmt.Errorf("%w: %w: %w", ErrUnreachable, ErrOutcomeUnknown, err))}
+}
+
+// notSent reports whether err says a command never left the client: no
+// server could be selected (the context ended first, or none answered).
+func notSent(err error) bool {
+	var sse topology.ServerSelectionError
+	return errors.As(err, &sse)
+}
+
+func (c *claimer) errf(i int, step string, err error) error {
+	l := c.leases[i]
+	return fmt.Errorf("claim %s at %s: %s: %w", l.JobID, l.Slot.Format(time.RFC3339Nano), step, err)
+}
+
+// lockFilter matches the lock of fire i when the fire may take it: the
+// slot is later than the job's last, the document is sane (state known,
+// integer fence: anything else is damage, repaired first), and the lock is
+// free, past its lease, or held by a previous incarnation of this
+// instance.
+func (c *claimer) lockFilter(i int) bson.D {
+	l := c.leases[i]
+	return bson.D{
+		{Key: "_id", Value: l.JobID},
+		{Key: "last_slot", Value: bson.D{{Key: "$lt", Value: l.Slot}}},
+		{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{LockFree, LockRunning}}}},
+		{Key: "fence", Value: bson.D{{Key: "$type", Value: bson.A{"int", "long"}}, {Key: "$gte", Value: 0}}},
+		{Key: "$or", Value: bson.A{
+			bson.D{{Key: "state", Value: LockFree}},
+			bson.D{{Key: "lease_until", Value: bson.D{{Key: "$lt", Value: c.b.Now}}}},
+			bson.D{{Key: "holder", Value: c.b.Instance}, {Key: "incarnation", Value: bson.D{{Key: "$ne", Value: c.b.Incarnation}}}},
+		}},
+	}
+}
+
+func (c *claimer) lockUpdate(i int) bson.D {
+	l := c.leases[i]
+	return bson.D{
+		{Key: "$set", Value: bson.D{
+			{Key: "state", Value: LockRunning},
+			{Key: "holder", Value: l.Instance},
+			{Key: "incarnation", Value: l.Incarnation},
+			{Key: "run_id", Value: l.RunID},
+			{Key: "acquired_at", Value: c.b.Now},
+			{Key: "lease_until", Value: c.b.Now.Add(c.b.TTL)},
+			{Key: "fence", Value: l.Fence},
+			{Key: "updated_at", Value: c.b.Now},
+		}},
+		{Key: "$max", Value: bson.D{{Key: "last_slot", Value: l.Slot}}},
+	}
+}
+
+// lock takes the locks of the fires todo (their records are this
+// replica's) with one unordered bulkWrite of conditional upserts: an
+// upsert whose filter does not match an existing document fails with a
+// duplicate key on _id, and those locks are read back (one find) to tell
+// held (skipped), a later slot claimed (skipped), damaged (repaired, tried
+// again) or changed in between (tried again). Outcomes lost on the way are
+// read back by run_id.
+func (c *claimer) lock(ctx context.Context, todo []int) {
+	repaired := map[int][]string{}
+	var lastErr error
+	wait := retryFirst
+	rounds := 0
+	for len(todo) > 0 {
+		models := make([]mongo.WriteModel, len(todo))
+		for k, i := range todo {
+			models[k] = mongo.NewUpdateOneModel().SetFilter(c.lockFilter(i)).SetUpdate(c.lockUpdate(i)).SetUpsert(true)
+		}
+		_, err := c.s.locks.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+		perOp, wholeErr := splitBulkError(err)
+		var look []int
+		for k, i := range todo {
+			we, failed := perOp[k]
+			switch {
+			case wholeErr != nil:
+				lastErr = wholeErr
+				look = append(look, i)
+			case !failed:
+				c.out[i] = ClaimOutcome{Result: Acquired, Lease: c.leases[i], Repaired: repaired[i]}
+			default:
+				// 11000: the filter did not match; another code: the
+				// server refused the update (a damaged document?).
+				if we.Code != 11000 {
+					lastErr = we
+				}
+				look = append(look, i)
+			}
+		}
+		todo = nil
+		if len(look) == 0 {
+			break
+		}
+		if wholeErr != nil {
+			if !sleepCtx(ctx, wait) {
+				for _, i := range look {
+					c.unknown(i, "take the lock", wholeErr)
+				}
+				break
+			}
+			wait = min(2*wait, retryMax)
+		} else {
+			rounds++
+		}
+		raws, err := c.readLocks(ctx, look)
+		if err != nil {
+			for _, i := range look {
+				c.unknown(i, "take the lock", err)
+			}
+			break
+		}
+		for _, i := range look {
+			l := c.leases[i]
+			raw := raws[l.JobID]
+			if raw == nil {
+				todo = append(todo, i) // no document: the upsert creates it
+				continue
+			}
+			v := inspectLock(raw, c.b.Now, c.b.TTL)
+			switch {
+			case v.runID == l.RunID && v.state == LockRunning && v.holder == l.Instance && v.incarnation == l.Incarnation && len(v.damage) == 0:
+				// This replica's upsert landed (its answer was lost).
+				c.out[i] = ClaimOutcome{Result: Acquired, Lease: l, Repaired: repaired[i]}
+			case len(v.damage) > 0:
+				done, err := c.s.repair(ctx, l.JobID, l.RunID, raw, v, c.b.Now)
+				switch {
+				case err != nil && ctx.Err() != nil:
+					c.unknown(i, "repair the lock", err)
+				case err != nil:
+					lastErr = err
+					todo = append(todo, i)
+				default:
+					if done {
+						repaired[i] = append(repaired[i], v.damage...)
+					}
+					todo = append(todo, i)
+				}
+			case !v.lastSlot.Before(l.Slot):
+				c.out[i] = ClaimOutcome{Result: Skipped, Repaired: repaired[i],
+					Reason: fmt.Sprintf("a later slot was claimed (last slot %s)", v.lastSlot.UTC().Format(time.RFC3339Nano))}
+			case v.state == LockRunning && !v.leaseUntil.Before(c.b.Now) &&
+				(v.holder != l.Instance || v.incarnation == l.Incarnation):
+				c.out[i] = ClaimOutcome{Result: Skipped, Holder: v.holder, HolderRunID: v.runID, Repaired: repaired[i],
+					Reason: fmt.Sprintf("run %s of %s still holds the lock", v.runID, v.holder)}
+			default:
+				todo = append(todo, i) // free by now: try again
+			}
+		}
+		if rounds >= maxClaimRounds && len(todo) > 0 {
+			for _, i := range todo {
+				why := lastErr
+				if why == nil {
+					why = errors.New("lock document kept changing")
+				}
+				c.out[i] = ClaimOutcome{Err: c.errf(i, "take the lock", why)}
+			}
+			break
+		}
+	}
+}
+
+// readLocks reads the lock documents of the fires idx (one find).
+func (c *claimer) readLocks(ctx context.Context, idx []int) (map[string]bson.Raw, error) {
+	ids := make(bson.A, 0, len(idx))
+	seen := map[string]bool{}
+	for _, i := range idx {
+		if id := c.leases[i].JobID; !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	out := make(map[string]bson.Raw, len(ids))
+	err := retrying(ctx, func() error {
+		cur, err := c.s.locks.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+		if err != nil {
+			return err
+		}
+		defer cur.Close(ctx)
+		for cur.Next(ctx) {
+			id, _ := cur.Current.Lookup("_id").StringValueOK()
+			out[id] = append(bson.Raw(nil), cur.Current...)
+		}
+		return cur.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read locks in %s: %w", c.s.locks.Name(), err)
+	}
+	return out, nil
+}
+
+// closeUnrun turns the running records of fires this replica won but will
+// not run into skipped records (one bulkWrite for all): the lock was held,
+// or taking it failed with the server's refusal. Fires whose outcome is
+// unknown keep their record for Disown.
+func (c *claimer) closeUnrun(ctx context.Context) {
+	var models []mongo.WriteModel
+	var which []int
+	for i := range c.out {
+		o := &c.out[i]
+		if !c.recorded[i] || o.Result == Acquired || errors.Is(o.Err, ErrOutcomeUnknown) {
+			continue
+		}
+		reason := o.Reason
+		if o.Err != nil {
+			reason = "claim error: " + o.Err.Error()
+		}
+		l := c.leases[i]
+		models = append(models, mongo.NewUpdateOneModel().
+			SetFilter(bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: StatusRunning},
+				{Key: "instance", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation}}).
+			SetUpdate(bson.D{
+				{Key: "$set", Value: bson.D{
+					{Key: "status", Value: StatusSkipped},
+					{Key: "ended_at", Value: c.b.Now},
+					{Key: "reason", Value: reason},
+					{Key: "error", Value: reason},
+					{Key: "fence", Value: int64(0)},
+					{Key: "expire_at", Value: c.b.Now.Add(c.s.retention)},
+				}},
+				{Key: "$unset", Value: bson.D{{Key: "lease_until", Value: ""}}},
+			}))
+		which = append(which, i)
+	}
+	if len(models) == 0 {
+		return
+	}
+	err := retrying(ctx, func() error {
+		_, err := c.s.runs.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+		return err
+	})
+	if err != nil {
+		// The records stay running under this replica; their lease passes
+		// and SweepExpired marks them abandoned. Nothing runs either way.
+		jobs := make([]string, 0, len(which))
+		for _, i := range which {
+			jobs = append(jobs, c.leases[i].RunID)
+		}
+		c.s.log.Warn("could not record skipped fires", "instance_id", c.b.Instance, "runs", strings.Join(jobs, ","), "error", err)
+	}
+}
+
+// splitBulkError splits the error of an InsertMany or BulkWrite into the
+// write errors by index and a whole-command error (the command failed or
+// its answer was lost, or a write concern error: no write's outcome is
+// known then).
+func splitBulkError(err error) (map[int]mongo.WriteError, error) {
+	if err == nil {
+		return nil, nil
+	}
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) {
+		return nil, err
+	}
+	if bwe.WriteConcernError != nil {
+		return nil, err
+	}
+	perOp := make(map[int]mongo.WriteError, len(bwe.WriteErrors))
+	for _, we := range bwe.WriteErrors {
+		perOp[we.Index] = we.WriteError
+	}
+	return perOp, nil
+}
+
+// Server error codes whose command may or may not have been applied, or
+// that a later try may pass: a step-down, a shutdown, a time limit.
+var transientCodes = map[int]bool{
+	6: true, 7: true, 89: true, 91: true, 189: true, 262: true, 9001: true, 50: true,
+	10107: true, 11600: true, 11602: true, 13435: true, 13436: true, 64: true, 112: true,
+}
+
+func transientCode(code int) bool { return transientCodes[code] }
+
+// transient reports whether err leaves the outcome of a write unknown or
+// may pass when tried again: the server was not reached or its answer was
+// lost, it stepped down or shut down, or a write concern error.
+func transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	if mongo.IsNetworkError(err) || mongo.IsTimeout(err) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, mongo.ErrClientDisconnected) {
+		return true
+	}
+	var bwe mongo.BulkWriteException
+	if errors.As(err, &bwe) && bwe.WriteConcernError != nil {
+		return true
+	}
+	var se mongo.ServerError
+	if errors.As(err, &se) {
+		if se.HasErrorLabel("RetryableWriteError") || se.HasErrorLabel("NetworkError") {
+			return true
+		}
+		for code := range transientCodes {
+			if se.HasErrorCode(code) {
+				return true
+			}
+		}
+		return false
+	}
+	// Server selection failures and other client-side errors without a
+	// server's answer.
+	return true
+}
+
+// retrying runs op until it succeeds, fails with an error that is not
+// transient, or ctx ends; it returns the last error.
+func retrying(ctx context.Context, op func() error) error {
+	wait := retryFirst
+	for {
+		err := op()
+		if err == nil || !transient(err) || ctx.Err() != nil {
+			return err
+		}
+		if !sleepCtx(ctx, wait) {
+			return err
+		}
+		wait = min(2*wait, retryMax)
+	}
+}
+
+// sleepCtx waits d or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
