@@ -36,8 +36,12 @@ func (r *Runner) claim(d schedule.Due, deadline time.Duration, spec Spec, check 
 			// into a missed record once the database answers again, and
 			// the fire is not tried again (a retry would find the record
 			// and could not tell it was ours to run).
-			r.leases.disown(Lease{JobID: id, RunID: RunID(id, slot), Instance: r.opts.InstanceID,
-				Incarnation: r.opts.Incarnation, Slot: slot, Overlap: spec.Overlap})
+			l := o.Lease
+			if l.RunID == "" {
+				l = Lease{JobID: id, RunID: RunID(id, slot), Instance: r.opts.InstanceID,
+					Incarnation: r.opts.Incarnation, Slot: slot, Overlap: spec.Overlap}
+			}
+			r.leases.disown(l)
 			break
 		}
 		if !errors.Is(o.Err, ErrUnreachable) || wait <= 0 || r.clock.Now().Add(wait).After(d.At().Add(deadline)) {

@@ -102,7 +102,7 @@ func TestRecordMissedOnceAcrossReplicas(t *testing.T) {
 	var written atomic.Int64
 	for _, inst := range []string{"r1", "r2", "r3"} {
 		wg.Go(func() {
-			w, err := e.store(inst).RecordMissed(testCtx(t), m, everySecond, inst, time.Now())
+			w, err := e.replica(inst, "i").RecordMissed(testCtx(t), m, everySecond, inst, time.Now())
 			if err != nil {
 				t.Error(err)
 			}
@@ -122,10 +122,10 @@ func TestRecordMissedOnceAcrossReplicas(t *testing.T) {
 	if l := e.lock(t, "tick"); !l.LastSlot.Equal(m.To) {
 		t.Fatalf("last slot %s, want moved to %s", l.LastSlot, m.To)
 	}
-	c, err := e.store("r1").Claim(testCtx(t), ClaimRequest{JobID: "tick", Slot: t0.Add(50 * time.Second), Instance: "r1",
-		RunID: "late", Overlap: OverlapForbid, Now: time.Now(), TTL: time.Minute})
-	if err != nil || c.Result != AlreadyFired {
-		t.Fatalf("claim of a recorded missed slot: %+v %v, want already fired", c, err)
+	// The last slot moved past the range: a late claim of a slot inside
+	// it does not win the job's lock, so nothing runs.
+	if o := e.replica("r1", "i1").claim(t, time.Now(), time.Minute, forbid("tick", t0.Add(50*time.Second)))[0]; o.Err != nil || o.Result == Acquired {
+		t.Fatalf("claim of a recorded missed slot: %+v, want it not acquired", o)
 	}
 }
 
@@ -134,17 +134,10 @@ func TestRecordMissedOnceAcrossReplicas(t *testing.T) {
 func TestRecordMissedSplitsAroundRuns(t *testing.T) {
 	t.Parallel()
 	e := newStoreEnv(t)
-	s := e.store("r1")
+	s := e.replica("r1", "i1")
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Second).UTC()
 	ran := t0.Add(3 * time.Second)
-	c, err := s.Claim(testCtx(t), ClaimRequest{JobID: "tick", Slot: ran, Instance: "r2", RunID: "ran", Overlap: OverlapAllow,
-		Now: time.Now(), TTL: time.Minute})
-	if err != nil || c.Result != Acquired {
-		t.Fatalf("claim: %+v %v", c, err)
-	}
-	if err := s.StartRun(testCtx(t), c.Lease, time.Now(), time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	e.replica("r2", "i2").claimOne(t, allow("tick", ran), time.Now(), Acquired)
 	// A missed record of another replica reaching into the range, too.
 	if _, err := s.RecordMissed(testCtx(t), MissedRange{JobID: "tick", From: t0.Add(-5 * time.Second), To: t0.Add(time.Second),
 		Count: 7, Reason: MissedShuttingDown}, everySecond, "r3", time.Now()); err != nil {
@@ -257,7 +250,7 @@ func TestRunnerStartingDeadlineAfterClaim(t *testing.T) {
 	reg.Register("j", Spec{Action: ActionFunc(func(context.Context, Fire) error { ran.Add(1); return nil }), StartingDeadline: 5 * time.Second})
 	var missed atomic.Int64
 	r := NewRunner(RunnerOptions{Registry: reg, InstanceID: "a", Logger: slog.New(slog.DiscardHandler), Clock: clock,
-		Store: &lateStore{MongoStore: e.store("a"), clock: clock, by: 6 * time.Second},
+		Store: &lateStore{MongoStore: e.replica("a", "i").MongoStore, clock: clock, by: 6 * time.Second},
 		Hooks: Hooks{Missed: func(_, reason string, n int64) {
 			if reason == MissedStartingDeadline {
 				missed.Add(n)
@@ -309,7 +302,7 @@ func TestRunnerRecordsDroppedFiresAsOneRange(t *testing.T) {
 	clock := &manualClock{now: t0}
 	reg := NewRegistry()
 	reg.Register("tick", Spec{Action: ActionFunc(func(context.Context, Fire) error { return nil })})
-	store := &unreachableStore{MongoStore: e.store("a")}
+	store := &unreachableStore{MongoStore: e.replica("a", "i").MongoStore}
 	var missed atomic.Int64
 	r := NewRunner(RunnerOptions{Registry: reg, InstanceID: "a", Logger: slog.New(slog.DiscardHandler), Clock: clock,
 		Store: store, Slots: func(string) (NextFunc, bool) { return everySecond, true },
