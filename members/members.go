@@ -22,6 +22,14 @@
 // over) or the heartbeat moves (alive: refuse), which takes at most the
 // lease.
 //
+// # Ownership
+//
+// Owner picks a job's owner among live members. A Membership caches the
+// live members it read after Join and after each heartbeat (one find per
+// heartbeat), so Owns and LiveView answer per fire without a round trip;
+// the process itself is always live in its own view. Ownership only decides
+// who claims a fire first: the claim keeps each fire exactly once.
+//
 // # Consistency
 //
 // The collection is used with write concern majority and read concern
@@ -54,8 +62,9 @@ const TTLIndex = "members_expire_at"
 
 // Defaults of Options.
 const (
-	// DefaultHeartbeat is the period of the heartbeat write: one write per
-	// member every 10 s, 6 commands per idle minute.
+	// DefaultHeartbeat is the period of the heartbeat write: one write
+	// and one read of the live members (the cached view) per member every
+	// 10 s, 12 commands per idle minute.
 	DefaultHeartbeat = 10 * time.Second
 	// DefaultLease is how long a member stays live after its last
 	// heartbeat: three heartbeat periods, so two heartbeats may fail (a

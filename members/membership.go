@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -52,14 +53,23 @@ const joinRetry = time.Second
 const codeDuplicateKey = 11000
 
 // Membership is this process's member document: Join registers it, Run
-// renews it, Leave removes it. Live reads the others.
+// renews it, Leave removes it. Live reads the others; Owns and LiveView
+// answer from a cached view of them, read after Join and after each
+// heartbeat. Its methods are safe for concurrent use.
 type Membership struct {
 	coll *mongo.Collection
 	opts Options
 	log  *slog.Logger
 
+	// selfID and selfIncarnation are this process's, fixed at New.
+	selfID, selfIncarnation string
+
 	mu   sync.Mutex
 	self Member // as last written; the fields other than times are fixed at New
+
+	// view is the cached read of the live members (nil before the first
+	// read), replaced whole by refreshView.
+	view atomic.Pointer[view]
 }
 
 // New returns the membership of this process in db's members collection.
@@ -87,6 +97,7 @@ func New(db *mongo.Database, opts Options) *Membership {
 	self := Member{ID: opts.InstanceID, Host: opts.Host, PID: os.Getpid(), Machine: machineID(),
 		Incarnation: newIncarnation()}
 	return &Membership{coll: Collection(db), opts: opts, self: self,
+		selfID: self.ID, selfIncarnation: self.Incarnation,
 		log: opts.Logger.With("host", self.Host, "incarnation", self.Incarnation)}
 }
 
@@ -127,7 +138,9 @@ func (m *Membership) doc(now time.Time) Member {
 // package doc). While the holder may still be alive it waits — at most
 // until the holder's lease passes — and returns a *DuplicateError as soon
 // as the holder heartbeats. Read or write failures are retried until ctx
-// ends.
+// ends. Once registered it reads the live members once for the cached
+// view (Owns, LiveView); a failure of that read leaves the view unknown
+// until the next heartbeat and does not fail Join.
 func (m *Membership) Join(ctx context.Context) error {
 	var waiting *Member // the holder Join waits on
 	failures := 0
@@ -136,7 +149,11 @@ func (m *Membership) Join(ctx context.Context) error {
 		var cur Member
 		err := m.coll.FindOne(ctx, bson.D{{Key: "_id", Value: m.opts.InstanceID}}).Decode(&cur)
 		done, err := m.joinStep(ctx, now, cur, err, &waiting)
-		if done || (err != nil && (ctx.Err() != nil || IsDuplicate(err))) {
+		if done {
+			m.refreshAfter(ctx, "joining")
+			return nil
+		}
+		if err != nil && (ctx.Err() != nil || IsDuplicate(err)) {
 			return err
 		}
 		wait := joinPoll
@@ -229,7 +246,9 @@ func (m *Membership) joinStep(ctx context.Context, now time.Time, cur Member, re
 // *TakenOverError, logged at error). A failed heartbeat is logged and
 // retried at the next interval; a document found missing (removed by an
 // operator, the TTL index after a long outage, a dropped database) is
-// written again. Call it after Join.
+// written again. After each heartbeat, written or not, it reads the live
+// members once (one find) for the cached view of Owns and LiveView: two
+// commands per heartbeat in all. Call it after Join.
 func (m *Membership) Run(ctx context.Context) error {
 	t := time.NewTicker(m.opts.Heartbeat)
 	defer t.Stop()
@@ -242,6 +261,7 @@ func (m *Membership) Run(ctx context.Context) error {
 		if err := m.beat(ctx); err != nil {
 			return err
 		}
+		m.refreshAfter(ctx, "the heartbeat")
 	}
 }
 

@@ -13,15 +13,26 @@ import "hash/fnv"
 // restarted instance owns the same jobs as before. The zero Member is
 // returned when live is empty.
 func Owner(jobID string, live []Member) Member {
-	var best Member
-	var bestW uint64
-	for i, m := range live {
-		w := weight(jobID, m.ID)
-		if i == 0 || w > bestW || (w == bestW && m.ID < best.ID) {
-			best, bestW = m, w
-		}
+	var c choice
+	for _, m := range live {
+		c.consider(jobID, m)
 	}
-	return best
+	return c.best
+}
+
+// choice is Owner's running pick: the member with the highest weight seen
+// so far (ties to the smaller instance id).
+type choice struct {
+	best Member
+	w    uint64
+	any  bool
+}
+
+func (c *choice) consider(jobID string, m Member) {
+	w := weight(jobID, m.ID)
+	if !c.any || w > c.w || (w == c.w && m.ID < c.best.ID) {
+		c.best, c.w, c.any = m, w, true
+	}
 }
 
 // weight is the rendezvous weight of (jobID, memberID): FNV-1a over both,

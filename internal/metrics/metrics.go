@@ -63,6 +63,15 @@ type Metrics struct {
 	// wrote, by reason: a record of a range of 40 slots counts 40. Summed
 	// over the replicas it counts each missed slot once.
 	MissedSlots *prometheus.CounterVec
+	// ClaimBatchSize is the number of fires in each claim batch.
+	ClaimBatchSize prometheus.Histogram
+	// ClaimBatchSeconds is how long each claim batch took, from its first
+	// request to the last answer.
+	ClaimBatchSeconds prometheus.Histogram
+	// OwnerTakeovers counts fires this replica claimed and won although
+	// another member owned the job (the owner had not claimed within the
+	// grace: dead, stalled or not yet seen gone).
+	OwnerTakeovers prometheus.Counter
 }
 
 // Sources are read at scrape time for the gauges (see RegisterGauges); any
@@ -111,6 +120,17 @@ func New() *Metrics {
 			Help: "Fires not run for a reason other than another replica having them (database_unreachable, claim_error, shutting_down, starting_deadline, queue_full)."}, "reason"),
 		MissedSlots: f.counterVec(prometheus.CounterOpts{Name: "missed_slots_total",
 			Help: "Slots recorded missed in job_runs by this replica, by reason (a range of n slots counts n)."}, "reason"),
+		ClaimBatchSize: f.histogram(prometheus.HistogramOpts{Name: "claim_batch_size",
+			Help: "Fires per claim batch.",
+			// 1, 2, 5 per decade, 1 to 100,000 fires (a burst of 100,000
+			// due in the same second on one replica is the largest batch
+			// measured).
+			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000}}),
+		ClaimBatchSeconds: f.histogram(prometheus.HistogramOpts{Name: "claim_batch_seconds",
+			Help:    "Time one claim batch took, first request to last answer.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}),
+		OwnerTakeovers: f.counter(prometheus.CounterOpts{Name: "owner_takeovers_total",
+			Help: "Fires claimed and won by this replica although another member owned the job (owner dead or stalled)."}),
 	}
 	return m
 }
@@ -266,4 +286,23 @@ func (m *Metrics) CountMissedSlots(reason string, n int64) {
 		return
 	}
 	m.MissedSlots.WithLabelValues(reason).Add(float64(n))
+}
+
+// ObserveClaimBatch records one claim batch: its number of fires and how
+// long it took. An empty batch records nothing.
+func (m *Metrics) ObserveClaimBatch(size int, took time.Duration) {
+	if m == nil || size <= 0 {
+		return
+	}
+	m.ClaimBatchSize.Observe(float64(size))
+	m.ClaimBatchSeconds.Observe(max(took, 0).Seconds())
+}
+
+// CountOwnerTakeover counts one fire won by this replica for a job another
+// member owned.
+func (m *Metrics) CountOwnerTakeover() {
+	if m == nil {
+		return
+	}
+	m.OwnerTakeovers.Inc()
 }

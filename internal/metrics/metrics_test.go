@@ -35,6 +35,11 @@ func TestMetricsMoveAndParse(t *testing.T) {
 	m.ObserveEditToArmed(time.Time{}, now) // unknown write time: not observed
 	m.ObserveEventApply(50 * time.Microsecond)
 	m.ObserveFireLateness(now.Add(-10*time.Millisecond), now)
+	m.ObserveClaimBatch(3, 20*time.Millisecond)
+	m.ObserveClaimBatch(1000, 300*time.Millisecond)
+	m.ObserveClaimBatch(0, time.Second) // an empty batch: not observed
+	m.CountOwnerTakeover()
+	m.CountOwnerTakeover()
 
 	got := scrape(t, m)
 	want := map[string]float64{
@@ -51,6 +56,10 @@ func TestMetricsMoveAndParse(t *testing.T) {
 		"cronswap_edit_to_armed_seconds,count":                     1,
 		"cronswap_event_apply_seconds,count":                       1,
 		"cronswap_fire_lateness_seconds,count":                     1,
+		"cronswap_claim_batch_size,count":                          2,
+		"cronswap_claim_batch_size,sum":                            1003,
+		"cronswap_claim_batch_seconds,count":                       2,
+		"cronswap_owner_takeovers_total":                           2,
 	}
 	for k, v := range want {
 		if got[k] != v {
@@ -78,4 +87,42 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	m.ObserveEditToArmed(time.Now(), time.Now())
 	m.ObserveEventApply(time.Millisecond)
 	m.ObserveFireLateness(time.Now(), time.Now())
+	m.ObserveClaimBatch(10, time.Millisecond)
+	m.CountOwnerTakeover()
+}
+
+// A claim batch lands in the size bucket of its number of fires; the
+// buckets reach 100,000.
+func TestClaimBatchBuckets(t *testing.T) {
+	m := New()
+	m.ObserveClaimBatch(1, time.Millisecond)
+	m.ObserveClaimBatch(700, 40*time.Millisecond)
+	m.ObserveClaimBatch(100000, 3*time.Second)
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buckets := map[string]map[float64]uint64{}
+	for _, f := range families {
+		switch f.GetName() {
+		case "cronswap_claim_batch_size", "cronswap_claim_batch_seconds":
+			got := map[float64]uint64{}
+			for _, b := range f.GetMetric()[0].GetHistogram().GetBucket() {
+				got[b.GetUpperBound()] = b.GetCumulativeCount()
+			}
+			buckets[f.GetName()] = got
+		}
+	}
+	size := buckets["cronswap_claim_batch_size"]
+	for le, want := range map[float64]uint64{1: 1, 500: 1, 1000: 2, 50000: 2, 100000: 3} {
+		if got, ok := size[le]; !ok || got != want {
+			t.Errorf("claim_batch_size bucket le=%g: %d (present %v), want %d", le, got, ok, want)
+		}
+	}
+	secs := buckets["cronswap_claim_batch_seconds"]
+	for le, want := range map[float64]uint64{.001: 1, .05: 2, 2.5: 2, 5: 3} {
+		if got := secs[le]; got != want {
+			t.Errorf("claim_batch_seconds bucket le=%g: %d, want %d", le, got, want)
+		}
+	}
 }
