@@ -60,6 +60,7 @@ func TestIndexesUseDocumentFields(t *testing.T) {
 		}
 	}
 	want := []string{jobs.RunsCollection + "." + admin.RunsUniqueIndex, jobs.RunsCollection + "." + admin.RunsTTLIndex,
+		jobs.RunsCollection + "." + jobs.RunsLeaseIndex,
 		history.CollectionName + "." + history.JobIndex, history.CollectionName + "." + history.TTLIndex,
 		members.CollectionName + "." + members.TTLIndex}
 	if !slices.Equal(names, want) {
@@ -79,7 +80,7 @@ func TestInitOverExistingCollections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.Contains(rep.CreatedCollections, schedule.CollectionName) || len(rep.CreatedCollections) != 5 || len(rep.CreatedIndexes) != 5 {
+	if slices.Contains(rep.CreatedCollections, schedule.CollectionName) || len(rep.CreatedCollections) != 5 || len(rep.CreatedIndexes) != 6 {
 		t.Fatalf("report %+v", rep)
 	}
 	switch rep.Validator {

@@ -673,7 +673,7 @@ func TestInitTwice(t *testing.T) {
 	e := newEnv(t)
 	var rep admin.InitReport
 	e.okJSON(&rep, "init")
-	if len(rep.CreatedCollections) != 6 || len(rep.CreatedIndexes) != 5 || !rep.Changed() {
+	if len(rep.CreatedCollections) != 6 || len(rep.CreatedIndexes) != 6 || !rep.Changed() {
 		t.Fatalf("first init: %+v", rep)
 	}
 	// The indexes are there with their options.
@@ -703,6 +703,7 @@ func TestInitTwice(t *testing.T) {
 	want := map[string]string{
 		"job_runs.job_id_1_scheduled_at_1":            `key={"job_id":{"$numberInt":"1"},"scheduled_at":{"$numberInt":"1"}} unique=true ttl=none`,
 		"job_runs.expire_at_1":                        `key={"expire_at":{"$numberInt":"1"}} unique=false ttl=0`,
+		"job_runs.status_1_lease_until_1":             `key={"status":{"$numberInt":"1"},"lease_until":{"$numberInt":"1"}} unique=false ttl=none`,
 		"schedule_history.schedule_history_job_at":    `key={"job_id":{"$numberInt":"1"},"at":{"$numberInt":"-1"}} unique=false ttl=none`,
 		"schedule_history.schedule_history_expire_at": `key={"expire_at":{"$numberInt":"1"}} unique=false ttl=0`,
 		"members.members_expire_at":                   `key={"expire_at":{"$numberInt":"1"}} unique=false ttl=0`,

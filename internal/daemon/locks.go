@@ -28,8 +28,9 @@ func fireHooks(mx *metrics.Metrics) jobs.Hooks {
 
 // ensureRunIndexes creates job_runs' indexes, retrying with backoff until
 // it succeeds or ctx ends: the daemon starts without waiting for the
-// database, and exactly-once does not depend on the indexes alone (the
-// lock's last slot decides first; the unique index is the second line).
+// database, and exactly-once does not depend on them (a run record's _id
+// decides its slot); the claim path also checks them before claiming
+// (jobs.BatchStore.VerifyIndexes) and recreates a missing one.
 func ensureRunIndexes(ctx context.Context, runs *mongo.Collection, log *slog.Logger) {
 	wait := 500 * time.Millisecond
 	for {
