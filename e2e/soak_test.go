@@ -23,6 +23,27 @@ import (
 // scripts/soak.sh sets it. Default 60 s.
 const EnvSoak = "CRONSWAP_SOAK"
 
+// EnvSoakJobs sets how many stable jobs of the chaos soak fire every
+// second (scripts/soak.sh -j); default DefaultSoakJobs.
+const EnvSoakJobs = "CRONSWAP_SOAK_JOBS"
+
+// DefaultSoakJobs is the soak's number of every-second jobs: several
+// hundred fires every second across the three replicas.
+const DefaultSoakJobs = 300
+
+func soakJobs(t *testing.T) int {
+	t.Helper()
+	v := os.Getenv(EnvSoakJobs)
+	if v == "" {
+		return DefaultSoakJobs
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: want a positive number of jobs", EnvSoakJobs, v)
+	}
+	return n
+}
+
 func soakDuration(t *testing.T) time.Duration {
 	t.Helper()
 	v := os.Getenv(EnvSoak)
@@ -41,31 +62,42 @@ func soakDuration(t *testing.T) time.Duration {
 // random faults hit random replicas: connection cuts, refused connections
 // (an outage of up to 3 s), ChangeStreamHistoryLost (286) injected on the
 // next change-stream getMore or resume, and one SIGKILL and restart of a
-// replica. At the end every replica's /api/schedules must equal the
-// collection, and no (job_id, scheduled_at) may appear twice in job_runs.
+// replica — all under several hundred stable jobs firing every second (an
+// http action posting to a recording server on 127.0.0.1). At the end
+// every replica's /api/schedules must equal the collection, no
+// (job_id, scheduled_at) may appear twice in job_runs nor have run twice,
+// and every run has its record.
 func TestChaosSoak(t *testing.T) {
 	dur := soakDuration(t)
+	stableJobs := soakJobs(t)
 	uri, db := setup(t)
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 1))
-	t.Logf("soak: %s, seed %d", dur, seed)
+	t.Logf("soak: %s, %d every-second jobs, seed %d", dur, stableJobs, seed)
 
 	const replicas = 3
 	// Every run appends "job slot instance fence" to the ledger: the ground
 	// truth of what ran, independent of job_runs (whose unique index makes
 	// duplicates there impossible by construction).
 	ledger := filepath.Join(t.TempDir(), "ledger")
-	soakJobs := fmt.Sprintf(`
+	// The stable jobs' action posts the fire to a recorder (several hundred
+	// processes a second would measure fork, not the fire path); the
+	// recorder is their ledger.
+	rec := fpNewRecorder(t)
+	soakJobsYAML := fmt.Sprintf(`
   tick:
     exec: ["sh", "-c", "printf '%%s %%s %%s %%s\\n' \"$CRONSWAP_JOB_ID\" \"$CRONSWAP_SCHEDULED_AT\" \"$CRONSWAP_INSTANCE_ID\" \"$CRONSWAP_FENCE\" >> %s"]
     overlap: allow
-`, ledger)
+`, ledger) + rec.jobsYAML("allow")
 	// Stable jobs fire every second and are never edited: their slots are
 	// the ones that must run (see the exactly-once check at the end).
-	const stableJobs = 4
+	var stable []any
 	for i := range stableJobs {
-		insert(t, db, bson.D{{Key: "_id", Value: fmt.Sprintf("stable_%d", i)}, {Key: "cron_expr", Value: "* * * * * *"},
-			{Key: "job", Value: "tick"}, {Key: "updated_at", Value: time.Now()}})
+		stable = append(stable, bson.D{{Key: "_id", Value: fmt.Sprintf("stable_%d", i)}, {Key: "cron_expr", Value: "* * * * * *"},
+			{Key: "job", Value: "hit"}, {Key: "updated_at", Value: time.Now()}})
+	}
+	if _, err := db.Collection("schedules").InsertMany(testCtx(t), stable); err != nil {
+		t.Fatal(err)
 	}
 	proxies := make([]*faultproxy.Proxy, replicas)
 	cfgs := make([]string, replicas)
@@ -73,7 +105,7 @@ func TestChaosSoak(t *testing.T) {
 	for i := range replicas {
 		proxies[i] = newProxy(t, uri)
 		cfgs[i] = writeConfig(t, daemonConfig{URI: proxies[i].URI(uri), Database: db.Name(),
-			InstanceID: fmt.Sprintf("soak-%d", i+1), Jobs: soakJobs, Watch: "  resync_interval: 5s\n"})
+			InstanceID: fmt.Sprintf("soak-%d", i+1), Jobs: soakJobsYAML, Watch: "  resync_interval: 5s\n"})
 		daemons[i] = startDaemon(t, cfgs[i])
 	}
 	for _, d := range daemons {
@@ -147,7 +179,11 @@ func TestChaosSoak(t *testing.T) {
 		}
 	}
 	dups, runs := countDuplicateRuns(t, db)
-	lg := checkLedger(t, db, ledger, stableJobs, start.Add(5*time.Second), end.Add(-3*time.Second))
+	lines := readLedgerLines(t, ledger)
+	for _, h := range rec.snapshot() {
+		lines = append(lines, fmt.Sprintf("%s %s %s %d", h.Job, h.Slot.Format(time.RFC3339), h.Instance, h.Fence))
+	}
+	lg := checkLedger(t, db, lines, stableJobs, start.Add(5*time.Second), end.Add(-3*time.Second))
 	totalFaults := 0
 	for _, n := range faults {
 		totalFaults += n
@@ -214,20 +250,37 @@ type ledgerCheck struct {
 	report                                                   []string
 }
 
-// checkLedger reads the runs the action itself wrote down and checks them
-// against job_runs: no (job, slot) ran twice; every run has the record of
-// the replica and fence that ran it; and it counts the slots of the stable
-// jobs in [from, to) that never ran.
-func checkLedger(t *testing.T, db *mongo.Database, path string, stable int, from, to time.Time) ledgerCheck {
+// readLedgerLines reads the "job slot instance fence" lines an exec
+// action appended to path (none when it never ran).
+func readLedgerLines(t *testing.T, path string) []string {
 	t.Helper()
-	var c ledgerCheck
 	data, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
 	if err != nil {
 		t.Fatalf("ledger: %v", err)
 	}
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if line != "" {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// checkLedger takes the runs the actions themselves wrote down ("job slot
+// instance fence" lines) and checks them against job_runs: no (job, slot)
+// ran twice; every run has the record of the replica and fence that ran
+// it; and it counts the slots of the stable jobs in [from, to) that never
+// ran.
+func checkLedger(t *testing.T, db *mongo.Database, lines []string, stable int, from, to time.Time) ledgerCheck {
+	t.Helper()
+	var c ledgerCheck
 	type run struct{ instance, fence string }
 	ran := map[string][]run{}
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+	for _, line := range lines {
 		f := strings.Fields(line)
 		if len(f) != 4 {
 			t.Fatalf("ledger line %q: want job slot instance fence", line)
