@@ -8,7 +8,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"syscall"
+
+	"github.com/cronswap/cronswap/internal/childproc"
 )
 
 // DefaultTailBytes is how many bytes of each of an exec action's standard
@@ -16,7 +17,8 @@ import (
 const DefaultTailBytes = 2048
 
 // ExecAction runs a program from config, without a shell unless Argv names
-// one, in its own process group; when ctx ends the whole group is killed.
+// one, in its own process group; when ctx ends the whole group is killed,
+// and on Linux the program is killed (SIGKILL) when the daemon dies.
 type ExecAction struct {
 	Argv []string
 	// TailBytes is how many bytes of each of stdout and stderr are kept
@@ -68,21 +70,20 @@ func (a *ExecAction) RunOutput(ctx context.Context, f Fire) (Output, error) {
 	}
 	defer removeOutput(stderr)
 
-	cmd := exec.CommandContext(ctx, a.Argv[0], a.Argv[1:]...)
+	// Its own process group, killed whole when ctx ends (the program and
+	// everything it started), and on Linux killed by the kernel when the
+	// daemon dies, however it dies (see internal/childproc).
+	cmd := childproc.CommandContext(ctx, a.Argv[0], a.Argv[1:]...)
 	cmd.Env = append(os.Environ(), f.Env()...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error {
-		// Kill the whole group: the program and everything it started.
-		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
 	// Files, not pipes: Wait then returns when the program exits, even if
 	// children it left behind still hold the descriptors.
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
-	err = cmd.Run()
-	if cmd.Process != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	err = childproc.Start(cmd)
+	if err == nil {
+		err = cmd.Wait()
 	}
+	_ = childproc.KillGroup(cmd) // what the program left running in its group
 	n := a.TailBytes
 	if n <= 0 {
 		n = DefaultTailBytes

@@ -1,8 +1,10 @@
 package jobs
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"syscall"
@@ -23,9 +25,18 @@ type helperReport struct {
 	Env map[string][]string `json:"env"`
 }
 
+// parentArg as os.Args[1] turns the test binary into a parent that runs
+// one ExecAction: a shell that writes its pid to os.Args[2] and then execs
+// `sleep 60` (same pid). The parent blocks until it is killed; the tests
+// kill it to see what becomes of the child.
+const parentArg = "cronswap-jobs-test-parent"
+
 func TestMain(m *testing.M) {
 	if len(os.Args) >= 3 && os.Args[1] == helperArg {
 		os.Exit(helperMain(os.Args[2], os.Args[3:]))
+	}
+	if len(os.Args) >= 3 && os.Args[1] == parentArg {
+		os.Exit(parentMain(os.Args[2]))
 	}
 	setSubreaper()
 	// The helper is this test binary; under -race it would otherwise sleep
@@ -34,6 +45,15 @@ func TestMain(m *testing.M) {
 		_ = os.Setenv("GORACE", "atexit_sleep_ms=0")
 	}
 	os.Exit(m.Run())
+}
+
+func parentMain(pidfile string) int {
+	a := &ExecAction{Argv: []string{"sh", "-c", `echo $$ > "$1.tmp" && mv "$1.tmp" "$1" && exec sleep 60`, "sh", pidfile}}
+	if err := a.Run(context.Background(), Fire{JobID: "orphan_test"}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
 }
 
 func helperMain(out string, argv []string) int {
