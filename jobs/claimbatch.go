@@ -70,15 +70,10 @@ func (s *MongoStore) ClaimBatch(ctx context.Context, b BatchClaim) []ClaimOutcom
 	}
 	todo = c.check(ctx, todo)
 	won := c.insert(ctx, todo)
-	var locking []int
-	for _, i := range won {
-		if b.Fires[i].Overlap.takesLock() {
-			locking = append(locking, i)
-		} else {
-			c.out[i] = ClaimOutcome{Result: Acquired, Lease: c.leases[i]}
-		}
-	}
-	c.lock(ctx, locking)
+	// Every fire won moves its job's last slot (a policy taking the lock
+	// also takes it): a slot older than one already claimed is not run,
+	// even when the records that would say so are gone (a dropped job_runs).
+	c.lock(ctx, won)
 	c.closeUnrun(ctx)
 	return c.out
 }
@@ -340,6 +335,15 @@ func (c *claimer) errf(i int, step string, err error) error {
 // instance.
 func (c *claimer) lockFilter(i int) bson.D {
 	l := c.leases[i]
+	if !l.Overlap.takesLock() {
+		// Only the slot: later than the job's last, on a sane document.
+		return bson.D{
+			{Key: "_id", Value: l.JobID},
+			{Key: "last_slot", Value: bson.D{{Key: "$lt", Value: l.Slot}}},
+			{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{LockFree, LockRunning}}}},
+			{Key: "fence", Value: bson.D{{Key: "$type", Value: bson.A{"int", "long"}}, {Key: "$gte", Value: 0}}},
+		}
+	}
 	return bson.D{
 		{Key: "_id", Value: l.JobID},
 		{Key: "last_slot", Value: bson.D{{Key: "$lt", Value: l.Slot}}},
@@ -355,6 +359,17 @@ func (c *claimer) lockFilter(i int) bson.D {
 
 func (c *claimer) lockUpdate(i int) bson.D {
 	l := c.leases[i]
+	if !l.Overlap.takesLock() {
+		// A job without a lock document gets a free one.
+		return bson.D{
+			{Key: "$set", Value: bson.D{{Key: "updated_at", Value: c.b.Now}}},
+			{Key: "$max", Value: bson.D{{Key: "last_slot", Value: l.Slot}}},
+			{Key: "$setOnInsert", Value: bson.D{
+				{Key: "state", Value: LockFree}, {Key: "holder", Value: ""}, {Key: "run_id", Value: ""},
+				{Key: "acquired_at", Value: time.Time{}}, {Key: "lease_until", Value: c.b.Now}, {Key: "fence", Value: int64(0)},
+			}},
+		}
+	}
 	return bson.D{
 		{Key: "$set", Value: bson.D{
 			{Key: "state", Value: LockRunning},
@@ -438,6 +453,10 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 			}
 			v := inspectLock(raw, c.b.Now, c.b.TTL)
 			switch {
+			case !l.Overlap.takesLock() && len(v.damage) == 0 && v.lastSlot.Equal(l.Slot):
+				// No other replica can have claimed this slot (the record
+				// is this replica's): the upsert landed, its answer lost.
+				c.out[i] = ClaimOutcome{Result: Acquired, Lease: l, Repaired: repaired[i]}
 			case v.runID == l.RunID && v.state == LockRunning && v.holder == l.Instance && v.incarnation == l.Incarnation && len(v.damage) == 0:
 				// This replica's upsert landed (its answer was lost).
 				c.out[i] = ClaimOutcome{Result: Acquired, Lease: l, Repaired: repaired[i]}

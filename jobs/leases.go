@@ -180,7 +180,9 @@ func (k *leaseKeeper) renew(hs []*heldLease) {
 		leases[i] = h.lease
 	}
 	sent := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), min(max(ttl/3, time.Millisecond), k.r.opts.OpTimeout))
+	// A renewal that lands any time before the local deadline keeps the
+	// lease: it may take that long (a slow answer is not a lost lease).
+	ctx, cancel := context.WithTimeout(context.Background(), min(ttl-k.margin, k.r.opts.OpTimeout))
 	lost, err := k.r.opts.Store.RenewBatch(ctx, leases, k.r.clock.Now(), ttl)
 	cancel()
 	if err != nil {
