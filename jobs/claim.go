@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 func (r *Runner) claim(d schedule.Due, deadline time.Duration, spec Spec, check bool) (Lease, bool) {
 	id, slot := d.Schedule.ID, d.Slot.UTC()
 	log := r.log.With("job_id", id, "scheduled_at", slot)
-	fc := FireClaim{JobID: id, Slot: slot, Overlap: spec.Overlap, Check: check}
+	fc := claimRequest{FireClaim: FireClaim{JobID: id, Slot: slot, Overlap: spec.Overlap, Check: check},
+		startBy: d.At().Add(deadline)}
 	var o ClaimOutcome
 	retried := false
 	for wait := r.opts.ClaimRetry; ; wait = min(2*wait, r.opts.OpTimeout) {
@@ -83,8 +85,7 @@ func (r *Runner) claim(d schedule.Due, deadline time.Duration, spec Spec, check 
 		}
 		return Lease{}, false
 	case Skipped:
-		log.Info("fire skipped: the previous run still holds the lock", "holder", o.Holder,
-			"holder_run_id", o.HolderRunID, "reason", o.Reason)
+		log.Info("fire skipped", "reason", o.Reason, "holder", o.Holder, "holder_run_id", o.HolderRunID)
 		r.runEnded(id, StatusSkipped)
 		return Lease{}, false
 	}
@@ -97,11 +98,31 @@ func (r *Runner) claim(d schedule.Due, deadline time.Duration, spec Spec, check 
 	return o.Lease, true
 }
 
+// claimRequest is one fire for the claim batcher: the fire and when it
+// must have started by (its slot plus jitter plus starting deadline).
+type claimRequest struct {
+	FireClaim
+	startBy time.Time
+}
+
 // claimBatch claims a batch of fires in one store call, after checking
-// that the indexes the claim relies on are in place.
-func (r *Runner) claimBatch(fires []FireClaim) []ClaimOutcome {
-	r.leases.verifyIndexes()
-	ctx, cancel := r.opCtx()
+// that the indexes the claim relies on are in place. The call may take
+// until the last fire of the batch could still start (at most
+// OpTimeout): an answer after that starts nothing, and a database that
+// does not answer in time leaves the fires not run instead of claimed
+// late.
+func (r *Runner) claimBatch(reqs []claimRequest) []ClaimOutcome {
+	r.leases.beforeClaim()
+	fires := make([]FireClaim, len(reqs))
+	var last time.Time
+	for i, q := range reqs {
+		fires[i] = q.FireClaim
+		if q.startBy.After(last) {
+			last = q.startBy
+		}
+	}
+	budget := min(max(last.Sub(r.clock.Now()), minClaimBudget), r.opts.OpTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
 	start := time.Now()
 	out := r.opts.Store.ClaimBatch(ctx, BatchClaim{Fires: fires, Instance: r.opts.InstanceID,
@@ -109,5 +130,10 @@ func (r *Runner) claimBatch(fires []FireClaim) []ClaimOutcome {
 	if h := r.opts.Hooks.ClaimBatch; h != nil {
 		h(len(fires), time.Since(start))
 	}
+	r.leases.afterClaim()
 	return out
 }
+
+// minClaimBudget is the least time a claim batch is given, even for
+// fires about to pass their deadline: one round trip and a read-back.
+const minClaimBudget = 200 * time.Millisecond

@@ -230,8 +230,12 @@ func (c *claimer) insert(ctx context.Context, todo []int) (won []int) {
 		docs := make([]any, len(todo))
 		for k, i := range todo {
 			l := c.leases[i]
+			status := StatusRunning
+			if l.Overlap.takesLock() {
+				status = StatusClaiming // running once the lock is taken
+			}
 			docs[k] = claimedRun{RunDoc: RunDoc{ID: l.RunID, JobID: l.JobID, ScheduledAt: l.Slot, Instance: l.Instance,
-				Incarnation: l.Incarnation, Fence: l.Fence, Status: StatusRunning, StartedAt: c.b.Now,
+				Incarnation: l.Incarnation, Fence: l.Fence, Status: status, StartedAt: c.b.Now,
 				LeaseUntil: c.b.Now.Add(c.b.TTL), ExpireAt: c.b.Now.Add(c.s.retention)}, Claim: c.nonce}
 		}
 		_, err := c.s.runs.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
@@ -288,7 +292,7 @@ func (c *claimer) insert(ctx context.Context, todo []int) (won []int) {
 				c.out[i].Err = c.errf(i, "record the run", fmt.Errorf("duplicate key but no record to be read: %w", lastErr))
 			case r == nil:
 				todo = append(todo, i) // not there: try again
-			case c.mine(i, r) && r.Status == StatusRunning:
+			case c.mine(i, r) && (r.Status == StatusRunning || r.Status == StatusClaiming):
 				c.recorded[i] = true
 				won = append(won, i)
 			default:
@@ -533,20 +537,30 @@ func (c *claimer) readLocks(ctx context.Context, idx []int) (map[string]bson.Raw
 // unknown keep their record for Disown.
 func (c *claimer) closeUnrun(ctx context.Context) {
 	var models []mongo.WriteModel
-	var which []int
+	var which, promoted []int
 	for i := range c.out {
 		o := &c.out[i]
-		if !c.recorded[i] || o.Result == Acquired || errors.Is(o.Err, ErrOutcomeUnknown) {
+		l := c.leases[i]
+		if !c.recorded[i] || errors.Is(o.Err, ErrOutcomeUnknown) {
+			continue
+		}
+		mine := bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusRunning, StatusClaiming}}}},
+			{Key: "instance", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation}}
+		if o.Result == Acquired {
+			if l.Overlap.takesLock() {
+				// The lock is taken: the record says running from now on.
+				models = append(models, mongo.NewUpdateOneModel().SetFilter(mine).
+					SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusRunning}}}}))
+				promoted = append(promoted, i)
+			}
 			continue
 		}
 		reason := o.Reason
 		if o.Err != nil {
 			reason = "claim error: " + o.Err.Error()
 		}
-		l := c.leases[i]
 		models = append(models, mongo.NewUpdateOneModel().
-			SetFilter(bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: StatusRunning},
-				{Key: "instance", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation}}).
+			SetFilter(mine).
 			SetUpdate(bson.D{
 				{Key: "$set", Value: bson.D{
 					{Key: "status", Value: StatusSkipped},
@@ -568,8 +582,13 @@ func (c *claimer) closeUnrun(ctx context.Context) {
 		return err
 	})
 	if err != nil {
-		// The records stay running under this replica; their lease passes
-		// and SweepExpired marks them abandoned. Nothing runs either way.
+		// A won fire whose record could not be set running does not run:
+		// its outcome is unknown (Disown turns the record missed and frees
+		// its lock). Skipped records stay claiming under this replica;
+		// their lease passes and SweepExpired marks them abandoned.
+		for _, i := range promoted {
+			c.unknown(i, "record the run as running", err)
+		}
 		jobs := make([]string, 0, len(which))
 		for _, i := range which {
 			jobs = append(jobs, c.leases[i].RunID)

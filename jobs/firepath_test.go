@@ -396,6 +396,16 @@ func (s *failingStore) ClaimBatch(_ context.Context, b BatchClaim) []ClaimOutcom
 
 func (s *failingStore) VerifyIndexes(context.Context) (bool, error) { return false, nil }
 
+func (s *failingStore) SweepPreviousLives(context.Context, string, string, time.Time) ([]RunDoc, error) {
+	return nil, s.err
+}
+
+func (s *failingStore) SweepExpired(context.Context, time.Time, int) ([]RunDoc, error) {
+	return nil, s.err
+}
+
+func (s *failingStore) Disown(context.Context, []Lease, string, time.Time) error { return s.err }
+
 // Shutdown cancels an action still running after the grace period, then
 // releases its lock and records it abandoned.
 func TestFirePathShutdownReleasesLock(t *testing.T) {

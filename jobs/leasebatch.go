@@ -321,7 +321,7 @@ func (s *MongoStore) Disown(ctx context.Context, leases []Lease, reason string, 
 	var locks []mongo.WriteModel
 	for _, l := range leases {
 		runs = append(runs, mongo.NewUpdateOneModel().
-			SetFilter(bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: StatusRunning},
+			SetFilter(bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusRunning, StatusClaiming}}}},
 				{Key: "instance", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation}}).
 			SetUpdate(bson.D{
 				{Key: "$set", Value: bson.D{
@@ -366,17 +366,38 @@ func (s *MongoStore) Disown(ctx context.Context, leases []Lease, reason string, 
 // abandoned (still conditional on running and the lease passed) and one
 // find of those it marked.
 func (s *MongoStore) SweepExpired(ctx context.Context, now time.Time, limit int) ([]RunDoc, error) {
+	expired := bson.D{{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusRunning, StatusClaiming}}}},
+		{Key: "lease_until", Value: bson.D{{Key: "$lt", Value: now}}}}
+	return s.sweep(ctx, expired, "lease expired: the holder stopped renewing (swept by "+s.instance+")",
+		"run abandoned: its lease passed without a renewal", now, limit)
+}
+
+// SweepPreviousLives implements BatchStore: the running records of
+// instance written under another incarnation belong to a previous life
+// of this instance (a second live one is refused by the membership), so
+// they are abandoned at once instead of when their lease passes. One find
+// on {status} (index RunsLeaseIndex), and when it finds some, one
+// updateMany and one find.
+func (s *MongoStore) SweepPreviousLives(ctx context.Context, instance, incarnation string, now time.Time) ([]RunDoc, error) {
+	previous := bson.D{{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusRunning, StatusClaiming}}}}, {Key: "instance", Value: instance},
+		{Key: "incarnation", Value: bson.D{{Key: "$ne", Value: incarnation}}}}
+	return s.sweep(ctx, previous, "left by a previous life of "+instance+"; abandoned on restart",
+		"run left by a previous life of this instance; abandoned", now, 0)
+}
+
+// sweep marks the running records matching match abandoned (at most
+// limit; <= 0: 1000), logging each with msg.
+func (s *MongoStore) sweep(ctx context.Context, match bson.D, why, msg string, now time.Time, limit int) ([]RunDoc, error) {
 	if limit <= 0 {
 		limit = 1000
 	}
-	expired := bson.D{{Key: "status", Value: StatusRunning}, {Key: "lease_until", Value: bson.D{{Key: "$lt", Value: now}}}}
-	cur, err := s.runs.Find(ctx, expired, options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	cur, err := s.runs.Find(ctx, match, options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
-		return nil, fmt.Errorf("find expired runs in %s: %w", s.runs.Name(), err)
+		return nil, fmt.Errorf("find runs to abandon in %s: %w", s.runs.Name(), err)
 	}
 	var cand []RunDoc
 	if err := cur.All(ctx, &cand); err != nil {
-		return nil, fmt.Errorf("find expired runs in %s: %w", s.runs.Name(), err)
+		return nil, fmt.Errorf("find runs to abandon in %s: %w", s.runs.Name(), err)
 	}
 	if len(cand) == 0 {
 		return nil, nil
@@ -385,15 +406,15 @@ func (s *MongoStore) SweepExpired(ctx context.Context, now time.Time, limit int)
 	for i, d := range cand {
 		ids[i] = d.ID
 	}
-	filter := append(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, expired...)
+	filter := append(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, match...)
 	_, err = s.runs.UpdateMany(ctx, filter, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "status", Value: StatusAbandoned},
 		{Key: "abandoned_at", Value: now},
-		{Key: "error", Value: "lease expired: the holder stopped renewing (swept by " + s.instance + ")"},
+		{Key: "error", Value: why},
 		{Key: "expire_at", Value: now.Add(s.retention)},
 	}}})
 	if err != nil {
-		return nil, fmt.Errorf("mark expired runs abandoned in %s: %w", s.runs.Name(), err)
+		return nil, fmt.Errorf("mark runs abandoned in %s: %w", s.runs.Name(), err)
 	}
 	cur, err = s.runs.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}},
 		{Key: "status", Value: StatusAbandoned}, {Key: "abandoned_at", Value: now}})
@@ -405,7 +426,7 @@ func (s *MongoStore) SweepExpired(ctx context.Context, now time.Time, limit int)
 		return nil, fmt.Errorf("read abandoned runs in %s: %w", s.runs.Name(), err)
 	}
 	for _, d := range out {
-		s.log.Warn("run abandoned: its lease passed without a renewal", "job_id", d.JobID, "scheduled_at", d.ScheduledAt,
+		s.log.Warn(msg, "job_id", d.JobID, "scheduled_at", d.ScheduledAt,
 			"run_id", d.ID, "holder", d.Instance, "instance_id", s.instance, "lease_until", d.LeaseUntil)
 	}
 	return out, nil

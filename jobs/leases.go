@@ -51,6 +51,14 @@ type leaseKeeper struct {
 
 	indexMu      sync.Mutex
 	indexChecked time.Time // monotonic; zero: never
+	// previousSwept is set once the runs of previous lives of this
+	// instance were abandoned (before the first claim that succeeds).
+	previousSwept bool
+	// sweepSoon asks the loop for a sweep of dead holders' records after
+	// a claim batch (a takeover may have happened); lastSweep is when the
+	// last one ran.
+	sweepSoon chan struct{}
+	lastSweep time.Time
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -67,7 +75,7 @@ type heldLease struct {
 
 func newLeaseKeeper(r *Runner) *leaseKeeper {
 	k := &leaseKeeper{r: r, margin: localLeaseMargin(r.opts.TTL), held: map[string]*heldLease{},
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), sweepSoon: make(chan struct{}, 1)}
 	go k.loop()
 	return k
 }
@@ -116,12 +124,27 @@ func (k *leaseKeeper) disown(l Lease) {
 	k.mu.Unlock()
 }
 
-// verifyIndexes checks job_runs' indexes when the last check is older
-// than indexCheckInterval (recreating a missing one). A check that fails
-// is logged and tried again at the next batch.
-func (k *leaseKeeper) verifyIndexes() {
+// beforeClaim runs before each claim batch: the indexes are checked when
+// the last check is older than indexCheckInterval (a missing one is
+// recreated), and before the first claim the runs of previous lives of
+// this instance are abandoned. A step that fails is logged and tried
+// again before the next batch.
+func (k *leaseKeeper) beforeClaim() {
 	k.indexMu.Lock()
 	defer k.indexMu.Unlock()
+	if !k.previousSwept {
+		ctx, cancel := k.r.opCtx()
+		docs, err := k.r.opts.Store.SweepPreviousLives(ctx, k.r.opts.InstanceID, k.r.opts.Incarnation, k.r.clock.Now())
+		cancel()
+		if err == nil {
+			k.previousSwept = true
+			for _, d := range docs {
+				k.r.runEnded(d.JobID, StatusAbandoned)
+			}
+		} else {
+			k.r.log.Warn("could not abandon the runs left by a previous life of this instance", "error", err)
+		}
+	}
 	if !k.indexChecked.IsZero() && time.Since(k.indexChecked) < indexCheckInterval {
 		return
 	}
@@ -137,6 +160,19 @@ func (k *leaseKeeper) verifyIndexes() {
 	}
 	k.indexChecked = time.Now()
 }
+
+// afterClaim asks for a sweep of dead holders' records (at most one a
+// second): a claim batch may have taken a lock over from a holder whose
+// lease passed, and its record should say so soon.
+func (k *leaseKeeper) afterClaim() {
+	select {
+	case k.sweepSoon <- struct{}{}:
+	default:
+	}
+}
+
+// sweepAfterClaims is the least time between two sweeps asked for by claims.
+const sweepAfterClaims = time.Second
 
 func (k *leaseKeeper) loop() {
 	defer close(k.done)
@@ -154,6 +190,10 @@ func (k *leaseKeeper) loop() {
 			k.disownAll()
 		case <-sweep.C:
 			k.sweep()
+		case <-k.sweepSoon:
+			if time.Since(k.lastSweep) >= sweepAfterClaims {
+				k.sweep()
+			}
 		}
 	}
 }
@@ -231,6 +271,7 @@ func (k *leaseKeeper) disownAll() {
 
 // sweep abandons the running records of holders that stopped renewing.
 func (k *leaseKeeper) sweep() {
+	k.lastSweep = time.Now()
 	ctx, cancel := k.r.opCtx()
 	defer cancel()
 	docs, err := k.r.opts.Store.SweepExpired(ctx, k.r.clock.Now(), sweepLimit)
@@ -240,9 +281,7 @@ func (k *leaseKeeper) sweep() {
 		}
 		return
 	}
-	for _, d := range docs {
-		k.r.log.Warn("run abandoned: its holder stopped renewing its lease", "job_id", d.JobID,
-			"scheduled_at", d.ScheduledAt, "run_id", d.ID, "holder", d.Instance, "lease_until", d.LeaseUntil)
+	for _, d := range docs { // the store logged each
 		k.r.runEnded(d.JobID, StatusAbandoned)
 	}
 }

@@ -125,6 +125,10 @@ func (s *memStore) Disown(_ context.Context, leases []Lease, reason string, now 
 
 func (s *memStore) SweepExpired(context.Context, time.Time, int) ([]RunDoc, error) { return nil, nil }
 
+func (s *memStore) SweepPreviousLives(context.Context, string, string, time.Time) ([]RunDoc, error) {
+	return nil, nil
+}
+
 func (s *memStore) VerifyIndexes(context.Context) (bool, error) { return false, nil }
 
 func (s *memStore) record(id string) (RunDoc, bool) {

@@ -22,7 +22,12 @@ const (
 
 // Run statuses, as recorded in job_runs and in a lock's last outcome.
 const (
-	StatusRunning   = "running"
+	StatusRunning = "running"
+	// StatusClaiming marks the record of a fire whose slot is won while
+	// its job's lock is being taken (overlap forbid): within the same
+	// claim batch it becomes running, or skipped when the lock is held. A
+	// record left claiming by a holder that died is swept abandoned.
+	StatusClaiming  = "claiming"
 	StatusSucceeded = "succeeded"
 	StatusFailed    = "failed"
 	StatusSkipped   = "skipped"

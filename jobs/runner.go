@@ -192,7 +192,7 @@ type Runner struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 
-	claims *batcher[FireClaim, ClaimOutcome]
+	claims *batcher[claimRequest, ClaimOutcome]
 	ends   *batcher[LeaseEnd, error]
 	leases *leaseKeeper
 

@@ -196,6 +196,11 @@ type BatchStore interface {
 	// expire_at; ended_at is not set (the holder writes its true end if
 	// it comes back). It returns the records it abandoned, at most limit.
 	SweepExpired(ctx context.Context, now time.Time, limit int) ([]RunDoc, error)
+	// SweepPreviousLives marks abandoned the running records of instance
+	// written under an incarnation other than incarnation: runs of a
+	// previous life of this process's instance id, which cannot be running
+	// any more.
+	SweepPreviousLives(ctx context.Context, instance, incarnation string, now time.Time) ([]RunDoc, error)
 	// VerifyIndexes checks job_runs' indexes and recreates any missing;
 	// recreated reports whether one was missing.
 	VerifyIndexes(ctx context.Context) (recreated bool, err error)
