@@ -542,13 +542,15 @@ func fpHasUniqueRunIndex(t *testing.T, db *mongo.Database) bool {
 	if err != nil {
 		return false // the collection may not exist yet
 	}
-	var specs []bson.M
+	var specs []struct {
+		Key    bson.D `bson:"key"`
+		Unique bool   `bson:"unique"`
+	}
 	if err := cur.All(testCtx(t), &specs); err != nil {
 		return false
 	}
 	for _, s := range specs {
-		key, _ := s["key"].(bson.M)
-		if len(key) == 2 && key["job_id"] != nil && key["scheduled_at"] != nil && s["unique"] == true {
+		if len(s.Key) == 2 && s.Key[0].Key == "job_id" && s.Key[1].Key == "scheduled_at" && s.Unique {
 			return true
 		}
 	}

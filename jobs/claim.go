@@ -62,8 +62,11 @@ func (r *Runner) claim(d schedule.Due, deadline time.Duration, spec Spec, check 
 	}
 	if o.Err != nil {
 		reason := NotRunClaimError
-		if errors.Is(o.Err, ErrUnreachable) {
+		switch {
+		case errors.Is(o.Err, ErrUnreachable):
 			reason = NotRunUnreachable
+		case errors.Is(o.Err, errClaimTooLate):
+			reason = NotRunStartingDeadline
 		}
 		reason = r.dropReason(d, deadline, reason)
 		log.Warn("fire not run: could not claim it", "reason", reason, "error", o.Err)
@@ -112,27 +115,46 @@ type claimRequest struct {
 // does not answer in time leaves the fires not run instead of claimed
 // late.
 func (r *Runner) claimBatch(reqs []claimRequest) []ClaimOutcome {
-	r.leases.beforeClaim()
-	fires := make([]FireClaim, len(reqs))
+	out := make([]ClaimOutcome, len(reqs))
+	var fires []FireClaim
+	var sent []int
 	var last time.Time
+	now := r.clock.Now()
 	for i, q := range reqs {
-		fires[i] = q.FireClaim
+		if now.After(q.startBy) {
+			// It waited for this batch past its deadline: not sent.
+			out[i].Err = errClaimTooLate
+			continue
+		}
+		fires = append(fires, q.FireClaim)
+		sent = append(sent, i)
 		if q.startBy.After(last) {
 			last = q.startBy
 		}
 	}
-	budget := min(max(last.Sub(r.clock.Now()), minClaimBudget), r.opts.OpTimeout)
+	if len(fires) == 0 {
+		return out
+	}
+	budget := min(max(last.Sub(now), minClaimBudget), r.opts.OpTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
+	r.leases.beforeClaim(ctx)
 	start := time.Now()
-	out := r.opts.Store.ClaimBatch(ctx, BatchClaim{Fires: fires, Instance: r.opts.InstanceID,
+	got := r.opts.Store.ClaimBatch(ctx, BatchClaim{Fires: fires, Instance: r.opts.InstanceID,
 		Incarnation: r.opts.Incarnation, Now: r.clock.Now(), TTL: r.opts.TTL})
 	if h := r.opts.Hooks.ClaimBatch; h != nil {
 		h(len(fires), time.Since(start))
 	}
+	for k, i := range sent {
+		out[i] = got[k]
+	}
 	r.leases.afterClaim()
 	return out
 }
+
+// errClaimTooLate answers a fire whose starting deadline passed while it
+// waited for its claim batch to go out: it is not sent.
+var errClaimTooLate = errors.New("starting deadline passed before the claim could be sent")
 
 // minClaimBudget is the least time a claim batch is given, even for
 // fires about to pass their deadline: one round trip and a read-back.

@@ -48,9 +48,11 @@ type leaseKeeper struct {
 	mu     sync.Mutex
 	held   map[string]*heldLease // by run id
 	orphan []Lease               // claims whose outcome was unknown, to disown
+	ends   []LeaseEnd            // ends that could not be written yet
 
 	indexMu      sync.Mutex
 	indexChecked time.Time // monotonic; zero: never
+	checkAgainAt time.Time // after a failed check, not before
 	// previousSwept is set once the runs of previous lives of this
 	// instance were abandoned (before the first claim that succeeds).
 	previousSwept bool
@@ -117,6 +119,61 @@ func (k *leaseKeeper) holds(h *heldLease) bool {
 	return k.held[h.lease.RunID] == h
 }
 
+// retryEnd keeps an end that could not be written, to write it as soon as
+// the database answers: until then the job's lock stays held (up to its
+// lease) and its record says running.
+func (k *leaseKeeper) retryEnd(e LeaseEnd) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.ends) >= maxPendingEnds {
+		k.r.log.Warn("too many run ends waiting to be written; the oldest is dropped (its lock frees itself when its lease ends)",
+			"job_id", k.ends[0].Lease.JobID, "scheduled_at", k.ends[0].Lease.Slot, "run_id", k.ends[0].Lease.RunID)
+		k.ends = k.ends[1:]
+	}
+	k.ends = append(k.ends, e)
+}
+
+// maxPendingEnds bounds the ends waiting to be written again.
+const maxPendingEnds = 100_000
+
+// retryPending writes the ends and settles the unknown claims that
+// failed before, if any.
+func (k *leaseKeeper) retryPending() {
+	k.disownAll()
+	k.mu.Lock()
+	ends := k.ends
+	k.ends = nil
+	k.mu.Unlock()
+	if len(ends) == 0 {
+		return
+	}
+	ctx, cancel := k.r.opCtx()
+	defer cancel()
+	var again []LeaseEnd
+	for i, err := range k.r.opts.Store.EndBatch(ctx, ends) {
+		e := ends[i]
+		switch {
+		case err == nil:
+			k.r.log.Info("run end recorded after the database answered again", "job_id", e.Lease.JobID,
+				"scheduled_at", e.Lease.Slot, "run_id", e.Lease.RunID, "status", e.End.Status)
+		case errors.Is(err, ErrLockLost):
+			k.r.log.Info("run end recorded on the record another replica had marked abandoned", "job_id", e.Lease.JobID,
+				"scheduled_at", e.Lease.Slot, "run_id", e.Lease.RunID)
+		default:
+			again = append(again, e)
+		}
+	}
+	if len(again) > 0 {
+		k.mu.Lock()
+		k.ends = append(again, k.ends...)
+		k.mu.Unlock()
+	}
+}
+
+// retryInterval is how often ends and unknown claims that failed are
+// tried again.
+const retryInterval = time.Second
+
 // disown queues a claim whose record may have landed unknown to us.
 func (k *leaseKeeper) disown(l Lease) {
 	k.mu.Lock()
@@ -124,18 +181,25 @@ func (k *leaseKeeper) disown(l Lease) {
 	k.mu.Unlock()
 }
 
-// beforeClaim runs before each claim batch: the indexes are checked when
-// the last check is older than indexCheckInterval (a missing one is
-// recreated), and before the first claim the runs of previous lives of
-// this instance are abandoned. A step that fails is logged and tried
-// again before the next batch.
-func (k *leaseKeeper) beforeClaim() {
-	k.indexMu.Lock()
+// beforeClaim runs before each claim batch, within the batch's time
+// (ctx): the indexes are checked when the last check is older than
+// indexCheckInterval (a missing one is recreated), and before the first
+// claim the runs of previous lives of this instance are abandoned. A step
+// that fails is logged and tried again before the next batch; the claim
+// goes out anyway (a database that cannot be asked fails it too).
+func (k *leaseKeeper) beforeClaim(ctx context.Context) {
+	// One batch does the checks while the others go on; after a failure
+	// they wait a second, so an unreachable database does not cost every
+	// batch its time.
+	if !k.indexMu.TryLock() {
+		return
+	}
 	defer k.indexMu.Unlock()
+	if time.Now().Before(k.checkAgainAt) {
+		return
+	}
 	if !k.previousSwept {
-		ctx, cancel := k.r.opCtx()
 		docs, err := k.r.opts.Store.SweepPreviousLives(ctx, k.r.opts.InstanceID, k.r.opts.Incarnation, k.r.clock.Now())
-		cancel()
 		if err == nil {
 			k.previousSwept = true
 			for _, d := range docs {
@@ -143,16 +207,17 @@ func (k *leaseKeeper) beforeClaim() {
 			}
 		} else {
 			k.r.log.Warn("could not abandon the runs left by a previous life of this instance", "error", err)
+			k.checkAgainAt = time.Now().Add(checkRetry)
+			return
 		}
 	}
 	if !k.indexChecked.IsZero() && time.Since(k.indexChecked) < indexCheckInterval {
 		return
 	}
-	ctx, cancel := k.r.opCtx()
-	defer cancel()
 	recreated, err := k.r.opts.Store.VerifyIndexes(ctx)
 	if err != nil {
 		k.r.log.Warn("could not check the indexes of the run records", "collection", RunsCollection, "error", err)
+		k.checkAgainAt = time.Now().Add(checkRetry)
 		return
 	}
 	if recreated {
@@ -171,6 +236,10 @@ func (k *leaseKeeper) afterClaim() {
 	}
 }
 
+// checkRetry is how long claim batches go without the checks after one
+// failed.
+const checkRetry = time.Second
+
 // sweepAfterClaims is the least time between two sweeps asked for by claims.
 const sweepAfterClaims = time.Second
 
@@ -180,14 +249,17 @@ func (k *leaseKeeper) loop() {
 	defer renew.Stop()
 	sweep := time.NewTicker(sweepInterval(k.r.opts.TTL))
 	defer sweep.Stop()
+	retry := time.NewTicker(retryInterval)
+	defer retry.Stop()
 	for {
 		select {
 		case <-k.stop:
-			k.disownAll()
+			k.retryPending()
 			return
+		case <-retry.C:
+			k.retryPending()
 		case <-renew.C:
 			k.renewAll()
-			k.disownAll()
 		case <-sweep.C:
 			k.sweep()
 		case <-k.sweepSoon:

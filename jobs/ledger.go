@@ -221,9 +221,11 @@ func (r *Runner) flush(now time.Time) bool {
 	for i, p := range due {
 		mu.Lock()
 		stop := len(failed) > 0
-		mu.Unlock()
 		if stop {
 			failed = append(failed, due[i:]...)
+		}
+		mu.Unlock()
+		if stop {
 			break
 		}
 		work <- p

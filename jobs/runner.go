@@ -547,7 +547,8 @@ func (r *Runner) finish(log *slog.Logger, l Lease, status string, runErr error, 
 			"error", err)
 		status = StatusAbandoned
 	default:
-		log.Warn("could not record the run's end; the lock frees itself when its lease ends", "error", err)
+		log.Warn("could not record the run's end; trying again until the database answers", "error", err)
+		r.leases.retryEnd(LeaseEnd{Lease: l, End: end})
 	}
 	return status
 }
@@ -560,10 +561,15 @@ func (r *Runner) missClaimed(log *slog.Logger, d schedule.Due, deadline time.Dur
 	log.Info("fire not started within its starting deadline; claimed too late", "reason", MissedStartingDeadline,
 		"starting_deadline", deadline, "late_by", now.Sub(d.At()))
 	r.notRun(l.JobID, l.Slot, NotRunStartingDeadline)
-	err := r.ends.submit(LeaseEnd{Lease: l, End: RunEnd{Status: StatusMissed, EndedAt: now, Reason: MissedStartingDeadline,
-		Error: fmt.Sprintf("not started within its starting deadline (%s)", deadline)}})
-	if err != nil {
-		log.Warn("could not record the missed slot", "error", err)
+	end := LeaseEnd{Lease: l, End: RunEnd{Status: StatusMissed, EndedAt: now, Reason: MissedStartingDeadline,
+		Error: fmt.Sprintf("not started within its starting deadline (%s)", deadline)}}
+	err := r.ends.submit(end)
+	switch {
+	case errors.Is(err, ErrLockLost):
+		return // taken over meanwhile: the record says abandoned
+	case err != nil:
+		log.Warn("could not record the missed slot; trying again until the database answers", "error", err)
+		r.leases.retryEnd(end)
 		return
 	}
 	r.reportMissed(MissedRange{JobID: l.JobID, From: l.Slot, To: l.Slot, Count: 1, Reason: MissedStartingDeadline})
