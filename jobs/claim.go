@@ -110,15 +110,17 @@ type claimRequest struct {
 
 // claimBatch claims a batch of fires in one store call, after checking
 // that the indexes the claim relies on are in place. The call may take
-// until the last fire of the batch could still start (at most
-// OpTimeout): an answer after that starts nothing, and a database that
-// does not answer in time leaves the fires not run instead of claimed
-// late.
+// until the most urgent fire of the batch could still start (at least
+// minClaimBudget, at most OpTimeout): a database that does not answer in
+// time leaves the fires not run instead of claimed late, and the fires
+// that could wait longer are tried again (ClaimRetry) — one slow batch
+// never holds up the fires queued behind it past their deadlines. A fire
+// whose deadline passed while it waited for its batch is not sent.
 func (r *Runner) claimBatch(reqs []claimRequest) []ClaimOutcome {
 	out := make([]ClaimOutcome, len(reqs))
 	var fires []FireClaim
 	var sent []int
-	var last time.Time
+	var first time.Time
 	now := r.clock.Now()
 	for i, q := range reqs {
 		if now.After(q.startBy) {
@@ -128,14 +130,14 @@ func (r *Runner) claimBatch(reqs []claimRequest) []ClaimOutcome {
 		}
 		fires = append(fires, q.FireClaim)
 		sent = append(sent, i)
-		if q.startBy.After(last) {
-			last = q.startBy
+		if first.IsZero() || q.startBy.Before(first) {
+			first = q.startBy
 		}
 	}
 	if len(fires) == 0 {
 		return out
 	}
-	budget := min(max(last.Sub(now), minClaimBudget), r.opts.OpTimeout)
+	budget := min(max(first.Sub(now), minClaimBudget), r.opts.OpTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
 	r.leases.beforeClaim(ctx)
@@ -145,6 +147,7 @@ func (r *Runner) claimBatch(reqs []claimRequest) []ClaimOutcome {
 	if h := r.opts.Hooks.ClaimBatch; h != nil {
 		h(len(fires), time.Since(start))
 	}
+	r.log.Debug("claim batch", "fires", len(fires), "late", len(reqs)-len(fires), "took", time.Since(start), "budget", budget)
 	for k, i := range sent {
 		out[i] = got[k]
 	}

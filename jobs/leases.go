@@ -241,7 +241,7 @@ func (k *leaseKeeper) afterClaim() {
 const checkRetry = time.Second
 
 // sweepAfterClaims is the least time between two sweeps asked for by claims.
-const sweepAfterClaims = time.Second
+const sweepAfterClaims = 5 * time.Second
 
 func (k *leaseKeeper) loop() {
 	defer close(k.done)

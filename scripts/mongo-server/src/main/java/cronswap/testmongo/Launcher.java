@@ -18,6 +18,7 @@ import de.bwaldvogel.mongo.MongoVersion;
 import de.bwaldvogel.mongo.backend.CursorRegistry;
 import de.bwaldvogel.mongo.backend.h2.H2Backend;
 import de.bwaldvogel.mongo.backend.memory.MemoryBackend;
+import de.bwaldvogel.mongo.backend.memory.MemoryDatabase;
 import de.bwaldvogel.mongo.bson.Document;
 import de.bwaldvogel.mongo.oplog.Oplog;
 import de.bwaldvogel.mongo.wire.MongoDatabaseHandler;
@@ -341,6 +342,11 @@ public final class Launcher {
 
     /** In-memory backend with a {@link ChangeStreamOplog}. */
     static final class MemoryCompatBackend extends MemoryBackend implements CompatBackend.Internals {
+        @Override
+        public MemoryDatabase openOrCreateDatabase(String databaseName) {
+            return new PointLookupIndexes.Database(databaseName, getCursorRegistry());
+        }
+
         @Override
         protected Oplog createOplog() {
             return createChangeStreamOplog(this, getCursorRegistry());
