@@ -105,7 +105,7 @@ func (c *claimer) check(ctx context.Context, todo []int) []int {
 	if len(checks) == 0 {
 		return todo
 	}
-	found, err := c.readRuns(ctx, checks)
+	found, err := c.readRuns(ctx, checks, false)
 	if err != nil {
 		for _, i := range checks {
 			c.out[i].Err = c.errf(i, "look for the record", fmt.Errorf("%w: %w", ErrUnreachable, err))
@@ -150,19 +150,35 @@ func recordedReason(r *runSeen) string {
 	return fmt.Sprintf("slot recorded %s by %s (%s)", r.Status, r.Instance, r.ID)
 }
 
-// readRuns reads back the records of the fires idx, by _id and by (job,
-// slot) (a missed record of the slot has another _id), retrying while ctx
-// allows. found[i] is the record of fire i, nil when there is none.
-func (c *claimer) readRuns(ctx context.Context, idx []int) (map[int]*runSeen, error) {
+// readRuns reads back the records of the fires idx by _id, and with
+// bySlot, for those not found so, by (job, slot) (a missed record of the
+// slot has another _id), retrying while ctx allows. found[i] is the record
+// of fire i, nil when there is none.
+func (c *claimer) readRuns(ctx context.Context, idx []int, bySlot bool) (map[int]*runSeen, error) {
 	ids := make(bson.A, 0, len(idx))
-	jobs := make(bson.A, 0, len(idx))
-	slots := make(bson.A, 0, len(idx))
-	jobSeen, slotSeen := map[string]bool{}, map[int64]bool{}
 	byKey := make(map[runKey]int, len(idx))
 	for _, i := range idx {
 		l := c.leases[i]
 		ids = append(ids, l.RunID)
 		byKey[keyOf(l)] = i
+	}
+	found := make(map[int]*runSeen, len(idx))
+	// By _id first: the fire's own record, found through the _id index.
+	if err := c.findRuns(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, byKey, found); err != nil {
+		return nil, err
+	}
+	if !bySlot || len(found) == len(idx) {
+		return found, nil
+	}
+	// Then, for the rest, any record of the slot (a missed record has
+	// another _id), through the unique (job_id, scheduled_at) index.
+	jobs, slots := bson.A{}, bson.A{}
+	jobSeen, slotSeen := map[string]bool{}, map[int64]bool{}
+	for _, i := range idx {
+		if found[i] != nil {
+			continue
+		}
+		l := c.leases[i]
 		if !jobSeen[l.JobID] {
 			jobSeen[l.JobID] = true
 			jobs = append(jobs, l.JobID)
@@ -172,10 +188,17 @@ func (c *claimer) readRuns(ctx context.Context, idx []int) (map[int]*runSeen, er
 			slots = append(slots, l.Slot)
 		}
 	}
-	filter := bson.D{{Key: "$or", Value: bson.A{
-		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-		bson.D{{Key: "job_id", Value: bson.D{{Key: "$in", Value: jobs}}}, {Key: "scheduled_at", Value: bson.D{{Key: "$in", Value: slots}}}},
-	}}}
+	filter := bson.D{{Key: "job_id", Value: bson.D{{Key: "$in", Value: jobs}}}, {Key: "scheduled_at", Value: bson.D{{Key: "$in", Value: slots}}}}
+	if err := c.findRuns(ctx, filter, byKey, found); err != nil {
+		return nil, err
+	}
+	return found, nil
+}
+
+// findRuns reads the records matching filter (one find, retried while
+// ctx allows) into found, by the fire whose (job, slot) they are; a
+// record under the fire's own id wins over another of the same slot.
+func (c *claimer) findRuns(ctx context.Context, filter bson.D, byKey map[runKey]int, found map[int]*runSeen) error {
 	proj := options.Find().SetProjection(bson.D{{Key: "job_id", Value: 1}, {Key: "scheduled_at", Value: 1},
 		{Key: "instance", Value: 1}, {Key: "incarnation", Value: 1}, {Key: "status", Value: 1}, {Key: "claim", Value: 1}})
 	var docs []runSeen
@@ -188,23 +211,19 @@ func (c *claimer) readRuns(ctx context.Context, idx []int) (map[int]*runSeen, er
 		return cur.All(ctx, &docs)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read back records in %s: %w", c.s.runs.Name(), err)
+		return fmt.Errorf("read back records in %s: %w", c.s.runs.Name(), err)
 	}
-	found := make(map[int]*runSeen, len(docs))
 	for k := range docs {
 		d := &docs[k]
 		i, ok := byKey[runKey{d.JobID, d.ScheduledAt.UnixNano()}]
 		if !ok {
 			continue // another job's record of one of the slots
 		}
-		// A record under the fire's own id is the one that counts (a
-		// missed record of the slot cannot coexist with it while the
-		// unique index exists).
 		if prev := found[i]; prev == nil || d.ID == c.leases[i].RunID {
 			found[i] = d
 		}
 	}
-	return found, nil
+	return nil
 }
 
 // mine reports whether r is the running record this ClaimBatch inserted
@@ -276,7 +295,7 @@ func (c *claimer) insert(ctx context.Context, todo []int) (won []int) {
 		} else {
 			dupRounds++
 		}
-		found, err := c.readRuns(ctx, maybe)
+		found, err := c.readRuns(ctx, maybe, true)
 		if err != nil {
 			for _, i := range maybe {
 				c.unknown(i, "record the run", err)
