@@ -28,8 +28,19 @@ func newBatcher[Req, Res any](maxBatch, inflight int, do func([]Req) []Res) *bat
 
 // submit hands req to the next batch and waits for its result.
 func (b *batcher[Req, Res]) submit(req Req) Res {
+	res, _ := b.submitBounded(req, 0)
+	return res
+}
+
+// submitBounded is submit unless limit (> 0) requests already wait: then
+// it returns at once with ok false.
+func (b *batcher[Req, Res]) submitBounded(req Req, limit int) (res Res, ok bool) {
 	done := make(chan Res, 1)
 	b.mu.Lock()
+	if limit > 0 && len(b.pending) >= limit {
+		b.mu.Unlock()
+		return res, false
+	}
 	b.pending = append(b.pending, batchItem[Req, Res]{req: req, done: done})
 	start := b.out < b.limit
 	if start {
@@ -39,7 +50,7 @@ func (b *batcher[Req, Res]) submit(req Req) Res {
 	if start {
 		go b.serve()
 	}
-	return <-done
+	return <-done, true
 }
 
 // serve answers batches until nothing is pending; it owns one of the
@@ -66,4 +77,11 @@ func (b *batcher[Req, Res]) serve() {
 			it.done <- res[i]
 		}
 	}
+}
+
+// waiting returns how many requests wait for a batch.
+func (b *batcher[Req, Res]) waiting() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.pending)
 }

@@ -21,7 +21,15 @@ func (r *Runner) claim(d schedule.Due, deadline time.Duration, spec Spec, check 
 	var o ClaimOutcome
 	retried := false
 	for wait := r.opts.ClaimRetry; ; wait = min(2*wait, r.opts.OpTimeout) {
-		o = r.claims.submit(fc)
+		var queued bool
+		o, queued = r.claims.submitBounded(fc, r.opts.QueueLimit)
+		if !queued {
+			// The database is not keeping up: the fires waiting for a
+			// claim batch are bounded like those waiting for admission,
+			// so memory stays bounded under a backlog.
+			r.drop(d, deadline, NotRunQueueFull, "fire not claimed: the queue of fires waiting for a claim is full")
+			return Lease{}, false
+		}
 		if h := r.opts.Hooks.Claimed; h != nil {
 			if o.Err != nil {
 				h(id, "error")

@@ -320,3 +320,42 @@ func TestRunnerDisownsUnknownClaims(t *testing.T) {
 		return len(store.disowned) == 1 && store.disowned[0].RunID == RunID("j", slot)
 	})
 }
+
+// Fires waiting for a claim batch are bounded by the queue limit: past it
+// a fire is not run (queue_full) instead of piling up while the database
+// does not keep up.
+func TestRunnerBoundsFiresWaitingForAClaim(t *testing.T) {
+	t.Parallel()
+	store := newMemStore()
+	release := make(chan struct{})
+	var held atomic.Int32
+	store.beforeClaim = func(b BatchClaim) { held.Add(int32(len(b.Fires))); <-release }
+	reg := NewRegistry()
+	reg.Register("a", Spec{Action: ActionFunc(func(context.Context, Fire) error { return nil })})
+	var full atomic.Int32
+	const limit, n = 5, 100
+	r := memRunner(t, store, reg, "r1", func(o *RunnerOptions) {
+		o.QueueLimit = limit
+		o.Hooks.NotRun = func(_ string, _ time.Time, reason string) {
+			if reason == NotRunQueueFull {
+				full.Add(1)
+			}
+		}
+	})
+	slot := time.Now()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { r.Fire(memDue(fmt.Sprintf("j%d", i), slot)) })
+	}
+	waitUntil(t, "every fire held in a batch, waiting, or refused", func() bool {
+		return int(held.Load())+r.claims.waiting()+int(full.Load()) == n
+	})
+	if w := r.claims.waiting(); w > limit {
+		t.Fatalf("%d fires wait for a claim, want at most %d", w, limit)
+	}
+	if full.Load() == 0 {
+		t.Fatalf("no fire refused as queue_full with %d held and %d waiting", held.Load(), r.claims.waiting())
+	}
+	close(release)
+	wg.Wait()
+}
