@@ -139,7 +139,7 @@ func TestGateUnboundedAdmitsAtOnce(t *testing.T) {
 	}
 }
 
-// Seed 003: categories A:5, B:3, C:2 waiting at once behind one slot are
+// Interleaving: categories A:5, B:3, C:2 waiting at once behind one slot are
 // admitted A B C A B C A B A A.
 func TestGateInterleavesCategories(t *testing.T) {
 	t.Parallel()
