@@ -9,7 +9,7 @@
 #
 #   scripts/soak.sh [DURATION] [extra go test flags...]     DURATION: 90s, 10m, 2h (default 10m)
 #
-# CRONSWAP_SOAK_JOBS=N sets the number of every-second jobs (default 100,
+# CRONSWAP_SOAK_JOBS=N sets the number of every-second jobs (default 30,
 # e2e.DefaultSoakJobs).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,7 +17,7 @@ cd "$root"
 
 duration="${1:-10m}"
 shift || true
-jobs="${CRONSWAP_SOAK_JOBS:-100}"
+jobs="${CRONSWAP_SOAK_JOBS:-30}"
 if [[ ! "$jobs" =~ ^[1-9][0-9]*$ ]]; then
 	echo "soak.sh: CRONSWAP_SOAK_JOBS=$jobs: want a positive number of jobs" >&2
 	exit 1
