@@ -21,6 +21,9 @@ type Fire struct {
 	Fence       int64           `json:"fence"`
 	InstanceID  string          `json:"instance_id"`
 	Args        json.RawMessage `json:"args"`
+	// Attempt is the attempt of the slot (1 the first) when the action
+	// retries failed runs (RetryPolicy); 0 when it does not.
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // Action runs a job. Run must return when ctx is done.
@@ -63,10 +66,10 @@ func (f Fire) argsJSON() json.RawMessage {
 
 // Env returns the environment variables describing f, as an exec action's
 // program sees them: job id, slot (RFC 3339, UTC), run id, fence, instance
-// id and the args as JSON.
+// id and the args as JSON, and the attempt when the action retries.
 func (f Fire) Env() []string {
 	args := string(f.argsJSON())
-	return []string{
+	env := []string{
 		"CRONSWAP_JOB_ID=" + f.JobID,
 		"CRONSWAP_SCHEDULED_AT=" + f.ScheduledAt.UTC().Format(time.RFC3339),
 		"CRONSWAP_RUN_ID=" + f.RunID,
@@ -74,4 +77,8 @@ func (f Fire) Env() []string {
 		"CRONSWAP_INSTANCE_ID=" + f.InstanceID,
 		"CRONSWAP_ARGS=" + args,
 	}
+	if f.Attempt > 0 {
+		env = append(env, "CRONSWAP_ATTEMPT="+strconv.Itoa(f.Attempt))
+	}
+	return env
 }

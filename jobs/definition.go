@@ -39,6 +39,12 @@ type Definition struct {
 	// recorded missed. 0 means the configuration's default (see
 	// RunnerOptions.StartingDeadline).
 	StartingDeadline time.Duration `yaml:"starting_deadline"`
+	// Retry tries a failed run again as further attempts of its slot
+	// (attempts, backoff, max_backoff); absent: no retry.
+	Retry *RetryPolicy `yaml:"retry"`
+	// PauseAfterFailures, when positive, pauses the job after that many
+	// consecutive failed slots, until `cronswap schedules resume`; 0: never.
+	PauseAfterFailures int `yaml:"pause_after_failures"`
 }
 
 // HTTPSettings configure an http action: the URL the fire is sent to as a
@@ -180,8 +186,18 @@ func (d Definition) Spec() (Spec, error) {
 	if err != nil {
 		return Spec{}, err
 	}
+	var retry RetryPolicy
+	if d.Retry != nil {
+		if err := d.Retry.Validate(); err != nil {
+			return Spec{}, err
+		}
+		retry = *d.Retry
+	}
+	if d.PauseAfterFailures < 0 {
+		return Spec{}, fmt.Errorf("pause_after_failures %d: must be 0 (never) or positive", d.PauseAfterFailures)
+	}
 	return Spec{Action: action, Timeout: d.Timeout, Overlap: overlap, Jitter: d.Jitter,
-		StartingDeadline: d.StartingDeadline}, nil
+		StartingDeadline: d.StartingDeadline, Retry: retry, PauseAfterFailures: d.PauseAfterFailures}, nil
 }
 
 // Validate reports what is wrong with d (nil when it defines an action),

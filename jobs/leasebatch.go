@@ -122,6 +122,9 @@ func (s *MongoStore) endUpdate(e LeaseEnd) bson.D {
 		return bson.D{{Key: "$set", Value: set},
 			{Key: "$unset", Value: bson.D{{Key: "started_at", Value: ""}, {Key: "lease_until", Value: ""}}}}
 	}
+	if e.Lease.Attempt > 0 {
+		return s.attemptEndUpdate(e, set)
+	}
 	return bson.D{{Key: "$set", Value: set}}
 }
 
@@ -158,6 +161,10 @@ func (s *MongoStore) EndBatch(ctx context.Context, ends []LeaseEnd) []error {
 	locks := make([]mongo.WriteModel, 0, len(ends))
 	for _, e := range ends {
 		l, end := e.Lease, e.End
+		if l.Overlap.takesLock() && end.Status == StatusRetrying {
+			locks = append(locks, holdForRetry(e))
+			continue
+		}
 		if l.Overlap.takesLock() {
 			locks = append(locks, mongo.NewUpdateOneModel().
 				SetFilter(bson.D{{Key: "_id", Value: l.JobID}, {Key: "run_id", Value: l.RunID}, {Key: "state", Value: LockRunning}}).

@@ -39,7 +39,7 @@ const (
 
 // MissedReasons lists every reason of a missed record.
 var MissedReasons = []string{MissedNoReplica, MissedUnreachable, MissedShuttingDown,
-	MissedStartingDeadline, MissedOutsideCatchup, MissedQueueFull}
+	MissedStartingDeadline, MissedOutsideCatchup, MissedQueueFull, MissedPaused}
 
 // MissedRange is a run of consecutive slots of one job that did not run,
 // for one reason: the slots From..To of the job's schedule, Count of them.

@@ -32,6 +32,8 @@ type MongoStore struct {
 	retention time.Duration
 	instance  string
 	log       *slog.Logger
+	// pauseNotice adds fields to the pause write (MongoStoreOptions).
+	pauseNotice func(PauseDoc) bson.D
 }
 
 // MongoStoreOptions configures a MongoStore.
@@ -42,6 +44,10 @@ type MongoStoreOptions struct {
 	// Instance names this replica in repair records and logs.
 	Instance string
 	Logger   *slog.Logger
+	// PauseNotice, if set, returns fields written into the job_pauses
+	// document by the same update that pauses a job (a notice for the
+	// outbox, written atomically with the pause); nil adds none.
+	PauseNotice func(p PauseDoc) bson.D
 }
 
 // DefaultRetention is how long run records are kept after they end when
@@ -68,7 +74,8 @@ func NewMongoStore(locks, runs *mongo.Collection, opts MongoStoreOptions) *Mongo
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &MongoStore{locks: locks, runs: runs, retention: opts.Retention, instance: opts.Instance, log: opts.Logger}
+	return &MongoStore{locks: locks, runs: runs, retention: opts.Retention, instance: opts.Instance, log: opts.Logger,
+		pauseNotice: opts.PauseNotice}
 }
 
 // Index names on job_runs. They are the server's default names for the

@@ -112,6 +112,14 @@ type RunDoc struct {
 	// was skipped).
 	ExpireAt time.Time `bson:"expire_at" json:"-"`
 
+	// Attempt is the slot's current (or last) attempt when its action
+	// retries (1 the first; 0: the action does not retry); Attempts lists
+	// the ended attempts; RetryAt, while Status is StatusRetrying, is when
+	// the next attempt is due (docs/retry.md).
+	Attempt  int          `bson:"attempt,omitempty" json:"attempt,omitempty"`
+	Attempts []AttemptDoc `bson:"attempts,omitempty" json:"attempts,omitempty"`
+	RetryAt  time.Time    `bson:"retry_at,omitempty" json:"retry_at,omitzero"`
+
 	// The fields below are set on missed records (Status StatusMissed)
 	// only. ScheduledAt is then the first missed slot of the range.
 

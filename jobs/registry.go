@@ -23,6 +23,12 @@ type Spec struct {
 	// StartingDeadline is how long after its slot plus jitter a fire of
 	// this action may still start; 0 means the runner's default.
 	StartingDeadline time.Duration
+	// Retry says how a failed run is tried again as further attempts of
+	// its slot; the zero policy does not retry.
+	Retry RetryPolicy
+	// PauseAfterFailures, when positive, pauses the job after that many
+	// consecutive failed slots (job_pauses) until an operator resumes it.
+	PauseAfterFailures int
 }
 
 // Registry maps action names to actions. It is safe for concurrent use. It

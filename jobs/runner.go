@@ -169,6 +169,15 @@ type RunnerOptions struct {
 	// ClaimGrace is how long a replica that does not own a job waits
 	// before claiming its fire; default DefaultClaimGrace.
 	ClaimGrace time.Duration
+
+	// Lookup gives the armed schedule of a job (the engine's), so that a
+	// retry another replica left pending can be run here; nil: only this
+	// replica's own failed attempts are retried here.
+	Lookup func(jobID string) (schedule.Schedule, bool)
+	// RetryPoll is how often the replica looks for retries whose writer
+	// did not take them; default the sweep's interval (a third of TTL,
+	// 5 s to a minute). Only with actions that retry.
+	RetryPoll time.Duration
 }
 
 // Runner executes fires. With a Store, each fire of (job, slot) runs at most
@@ -211,6 +220,12 @@ type Runner struct {
 	// dbAnswered is set by a claim that reached the database, so that the
 	// flusher tries again at once instead of waiting out its backoff.
 	dbAnswered atomic.Bool
+
+	// retries runs further attempts of failed runs (nil: no action
+	// retries, or the store cannot); pauses pauses jobs after failures
+	// (nil: the store cannot).
+	retries *retrier
+	pauses  PauseStore
 }
 
 // errShutdown is the cancellation cause of actions still running when the
@@ -251,6 +266,15 @@ func NewRunner(opts RunnerOptions) *Runner {
 		r.claims = newBatcher(claimBatchMax, claimBatchesAtOnce, r.claimBatch)
 		r.ends = newBatcher(endBatchMax, endBatchesAtOnce, r.endBatch)
 		r.leases = newLeaseKeeper(r)
+	}
+	if rs, ok := opts.Store.(RetryStore); ok && opts.Registry != nil && opts.Registry.anyRetries() {
+		if opts.RetryPoll <= 0 {
+			opts.RetryPoll = sweepInterval(opts.TTL)
+		}
+		r.retries = newRetrier(r, rs, opts.RetryPoll)
+	}
+	if ps, ok := opts.Store.(PauseStore); ok {
+		r.pauses = ps
 	}
 	if ms, ok := opts.Store.(MissedStore); ok {
 		r.missedStore = ms
@@ -321,9 +345,15 @@ func (r *Runner) dispatch(d schedule.Due, deadline time.Duration) {
 		}
 		return
 	}
+	if r.paused(d, deadline, spec) {
+		return
+	}
 	lease, ok := r.claim(d, deadline, spec, !owner)
 	if !ok {
 		return
+	}
+	if r.retriesLocal(spec) {
+		lease.Attempt = 1
 	}
 	f := r.newFire(d, lease)
 	log := r.log.With("job_id", f.JobID, "scheduled_at", f.ScheduledAt, "run_id", f.RunID, "fence", f.Fence)
@@ -343,7 +373,7 @@ func (r *Runner) dispatch(d schedule.Due, deadline time.Duration) {
 // a store: a run id of its own, fence 0).
 func (r *Runner) newFire(d schedule.Due, l Lease) Fire {
 	f := Fire{JobID: d.Schedule.ID, ScheduledAt: d.Slot.UTC(), RunID: l.RunID, Fence: l.Fence,
-		InstanceID: r.opts.InstanceID, Args: json.RawMessage(d.Schedule.Args)}
+		InstanceID: r.opts.InstanceID, Args: json.RawMessage(d.Schedule.Args), Attempt: l.Attempt}
 	if f.RunID == "" {
 		f.RunID = newRunID() // without a store every fire is a run of its own
 	}
@@ -484,6 +514,7 @@ func (r *Runner) execute(log *slog.Logger, d schedule.Due, spec Spec, f Fire, le
 		r.leases.hold(*lease, cancel)
 	}
 	start := time.Now()
+	startedAt := r.clock.Now()
 	if h := r.opts.Hooks.Dispatched; h != nil {
 		h(f.JobID, d.At(), r.clock.Now())
 	}
@@ -512,11 +543,12 @@ func (r *Runner) execute(log *slog.Logger, d schedule.Due, spec Spec, f Fire, le
 		status = StatusFailed
 	}
 	if lease != nil {
-		status = r.finish(log, *lease, status, err, out, endedAt)
+		status = r.finish(log, d, spec, *lease, status, err, out, startedAt, endedAt)
 	}
 	switch status {
 	case StatusSucceeded:
 		log.Info("run succeeded", "duration", took)
+	case StatusRetrying: // finish logged it
 	default:
 		log.Warn("run "+status, "duration", took, "error", err)
 	}
@@ -526,8 +558,9 @@ func (r *Runner) execute(log *slog.Logger, d schedule.Due, spec Spec, f Fire, le
 
 // finish writes the run's end (freeing the lock); it returns the status
 // on record: abandoned if another replica had taken the run over.
-func (r *Runner) finish(log *slog.Logger, l Lease, status string, runErr error, out Output, endedAt time.Time) string {
-	end := RunEnd{Status: status, EndedAt: endedAt, Output: out}
+func (r *Runner) finish(log *slog.Logger, d schedule.Due, spec Spec, l Lease, status string, runErr error, out Output,
+	startedAt, endedAt time.Time) string {
+	end := RunEnd{Status: status, EndedAt: endedAt, Output: out, StartedAt: startedAt}
 	if runErr != nil {
 		end.Error = runErr.Error()
 	}
@@ -539,9 +572,12 @@ func (r *Runner) finish(log *slog.Logger, l Lease, status string, runErr error, 
 			end.Output.Stderr = ee.Stderr
 		}
 	}
+	r.planRetry(spec, l, &end)
 	err := r.ends.submit(LeaseEnd{Lease: l, End: end})
 	switch {
 	case err == nil:
+		r.afterEnd(log, d, spec, l, end)
+		status = end.Status
 	case errors.Is(err, ErrLockLost):
 		log.Warn("the run had been taken over by another replica; its true end is recorded on the abandoned record",
 			"error", err)
@@ -617,6 +653,7 @@ func (r *Runner) Shutdown(grace time.Duration) bool {
 	defer t.Stop()
 	defer r.stopFlushing()
 	defer r.leases.close()
+	defer r.retries.close()
 	select {
 	case <-done:
 		r.cancel(errShutdown)

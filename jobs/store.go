@@ -94,6 +94,10 @@ type Lease struct {
 	// lease holds the job's lock and renewals and the end are fenced by
 	// the lock's run_id.
 	Overlap Overlap
+	// Attempt is the attempt of the slot this lease runs (1 the first)
+	// when the job's action retries failed runs (RetryPolicy); 0 when it
+	// does not. Fence is then FenceOf(Slot)+Attempt-1 (AttemptFence).
+	Attempt int
 }
 
 // FireClaim is one fire of a claim batch.
@@ -158,6 +162,14 @@ type RunEnd struct {
 	// Reason is why the slot did not run, when Status is StatusMissed (the
 	// claim won but the action was not started).
 	Reason string
+	// StartedAt is when the attempt started (kept in its attempts entry
+	// when Lease.Attempt is set).
+	StartedAt time.Time
+	// RetryAt, with Status StatusRetrying, is when the next attempt of the
+	// slot is due; HoldUntil is how long a lock-taking policy's lock stays
+	// held by the slot's run for it (RetryAt plus the lease).
+	RetryAt   time.Time
+	HoldUntil time.Time
 }
 
 // LeaseEnd is one run's end for EndBatch.

@@ -1,0 +1,250 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/schedule"
+)
+
+// attemptLog records the attempts an action saw.
+type attemptLog struct {
+	mu    sync.Mutex
+	fires []Fire
+}
+
+func (a *attemptLog) add(f Fire) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.fires = append(a.fires, f)
+	return len(a.fires)
+}
+
+func (a *attemptLog) all() []Fire {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]Fire(nil), a.fires...)
+}
+
+// retryRunner is a replica of e for retry tests: it looks schedules up
+// like the engine (every job armed, running the action named like it),
+// polls for due retries every poll and claims others' after grace.
+func (e *fireEnv) retryRunner(t *testing.T, instance string, poll, grace time.Duration) *Runner {
+	t.Helper()
+	r := NewRunner(RunnerOptions{
+		Registry:   e.reg,
+		InstanceID: instance,
+		Logger:     slog.New(slog.DiscardHandler),
+		Store:      NewMongoStore(e.locks, e.runs, MongoStoreOptions{Instance: instance, Logger: slog.New(slog.DiscardHandler)}),
+		TTL:        time.Minute,
+		Lookup: func(id string) (schedule.Schedule, bool) {
+			return schedule.Schedule{ID: id, Enabled: true}, true
+		},
+		RetryPoll:  poll,
+		ClaimGrace: grace,
+		Hooks: Hooks{
+			Claimed:  func(id, result string) { e.record(&e.claimed, id+":"+result) },
+			RunEnded: func(id, status string) { e.record(&e.ended, id+":"+status) },
+			NotRun:   func(id string, slot time.Time, reason string) { e.record(&e.notRun, id+":"+reason) },
+		},
+	})
+	t.Cleanup(func() { r.Shutdown(30 * time.Second) })
+	return r
+}
+
+func (e *fireEnv) runDoc(t *testing.T, id string) RunDoc {
+	t.Helper()
+	var d RunDoc
+	if err := e.runs.FindOne(testCtx(t), bson.D{{Key: "_id", Value: id}}).Decode(&d); err != nil {
+		t.Fatalf("run %s: %v", id, err)
+	}
+	return d
+}
+
+func (e *fireEnv) waitStatus(t *testing.T, id, status string) RunDoc {
+	t.Helper()
+	var d RunDoc
+	waitFor(t, 20*time.Second, "run "+id+" "+status, func() bool {
+		d = RunDoc{} // Decode leaves the fields a document lacks as they were
+		err := e.runs.FindOne(testCtx(t), bson.D{{Key: "_id", Value: id}}).Decode(&d)
+		return err == nil && d.Status == status
+	})
+	return d
+}
+
+// checkAttempts checks the attempts list of d: one entry per attempt, the
+// fences FenceOf(slot)+attempt-1, the statuses given.
+func checkAttempts(t *testing.T, d RunDoc, slot time.Time, statuses ...string) {
+	t.Helper()
+	if len(d.Attempts) != len(statuses) {
+		t.Fatalf("run %s: %d attempts recorded (%+v), want %d", d.ID, len(d.Attempts), d.Attempts, len(statuses))
+	}
+	for i, a := range d.Attempts {
+		if a.Attempt != i+1 || a.Fence != FenceOf(slot)+int64(i) || a.Status != statuses[i] || a.EndedAt.IsZero() {
+			t.Errorf("run %s attempt %d: %+v, want attempt %d, fence %d, status %s, an end", d.ID, i, a, i+1,
+				FenceOf(slot)+int64(i), statuses[i])
+		}
+		if i > 0 && !a.StartedAt.After(d.Attempts[i-1].EndedAt) {
+			t.Errorf("run %s attempt %d started %v, not after the previous ended %v", d.ID, i+1, a.StartedAt, d.Attempts[i-1].EndedAt)
+		}
+	}
+}
+
+// An action failing twice then succeeding gives three attempts of one
+// slot — one record, one run id — with increasing fences, the lock held
+// by the slot during the backoff (a later slot is skipped) and free at the
+// end with the last attempt's fence.
+func TestRetryFailingTwiceThenSucceeding(t *testing.T) {
+	t.Parallel()
+	e := newFireEnv(t)
+	var seen attemptLog
+	e.reg.Register("flaky", Spec{Retry: RetryPolicy{Attempts: 3, Backoff: 300 * time.Millisecond},
+		Action: ActionFunc(func(ctx context.Context, f Fire) error {
+			if seen.add(f) <= 2 {
+				return errors.New("not yet")
+			}
+			return nil
+		})})
+	r := e.retryRunner(t, "r1", time.Hour, DefaultClaimGrace)
+	slot := time.Now().Truncate(time.Second).UTC()
+	id := RunID("flaky", slot)
+	r.Fire(dueAt("flaky", slot))
+	if d := e.runDoc(t, id); d.Status != StatusRetrying || d.Attempt != 1 || d.RetryAt.IsZero() || !d.LeaseUntil.Equal(d.RetryAt) {
+		t.Fatalf("after the first attempt: %+v, want retrying at attempt 1 with retry_at = lease_until", d)
+	}
+	// A later slot during the backoff: the slot's run still holds the lock.
+	r.Fire(dueAt("flaky", slot.Add(time.Second)))
+	if got := e.runDoc(t, RunID("flaky", slot.Add(time.Second))); got.Status != StatusSkipped {
+		t.Errorf("a later slot during the backoff: %s, want skipped", got.Status)
+	}
+	d := e.waitStatus(t, id, StatusSucceeded)
+	checkAttempts(t, d, slot, StatusRetrying, StatusRetrying, StatusSucceeded)
+	if d.Attempt != 3 || d.Fence != FenceOf(slot)+2 || d.Error != "" {
+		t.Errorf("final record %+v: want attempt 3, fence %d, no error", d, FenceOf(slot)+2)
+	}
+	fires := seen.all()
+	if len(fires) != 3 {
+		t.Fatalf("the action ran %d times, want 3", len(fires))
+	}
+	for i, f := range fires {
+		if f.RunID != id || f.ScheduledAt != slot || f.Attempt != i+1 || f.Fence != FenceOf(slot)+int64(i) {
+			t.Errorf("attempt %d saw %+v: want run %s, slot %v, attempt %d, fence %d", i+1, f, id, slot, i+1, FenceOf(slot)+int64(i))
+		}
+	}
+	var lock LockDoc
+	if err := e.locks.FindOne(testCtx(t), bson.D{{Key: "_id", Value: "flaky"}}).Decode(&lock); err != nil {
+		t.Fatal(err)
+	}
+	if lock.State != LockFree || lock.Fence != FenceOf(slot)+2 || lock.LastOutcome != StatusSucceeded {
+		t.Errorf("lock after the last attempt: %+v, want free, fence %d, succeeded", lock, FenceOf(slot)+2)
+	}
+}
+
+// With attempts exhausted the slot ends failed, every attempt recorded.
+func TestRetryExhaustedEndsFailed(t *testing.T) {
+	t.Parallel()
+	e := newFireEnv(t)
+	var seen attemptLog
+	e.reg.Register("broken", Spec{Overlap: OverlapAllow, Retry: RetryPolicy{Attempts: 2, Backoff: 100 * time.Millisecond},
+		Action: ActionFunc(func(ctx context.Context, f Fire) error { seen.add(f); return errors.New("always") })})
+	r := e.retryRunner(t, "r1", time.Hour, DefaultClaimGrace)
+	slot := time.Now().Truncate(time.Second).UTC()
+	r.Fire(dueAt("broken", slot))
+	d := e.waitStatus(t, RunID("broken", slot), StatusFailed)
+	checkAttempts(t, d, slot, StatusRetrying, StatusFailed)
+	if d.Error != "always" || len(seen.all()) != 2 {
+		t.Errorf("final %+v after %d runs: want error always, 2 runs", d, len(seen.all()))
+	}
+}
+
+// The pending attempt is state in the database: the replica whose attempt
+// failed stops before it is due, and of two others polling for due
+// retries exactly one runs the next attempt.
+func TestRetrySurvivesReplicaGone(t *testing.T) {
+	t.Parallel()
+	e := newFireEnv(t)
+	var seen attemptLog
+	e.reg.Register("flaky", Spec{Retry: RetryPolicy{Attempts: 3, Backoff: 200 * time.Millisecond},
+		Action: ActionFunc(func(ctx context.Context, f Fire) error {
+			if seen.add(f) == 1 {
+				return errors.New("first fails")
+			}
+			return nil
+		})})
+	a := e.retryRunner(t, "a", time.Hour, 100*time.Millisecond)
+	slot := time.Now().Truncate(time.Second).UTC()
+	id := RunID("flaky", slot)
+	a.Fire(dueAt("flaky", slot))
+	if !a.Shutdown(10 * time.Second) {
+		t.Fatal("replica a did not shut down")
+	}
+	if d := e.runDoc(t, id); d.Status != StatusRetrying {
+		t.Fatalf("after a stopped: %s, want retrying", d.Status)
+	}
+	e.retryRunner(t, "b", 50*time.Millisecond, 100*time.Millisecond)
+	e.retryRunner(t, "c", 50*time.Millisecond, 100*time.Millisecond)
+	d := e.waitStatus(t, id, StatusSucceeded)
+	checkAttempts(t, d, slot, StatusRetrying, StatusSucceeded)
+	fires := seen.all()
+	if len(fires) != 2 {
+		t.Fatalf("the action ran %d times, want 2 (once per attempt)", len(fires))
+	}
+	if fires[1].InstanceID == "a" || fires[1].InstanceID != d.Instance || d.Attempts[1].Instance != d.Instance {
+		t.Errorf("attempt 2 ran on %s, record says %s: want b or c, the same", fires[1].InstanceID, d.Instance)
+	}
+	// No third attempt shows up later.
+	time.Sleep(300 * time.Millisecond)
+	if n := len(seen.all()); n != 2 {
+		t.Errorf("the action ran %d times, want 2", n)
+	}
+}
+
+// A retry whose slot lost the job's lock during the backoff (released by
+// an operator, taken over) is recorded failed, not run.
+func TestRetryLockLostDuringBackoff(t *testing.T) {
+	t.Parallel()
+	e := newFireEnv(t)
+	var seen attemptLog
+	e.reg.Register("flaky", Spec{Retry: RetryPolicy{Attempts: 3, Backoff: 300 * time.Millisecond},
+		Action: ActionFunc(func(ctx context.Context, f Fire) error { seen.add(f); return errors.New("fails") })})
+	r := e.retryRunner(t, "r1", time.Hour, DefaultClaimGrace)
+	slot := time.Now().Truncate(time.Second).UTC()
+	r.Fire(dueAt("flaky", slot))
+	if _, err := e.locks.UpdateOne(testCtx(t), bson.D{{Key: "_id", Value: "flaky"}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: LockFree}, {Key: "run_id", Value: ""}}}}); err != nil {
+		t.Fatal(err)
+	}
+	d := e.waitStatus(t, RunID("flaky", slot), StatusFailed)
+	if d.Attempt != 2 || !strings.Contains(d.Error, ErrRetryLockLost.Error()) || len(seen.all()) != 1 {
+		t.Errorf("record %+v after %d runs: want attempt 2 failed without running", d, len(seen.all()))
+	}
+}
+
+func TestRetryPolicyDelayAndValidate(t *testing.T) {
+	t.Parallel()
+	p := RetryPolicy{Attempts: 5, Backoff: 30 * time.Second, MaxBackoff: 100 * time.Second}
+	for failed, want := range map[int]time.Duration{1: 30 * time.Second, 2: time.Minute, 3: 100 * time.Second, 4: 100 * time.Second} {
+		if got := p.Delay(failed); got != want {
+			t.Errorf("Delay(%d) = %s, want %s", failed, got, want)
+		}
+	}
+	if got := (RetryPolicy{Attempts: 3}).Delay(1); got != DefaultRetryBackoff {
+		t.Errorf("default Delay(1) = %s, want %s", got, DefaultRetryBackoff)
+	}
+	for _, bad := range []RetryPolicy{{Attempts: -1}, {Attempts: MaxRetryAttempts + 1}, {Attempts: 2, Backoff: -time.Second},
+		{Attempts: 2, MaxBackoff: -time.Second}, {Attempts: 2, Backoff: time.Minute, MaxBackoff: time.Second}} {
+		if bad.Validate() == nil {
+			t.Errorf("%+v: Validate accepted it", bad)
+		}
+	}
+	if err := p.Validate(); err != nil {
+		t.Errorf("%+v: %v", p, err)
+	}
+}
