@@ -109,28 +109,31 @@ func (s *MongoStore) Paused(ctx context.Context, jobID string) (PauseDoc, bool, 
 	if err != nil {
 		return PauseDoc{}, false, fmt.Errorf("read the pause of job %s in %s: %w", jobID, PausesCollection, err)
 	}
-	return decodePause(s.log, jobID, raw)
+	p, paused, damage := DecodePause(jobID, raw)
+	if damage != nil {
+		s.log.Error("pause document damaged", "job_id", jobID, "collection", PausesCollection, "error", damage)
+	}
+	return p, paused, nil
 }
 
-// decodePause reads a job_pauses document leniently: it pauses its job
+// DecodePause reads a job_pauses document leniently: it pauses its job
 // when its state is exactly PauseStatePaused, whatever else is wrong with
-// it; any other damage is logged with the job id and the document ignored.
-func decodePause(log *slog.Logger, jobID string, raw bson.Raw) (PauseDoc, bool, error) {
-	var p PauseDoc
+// it. damage, when not nil, says what is wrong (a document without a
+// valid state does not pause its job).
+func DecodePause(jobID string, raw bson.Raw) (p PauseDoc, paused bool, damage error) {
 	state, ok := raw.Lookup("state").StringValueOK()
 	if err := bson.Unmarshal(raw, &p); err != nil {
-		p = PauseDoc{JobID: jobID, State: state, Note: "damaged pause document: " + err.Error()}
-		log.Error("pause document damaged", "job_id", jobID, "collection", PausesCollection, "error", err)
+		p = PauseDoc{JobID: jobID, State: state}
+		damage = fmt.Errorf("pause document of job %s in %s damaged: %w", jobID, PausesCollection, err)
 	}
 	switch {
 	case ok && state == PauseStatePaused:
-		return p, true, nil
+		return p, true, damage
 	case ok && state == PauseStateResumed:
-		return p, false, nil
+		return p, false, damage
 	default:
-		log.Error("pause document has no valid state (want paused or resumed); it does not pause the job",
-			"job_id", jobID, "collection", PausesCollection, "state", raw.Lookup("state").String())
-		return p, false, nil
+		return p, false, fmt.Errorf("pause document of job %s in %s has no valid state (%s; want %q or %q): it does not pause the job",
+			jobID, PausesCollection, raw.Lookup("state").String(), PauseStatePaused, PauseStateResumed)
 	}
 }
 

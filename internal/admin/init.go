@@ -26,7 +26,7 @@ import (
 // creates them; each name is defined by the package that owns the data.
 func Collections() []string {
 	return []string{schedule.CollectionName, resumetoken.CollectionName, jobs.LocksCollection, jobs.RunsCollection,
-		history.CollectionName, members.CollectionName}
+		history.CollectionName, members.CollectionName, jobs.PausesCollection}
 }
 
 // Index names. The daemon creates the same indexes at start with the same

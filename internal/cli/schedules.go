@@ -47,6 +47,9 @@ type scheduleView struct {
 	// Error is the document's own validation error ("" when valid): the
 	// daemon keeps the last valid timer armed and reports the same error.
 	Error string `json:"error"`
+	// FailurePause is set while the job is paused after consecutive
+	// failed slots (job_pauses) until `schedules resume`.
+	FailurePause *failurePauseView `json:"failure_pause,omitempty"`
 
 	loc *time.Location
 }
@@ -98,7 +101,7 @@ func (s *session) view(ctx context.Context, d admin.ScheduleDoc, locks map[strin
 		v.LastRun = jsonTime(lock.LastSlot, v.loc)
 		v.LastStatus = lock.LastOutcome
 	}
-	return v, nil
+	return s.withFailurePause(ctx, v)
 }
 
 // dstName is how a valid schedule's daylight-saving mode is shown: the
@@ -129,7 +132,11 @@ func (v scheduleView) row() []string {
 	if v.InvalidID {
 		id = schedule.ShowKey(schedule.RefusedKey(v.ID))
 	}
-	return []string{id, v.CronExpr, tz, strconv.FormatBool(v.Enabled), str(v.NextRun), str(v.LastRun), v.LastStatus, errText}
+	status := v.LastStatus
+	if v.FailurePause != nil {
+		status, errText = "paused after failures", v.FailurePause.Note
+	}
+	return []string{id, v.CronExpr, tz, strconv.FormatBool(v.Enabled), str(v.NextRun), str(v.LastRun), status, errText}
 }
 
 func scheduleHeader() []string {
@@ -411,7 +418,7 @@ func schedulesDelete() *ucli.Command {
 func schedulesEnable(name string, enabled bool) *ucli.Command {
 	usage := "disarm a schedule without deleting it (enabled: false)"
 	if enabled {
-		usage = "re-arm a paused schedule (enabled: true)"
+		usage = "re-arm a paused schedule (enabled: true) and clear a pause after consecutive failed slots (job_pauses)"
 	}
 	return &ucli.Command{
 		Name:      name,
@@ -430,6 +437,13 @@ func schedulesEnable(name string, enabled bool) *ucli.Command {
 				}
 				if err != nil {
 					return s.fail(err)
+				}
+				if enabled { // resume also clears a pause after consecutive failures
+					cleared, err := s.resumeFailurePause(ctx, id)
+					if err != nil {
+						return s.fail(err)
+					}
+					changed = changed || cleared
 				}
 				if isJSON(c) {
 					return writeJSON(c.App.Writer, map[string]any{"id": id, "enabled": enabled, "changed": changed})

@@ -127,6 +127,8 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		// The owner of a job among the live members claims its fires at
 		// once; the others after the grace (owner dead or stalled).
 		Owns: d.members.Owns,
+		// A retry another replica left pending runs the schedule armed here.
+		Lookup: d.lookup,
 	})
 	d.engine = scheduler.New(scheduler.Options{
 		Location: cfg.Location,

@@ -1,0 +1,49 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"os/user"
+
+	"github.com/cronswap/cronswap/jobs"
+)
+
+// failurePauseView is how a schedule's pause after consecutive failed
+// slots (job_pauses) is shown: nil when the job is not paused so.
+type failurePauseView = jobs.PauseDoc
+
+// withFailurePause adds the job's pause after failures to v.
+func (s *session) withFailurePause(ctx context.Context, v scheduleView) (scheduleView, error) {
+	if v.InvalidID {
+		return v, nil
+	}
+	p, paused, damage, err := s.store.FailurePause(ctx, v.ID)
+	if err != nil {
+		return v, err
+	}
+	if damage != nil && v.Error == "" {
+		v.Error = damage.Error()
+	}
+	if paused {
+		v.FailurePause = &p
+	}
+	return v, nil
+}
+
+// resumeFailurePause clears the job's pause after failures; it reports
+// whether there was one.
+func (s *session) resumeFailurePause(ctx context.Context, id string) (bool, error) {
+	return s.store.ResumeFailurePause(ctx, id, whoAmI())
+}
+
+// whoAmI names the operator in a resume: user@host, as far as known.
+func whoAmI() string {
+	name := "cronswap"
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		name += "@" + h
+	}
+	return name
+}

@@ -1,0 +1,76 @@
+package cli_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/jobs"
+)
+
+// A job paused after consecutive failures shows it in `schedules list`
+// (status and note; failure_pause in JSON) and `schedules get`;
+// `schedules resume` clears it (state resumed, who and when); a damaged
+// pause document shows as the schedule's error and pauses nothing.
+func TestSchedulesFailurePauseListAndResume(t *testing.T) {
+	e := newEnv(t)
+	now := time.Now().UTC().Truncate(time.Second)
+	insertDocs(t, e.db.Collection("schedules"),
+		bson.D{{Key: "_id", Value: "flaky"}, {Key: "cron_expr", Value: "@hourly"}},
+		bson.D{{Key: "_id", Value: "damaged"}, {Key: "cron_expr", Value: "@hourly"}},
+		bson.D{{Key: "_id", Value: "fine"}, {Key: "cron_expr", Value: "@hourly"}},
+	)
+	insertDocs(t, e.db.Collection(jobs.PausesCollection),
+		bson.D{{Key: "_id", Value: "flaky"}, {Key: "state", Value: jobs.PauseStatePaused}, {Key: "paused_at", Value: now},
+			{Key: "note", Value: "paused after 3 consecutive failed slots; the last: exit status 1"}, {Key: "failures", Value: 3}},
+		bson.D{{Key: "_id", Value: "damaged"}, {Key: "state", Value: 12}},
+	)
+	var list []map[string]any
+	e.okJSON(&list, "schedules", "list")
+	byID := map[string]map[string]any{}
+	for _, v := range list {
+		byID[v["id"].(string)] = v
+	}
+	fp, ok := byID["flaky"]["failure_pause"].(map[string]any)
+	if !ok || fp["state"] != "paused" || !strings.Contains(fp["note"].(string), "3 consecutive") {
+		t.Fatalf("flaky: %v, want failure_pause with the note", byID["flaky"])
+	}
+	if _, ok := byID["fine"]["failure_pause"]; ok {
+		t.Errorf("fine: %v, want no failure_pause", byID["fine"])
+	}
+	if v := byID["damaged"]; v["failure_pause"] != nil || !strings.Contains(v["error"].(string), "no valid state") {
+		t.Errorf("damaged: %v, want not paused and the damage as its error", v)
+	}
+	r := e.ok("schedules", "list")
+	if got := column(t, r.stdout, "flaky", "STATUS"); got != "paused after failures" {
+		t.Errorf("flaky STATUS %q\n%s", got, r.stdout)
+	}
+	if got := column(t, r.stdout, "flaky", "ERROR"); !strings.Contains(got, "3 consecutive failed slots") {
+		t.Errorf("flaky ERROR %q\n%s", got, r.stdout)
+	}
+
+	r = e.ok("schedules", "resume", "flaky")
+	if !strings.Contains(r.stdout, "resumed flaky") {
+		t.Errorf("resume: %q", r.stdout)
+	}
+	var p jobs.PauseDoc
+	if err := e.db.Collection(jobs.PausesCollection).FindOne(ctx(t), bson.D{{Key: "_id", Value: "flaky"}}).Decode(&p); err != nil {
+		t.Fatal(err)
+	}
+	if p.State != jobs.PauseStateResumed || p.ResumedAt.IsZero() || p.ResumedBy == "" {
+		t.Errorf("after resume: %+v, want resumed with when and by whom", p)
+	}
+	list = nil
+	e.okJSON(&list, "schedules", "list")
+	for _, v := range list {
+		if v["id"] == "flaky" && v["failure_pause"] != nil {
+			t.Errorf("flaky after resume: %v", v)
+		}
+	}
+	r = e.ok("schedules", "resume", "flaky")
+	if !strings.Contains(r.stdout, "already") {
+		t.Errorf("second resume: %q, want already enabled", r.stdout)
+	}
+}
