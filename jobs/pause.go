@@ -266,3 +266,28 @@ func (r *Runner) afterEnd(log *slog.Logger, d schedule.Due, spec Spec, l Lease, 
 		}
 	}
 }
+
+// PausedJobs returns the pauses in force, by job id: one find on
+// job_pauses (a small collection: one document per job ever paused).
+func (s *MongoStore) PausedJobs(ctx context.Context) (map[string]PauseDoc, error) {
+	cur, err := s.pausesColl().Find(ctx, bson.D{{Key: "state", Value: PauseStatePaused}})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", PausesCollection, err)
+	}
+	defer func() { _ = cur.Close(ctx) }()
+	out := map[string]PauseDoc{}
+	for cur.Next(ctx) {
+		id, _ := cur.Current.Lookup("_id").StringValueOK()
+		p, paused, damage := DecodePause(id, cur.Current)
+		if damage != nil {
+			s.log.Error("pause document damaged", "job_id", id, "collection", PausesCollection, "error", damage)
+		}
+		if paused && id != "" {
+			out[id] = p
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", PausesCollection, err)
+	}
+	return out, nil
+}

@@ -173,6 +173,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 			Metrics:         d.metrics.Handler(),
 			Status:          d.status,
 			Timelines:       timeline.NewReader(db, timeline.Options{Location: cfg.Location}),
+			FailurePauses:   d.failurePauses,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 	}

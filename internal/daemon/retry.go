@@ -1,6 +1,12 @@
 package daemon
 
-import "github.com/cronswap/cronswap/schedule"
+import (
+	"context"
+
+	"github.com/cronswap/cronswap/internal/httpapi"
+	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/schedule"
+)
 
 // lookup gives the runner the schedule armed for a job, for the retries
 // other replicas left pending (jobs.RunnerOptions.Lookup); a job not
@@ -11,4 +17,19 @@ func (d *Daemon) lookup(id string) (schedule.Schedule, bool) {
 		return schedule.Schedule{}, false
 	}
 	return st.Schedule, true
+}
+
+// failurePauses gives /api/schedules the jobs paused after consecutive
+// failed slots (one read of job_pauses per request).
+func (d *Daemon) failurePauses(ctx context.Context) (map[string]httpapi.FailurePause, error) {
+	ps, err := d.store.PausedJobs(ctx)
+	if err != nil {
+		d.log.Warn("could not read the paused jobs for the API", "collection", jobs.PausesCollection, "error", err)
+		return nil, err
+	}
+	out := make(map[string]httpapi.FailurePause, len(ps))
+	for id, p := range ps {
+		out[id] = httpapi.FailurePause{PausedAt: p.PausedAt, Note: p.Note, Failures: p.Failures, RunID: p.RunID}
+	}
+	return out, nil
 }

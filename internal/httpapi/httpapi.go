@@ -59,6 +59,10 @@ type Options struct {
 	DefaultTimezone string
 	// Timelines serves /api/schedules/{id}/timeline; nil answers 404.
 	Timelines Timelines
+	// FailurePauses returns the jobs paused after consecutive failed
+	// slots, by job id, for /api/schedules; nil shows none. A read that
+	// fails leaves them out of that answer.
+	FailurePauses func(ctx context.Context) (map[string]FailurePause, error)
 }
 
 // Schedule is one element of /api/schedules (and the body of
@@ -96,6 +100,10 @@ type Schedule struct {
 	// DST is the schedule's daylight-saving mode when it is not the
 	// default: "plain".
 	DST string `json:"dst,omitempty"`
+	// FailurePause is set while the job is paused after consecutive
+	// failed slots (its fires are not run until `cronswap schedules
+	// resume`).
+	FailurePause *FailurePause `json:"failure_pause,omitempty"`
 }
 
 // FromStatus converts an engine status to its API form; defaultTZ is shown
@@ -141,12 +149,13 @@ func New(o Options) http.Handler {
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
-	mux.HandleFunc("GET /api/schedules", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /api/schedules", func(w http.ResponseWriter, r *http.Request) {
 		list := o.Schedules.List()
 		out := make([]Schedule, 0, len(list))
 		for _, s := range list {
 			out = append(out, FromStatus(s, o.DefaultTimezone))
 		}
+		withFailurePauses(r.Context(), o.FailurePauses, out)
 		writeJSON(w, http.StatusOK, out)
 	})
 	mux.HandleFunc("GET /api/schedules/{id}", func(w http.ResponseWriter, r *http.Request) {
@@ -155,7 +164,9 @@ func New(o Options) http.Handler {
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such schedule armed or rejected: " + r.PathValue("id")})
 			return
 		}
-		writeJSON(w, http.StatusOK, FromStatus(s, o.DefaultTimezone))
+		one := []Schedule{FromStatus(s, o.DefaultTimezone)}
+		withFailurePauses(r.Context(), o.FailurePauses, one)
+		writeJSON(w, http.StatusOK, one[0])
 	})
 	mux.HandleFunc("GET /api/schedules/{id}/timeline", func(w http.ResponseWriter, r *http.Request) {
 		serveTimeline(w, r, o.Timelines)
