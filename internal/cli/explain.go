@@ -65,6 +65,10 @@ func printTimeline(c *ucli.Context, tl timeline.Timeline) {
 			fmt.Fprintf(w, "  %s .. %s  %s\n", rfc3339(s.From, nil), rfc3339(s.To, nil), segmentText(s))
 		}
 	}
+	if p := tl.FailurePause; p != nil {
+		fmt.Fprintf(w, "paused after failures since %s: %s (`cronswap schedules resume %s` clears it)\n",
+			rfc3339(p.PausedAt, nil), p.Note, tl.JobID)
+	}
 	fmt.Fprintln(w)
 	rows := make([][]string, 0, len(tl.Entries))
 	for _, e := range tl.Entries {

@@ -74,3 +74,28 @@ func TestSchedulesFailurePauseListAndResume(t *testing.T) {
 		t.Errorf("second resume: %q, want already enabled", r.stdout)
 	}
 }
+
+// explain shows a pause after consecutive failures (a line in the text,
+// failure_pause in JSON), and nothing once resumed.
+func TestExplainShowsFailurePause(t *testing.T) {
+	e := newEnv(t)
+	insertExplainJob(t, e, "report")
+	at := time.Date(2026, 3, 1, 5, 0, 0, 0, time.UTC)
+	insertDocs(t, e.db.Collection(jobs.PausesCollection),
+		bson.D{{Key: "_id", Value: "report"}, {Key: "state", Value: jobs.PauseStatePaused}, {Key: "paused_at", Value: at},
+			{Key: "note", Value: "paused after 2 consecutive failed slots"}, {Key: "failures", Value: 2}})
+	args := []string{"explain", "report", "--from", "2026-03-01T00:00:00Z", "--to", "2026-03-01T06:00:00Z"}
+	r := e.ok(args...)
+	if want := "paused after failures since 2026-03-01T05:00:00Z: paused after 2 consecutive failed slots (`cronswap schedules resume report` clears it)\n"; !strings.Contains(r.stdout, want) {
+		t.Errorf("explain lacks %q:\n%s", want, r.stdout)
+	}
+	var tl map[string]any
+	e.okJSON(&tl, append(args, "-o", "json")...)
+	if fp, ok := tl["failure_pause"].(map[string]any); !ok || fp["failures"] != float64(2) {
+		t.Errorf("explain -o json failure_pause: %v", tl["failure_pause"])
+	}
+	e.ok("schedules", "resume", "report")
+	if r := e.ok(args...); strings.Contains(r.stdout, "paused after failures") {
+		t.Errorf("explain after resume:\n%s", r.stdout)
+	}
+}

@@ -77,7 +77,11 @@ func (r *Reader) Build(ctx context.Context, id string, from, to time.Time) (Time
 				id, schedule.CollectionName, jobs.RunsCollection, r.hist, ErrNotFound)
 		}
 	}
-	return Assemble(in), nil
+	tl := Assemble(in)
+	if tl.FailurePause, err = r.failurePause(ctx, id); err != nil {
+		return Timeline{}, err
+	}
+	return tl, nil
 }
 
 // current reads the job's schedules document as it is now.

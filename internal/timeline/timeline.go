@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cronswap/cronswap/jobs"
 )
 
 // Bounds of one timeline. A request for more is refused (window) or cut
@@ -85,6 +87,10 @@ type Timeline struct {
 	Truncated bool `json:"truncated"`
 	// NextFrom is where the entries stop when Truncated.
 	NextFrom *time.Time `json:"next_from,omitempty"`
+	// FailurePause is set while the job is paused after consecutive
+	// failed slots (job_pauses): its fires are recorded missed, reason
+	// paused, until `cronswap schedules resume`.
+	FailurePause *jobs.PauseDoc `json:"failure_pause,omitempty"`
 }
 
 // Timing is the part of a schedules document that decides its slots.
