@@ -98,6 +98,9 @@ func TestRepoConfigYAML(t *testing.T) {
 			Timeout: 5 * time.Minute,
 			Overlap: jobs.OverlapForbid,
 			Catchup: &hour,
+			Retry:   &jobs.RetryPolicy{Attempts: 3, Backoff: 30 * time.Second, MaxBackoff: 10 * time.Minute},
+			// 5 consecutive failed slots pause the job.
+			PauseAfterFailures: 5,
 		},
 		"heartbeat": {
 			Exec:    []string{"sh", "-c", "echo heartbeat $CRONSWAP_JOB_ID at $CRONSWAP_SCHEDULED_AT args=$CRONSWAP_ARGS"},
