@@ -217,8 +217,6 @@ func TestFirePathBlackoutSkipsInsideWindow(t *testing.T) {
 		switch {
 		case inside && (rec.Status != StatusSkipped || rec.BlackoutID != "freeze" || rec.Reason != "year-end freeze"):
 			t.Errorf("slot %s inside the window: %+v, want skipped by freeze", rec.ScheduledAt, rec)
-		case inside && rec.Instance != "r1":
-			t.Errorf("slot %s skipped by %s, want the owner r1", rec.ScheduledAt, rec.Instance)
 		case !inside && rec.Status != StatusSucceeded:
 			t.Errorf("slot %s outside the window: %+v, want succeeded", rec.ScheduledAt, rec)
 		}
