@@ -9,6 +9,7 @@ import (
 
 	"github.com/cronswap/cronswap/blackout"
 	"github.com/cronswap/cronswap/internal/cli"
+	"github.com/cronswap/cronswap/jobs"
 )
 
 type blackoutJSON struct {
@@ -90,6 +91,28 @@ func TestBlackoutsAddListDelete(t *testing.T) {
 	e.okJSON(&got, "blackouts", "list")
 	if len(got) != 2 || got[0].ID != "nightly" {
 		t.Errorf("after delete: %+v", got)
+	}
+}
+
+// runs get shows the window that skipped a slot.
+func TestRunsGetShowsBlackout(t *testing.T) {
+	e := newEnv(t)
+	slot := time.Date(2026, 12, 25, 9, 0, 0, 0, time.UTC)
+	id := jobs.RunID("bill", slot)
+	if _, err := e.db.Collection(jobs.RunsCollection).InsertOne(ctx(t), jobs.RunDoc{ID: id, JobID: "bill", ScheduledAt: slot,
+		Status: jobs.StatusSkipped, Reason: "year-end freeze", Error: "blackout freeze: year-end freeze", BlackoutID: "freeze"}); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		BlackoutID string `json:"blackout_id"`
+		Reason     string `json:"reason"`
+	}
+	e.okJSON(&got, "runs", "get", id)
+	if got.BlackoutID != "freeze" || got.Reason != "year-end freeze" {
+		t.Errorf("runs get -o json: %+v", got)
+	}
+	if out := e.ok("runs", "get", id).stdout; !strings.Contains(out, "BLACKOUT") || !strings.Contains(out, "freeze") {
+		t.Errorf("runs get:\n%s", out)
 	}
 }
 
