@@ -69,7 +69,8 @@ type Error struct {
 	// ID is the window's _id, or a rendering of it; empty when unknown.
 	ID string
 	// Field is the offending field; empty for the whole document.
-	Field  string
+	Field string
+	// Reason says what is wrong.
 	Reason string
 }
 
@@ -97,21 +98,21 @@ func invalid(id, field, format string, a ...any) *Error {
 // Window is one validated blackout window.
 type Window struct {
 	// ID is the document's _id.
-	ID string `json:"id"`
+	ID string
 	// From and To bound a one-off window: slots at or after From and
 	// before To. Zero for a recurring window.
-	From time.Time `json:"from,omitzero"`
-	To   time.Time `json:"to,omitzero"`
+	From time.Time
+	To   time.Time
 	// CronExpr, Duration and Timezone define a recurring window: open
 	// from each fire of CronExpr (in Timezone, default UTC) for Duration.
-	CronExpr string        `json:"cron_expr,omitempty"`
-	Duration time.Duration `json:"-"`
-	Timezone string        `json:"timezone,omitempty"`
+	CronExpr string
+	Duration time.Duration
+	Timezone string
 	// Categories limits the window to the jobs of these categories; empty
 	// means every job.
-	Categories []string `json:"categories,omitempty"`
+	Categories []string
 	// Reason says why, as recorded on the skipped runs.
-	Reason string `json:"reason"`
+	Reason string
 
 	sched cron.Schedule
 }
