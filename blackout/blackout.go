@@ -104,7 +104,8 @@ type Window struct {
 	From time.Time
 	To   time.Time
 	// CronExpr, Duration and Timezone define a recurring window: open
-	// from each fire of CronExpr (in Timezone, default UTC) for Duration.
+	// from each fire of CronExpr (in Timezone, else the zone Decode was
+	// given) for Duration.
 	CronExpr string
 	Duration time.Duration
 	Timezone string

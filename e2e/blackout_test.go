@@ -80,6 +80,7 @@ func TestBlackoutWindowLiveAcrossReplicas(t *testing.T) {
 	inserted := time.Now()
 	mongosh(t, uri, db.Name(), `db.blackouts.insertOne({_id: "freeze", from: new Date(Date.now() - 60000), `+
 		`to: new Date(Date.now() + 3600000), categories: ["billing"], reason: "year-end freeze"})`)
+	written := time.Now() // the window was written before this
 	var first jobs.RunDoc
 	waitFor(t, 10*time.Second, "a bill fire skipped by the window", func() bool {
 		for _, r := range boRuns(t, db, "bill", inserted.Add(-time.Second)) {
@@ -90,8 +91,8 @@ func TestBlackoutWindowLiveAcrossReplicas(t *testing.T) {
 		}
 		return false
 	})
-	if lag := first.ScheduledAt.Sub(inserted); lag > 2*time.Second {
-		t.Errorf("first skipped slot %s came %s after the insert, want within 2 s", first.ScheduledAt, lag)
+	if lag := first.ScheduledAt.Sub(written); lag > 2*time.Second {
+		t.Errorf("first skipped slot %s came %s after mongosh returned, want within 2 s", first.ScheduledAt, lag)
 	}
 	mongosh(t, uri, db.Name(), `db.blackouts.insertOne({_id: "typo", from: new Date(), to: new Date(Date.now() + 3600000), `+
 		`categoies: ["reports"], reason: "misspelt"})`)
@@ -106,6 +107,7 @@ func TestBlackoutWindowLiveAcrossReplicas(t *testing.T) {
 	})
 	deleted := time.Now()
 	cliOK(t, cfgPath, "blackouts", "delete", "freeze")
+	gone := time.Now() // the window was deleted before this
 	var resumedAt time.Time
 	waitFor(t, 10*time.Second, "bill to run again", func() bool {
 		for _, r := range boRuns(t, db, "bill", deleted) {
@@ -116,8 +118,8 @@ func TestBlackoutWindowLiveAcrossReplicas(t *testing.T) {
 		}
 		return false
 	})
-	if lag := resumedAt.Sub(deleted); lag > 2*time.Second {
-		t.Errorf("first run after the delete at slot %s, %s after it, want within 2 s", resumedAt, lag)
+	if lag := resumedAt.Sub(gone); lag > 2*time.Second {
+		t.Errorf("first run after the delete at slot %s, %s after the CLI returned, want within 2 s", resumedAt, lag)
 	}
 
 	ran := boLedger(t, ledger)
@@ -126,12 +128,15 @@ func TestBlackoutWindowLiveAcrossReplicas(t *testing.T) {
 		if !r.ScheduledAt.Before(resumedAt) {
 			break
 		}
+		if ran[r.ID] != 0 {
+			t.Errorf("bill slot %s under the window ran %d times", r.ScheduledAt, ran[r.ID])
+		}
+		if r.Status == jobs.StatusMissed {
+			continue // not recorded within its starting deadline (a loaded machine): not run either
+		}
 		if r.Status != jobs.StatusSkipped || r.BlackoutID != "freeze" || r.Reason != "year-end freeze" ||
 			!strings.Contains(r.Error, "blackout freeze") {
 			t.Errorf("bill slot %s under the window: %+v, want skipped by freeze with its reason", r.ScheduledAt, r)
-		}
-		if ran[r.ID] != 0 {
-			t.Errorf("bill slot %s under the window ran %d times", r.ScheduledAt, ran[r.ID])
 		}
 		skipped++
 	}

@@ -101,7 +101,8 @@ func TestBlackoutWindowTakesEffectLive(t *testing.T) {
 	// Every bill slot from the first skip until the delete was skipped by
 	// the window; report ran throughout.
 	for _, r := range runsOf(t, db, "bill", firstSkip.ScheduledAt.Add(-time.Nanosecond)) {
-		if r.ScheduledAt.Before(deleted.Add(-time.Second)) && (r.Status != jobs.StatusSkipped || r.BlackoutID != "freeze") {
+		if r.ScheduledAt.Before(deleted.Add(-time.Second)) && r.Status != jobs.StatusMissed &&
+			(r.Status != jobs.StatusSkipped || r.BlackoutID != "freeze") {
 			t.Errorf("bill slot %s under the window: %s %q, want skipped by freeze", r.ScheduledAt, r.Status, r.BlackoutID)
 		}
 	}
@@ -132,6 +133,8 @@ func TestBlackoutRecurringWindow(t *testing.T) {
 	for _, r := range runsOf(t, db, "tick", start) {
 		inside := r.ScheduledAt.Second()%10 < 5
 		switch {
+		case inside && r.Status == jobs.StatusMissed:
+			// not recorded within its starting deadline (a loaded machine)
 		case inside && (r.Status != jobs.StatusSkipped || r.BlackoutID != "every10" || r.Reason != "flush"):
 			t.Errorf("slot %s inside the window: %s %q", r.ScheduledAt, r.Status, r.BlackoutID)
 		case !inside && r.BlackoutID != "":
