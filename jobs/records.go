@@ -133,4 +133,7 @@ type RunDoc struct {
 	Reason string `bson:"reason,omitempty" json:"reason,omitempty"`
 	// RecordedAt is when the record was written.
 	RecordedAt time.Time `bson:"recorded_at,omitempty" json:"recorded_at,omitzero"`
+	// BlackoutID is set on a skipped record whose slot fell in a blackout
+	// window (FieldBlackoutID): the window's _id; Reason is its reason.
+	BlackoutID string `bson:"blackout_id,omitempty" json:"blackout_id,omitempty"`
 }

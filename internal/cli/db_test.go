@@ -918,6 +918,7 @@ func TestEveryCommandHasCommonFlags(t *testing.T) {
 		{"run"}, {"init"}, {"next"}, {"validate"}, {"version"}, {"completion"},
 		{"schedules", "list"}, {"schedules", "get"}, {"schedules", "set"}, {"schedules", "delete"}, {"schedules", "pause"}, {"schedules", "resume"},
 		{"token", "show"}, {"token", "reset"}, {"locks", "list"}, {"locks", "release"}, {"runs", "list"}, {"runs", "get"}, {"explain"},
+		{"blackouts", "list"}, {"blackouts", "add"}, {"blackouts", "delete"},
 	} {
 		r := run(t, append(cmd, "--help")...)
 		if r.code != cli.ExitOK {

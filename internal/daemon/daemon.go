@@ -57,6 +57,8 @@ type Daemon struct {
 	watcher  *changestream.Watcher
 	history  *editHistory
 	server   *http.Server
+	// blackouts holds the blackout windows (blackouts.go).
+	blackouts *blackoutWatch
 
 	armedAt    atomic.Int64  // unix nanoseconds of the engine's last Applied hook (see watchHooks)
 	synced     chan struct{} // closed by the watcher's first full sync
@@ -102,6 +104,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	d.members = members.New(db, members.Options{InstanceID: cfg.InstanceID, Logger: d.log,
 		Unreachable: func(error) { d.awayOnce.Do(func() { close(d.away) }) }})
 	d.metrics = metrics.New()
+	d.blackouts = newBlackoutWatch(db, cfg, d.log)
 	locks, runs := jobs.Collections(db)
 	d.store = jobs.NewMongoStore(locks, runs,
 		jobs.MongoStoreOptions{Retention: cfg.Runs.Retention, Instance: cfg.InstanceID, Logger: d.log})
@@ -127,6 +130,8 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		// The owner of a job among the live members claims its fires at
 		// once; the others after the grace (owner dead or stalled).
 		Owns: d.members.Owns,
+		// A fire inside a blackout window is recorded skipped, not run.
+		Blackout: d.blackouts.match,
 		// A retry another replica left pending runs the schedule armed here.
 		Lookup: d.lookup,
 	})
@@ -253,6 +258,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		watchDone <- d.watcher.Run(watchCtx)
 	}()
+	blackoutsDone := d.blackouts.start(watchCtx, joined, d.away)
 	starterDone := make(chan struct{})
 	go func() {
 		defer close(starterDone)
@@ -261,7 +267,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	catchUpDone := make(chan struct{})
 	go func() {
 		defer close(catchUpDone)
-		runCatchUp(watchCtx, d.engine, func() bool { return isJoined() && d.watcher.Status().Ready }, d.cfg.CatchupFor,
+		runCatchUp(watchCtx, d.engine, func() bool { return isJoined() && d.watcher.Status().Ready && d.blackouts.ready() }, d.cfg.CatchupFor,
 			func(due schedule.Due) { d.runner.FireCatchUp(due, d.cfg.CatchupFor(due.Schedule.ActionName())) },
 			d.log, d.recordStartupGaps)
 	}()
@@ -289,6 +295,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.Warn("some actions were cancelled at the end of the grace period")
 	}
 	<-catchUpDone
+	<-blackoutsDone
 	if err := <-watchDone; err != nil && runErr == nil {
 		runErr = err
 	}
@@ -318,7 +325,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 // meanwhile) and this process holds its instance id (joined is closed). It
 // returns without starting it when ctx ends first.
 func (d *Daemon) startEngine(ctx context.Context, joined <-chan struct{}) {
-	for _, ready := range []<-chan struct{}{joined, d.synced} {
+	for _, ready := range []<-chan struct{}{joined, d.synced, d.blackouts.synced} {
 		select {
 		case <-ready:
 		case <-ctx.Done():
