@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -76,7 +77,8 @@ func TestSchedulesFailurePauseListAndResume(t *testing.T) {
 }
 
 // explain shows a pause after consecutive failures (a line in the text,
-// failure_pause in JSON), and nothing once resumed.
+// failure_pause in JSON), and nothing once resumed; a run between
+// attempts shows as retrying with its attempt.
 func TestExplainShowsFailurePause(t *testing.T) {
 	e := newEnv(t)
 	insertExplainJob(t, e, "report")
@@ -84,8 +86,17 @@ func TestExplainShowsFailurePause(t *testing.T) {
 	insertDocs(t, e.db.Collection(jobs.PausesCollection),
 		bson.D{{Key: "_id", Value: "report"}, {Key: "state", Value: jobs.PauseStatePaused}, {Key: "paused_at", Value: at},
 			{Key: "note", Value: "paused after 2 consecutive failed slots"}, {Key: "failures", Value: 2}})
+	slot := time.Date(2026, 3, 1, 3, 30, 0, 0, time.UTC)
+	insertDocs(t, e.db.Collection(jobs.RunsCollection), bson.D{
+		{Key: "_id", Value: jobs.RunID("report", slot)}, {Key: "job_id", Value: "report"}, {Key: "scheduled_at", Value: slot},
+		{Key: "instance", Value: "host-a"}, {Key: "fence", Value: jobs.FenceOf(slot) + 1}, {Key: "status", Value: jobs.StatusRetrying},
+		{Key: jobs.FieldAttempt, Value: 2}, {Key: jobs.FieldRetryAt, Value: slot.Add(time.Minute)},
+	})
 	args := []string{"explain", "report", "--from", "2026-03-01T00:00:00Z", "--to", "2026-03-01T06:00:00Z"}
 	r := e.ok(args...)
+	if want := fmt.Sprintf("retrying, on host-a, fence %d, attempt 2", jobs.FenceOf(slot)+1); !strings.Contains(r.stdout, want) {
+		t.Errorf("explain lacks %q:\n%s", want, r.stdout)
+	}
 	if want := "paused after failures since 2026-03-01T05:00:00Z: paused after 2 consecutive failed slots (`cronswap schedules resume report` clears it)\n"; !strings.Contains(r.stdout, want) {
 		t.Errorf("explain lacks %q:\n%s", want, r.stdout)
 	}

@@ -27,6 +27,9 @@ type Record struct {
 	EndedAt     time.Time `bson:"ended_at"`
 	Error       string    `bson:"error"`
 	ExitCode    *int      `bson:"exit_code"`
+	// Attempt is the slot's current or last attempt, for an action that
+	// retries (jobs.FieldAttempt); 0 otherwise.
+	Attempt int `bson:"attempt"`
 	// LastScheduledAt, Count, Reason and RecordedAt are a missed record's:
 	// its range of slots, why they were missed and when it was written.
 	LastScheduledAt time.Time `bson:"last_scheduled_at"`
@@ -307,6 +310,7 @@ func recordEntry(r Record) Entry {
 			e.DurationMS = &d
 		}
 		e.Error, e.ExitCode = r.Error, r.ExitCode
+		e.Attempt = r.Attempt
 	}
 	return e
 }

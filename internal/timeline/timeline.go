@@ -151,6 +151,9 @@ type Entry struct {
 	StartedAt  *time.Time `json:"started_at,omitempty"`
 	EndedAt    *time.Time `json:"ended_at,omitempty"`
 	DurationMS *int64     `json:"duration_ms,omitempty"`
+	// Attempt is a run's current or last attempt when its action retries
+	// (the status retrying: the next one is pending).
+	Attempt int `json:"attempt,omitempty"`
 	// Error and ExitCode are a failed or abandoned run's.
 	Error    string `json:"error,omitempty"`
 	ExitCode *int   `json:"exit_code,omitempty"`
@@ -196,6 +199,9 @@ func (e Entry) Summary() string {
 		}
 		if e.Fence != nil {
 			add("fence %d", *e.Fence)
+		}
+		if e.Attempt > 0 {
+			add("attempt %d", e.Attempt)
 		}
 		if e.DurationMS != nil {
 			add("took %s", (time.Duration(*e.DurationMS) * time.Millisecond).String())
