@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -88,6 +89,11 @@ func (t *retrier) pollDue() {
 		return
 	}
 	for _, doc := range docs {
+		if doc.Attempt < 1 {
+			t.giveUp(doc.ID, 0, doc.JobID, doc.ScheduledAt,
+				"damaged retry state: a retrying record without a valid attempt number; not retried")
+			continue
+		}
 		if t.r.opts.Lookup == nil {
 			t.r.log.Debug("a retry is due but this replica cannot look up schedules", "job_id", doc.JobID,
 				"scheduled_at", doc.ScheduledAt, "run_id", doc.ID)
@@ -130,9 +136,13 @@ func (t *retrier) attempt(s schedule.Schedule, slot time.Time, n int, due time.T
 
 	log := r.log.With("job_id", s.ID, "scheduled_at", slot, "run_id", id, "attempt", n)
 	spec, ok := r.opts.Registry.Lookup(s.ActionName())
-	if !ok || !spec.Retry.Enabled() {
-		log.Warn("a retry is due but the job's action no longer retries (or is unknown); left pending",
-			"action", s.ActionName())
+	if !ok {
+		log.Warn("a retry is due but the job's action is unknown here; left pending", "action", s.ActionName())
+		return
+	}
+	if !spec.Retry.Enabled() || n > spec.Retry.Attempts {
+		t.giveUp(id, n-1, s.ID, slot, fmt.Sprintf("not retried: action %s allows %d attempts now", s.ActionName(),
+			max(spec.Retry.Attempts, 1)))
 		return
 	}
 	d := schedule.Due{Schedule: s, Slot: slot}
@@ -167,6 +177,19 @@ func (t *retrier) attempt(s schedule.Schedule, slot time.Time, n int, due time.T
 	took, err := r.execute(log.With("fence", f.Fence), d, spec, f, &lease)
 	if r.opts.Done != nil {
 		r.opts.Done(f, err, took)
+	}
+}
+
+// giveUp ends a retrying record that is not to be retried as failed,
+// saying why (in the log too).
+func (t *retrier) giveUp(runID string, attempt int, jobID string, slot time.Time, why string) {
+	ctx, cancel := t.r.opCtx()
+	defer cancel()
+	err := t.store.GiveUpRetry(ctx, runID, attempt, why, t.r.clock.Now())
+	t.r.log.Warn("pending retry given up; the slot is recorded failed", "job_id", jobID, "scheduled_at", slot,
+		"run_id", runID, "reason", why, "error", err)
+	if err == nil {
+		t.r.runEnded(jobID, StatusFailed)
 	}
 }
 

@@ -197,6 +197,10 @@ type RetryStore interface {
 	// DueRetries returns up to limit records retrying whose next attempt
 	// was due before before.
 	DueRetries(ctx context.Context, before time.Time, limit int) ([]RunDoc, error)
+	// GiveUpRetry ends a retrying record that is not to be retried (its
+	// action no longer retries, or its retry state is damaged) as failed
+	// with why; attempt, when positive, is the attempt it must be at.
+	GiveUpRetry(ctx context.Context, runID string, attempt int, why string, now time.Time) error
 }
 
 // ClaimRetry implements RetryStore.
@@ -303,4 +307,21 @@ func (s *MongoStore) DueRetries(ctx context.Context, before time.Time, limit int
 		return nil, fmt.Errorf("find due retries in %s: %w", s.runs.Name(), err)
 	}
 	return docs, nil
+}
+
+// GiveUpRetry implements RetryStore: one conditional update of the record
+// (still retrying, at attempt when positive) to failed.
+func (s *MongoStore) GiveUpRetry(ctx context.Context, runID string, attempt int, why string, now time.Time) error {
+	filter := bson.D{{Key: "_id", Value: runID}, {Key: "status", Value: StatusRetrying}}
+	if attempt > 0 {
+		filter = append(filter, bson.E{Key: FieldAttempt, Value: attempt})
+	}
+	_, err := s.runs.UpdateOne(ctx, filter, bson.D{
+		{Key: "$set", Value: bson.D{{Key: "status", Value: StatusFailed}, {Key: "error", Value: why},
+			{Key: "ended_at", Value: now}, {Key: "expire_at", Value: now.Add(s.retention)}}},
+		{Key: "$unset", Value: bson.D{{Key: "lease_until", Value: ""}, {Key: FieldRetryAt, Value: ""}}}})
+	if err != nil {
+		return fmt.Errorf("give up the retry of run %s in %s: %w", runID, s.runs.Name(), err)
+	}
+	return nil
 }

@@ -248,3 +248,35 @@ func TestRetryPolicyDelayAndValidate(t *testing.T) {
 		t.Errorf("%+v: %v", p, err)
 	}
 }
+
+// A pending retry that is not to be run is ended failed, saying why: a
+// retrying record without a valid attempt (damaged by hand), and one of
+// an action that no longer retries (its config changed).
+func TestRetryGivenUp(t *testing.T) {
+	t.Parallel()
+	e := newFireEnv(t)
+	var seen attemptLog
+	act := ActionFunc(func(ctx context.Context, f Fire) error { seen.add(f); return nil })
+	e.reg.Register("retries", Spec{Action: act, Retry: RetryPolicy{Attempts: 3}})
+	e.reg.Register("no_longer", Spec{Action: act})
+	past := time.Now().Add(-time.Minute).Truncate(time.Second).UTC()
+	docs := []any{
+		bson.D{{Key: "_id", Value: RunID("retries", past)}, {Key: "job_id", Value: "retries"}, {Key: "scheduled_at", Value: past},
+			{Key: "status", Value: StatusRetrying}, {Key: "lease_until", Value: past}, {Key: FieldRetryAt, Value: past}},
+		bson.D{{Key: "_id", Value: RunID("no_longer", past)}, {Key: "job_id", Value: "no_longer"}, {Key: "scheduled_at", Value: past},
+			{Key: "status", Value: StatusRetrying}, {Key: FieldAttempt, Value: 1}, {Key: "lease_until", Value: past}, {Key: FieldRetryAt, Value: past}},
+	}
+	if _, err := e.runs.InsertMany(testCtx(t), docs); err != nil {
+		t.Fatal(err)
+	}
+	e.retryRunner(t, "r1", 50*time.Millisecond, 10*time.Millisecond)
+	if d := e.waitStatus(t, RunID("retries", past), StatusFailed); !strings.Contains(d.Error, "damaged retry state") {
+		t.Errorf("damaged: %+v", d)
+	}
+	if d := e.waitStatus(t, RunID("no_longer", past), StatusFailed); !strings.Contains(d.Error, "not retried") {
+		t.Errorf("no longer retrying: %+v", d)
+	}
+	if n := len(seen.all()); n != 0 {
+		t.Errorf("the action ran %d times, want 0", n)
+	}
+}
