@@ -120,3 +120,29 @@ func TestPauseDamagedDocuments(t *testing.T) {
 		}
 	}
 }
+
+// Failures are counted by slot, not by attempt: a slot whose retries all
+// failed counts once, and a slot still retrying not at all.
+func TestPauseCountsSlotsNotAttempts(t *testing.T) {
+	t.Parallel()
+	e := newFireEnv(t)
+	var runs atomic.Int32
+	e.reg.Register("flaky", Spec{PauseAfterFailures: 2, Retry: RetryPolicy{Attempts: 2, Backoff: 100 * time.Millisecond},
+		Action: ActionFunc(func(ctx context.Context, f Fire) error { runs.Add(1); return errors.New("down") })})
+	r := e.retryRunner(t, "r1", time.Hour, DefaultClaimGrace)
+	start := time.Now().Truncate(time.Second).UTC()
+	r.Fire(dueAt("flaky", start))
+	if _, paused := e.pause(t, "flaky"); paused {
+		t.Fatal("paused while the first slot is still retrying")
+	}
+	e.waitStatus(t, RunID("flaky", start), StatusFailed)
+	if p, paused := e.pause(t, "flaky"); paused || runs.Load() != 2 {
+		t.Fatalf("after one slot's 2 failed attempts: paused %v (%+v), %d runs; want not paused, 2 runs", paused, p, runs.Load())
+	}
+	r.Fire(dueAt("flaky", start.Add(time.Second)))
+	e.waitStatus(t, RunID("flaky", start.Add(time.Second)), StatusFailed)
+	waitFor(t, 10*time.Second, "paused after the second failed slot", func() bool {
+		p, paused := e.pause(t, "flaky")
+		return paused && p.Failures == 2 && p.RunID == RunID("flaky", start.Add(time.Second))
+	})
+}
