@@ -251,7 +251,7 @@ func (r *Runner) afterEnd(log *slog.Logger, d schedule.Due, spec Spec, l Lease, 
 	switch {
 	case end.Status == StatusRetrying:
 		logRetry(log, l, end)
-		r.retries.schedule(d, l.Attempt, end.RetryAt)
+		r.retries.schedule(d, l.RunID, l.Attempt, end.RetryAt)
 	case end.Status == StatusFailed && spec.PauseAfterFailures > 0 && r.pauses != nil:
 		ctx, cancel := r.opCtx()
 		p, paused, err := r.pauses.PauseIfFailing(ctx, PauseCheck{JobID: l.JobID, RunID: l.RunID,

@@ -44,10 +44,9 @@ func newRetrier(r *Runner, store RetryStore, poll time.Duration) *retrier {
 	return t
 }
 
-// schedule sets the local timer of the attempt after failed of d's slot,
-// due at at.
-func (t *retrier) schedule(d schedule.Due, failed int, at time.Time) {
-	id := RunID(d.Schedule.ID, d.Slot)
+// schedule sets the local timer of the attempt after failed of run id
+// (d's slot), due at at.
+func (t *retrier) schedule(d schedule.Due, id string, failed int, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -60,7 +59,7 @@ func (t *retrier) schedule(d schedule.Due, failed int, at time.Time) {
 		t.mu.Lock()
 		delete(t.timers, id)
 		t.mu.Unlock()
-		t.attempt(d.Schedule, d.Slot, failed+1, at)
+		t.attempt(d.Schedule, id, d.Slot, failed+1, at)
 	})
 }
 
@@ -105,13 +104,12 @@ func (t *retrier) pollDue() {
 				"scheduled_at", doc.ScheduledAt, "run_id", doc.ID)
 			continue
 		}
-		go t.attempt(s, doc.ScheduledAt.UTC(), doc.Attempt+1, doc.RetryAt)
+		go t.attempt(s, doc.ID, doc.ScheduledAt.UTC(), doc.Attempt+1, doc.RetryAt)
 	}
 }
 
-// attempt claims attempt n of s's slot and runs it.
-func (t *retrier) attempt(s schedule.Schedule, slot time.Time, n int, due time.Time) {
-	id := RunID(s.ID, slot)
+// attempt claims attempt n of run id (s's slot) and runs it.
+func (t *retrier) attempt(s schedule.Schedule, id string, slot time.Time, n int, due time.Time) {
 	t.mu.Lock()
 	if t.closed || t.inflight[id] {
 		t.mu.Unlock()
@@ -158,7 +156,7 @@ func (t *retrier) attempt(s schedule.Schedule, slot time.Time, n int, due time.T
 	}
 	defer release()
 	ctx, cancel := r.opCtx()
-	lease, err := t.store.ClaimRetry(ctx, RetryClaim{JobID: s.ID, Slot: slot, Attempt: n, Overlap: spec.Overlap,
+	lease, err := t.store.ClaimRetry(ctx, RetryClaim{JobID: s.ID, Slot: slot, RunID: id, Attempt: n, Overlap: spec.Overlap,
 		Instance: r.opts.InstanceID, Incarnation: r.opts.Incarnation, Now: r.clock.Now(), TTL: r.opts.TTL})
 	cancel()
 	switch {

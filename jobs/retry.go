@@ -170,8 +170,11 @@ func holdForRetry(e LeaseEnd) mongo.WriteModel {
 // RetryClaim asks for the next attempt of a slot whose record is
 // StatusRetrying at attempt Attempt-1.
 type RetryClaim struct {
-	JobID   string
-	Slot    time.Time
+	JobID string
+	Slot  time.Time
+	// RunID is the record's _id; empty means RunID(JobID, Slot), a cron
+	// slot's.
+	RunID   string
 	Attempt int
 	Overlap Overlap
 	// Instance and Incarnation name this replica and process.
@@ -205,7 +208,10 @@ type RetryStore interface {
 
 // ClaimRetry implements RetryStore.
 func (s *MongoStore) ClaimRetry(ctx context.Context, c RetryClaim) (Lease, error) {
-	runID := RunID(c.JobID, c.Slot)
+	runID := c.RunID
+	if runID == "" {
+		runID = RunID(c.JobID, c.Slot)
+	}
 	l := Lease{JobID: c.JobID, Slot: c.Slot.UTC(), Instance: c.Instance, Incarnation: c.Incarnation,
 		RunID: runID, Fence: AttemptFence(c.Slot, c.Attempt), Overlap: c.Overlap, Attempt: c.Attempt}
 	until := c.Now.Add(c.TTL)
