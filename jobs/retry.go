@@ -215,38 +215,50 @@ func (s *MongoStore) ClaimRetry(ctx context.Context, c RetryClaim) (Lease, error
 	l := Lease{JobID: c.JobID, Slot: c.Slot.UTC(), Instance: c.Instance, Incarnation: c.Incarnation,
 		RunID: runID, Fence: AttemptFence(c.Slot, c.Attempt), Overlap: c.Overlap, Attempt: c.Attempt}
 	until := c.Now.Add(c.TTL)
-	res, err := s.runs.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: runID}, {Key: "status", Value: StatusRetrying}, {Key: FieldAttempt, Value: c.Attempt - 1}},
-		bson.D{
-			{Key: "$set", Value: bson.D{
-				{Key: "status", Value: StatusRunning}, {Key: FieldAttempt, Value: c.Attempt}, {Key: "fence", Value: l.Fence},
-				{Key: "instance", Value: c.Instance}, {Key: "incarnation", Value: c.Incarnation},
-				{Key: "started_at", Value: c.Now}, {Key: "lease_until", Value: until},
-				{Key: "expire_at", Value: until.Add(s.retention)},
-			}},
-			{Key: "$unset", Value: bson.D{{Key: "ended_at", Value: ""}, {Key: "error", Value: ""}, {Key: "exit_code", Value: ""},
-				{Key: "stdout", Value: ""}, {Key: "stderr", Value: ""}, {Key: FieldRetryAt, Value: ""}}},
-		})
-	if err != nil {
+	filter := bson.D{{Key: "_id", Value: runID}, {Key: "status", Value: StatusRetrying}, {Key: FieldAttempt, Value: c.Attempt - 1}}
+	update := bson.D{
+		{Key: "$set", Value: bson.D{
+			{Key: "status", Value: StatusRunning}, {Key: FieldAttempt, Value: c.Attempt}, {Key: "fence", Value: l.Fence},
+			{Key: "instance", Value: c.Instance}, {Key: "incarnation", Value: c.Incarnation},
+			{Key: "started_at", Value: c.Now}, {Key: "lease_until", Value: until},
+			{Key: "expire_at", Value: until.Add(s.retention)},
+		}},
+		{Key: "$unset", Value: bson.D{{Key: "ended_at", Value: ""}, {Key: "error", Value: ""}, {Key: "exit_code", Value: ""},
+			{Key: "stdout", Value: ""}, {Key: "stderr", Value: ""}, {Key: FieldRetryAt, Value: ""}}},
+	}
+	for wait := retryFirst; ; wait = min(2*wait, retryMax) {
+		res, err := s.runs.UpdateOne(ctx, filter, update)
+		if err == nil && res.MatchedCount == 0 {
+			return Lease{}, fmt.Errorf("attempt %d of run %s: %w", c.Attempt, runID, ErrRetryTaken)
+		}
+		if err == nil {
+			break
+		}
 		if !transient(err) {
 			return Lease{}, fmt.Errorf("claim attempt %d of run %s in %s: %w", c.Attempt, runID, s.runs.Name(), err)
 		}
-		// The answer was lost: the record tells whether the update landed.
-		mine, rerr := s.retryLanded(ctx, l)
-		if rerr != nil {
+		// The answer was lost: the record tells whether the update landed,
+		// and whether it may be sent again (still retrying, at the attempt
+		// before).
+		mine, pending, rerr := s.retryLanded(ctx, l)
+		switch {
+		case rerr != nil:
 			return Lease{}, fmt.Errorf("claim attempt %d of run %s in %s: %w (read back: %w)", c.Attempt, runID, s.runs.Name(), err, rerr)
-		}
-		if !mine {
+		case mine:
+		case !pending:
 			return Lease{}, fmt.Errorf("attempt %d of run %s: %w", c.Attempt, runID, ErrRetryTaken)
+		case !sleepCtx(ctx, wait):
+			return Lease{}, fmt.Errorf("claim attempt %d of run %s in %s: %w", c.Attempt, runID, s.runs.Name(), err)
+		default:
+			continue
 		}
-	} else if res.MatchedCount == 0 {
-		return Lease{}, fmt.Errorf("attempt %d of run %s: %w", c.Attempt, runID, ErrRetryTaken)
+		break
 	}
 	if !c.Overlap.takesLock() {
 		return l, nil
 	}
 	var matched int64
-	err = retrying(ctx, func() error {
+	err := retrying(ctx, func() error {
 		res, err := s.locks.UpdateOne(ctx,
 			bson.D{{Key: "_id", Value: c.JobID}, {Key: "run_id", Value: runID}, {Key: "state", Value: LockRunning}},
 			bson.D{{Key: "$set", Value: bson.D{
@@ -281,20 +293,23 @@ func (s *MongoStore) ClaimRetry(ctx context.Context, c RetryClaim) (Lease, error
 	return Lease{}, fmt.Errorf("attempt %d of run %s: %w", c.Attempt, runID, ErrRetryLockLost)
 }
 
-// retryLanded reads l's record back after a lost answer: whether it is
-// running at l's attempt under this instance and incarnation.
-func (s *MongoStore) retryLanded(ctx context.Context, l Lease) (bool, error) {
+// retryLanded reads l's record back after a lost answer: mine, it is
+// running at l's attempt under this instance and incarnation; pending, it
+// is still retrying at the attempt before (the claim may be sent again).
+func (s *MongoStore) retryLanded(ctx context.Context, l Lease) (mine, pending bool, err error) {
 	var d RunDoc
-	err := retrying(ctx, func() error {
+	err = retrying(ctx, func() error {
+		d = RunDoc{}
 		return s.runs.FindOne(ctx, bson.D{{Key: "_id", Value: l.RunID}}).Decode(&d)
 	})
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return false, nil
+		return false, false, nil
 	}
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
-	return d.Status == StatusRunning && d.Attempt == l.Attempt && d.Instance == l.Instance && d.Incarnation == l.Incarnation, nil
+	mine = d.Status == StatusRunning && d.Attempt == l.Attempt && d.Instance == l.Instance && d.Incarnation == l.Incarnation
+	return mine, d.Status == StatusRetrying && d.Attempt == l.Attempt-1, nil
 }
 
 // DueRetries implements RetryStore: one find on {status: retrying,
