@@ -90,6 +90,12 @@ type runView struct {
 	RecordedAt      *string `json:"recorded_at,omitempty"`
 	// BlackoutID names the blackout window that skipped the slot.
 	BlackoutID string `json:"blackout_id,omitempty"`
+	// Attempt, Attempts and RetryAt are set for an action that retries:
+	// the current attempt, every ended one, and (status retrying) when
+	// the next is due.
+	Attempt  int               `json:"attempt,omitempty"`
+	Attempts []jobs.AttemptDoc `json:"attempts,omitempty"`
+	RetryAt  *string           `json:"retry_at,omitempty"`
 }
 
 func newRunView(r jobs.RunDoc) runView {
@@ -99,6 +105,7 @@ func newRunView(r jobs.RunDoc) runView {
 		LeaseUntil: jsonTime(r.LeaseUntil, nil), Error: r.Error, ExitCode: r.ExitCode, Stdout: r.Stdout, Stderr: r.Stderr,
 		LastScheduledAt: jsonTime(r.LastScheduledAt, nil), Count: r.Count, Reason: r.Reason,
 		RecordedAt: jsonTime(r.RecordedAt, nil), BlackoutID: r.BlackoutID,
+		Attempt: r.Attempt, Attempts: r.Attempts, RetryAt: jsonTime(r.RetryAt, nil),
 	}
 }
 
@@ -323,6 +330,7 @@ func writeRun(w io.Writer, r jobs.RunDoc) {
 	if r.BlackoutID != "" {
 		fields = append(fields, [][2]string{{"BLACKOUT", r.BlackoutID}, {"REASON", r.Reason}}...)
 	}
+	fields = append(fields, attemptFields(r)...)
 	if r.Status == jobs.StatusMissed {
 		fields = append(fields, [][2]string{{"REASON", r.Reason}, {"LAST SCHEDULED AT", rfc3339(r.LastScheduledAt, nil)},
 			{"COUNT", strconv.FormatInt(r.Count, 10)}, {"RECORDED", rfc3339(r.RecordedAt, nil)}}...)

@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/user"
+	"strconv"
 
 	"github.com/cronswap/cronswap/jobs"
 )
@@ -46,4 +48,26 @@ func whoAmI() string {
 		name += "@" + h
 	}
 	return name
+}
+
+// attemptFields are the lines `runs get` adds for a run of an action that
+// retries: the attempt, when the next is due, and one line per ended
+// attempt.
+func attemptFields(r jobs.RunDoc) [][2]string {
+	if r.Attempt == 0 && len(r.Attempts) == 0 {
+		return nil
+	}
+	out := [][2]string{{"ATTEMPT", strconv.Itoa(r.Attempt)}}
+	if !r.RetryAt.IsZero() {
+		out = append(out, [2]string{"RETRY AT", rfc3339(r.RetryAt, nil)})
+	}
+	for _, a := range r.Attempts {
+		line := fmt.Sprintf("%s on %s, fence %d, %s .. %s", a.Status, a.Instance, a.Fence,
+			rfc3339(a.StartedAt, nil), rfc3339(a.EndedAt, nil))
+		if a.Error != "" {
+			line += ": " + a.Error
+		}
+		out = append(out, [2]string{"ATTEMPT " + strconv.Itoa(a.Attempt), line})
+	}
+	return out
 }

@@ -110,3 +110,41 @@ func TestExplainShowsFailurePause(t *testing.T) {
 		t.Errorf("explain after resume:\n%s", r.stdout)
 	}
 }
+
+// `runs get` shows a retried run's attempts: attempt, retry_at and one
+// line per ended attempt (attempts in JSON).
+func TestRunsGetShowsAttempts(t *testing.T) {
+	e := newEnv(t)
+	slot := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+	id := jobs.RunID("flaky", slot)
+	insertDocs(t, e.db.Collection(jobs.RunsCollection), bson.D{
+		{Key: "_id", Value: id}, {Key: "job_id", Value: "flaky"}, {Key: "scheduled_at", Value: slot},
+		{Key: "instance", Value: "host-b"}, {Key: "fence", Value: jobs.FenceOf(slot) + 1}, {Key: "status", Value: jobs.StatusRetrying},
+		{Key: jobs.FieldAttempt, Value: 2}, {Key: jobs.FieldRetryAt, Value: slot.Add(time.Minute)},
+		{Key: jobs.FieldAttempts, Value: bson.A{
+			bson.D{{Key: "attempt", Value: 1}, {Key: "fence", Value: jobs.FenceOf(slot)}, {Key: "instance", Value: "host-a"},
+				{Key: "started_at", Value: slot}, {Key: "ended_at", Value: slot.Add(time.Second)}, {Key: "status", Value: jobs.StatusRetrying},
+				{Key: "error", Value: "exit status 1"}},
+			bson.D{{Key: "attempt", Value: 2}, {Key: "fence", Value: jobs.FenceOf(slot) + 1}, {Key: "instance", Value: "host-b"},
+				{Key: "started_at", Value: slot.Add(31 * time.Second)}, {Key: "ended_at", Value: slot.Add(32 * time.Second)},
+				{Key: "status", Value: jobs.StatusRetrying}, {Key: "error", Value: "exit status 2"}},
+		}},
+	})
+	r := e.ok("runs", "get", id)
+	var lines []string // each line with its runs of blanks as one
+	for _, l := range strings.Split(r.stdout, "\n") {
+		lines = append(lines, strings.Join(strings.Fields(l), " "))
+	}
+	text := strings.Join(lines, "\n")
+	for _, want := range []string{"\nATTEMPT 2\n", "\nRETRY AT 2026-03-01T09:01:00Z\n",
+		fmt.Sprintf("\nATTEMPT 1 retrying on host-a, fence %d, 2026-03-01T09:00:00Z .. 2026-03-01T09:00:01Z: exit status 1\n", jobs.FenceOf(slot))} {
+		if !strings.Contains(text, want) {
+			t.Errorf("runs get lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	var v map[string]any
+	e.okJSON(&v, "runs", "get", id)
+	if as, ok := v["attempts"].([]any); !ok || len(as) != 2 || v["attempt"] != float64(2) || v["retry_at"] != "2026-03-01T09:01:00Z" {
+		t.Errorf("runs get -o json: %v", v)
+	}
+}
