@@ -10,6 +10,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/notify"
 )
 
 // Reasons of a missed record (RunDoc.Reason of a record with status
@@ -131,6 +133,7 @@ func (s *MongoStore) RecordMissed(ctx context.Context, m MissedRange, next NextF
 			ID: MissedID(p.JobID, p.From), JobID: p.JobID, ScheduledAt: p.From, LastScheduledAt: p.To,
 			Count: p.Count, Reason: p.Reason, Status: StatusMissed, Instance: instance,
 			RecordedAt: now, ExpireAt: now.Add(s.retention),
+			Notice: new(notify.NewNotice(notify.KindMissed, now)),
 		})
 		if mongo.IsDuplicateKeyError(err) {
 			continue // recorded already, here or on another replica
@@ -140,6 +143,9 @@ func (s *MongoStore) RecordMissed(ctx context.Context, m MissedRange, next NextF
 				p.JobID, p.From.UTC().Format(time.RFC3339), s.runs.Name(), ErrUnreachable, err)
 		}
 		written = append(written, p)
+	}
+	if len(written) > 0 {
+		s.noticed()
 	}
 	return written, nil
 }

@@ -70,10 +70,16 @@ type Notice struct {
 	Note string `bson:"note,omitempty"`
 }
 
+// NewNotice returns the notice of an event of kind at at (at truncated to
+// the millisecond, as a BSON date stores it).
+func NewNotice(kind string, at time.Time) Notice {
+	return Notice{Kind: kind, At: at.UTC().Truncate(time.Millisecond)}
+}
+
 // Outbox returns the OutboxField element of an event of kind at at, for
 // the $set (or the inserted document) of the write that records the event.
 func Outbox(kind string, at time.Time) bson.E {
-	return bson.E{Key: OutboxField, Value: Notice{Kind: kind, At: at.UTC().Truncate(time.Millisecond)}}
+	return bson.E{Key: OutboxField, Value: NewNotice(kind, at)}
 }
 
 // PauseNotice returns the OutboxField element to add to the $set of the
@@ -83,5 +89,7 @@ func Outbox(kind string, at time.Time) bson.E {
 // job_id field (or be keyed by it) and its collection must be one of the
 // relay's sources.
 func PauseNotice(at time.Time, note string) bson.E {
-	return bson.E{Key: OutboxField, Value: Notice{Kind: KindPaused, At: at.UTC().Truncate(time.Millisecond), Note: note}}
+	n := NewNotice(KindPaused, at)
+	n.Note = note
+	return bson.E{Key: OutboxField, Value: n}
 }

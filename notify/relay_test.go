@@ -259,7 +259,9 @@ func TestBackoff(t *testing.T) {
 func TestRelaySurvivesRestart(t *testing.T) {
 	f := newFixture(t)
 	s := newSink(t)
-	short := func(o *Options) { o.Lease = 300 * time.Millisecond; o.Settings.Timeout = 100 * time.Millisecond }
+	// The lease outlasts any delivery of the test (timeout), so only the
+	// dead relay's claim is taken over.
+	short := func(o *Options) { o.Lease = time.Second; o.Settings.Timeout = 500 * time.Millisecond }
 	dead := f.relay("dead", s, short)
 	f.failRun(t, 1, time.Now())
 	if err := dead.move(context.Background(), f.runs); err != nil {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -75,8 +74,9 @@ type Webhook struct {
 // WebhookMethods are the methods a webhook may use.
 var WebhookMethods = []string{http.MethodPost, http.MethodPut, http.MethodPatch}
 
-// Validate checks the webhook: a name, an http(s) URL with a host once
-// expanded, a known method, every ${NAME} it refers to set.
+// Validate checks the webhook: a name, an http(s) URL with a host, a
+// known method. The environment variables it names are not read (the
+// command line loads the same file without them): CheckEnv does.
 func (w Webhook) Validate() error {
 	if strings.TrimSpace(w.Name) == "" {
 		return errors.New("name is empty: give each webhook a name (it is part of the notification ids)")
@@ -87,16 +87,25 @@ func (w Webhook) Validate() error {
 	if w.Method != "" && !slices.Contains(WebhookMethods, strings.ToUpper(w.Method)) {
 		return fmt.Errorf("webhook %s: method %q: want one of %s", w.Name, w.Method, strings.Join(WebhookMethods, ", "))
 	}
-	raw, _, err := w.Expand(os.LookupEnv)
-	if err != nil {
-		return fmt.Errorf("webhook %s: %w", w.Name, err)
-	}
+	raw, _, _ := w.Expand(func(string) (string, bool) { return "x", true })
 	u, err := url.Parse(raw)
 	if err != nil {
 		return fmt.Errorf("webhook %s: url: %w", w.Name, err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("webhook %s: url %q: want an absolute http or https URL (e.g. https://hooks.example.com/cron)", w.Name, w.URL)
+	}
+	return nil
+}
+
+// CheckEnv reports the environment variables the route's webhooks name
+// that lookup (os.LookupEnv) does not know; the daemon refuses to start
+// without them.
+func (r Route) CheckEnv(lookup func(string) (string, bool)) error {
+	for _, w := range r.Webhooks {
+		if _, _, err := w.Expand(lookup); err != nil {
+			return fmt.Errorf("webhook %s: %w", w.Name, err)
+		}
 	}
 	return nil
 }
