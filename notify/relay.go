@@ -112,6 +112,9 @@ func New(o Options) *Relay {
 	if s.Poll <= 0 {
 		s.Poll = DefaultPoll
 	}
+	if s.MaxAge <= 0 {
+		s.MaxAge = DefaultMaxAge
+	}
 	if o.Lease <= 0 {
 		o.Lease = DefaultLease
 	}
@@ -317,7 +320,12 @@ func (r *Relay) moveOne(ctx context.Context, src *mongo.Collection, raw bson.Raw
 	route := r.o.Route(jobID)
 	now := r.o.Now()
 	var docs []any
-	if route.Sends(n.Kind) {
+	stale := now.Sub(n.At) > r.o.Settings.MaxAge
+	if stale && route.Sends(n.Kind) {
+		r.o.Logger.Info("notice older than notify.max_age: not sent", "collection", src.Name(), "_id", id,
+			"job_id", jobID, "kind", n.Kind, "at", n.At, "max_age", r.o.Settings.MaxAge)
+	}
+	if !stale && route.Sends(n.Kind) {
 		for _, w := range route.Webhooks {
 			nid := NotificationID(src.Name(), id, n.Kind, n.At, w.Name)
 			p := Payload{NotificationID: nid, Kind: n.Kind, JobID: jobID, At: n.At, Note: n.Note, Sink: w.Name,
@@ -424,11 +432,10 @@ func (r *Relay) deliverOne(ctx context.Context) (bool, error) {
 	}
 	permanent := sendErr != nil
 	if sendErr == nil {
-		sendErr = r.send(ctx, w, c)
-	}
-	if ctx.Err() != nil && sendErr != nil {
-		// Stopping: the claim's lease passes and someone tries again.
-		return false, nil
+		// A delivery under way is finished (within Timeout) even when
+		// the relay is stopping: one cut off after the sink took it
+		// would be sent again.
+		sendErr = r.send(context.WithoutCancel(ctx), w, c)
 	}
 	now := r.o.Now()
 	filter := bson.D{{Key: "_id", Value: c.idv}, {Key: "holder", Value: r.o.Instance}, {Key: "attempts", Value: c.attempts},

@@ -398,6 +398,12 @@ func TestRouteFiltersKinds(t *testing.T) {
 		{Key: "status", Value: "missed"}, {Key: "count", Value: int64(4)}, Outbox(KindMissed, time.Now())}); err != nil {
 		t.Fatal(err)
 	}
+	// A notice older than max_age (written while no relay ran) is cleared
+	// and not sent.
+	if _, err := f.runs.InsertOne(ctx, bson.D{{Key: "_id", Value: "missed/job1/old"}, {Key: "job_id", Value: "job1"},
+		{Key: "status", Value: "missed"}, Outbox(KindMissed, time.Now().Add(-25*time.Hour))}); err != nil {
+		t.Fatal(err)
+	}
 	if err := r.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}

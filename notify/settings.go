@@ -156,6 +156,10 @@ type Settings struct {
 	// notifications written or left by other replicas (its own it handles
 	// at once).
 	Poll time.Duration `yaml:"poll"`
+	// MaxAge is the age past which a notice still in the outbox is
+	// cleared without being sent (notices written while no relay ran,
+	// e.g. before notify was configured, are not sent days late).
+	MaxAge time.Duration `yaml:"max_age"`
 }
 
 // Defaults of Settings.
@@ -165,6 +169,7 @@ const (
 	DefaultMaxAttempts = 20
 	DefaultTimeout     = 10 * time.Second
 	DefaultPoll        = time.Minute
+	DefaultMaxAge      = 24 * time.Hour
 )
 
 // Validate checks the section; durations must not be negative.
@@ -175,7 +180,7 @@ func (s Settings) Validate() error {
 	for _, d := range []struct {
 		key string
 		v   time.Duration
-	}{{"backoff", s.Backoff}, {"max_backoff", s.MaxBackoff}, {"timeout", s.Timeout}, {"poll", s.Poll}} {
+	}{{"backoff", s.Backoff}, {"max_backoff", s.MaxBackoff}, {"timeout", s.Timeout}, {"poll", s.Poll}, {"max_age", s.MaxAge}} {
 		if d.v < 0 {
 			return fmt.Errorf("%s %s: must be positive (or 0 for the default)", d.key, d.v)
 		}

@@ -124,6 +124,9 @@ func EnsureIndexes(ctx context.Context, coll *mongo.Collection, outboxes ...*mon
 type ListFilter struct {
 	Status string
 	JobID  string
+	// Failing selects the notifications whose last delivery failed: given
+	// up, or pending with a last error.
+	Failing bool
 	// Limit bounds the answer (newest first); 0 is 100.
 	Limit int64
 }
@@ -136,6 +139,12 @@ func List(ctx context.Context, coll *mongo.Collection, f ListFilter) ([]Doc, err
 	}
 	if f.JobID != "" {
 		filter = append(filter, bson.E{Key: "job_id", Value: f.JobID})
+	}
+	if f.Failing {
+		filter = append(filter, bson.E{Key: "$or", Value: bson.A{
+			bson.D{{Key: "status", Value: StatusFailed}},
+			bson.D{{Key: "status", Value: StatusPending}, {Key: "last_error", Value: bson.D{{Key: "$exists", Value: true}}}},
+		}})
 	}
 	if f.Limit <= 0 {
 		f.Limit = 100

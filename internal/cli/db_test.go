@@ -817,6 +817,7 @@ func TestUnreachableServerIsExit2(t *testing.T) {
 		{"runs", "list"},
 		{"runs", "get", "x"},
 		{"members", "list"},
+		{"notifications", "list"},
 		{"explain", "x", "--from", "-2h"},
 	} {
 		r := run(t, append(args, "--mongo-uri", uri, "--timeout", "300ms")...)
