@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -34,8 +35,12 @@ const DefaultLease = time.Minute
 // kept when Options.Retention is 0.
 const DefaultRetention = 720 * time.Hour
 
-// moveBatch bounds the notices read from a source in one find.
-const moveBatch = 100
+// moveLimit bounds the notices read from a source in one find, and
+// moveBatches the finds of one pass.
+const (
+	moveLimit   = 100
+	moveBatches = 20
+)
 
 // Hooks observe deliveries (metrics); nil members are skipped.
 type Hooks struct {
@@ -208,11 +213,14 @@ func (r *Relay) Pass(ctx context.Context) error {
 
 // move moves the notices of src into the notifications collection, then
 // removes them from their documents (conditional on the same notice, so
-// a newer one written meanwhile stays).
+// a newer one written meanwhile stays). Each batch of up to moveLimit
+// outbox documents costs one find, one insertMany and one bulkWrite; a
+// pass moves at most moveBatches batches and leaves the rest to the next
+// pass, which it schedules at once.
 func (r *Relay) move(ctx context.Context, src *mongo.Collection) error {
-	for {
+	for range moveBatches {
 		cur, err := src.Find(ctx, bson.D{{Key: OutboxField + ".kind", Value: bson.D{{Key: "$exists", Value: true}}}},
-			options.Find().SetLimit(moveBatch))
+			options.Find().SetLimit(moveLimit))
 		if err != nil {
 			return fmt.Errorf("read notices in %s: %w", src.Name(), err)
 		}
@@ -220,15 +228,52 @@ func (r *Relay) move(ctx context.Context, src *mongo.Collection) error {
 		if err := cur.All(ctx, &raws); err != nil {
 			return fmt.Errorf("read notices in %s: %w", src.Name(), err)
 		}
-		for _, raw := range raws {
-			if err := r.moveOne(ctx, src, raw); err != nil {
-				return err
-			}
+		if err := r.moveDocs(ctx, src, raws); err != nil {
+			return err
 		}
-		if len(raws) < moveBatch {
+		if len(raws) < moveLimit {
 			return nil
 		}
 	}
+	r.soon(r.o.Now())
+	return nil
+}
+
+// soon makes the relay run again by at.
+func (r *Relay) soon(at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.next.IsZero() || at.Before(r.next) {
+		r.next = at
+	}
+}
+
+// moveDocs moves the notices of the outbox documents raws of src: one
+// insertMany of their notifications (a duplicate key: moved already), then
+// one bulkWrite removing the notices (and marking the bad ones).
+func (r *Relay) moveDocs(ctx context.Context, src *mongo.Collection, raws []bson.Raw) error {
+	var docs []any
+	var clears []mongo.WriteModel
+	for _, raw := range raws {
+		d, clear, err := r.plan(src, raw)
+		if err != nil {
+			return err
+		}
+		docs = append(docs, d...)
+		clears = append(clears, clear)
+	}
+	if len(docs) > 0 {
+		_, err := r.o.Notifications.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+		if err != nil && !onlyDuplicates(err) {
+			return fmt.Errorf("write %d notifications of %s in %s: %w", len(docs), src.Name(), r.o.Notifications.Name(), err)
+		}
+	}
+	if len(clears) > 0 {
+		if _, err := src.BulkWrite(ctx, clears, options.BulkWrite().SetOrdered(false)); err != nil {
+			return fmt.Errorf("clear %d notices in %s: %w", len(clears), src.Name(), err)
+		}
+	}
+	return nil
 }
 
 // noticeOf reads the notice of an outbox document leniently.
@@ -243,8 +288,8 @@ func noticeOf(raw bson.Raw) (Notice, error) {
 	}
 	var n Notice
 	n.Kind = str(bson.Raw(doc), "kind")
-	if n.Kind == "" {
-		return Notice{}, fmt.Errorf("%s.kind must be a non-empty string", OutboxField)
+	if !slices.Contains(Kinds, n.Kind) {
+		return Notice{}, fmt.Errorf("%s.kind must be one of %s", OutboxField, strings.Join(Kinds, ", "))
 	}
 	n.At = date(bson.Raw(doc), "at")
 	if n.At.IsZero() {
@@ -299,66 +344,56 @@ type Payload struct {
 	Sink            string    `json:"sink"`
 }
 
-// moveOne moves the notice of one outbox document.
-func (r *Relay) moveOne(ctx context.Context, src *mongo.Collection, raw bson.Raw) error {
+// plan returns the notifications of the notice of one outbox document and
+// the write that removes the notice (for a bad notice: that removes it and
+// sets NoticeErrorField, after logging it with the document's _id).
+func (r *Relay) plan(src *mongo.Collection, raw bson.Raw) ([]any, mongo.WriteModel, error) {
 	id, idv := idString(raw), raw.Lookup("_id")
 	n, err := noticeOf(raw)
 	if err != nil {
 		r.o.Logger.Error("bad notice: not sent", "collection", src.Name(), "_id", id, "error", err)
-		_, werr := src.UpdateOne(ctx, bson.D{{Key: "_id", Value: idv}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: NoticeErrorField, Value: err.Error()}}},
-				{Key: "$unset", Value: bson.D{{Key: OutboxField, Value: ""}}}})
-		if werr != nil {
-			return fmt.Errorf("mark the bad notice of %s in %s: %w", id, src.Name(), werr)
-		}
-		return nil
+		return nil, mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: idv}}).
+			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: NoticeErrorField, Value: err.Error()}}},
+				{Key: "$unset", Value: bson.D{{Key: OutboxField, Value: ""}}}}), nil
 	}
+	clear := mongo.NewUpdateOneModel().
+		SetFilter(bson.D{{Key: "_id", Value: idv}, {Key: OutboxField + ".kind", Value: n.Kind}, {Key: OutboxField + ".at", Value: n.At}}).
+		SetUpdate(bson.D{{Key: "$unset", Value: bson.D{{Key: OutboxField, Value: ""}}}})
 	jobID := str(raw, "job_id")
 	if jobID == "" && n.Kind == KindPaused {
 		jobID = id // a pause document keyed by the job
 	}
 	route := r.o.Route(jobID)
+	if !route.Sends(n.Kind) {
+		return nil, clear, nil
+	}
 	now := r.o.Now()
-	var docs []any
-	stale := now.Sub(n.At) > r.o.Settings.MaxAge
-	if stale && route.Sends(n.Kind) {
+	if now.Sub(n.At) > r.o.Settings.MaxAge {
 		r.o.Logger.Info("notice older than notify.max_age: not sent", "collection", src.Name(), "_id", id,
 			"job_id", jobID, "kind", n.Kind, "at", n.At, "max_age", r.o.Settings.MaxAge)
+		return nil, clear, nil
 	}
-	if !stale && route.Sends(n.Kind) {
-		for _, w := range route.Webhooks {
-			nid := NotificationID(src.Name(), id, n.Kind, n.At, w.Name)
-			p := Payload{NotificationID: nid, Kind: n.Kind, JobID: jobID, At: n.At, Note: n.Note, Sink: w.Name,
-				ScheduledAt: date(raw, "scheduled_at"), LastScheduledAt: date(raw, "last_scheduled_at"),
-				Status: str(raw, "status"), Error: str(raw, "error"), Reason: str(raw, "reason"), Instance: str(raw, "instance")}
-			if n.Kind != KindPaused {
-				p.RunID = id
-			}
-			if c, err := raw.LookupErr("count"); err == nil {
-				p.Count, _ = c.AsInt64OK()
-			}
-			body, err := json.Marshal(p)
-			if err != nil {
-				return fmt.Errorf("encode notification %s: %w", nid, err)
-			}
-			docs = append(docs, Doc{ID: nid, Kind: n.Kind, JobID: jobID, Sink: w.Name, Source: src.Name(), SourceID: id,
-				At: n.At, Payload: string(body), Status: StatusPending, NextAttemptAt: now, CreatedAt: now})
+	var docs []any
+	for _, w := range route.Webhooks {
+		nid := NotificationID(src.Name(), id, n.Kind, n.At, w.Name)
+		p := Payload{NotificationID: nid, Kind: n.Kind, JobID: jobID, At: n.At, Note: n.Note, Sink: w.Name,
+			ScheduledAt: date(raw, "scheduled_at"), LastScheduledAt: date(raw, "last_scheduled_at"),
+			Status: str(raw, "status"), Error: str(raw, "error"), Reason: str(raw, "reason"), Instance: str(raw, "instance")}
+		if n.Kind != KindPaused {
+			p.RunID = id
 		}
-	}
-	if len(docs) > 0 {
-		_, err := r.o.Notifications.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
-		if err != nil && !onlyDuplicates(err) {
-			return fmt.Errorf("write the notifications of %s/%s in %s: %w", src.Name(), id, r.o.Notifications.Name(), err)
+		if c, err := raw.LookupErr("count"); err == nil {
+			p.Count, _ = c.AsInt64OK()
 		}
-		r.o.Logger.Debug("notice moved", "collection", src.Name(), "_id", id, "job_id", jobID, "kind", n.Kind, "sinks", len(docs))
+		body, err := json.Marshal(p)
+		if err != nil {
+			return nil, nil, fmt.Errorf("encode notification %s: %w", nid, err)
+		}
+		docs = append(docs, Doc{ID: nid, Kind: n.Kind, JobID: jobID, Sink: w.Name, Source: src.Name(), SourceID: id,
+			At: n.At, Payload: string(body), Status: StatusPending, NextAttemptAt: now, CreatedAt: now})
 	}
-	_, err = src.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: idv}, {Key: OutboxField + ".kind", Value: n.Kind}, {Key: OutboxField + ".at", Value: n.At}},
-		bson.D{{Key: "$unset", Value: bson.D{{Key: OutboxField, Value: ""}}}})
-	if err != nil {
-		return fmt.Errorf("clear the notice of %s in %s: %w", id, src.Name(), err)
-	}
-	return nil
+	r.o.Logger.Debug("notice moved", "collection", src.Name(), "_id", id, "job_id", jobID, "kind", n.Kind, "sinks", len(docs))
+	return docs, clear, nil
 }
 
 // onlyDuplicates reports whether every write error of a bulk insert is a
@@ -451,11 +486,7 @@ func (r *Relay) deliverOne(ctx context.Context) (bool, error) {
 	default:
 		next := now.Add(r.backoff(int(c.attempts)))
 		set = bson.D{{Key: "next_attempt_at", Value: next}, {Key: "last_error", Value: sendErr.Error()}}
-		r.mu.Lock()
-		if r.next.IsZero() || next.Before(r.next) {
-			r.next = next
-		}
-		r.mu.Unlock()
+		r.soon(next)
 	}
 	// The outcome is written even when ctx ended meanwhile (a delivery
 	// that happened is recorded, or it would be sent again).

@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/cronswap/cronswap/internal/testmongo"
 )
@@ -298,7 +300,7 @@ func TestMoveIsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if err := r.moveOne(context.Background(), f.runs, raw); err != nil {
+		if err := r.moveDocs(context.Background(), f.runs, []bson.Raw{raw}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -417,5 +419,94 @@ func TestRouteFiltersKinds(t *testing.T) {
 	}
 	if n, _ := f.runs.CountDocuments(ctx, bson.D{{Key: OutboxField, Value: bson.D{{Key: "$exists", Value: true}}}}); n != 0 {
 		t.Fatalf("%d notices left in the outbox", n)
+	}
+}
+
+// Moving is batched: 250 notices cost 3 finds, 3 insertMany and 3
+// bulkWrites on the outbox, not two writes each; the next pass with
+// nothing to do costs one find and one findOneAndUpdate.
+func TestMoveIsBatched(t *testing.T) {
+	var mu sync.Mutex
+	counts := map[string]int{}
+	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		mu.Lock()
+		counts[e.CommandName]++
+		mu.Unlock()
+	}}
+	client, err := mongo.Connect(options.Client().ApplyURI(testmongo.Shared(t).URI).SetMonitor(mon))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	db := testmongo.NewDatabase(t, client)
+	f := fixture{db: db, runs: db.Collection("runs"), notes: Collection(db)}
+	s := newSink(t)
+	r := f.relay("a", s, nil)
+	var docs []any
+	at := time.Now()
+	for i := range 250 {
+		docs = append(docs, bson.D{{Key: "_id", Value: fmt.Sprintf("r%03d", i)}, {Key: "job_id", Value: "j"}, {Key: "status", Value: "failed"},
+			Outbox(KindFailed, at)})
+	}
+	if _, err := f.runs.InsertMany(context.Background(), docs); err != nil {
+		t.Fatal(err)
+	}
+	take := func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		out := counts
+		counts = map[string]int{}
+		return out
+	}
+	take()
+	if err := r.move(context.Background(), f.runs); err != nil {
+		t.Fatal(err)
+	}
+	if got := take(); got["find"] != 3 || got["insert"] != 3 || got["update"] != 3 || len(got) != 3 {
+		t.Fatalf("commands moving 250 notices: %v, want 3 find, 3 insert, 3 update", got)
+	}
+	if n, _ := f.notes.CountDocuments(context.Background(), bson.D{}); n != 250 {
+		t.Fatalf("%d notifications, want 250", n)
+	}
+	if _, err := f.notes.DeleteMany(context.Background(), bson.D{}); err != nil {
+		t.Fatal(err)
+	}
+	take()
+	if err := r.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := take(); got["find"] != 1 || got["findAndModify"] != 1 || len(got) != 2 {
+		t.Fatalf("commands of an idle pass: %v, want 1 find and 1 findAndModify", got)
+	}
+}
+
+// A pause notice written by PauseNotice on a document keyed by the job id
+// in another outbox collection is delivered with kind paused, the job id
+// and the note.
+func TestPauseNoticeDelivered(t *testing.T) {
+	f := newFixture(t)
+	s := newSink(t)
+	pauses := f.db.Collection("pauses")
+	ctx := context.Background()
+	at := time.Now()
+	if _, err := pauses.UpdateOne(ctx, bson.D{{Key: "_id", Value: "billing"}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "paused", Value: true}, {Key: "note", Value: "3 consecutive failures"},
+			PauseNotice(at, "paused after 3 consecutive failed slots")}}}, options.UpdateOne().SetUpsert(true)); err != nil {
+		t.Fatal(err)
+	}
+	r := f.relay("a", s, func(o *Options) { o.Sources = append(o.Sources, pauses) })
+	if err := r.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	docs := f.byStatus(t, StatusDelivered)
+	if len(docs) != 1 {
+		t.Fatalf("delivered %+v, want the pause notice", docs)
+	}
+	s.mu.Lock()
+	p := s.bodies[docs[0].ID]
+	s.mu.Unlock()
+	if p.Kind != KindPaused || p.JobID != "billing" || p.Note != "paused after 3 consecutive failed slots" || p.RunID != "" ||
+		!p.At.Equal(at.UTC().Truncate(time.Millisecond)) {
+		t.Fatalf("pause payload %+v", p)
 	}
 }
