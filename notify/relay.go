@@ -35,6 +35,10 @@ const DefaultLease = time.Minute
 // kept when Options.Retention is 0.
 const DefaultRetention = 720 * time.Hour
 
+// deliverers is how many deliveries a relay makes at once (a slow sink
+// holds up at most this many).
+const deliverers = 4
+
 // moveLimit bounds the notices read from a source in one find, and
 // moveBatches the finds of one pass.
 const (
@@ -198,16 +202,43 @@ func (r *Relay) Pass(ctx context.Context) error {
 		r.next = time.Time{}
 	}
 	r.mu.Unlock()
-	for ctx.Err() == nil {
-		done, err := r.deliverOne(ctx)
-		if err != nil {
-			errs = append(errs, err)
-			break
-		}
-		if !done {
-			break
-		}
+	if err := r.deliverDue(ctx); err != nil {
+		errs = append(errs, err)
 	}
+	return errors.Join(errs...)
+}
+
+// deliverDue delivers the due notifications, up to deliverers at once: a
+// notification is claimed only when a deliverer is free (so no claim's
+// lease runs while it waits), and claiming stops at the first claim that
+// finds none due.
+func (r *Relay) deliverDue(ctx context.Context) error {
+	free := make(chan struct{}, deliverers)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for ctx.Err() == nil {
+		free <- struct{}{}
+		c, ok, err := r.claim(ctx)
+		if err != nil || !ok {
+			<-free
+			if err != nil {
+				errs = append(errs, err)
+			}
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-free }()
+			if err := r.deliver(ctx, c); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 
@@ -446,13 +477,8 @@ func (r *Relay) claim(ctx context.Context) (c claimed, ok bool, err error) {
 	return c, true, nil
 }
 
-// deliverOne claims and delivers one notification; done false when none
-// was due.
-func (r *Relay) deliverOne(ctx context.Context) (bool, error) {
-	c, ok, err := r.claim(ctx)
-	if err != nil || !ok {
-		return false, err
-	}
+// deliver sends the claimed notification c and records the outcome.
+func (r *Relay) deliver(ctx context.Context, c claimed) error {
 	log := r.o.Logger.With("notification_id", c.id, "job_id", c.jobID, "sink", c.sink, "attempt", c.attempts)
 	var sendErr error
 	var w Webhook
@@ -494,7 +520,7 @@ func (r *Relay) deliverOne(ctx context.Context) (bool, error) {
 	defer cancel()
 	res, err := r.o.Notifications.UpdateOne(wctx, filter, bson.D{{Key: "$set", Value: set}})
 	if err != nil {
-		return false, fmt.Errorf("record the delivery of %s in %s: %w", c.id, r.o.Notifications.Name(), err)
+		return fmt.Errorf("record the delivery of %s in %s: %w", c.id, r.o.Notifications.Name(), err)
 	}
 	if res.MatchedCount == 0 {
 		log.Warn("notification claimed again meanwhile: its lease passed during the delivery")
@@ -516,7 +542,7 @@ func (r *Relay) deliverOne(ctx context.Context) (bool, error) {
 			r.o.Hooks.Failed(c.sink, gaveUp)
 		}
 	}
-	return true, nil
+	return nil
 }
 
 // backoff is the wait after the attempts-th failure: Backoff doubled per

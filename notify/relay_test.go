@@ -510,3 +510,37 @@ func TestPauseNoticeDelivered(t *testing.T) {
 		t.Fatalf("pause payload %+v", p)
 	}
 }
+
+// A slow sink holds up at most the relay's deliverers: deliveries overlap,
+// never more than deliverers at once, and each is made once.
+func TestDeliveriesOverlapBounded(t *testing.T) {
+	f := newFixture(t)
+	var inflight, most atomic.Int64
+	var total atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inflight.Add(1)
+		defer inflight.Add(-1)
+		for {
+			m := most.Load()
+			if n <= m || most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		total.Add(1)
+		time.Sleep(200 * time.Millisecond)
+	}))
+	t.Cleanup(srv.Close)
+	s := &sink{srv: srv}
+	for i := range 12 {
+		f.failRun(t, i, time.Now())
+	}
+	if err := f.relay("a", s, nil).Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.byStatus(t, StatusDelivered)); n != 12 || total.Load() != 12 {
+		t.Fatalf("%d delivered, %d requests; want 12 and 12", n, total.Load())
+	}
+	if m := most.Load(); m < 2 || m > deliverers {
+		t.Fatalf("at most %d deliveries at once, want 2..%d", m, deliverers)
+	}
+}
