@@ -32,7 +32,7 @@ const (
 const (
 	DueIndex = "status_1_next_attempt_at_1"
 	TTLIndex = "expire_at_1"
-	JobIndex = "job_id_1_created_at_1"
+	JobIndex = "job_id_1_at_1"
 )
 
 // Doc is one document of CollectionName.
@@ -83,12 +83,12 @@ func Collection(db *mongo.Database) *mongo.Collection {
 
 // Indexes returns the indexes of CollectionName beyond _id: (status,
 // next_attempt_at), which the relays' claims read; a TTL index on
-// expire_at; (job_id, created_at) for listing by job.
+// expire_at; (job_id, at) for listing by job.
 func Indexes() []mongo.IndexModel {
 	return []mongo.IndexModel{
 		{Keys: bson.D{{Key: "status", Value: 1}, {Key: "next_attempt_at", Value: 1}}, Options: options.Index().SetName(DueIndex)},
 		{Keys: bson.D{{Key: "expire_at", Value: 1}}, Options: options.Index().SetExpireAfterSeconds(0).SetName(TTLIndex)},
-		{Keys: bson.D{{Key: "job_id", Value: 1}, {Key: "created_at", Value: 1}}, Options: options.Index().SetName(JobIndex)},
+		{Keys: bson.D{{Key: "job_id", Value: 1}, {Key: "at", Value: 1}}, Options: options.Index().SetName(JobIndex)},
 	}
 }
 
@@ -131,7 +131,8 @@ type ListFilter struct {
 	Limit int64
 }
 
-// List returns the notifications of coll matching f, newest first.
+// List returns the notifications of coll matching f, the newest event
+// first.
 func List(ctx context.Context, coll *mongo.Collection, f ListFilter) ([]Doc, error) {
 	filter := bson.D{}
 	if f.Status != "" {
@@ -149,7 +150,7 @@ func List(ctx context.Context, coll *mongo.Collection, f ListFilter) ([]Doc, err
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	cur, err := coll.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "created_at", Value: -1}, {Key: "_id", Value: 1}}).SetLimit(f.Limit))
+	cur, err := coll.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "at", Value: -1}, {Key: "_id", Value: 1}}).SetLimit(f.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", coll.Name(), err)
 	}

@@ -65,7 +65,7 @@ func TestNotificationsList(t *testing.T) {
 	}
 
 	if _, err := notify.Collection(e.db).InsertOne(ctx(t), bson.D{{Key: "_id", Value: "by-hand"}, {Key: "attempts", Value: "many"},
-		{Key: "created_at", Value: now}}); err != nil {
+		{Key: "at", Value: now}}); err != nil {
 		t.Fatal(err)
 	}
 	e.okJSON(&views, "notifications", "list", "--limit", "1")
