@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -119,6 +120,11 @@ func TestNotificationsDeliveredOnceAcrossRestarts(t *testing.T) {
 		}
 		return len(failing) > 0 && strings.Contains(fmt.Sprint(failing[0]["last_error"]), "HTTP 503")
 	})
+	// And through the documented mongosh one-liner.
+	out := mongosh(t, uri, db.Name(), `db.notifications.find({$or: [{status: "failed"}, {status: "pending", last_error: {$exists: true}}]}).sort({at: -1}).toArray().length`)
+	if n, err := strconv.Atoi(strings.TrimSpace(out)); err != nil || n == 0 {
+		t.Fatalf("mongosh failing notifications: %q (%v), want some", out, err)
+	}
 	if time.Since(downAt) > 30*time.Second {
 		t.Logf("the sink was down for %s (restarts took longer than planned)", time.Since(downAt).Round(time.Second))
 	}
