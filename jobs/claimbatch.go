@@ -69,6 +69,7 @@ func (s *MongoStore) ClaimBatch(ctx context.Context, b BatchClaim) []ClaimOutcom
 		todo = append(todo, i)
 	}
 	todo = c.check(ctx, todo)
+	todo = c.skipBlackouts(ctx, todo)
 	won := c.insert(ctx, todo)
 	// Every fire won moves its job's last slot (a policy taking the lock
 	// also takes it): a slot older than one already claimed is not run,

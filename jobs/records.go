@@ -129,6 +129,9 @@ type RunDoc struct {
 	Reason string `bson:"reason,omitempty" json:"reason,omitempty"`
 	// RecordedAt is when the record was written.
 	RecordedAt time.Time `bson:"recorded_at,omitempty" json:"recorded_at,omitzero"`
+	// BlackoutID is set on a skipped record whose slot fell in a blackout
+	// window (FieldBlackoutID): the window's _id; Reason is its reason.
+	BlackoutID string `bson:"blackout_id,omitempty" json:"blackout_id,omitempty"`
 
 	// Notice is the record's pending notification (failed, abandoned,
 	// missed), written by the same write as its status and removed by the

@@ -105,6 +105,10 @@ type FireClaim struct {
 	// slot is already recorded (one find for all Check fires of the batch)
 	// and insert only those that are not.
 	Check bool
+	// Blackout, when set, names the blackout window the fire falls in:
+	// its slot is recorded skipped with the window's id and reason, and
+	// it does not run (the outcome is Skipped, or AlreadyFired).
+	Blackout *Blackout
 }
 
 // BatchClaim is one claim batch of a replica.

@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/cronswap/cronswap/blackout"
 	"github.com/cronswap/cronswap/history"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/members"
@@ -27,7 +28,7 @@ import (
 // creates them; each name is defined by the package that owns the data.
 func Collections() []string {
 	return []string{schedule.CollectionName, resumetoken.CollectionName, jobs.LocksCollection, jobs.RunsCollection,
-		history.CollectionName, members.CollectionName, notify.CollectionName}
+		history.CollectionName, members.CollectionName, blackout.CollectionName, notify.CollectionName}
 }
 
 // Index names. The daemon creates the same indexes at start with the same

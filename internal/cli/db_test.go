@@ -674,7 +674,7 @@ func TestInitTwice(t *testing.T) {
 	e := newEnv(t)
 	var rep admin.InitReport
 	e.okJSON(&rep, "init")
-	if len(rep.CreatedCollections) != 7 || len(rep.CreatedIndexes) != 10 || !rep.Changed() {
+	if len(rep.CreatedCollections) != 8 || len(rep.CreatedIndexes) != 10 || !rep.Changed() {
 		t.Fatalf("first init: %+v", rep)
 	}
 	// The indexes are there with their options.
@@ -924,6 +924,7 @@ func TestEveryCommandHasCommonFlags(t *testing.T) {
 		{"run"}, {"init"}, {"next"}, {"validate"}, {"version"}, {"completion"},
 		{"schedules", "list"}, {"schedules", "get"}, {"schedules", "set"}, {"schedules", "delete"}, {"schedules", "pause"}, {"schedules", "resume"},
 		{"token", "show"}, {"token", "reset"}, {"locks", "list"}, {"locks", "release"}, {"runs", "list"}, {"runs", "get"}, {"explain"},
+		{"blackouts", "list"}, {"blackouts", "add"}, {"blackouts", "delete"},
 	} {
 		r := run(t, append(cmd, "--help")...)
 		if r.code != cli.ExitOK {

@@ -58,6 +58,8 @@ type Daemon struct {
 	watcher  *changestream.Watcher
 	history  *editHistory
 	server   *http.Server
+	// blackouts holds the blackout windows (blackouts.go).
+	blackouts *blackoutWatch
 
 	armedAt    atomic.Int64  // unix nanoseconds of the engine's last Applied hook (see watchHooks)
 	synced     chan struct{} // closed by the watcher's first full sync
@@ -105,6 +107,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	d.members = members.New(db, members.Options{InstanceID: cfg.InstanceID, Logger: d.log,
 		Unreachable: func(error) { d.awayOnce.Do(func() { close(d.away) }) }})
 	d.metrics = metrics.New()
+	d.blackouts = newBlackoutWatch(db, cfg, d.log)
 	if d.relay, err = newRelay(cfg, db, d.Engine, d.metrics, d.log); err != nil {
 		disconnect(client)
 		_ = ln.Close()
@@ -135,6 +138,8 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		// The owner of a job among the live members claims its fires at
 		// once; the others after the grace (owner dead or stalled).
 		Owns: d.members.Owns,
+		// A fire inside a blackout window is recorded skipped, not run.
+		Blackout: d.blackouts.match,
 	})
 	d.engine = scheduler.New(scheduler.Options{
 		Location: cfg.Location,
@@ -258,6 +263,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		watchDone <- d.watcher.Run(watchCtx)
 	}()
+	blackoutsDone := d.blackouts.start(watchCtx, joined, d.away)
 	starterDone := make(chan struct{})
 	go func() {
 		defer close(starterDone)
@@ -276,7 +282,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	catchUpDone := make(chan struct{})
 	go func() {
 		defer close(catchUpDone)
-		runCatchUp(watchCtx, d.engine, func() bool { return isJoined() && d.watcher.Status().Ready }, d.cfg.CatchupFor,
+		runCatchUp(watchCtx, d.engine, func() bool { return isJoined() && d.watcher.Status().Ready && d.blackouts.ready() }, d.cfg.CatchupFor,
 			func(due schedule.Due) { d.runner.FireCatchUp(due, d.cfg.CatchupFor(due.Schedule.ActionName())) },
 			d.log, d.recordStartupGaps)
 	}()
@@ -304,6 +310,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.Warn("some actions were cancelled at the end of the grace period")
 	}
 	<-catchUpDone
+	<-blackoutsDone
 	// After the last ends were written: their notices are moved (and
 	// delivered) here when there is time, else by another replica.
 	(<-relayStarted)()
@@ -336,7 +343,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 // meanwhile) and this process holds its instance id (joined is closed). It
 // returns without starting it when ctx ends first.
 func (d *Daemon) startEngine(ctx context.Context, joined <-chan struct{}) {
-	for _, ready := range []<-chan struct{}{joined, d.synced} {
+	for _, ready := range []<-chan struct{}{joined, d.synced, d.blackouts.synced} {
 		select {
 		case <-ready:
 		case <-ctx.Done():
