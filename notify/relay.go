@@ -35,6 +35,10 @@ const DefaultLease = time.Minute
 // kept when Options.Retention is 0.
 const DefaultRetention = 720 * time.Hour
 
+// retryPass is the wait after a pass that failed (the database did not
+// answer), instead of the poll period.
+const retryPass = 5 * time.Second
+
 // deliverers is how many deliveries a relay makes at once (a slow sink
 // holds up at most this many).
 const deliverers = 4
@@ -167,7 +171,8 @@ func (r *Relay) Wake() {
 func (r *Relay) Run(ctx context.Context) error {
 	for {
 		if err := r.Pass(ctx); err != nil && ctx.Err() == nil {
-			r.o.Logger.Warn("notification relay pass failed", "instance_id", r.o.Instance, "error", err)
+			r.o.Logger.Warn("notification relay pass failed", "instance_id", r.o.Instance, "error", err, "retry_in", retryPass)
+			r.soon(r.o.Now().Add(retryPass))
 		}
 		wait := r.o.Settings.Poll
 		r.mu.Lock()
@@ -516,9 +521,24 @@ func (r *Relay) deliver(ctx context.Context, c claimed) error {
 	}
 	// The outcome is written even when ctx ended meanwhile (a delivery
 	// that happened is recorded, or it would be sent again).
+	// A failed write is tried again for up to Timeout: a delivery left
+	// unrecorded is sent again once its lease passes.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.Settings.Timeout)
 	defer cancel()
-	res, err := r.o.Notifications.UpdateOne(wctx, filter, bson.D{{Key: "$set", Value: set}})
+	var res *mongo.UpdateResult
+	var err error
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		res, err = r.o.Notifications.UpdateOne(wctx, filter, bson.D{{Key: "$set", Value: set}})
+		if err == nil || wctx.Err() != nil {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-wctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	if err != nil {
 		return fmt.Errorf("record the delivery of %s in %s: %w", c.id, r.o.Notifications.Name(), err)
 	}
