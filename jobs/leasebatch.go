@@ -112,7 +112,7 @@ func (s *MongoStore) endUpdate(e LeaseEnd) bson.D {
 		{Key: "ended_at", Value: end.EndedAt},
 		{Key: "expire_at", Value: end.EndedAt.Add(s.retention)},
 	}
-	set = withNotice(set, end.Status, end.EndedAt)
+	set = withNotice(set, end.Status, end.Reason, end.EndedAt)
 	set = append(set, outputFields(end, "error")...)
 	if end.Status == StatusMissed {
 		// The claimed slot did not start: its record becomes a missed
@@ -328,12 +328,11 @@ func (s *MongoStore) Disown(ctx context.Context, leases []Lease, reason string, 
 			SetFilter(bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusRunning, StatusClaiming}}}},
 				{Key: "instance", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation}}).
 			SetUpdate(bson.D{
-				{Key: "$set", Value: bson.D{
+				{Key: "$set", Value: withNotice(bson.D{
 					{Key: "status", Value: StatusMissed}, {Key: "last_scheduled_at", Value: l.Slot},
 					{Key: "count", Value: int64(1)}, {Key: "reason", Value: reason},
 					{Key: "recorded_at", Value: now}, {Key: "expire_at", Value: now.Add(s.retention)},
-					notify.Outbox(notify.KindMissed, now),
-				}},
+				}, StatusMissed, reason, now)},
 				{Key: "$unset", Value: bson.D{{Key: "started_at", Value: ""}, {Key: "lease_until", Value: ""}}},
 			}))
 		if l.Overlap.takesLock() {

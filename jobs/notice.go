@@ -17,21 +17,21 @@ var noticeKinds = map[string]string{
 	StatusMissed:    notify.KindMissed,
 }
 
-// noticeFor returns the outbox element of a record written with status at
-// at, and whether that status is notified.
-func noticeFor(status string, at time.Time) (bson.E, bool) {
+// noticeKind returns the notice kind of a record written with status and,
+// for a missed record, reason; false when it is not notified.
+func noticeKind(status, reason string) (string, bool) {
+	// Every missed reason is notified; a reason whose cause has a notice
+	// of its own (a slot not run because its job is paused) is left out
+	// here.
 	kind, ok := noticeKinds[status]
-	if !ok {
-		return bson.E{}, false
-	}
-	return notify.Outbox(kind, at), true
+	return kind, ok
 }
 
-// withNotice appends to set the outbox element of status at at, when that
-// status is notified.
-func withNotice(set bson.D, status string, at time.Time) bson.D {
-	if e, ok := noticeFor(status, at); ok {
-		return append(set, e)
+// withNotice appends to set the outbox element of a record written with
+// status (and reason) at at, when it is notified.
+func withNotice(set bson.D, status, reason string, at time.Time) bson.D {
+	if kind, ok := noticeKind(status, reason); ok {
+		return append(set, notify.Outbox(kind, at))
 	}
 	return set
 }
@@ -47,7 +47,7 @@ func (s *MongoStore) noticed() {
 // noticedEnds calls noticed when one of ends carried a notice.
 func (s *MongoStore) noticedEnds(ends []LeaseEnd) {
 	for _, e := range ends {
-		if _, ok := noticeKinds[e.End.Status]; ok {
+		if _, ok := noticeKind(e.End.Status, e.End.Reason); ok {
 			s.noticed()
 			return
 		}

@@ -366,7 +366,8 @@ type Payload struct {
 	Kind           string    `json:"kind"`
 	JobID          string    `json:"job_id"`
 	At             time.Time `json:"at"`
-	// RunID is the run record's id (failed, abandoned, missed notices).
+	// RunID is the run record's id (failed, abandoned, missed notices), or
+	// the last failed run a pause document names.
 	RunID       string    `json:"run_id,omitempty"`
 	ScheduledAt time.Time `json:"scheduled_at,omitzero"`
 	// LastScheduledAt and Count describe a missed range.
@@ -415,8 +416,9 @@ func (r *Relay) plan(src *mongo.Collection, raw bson.Raw) ([]any, mongo.WriteMod
 		p := Payload{NotificationID: nid, Kind: n.Kind, JobID: jobID, At: n.At, Note: n.Note, Sink: w.Name,
 			ScheduledAt: date(raw, "scheduled_at"), LastScheduledAt: date(raw, "last_scheduled_at"),
 			Status: str(raw, "status"), Error: str(raw, "error"), Reason: str(raw, "reason"), Instance: str(raw, "instance")}
-		if n.Kind != KindPaused {
-			p.RunID = id
+		p.RunID = id
+		if n.Kind == KindPaused {
+			p.RunID = str(raw, "run_id") // the run whose failure paused the job, if named
 		}
 		if c, err := raw.LookupErr("count"); err == nil {
 			p.Count, _ = c.AsInt64OK()

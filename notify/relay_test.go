@@ -490,7 +490,7 @@ func TestPauseNoticeDelivered(t *testing.T) {
 	ctx := context.Background()
 	at := time.Now()
 	if _, err := pauses.UpdateOne(ctx, bson.D{{Key: "_id", Value: "billing"}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "paused", Value: true}, {Key: "note", Value: "3 consecutive failures"},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "paused", Value: true}, {Key: "run_id", Value: "billing@2026-01-01T00:00:00Z"},
 			PauseNotice(at, "paused after 3 consecutive failed slots")}}}, options.UpdateOne().SetUpsert(true)); err != nil {
 		t.Fatal(err)
 	}
@@ -505,7 +505,7 @@ func TestPauseNoticeDelivered(t *testing.T) {
 	s.mu.Lock()
 	p := s.bodies[docs[0].ID]
 	s.mu.Unlock()
-	if p.Kind != KindPaused || p.JobID != "billing" || p.Note != "paused after 3 consecutive failed slots" || p.RunID != "" ||
+	if p.Kind != KindPaused || p.JobID != "billing" || p.Note != "paused after 3 consecutive failed slots" || p.RunID != "billing@2026-01-01T00:00:00Z" ||
 		!p.At.Equal(at.UTC().Truncate(time.Millisecond)) {
 		t.Fatalf("pause payload %+v", p)
 	}
