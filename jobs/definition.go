@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/cronswap/cronswap/notify"
 )
 
 // Definition is one named action as the configuration defines it: the
@@ -45,6 +47,10 @@ type Definition struct {
 	// PauseAfterFailures, when positive, pauses the job after that many
 	// consecutive failed slots, until `cronswap schedules resume`; 0: never.
 	PauseAfterFailures int `yaml:"pause_after_failures"`
+	// Notify, when set, replaces the configuration's notification route
+	// (its webhooks and kinds) for the schedules running this action; an
+	// empty webhooks list sends none.
+	Notify *notify.Route `yaml:"notify"`
 }
 
 // HTTPSettings configure an http action: the URL the fire is sent to as a

@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
+	"github.com/cronswap/cronswap/notify"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -60,6 +61,9 @@ type PauseDoc struct {
 	ResumedAt time.Time `bson:"resumed_at,omitempty" json:"resumed_at,omitzero"`
 	ResumedBy string    `bson:"resumed_by,omitempty" json:"resumed_by,omitempty"`
 	UpdatedAt time.Time `bson:"updated_at" json:"updated_at"`
+	// Notice is the pause's pending notification (notify.PauseNotice),
+	// written by the pause itself; the relay removes it once moved.
+	Notice *notify.Notice `bson:"notice,omitempty" json:"-"`
 }
 
 // Paused reports whether the document pauses its job.
@@ -190,20 +194,17 @@ func (s *MongoStore) PauseIfFailing(ctx context.Context, c PauseCheck) (PauseDoc
 	if err != nil {
 		return PauseDoc{}, false, fmt.Errorf("pause job %s in %s: %w", c.JobID, PausesCollection, err)
 	}
+	s.noticed()
 	return p, true, nil
 }
 
-// pauseSet is the $set of the pause write: the pause's fields and, when
-// MongoStoreOptions.PauseNotice is set, the notice fields it returns, so
-// the notice is written atomically with the pause (an outbox).
+// pauseSet is the $set of the pause write: the pause's fields and its
+// notification's notice (notify.PauseNotice), so the notice is written
+// atomically with the pause (job_pauses is an outbox of the relay).
 func (s *MongoStore) pauseSet(p PauseDoc) bson.D {
-	set := bson.D{{Key: "state", Value: p.State}, {Key: "paused_at", Value: p.PausedAt}, {Key: "note", Value: p.Note},
+	return bson.D{{Key: "state", Value: p.State}, {Key: "paused_at", Value: p.PausedAt}, {Key: "note", Value: p.Note},
 		{Key: "failures", Value: p.Failures}, {Key: "run_id", Value: p.RunID}, {Key: "instance", Value: p.Instance},
-		{Key: "updated_at", Value: p.UpdatedAt}}
-	if s.pauseNotice != nil {
-		set = append(set, s.pauseNotice(p)...)
-	}
-	return set
+		{Key: "updated_at", Value: p.UpdatedAt}, notify.PauseNotice(p.PausedAt, p.Note)}
 }
 
 // ResumePaused clears the pause of job jobID in pauses (job_pauses): state

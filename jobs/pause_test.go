@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/notify"
 )
 
 func (e *fireEnv) pause(t *testing.T, job string) (PauseDoc, bool) {
@@ -23,7 +25,7 @@ func (e *fireEnv) pause(t *testing.T, job string) (PauseDoc, bool) {
 }
 
 // After N consecutive failed slots the job is paused with a note (and the
-// notice fields the store was given, in the same document); its next
+// pause's notification notice, in the same write); its next
 // fires are not run; a resume clears it, and only failures after the
 // resume count towards the next pause. A success breaks a streak.
 func TestPauseAfterFailuresAndResume(t *testing.T) {
@@ -39,10 +41,7 @@ func TestPauseAfterFailuresAndResume(t *testing.T) {
 		return nil
 	})})
 	r := NewRunner(RunnerOptions{Registry: e.reg, InstanceID: "r1", Logger: slog.New(slog.DiscardHandler), TTL: time.Minute,
-		Store: NewMongoStore(e.locks, e.runs, MongoStoreOptions{Instance: "r1", Logger: slog.New(slog.DiscardHandler),
-			PauseNotice: func(p PauseDoc) bson.D {
-				return bson.D{{Key: "notice", Value: bson.D{{Key: "kind", Value: "paused"}, {Key: "job_id", Value: p.JobID}}}}
-			}}),
+		Store: NewMongoStore(e.locks, e.runs, MongoStoreOptions{Instance: "r1", Logger: slog.New(slog.DiscardHandler)}),
 		Hooks: Hooks{NotRun: func(id string, slot time.Time, reason string) { e.record(&e.notRun, id+":"+reason) }}})
 	t.Cleanup(func() { r.Shutdown(10 * time.Second) })
 	start := time.Now().Truncate(time.Second).UTC()
@@ -61,9 +60,8 @@ func TestPauseAfterFailuresAndResume(t *testing.T) {
 	if !paused || p.Failures != 2 || p.RunID != RunID("shaky", slot(3)) || !strings.Contains(p.Note, "boom") || p.PausedAt.IsZero() {
 		t.Fatalf("after 2 failures in a row: %+v, want paused with a note", p)
 	}
-	var raw bson.M
-	if err := PausesCollectionOf(e.db).FindOne(testCtx(t), bson.D{{Key: "_id", Value: "shaky"}}).Decode(&raw); err != nil || raw["notice"] == nil {
-		t.Errorf("pause document %v (%v): want the notice written with the pause", raw, err)
+	if p.Notice == nil || p.Notice.Kind != notify.KindPaused || p.Notice.Note != p.Note || !p.Notice.At.Equal(p.PausedAt) {
+		t.Errorf("pause document %+v (notice %+v): want the pause notice written with the pause", p, p.Notice)
 	}
 	before := runs.Load()
 	r.Fire(dueAt("shaky", slot(4)))
@@ -145,4 +143,16 @@ func TestPauseCountsSlotsNotAttempts(t *testing.T) {
 		p, paused := e.pause(t, "flaky")
 		return paused && p.Failures == 2 && p.RunID == RunID("flaky", start.Add(time.Second))
 	})
+}
+
+// A slot not run because its job is paused is not notified (the pause is,
+// once); every other missed reason is.
+func TestPausedSlotsNotNotified(t *testing.T) {
+	t.Parallel()
+	for _, reason := range MissedReasons {
+		_, ok := noticeKind(StatusMissed, reason)
+		if want := reason != MissedPaused; ok != want {
+			t.Errorf("missed %s notified: %v, want %v", reason, ok, want)
+		}
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/cronswap/cronswap/history"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/members"
+	"github.com/cronswap/cronswap/notify"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
 )
@@ -27,7 +28,7 @@ import (
 // creates them; each name is defined by the package that owns the data.
 func Collections() []string {
 	return []string{schedule.CollectionName, resumetoken.CollectionName, jobs.LocksCollection, jobs.RunsCollection,
-		history.CollectionName, members.CollectionName, blackout.CollectionName, jobs.PausesCollection}
+		history.CollectionName, members.CollectionName, blackout.CollectionName, notify.CollectionName, jobs.PausesCollection}
 }
 
 // Index names. The daemon creates the same indexes at start with the same
@@ -73,6 +74,18 @@ func Indexes() []Index {
 	}
 	for _, m := range members.Indexes() {
 		out = append(out, Index{Collection: members.CollectionName, Model: m})
+	}
+	// Notifications: the relays' claims, their TTL, listing by job; on
+	// job_runs, the outbox's sparse index on the notices.
+	for _, m := range notify.Indexes() {
+		out = append(out, Index{Collection: notify.CollectionName, Model: m})
+	}
+	for _, m := range notify.OutboxIndexes() {
+		out = append(out, Index{Collection: jobs.RunsCollection, Model: m})
+	}
+	// job_pauses is an outbox too (the pause notice).
+	for _, m := range notify.OutboxIndexes() {
+		out = append(out, Index{Collection: jobs.PausesCollection, Model: m})
 	}
 	return out
 }

@@ -85,6 +85,7 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			locksCommand(stdin),
 			runsCommand(),
 			membersCommand(),
+			notificationsCommand(),
 			explainCommand(),
 			blackoutsCommand(),
 			{

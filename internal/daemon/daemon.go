@@ -26,6 +26,7 @@ import (
 	"github.com/cronswap/cronswap/internal/timeline"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/members"
+	"github.com/cronswap/cronswap/notify"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
@@ -71,6 +72,8 @@ type Daemon struct {
 	// decided per job just before the engine started (see readDecided).
 	store   *jobs.MongoStore
 	decided decidedAtStart
+	// relay delivers failure notifications; nil when none is configured.
+	relay *notify.Relay
 }
 
 // New builds a daemon from cfg (already Finished): it checks the action
@@ -105,9 +108,14 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		Unreachable: func(error) { d.awayOnce.Do(func() { close(d.away) }) }})
 	d.metrics = metrics.New()
 	d.blackouts = newBlackoutWatch(db, cfg, d.log)
+	if d.relay, err = newRelay(cfg, db, d.Engine, d.metrics, d.log); err != nil {
+		disconnect(client)
+		_ = ln.Close()
+		return nil, err
+	}
 	locks, runs := jobs.Collections(db)
 	d.store = jobs.NewMongoStore(locks, runs,
-		jobs.MongoStoreOptions{Retention: cfg.Runs.Retention, Instance: cfg.InstanceID, Logger: d.log})
+		jobs.MongoStoreOptions{Retention: cfg.Runs.Retention, Instance: cfg.InstanceID, Logger: d.log, OnNotice: d.wakeRelay})
 	d.runner = jobs.NewRunner(jobs.RunnerOptions{
 		Registry:   registry,
 		InstanceID: cfg.InstanceID,
@@ -264,6 +272,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 		defer close(starterDone)
 		d.startEngine(watchCtx, joined)
 	}()
+	relayStarted := make(chan func(), 1)
+	go func() {
+		// Notifications are delivered once this process holds its id.
+		select {
+		case <-joined:
+			relayStarted <- d.runRelay()
+		case <-watchCtx.Done():
+			relayStarted <- func() {}
+		}
+	}()
 	catchUpDone := make(chan struct{})
 	go func() {
 		defer close(catchUpDone)
@@ -296,6 +314,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	<-catchUpDone
 	<-blackoutsDone
+	// After the last ends were written: their notices are moved (and
+	// delivered) here when there is time, else by another replica.
+	(<-relayStarted)()
 	if err := <-watchDone; err != nil && runErr == nil {
 		runErr = err
 	}
