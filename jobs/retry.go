@@ -284,12 +284,13 @@ func (s *MongoStore) ClaimRetry(ctx context.Context, c RetryClaim) (Lease, error
 	_, uerr := s.runs.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: runID}, {Key: "status", Value: StatusRunning}, {Key: FieldAttempt, Value: c.Attempt},
 			{Key: "instance", Value: c.Instance}, {Key: "incarnation", Value: c.Incarnation}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusFailed}, {Key: "ended_at", Value: c.Now},
-			{Key: "error", Value: why}, {Key: "expire_at", Value: c.Now.Add(s.retention)}}},
+		bson.D{{Key: "$set", Value: withNotice(bson.D{{Key: "status", Value: StatusFailed}, {Key: "ended_at", Value: c.Now},
+			{Key: "error", Value: why}, {Key: "expire_at", Value: c.Now.Add(s.retention)}}, StatusFailed, "", c.Now)},
 			{Key: "$unset", Value: bson.D{{Key: "lease_until", Value: ""}}}})
 	if uerr != nil {
 		return Lease{}, fmt.Errorf("attempt %d of run %s: %w; recording it failed: %w", c.Attempt, runID, ErrRetryLockLost, uerr)
 	}
+	s.noticed()
 	return Lease{}, fmt.Errorf("attempt %d of run %s: %w", c.Attempt, runID, ErrRetryLockLost)
 }
 
@@ -337,12 +338,15 @@ func (s *MongoStore) GiveUpRetry(ctx context.Context, runID string, attempt int,
 	if attempt > 0 {
 		filter = append(filter, bson.E{Key: FieldAttempt, Value: attempt})
 	}
-	_, err := s.runs.UpdateOne(ctx, filter, bson.D{
-		{Key: "$set", Value: bson.D{{Key: "status", Value: StatusFailed}, {Key: "error", Value: why},
-			{Key: "ended_at", Value: now}, {Key: "expire_at", Value: now.Add(s.retention)}}},
+	res, err := s.runs.UpdateOne(ctx, filter, bson.D{
+		{Key: "$set", Value: withNotice(bson.D{{Key: "status", Value: StatusFailed}, {Key: "error", Value: why},
+			{Key: "ended_at", Value: now}, {Key: "expire_at", Value: now.Add(s.retention)}}, StatusFailed, "", now)},
 		{Key: "$unset", Value: bson.D{{Key: "lease_until", Value: ""}, {Key: FieldRetryAt, Value: ""}}}})
 	if err != nil {
 		return fmt.Errorf("give up the retry of run %s in %s: %w", runID, s.runs.Name(), err)
+	}
+	if res.ModifiedCount > 0 {
+		s.noticed()
 	}
 	return nil
 }

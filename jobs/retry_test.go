@@ -11,6 +11,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/cronswap/cronswap/notify"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -116,8 +117,9 @@ func TestRetryFailingTwiceThenSucceeding(t *testing.T) {
 	slot := time.Now().Truncate(time.Second).UTC()
 	id := RunID("flaky", slot)
 	r.Fire(dueAt("flaky", slot))
-	if d := e.runDoc(t, id); d.Status != StatusRetrying || d.Attempt != 1 || d.RetryAt.IsZero() || !d.LeaseUntil.Equal(d.RetryAt) {
-		t.Fatalf("after the first attempt: %+v, want retrying at attempt 1 with retry_at = lease_until", d)
+	if d := e.runDoc(t, id); d.Status != StatusRetrying || d.Attempt != 1 || d.RetryAt.IsZero() || !d.LeaseUntil.Equal(d.RetryAt) ||
+		d.Notice != nil {
+		t.Fatalf("after the first attempt: %+v, want retrying at attempt 1 with retry_at = lease_until, no failure notice", d)
 	}
 	// A later slot during the backoff: the slot's run still holds the lock.
 	r.Fire(dueAt("flaky", slot.Add(time.Second)))
@@ -159,8 +161,8 @@ func TestRetryExhaustedEndsFailed(t *testing.T) {
 	r.Fire(dueAt("broken", slot))
 	d := e.waitStatus(t, RunID("broken", slot), StatusFailed)
 	checkAttempts(t, d, slot, StatusRetrying, StatusFailed)
-	if d.Error != "always" || len(seen.all()) != 2 {
-		t.Errorf("final %+v after %d runs: want error always, 2 runs", d, len(seen.all()))
+	if d.Error != "always" || len(seen.all()) != 2 || d.Notice == nil || d.Notice.Kind != notify.KindFailed {
+		t.Errorf("final %+v after %d runs: want error always, 2 runs, a failed notice", d, len(seen.all()))
 	}
 }
 
@@ -222,7 +224,7 @@ func TestRetryLockLostDuringBackoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := e.waitStatus(t, RunID("flaky", slot), StatusFailed)
-	if d.Attempt != 2 || !strings.Contains(d.Error, ErrRetryLockLost.Error()) || len(seen.all()) != 1 {
+	if d.Attempt != 2 || !strings.Contains(d.Error, ErrRetryLockLost.Error()) || len(seen.all()) != 1 || d.Notice == nil {
 		t.Errorf("record %+v after %d runs: want attempt 2 failed without running", d, len(seen.all()))
 	}
 }
@@ -270,7 +272,7 @@ func TestRetryGivenUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.retryRunner(t, "r1", 50*time.Millisecond, 10*time.Millisecond)
-	if d := e.waitStatus(t, RunID("retries", past), StatusFailed); !strings.Contains(d.Error, "damaged retry state") {
+	if d := e.waitStatus(t, RunID("retries", past), StatusFailed); !strings.Contains(d.Error, "damaged retry state") || d.Notice == nil {
 		t.Errorf("damaged: %+v", d)
 	}
 	if d := e.waitStatus(t, RunID("no_longer", past), StatusFailed); !strings.Contains(d.Error, "not retried") {
