@@ -3,25 +3,78 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/notify"
 )
+
+// pauseSink is a loopback webhook recording the notifications' kinds and
+// how often each notification id came.
+type pauseSink struct {
+	srv  *httptest.Server
+	mu   sync.Mutex
+	byID map[string]notify.Payload
+	seen map[string]int
+}
+
+func newPauseSink(t *testing.T) *pauseSink {
+	s := &pauseSink{byID: map[string]notify.Payload{}, seen: map[string]int{}}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var p notify.Payload
+		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.byID[p.NotificationID] = p
+		s.seen[p.NotificationID]++
+	}))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+// kinds returns the payloads received of kind.
+func (s *pauseSink) kinds(kind string) []notify.Payload {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []notify.Payload
+	for _, p := range s.byID {
+		if p.Kind == kind {
+			out = append(out, p)
+		}
+	}
+	return out
+}
 
 // Two replicas; a job whose action fails every time, with
 // pause_after_failures: 2. After two failed slots the job is paused: the
 // pause (and its note) shows in /api/schedules and `cronswap schedules
 // list`, its next slots are recorded missed (paused) and not run; `cronswap
 // schedules resume` clears it and the job runs again, and a resume with
-// mongosh does the same after the next pause.
+// mongosh does the same after the next pause. Each pause is notified once
+// (a webhook for paused and missed notices), the slots missed while paused
+// not at all.
 func TestPauseAfterFailuresAndResume(t *testing.T) {
 	uri, db := setup(t)
+	sink := newPauseSink(t)
+	extra := fmt.Sprintf(`notify:
+  webhooks:
+    - name: hook
+      url: %q
+  on: [paused, missed]
+  poll: 1s
+`, sink.srv.URL+"/hook")
 	out := filepath.Join(t.TempDir(), "runs.log")
 	jobsYAML := fmt.Sprintf(`
   failing:
@@ -29,7 +82,7 @@ func TestPauseAfterFailuresAndResume(t *testing.T) {
     timeout: 20s
     pause_after_failures: 2
 `, `echo "$CRONSWAP_SCHEDULED_AT" >> `+out+` && echo broken >&2 && exit 3`)
-	ds := startReplicas(t, uri, db.Name(), 2, "", jobsYAML)
+	ds := startReplicas(t, uri, db.Name(), 2, extra, jobsYAML)
 	insert(t, db, bson.D{{Key: "_id", Value: "failing"}, {Key: "cron_expr", Value: "*/2 * * * * *"}, {Key: "updated_at", Value: time.Now()}})
 	waitArmed(t, ds, []string{"failing"})
 
@@ -126,6 +179,9 @@ func TestPauseAfterFailuresAndResume(t *testing.T) {
 		t.Errorf("paused again: %+v, want paused after the resume, keeping it", p)
 	}
 
+	// The first pause was notified, with its note and the failed run.
+	waitFor(t, 30*time.Second, "the first pause notified", func() bool { return len(sink.kinds(notify.KindPaused)) >= 1 })
+
 	// Resume with mongosh, the operator's one-liner.
 	resumed = time.Now()
 	mongosh(t, uri, db.Name(), `db.job_pauses.updateOne({ _id: "failing", state: "paused" }, { $set: { state: "resumed", resumed_at: new Date(), resumed_by: "mongosh" } })`)
@@ -133,6 +189,29 @@ func TestPauseAfterFailuresAndResume(t *testing.T) {
 		return len(allRuns(t, db, bson.D{{Key: "job_id", Value: "failing"}, {Key: "status", Value: jobs.StatusFailed},
 			{Key: "started_at", Value: bson.D{{Key: "$gt", Value: resumed}}}})) > 0
 	})
+	// Two pauses, two paused notifications (once each); no missed
+	// notification for the paused slots.
+	waitFor(t, 30*time.Second, "the second pause notified", func() bool { return len(sink.kinds(notify.KindPaused)) >= 2 })
+	for _, p := range sink.kinds(notify.KindPaused) {
+		if p.JobID != "failing" || !strings.Contains(p.Note, "consecutive failed slots") || p.RunID == "" {
+			t.Errorf("pause notification %+v: want the job, its note and the failed run", p)
+		}
+	}
+	sink.mu.Lock()
+	for id, n := range sink.seen {
+		if n != 1 {
+			t.Errorf("notification %s delivered %d times", id, n)
+		}
+	}
+	sink.mu.Unlock()
+	if n := len(sink.kinds(notify.KindPaused)); n != 2 {
+		t.Errorf("%d pause notifications, want 2", n)
+	}
+	for _, p := range sink.kinds(notify.KindMissed) {
+		if p.Reason == jobs.MissedPaused {
+			t.Errorf("a slot missed while paused was notified: %+v", p)
+		}
+	}
 }
 
 // attemptLinesSet reads the slots the pause test's action appended.
