@@ -367,7 +367,7 @@ func (c *claimer) lockFilter(i int) bson.D {
 			{Key: "fence", Value: bson.D{{Key: "$type", Value: bson.A{"int", "long"}}, {Key: "$gte", Value: 0}}},
 		}
 	}
-	return bson.D{
+	f := bson.D{
 		{Key: "_id", Value: l.JobID},
 		{Key: "last_slot", Value: bson.D{{Key: "$lt", Value: l.Slot}}},
 		{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{LockFree, LockRunning}}}},
@@ -378,6 +378,11 @@ func (c *claimer) lockFilter(i int) bson.D {
 			bson.D{{Key: "holder", Value: c.b.Instance}, {Key: "incarnation", Value: bson.D{{Key: "$ne", Value: c.b.Incarnation}}}},
 		}},
 	}
+	if l.Overlap.buffers() {
+		// Fires already waiting for the lock go first.
+		f = append(f, bufferEmpty)
+	}
+	return f
 }
 
 func (c *claimer) lockUpdate(i int) bson.D {
@@ -497,11 +502,19 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 					}
 					todo = append(todo, i)
 				}
+			case l.Overlap.buffers() && bufferHas(raw, l.RunID):
+				// This replica's push landed (its answer was lost).
+				c.out[i] = c.bufferedOutcome(i, v, raw, repaired[i])
 			case !v.lastSlot.Before(l.Slot):
 				c.out[i] = ClaimOutcome{Result: Skipped, Repaired: repaired[i],
 					Reason: fmt.Sprintf("a later slot was claimed (last slot %s)", v.lastSlot.UTC().Format(time.RFC3339Nano))}
-			case v.state == LockRunning && !v.leaseUntil.Before(c.b.Now) &&
-				(v.holder != l.Instance || v.incarnation == l.Incarnation):
+			case l.Overlap.buffers() && (c.heldLive(i, v) || bufferLen(raw) > 0):
+				// The fire waits on the lock, or is skipped when the
+				// buffer is full.
+				if c.buffer(ctx, i, v, raw, repaired[i]) {
+					todo = append(todo, i) // the lock changed in between
+				}
+			case c.heldLive(i, v):
 				c.out[i] = ClaimOutcome{Result: Skipped, Holder: v.holder, HolderRunID: v.runID, Repaired: repaired[i],
 					Reason: fmt.Sprintf("run %s of %s still holds the lock", v.runID, v.holder)}
 			default:
@@ -563,7 +576,10 @@ func (c *claimer) closeUnrun(ctx context.Context) {
 		if !c.recorded[i] || errors.Is(o.Err, ErrOutcomeUnknown) {
 			continue
 		}
-		mine := bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusRunning, StatusClaiming}}}},
+		if o.Result == Buffered {
+			continue // its record was set buffered before its fire was put on the lock
+		}
+		mine := bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusRunning, StatusClaiming, StatusBuffered}}}},
 			{Key: "instance", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation}}
 		if o.Result == Acquired {
 			if l.Overlap.takesLock() {

@@ -99,7 +99,7 @@ func TestDefinitionErrors(t *testing.T) {
 		{"negative timeout", Definition{Exec: []string{"x"}, Timeout: neg}, []string{"timeout", "-1s"}},
 		{"negative catchup", Definition{Exec: []string{"x"}, Catchup: &neg}, []string{"catchup", "-1s"}},
 		{"negative jitter", Definition{Exec: []string{"x"}, Jitter: neg}, []string{"jitter", "-1s"}},
-		{"unknown overlap", Definition{Exec: []string{"x"}, Overlap: "sometimes"}, []string{"overlap", "sometimes", "forbid or allow"}},
+		{"unknown overlap", Definition{Exec: []string{"x"}, Overlap: "sometimes"}, []string{"overlap", "sometimes", "skip, buffer_one, buffer_all, cancel_other or allow"}},
 	}
 	for _, tt := range tests {
 		err := tt.def.Validate()

@@ -199,6 +199,9 @@ type Runner struct {
 	mu       sync.Mutex
 	stopping bool
 	running  sync.WaitGroup
+	// draining names the jobs whose buffered fires this replica is taking
+	// up on a goroutine of its own (drainSoon).
+	draining map[string]bool
 
 	// missed holds the missed slots waiting to be recorded; flushing
 	// writes them (nil without a MissedStore).
@@ -337,6 +340,7 @@ func (r *Runner) dispatch(d schedule.Due, deadline time.Duration) {
 	if r.opts.Done != nil {
 		r.opts.Done(f, err, took)
 	}
+	r.drainAfter(f.JobID, spec)
 }
 
 // newFire is what the action is handed for d, run under l (zero without
@@ -498,6 +502,9 @@ func (r *Runner) execute(log *slog.Logger, d schedule.Due, spec Spec, f Fire, le
 	status := StatusSucceeded
 	cause := context.Cause(ctx)
 	switch {
+	case errors.Is(cause, ErrCancelledByOverlap):
+		status = StatusAbandoned
+		err = cause
 	case errors.Is(cause, ErrLockLost):
 		status = StatusAbandoned
 		if err == nil {
