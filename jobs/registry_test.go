@@ -120,13 +120,14 @@ func TestDefinitionErrors(t *testing.T) {
 
 func TestParseOverlap(t *testing.T) {
 	t.Parallel()
-	for in, want := range map[string]Overlap{"": OverlapForbid, "forbid": OverlapForbid, "allow": OverlapAllow} {
+	for in, want := range map[string]Overlap{"": OverlapSkip, "forbid": OverlapSkip, "skip": OverlapSkip,
+		"buffer_one": OverlapBufferOne, "buffer_all": OverlapBufferAll, "cancel_other": OverlapCancelOther, "allow": OverlapAllow} {
 		if got, err := ParseOverlap(in); err != nil || got != want {
 			t.Errorf("ParseOverlap(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	if DefaultOverlap != OverlapForbid {
-		t.Errorf("DefaultOverlap = %q, want forbid", DefaultOverlap)
+	if DefaultOverlap != OverlapSkip {
+		t.Errorf("DefaultOverlap = %q, want skip", DefaultOverlap)
 	}
 	for _, in := range []string{"sometimes", "Forbid", " allow"} {
 		if _, err := ParseOverlap(in); err == nil || !strings.Contains(err.Error(), strconv.Quote(in)) {
