@@ -101,6 +101,9 @@ func (r *Runner) claim(d schedule.Due, deadline time.Duration, spec Spec, check 
 	case Skipped:
 		log.Info("fire skipped", "reason", o.Reason, "holder", o.Holder, "holder_run_id", o.HolderRunID)
 		r.runEnded(id, StatusSkipped)
+		if spec.Overlap.buffers() && o.Holder == "" {
+			r.drainSoon(id, spec.Overlap) // fires may wait on a lock no live run holds
+		}
 		return Lease{}, false
 	case Buffered:
 		r.bufferedClaim(log, id, spec, o)

@@ -119,9 +119,16 @@ func (c *claimer) buffer(ctx context.Context, i int, v lockView, raw bson.Raw, r
 	f := c.b.Fires[i]
 	limit := l.Overlap.bufferLimit()
 	if n := bufferLen(raw); n >= limit {
-		c.out[i] = ClaimOutcome{Result: Skipped, Holder: v.holder, HolderRunID: v.runID, Repaired: repaired,
-			Reason: fmt.Sprintf("%d fire(s) already waiting for the lock held by run %s of %s (overlap %s, at most %d)",
-				n, v.runID, v.holder, l.Overlap, limit)}
+		o := ClaimOutcome{Result: Skipped, Repaired: repaired,
+			Reason: fmt.Sprintf("%d fire(s) already waiting for the lock (overlap %s, at most %d)", n, l.Overlap, limit)}
+		if c.heldLive(i, v) {
+			// Without a live holder the outcome names none: the caller
+			// then takes up the waiting fires itself.
+			o.Holder, o.HolderRunID = v.holder, v.runID
+			o.Reason = fmt.Sprintf("%d fire(s) already waiting for the lock held by run %s of %s (overlap %s, at most %d)",
+				n, v.runID, v.holder, l.Overlap, limit)
+		}
+		c.out[i] = o
 		return false
 	}
 	reason := fmt.Sprintf("waiting for the lock held by run %s of %s (overlap %s)", v.runID, v.holder, l.Overlap)
