@@ -225,3 +225,35 @@ func TestFirePathCancelOther(t *testing.T) {
 		}
 	}
 }
+
+// A holder that dies with a fire buffered behind it and no further fire
+// coming: a replica's sweep finds the lock past its lease with a fire
+// waiting and runs it, once, although no claim comes along.
+func TestFirePathBufferedFireAfterHolderDied(t *testing.T) {
+	t.Parallel()
+	e := newFireEnv(t)
+	job := newOverlapJob()
+	close(job.release)
+	e.reg.Register("b", Spec{Action: job, Overlap: OverlapBufferOne})
+	const ttl = 3 * time.Second
+	// Two live replicas: both sweep, the fire runs once.
+	r2 := e.runner(t, "r2", ttl)
+	e.runner(t, "r3", ttl)
+	// The holder is a store alone: it claims and then never renews nor
+	// ends, like a SIGKILLed replica.
+	slot := time.Now().Truncate(time.Second)
+	dead := e.replica("dead", "d1")
+	dead.claimOne(t, FireClaim{JobID: "b", Slot: slot, Overlap: OverlapBufferOne}, time.Now(), Acquired)
+	s1 := slot.Add(time.Second)
+	r2.Fire(dueAt("b", s1))
+	if st := e.run(t, RunID("b", s1)).Status; st != StatusBuffered {
+		t.Fatalf("fire behind the holder recorded %s, want buffered", st)
+	}
+	waitFor(t, 30*time.Second, "the buffered fire to run after the holder's lease", func() bool {
+		return e.run(t, RunID("b", s1)).Status == StatusSucceeded
+	})
+	ran := job.snapshot()
+	if len(ran) != 1 || !ran[0].slot.Equal(s1.UTC()) || ran[0].fence != FenceOf(s1) {
+		t.Fatalf("runs %+v, want the buffered fire once with its fence", ran)
+	}
+}
