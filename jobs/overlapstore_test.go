@@ -289,3 +289,36 @@ func TestTakeBufferedBadDocuments(t *testing.T) {
 		a.claimOne(t, policy(OverlapBufferOne, id, base.Add(time.Second)), base.Add(time.Second), Acquired)
 	}
 }
+
+// A damaged lock with fires waiting is repaired keeping them, and they
+// run in order with fences from the records that ran (the buffered
+// records' fences are not handed out yet).
+func TestRepairKeepsBufferedFires(t *testing.T) {
+	t.Parallel()
+	e := newStoreEnv(t)
+	a, b := e.replica("a", "a1"), e.replica("b", "b1")
+	t0, t1, t2, t3 := base, base.Add(time.Second), base.Add(2*time.Second), base.Add(3*time.Second)
+	held := a.claimOne(t, policy(OverlapBufferAll, "j", t0), t0, Acquired)
+	b.claimOne(t, policy(OverlapBufferAll, "j", t1), t1, Buffered)
+	b.claimOne(t, policy(OverlapBufferAll, "j", t2), t2, Buffered)
+	a.end(t, held.Lease, t2)
+	if _, err := e.locks.UpdateOne(testCtx(t), bson.D{{Key: "_id", Value: "j"}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "fence", Value: "7"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	o := b.claimOne(t, policy(OverlapBufferAll, "j", t3), t3, Buffered)
+	if len(o.Repaired) == 0 {
+		t.Fatalf("outcome %+v: want the damage repaired", o)
+	}
+	want := []string{RunID("j", t1), RunID("j", t2), RunID("j", t3)}
+	if got := e.bufferRunIDs(t, "j"); !slices.Equal(got, want) {
+		t.Fatalf("buffer %v after the repair, want %v", got, want)
+	}
+	for _, id := range want {
+		run := a.take(t, "j", OverlapBufferAll, t3)
+		if run == nil || run.Lease.RunID != id {
+			t.Fatalf("took %+v, want %s", run, id)
+		}
+		a.end(t, run.Lease, t3)
+	}
+}
