@@ -121,3 +121,130 @@ func TestBufferOneSurvivesBufferingReplicaKilled(t *testing.T) {
 		prev = &p
 	}
 }
+
+// Each overlap policy on 3 replicas, each job's action (3 s) outlasting
+// its interval (2 s), for about a dozen seconds: the records and their
+// start and end times are what the policy says.
+func TestOverlapPoliciesAcrossReplicas(t *testing.T) {
+	uri, db := setup(t)
+	policies := []string{"skip", "forbid", "buffer_one", "buffer_all", "cancel_other", "allow"}
+	var jobsYAML strings.Builder
+	for _, p := range policies {
+		fmt.Fprintf(&jobsYAML, "\n  ov_%s:\n    exec: [\"sleep\", \"3\"]\n    timeout: 1m\n    overlap: %s\n", p, p)
+	}
+	ds := startReplicas(t, uri, db.Name(), 3, "lock:\n  ttl: 30s\n", jobsYAML.String())
+	var ids []string
+	for _, p := range policies {
+		ids = append(ids, "ov_"+p)
+		insert(t, db, sched("ov_"+p, "*/2 * * * * *"))
+	}
+	waitArmed(t, ds, ids)
+	start := time.Now()
+	fpUntil(t, start.Add(13*time.Second), "a dozen seconds of fires")
+	if _, err := db.Collection("schedules").UpdateMany(testCtx(t), bson.D{},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "enabled", Value: false}, {Key: "updated_at", Value: time.Now()}}}}); err != nil {
+		t.Fatal(err)
+	}
+	runs := map[string][]jobs.RunDoc{}
+	waitFor(t, 90*time.Second, "every record decided (buffered fires run after the pause too)", func() bool {
+		for _, id := range ids {
+			rs := allRuns(t, db, bson.D{{Key: "job_id", Value: id}})
+			for _, r := range rs {
+				switch r.Status {
+				case jobs.StatusRunning, jobs.StatusBuffered, jobs.StatusClaiming:
+					return false
+				}
+			}
+			runs[id] = rs
+		}
+		return true
+	})
+	count := func(rs []jobs.RunDoc, status string) int {
+		n := 0
+		for _, r := range rs {
+			if r.Status == status {
+				n++
+			}
+		}
+		return n
+	}
+	ran := func(rs []jobs.RunDoc) []jobs.RunDoc {
+		var out []jobs.RunDoc
+		for _, r := range rs {
+			if r.Status == jobs.StatusSucceeded || r.Status == jobs.StatusAbandoned {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	noOverlap := func(id string, rs []jobs.RunDoc) {
+		for i := 1; i < len(rs); i++ {
+			if rs[i].StartedAt.Before(rs[i-1].EndedAt) || rs[i].Fence <= rs[i-1].Fence {
+				t.Errorf("%s: %s (%s..%s) overlaps %s (%s..%s) or its fence does not increase", id,
+					rs[i].ID, rs[i].StartedAt.Format(time.StampMilli), rs[i].EndedAt.Format(time.StampMilli),
+					rs[i-1].ID, rs[i-1].StartedAt.Format(time.StampMilli), rs[i-1].EndedAt.Format(time.StampMilli))
+			}
+		}
+	}
+	for _, id := range ids {
+		rs := runs[id]
+		r := ran(rs)
+		t.Logf("%s: %d records, %d ran, %d skipped, %d abandoned", id, len(rs), len(r), count(rs, jobs.StatusSkipped), count(rs, jobs.StatusAbandoned))
+		if len(r) < 2 {
+			t.Errorf("%s: %d runs, want several", id, len(r))
+			continue
+		}
+		switch id {
+		case "ov_skip", "ov_forbid":
+			noOverlap(id, r)
+			if count(rs, jobs.StatusSkipped) == 0 || count(rs, jobs.StatusAbandoned) != 0 {
+				t.Errorf("%s: want skipped slots and no abandoned run", id)
+			}
+		case "ov_buffer_one":
+			noOverlap(id, r)
+			late := 0
+			for i := 1; i < len(r); i++ {
+				// A buffered fire starts when the previous run ends, not
+				// at its slot.
+				if r[i].StartedAt.Sub(r[i].ScheduledAt) > 500*time.Millisecond {
+					late++
+				}
+			}
+			if late == 0 || count(rs, jobs.StatusSkipped) == 0 {
+				t.Errorf("%s: %d runs started late (buffered), %d skipped; want both", id, late, count(rs, jobs.StatusSkipped))
+			}
+		case "ov_buffer_all":
+			noOverlap(id, r)
+			if count(rs, jobs.StatusSkipped) != 0 || len(r) != len(rs) {
+				t.Errorf("%s: every fire should run (%d of %d), none skipped", id, len(r), len(rs))
+			}
+			for i := 1; i < len(r); i++ {
+				if !r[i].ScheduledAt.After(r[i-1].ScheduledAt) {
+					t.Errorf("%s: %s ran after %s, want slot order", id, r[i].ID, r[i-1].ID)
+				}
+			}
+		case "ov_cancel_other":
+			noOverlap(id, r)
+			for i := 0; i+1 < len(r); i++ {
+				old, next := r[i], r[i+1]
+				if old.Status != jobs.StatusAbandoned || !strings.Contains(old.Error, next.ID) {
+					t.Errorf("%s: %s %s (%q), want abandoned naming %s", id, old.ID, old.Status, old.Error, next.ID)
+					continue
+				}
+				if took := old.EndedAt.Sub(next.ScheduledAt); took > 2*time.Second {
+					t.Errorf("%s: %s stopped %v after the slot of %s, want within 2s", id, old.ID, took, next.ID)
+				}
+			}
+		case "ov_allow":
+			overlapped := false
+			for i := 1; i < len(r); i++ {
+				if r[i].StartedAt.Before(r[i-1].EndedAt) {
+					overlapped = true
+				}
+			}
+			if !overlapped || count(rs, jobs.StatusSkipped) != 0 {
+				t.Errorf("%s: runs should overlap and none be skipped", id)
+			}
+		}
+	}
+}

@@ -121,7 +121,7 @@ func (r *Runner) takeBuffered(jobID string, overlap Overlap) (*BufferedRun, bool
 	ctx, cancel := r.opCtx()
 	defer cancel()
 	run, err := r.overlapStore().TakeBuffered(ctx, jobID, BufferTake{Instance: r.opts.InstanceID,
-		Incarnation: r.opts.Incarnation, Overlap: overlap, Now: r.clock.Now(), TTL: r.opts.TTL})
+		Incarnation: r.opts.Incarnation, Overlap: overlap, Clock: r.clock, TTL: r.opts.TTL})
 	if err != nil {
 		r.log.Warn("could not take a buffered fire; another replica or the next look takes it", "job_id", jobID, "error", err)
 		return nil, false

@@ -37,8 +37,19 @@ type OverlapStore interface {
 type BufferTake struct {
 	Instance, Incarnation string
 	Overlap               Overlap
-	Now                   time.Time
-	TTL                   time.Duration
+	// Clock is read for each step (the fire's start is stamped after the
+	// lock is taken, so never before the end of the run it follows); nil
+	// means Now throughout.
+	Clock Clock
+	Now   time.Time
+	TTL   time.Duration
+}
+
+func (t BufferTake) now() time.Time {
+	if t.Clock != nil {
+		return t.Clock.Now()
+	}
+	return t.Now
 }
 
 // BufferedRun is a buffered fire taken by TakeBuffered: its lease (held,
@@ -63,17 +74,18 @@ const maxTakeRounds = 10
 func (s *MongoStore) TakeBuffered(ctx context.Context, jobID string, t BufferTake) (*BufferedRun, error) {
 	for range maxTakeRounds {
 		raw, err := s.locks.FindOne(ctx, bson.D{{Key: "_id", Value: jobID}}).Raw()
+		now := t.now()
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			return nil, nil
 		}
 		if err != nil {
 			return nil, fmt.Errorf("read lock of %s in %s: %w", jobID, s.locks.Name(), err)
 		}
-		v := inspectLock(raw, t.Now, t.TTL)
+		v := inspectLock(raw, now, t.TTL)
 		if len(v.damage) > 0 {
 			return nil, nil // the next claim of the job repairs it
 		}
-		if v.state == LockRunning && !v.leaseUntil.Before(t.Now) && (v.holder != t.Instance || v.incarnation == t.Incarnation) {
+		if v.state == LockRunning && !v.leaseUntil.Before(now) && (v.holder != t.Instance || v.incarnation == t.Incarnation) {
 			return nil, nil // the holder takes the next fire when it ends
 		}
 		arr, ok := bufferOf(raw)
@@ -109,7 +121,7 @@ func (s *MongoStore) TakeBuffered(ctx context.Context, jobID string, t BufferTak
 		if fence < v.fence {
 			s.log.Warn("buffered fire older than the lock's last run; recorded skipped", "job_id", jobID,
 				"scheduled_at", e.Slot, "run_id", e.RunID, "fence", v.fence)
-			if err := s.dropBuffered(ctx, jobID, e, t.Now, "a later run took the lock before this buffered fire"); err != nil {
+			if err := s.dropBuffered(ctx, jobID, e, now, "a later run took the lock before this buffered fire"); err != nil {
 				return nil, err
 			}
 			continue
@@ -117,7 +129,7 @@ func (s *MongoStore) TakeBuffered(ctx context.Context, jobID string, t BufferTak
 		// The lock, for the first fire waiting.
 		free := bson.A{
 			bson.D{{Key: "state", Value: LockFree}},
-			bson.D{{Key: "lease_until", Value: bson.D{{Key: "$lt", Value: t.Now}}}},
+			bson.D{{Key: "lease_until", Value: bson.D{{Key: "$lt", Value: now}}}},
 			bson.D{{Key: "holder", Value: t.Instance}, {Key: "incarnation", Value: bson.D{{Key: "$ne", Value: t.Incarnation}}}},
 		}
 		res, err := s.locks.UpdateOne(ctx,
@@ -125,8 +137,8 @@ func (s *MongoStore) TakeBuffered(ctx context.Context, jobID string, t BufferTak
 				{Key: "fence", Value: bson.D{{Key: "$lte", Value: fence}}}, {Key: "$or", Value: free}},
 			bson.D{{Key: "$set", Value: bson.D{
 				{Key: "state", Value: LockRunning}, {Key: "holder", Value: t.Instance}, {Key: "incarnation", Value: t.Incarnation},
-				{Key: "run_id", Value: e.RunID}, {Key: "acquired_at", Value: t.Now}, {Key: "lease_until", Value: t.Now.Add(t.TTL)},
-				{Key: "fence", Value: fence}, {Key: "updated_at", Value: t.Now},
+				{Key: "run_id", Value: e.RunID}, {Key: "acquired_at", Value: now}, {Key: "lease_until", Value: now.Add(t.TTL)},
+				{Key: "fence", Value: fence}, {Key: "updated_at", Value: now},
 			}}, {Key: "$unset", Value: bson.D{{Key: LockCancelField, Value: ""}}},
 				{Key: "$max", Value: bson.D{{Key: "last_slot", Value: e.Slot}}}})
 		if err != nil {
@@ -138,12 +150,13 @@ func (s *MongoStore) TakeBuffered(ctx context.Context, jobID string, t BufferTak
 		lease := Lease{JobID: jobID, Slot: e.Slot, Instance: t.Instance, Incarnation: t.Incarnation,
 			RunID: e.RunID, Fence: fence, Overlap: t.Overlap}
 		// The record, from buffered to running: exactly one taker wins it.
+		started := t.now()
 		rec, err := s.runs.FindOneAndUpdate(ctx,
 			bson.D{{Key: "_id", Value: e.RunID}, {Key: "status", Value: StatusBuffered}},
 			bson.D{{Key: "$set", Value: bson.D{
 				{Key: "status", Value: StatusRunning}, {Key: "instance", Value: t.Instance}, {Key: "incarnation", Value: t.Incarnation},
-				{Key: "fence", Value: fence}, {Key: "started_at", Value: t.Now}, {Key: "lease_until", Value: t.Now.Add(t.TTL)},
-				{Key: "expire_at", Value: t.Now.Add(s.retention)},
+				{Key: "fence", Value: fence}, {Key: "started_at", Value: started}, {Key: "lease_until", Value: now.Add(t.TTL)},
+				{Key: "expire_at", Value: started.Add(s.retention)},
 			}}, {Key: "$unset", Value: bson.D{{Key: "reason", Value: ""}}}},
 			options.FindOneAndUpdate().SetReturnDocument(options.After)).Raw()
 		if errors.Is(err, mongo.ErrNoDocuments) {
@@ -154,7 +167,7 @@ func (s *MongoStore) TakeBuffered(ctx context.Context, jobID string, t BufferTak
 			if err := s.pullBuffered(ctx, jobID, e.RunID); err != nil {
 				return nil, err
 			}
-			if err := s.freeTaken(ctx, lease, t.Now); err != nil {
+			if err := s.freeTaken(ctx, lease, now); err != nil {
 				return nil, err
 			}
 			continue
