@@ -74,6 +74,13 @@ func TestClaimBatchBufferOne(t *testing.T) {
 	if got := e.bufferRunIDs(t, "j"); !slices.Equal(got, []string{RunID("j", t1)}) {
 		t.Fatalf("buffer %v, want the t1 fire", got)
 	}
+	// A push tried again (its answer lost) does not add the fire twice:
+	// the server matches no lock whose buffer already has its run id.
+	if res, err := e.locks.UpdateOne(testCtx(t), bson.D{{Key: "_id", Value: "j"},
+		{Key: LockBufferField + ".run_id", Value: bson.D{{Key: "$ne", Value: RunID("j", t1)}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "x", Value: 1}}}}); err != nil || res.MatchedCount != 0 {
+		t.Fatalf("update of a lock whose buffer has the fire: %+v, %v; want no match", res, err)
+	}
 	o = c.claimOne(t, policy(OverlapBufferOne, "j", t2), t2, Skipped)
 	if st := e.run(t, RunID("j", t2)).Status; st != StatusSkipped {
 		t.Fatalf("third fire recorded %s (%s), want skipped", st, o.Reason)

@@ -334,6 +334,7 @@ func (r *Runner) dispatch(d schedule.Due, deadline time.Duration) {
 		// The claim answered too late: the slot is this replica's, and it
 		// is recorded missed instead of run.
 		r.missClaimed(log, d, deadline, lease)
+		r.drainAfter(f.JobID, spec)
 		return
 	}
 	took, err := r.execute(log, d, spec, f, &lease)

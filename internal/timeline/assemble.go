@@ -307,6 +307,9 @@ func recordEntry(r Record) Entry {
 			e.DurationMS = &d
 		}
 		e.Error, e.ExitCode = r.Error, r.ExitCode
+		if r.Status == jobs.StatusBuffered {
+			e.Reason = r.Reason // which run it waits for
+		}
 	}
 	return e
 }
