@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -93,12 +94,9 @@ func (c *claimer) heldLive(i int, v lockView) bool {
 // bufferedOutcome answers fire i, which waits on the lock seen as raw.
 func (c *claimer) bufferedOutcome(i int, v lockView, raw bson.Raw, repaired []string) ClaimOutcome {
 	l := c.leases[i]
-	o := ClaimOutcome{Result: Buffered, Lease: l, Repaired: repaired}
+	o := ClaimOutcome{Result: Buffered, Lease: l, Repaired: repaired, Reason: waitReason(v, l.Overlap)}
 	if v.state == LockRunning {
 		o.Holder, o.HolderRunID = v.holder, v.runID
-		o.Reason = fmt.Sprintf("waiting for run %s of %s to end (overlap %s)", v.runID, v.holder, l.Overlap)
-	} else {
-		o.Reason = fmt.Sprintf("waiting behind the fires buffered before it (overlap %s)", l.Overlap)
 	}
 	if run, by := cancelBy(raw); by == l.RunID {
 		o.CancelRunID = run
@@ -106,86 +104,140 @@ func (c *claimer) bufferedOutcome(i int, v lockView, raw bson.Raw, repaired []st
 	return o
 }
 
-// buffer puts fire i, whose record is this replica's, on the lock seen as
-// raw (held by a live run, or with fires already waiting): its record is
-// set buffered with what the fire names, then the fire is appended to the
+// toBuffer is a fire of a claim batch to put on its job's lock, with the
+// lock as read.
+type toBuffer struct {
+	i        int
+	v        lockView
+	raw      bson.Raw
+	repaired []string
+}
+
+// bufferAll puts the fires fs, whose records are this replica's, on their
+// locks (held by a live run, or with fires already waiting), whatever
+// their number in two requests: one bulkWrite setting their records
+// buffered with what each fire names, then one appending each fire to its
 // lock's buffer, conditional on the buffer having room, the fire not being
-// there yet and no later slot claimed — and under cancel_other, on the
-// same run still holding the lock, which the same write asks to stop. A
-// full buffer makes the fire skipped. again: the lock changed in between;
-// the claim tries again.
-func (c *claimer) buffer(ctx context.Context, i int, v lockView, raw bson.Raw, repaired []string) (again bool) {
-	l := c.leases[i]
-	f := c.b.Fires[i]
-	limit := l.Overlap.bufferLimit()
-	if n := bufferLen(raw); n >= limit {
-		o := ClaimOutcome{Result: Skipped, Repaired: repaired,
-			Reason: fmt.Sprintf("%d fire(s) already waiting for the lock (overlap %s, at most %d)", n, l.Overlap, limit)}
-		if c.heldLive(i, v) {
-			// Without a live holder the outcome names none: the caller
-			// then takes up the waiting fires itself.
-			o.Holder, o.HolderRunID = v.holder, v.runID
-			o.Reason = fmt.Sprintf("%d fire(s) already waiting for the lock held by run %s of %s (overlap %s, at most %d)",
-				n, v.runID, v.holder, l.Overlap, limit)
+// there yet and no later slot claimed — and under cancel_other on the same
+// run still holding the lock, which the same write asks to stop. A fire
+// whose buffer is full is skipped. It returns the fires to look at again:
+// the next round reads their locks back and finds each either buffered
+// (its run id in the buffer) or its lock changed in between.
+func (c *claimer) bufferAll(ctx context.Context, fs []toBuffer) (again []int) {
+	var recs, pushes []mongo.WriteModel
+	var sent []int
+	for _, b := range fs {
+		i, v := b.i, b.v
+		l := c.leases[i]
+		f := c.b.Fires[i]
+		limit := l.Overlap.bufferLimit()
+		if n := bufferLen(b.raw); n >= limit {
+			o := ClaimOutcome{Result: Skipped, Repaired: b.repaired,
+				Reason: fmt.Sprintf("%d fire(s) already waiting for the lock (overlap %s, at most %d)", n, l.Overlap, limit)}
+			if c.heldLive(i, v) {
+				// Without a live holder the outcome names none: the caller
+				// then takes up the waiting fires itself.
+				o.Holder, o.HolderRunID = v.holder, v.runID
+				o.Reason = fmt.Sprintf("%d fire(s) already waiting for the lock held by run %s of %s (overlap %s, at most %d)",
+					n, v.runID, v.holder, l.Overlap, limit)
+			}
+			c.out[i] = o
+			continue
 		}
-		c.out[i] = o
-		return false
-	}
-	reason := fmt.Sprintf("waiting for the lock held by run %s of %s (overlap %s)", v.runID, v.holder, l.Overlap)
-	rec := bson.D{{Key: "$set", Value: bson.D{
-		{Key: "status", Value: StatusBuffered},
-		{Key: "reason", Value: reason},
-		{Key: RunBufferedActionField, Value: f.Action},
-		{Key: RunBufferedArgsField, Value: f.Args},
-		{Key: RunBufferedCategoryField, Value: f.Category},
-	}}}
-	mine := bson.D{{Key: "_id", Value: l.RunID}, {Key: "instance", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation},
-		{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaiming, StatusBuffered}}}}}
-	if err := retrying(ctx, func() error {
-		_, err := c.s.runs.UpdateOne(ctx, mine, rec)
-		return err
-	}); err != nil {
-		c.unknown(i, "record the fire buffered", fmt.Errorf("in %s: %w", c.s.runs.Name(), err))
-		return false
-	}
-	filter := bson.D{
-		{Key: "_id", Value: l.JobID},
-		{Key: "last_slot", Value: bson.D{{Key: "$lt", Value: l.Slot}}},
-		{Key: LockBufferField + ".run_id", Value: bson.D{{Key: "$ne", Value: l.RunID}}},
-		{Key: LockBufferField + "." + strconv.Itoa(limit-1), Value: bson.D{{Key: "$exists", Value: false}}},
-	}
-	set := bson.D{{Key: "updated_at", Value: c.b.Now}}
-	cancel := l.Overlap == OverlapCancelOther && c.heldLive(i, v)
-	if cancel {
-		filter = append(filter, bson.E{Key: "state", Value: LockRunning}, bson.E{Key: "run_id", Value: v.runID})
-		set = append(set, bson.E{Key: LockCancelField, Value: bson.D{{Key: "run_id", Value: v.runID},
-			{Key: "by", Value: l.RunID}, {Key: "at", Value: c.b.Now}}})
-	}
-	entry := bufferEntry{RunID: l.RunID, Slot: l.Slot, Category: f.Category, At: c.b.Now, By: l.Instance}
-	update := bson.D{{Key: "$push", Value: bson.D{{Key: LockBufferField, Value: entry}}},
-		{Key: "$max", Value: bson.D{{Key: "last_slot", Value: l.Slot}}}, {Key: "$set", Value: set}}
-	var matched int64
-	err := retrying(ctx, func() error {
-		res, err := c.s.locks.UpdateOne(ctx, filter, update, options.UpdateOne())
-		if res != nil {
-			matched = res.MatchedCount
+		recs = append(recs, mongo.NewUpdateOneModel().
+			SetFilter(bson.D{{Key: "_id", Value: l.RunID}, {Key: "instance", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation},
+				{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaiming, StatusBuffered}}}}}).
+			SetUpdate(bson.D{{Key: "$set", Value: bson.D{
+				{Key: "status", Value: StatusBuffered},
+				{Key: "reason", Value: waitReason(v, l.Overlap)},
+				{Key: RunBufferedActionField, Value: f.Action},
+				{Key: RunBufferedArgsField, Value: f.Args},
+				{Key: RunBufferedCategoryField, Value: f.Category},
+			}}}))
+		filter := bson.D{
+			{Key: "_id", Value: l.JobID},
+			{Key: "last_slot", Value: bson.D{{Key: "$lt", Value: l.Slot}}},
+			{Key: LockBufferField + ".run_id", Value: bson.D{{Key: "$ne", Value: l.RunID}}},
+			{Key: LockBufferField + "." + strconv.Itoa(limit-1), Value: bson.D{{Key: "$exists", Value: false}}},
 		}
-		return err
-	})
-	switch {
-	case err != nil && transient(err):
-		c.unknown(i, "buffer the fire on the lock", fmt.Errorf("in %s: %w", c.s.locks.Name(), err))
-		return false
-	case err != nil:
-		c.out[i] = ClaimOutcome{Err: c.errf(i, "buffer the fire on the lock", err)}
-		return false
-	case matched == 0:
-		return true // read the lock again: the push may have landed, or the lock changed
+		set := bson.D{{Key: "updated_at", Value: c.b.Now}}
+		if l.Overlap == OverlapCancelOther && c.heldLive(i, v) {
+			filter = append(filter, bson.E{Key: "state", Value: LockRunning}, bson.E{Key: "run_id", Value: v.runID})
+			set = append(set, bson.E{Key: LockCancelField, Value: bson.D{{Key: "run_id", Value: v.runID},
+				{Key: "by", Value: l.RunID}, {Key: "at", Value: c.b.Now}}})
+		}
+		c.pushed[i] = true
+		entry := bufferEntry{RunID: l.RunID, Slot: l.Slot, Category: f.Category, At: c.b.Now, By: l.Instance}
+		pushes = append(pushes, mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(bson.D{
+			{Key: "$push", Value: bson.D{{Key: LockBufferField, Value: entry}}},
+			{Key: "$max", Value: bson.D{{Key: "last_slot", Value: l.Slot}}}, {Key: "$set", Value: set}}))
+		sent = append(sent, i)
 	}
-	o := ClaimOutcome{Result: Buffered, Lease: l, Repaired: repaired, Holder: v.holder, HolderRunID: v.runID, Reason: reason}
-	if cancel {
-		o.CancelRunID = v.runID
+	if len(sent) == 0 {
+		return nil
 	}
-	c.out[i] = o
-	return false
+	for _, step := range []struct {
+		coll   *mongo.Collection
+		models []mongo.WriteModel
+		what   string
+	}{{c.s.runs, recs, "record the fire buffered"}, {c.s.locks, pushes, "buffer the fire on the lock"}} {
+		// Ordered: two fires of one job in one batch join its buffer in
+		// slot order (a write that matches nothing is no error).
+		err := retrying(ctx, func() error {
+			_, err := step.coll.BulkWrite(ctx, step.models, options.BulkWrite().SetOrdered(true))
+			return err
+		})
+		if err == nil {
+			continue
+		}
+		perOp, whole := splitBulkError(err)
+		if whole != nil {
+			for _, i := range sent {
+				c.unknown(i, step.what, fmt.Errorf("in %s: %w", step.coll.Name(), whole))
+			}
+			return nil
+		}
+		// Refused one by one (a damaged document): those are claim errors.
+		var left []int
+		for k, i := range sent {
+			if we, failed := perOp[k]; failed {
+				c.out[i] = ClaimOutcome{Err: c.errf(i, step.what, we)}
+				continue
+			}
+			left = append(left, i)
+		}
+		if step.coll == c.s.runs {
+			// The pushes must go with their records only.
+			var keep []mongo.WriteModel
+			for k := range sent {
+				if _, failed := perOp[k]; !failed {
+					keep = append(keep, pushes[k])
+				}
+			}
+			pushes = keep
+		}
+		sent = left
+		if len(sent) == 0 {
+			return nil
+		}
+	}
+	return sent
+}
+
+// waitReason is the reason on the record of a fire waiting on the lock
+// seen as v.
+func waitReason(v lockView, o Overlap) string {
+	if v.state == LockRunning {
+		return fmt.Sprintf("waiting for run %s of %s to end (overlap %s)", v.runID, v.holder, o)
+	}
+	return fmt.Sprintf("waiting behind the fires buffered before it (overlap %s)", o)
+}
+
+// takenFromBuffer reports whether fire i's record was started by a taker
+// of buffered fires (one find): its push landed and the fire left the
+// buffer before the claim read the lock back.
+func (c *claimer) takenFromBuffer(ctx context.Context, i int) bool {
+	n, err := c.s.runs.CountDocuments(ctx, bson.D{{Key: "_id", Value: c.leases[i].RunID},
+		{Key: "status", Value: bson.D{{Key: "$nin", Value: bson.A{StatusClaiming, StatusBuffered}}}}})
+	return err == nil && n > 0
 }

@@ -1,12 +1,18 @@
 package jobs
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/internal/testmongo"
 )
 
 func policy(o Overlap, job string, slot time.Time) FireClaim {
@@ -327,5 +333,44 @@ func TestRepairKeepsBufferedFires(t *testing.T) {
 			t.Fatalf("took %+v, want %s", run, id)
 		}
 		a.end(t, run.Lease, t3)
+	}
+}
+
+// A batch of N fires of buffering jobs whose locks are held costs a
+// constant number of commands, whatever N: the claim's insert, lock
+// upserts, one find of the held locks, one bulk setting the records
+// buffered, one bulk putting the fires on the locks, and one more round
+// of upserts and a find telling they are there.
+func TestClaimBatchBufferedCommandCount(t *testing.T) {
+	t.Parallel()
+	var cc commandCounter
+	client, err := mongo.Connect(options.Client().ApplyURI(testmongo.Shared(t).URI).SetMonitor(cc.monitor()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	e := newStoreEnvOn(t, client)
+	a, b := e.replica("a", "a1"), e.replica("b", "b1")
+	const n = 500
+	first, second := make([]FireClaim, n), make([]FireClaim, n)
+	for i := range first {
+		first[i] = policy(OverlapBufferAll, fmt.Sprintf("b%d", i), base)
+		second[i] = policy(OverlapBufferAll, fmt.Sprintf("b%d", i), base.Add(time.Second))
+	}
+	for _, o := range a.claim(t, base, time.Minute, first...) {
+		if o.Result != Acquired {
+			t.Fatalf("%+v", o)
+		}
+	}
+	cc.take()
+	for _, o := range b.claim(t, base.Add(time.Second), time.Minute, second...) {
+		if o.Result != Buffered {
+			t.Fatalf("%+v, want buffered", o)
+		}
+	}
+	cmds := cc.take()
+	t.Logf("claim of %d fires behind held locks: %v", n, cmds)
+	if len(cmds) > 8 {
+		t.Errorf("claim of %d buffered fires took %d commands %v, want at most 8", n, len(cmds), cmds)
 	}
 }
