@@ -383,7 +383,7 @@ func (c *claimer) lockFilter(i int) bson.D {
 	}
 	if l.Overlap.buffers() {
 		// Fires already waiting for the lock go first.
-		f = append(f, bufferEmpty)
+		f = append(f, bufferEmpty())
 	}
 	return f
 }

@@ -47,17 +47,14 @@ const BufferAllLimit = 100
 // overlapPolicies lists every policy, in the order errors name them.
 var overlapPolicies = []Overlap{OverlapSkip, OverlapBufferOne, OverlapBufferAll, OverlapCancelOther, OverlapAllow}
 
-// overlapAliases maps accepted former names to their policy.
-var overlapAliases = map[string]Overlap{"forbid": OverlapSkip}
-
 // ParseOverlap returns the policy named s; empty means DefaultOverlap, and
 // "forbid" is accepted for OverlapSkip.
 func ParseOverlap(s string) (Overlap, error) {
 	if s == "" {
 		return DefaultOverlap, nil
 	}
-	if o, ok := overlapAliases[s]; ok {
-		return o, nil
+	if s == "forbid" { // the former name of skip
+		return OverlapSkip, nil
 	}
 	for _, o := range overlapPolicies {
 		if string(o) == s {

@@ -14,7 +14,9 @@ import (
 // bufferEmpty is the lock filter term of a claim under a policy that
 // buffers: fires already waiting for the lock go first, so a claim takes
 // the lock only when none waits.
-var bufferEmpty = bson.E{Key: LockBufferField + ".0", Value: bson.D{{Key: "$exists", Value: false}}}
+func bufferEmpty() bson.E {
+	return bson.E{Key: LockBufferField + ".0", Value: bson.D{{Key: "$exists", Value: false}}}
+}
 
 // bufferEntry is one fire waiting on a job's lock (LockBufferField).
 type bufferEntry struct {

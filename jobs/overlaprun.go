@@ -31,8 +31,8 @@ const pendingBuffersLimit = 1000
 
 // overlapStore is the store's OverlapStore, nil when it has none.
 func (r *Runner) overlapStore() OverlapStore {
-	os, _ := r.opts.Store.(OverlapStore)
-	return os
+	store, _ := r.opts.Store.(OverlapStore)
+	return store
 }
 
 // drainAfter runs, on the goroutine of a run of jobID that just ended and
@@ -92,8 +92,8 @@ func (r *Runner) drainSoon(jobID string, overlap Overlap) {
 // drainPending looks for locks with fires waiting that no live run will
 // take up (one find), when this replica runs a policy that buffers.
 func (r *Runner) drainPending() {
-	os := r.overlapStore()
-	if os == nil || r.stopped() {
+	store := r.overlapStore()
+	if store == nil || r.stopped() {
 		return
 	}
 	policies := r.opts.Registry.bufferingPolicies()
@@ -102,7 +102,7 @@ func (r *Runner) drainPending() {
 	}
 	ctx, cancel := r.opCtx()
 	defer cancel()
-	ids, err := os.PendingBuffers(ctx, r.clock.Now(), pendingBuffersLimit)
+	ids, err := store.PendingBuffers(ctx, r.clock.Now(), pendingBuffersLimit)
 	if err != nil {
 		r.log.Warn("could not look for buffered fires", "collection", LocksCollection, "error", err)
 		return
@@ -247,8 +247,8 @@ func (k *leaseKeeper) cancelRun(runID, by string) bool {
 // of this replica's cancel_other runs to stop, and stops those. It costs
 // nothing while no such run is held; the keeper calls it every second.
 func (k *leaseKeeper) checkCancels() {
-	os := k.r.overlapStore()
-	if os == nil {
+	store := k.r.overlapStore()
+	if store == nil {
 		return
 	}
 	k.mu.Lock()
@@ -264,7 +264,7 @@ func (k *leaseKeeper) checkCancels() {
 	}
 	ctx, cancel := k.r.opCtx()
 	defer cancel()
-	asked, err := os.CancelRequests(ctx, leases)
+	asked, err := store.CancelRequests(ctx, leases)
 	if err != nil {
 		k.r.log.Warn("could not read cancel requests", "collection", LocksCollection, "runs", len(leases), "error", err)
 		return

@@ -35,14 +35,17 @@ type OverlapStore interface {
 
 // BufferTake is who takes a buffered fire, and the lease it gets.
 type BufferTake struct {
+	// Instance and Incarnation name the taking replica and process.
 	Instance, Incarnation string
-	Overlap               Overlap
+	// Overlap is the policy the lease is held under (it takes the lock).
+	Overlap Overlap
 	// Clock is read for each step (the fire's start is stamped after the
 	// lock is taken, so never before the end of the run it follows); nil
 	// means Now throughout.
 	Clock Clock
 	Now   time.Time
-	TTL   time.Duration
+	// TTL is the lease length.
+	TTL time.Duration
 }
 
 func (t BufferTake) now() time.Time {
