@@ -72,6 +72,7 @@ func (s *MongoStore) ClaimBatch(ctx context.Context, b BatchClaim) []ClaimOutcom
 		todo = append(todo, i)
 	}
 	todo = c.check(ctx, todo)
+	todo = c.skipBlackouts(ctx, todo)
 	won := c.insert(ctx, todo)
 	// Every fire won moves its job's last slot (a policy taking the lock
 	// also takes it): a slot older than one already claimed is not run,
@@ -600,7 +601,8 @@ func (c *claimer) closeUnrun(ctx context.Context) {
 			if l.Overlap.takesLock() {
 				// The lock is taken: the record says running from now on.
 				models = append(models, mongo.NewUpdateOneModel().SetFilter(mine).
-					SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusRunning}}}}))
+					SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusRunning}}},
+						{Key: "$unset", Value: bson.D{{Key: "reason", Value: ""}}}})) // a wait on the lock that ended
 				promoted = append(promoted, i)
 			}
 			continue

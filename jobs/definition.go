@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/cronswap/cronswap/notify"
 )
 
 // Definition is one named action as the configuration defines it: the
@@ -39,6 +41,10 @@ type Definition struct {
 	// recorded missed. 0 means the configuration's default (see
 	// RunnerOptions.StartingDeadline).
 	StartingDeadline time.Duration `yaml:"starting_deadline"`
+	// Notify, when set, replaces the configuration's notification route
+	// (its webhooks and kinds) for the schedules running this action; an
+	// empty webhooks list sends none.
+	Notify *notify.Route `yaml:"notify"`
 }
 
 // HTTPSettings configure an http action: the URL the fire is sent to as a

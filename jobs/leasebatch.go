@@ -9,6 +9,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/notify"
 )
 
 // RenewBatch implements BatchStore: one updateMany on job_runs and, when
@@ -110,6 +112,7 @@ func (s *MongoStore) endUpdate(e LeaseEnd) bson.D {
 		{Key: "ended_at", Value: end.EndedAt},
 		{Key: "expire_at", Value: end.EndedAt.Add(s.retention)},
 	}
+	set = withNotice(set, end.Status, end.Reason, end.EndedAt)
 	set = append(set, outputFields(end, "error")...)
 	if end.Status == StatusMissed {
 		// The claimed slot did not start: its record becomes a missed
@@ -219,6 +222,7 @@ func (s *MongoStore) EndBatch(ctx context.Context, ends []LeaseEnd) []error {
 		}
 		return errs
 	}
+	s.noticedEnds(ends)
 	if matched >= int64(len(ends)) {
 		return errs
 	}
@@ -324,11 +328,11 @@ func (s *MongoStore) Disown(ctx context.Context, leases []Lease, reason string, 
 			SetFilter(bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusRunning, StatusClaiming, StatusBuffered}}}},
 				{Key: "instance", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation}}).
 			SetUpdate(bson.D{
-				{Key: "$set", Value: bson.D{
+				{Key: "$set", Value: withNotice(bson.D{
 					{Key: "status", Value: StatusMissed}, {Key: "last_scheduled_at", Value: l.Slot},
 					{Key: "count", Value: int64(1)}, {Key: "reason", Value: reason},
 					{Key: "recorded_at", Value: now}, {Key: "expire_at", Value: now.Add(s.retention)},
-				}},
+				}, StatusMissed, reason, now)},
 				{Key: "$unset", Value: bson.D{{Key: "started_at", Value: ""}, {Key: "lease_until", Value: ""}}},
 			}))
 		if l.Overlap.takesLock() {
@@ -349,6 +353,7 @@ func (s *MongoStore) Disown(ctx context.Context, leases []Lease, reason string, 
 	if err != nil {
 		return fmt.Errorf("disown %d runs in %s: %w", len(runs), s.runs.Name(), err)
 	}
+	s.noticed()
 	if len(locks) > 0 {
 		err := retrying(ctx, func() error {
 			_, err := s.locks.BulkWrite(ctx, locks, options.BulkWrite().SetOrdered(false))
@@ -412,10 +417,12 @@ func (s *MongoStore) sweep(ctx context.Context, match bson.D, why, msg string, n
 		{Key: "abandoned_at", Value: now},
 		{Key: "error", Value: why},
 		{Key: "expire_at", Value: now.Add(s.retention)},
+		notify.Outbox(notify.KindAbandoned, now),
 	}}})
 	if err != nil {
 		return nil, fmt.Errorf("mark runs abandoned in %s: %w", s.runs.Name(), err)
 	}
+	s.noticed()
 	cur, err = s.runs.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}},
 		{Key: "status", Value: StatusAbandoned}, {Key: "abandoned_at", Value: now}})
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/notify"
 )
 
 // Reasons of a missed record (RunDoc.Reason of a record with status
@@ -131,6 +133,7 @@ func (s *MongoStore) RecordMissed(ctx context.Context, m MissedRange, next NextF
 			ID: MissedID(p.JobID, p.From), JobID: p.JobID, ScheduledAt: p.From, LastScheduledAt: p.To,
 			Count: p.Count, Reason: p.Reason, Status: StatusMissed, Instance: instance,
 			RecordedAt: now, ExpireAt: now.Add(s.retention),
+			Notice: missedNotice(p.Reason, now),
 		})
 		if mongo.IsDuplicateKeyError(err) {
 			continue // recorded already, here or on another replica
@@ -141,7 +144,20 @@ func (s *MongoStore) RecordMissed(ctx context.Context, m MissedRange, next NextF
 		}
 		written = append(written, p)
 	}
+	if len(written) > 0 {
+		s.noticed()
+	}
 	return written, nil
+}
+
+// missedNotice is the notice of a missed record of reason written at now,
+// nil when it is not notified.
+func missedNotice(reason string, now time.Time) *notify.Notice {
+	kind, ok := noticeKind(StatusMissed, reason)
+	if !ok {
+		return nil
+	}
+	return new(notify.NewNotice(kind, now))
 }
 
 // consume moves the job's last slot up to through, so that no claim takes

@@ -14,6 +14,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+
+	"github.com/cronswap/cronswap/notify"
 )
 
 // MongoStore is the BatchStore (and the MissedStore) on MongoDB: job_locks
@@ -32,6 +34,7 @@ type MongoStore struct {
 	retention time.Duration
 	instance  string
 	log       *slog.Logger
+	onNotice  func()
 }
 
 // MongoStoreOptions configures a MongoStore.
@@ -42,6 +45,10 @@ type MongoStoreOptions struct {
 	// Instance names this replica in repair records and logs.
 	Instance string
 	Logger   *slog.Logger
+	// OnNotice, when set, is called after a write that carried
+	// notifications' notices (failed, abandoned, missed records): the
+	// daemon wakes its notification relay with it.
+	OnNotice func()
 }
 
 // DefaultRetention is how long run records are kept after they end when
@@ -68,7 +75,8 @@ func NewMongoStore(locks, runs *mongo.Collection, opts MongoStoreOptions) *Mongo
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &MongoStore{locks: locks, runs: runs, retention: opts.Retention, instance: opts.Instance, log: opts.Logger}
+	return &MongoStore{locks: locks, runs: runs, retention: opts.Retention, instance: opts.Instance, log: opts.Logger,
+		onNotice: opts.OnNotice}
 }
 
 // Index names on job_runs. They are the server's default names for the
@@ -261,10 +269,13 @@ func (s *MongoStore) abandonRun(ctx context.Context, jobID, runID string, now ti
 			{Key: "abandoned_at", Value: now},
 			{Key: "error", Value: why},
 			{Key: "expire_at", Value: now.Add(s.retention)},
+			notify.Outbox(notify.KindAbandoned, now),
 		}}})
 	if err != nil {
 		s.log.Warn("could not mark run abandoned", "job_id", jobID, "run_id", runID, "instance_id", s.instance, "error", err)
+		return
 	}
+	s.noticed()
 }
 
 // lockView is a lock document as inspected: the fields the fire path

@@ -1,6 +1,10 @@
 package jobs
 
-import "time"
+import (
+	"time"
+
+	"github.com/cronswap/cronswap/notify"
+)
 
 // Collection names of the fire path's records: one lock document per job,
 // one run record per claimed or skipped fire. Every package that reads or
@@ -125,4 +129,12 @@ type RunDoc struct {
 	Reason string `bson:"reason,omitempty" json:"reason,omitempty"`
 	// RecordedAt is when the record was written.
 	RecordedAt time.Time `bson:"recorded_at,omitempty" json:"recorded_at,omitzero"`
+	// BlackoutID is set on a skipped record whose slot fell in a blackout
+	// window (FieldBlackoutID): the window's _id; Reason is its reason.
+	BlackoutID string `bson:"blackout_id,omitempty" json:"blackout_id,omitempty"`
+
+	// Notice is the record's pending notification (failed, abandoned,
+	// missed), written by the same write as its status and removed by the
+	// notification relay once moved (package notify).
+	Notice *notify.Notice `bson:"notice,omitempty" json:"-"`
 }

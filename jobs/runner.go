@@ -169,6 +169,11 @@ type RunnerOptions struct {
 	// ClaimGrace is how long a replica that does not own a job waits
 	// before claiming its fire; default DefaultClaimGrace.
 	ClaimGrace time.Duration
+	// Blackout reports the blackout window, if any, that a fire of job
+	// jobID (of category) at slot falls in: such a fire is not run, and
+	// its slot is recorded skipped with the window's id and reason. Nil:
+	// no blackouts.
+	Blackout func(jobID, category string, slot time.Time) (Blackout, bool)
 }
 
 // Runner executes fires. With a Store, each fire of (job, slot) runs at most
@@ -304,6 +309,9 @@ func (r *Runner) dispatch(d schedule.Due, deadline time.Duration) {
 	}
 	owner := r.opts.Store == nil || r.opts.Owns == nil || r.opts.Owns(d.Schedule.ID)
 	if !owner && !r.waitGrace(d, deadline) {
+		return
+	}
+	if r.blackedOut(d, deadline, !owner) {
 		return
 	}
 	release, ok := r.admit(d, deadline)

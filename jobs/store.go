@@ -117,6 +117,10 @@ type FireClaim struct {
 	// record keeps them, so that whichever replica runs it later runs the
 	// same.
 	Action, Args, Category string
+	// Blackout, when set, names the blackout window the fire falls in:
+	// its slot is recorded skipped with the window's id and reason, and
+	// it does not run (the outcome is Skipped, or AlreadyFired).
+	Blackout *Blackout
 }
 
 // BatchClaim is one claim batch of a replica.

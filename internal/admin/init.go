@@ -15,9 +15,11 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/cronswap/cronswap/blackout"
 	"github.com/cronswap/cronswap/history"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/members"
+	"github.com/cronswap/cronswap/notify"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
 )
@@ -26,7 +28,7 @@ import (
 // creates them; each name is defined by the package that owns the data.
 func Collections() []string {
 	return []string{schedule.CollectionName, resumetoken.CollectionName, jobs.LocksCollection, jobs.RunsCollection,
-		history.CollectionName, members.CollectionName}
+		history.CollectionName, members.CollectionName, blackout.CollectionName, notify.CollectionName}
 }
 
 // Index names. The daemon creates the same indexes at start with the same
@@ -72,6 +74,14 @@ func Indexes() []Index {
 	}
 	for _, m := range members.Indexes() {
 		out = append(out, Index{Collection: members.CollectionName, Model: m})
+	}
+	// Notifications: the relays' claims, their TTL, listing by job; on
+	// job_runs, the outbox's sparse index on the notices.
+	for _, m := range notify.Indexes() {
+		out = append(out, Index{Collection: notify.CollectionName, Model: m})
+	}
+	for _, m := range notify.OutboxIndexes() {
+		out = append(out, Index{Collection: jobs.RunsCollection, Model: m})
 	}
 	return out
 }

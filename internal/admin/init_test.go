@@ -18,6 +18,7 @@ import (
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/members"
+	"github.com/cronswap/cronswap/notify"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -44,17 +45,19 @@ func TestIndexesUseDocumentFields(t *testing.T) {
 		jobs.RunsCollection:    fields(reflect.TypeFor[jobs.RunDoc]()),
 		history.CollectionName: fields(reflect.TypeFor[history.Entry]()),
 		members.CollectionName: fields(reflect.TypeFor[members.Member]()),
+		notify.CollectionName:  fields(reflect.TypeFor[notify.Doc]()),
 	}
 	var names []string
 	for _, ix := range admin.Indexes() {
 		tags, ok := docs[ix.Collection]
 		if !ok {
-			t.Errorf("index %s on %s, want %s, %s or %s", ix.Name(), ix.Collection, jobs.RunsCollection, history.CollectionName,
-				members.CollectionName)
+			t.Errorf("index %s on %s, want %s, %s, %s or %s", ix.Name(), ix.Collection, jobs.RunsCollection, history.CollectionName,
+				members.CollectionName, notify.CollectionName)
 		}
 		names = append(names, ix.Collection+"."+ix.Name())
 		for _, k := range ix.Model.Keys.(bson.D) {
-			if !tags[k.Key] {
+			// A dotted key indexes a field of a sub-document.
+			if top, _, _ := strings.Cut(k.Key, "."); !tags[top] {
 				t.Errorf("index %s keys %q, not a field of the documents of %s", ix.Name(), k.Key, ix.Collection)
 			}
 		}
@@ -62,7 +65,9 @@ func TestIndexesUseDocumentFields(t *testing.T) {
 	want := []string{jobs.RunsCollection + "." + admin.RunsUniqueIndex, jobs.RunsCollection + "." + admin.RunsTTLIndex,
 		jobs.RunsCollection + "." + jobs.RunsLeaseIndex,
 		history.CollectionName + "." + history.JobIndex, history.CollectionName + "." + history.TTLIndex,
-		members.CollectionName + "." + members.TTLIndex}
+		members.CollectionName + "." + members.TTLIndex,
+		notify.CollectionName + "." + notify.DueIndex, notify.CollectionName + "." + notify.TTLIndex,
+		notify.CollectionName + "." + notify.JobIndex, jobs.RunsCollection + "." + notify.OutboxIndex}
 	if !slices.Equal(names, want) {
 		t.Errorf("index names %q, want %q", names, want)
 	}
@@ -80,7 +85,7 @@ func TestInitOverExistingCollections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.Contains(rep.CreatedCollections, schedule.CollectionName) || len(rep.CreatedCollections) != 5 || len(rep.CreatedIndexes) != 6 {
+	if slices.Contains(rep.CreatedCollections, schedule.CollectionName) || len(rep.CreatedCollections) != len(admin.Collections())-1 || len(rep.CreatedIndexes) != 10 {
 		t.Fatalf("report %+v", rep)
 	}
 	switch rep.Validator {

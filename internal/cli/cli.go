@@ -1,5 +1,5 @@
 // Package cli defines cronswap's command line (urfave/cli/v2): run, init,
-// schedules, next, validate, token, locks, runs, members, explain, version and completion.
+// schedules, next, validate, token, locks, runs, members, explain, blackouts, version and completion.
 // Every command prints an aligned table for people or,
 // with --output json, JSON for scripts. Exit codes: 0 ok, 1 user error (bad
 // input, not found), 2 server unreachable.
@@ -85,7 +85,9 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			locksCommand(stdin),
 			runsCommand(),
 			membersCommand(),
+			notificationsCommand(),
 			explainCommand(),
+			blackoutsCommand(),
 			{
 				Name:  "version",
 				Usage: "print the version",

@@ -26,6 +26,7 @@ import (
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/members"
+	"github.com/cronswap/cronswap/notify"
 	"github.com/cronswap/cronswap/resumetoken"
 )
 
@@ -673,12 +674,12 @@ func TestInitTwice(t *testing.T) {
 	e := newEnv(t)
 	var rep admin.InitReport
 	e.okJSON(&rep, "init")
-	if len(rep.CreatedCollections) != 6 || len(rep.CreatedIndexes) != 6 || !rep.Changed() {
+	if len(rep.CreatedCollections) != 8 || len(rep.CreatedIndexes) != 10 || !rep.Changed() {
 		t.Fatalf("first init: %+v", rep)
 	}
 	// The indexes are there with their options.
 	got := map[string]string{}
-	for _, coll := range []string{jobs.RunsCollection, history.CollectionName, members.CollectionName} {
+	for _, coll := range []string{jobs.RunsCollection, history.CollectionName, members.CollectionName, notify.CollectionName} {
 		cur, err := e.db.Collection(coll).Indexes().List(ctx(t))
 		if err != nil {
 			t.Fatal(err)
@@ -707,6 +708,10 @@ func TestInitTwice(t *testing.T) {
 		"schedule_history.schedule_history_job_at":    `key={"job_id":{"$numberInt":"1"},"at":{"$numberInt":"-1"}} unique=false ttl=none`,
 		"schedule_history.schedule_history_expire_at": `key={"expire_at":{"$numberInt":"1"}} unique=false ttl=0`,
 		"members.members_expire_at":                   `key={"expire_at":{"$numberInt":"1"}} unique=false ttl=0`,
+		"notifications.status_1_next_attempt_at_1":    `key={"status":{"$numberInt":"1"},"next_attempt_at":{"$numberInt":"1"}} unique=false ttl=none`,
+		"notifications.expire_at_1":                   `key={"expire_at":{"$numberInt":"1"}} unique=false ttl=0`,
+		"notifications.job_id_1_at_1":                 `key={"job_id":{"$numberInt":"1"},"at":{"$numberInt":"1"}} unique=false ttl=none`,
+		"job_runs.notice_kind_1":                      `key={"notice.kind":{"$numberInt":"1"}} unique=false ttl=none`,
 	}
 	for name, w := range want {
 		if got[name] != w {
@@ -817,6 +822,7 @@ func TestUnreachableServerIsExit2(t *testing.T) {
 		{"runs", "list"},
 		{"runs", "get", "x"},
 		{"members", "list"},
+		{"notifications", "list"},
 		{"explain", "x", "--from", "-2h"},
 	} {
 		r := run(t, append(args, "--mongo-uri", uri, "--timeout", "300ms")...)
@@ -918,6 +924,7 @@ func TestEveryCommandHasCommonFlags(t *testing.T) {
 		{"run"}, {"init"}, {"next"}, {"validate"}, {"version"}, {"completion"},
 		{"schedules", "list"}, {"schedules", "get"}, {"schedules", "set"}, {"schedules", "delete"}, {"schedules", "pause"}, {"schedules", "resume"},
 		{"token", "show"}, {"token", "reset"}, {"locks", "list"}, {"locks", "release"}, {"runs", "list"}, {"runs", "get"}, {"explain"},
+		{"blackouts", "list"}, {"blackouts", "add"}, {"blackouts", "delete"},
 	} {
 		r := run(t, append(cmd, "--help")...)
 		if r.code != cli.ExitOK {

@@ -88,6 +88,8 @@ type runView struct {
 	Count           int64   `json:"count,omitempty"`
 	Reason          string  `json:"reason,omitempty"`
 	RecordedAt      *string `json:"recorded_at,omitempty"`
+	// BlackoutID names the blackout window that skipped the slot.
+	BlackoutID string `json:"blackout_id,omitempty"`
 }
 
 func newRunView(r jobs.RunDoc) runView {
@@ -96,7 +98,7 @@ func newRunView(r jobs.RunDoc) runView {
 		Fence: r.Fence, Status: r.Status, StartedAt: jsonTime(r.StartedAt, nil), EndedAt: jsonTime(r.EndedAt, nil),
 		LeaseUntil: jsonTime(r.LeaseUntil, nil), Error: r.Error, ExitCode: r.ExitCode, Stdout: r.Stdout, Stderr: r.Stderr,
 		LastScheduledAt: jsonTime(r.LastScheduledAt, nil), Count: r.Count, Reason: r.Reason,
-		RecordedAt: jsonTime(r.RecordedAt, nil),
+		RecordedAt: jsonTime(r.RecordedAt, nil), BlackoutID: r.BlackoutID,
 	}
 }
 
@@ -317,6 +319,9 @@ func writeRun(w io.Writer, r jobs.RunDoc) {
 		{"INSTANCE", r.Instance}, {"FENCE", strconv.FormatInt(r.Fence, 10)}, {"STARTED", rfc3339(r.StartedAt, nil)},
 		{"ENDED", rfc3339(r.EndedAt, nil)}, {"TOOK", runTook(r)}, {"LEASE UNTIL", rfc3339(r.LeaseUntil, nil)},
 		{"EXIT CODE", exit}, {"ERROR", r.Error},
+	}
+	if r.BlackoutID != "" {
+		fields = append(fields, [][2]string{{"BLACKOUT", r.BlackoutID}, {"REASON", r.Reason}}...)
 	}
 	if r.Status == jobs.StatusMissed {
 		fields = append(fields, [][2]string{{"REASON", r.Reason}, {"LAST SCHEDULED AT", rfc3339(r.LastScheduledAt, nil)},

@@ -416,9 +416,12 @@ func schedulesEnable(name string, enabled bool) *ucli.Command {
 	return &ucli.Command{
 		Name:      name,
 		Usage:     usage,
-		ArgsUsage: "ID",
-		Flags:     dbFlags(),
+		ArgsUsage: "ID | --category C",
+		Flags:     dbFlags(categoryFlag()),
 		Action: func(c *ucli.Context) error {
+			if c.IsSet("category") {
+				return enableCategory(c, name, enabled)
+			}
 			id, err := oneID(c, "cronswap schedules "+name+" daily_report")
 			if err != nil {
 				return err

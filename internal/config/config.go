@@ -17,6 +17,7 @@ import (
 
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/notify"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -64,6 +65,10 @@ type Config struct {
 	// StateFile, when set, is where the applied schedule state and its
 	// resume token are persisted for a warm restart.
 	StateFile string `yaml:"state_file"`
+	// Notify configures failure notifications (package notify): the
+	// global sinks and the relay's timing. A job's own notify section
+	// (jobs.<name>.notify) replaces the global sinks for that action.
+	Notify notify.Settings `yaml:"notify"`
 	// Jobs are the named actions schedules may run, each decoded straight
 	// into the fire path's definition type.
 	Jobs     map[string]jobs.Definition `yaml:"jobs"`
@@ -340,6 +345,9 @@ func (c *Config) Finish() error {
 			return fmt.Errorf("state_file %s: its directory %s must exist (the file is written there atomically)", c.StateFile, dir)
 		}
 	}
+	if err := c.Notify.Validate(); err != nil {
+		return fmt.Errorf("notify: %w", err)
+	}
 	if c.Shutdown.Grace < 0 {
 		return fmt.Errorf("shutdown.grace %s: must not be negative", c.Shutdown.Grace)
 	}
@@ -354,6 +362,11 @@ func (c *Config) Finish() error {
 		d := c.Jobs[name]
 		if err := d.Validate(); err != nil {
 			return fmt.Errorf("jobs.%s: %w", name, err)
+		}
+		if d.Notify != nil {
+			if err := d.Notify.Validate(); err != nil {
+				return fmt.Errorf("jobs.%s.notify: %w", name, err)
+			}
 		}
 		// Show the effective policy (the empty one is the default).
 		overlap, _ := jobs.ParseOverlap(string(d.Overlap))

@@ -26,6 +26,7 @@ import (
 	"github.com/cronswap/cronswap/internal/timeline"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/members"
+	"github.com/cronswap/cronswap/notify"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
@@ -57,6 +58,8 @@ type Daemon struct {
 	watcher  *changestream.Watcher
 	history  *editHistory
 	server   *http.Server
+	// blackouts holds the blackout windows (blackouts.go).
+	blackouts *blackoutWatch
 
 	armedAt    atomic.Int64  // unix nanoseconds of the engine's last Applied hook (see watchHooks)
 	synced     chan struct{} // closed by the watcher's first full sync
@@ -69,6 +72,8 @@ type Daemon struct {
 	// decided per job just before the engine started (see readDecided).
 	store   *jobs.MongoStore
 	decided decidedAtStart
+	// relay delivers failure notifications; nil when none is configured.
+	relay *notify.Relay
 }
 
 // New builds a daemon from cfg (already Finished): it checks the action
@@ -102,9 +107,15 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	d.members = members.New(db, members.Options{InstanceID: cfg.InstanceID, Logger: d.log,
 		Unreachable: func(error) { d.awayOnce.Do(func() { close(d.away) }) }})
 	d.metrics = metrics.New()
+	d.blackouts = newBlackoutWatch(db, cfg, d.log)
+	if d.relay, err = newRelay(cfg, db, d.Engine, d.metrics, d.log); err != nil {
+		disconnect(client)
+		_ = ln.Close()
+		return nil, err
+	}
 	locks, runs := jobs.Collections(db)
 	d.store = jobs.NewMongoStore(locks, runs,
-		jobs.MongoStoreOptions{Retention: cfg.Runs.Retention, Instance: cfg.InstanceID, Logger: d.log})
+		jobs.MongoStoreOptions{Retention: cfg.Runs.Retention, Instance: cfg.InstanceID, Logger: d.log, OnNotice: d.wakeRelay})
 	d.runner = jobs.NewRunner(jobs.RunnerOptions{
 		Registry:   registry,
 		InstanceID: cfg.InstanceID,
@@ -127,6 +138,8 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		// The owner of a job among the live members claims its fires at
 		// once; the others after the grace (owner dead or stalled).
 		Owns: d.members.Owns,
+		// A fire inside a blackout window is recorded skipped, not run.
+		Blackout: d.blackouts.match,
 	})
 	d.engine = scheduler.New(scheduler.Options{
 		Location: cfg.Location,
@@ -250,15 +263,26 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		watchDone <- d.watcher.Run(watchCtx)
 	}()
+	blackoutsDone := d.blackouts.start(watchCtx, joined, d.away)
 	starterDone := make(chan struct{})
 	go func() {
 		defer close(starterDone)
 		d.startEngine(watchCtx, joined)
 	}()
+	relayStarted := make(chan func(), 1)
+	go func() {
+		// Notifications are delivered once this process holds its id.
+		select {
+		case <-joined:
+			relayStarted <- d.runRelay()
+		case <-watchCtx.Done():
+			relayStarted <- func() {}
+		}
+	}()
 	catchUpDone := make(chan struct{})
 	go func() {
 		defer close(catchUpDone)
-		runCatchUp(watchCtx, d.engine, func() bool { return isJoined() && d.watcher.Status().Ready }, d.cfg.CatchupFor,
+		runCatchUp(watchCtx, d.engine, func() bool { return isJoined() && d.watcher.Status().Ready && d.blackouts.ready() }, d.cfg.CatchupFor,
 			func(due schedule.Due) { d.runner.FireCatchUp(due, d.cfg.CatchupFor(due.Schedule.ActionName())) },
 			d.log, d.recordStartupGaps)
 	}()
@@ -286,6 +310,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.Warn("some actions were cancelled at the end of the grace period")
 	}
 	<-catchUpDone
+	<-blackoutsDone
+	// After the last ends were written: their notices are moved (and
+	// delivered) here when there is time, else by another replica.
+	(<-relayStarted)()
 	if err := <-watchDone; err != nil && runErr == nil {
 		runErr = err
 	}
@@ -315,7 +343,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 // meanwhile) and this process holds its instance id (joined is closed). It
 // returns without starting it when ctx ends first.
 func (d *Daemon) startEngine(ctx context.Context, joined <-chan struct{}) {
-	for _, ready := range []<-chan struct{}{joined, d.synced} {
+	for _, ready := range []<-chan struct{}{joined, d.synced, d.blackouts.synced} {
 		select {
 		case <-ready:
 		case <-ctx.Done():

@@ -72,6 +72,9 @@ type Metrics struct {
 	// another member owned the job (the owner had not claimed within the
 	// grace: dead, stalled or not yet seen gone).
 	OwnerTakeovers prometheus.Counter
+	// Notifications counts notification deliveries by sink and result
+	// (NotificationDelivered, NotificationFailed, NotificationGivenUp).
+	Notifications *prometheus.CounterVec
 }
 
 // Sources are read at scrape time for the gauges (see RegisterGauges); any
@@ -131,6 +134,8 @@ func New() *Metrics {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}),
 		OwnerTakeovers: f.counter(prometheus.CounterOpts{Name: "owner_takeovers_total",
 			Help: "Fires claimed and won by this replica although another member owned the job (owner dead or stalled)."}),
+		Notifications: f.counterVec(prometheus.CounterOpts{Name: "notifications_total",
+			Help: "Notification deliveries by this replica, by sink and result (delivered, failed: to be retried, given_up)."}, "sink", "result"),
 	}
 	return m
 }
