@@ -114,6 +114,11 @@ const (
 // a replica takes the lock for it (docs/locks.md, overlap policies).
 const StatusBuffered = "buffered"
 
+// ReasonReplaced is the RunEnd.Reason of a run stopped because a later
+// fire of its cancel_other job replaced it (recorded abandoned by design,
+// not by a fault).
+const ReasonReplaced = "replaced"
+
 // ErrCancelledByOverlap is the cause of a run stopped because a later
 // fire of its cancel_other job replaced it; the run is recorded abandoned.
 var ErrCancelledByOverlap = errors.New("cancelled by a later fire (overlap cancel_other)")

@@ -257,3 +257,60 @@ func TestFirePathBufferedFireAfterHolderDied(t *testing.T) {
 		t.Fatalf("runs %+v, want the buffered fire once with its fence", ran)
 	}
 }
+
+// A run stopped by cancel_other ends with ReasonReplaced, so that what
+// reads run ends (the outbox) can tell a replacement from a fault.
+func TestCancelledRunEndsReplaced(t *testing.T) {
+	t.Parallel()
+	store := &endRecorder{memStore: newMemStore()}
+	reg := NewRegistry()
+	started := make(chan struct{}, 2)
+	reg.Register("a", Spec{Overlap: OverlapCancelOther, Action: ActionFunc(func(ctx context.Context, f Fire) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	})})
+	r := memRunner(t, store, reg, "r1", nil)
+	slot := time.Now().Truncate(time.Second)
+	done := make(chan struct{})
+	go func() { r.Fire(memDue("j", slot)); close(done) }()
+	<-started
+	var l Lease
+	waitFor(t, 10*time.Second, "the run's lease held", func() bool {
+		r.leases.mu.Lock()
+		defer r.leases.mu.Unlock()
+		for _, h := range r.leases.held {
+			l = h.lease
+		}
+		return l.RunID != ""
+	})
+	if !r.leases.cancelRun(l.RunID, "j@next") {
+		t.Fatal("the runner does not hold the run")
+	}
+	waitClosed(t, done, 10*time.Second, "the cancelled fire to return")
+	ends := store.ended()
+	if len(ends) != 1 || ends[0].End.Status != StatusAbandoned || ends[0].End.Reason != ReasonReplaced ||
+		!strings.Contains(ends[0].End.Error, "j@next") {
+		t.Fatalf("ends %+v: want one abandoned, reason replaced, naming the replacing run", ends)
+	}
+}
+
+// endRecorder is a memStore that keeps the ends it was given.
+type endRecorder struct {
+	*memStore
+	mu   sync.Mutex
+	ends []LeaseEnd
+}
+
+func (s *endRecorder) EndBatch(ctx context.Context, ends []LeaseEnd) []error {
+	s.mu.Lock()
+	s.ends = append(s.ends, ends...)
+	s.mu.Unlock()
+	return s.memStore.EndBatch(ctx, ends)
+}
+
+func (s *endRecorder) ended() []LeaseEnd {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.ends)
+}

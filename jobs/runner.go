@@ -547,6 +547,9 @@ func (r *Runner) finish(log *slog.Logger, l Lease, status string, runErr error, 
 	if runErr != nil {
 		end.Error = runErr.Error()
 	}
+	if errors.Is(runErr, ErrCancelledByOverlap) {
+		end.Reason = ReasonReplaced
+	}
 	var ee *ExitError
 	if errors.As(runErr, &ee) {
 		code := ee.Code

@@ -175,7 +175,8 @@ type RunEnd struct {
 	// Output is what the run printed (exec actions).
 	Output Output
 	// Reason is why the slot did not run, when Status is StatusMissed (the
-	// claim won but the action was not started).
+	// claim won but the action was not started); ReasonReplaced for a run
+	// a cancel_other fire stopped.
 	Reason string
 }
 
