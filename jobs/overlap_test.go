@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cronswap/cronswap/schedule"
 )
 
 // overlapJob is an action that outlasts its interval: each run records
@@ -313,4 +315,52 @@ func (s *endRecorder) ended() []LeaseEnd {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.ends)
+}
+
+// A buffered fire runs what it named when it was due: its args reach the
+// action on whichever replica takes it up; one naming an action this
+// replica does not have is recorded failed, and the job goes on.
+func TestFirePathBufferedFireKeepsWhatItNamed(t *testing.T) {
+	t.Parallel()
+	e := newFireEnv(t)
+	job := newOverlapJob()
+	args := make(chan string, 4)
+	e.reg.Register("k", Spec{Overlap: OverlapBufferOne, Action: ActionFunc(func(ctx context.Context, f Fire) error {
+		args <- string(f.Args)
+		return job.Run(ctx, f)
+	})})
+	r1, r2 := e.runner(t, "r1", time.Minute), e.runner(t, "r2", time.Minute)
+	slot := time.Now().Truncate(time.Second)
+	due := func(s time.Time, a string) schedule.Due {
+		d := dueAt("k", s)
+		d.Schedule.Args = a
+		return d
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { r1.Fire(due(slot, `{"n":0}`)) })
+	waitFor(t, 10*time.Second, "the first run", func() bool { return job.started() == 1 })
+	r2.Fire(due(slot.Add(time.Second), `{"n":1}`))
+	close(job.release)
+	wg.Wait()
+	e.decided(t, "k", 2)
+	if got := []string{<-args, <-args}; got[0] != `{"n":0}` || got[1] != `{"n":1}` {
+		t.Fatalf("args %v, want each fire's own", got)
+	}
+
+	// A buffered fire whose action is gone from this replica's config.
+	s2, s3 := slot.Add(2*time.Second), slot.Add(3*time.Second)
+	other := e.replica("other", "o1")
+	held := other.claimOne(t, FireClaim{JobID: "k", Slot: s2, Overlap: OverlapBufferOne}, time.Now(), Acquired)
+	other.claimOne(t, FireClaim{JobID: "k", Slot: s3, Overlap: OverlapBufferOne, Action: "gone"}, time.Now(), Buffered)
+	other.end(t, held.Lease, time.Now())
+	r2.drainSoon("k", OverlapBufferOne)
+	waitFor(t, 10*time.Second, "the buffered fire of an unknown action recorded", func() bool {
+		return e.run(t, RunID("k", s3)).Status == StatusFailed
+	})
+	if r := e.run(t, RunID("k", s3)); !strings.Contains(r.Error, "gone") {
+		t.Fatalf("record %+v: want the unknown action named", r)
+	}
+	if l := e.lock(t, "k"); l.State != LockFree {
+		t.Fatalf("lock %+v: want free", l)
+	}
 }
