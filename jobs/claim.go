@@ -18,6 +18,9 @@ func (r *Runner) claim(d schedule.Due, deadline time.Duration, spec Spec, check 
 	log := r.log.With("job_id", id, "scheduled_at", slot)
 	fc := claimRequest{FireClaim: FireClaim{JobID: id, Slot: slot, Overlap: spec.Overlap, Check: check},
 		startBy: d.At().Add(deadline)}
+	if spec.Overlap.buffers() {
+		fc.Action, fc.Args, fc.Category = d.Schedule.ActionName(), d.Schedule.Args, d.Schedule.Category
+	}
 	var o ClaimOutcome
 	retried := false
 	for wait := r.opts.ClaimRetry; ; wait = min(2*wait, r.opts.OpTimeout) {
@@ -98,6 +101,12 @@ func (r *Runner) claim(d schedule.Due, deadline time.Duration, spec Spec, check 
 	case Skipped:
 		log.Info("fire skipped", "reason", o.Reason, "holder", o.Holder, "holder_run_id", o.HolderRunID)
 		r.runEnded(id, StatusSkipped)
+		if spec.Overlap.buffers() && o.Holder == "" {
+			r.drainSoon(id, spec.Overlap) // fires may wait on a lock no live run holds
+		}
+		return Lease{}, false
+	case Buffered:
+		r.bufferedClaim(log, id, spec, o)
 		return Lease{}, false
 	}
 	if check {

@@ -42,6 +42,9 @@ type claimer struct {
 	// before being sent (so nothing of theirs can have landed).
 	recorded []bool
 	notSent  []bool
+	// pushed marks the fires put on their lock's buffer by this call
+	// (the write sent; whether it matched is read back).
+	pushed []bool
 	// nonce identifies this call in the records it inserts.
 	nonce string
 }
@@ -54,7 +57,7 @@ type claimer struct {
 func (s *MongoStore) ClaimBatch(ctx context.Context, b BatchClaim) []ClaimOutcome {
 	c := &claimer{s: s, b: b, out: make([]ClaimOutcome, len(b.Fires)),
 		leases: make([]Lease, len(b.Fires)), recorded: make([]bool, len(b.Fires)),
-		notSent: make([]bool, len(b.Fires)), nonce: claimNonce()}
+		notSent: make([]bool, len(b.Fires)), pushed: make([]bool, len(b.Fires)), nonce: claimNonce()}
 	seen := make(map[string]bool, len(b.Fires))
 	var todo []int
 	for i, f := range b.Fires {
@@ -368,7 +371,7 @@ func (c *claimer) lockFilter(i int) bson.D {
 			{Key: "fence", Value: bson.D{{Key: "$type", Value: bson.A{"int", "long"}}, {Key: "$gte", Value: 0}}},
 		}
 	}
-	return bson.D{
+	f := bson.D{
 		{Key: "_id", Value: l.JobID},
 		{Key: "last_slot", Value: bson.D{{Key: "$lt", Value: l.Slot}}},
 		{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{LockFree, LockRunning}}}},
@@ -379,6 +382,11 @@ func (c *claimer) lockFilter(i int) bson.D {
 			bson.D{{Key: "holder", Value: c.b.Instance}, {Key: "incarnation", Value: bson.D{{Key: "$ne", Value: c.b.Incarnation}}}},
 		}},
 	}
+	if l.Overlap.buffers() {
+		// Fires already waiting for the lock go first.
+		f = append(f, bufferEmpty())
+	}
+	return f
 }
 
 func (c *claimer) lockUpdate(i int) bson.D {
@@ -468,6 +476,7 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 			}
 			break
 		}
+		var buffering []toBuffer
 		for _, i := range look {
 			l := c.leases[i]
 			raw := raws[l.JobID]
@@ -498,17 +507,29 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 					}
 					todo = append(todo, i)
 				}
+			case l.Overlap.buffers() && bufferHas(raw, l.RunID):
+				// This replica's push landed (its answer was lost).
+				c.out[i] = c.bufferedOutcome(i, v, raw, repaired[i])
+			case l.Overlap.buffers() && c.pushed[i] && !v.lastSlot.Before(l.Slot) && c.takenFromBuffer(ctx, i):
+				// Put on the lock and taken up from it (started) before
+				// this read.
+				c.out[i] = ClaimOutcome{Result: Buffered, Lease: l, Repaired: repaired[i],
+					Reason: fmt.Sprintf("buffered and taken up at once (overlap %s)", l.Overlap)}
 			case !v.lastSlot.Before(l.Slot):
 				c.out[i] = ClaimOutcome{Result: Skipped, Repaired: repaired[i],
 					Reason: fmt.Sprintf("a later slot was claimed (last slot %s)", v.lastSlot.UTC().Format(time.RFC3339Nano))}
-			case v.state == LockRunning && !v.leaseUntil.Before(c.b.Now) &&
-				(v.holder != l.Instance || v.incarnation == l.Incarnation):
+			case l.Overlap.buffers() && (c.heldLive(i, v) || bufferLen(raw) > 0):
+				// The fire waits on the lock (or is skipped when the
+				// buffer is full); the next round tells which.
+				buffering = append(buffering, toBuffer{i: i, v: v, raw: raw, repaired: repaired[i]})
+			case c.heldLive(i, v):
 				c.out[i] = ClaimOutcome{Result: Skipped, Holder: v.holder, HolderRunID: v.runID, Repaired: repaired[i],
 					Reason: fmt.Sprintf("run %s of %s still holds the lock", v.runID, v.holder)}
 			default:
 				todo = append(todo, i) // free by now: try again
 			}
 		}
+		todo = append(todo, c.bufferAll(ctx, buffering)...)
 		if rounds >= maxClaimRounds && len(todo) > 0 {
 			for _, i := range todo {
 				why := lastErr
@@ -564,13 +585,24 @@ func (c *claimer) closeUnrun(ctx context.Context) {
 		if !c.recorded[i] || errors.Is(o.Err, ErrOutcomeUnknown) {
 			continue
 		}
-		mine := bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusRunning, StatusClaiming}}}},
+		if o.Result == Buffered {
+			continue // its record was set buffered before its fire was put on the lock
+		}
+		// A lock-taking fire's record is running only once this write
+		// says so (or once a taker of buffered fires started it: not ours
+		// to touch any more).
+		statuses := bson.A{StatusRunning}
+		if l.Overlap.takesLock() {
+			statuses = bson.A{StatusClaiming, StatusBuffered}
+		}
+		mine := bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: bson.D{{Key: "$in", Value: statuses}}},
 			{Key: "instance", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation}}
 		if o.Result == Acquired {
 			if l.Overlap.takesLock() {
 				// The lock is taken: the record says running from now on.
 				models = append(models, mongo.NewUpdateOneModel().SetFilter(mine).
-					SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusRunning}}}}))
+					SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusRunning}}},
+						{Key: "$unset", Value: bson.D{{Key: "reason", Value: ""}}}})) // a wait on the lock that ended
 				promoted = append(promoted, i)
 			}
 			continue

@@ -332,7 +332,7 @@ func (s *MongoStore) Disown(ctx context.Context, leases []Lease, reason string, 
 	var locks []mongo.WriteModel
 	for _, l := range leases {
 		runs = append(runs, mongo.NewUpdateOneModel().
-			SetFilter(bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusRunning, StatusClaiming}}}},
+			SetFilter(bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusRunning, StatusClaiming, StatusBuffered}}}},
 				{Key: "instance", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation}}).
 			SetUpdate(bson.D{
 				{Key: "$set", Value: withNotice(bson.D{

@@ -258,6 +258,7 @@ func (k *leaseKeeper) loop() {
 			return
 		case <-retry.C:
 			k.retryPending()
+			k.checkCancels()
 		case <-renew.C:
 			k.renewAll()
 		case <-sweep.C:
@@ -356,6 +357,7 @@ func (k *leaseKeeper) sweep() {
 	for _, d := range docs { // the store logged each
 		k.r.runEnded(d.JobID, StatusAbandoned)
 	}
+	k.r.drainPending()
 }
 
 // close stops the keeper (after the runs ended), settling what it can.

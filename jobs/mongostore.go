@@ -123,7 +123,8 @@ func EnsureIndexes(ctx context.Context, runs *mongo.Collection) error {
 // except, when not empty, is a record left out: the running record of the
 // claim that repairs the lock (written before it takes the lock).
 func (s *MongoStore) history(ctx context.Context, jobID, except string) (fence int64, lastSlot time.Time, err error) {
-	filter := bson.D{{Key: "job_id", Value: jobID}}
+	// Buffered records have not run: their fences are not handed out yet.
+	filter := bson.D{{Key: "job_id", Value: jobID}, {Key: "status", Value: bson.D{{Key: "$ne", Value: StatusBuffered}}}}
 	if except != "" {
 		filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$ne", Value: except}}})
 	}
@@ -205,6 +206,9 @@ func (s *MongoStore) repair(ctx context.Context, jobID, except string, raw bson.
 	reason := strings.Join(v.damage, "; ")
 	doc := freeLock(jobID, fence, lastSlot, v.lastOutcome, now)
 	doc = append(doc, bson.E{Key: "repaired_at", Value: now}, bson.E{Key: "repair_reason", Value: reason})
+	if arr, ok := bufferOf(raw); ok && arr != nil {
+		doc = append(doc, bson.E{Key: LockBufferField, Value: raw.Lookup(LockBufferField)}) // fires still waiting
+	}
 	filter, err := sameDocFilter(raw)
 	if err != nil {
 		return false, fmt.Errorf("repair lock %s: %w", jobID, err)

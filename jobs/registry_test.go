@@ -99,7 +99,7 @@ func TestDefinitionErrors(t *testing.T) {
 		{"negative timeout", Definition{Exec: []string{"x"}, Timeout: neg}, []string{"timeout", "-1s"}},
 		{"negative catchup", Definition{Exec: []string{"x"}, Catchup: &neg}, []string{"catchup", "-1s"}},
 		{"negative jitter", Definition{Exec: []string{"x"}, Jitter: neg}, []string{"jitter", "-1s"}},
-		{"unknown overlap", Definition{Exec: []string{"x"}, Overlap: "sometimes"}, []string{"overlap", "sometimes", "forbid or allow"}},
+		{"unknown overlap", Definition{Exec: []string{"x"}, Overlap: "sometimes"}, []string{"overlap", "sometimes", "skip, buffer_one, buffer_all, cancel_other or allow"}},
 	}
 	for _, tt := range tests {
 		err := tt.def.Validate()
@@ -120,13 +120,14 @@ func TestDefinitionErrors(t *testing.T) {
 
 func TestParseOverlap(t *testing.T) {
 	t.Parallel()
-	for in, want := range map[string]Overlap{"": OverlapForbid, "forbid": OverlapForbid, "allow": OverlapAllow} {
+	for in, want := range map[string]Overlap{"": OverlapSkip, "forbid": OverlapSkip, "skip": OverlapSkip,
+		"buffer_one": OverlapBufferOne, "buffer_all": OverlapBufferAll, "cancel_other": OverlapCancelOther, "allow": OverlapAllow} {
 		if got, err := ParseOverlap(in); err != nil || got != want {
 			t.Errorf("ParseOverlap(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	if DefaultOverlap != OverlapForbid {
-		t.Errorf("DefaultOverlap = %q, want forbid", DefaultOverlap)
+	if DefaultOverlap != OverlapSkip {
+		t.Errorf("DefaultOverlap = %q, want skip", DefaultOverlap)
 	}
 	for _, in := range []string{"sometimes", "Forbid", " allow"} {
 		if _, err := ParseOverlap(in); err == nil || !strings.Contains(err.Error(), strconv.Quote(in)) {

@@ -176,6 +176,9 @@ func (t *retrier) attempt(s schedule.Schedule, id string, slot time.Time, n int,
 	if r.opts.Done != nil {
 		r.opts.Done(f, err, took)
 	}
+	// The slot's lock was held through the backoff: the fires buffered
+	// behind it run once its last attempt ended.
+	r.drainAfter(s.ID, spec)
 }
 
 // giveUp ends a retrying record that is not to be retried as failed,

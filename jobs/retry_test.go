@@ -282,3 +282,39 @@ func TestRetryGivenUp(t *testing.T) {
 		t.Errorf("the action ran %d times, want 0", n)
 	}
 }
+
+// Under buffer_one a fire during the backoff waits behind the slot that is
+// retrying (its run still holds the lock), and runs once the slot's last
+// attempt ended: after it, not interleaved with its attempts.
+func TestRetryBufferedFireWaitsForTheAttempts(t *testing.T) {
+	t.Parallel()
+	e := newFireEnv(t)
+	var seen attemptLog
+	e.reg.Register("flaky", Spec{Overlap: OverlapBufferOne, Retry: RetryPolicy{Attempts: 2, Backoff: 300 * time.Millisecond},
+		Action: ActionFunc(func(ctx context.Context, f Fire) error {
+			if seen.add(f) == 1 {
+				return errors.New("first fails")
+			}
+			return nil
+		})})
+	r := e.retryRunner(t, "r1", time.Hour, DefaultClaimGrace)
+	slot := time.Now().Truncate(time.Second).UTC()
+	r.Fire(dueAt("flaky", slot))
+	next := slot.Add(time.Second)
+	r.Fire(dueAt("flaky", next)) // during the backoff: buffered
+	if d := e.runDoc(t, RunID("flaky", next)); d.Status != StatusBuffered {
+		t.Fatalf("a fire during the backoff: %s, want buffered", d.Status)
+	}
+	e.waitStatus(t, RunID("flaky", slot), StatusSucceeded)
+	later := e.waitStatus(t, RunID("flaky", next), StatusSucceeded)
+	fires := seen.all()
+	if len(fires) != 3 || fires[0].ScheduledAt != slot || fires[1].ScheduledAt != slot || fires[1].Attempt != 2 ||
+		fires[2].ScheduledAt != next {
+		t.Fatalf("runs in order %+v: want slot attempt 1, slot attempt 2, then the buffered fire", fires)
+	}
+	first := e.runDoc(t, RunID("flaky", slot))
+	if !later.StartedAt.After(first.Attempts[1].EndedAt.Add(-time.Millisecond)) || later.Fence <= first.Fence {
+		t.Errorf("buffered fire started %s (fence %d), the slot's last attempt ended %s (fence %d)", later.StartedAt,
+			later.Fence, first.Attempts[1].EndedAt, first.Fence)
+	}
+}

@@ -213,6 +213,9 @@ type Runner struct {
 	mu       sync.Mutex
 	stopping bool
 	running  sync.WaitGroup
+	// draining names the jobs whose buffered fires this replica is taking
+	// up on a goroutine of its own (drainSoon).
+	draining map[string]bool
 
 	// missed holds the missed slots waiting to be recorded; flushing
 	// writes them (nil without a MissedStore).
@@ -369,12 +372,14 @@ func (r *Runner) dispatch(d schedule.Due, deadline time.Duration) {
 		// The claim answered too late: the slot is this replica's, and it
 		// is recorded missed instead of run.
 		r.missClaimed(log, d, deadline, lease)
+		r.drainAfter(f.JobID, spec)
 		return
 	}
 	took, err := r.execute(log, d, spec, f, &lease)
 	if r.opts.Done != nil {
 		r.opts.Done(f, err, took)
 	}
+	r.drainAfter(f.JobID, spec)
 }
 
 // newFire is what the action is handed for d, run under l (zero without
@@ -537,6 +542,9 @@ func (r *Runner) execute(log *slog.Logger, d schedule.Due, spec Spec, f Fire, le
 	status := StatusSucceeded
 	cause := context.Cause(ctx)
 	switch {
+	case errors.Is(cause, ErrCancelledByOverlap):
+		status = StatusAbandoned
+		err = cause
 	case errors.Is(cause, ErrLockLost):
 		status = StatusAbandoned
 		if err == nil {
@@ -571,6 +579,9 @@ func (r *Runner) finish(log *slog.Logger, d schedule.Due, spec Spec, l Lease, st
 	end := RunEnd{Status: status, EndedAt: endedAt, Output: out, StartedAt: startedAt}
 	if runErr != nil {
 		end.Error = runErr.Error()
+	}
+	if errors.Is(runErr, ErrCancelledByOverlap) {
+		end.Reason = ReasonReplaced
 	}
 	var ee *ExitError
 	if errors.As(runErr, &ee) {

@@ -43,6 +43,11 @@ const (
 	Skipped
 	// AlreadyFired: the slot was claimed or skipped by someone else.
 	AlreadyFired
+	// Buffered: this claim won the slot while the job's lock was held (or
+	// other fires were waiting for it) under a policy that buffers: the
+	// fire waits on the lock, its record says buffered, and it runs when a
+	// replica takes the lock for it (TakeBuffered).
+	Buffered
 )
 
 // String returns the result as the lock_acquisitions_total label.
@@ -54,6 +59,8 @@ func (r ClaimResult) String() string {
 		return "held"
 	case AlreadyFired:
 		return "already_fired"
+	case Buffered:
+		return "buffered"
 	}
 	return "error"
 }
@@ -109,6 +116,11 @@ type FireClaim struct {
 	// slot is already recorded (one find for all Check fires of the batch)
 	// and insert only those that are not.
 	Check bool
+	// Action, Args and Category are what the fire names (the schedule's
+	// action, its args JSON and its dispatch category); a buffered fire's
+	// record keeps them, so that whichever replica runs it later runs the
+	// same.
+	Action, Args, Category string
 	// Blackout, when set, names the blackout window the fire falls in:
 	// its slot is recorded skipped with the window's id and reason, and
 	// it does not run (the outcome is Skipped, or AlreadyFired).
@@ -142,6 +154,9 @@ type ClaimOutcome struct {
 	// Reason says why the fire was skipped (Result Skipped) or why the
 	// slot is already decided (AlreadyFired, when known).
 	Reason string
+	// CancelRunID names the holding run this fire asked to stop (Result
+	// Buffered under OverlapCancelOther), when it asked.
+	CancelRunID string
 	// Repaired lists the damage found and repaired in the lock document
 	// on the way (empty when none).
 	Repaired []string
@@ -164,7 +179,8 @@ type RunEnd struct {
 	// Output is what the run printed (exec actions).
 	Output Output
 	// Reason is why the slot did not run, when Status is StatusMissed (the
-	// claim won but the action was not started).
+	// claim won but the action was not started); ReasonReplaced for a run
+	// a cancel_other fire stopped.
 	Reason string
 	// StartedAt is when the attempt started (kept in its attempts entry
 	// when Lease.Attempt is set).

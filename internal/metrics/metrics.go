@@ -118,7 +118,7 @@ func New() *Metrics {
 		Runs: f.counterVec(prometheus.CounterOpts{Name: "runs_total",
 			Help: "Finished fires by job and status (succeeded, failed, skipped, abandoned)."}, "job_id", "status"),
 		LockAcquisitions: f.counterVec(prometheus.CounterOpts{Name: "lock_acquisitions_total",
-			Help: "Lock attempts by result (acquired, taken_over, held, already_fired, error)."}, "result"),
+			Help: "Lock attempts by result (acquired, taken_over, held, buffered, already_fired, error)."}, "result"),
 		FiresNotRun: f.counterVec(prometheus.CounterOpts{Name: "fires_not_run_total",
 			Help: "Fires not run for a reason other than another replica having them (database_unreachable, claim_error, shutting_down, starting_deadline, queue_full)."}, "reason"),
 		MissedSlots: f.counterVec(prometheus.CounterOpts{Name: "missed_slots_total",

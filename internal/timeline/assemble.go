@@ -311,6 +311,9 @@ func recordEntry(r Record) Entry {
 		}
 		e.Error, e.ExitCode = r.Error, r.ExitCode
 		e.Attempt = r.Attempt
+		if r.Status == jobs.StatusBuffered {
+			e.Reason = r.Reason // which run it waits for
+		}
 	}
 	return e
 }

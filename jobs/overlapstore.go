@@ -1,0 +1,294 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// OverlapStore is the side of the store the overlap policies that buffer
+// need besides BatchStore; MongoStore implements it. A runner whose store
+// does not implement it runs buffering policies like skip would, except
+// that buffered fires wait until a store that does takes them.
+type OverlapStore interface {
+	// TakeBuffered takes the lock of job jobID for the first fire waiting
+	// on it, when the lock is free, past its lease or left by a previous
+	// incarnation of instance: the lock becomes the fire's (fence
+	// FenceOf(its slot)) and its buffered record running under instance.
+	// It returns nil when no fire is there to take (none waits, a live
+	// run holds the lock, another replica took it first).
+	TakeBuffered(ctx context.Context, jobID string, t BufferTake) (*BufferedRun, error)
+	// PendingBuffers lists (at most limit) the jobs whose lock has fires
+	// waiting and is free or past its lease: their holder ended without
+	// taking the next fire, or died.
+	PendingBuffers(ctx context.Context, now time.Time, limit int) ([]string, error)
+	// CancelRequests returns, of the leases given, the run ids that a
+	// later fire asked to stop (cancel_other), each with the run id of
+	// the fire replacing it.
+	CancelRequests(ctx context.Context, leases []Lease) (map[string]string, error)
+}
+
+// BufferTake is who takes a buffered fire, and the lease it gets.
+type BufferTake struct {
+	// Instance and Incarnation name the taking replica and process.
+	Instance, Incarnation string
+	// Overlap is the policy the lease is held under (it takes the lock).
+	Overlap Overlap
+	// Clock is read for each step (the fire's start is stamped after the
+	// lock is taken, so never before the end of the run it follows); nil
+	// means Now throughout.
+	Clock Clock
+	Now   time.Time
+	// TTL is the lease length.
+	TTL time.Duration
+}
+
+func (t BufferTake) now() time.Time {
+	if t.Clock != nil {
+		return t.Clock.Now()
+	}
+	return t.Now
+}
+
+// BufferedRun is a buffered fire taken by TakeBuffered: its lease (held,
+// renewed and ended like a claim's) and what the fire named.
+type BufferedRun struct {
+	Lease Lease
+	// Action, Args and Category are what the fire named when it was due.
+	Action, Args, Category string
+}
+
+// maxTakeRounds bounds the entries one TakeBuffered call passes over
+// (stale or no longer buffered) before it gives up until the next call.
+const maxTakeRounds = 10
+
+// TakeBuffered implements OverlapStore. Commands: one find of the lock;
+// when a fire can be taken, one update of the lock, one findAndModify of
+// the record, one update removing the fire from the buffer. An entry whose
+// record is no longer buffered (it ran, or was abandoned after a taker
+// died between the two writes) or whose slot is older than the lock's
+// fence (a later run took the lock first) is removed, its lock freed, and
+// the next one tried.
+func (s *MongoStore) TakeBuffered(ctx context.Context, jobID string, t BufferTake) (*BufferedRun, error) {
+	for range maxTakeRounds {
+		raw, err := s.locks.FindOne(ctx, bson.D{{Key: "_id", Value: jobID}}).Raw()
+		now := t.now()
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read lock of %s in %s: %w", jobID, s.locks.Name(), err)
+		}
+		v := inspectLock(raw, now, t.TTL)
+		if len(v.damage) > 0 {
+			return nil, nil // the next claim of the job repairs it
+		}
+		if v.state == LockRunning && !v.leaseUntil.Before(now) && (v.holder != t.Instance || v.incarnation == t.Incarnation) {
+			return nil, nil // the holder takes the next fire when it ends
+		}
+		arr, ok := bufferOf(raw)
+		if !ok {
+			s.log.Error("lock document has a buffer that is not an array; cleared", "job_id", jobID,
+				"collection", s.locks.Name(), "field", LockBufferField)
+			_, err := s.locks.UpdateOne(ctx, bson.D{{Key: "_id", Value: jobID}, {Key: LockBufferField, Value: raw.Lookup(LockBufferField)}},
+				bson.D{{Key: "$unset", Value: bson.D{{Key: LockBufferField, Value: ""}}}})
+			if err != nil {
+				return nil, fmt.Errorf("clear the buffer of %s in %s: %w", jobID, s.locks.Name(), err)
+			}
+			continue
+		}
+		if arr == nil {
+			return nil, nil
+		}
+		vals, err := bson.RawArray(arr).Values()
+		if err != nil || len(vals) == 0 {
+			return nil, nil // empty
+		}
+		first := vals[0]
+		var e bufferEntry
+		if err := first.Unmarshal(&e); err != nil || e.RunID == "" || e.Slot.IsZero() {
+			s.log.Error("lock document has a bad buffered fire; removed", "job_id", jobID, "collection", s.locks.Name(),
+				"field", LockBufferField, "entry", first.String())
+			if err := s.popFirst(ctx, jobID, first); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		e.Slot = e.Slot.UTC()
+		fence := FenceOf(e.Slot)
+		if fence < v.fence {
+			s.log.Warn("buffered fire older than the lock's last run; recorded skipped", "job_id", jobID,
+				"scheduled_at", e.Slot, "run_id", e.RunID, "fence", v.fence)
+			if err := s.dropBuffered(ctx, jobID, e, now, "a later run took the lock before this buffered fire"); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		// The lock, for the first fire waiting.
+		free := bson.A{
+			bson.D{{Key: "state", Value: LockFree}},
+			bson.D{{Key: "lease_until", Value: bson.D{{Key: "$lt", Value: now}}}},
+			bson.D{{Key: "holder", Value: t.Instance}, {Key: "incarnation", Value: bson.D{{Key: "$ne", Value: t.Incarnation}}}},
+		}
+		res, err := s.locks.UpdateOne(ctx,
+			bson.D{{Key: "_id", Value: jobID}, {Key: LockBufferField + ".0.run_id", Value: e.RunID},
+				{Key: "fence", Value: bson.D{{Key: "$lte", Value: fence}}}, {Key: "$or", Value: free}},
+			bson.D{{Key: "$set", Value: bson.D{
+				{Key: "state", Value: LockRunning}, {Key: "holder", Value: t.Instance}, {Key: "incarnation", Value: t.Incarnation},
+				{Key: "run_id", Value: e.RunID}, {Key: "acquired_at", Value: now}, {Key: "lease_until", Value: now.Add(t.TTL)},
+				{Key: "fence", Value: fence}, {Key: "updated_at", Value: now},
+			}}, {Key: "$unset", Value: bson.D{{Key: LockCancelField, Value: ""}}},
+				{Key: "$max", Value: bson.D{{Key: "last_slot", Value: e.Slot}}}})
+		if err != nil {
+			return nil, fmt.Errorf("take lock of %s for buffered run %s in %s: %w", jobID, e.RunID, s.locks.Name(), err)
+		}
+		if res.MatchedCount == 0 {
+			return nil, nil // taken by another replica, or the lock changed: its taker goes on
+		}
+		lease := Lease{JobID: jobID, Slot: e.Slot, Instance: t.Instance, Incarnation: t.Incarnation,
+			RunID: e.RunID, Fence: fence, Overlap: t.Overlap}
+		// The record, from buffered to running: exactly one taker wins it.
+		started := t.now()
+		rec, err := s.runs.FindOneAndUpdate(ctx,
+			bson.D{{Key: "_id", Value: e.RunID}, {Key: "status", Value: StatusBuffered}},
+			bson.D{{Key: "$set", Value: bson.D{
+				{Key: "status", Value: StatusRunning}, {Key: "instance", Value: t.Instance}, {Key: "incarnation", Value: t.Incarnation},
+				{Key: "fence", Value: fence}, {Key: "started_at", Value: started}, {Key: "lease_until", Value: now.Add(t.TTL)},
+				{Key: "expire_at", Value: started.Add(s.retention)},
+			}}, {Key: "$unset", Value: bson.D{{Key: "reason", Value: ""}}}},
+			options.FindOneAndUpdate().SetReturnDocument(options.After)).Raw()
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			// Not buffered any more: the fire was decided before (a taker
+			// died after starting it). Remove it and free the lock.
+			s.log.Warn("buffered fire's record is no longer buffered; removed from the buffer", "job_id", jobID,
+				"scheduled_at", e.Slot, "run_id", e.RunID)
+			if err := s.pullBuffered(ctx, jobID, e.RunID); err != nil {
+				return nil, err
+			}
+			if err := s.freeTaken(ctx, lease, now); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			// The lock is this replica's for the fire; its lease passes
+			// and the fire is taken again (its record is still buffered).
+			return nil, fmt.Errorf("start buffered run %s in %s: %w", e.RunID, s.runs.Name(), err)
+		}
+		if err := s.pullBuffered(ctx, jobID, e.RunID); err != nil {
+			// Harmless: the entry is removed by the next take, which finds
+			// its record no longer buffered.
+			s.log.Warn("could not remove a started fire from the buffer", "job_id", jobID, "run_id", e.RunID, "error", err)
+		}
+		run := &BufferedRun{Lease: lease}
+		run.Action, _ = lookupString(rec, RunBufferedActionField)
+		run.Args, _ = lookupString(rec, RunBufferedArgsField)
+		run.Category, _ = lookupString(rec, RunBufferedCategoryField)
+		return run, nil
+	}
+	return nil, nil
+}
+
+// popFirst removes the first buffered entry of jobID if it is still val.
+func (s *MongoStore) popFirst(ctx context.Context, jobID string, val bson.RawValue) error {
+	_, err := s.locks.UpdateOne(ctx, bson.D{{Key: "_id", Value: jobID}, {Key: LockBufferField + ".0", Value: val}},
+		bson.D{{Key: "$pop", Value: bson.D{{Key: LockBufferField, Value: -1}}}})
+	if err != nil {
+		return fmt.Errorf("remove a bad buffered fire of %s in %s: %w", jobID, s.locks.Name(), err)
+	}
+	return nil
+}
+
+// pullBuffered removes the run runID from the buffer of jobID.
+func (s *MongoStore) pullBuffered(ctx context.Context, jobID, runID string) error {
+	_, err := s.locks.UpdateOne(ctx, bson.D{{Key: "_id", Value: jobID}},
+		bson.D{{Key: "$pull", Value: bson.D{{Key: LockBufferField, Value: bson.D{{Key: "run_id", Value: runID}}}}}})
+	if err != nil {
+		return fmt.Errorf("remove buffered run %s of %s in %s: %w", runID, jobID, s.locks.Name(), err)
+	}
+	return nil
+}
+
+// freeTaken frees the lock taken for a buffered fire that is not run.
+func (s *MongoStore) freeTaken(ctx context.Context, l Lease, now time.Time) error {
+	_, err := s.locks.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: l.JobID}, {Key: "run_id", Value: l.RunID}, {Key: "state", Value: LockRunning},
+			{Key: "holder", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: LockFree}, {Key: "holder", Value: ""},
+			{Key: "incarnation", Value: ""}, {Key: "run_id", Value: ""}, {Key: "lease_until", Value: now},
+			{Key: "updated_at", Value: now}}}})
+	if err != nil {
+		return fmt.Errorf("free lock of %s in %s: %w", l.JobID, s.locks.Name(), err)
+	}
+	return nil
+}
+
+// dropBuffered removes a buffered fire that cannot run any more and
+// records it skipped with why.
+func (s *MongoStore) dropBuffered(ctx context.Context, jobID string, e bufferEntry, now time.Time, why string) error {
+	_, err := s.runs.UpdateOne(ctx, bson.D{{Key: "_id", Value: e.RunID}, {Key: "status", Value: StatusBuffered}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusSkipped}, {Key: "reason", Value: why},
+			{Key: "error", Value: why}, {Key: "fence", Value: int64(0)}, {Key: "ended_at", Value: now},
+			{Key: "expire_at", Value: now.Add(s.retention)}}},
+			{Key: "$unset", Value: bson.D{{Key: "lease_until", Value: ""}}}})
+	if err != nil {
+		return fmt.Errorf("record buffered run %s skipped in %s: %w", e.RunID, s.runs.Name(), err)
+	}
+	return s.pullBuffered(ctx, jobID, e.RunID)
+}
+
+// PendingBuffers implements OverlapStore: one find on job_locks.
+func (s *MongoStore) PendingBuffers(ctx context.Context, now time.Time, limit int) ([]string, error) {
+	cur, err := s.locks.Find(ctx, bson.D{
+		{Key: LockBufferField + ".0", Value: bson.D{{Key: "$exists", Value: true}}},
+		{Key: "$or", Value: bson.A{bson.D{{Key: "state", Value: LockFree}}, bson.D{{Key: "lease_until", Value: bson.D{{Key: "$lt", Value: now}}}}}},
+	}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)))
+	if err != nil {
+		return nil, fmt.Errorf("find locks with buffered fires in %s: %w", s.locks.Name(), err)
+	}
+	var docs []struct {
+		ID string `bson:"_id"`
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("find locks with buffered fires in %s: %w", s.locks.Name(), err)
+	}
+	ids := make([]string, len(docs))
+	for i, d := range docs {
+		ids[i] = d.ID
+	}
+	return ids, nil
+}
+
+// CancelRequests implements OverlapStore: one find on job_locks by _id.
+func (s *MongoStore) CancelRequests(ctx context.Context, leases []Lease) (map[string]string, error) {
+	if len(leases) == 0 {
+		return nil, nil
+	}
+	jobs, runs := bson.A{}, bson.A{}
+	for _, l := range leases {
+		jobs = append(jobs, l.JobID)
+		runs = append(runs, l.RunID)
+	}
+	cur, err := s.locks.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: jobs}}},
+		{Key: LockCancelField + ".run_id", Value: bson.D{{Key: "$in", Value: runs}}}},
+		options.Find().SetProjection(bson.D{{Key: LockCancelField, Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("read cancel requests in %s: %w", s.locks.Name(), err)
+	}
+	defer cur.Close(ctx)
+	out := map[string]string{}
+	for cur.Next(ctx) {
+		if run, by := cancelBy(cur.Current); run != "" {
+			out[run] = by
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("read cancel requests in %s: %w", s.locks.Name(), err)
+	}
+	return out, nil
+}
