@@ -167,6 +167,12 @@ func (t *retrier) attempt(s schedule.Schedule, id string, slot time.Time, n int,
 		log.Warn("retry not run: the job's lock was lost during the backoff; the slot is recorded failed", "error", err)
 		r.runEnded(s.ID, StatusFailed)
 		return
+	case errors.Is(err, ErrRetryReplaced):
+		log.Info("retry not run: a cancel_other fire replaced the slot during the backoff; the slot is recorded abandoned",
+			"error", err)
+		r.runEnded(s.ID, StatusAbandoned)
+		r.drainAfter(s.ID, spec) // the replacing fire, buffered on the lock just freed
+		return
 	case err != nil:
 		log.Warn("could not claim a retry; left pending", "error", err)
 		return

@@ -127,6 +127,12 @@ var ErrRetryTaken = errors.New("retry already claimed")
 // lease, released by an operator): the attempt is recorded failed, not run.
 var ErrRetryLockLost = errors.New("the job's lock was lost during the backoff")
 
+// ErrRetryReplaced is returned by ClaimRetry when a cancel_other fire asked
+// the slot's run to stop during the backoff: the slot is recorded
+// abandoned (reason ReasonReplaced) and the lock freed for the fire
+// replacing it, which the caller then takes up.
+var ErrRetryReplaced = errors.New("replaced during the backoff")
+
 // attemptEndUpdate is the end of an attempt of a job that retries (set
 // holds the end's fields): the attempt number, the entry of the attempts
 // list and, when another attempt follows, when it is due — also as
@@ -260,7 +266,8 @@ func (s *MongoStore) ClaimRetry(ctx context.Context, c RetryClaim) (Lease, error
 	var matched int64
 	err := retrying(ctx, func() error {
 		res, err := s.locks.UpdateOne(ctx,
-			bson.D{{Key: "_id", Value: c.JobID}, {Key: "run_id", Value: runID}, {Key: "state", Value: LockRunning}},
+			bson.D{{Key: "_id", Value: c.JobID}, {Key: "run_id", Value: runID}, {Key: "state", Value: LockRunning},
+				{Key: LockCancelField + ".run_id", Value: bson.D{{Key: "$ne", Value: runID}}}},
 			bson.D{{Key: "$set", Value: bson.D{
 				{Key: "holder", Value: c.Instance}, {Key: "incarnation", Value: c.Incarnation},
 				{Key: "fence", Value: l.Fence}, {Key: "acquired_at", Value: c.Now},
@@ -273,6 +280,11 @@ func (s *MongoStore) ClaimRetry(ctx context.Context, c RetryClaim) (Lease, error
 	})
 	if err == nil && matched == 1 {
 		return l, nil
+	}
+	if err == nil {
+		if by, replaced := s.replacedInBackoff(ctx, c.JobID, runID); replaced {
+			return Lease{}, s.endReplaced(ctx, c, runID, by)
+		}
 	}
 	// The lock is not the slot's run's any more (or could not be
 	// written): the attempt is recorded failed and not run, or left to
@@ -349,4 +361,42 @@ func (s *MongoStore) GiveUpRetry(ctx context.Context, runID string, attempt int,
 		s.noticed()
 	}
 	return nil
+}
+
+// replacedInBackoff reports whether the lock of jobID, still the run's,
+// asks it to stop (cancel_other), and by which run.
+func (s *MongoStore) replacedInBackoff(ctx context.Context, jobID, runID string) (by string, replaced bool) {
+	raw, err := s.locks.FindOne(ctx, bson.D{{Key: "_id", Value: jobID}, {Key: "run_id", Value: runID}}).Raw()
+	if err != nil {
+		return "", false
+	}
+	cancel, by := cancelBy(raw)
+	return by, cancel == runID
+}
+
+// endReplaced records the slot of c abandoned, replaced by run by, and
+// frees the lock for the replacing fire (which takes it up from the
+// buffer). It returns ErrRetryReplaced, or what failed.
+func (s *MongoStore) endReplaced(ctx context.Context, c RetryClaim, runID, by string) error {
+	why := fmt.Sprintf("%s by run %s (cancel_other); attempt %d not run", ErrRetryReplaced.Error(), by, c.Attempt)
+	_, err := s.runs.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: runID}, {Key: "status", Value: StatusRunning}, {Key: FieldAttempt, Value: c.Attempt},
+			{Key: "instance", Value: c.Instance}, {Key: "incarnation", Value: c.Incarnation}},
+		bson.D{{Key: "$set", Value: withNotice(bson.D{{Key: "status", Value: StatusAbandoned}, {Key: "ended_at", Value: c.Now},
+			{Key: "abandoned_at", Value: c.Now}, {Key: "error", Value: why}, {Key: "reason", Value: ReasonReplaced},
+			{Key: "expire_at", Value: c.Now.Add(s.retention)}}, StatusAbandoned, ReasonReplaced, c.Now)},
+			{Key: "$unset", Value: bson.D{{Key: "lease_until", Value: ""}}}})
+	if err != nil {
+		return fmt.Errorf("attempt %d of run %s: %w; recording it abandoned: %w", c.Attempt, runID, ErrRetryReplaced, err)
+	}
+	s.noticed()
+	_, err = s.locks.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: c.JobID}, {Key: "run_id", Value: runID}, {Key: "state", Value: LockRunning}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: LockFree}, {Key: "holder", Value: ""}, {Key: "incarnation", Value: ""},
+			{Key: "run_id", Value: ""}, {Key: "lease_until", Value: c.Now}, {Key: "last_outcome", Value: StatusAbandoned},
+			{Key: "last_ended_at", Value: c.Now}, {Key: "updated_at", Value: c.Now}}}})
+	if err != nil {
+		return fmt.Errorf("attempt %d of run %s: %w; freeing the lock of %s: %w", c.Attempt, runID, ErrRetryReplaced, c.JobID, err)
+	}
+	return fmt.Errorf("attempt %d of run %s: %w", c.Attempt, runID, ErrRetryReplaced)
 }

@@ -318,3 +318,33 @@ func TestRetryBufferedFireWaitsForTheAttempts(t *testing.T) {
 			later.Fence, first.Attempts[1].EndedAt, first.Fence)
 	}
 }
+
+// Under cancel_other a fire during the backoff replaces the retrying slot:
+// its next attempt is not started, the slot is recorded abandoned (reason
+// replaced, naming the run replacing it), and the new fire runs.
+func TestRetryReplacedDuringBackoff(t *testing.T) {
+	t.Parallel()
+	e := newFireEnv(t)
+	var seen attemptLog
+	e.reg.Register("flaky", Spec{Overlap: OverlapCancelOther, Retry: RetryPolicy{Attempts: 3, Backoff: 400 * time.Millisecond},
+		Action: ActionFunc(func(ctx context.Context, f Fire) error {
+			if seen.add(f) == 1 {
+				return errors.New("first fails")
+			}
+			return nil
+		})})
+	r := e.retryRunner(t, "r1", time.Hour, DefaultClaimGrace)
+	slot := time.Now().Truncate(time.Second).UTC()
+	r.Fire(dueAt("flaky", slot))
+	next := slot.Add(time.Second)
+	r.Fire(dueAt("flaky", next))
+	d := e.waitStatus(t, RunID("flaky", slot), StatusAbandoned)
+	if d.Reason != ReasonReplaced || !strings.Contains(d.Error, RunID("flaky", next)) || !strings.Contains(d.Error, ErrRetryReplaced.Error()) || d.Notice == nil {
+		t.Errorf("replaced slot %+v: want abandoned, reason replaced, naming %s, notified", d, RunID("flaky", next))
+	}
+	e.waitStatus(t, RunID("flaky", next), StatusSucceeded)
+	fires := seen.all()
+	if len(fires) != 2 || fires[0].ScheduledAt != slot || fires[1].ScheduledAt != next {
+		t.Errorf("runs %+v: want the slot's first attempt, then the replacing fire (no second attempt)", fires)
+	}
+}
