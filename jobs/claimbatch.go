@@ -64,6 +64,9 @@ func (s *MongoStore) ClaimBatch(ctx context.Context, b BatchClaim) []ClaimOutcom
 		slot := f.Slot.UTC()
 		c.leases[i] = Lease{JobID: f.JobID, Slot: slot, Instance: b.Instance, Incarnation: b.Incarnation,
 			RunID: RunID(f.JobID, slot), Fence: FenceOf(slot), Overlap: f.Overlap}
+		if f.OffSchedule {
+			c.leases[i].RunID, c.leases[i].Fence, c.leases[i].OffSchedule = f.RunID, f.Fence, true
+		}
 		if seen[c.leases[i].RunID] {
 			c.out[i] = ClaimOutcome{Result: AlreadyFired, Reason: reasonDuplicateFire}
 			continue
@@ -362,6 +365,9 @@ func (c *claimer) errf(i int, step string, err error) error {
 // instance.
 func (c *claimer) lockFilter(i int) bson.D {
 	l := c.leases[i]
+	if c.b.Fires[i].OffSchedule {
+		return c.offScheduleFilter(i)
+	}
 	if !l.Overlap.takesLock() {
 		// Only the slot: later than the job's last, on a sane document.
 		return bson.D{
@@ -391,6 +397,9 @@ func (c *claimer) lockFilter(i int) bson.D {
 
 func (c *claimer) lockUpdate(i int) bson.D {
 	l := c.leases[i]
+	if c.b.Fires[i].OffSchedule {
+		return c.offScheduleUpdate(i)
+	}
 	if !l.Overlap.takesLock() {
 		// A job without a lock document gets a free one.
 		return bson.D{
@@ -485,7 +494,12 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 				continue
 			}
 			v := inspectLock(raw, c.b.Now, c.b.TTL)
+			off := c.b.Fires[i].OffSchedule
 			switch {
+			case off && len(v.damage) == 0:
+				if !c.decideOffSchedule(i, v, repaired[i]) {
+					todo = append(todo, i) // free by now: try again
+				}
 			case !l.Overlap.takesLock() && len(v.damage) == 0 && v.lastSlot.Equal(l.Slot):
 				// No other replica can have claimed this slot (the record
 				// is this replica's): the upsert landed, its answer lost.
@@ -515,7 +529,7 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 				// this read.
 				c.out[i] = ClaimOutcome{Result: Buffered, Lease: l, Repaired: repaired[i],
 					Reason: fmt.Sprintf("buffered and taken up at once (overlap %s)", l.Overlap)}
-			case !v.lastSlot.Before(l.Slot):
+			case !off && !v.lastSlot.Before(l.Slot):
 				c.out[i] = ClaimOutcome{Result: Skipped, Repaired: repaired[i],
 					Reason: fmt.Sprintf("a later slot was claimed (last slot %s)", v.lastSlot.UTC().Format(time.RFC3339Nano))}
 			case l.Overlap.buffers() && (c.heldLive(i, v) || bufferLen(raw) > 0):
