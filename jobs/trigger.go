@@ -42,6 +42,10 @@ type OffScheduleFire struct {
 	Started func(Lease)
 }
 
+// NotRunUnknownAction is OffScheduleResult.NotRun for a fire whose job
+// names an action the registry does not have.
+const NotRunUnknownAction = "unknown_action"
+
 // OffScheduleResult says how an off-schedule fire ended on this replica.
 type OffScheduleResult struct {
 	// Ran: this replica claimed and ran it; Status and Error are the run's.
@@ -56,7 +60,7 @@ type OffScheduleResult struct {
 	// AlreadyFired: another record under RunID (or of its slot) exists:
 	// another replica has the run, or a backfilled slot was decided.
 	AlreadyFired bool
-	// NotRun is set (a Hooks.NotRun reason, or "unknown_action") when the
+	// NotRun is set (a Hooks.NotRun reason, or NotRunUnknownAction) when the
 	// fire was not claimed for another reason: shutting down, the starting
 	// deadline, the database unreachable, a claim error.
 	NotRun string
@@ -93,7 +97,7 @@ func (r *Runner) RunOffSchedule(f OffScheduleFire) OffScheduleResult {
 	if !ok {
 		err := fmt.Errorf("job %s: %w %q", id, ErrUnknownAction, f.Schedule.ActionName())
 		log.Error("off-schedule run names an unknown action", "action", f.Schedule.ActionName())
-		return OffScheduleResult{NotRun: "unknown_action", Error: err.Error()}
+		return OffScheduleResult{NotRun: NotRunUnknownAction, Error: err.Error()}
 	}
 	startBy := f.Offered.Add(deadline)
 	owner := r.opts.Owns == nil || r.opts.Owns(id)
