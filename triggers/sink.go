@@ -244,12 +244,10 @@ func (s *Sink) pace() {
 	}
 }
 
-// ctx bounds one database operation.
-func (s *Sink) ctx() context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultOpTimeout)
-	context.AfterFunc(ctx, cancel) // released when it ends
-	return ctx
-}
+// ctx is the context of the store's operations, each of which bounds
+// itself by DefaultOpTimeout: not tied to the sink's life, so outcomes are
+// still written at shutdown.
+func (s *Sink) ctx() context.Context { return context.Background() }
 
 func (s *Sink) write(req Request, what string, err error) {
 	if err != nil {
@@ -260,7 +258,9 @@ func (s *Sink) write(req Request, what string, err error) {
 // run handles a pending request seen at seen.
 func (s *Sink) run(req Request, seen time.Time) {
 	log := s.log.With("trigger_id", req.Key, "job_id", req.JobID)
-	sched, err := s.opts.Schedules(s.ctx(), req.JobID)
+	sctx, cancel := context.WithTimeout(context.Background(), DefaultOpTimeout)
+	sched, err := s.opts.Schedules(sctx, req.JobID)
+	cancel()
 	switch {
 	case errors.Is(err, ErrNoJob) || errors.Is(err, schedule.ErrInvalid):
 		log.Warn("trigger refused", "error", err)
