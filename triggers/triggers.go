@@ -275,3 +275,25 @@ func Indexes() []mongo.IndexModel {
 		{Keys: bson.D{{Key: FieldExpireAt, Value: 1}}, Options: options.Index().SetExpireAfterSeconds(0).SetName(TTLIndex)},
 	}
 }
+
+// Doc is a request as stored, every field named: what operators write
+// (JobID, Args, RequestedAt, RequestedBy, Slot) and what the daemons write
+// back (the rest). The sink decodes requests leniently (Decode) so that a
+// bad one gets its error written on it; Doc is for readers.
+type Doc struct {
+	ID          any       `bson:"_id" json:"trigger_id"`
+	JobID       string    `bson:"job_id" json:"job_id"`
+	Args        bson.M    `bson:"args,omitempty" json:"args,omitempty"`
+	RequestedAt time.Time `bson:"requested_at,omitempty" json:"requested_at,omitzero"`
+	RequestedBy string    `bson:"requested_by,omitempty" json:"requested_by,omitempty"`
+	Slot        time.Time `bson:"slot,omitempty" json:"slot,omitzero"`
+	Status      string    `bson:"status,omitempty" json:"status,omitempty"`
+	RunID       string    `bson:"run_id,omitempty" json:"run_id,omitempty"`
+	Instance    string    `bson:"instance,omitempty" json:"instance,omitempty"`
+	Fence       int64     `bson:"fence,omitempty" json:"fence,omitempty"`
+	StartedAt   time.Time `bson:"started_at,omitempty" json:"started_at,omitzero"`
+	EndedAt     time.Time `bson:"ended_at,omitempty" json:"ended_at,omitzero"`
+	Error       string    `bson:"error,omitempty" json:"error,omitempty"`
+	UpdatedAt   time.Time `bson:"updated_at,omitempty" json:"updated_at,omitzero"`
+	ExpireAt    time.Time `bson:"expire_at,omitempty" json:"-"`
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/cronswap/cronswap/members"
 	"github.com/cronswap/cronswap/notify"
 	"github.com/cronswap/cronswap/schedule"
+	"github.com/cronswap/cronswap/triggers"
 )
 
 func TestMain(m *testing.M) { testmongo.Main(m, nil) }
@@ -31,7 +32,7 @@ func ctx(t *testing.T) context.Context {
 }
 
 // The index keys are the bson names of the documents they index
-// (jobs.RunDoc, history.Entry, members.Member), so the indexes cover what is written.
+// (jobs.RunDoc, history.Entry, members.Member, triggers.Doc), so the indexes cover what is written.
 func TestIndexesUseDocumentFields(t *testing.T) {
 	fields := func(rt reflect.Type) map[string]bool {
 		tags := map[string]bool{}
@@ -42,17 +43,18 @@ func TestIndexesUseDocumentFields(t *testing.T) {
 		return tags
 	}
 	docs := map[string]map[string]bool{
-		jobs.RunsCollection:    fields(reflect.TypeFor[jobs.RunDoc]()),
-		history.CollectionName: fields(reflect.TypeFor[history.Entry]()),
-		members.CollectionName: fields(reflect.TypeFor[members.Member]()),
-		notify.CollectionName:  fields(reflect.TypeFor[notify.Doc]()),
+		jobs.RunsCollection:     fields(reflect.TypeFor[jobs.RunDoc]()),
+		history.CollectionName:  fields(reflect.TypeFor[history.Entry]()),
+		members.CollectionName:  fields(reflect.TypeFor[members.Member]()),
+		notify.CollectionName:   fields(reflect.TypeFor[notify.Doc]()),
+		triggers.CollectionName: fields(reflect.TypeFor[triggers.Doc]()),
 	}
 	var names []string
 	for _, ix := range admin.Indexes() {
 		tags, ok := docs[ix.Collection]
 		if !ok {
-			t.Errorf("index %s on %s, want %s, %s, %s or %s", ix.Name(), ix.Collection, jobs.RunsCollection, history.CollectionName,
-				members.CollectionName, notify.CollectionName)
+			t.Errorf("index %s on %s, want %s, %s, %s, %s or %s", ix.Name(), ix.Collection, jobs.RunsCollection, history.CollectionName,
+				members.CollectionName, notify.CollectionName, triggers.CollectionName)
 		}
 		names = append(names, ix.Collection+"."+ix.Name())
 		for _, k := range ix.Model.Keys.(bson.D) {
@@ -67,7 +69,8 @@ func TestIndexesUseDocumentFields(t *testing.T) {
 		history.CollectionName + "." + history.JobIndex, history.CollectionName + "." + history.TTLIndex,
 		members.CollectionName + "." + members.TTLIndex,
 		notify.CollectionName + "." + notify.DueIndex, notify.CollectionName + "." + notify.TTLIndex,
-		notify.CollectionName + "." + notify.JobIndex, jobs.RunsCollection + "." + notify.OutboxIndex}
+		notify.CollectionName + "." + notify.JobIndex, jobs.RunsCollection + "." + notify.OutboxIndex,
+		triggers.CollectionName + "." + triggers.TTLIndex}
 	if !slices.Equal(names, want) {
 		t.Errorf("index names %q, want %q", names, want)
 	}
@@ -85,7 +88,7 @@ func TestInitOverExistingCollections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.Contains(rep.CreatedCollections, schedule.CollectionName) || len(rep.CreatedCollections) != len(admin.Collections())-1 || len(rep.CreatedIndexes) != 10 {
+	if slices.Contains(rep.CreatedCollections, schedule.CollectionName) || len(rep.CreatedCollections) != len(admin.Collections())-1 || len(rep.CreatedIndexes) != 11 {
 		t.Fatalf("report %+v", rep)
 	}
 	switch rep.Validator {

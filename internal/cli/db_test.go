@@ -674,7 +674,7 @@ func TestInitTwice(t *testing.T) {
 	e := newEnv(t)
 	var rep admin.InitReport
 	e.okJSON(&rep, "init")
-	if len(rep.CreatedCollections) != 8 || len(rep.CreatedIndexes) != 10 || !rep.Changed() {
+	if len(rep.CreatedCollections) != 9 || len(rep.CreatedIndexes) != 11 || !rep.Changed() {
 		t.Fatalf("first init: %+v", rep)
 	}
 	// The indexes are there with their options.
