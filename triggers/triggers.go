@@ -9,6 +9,7 @@
 package triggers
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -296,4 +297,12 @@ type Doc struct {
 	Error       string    `bson:"error,omitempty" json:"error,omitempty"`
 	UpdatedAt   time.Time `bson:"updated_at,omitempty" json:"updated_at,omitzero"`
 	ExpireAt    time.Time `bson:"expire_at,omitempty" json:"-"`
+}
+
+// EnsureIndexes creates Indexes on coll; existing ones are left alone.
+func EnsureIndexes(ctx context.Context, coll *mongo.Collection) error {
+	if _, err := coll.Indexes().CreateMany(ctx, Indexes()); err != nil {
+		return fmt.Errorf("create the indexes of %s: %w", coll.Name(), err)
+	}
+	return nil
 }

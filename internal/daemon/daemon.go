@@ -219,8 +219,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer stopIndexes()
 	go ensureRunIndexes(indexCtx, d.client.Database(d.cfg.Mongo.Database).Collection(jobs.RunsCollection), d.log)
 	stopHistory := d.history.run(d.log)
-	defer stopHistory()                            // after the watcher stopped: no entry comes after it
-	defer d.triggers.start(d.synced, d.log.Warn)() // stopped after the runner's shutdown
+	defer stopHistory() // after the watcher stopped: no entry comes after it
+	// The triggers stream stops after the runner's shutdown (deferred).
+	defer d.triggers.start(d.synced)()
 
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- d.server.Serve(d.listener) }()

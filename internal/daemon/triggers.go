@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -33,6 +34,8 @@ const triggersTokenSuffix = "/triggers"
 type triggerWatch struct {
 	watcher *changestream.Watcher
 	sink    *triggers.Sink
+	coll    *mongo.Collection
+	log     *slog.Logger
 }
 
 // newTriggerWatch builds the watcher of the triggers collection over db,
@@ -58,15 +61,17 @@ func newTriggerWatch(d *Daemon, db *mongo.Database) *triggerWatch {
 		Logger:           d.log.With("collection", triggers.CollectionName),
 		IdleSaveInterval: triggersIdleSaveInterval,
 	})
-	return &triggerWatch{watcher: changestream.New(opts), sink: sink}
+	return &triggerWatch{watcher: changestream.New(opts), sink: sink, coll: triggers.Collection(db), log: d.log}
 }
 
-// start runs the watcher once ready is closed (the schedules are loaded
-// and this process holds its instance id). The returned stop ends the
-// watcher and waits for the requests being handled; call it after the
-// runner's Shutdown.
-func (t *triggerWatch) start(ready <-chan struct{}, log func(msg string, args ...any)) (stop func()) {
+// start creates the collection's TTL index (in the background, retried)
+// and runs the watcher once ready is closed (the schedules are loaded and
+// this process holds its instance id). The returned stop ends the watcher
+// and waits for the requests being handled; call it after the runner's
+// Shutdown.
+func (t *triggerWatch) start(ready <-chan struct{}) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
+	go ensureIndexes(ctx, t.coll.Name(), func(ctx context.Context) error { return triggers.EnsureIndexes(ctx, t.coll) }, t.log)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -76,7 +81,7 @@ func (t *triggerWatch) start(ready <-chan struct{}, log func(msg string, args ..
 			return
 		}
 		if err := t.watcher.Run(ctx); err != nil && ctx.Err() == nil {
-			log("triggers watcher stopped", "error", err)
+			t.log.Warn("triggers watcher stopped", "error", err)
 		}
 	}()
 	return func() {
