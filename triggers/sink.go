@@ -286,7 +286,14 @@ func (s *Sink) run(req Request, seen time.Time) {
 	for bump := 0; ; bump++ {
 		f := jobs.OffScheduleFire{Schedule: sched, Offered: seen, Deadline: s.opts.Deadline,
 			Started: func(l jobs.Lease) {
-				s.write(req, jobs.StatusRunning, s.opts.Store.Started(s.ctx(), req.ID, l, time.Now()))
+				// Beside the action, not before it: the write never delays
+				// the start, and written after the end it matches nothing.
+				now := time.Now()
+				s.wg.Add(1) // run's own count keeps the group open
+				go func() {
+					defer s.wg.Done()
+					s.write(req, jobs.StatusRunning, s.opts.Store.Started(s.ctx(), req.ID, l, now))
+				}()
 			}}
 		if req.Backfill() {
 			f.RunID, f.Slot = jobs.RunID(req.JobID, req.Slot), req.Slot
