@@ -7,26 +7,22 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/cronswap/cronswap/blackout"
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/jobs"
-	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/triggers"
 )
 
-// Idle traffic of the triggers stream: an idle getMore waits this long on
-// the server (an insert ends it at once, so a request is seen as fast as
-// an edit), and its advancing token is saved this rarely. Together with
-// the resync's full read they add about 1.3 commands per idle minute per
-// replica (1 getMore, 0.2 token saves, 0.1 reads of the collection).
-const (
-	triggersMaxAwait         = time.Minute
-	triggersIdleSaveInterval = 5 * time.Minute
-)
-
-// triggersTokenSuffix is appended to the instance id to name the triggers
-// stream's resume token beside the schedules stream's.
-const triggersTokenSuffix = "/triggers"
+// triggersMaxAwait is the getMore wait of the triggers change stream. An
+// insert ends a waiting getMore at once, so a request is seen as fast as an
+// edit whatever this is; it only sets the idle cost: one getMore a minute.
+// The token is kept in memory (blackout.MemoryTokens): a restarted daemon
+// reads the pending requests anyway, so a stored token would buy nothing
+// and cost writes. With the resync's read of the pending requests (every
+// watch.resync_interval, 10 minutes by default) the stream adds about 1.1
+// commands per idle minute per replica.
+const triggersMaxAwait = time.Minute
 
 // triggerWatch is the daemon's second change stream: the triggers
 // collection, handed to a triggers.Sink that runs each request through the
@@ -54,12 +50,11 @@ func newTriggerWatch(d *Daemon, db *mongo.Database) *triggerWatch {
 		wait = *ri
 	}
 	opts := d.cfg.Watch.Apply(changestream.Options{
-		ID:               d.cfg.InstanceID + triggersTokenSuffix,
-		Feed:             changestream.NewMongoFeed(triggers.Collection(db), wait),
-		Tokens:           resumetoken.NewMongoStore(db.Collection(resumetoken.CollectionName)),
-		Sink:             sink,
-		Logger:           d.log.With("collection", triggers.CollectionName),
-		IdleSaveInterval: triggersIdleSaveInterval,
+		ID:     d.cfg.InstanceID + "/" + triggers.CollectionName,
+		Feed:   triggers.NewFeed(triggers.Collection(db), wait),
+		Tokens: blackout.NewMemoryTokens(),
+		Sink:   sink,
+		Logger: d.log.With("collection", triggers.CollectionName),
 	})
 	return &triggerWatch{watcher: changestream.New(opts), sink: sink, coll: triggers.Collection(db), log: d.log}
 }
