@@ -15,14 +15,15 @@ import (
 )
 
 // triggersMaxAwait is the getMore wait of the triggers change stream. An
-// insert ends a waiting getMore at once, so a request is seen as fast as an
-// edit whatever this is; it only sets the idle cost: one getMore a minute.
-// The token is kept in memory (blackout.MemoryTokens): a restarted daemon
-// reads the pending requests anyway, so a stored token would buy nothing
-// and cost writes. With the resync's read of the pending requests (every
-// watch.resync_interval, 10 minutes by default) the stream adds about 1.1
+// insert ends a waiting getMore at once (and a shutdown abandons it at
+// once), so a request is seen as fast as an edit whatever this is; it only
+// sets the idle cost: one getMore every two minutes. The token is kept in
+// memory (blackout.MemoryTokens): a restarted daemon reads the pending
+// requests anyway, so a stored token would buy nothing and cost writes.
+// With the resync's read of the pending requests (every
+// watch.resync_interval, 10 minutes by default) the stream adds about 0.6
 // commands per idle minute per replica.
-const triggersMaxAwait = time.Minute
+const triggersMaxAwait = 2 * time.Minute
 
 // triggerWatch is the daemon's second change stream: the triggers
 // collection, handed to a triggers.Sink that runs each request through the
