@@ -310,8 +310,7 @@ func (s *Sink) run(req Request, seen time.Time) {
 			log.Warn("trigger not run; left pending for another replica or the next start", "reason", res.NotRun, "error", res.Error)
 			return
 		case res.NotRun == jobs.NotRunUnknownAction:
-			log.Warn("trigger refused", "reason", res.NotRun, "error", res.Error)
-			s.write(req, StatusRejected, s.opts.Store.Reject(s.ctx(), req.ID, res.Error, time.Now()))
+			s.unknownAction(log, req, f.RunID, res.Error)
 			return
 		case res.NotRun != "":
 			log.Warn("trigger not run", "reason", res.NotRun, "error", res.Error)
@@ -375,6 +374,34 @@ func (s *Sink) run(req Request, seen time.Time) {
 			s.write(req, StatusNotRun, s.opts.Store.NotRun(ctx, req.ID, why, time.Now()))
 			return
 		}
+	}
+}
+
+// unknownActionWait is how long a replica whose config lacks the job's
+// action waits before it refuses the request: long enough for a replica
+// that has it (a config being rolled out) to claim it first.
+const unknownActionWait = jobs.DefaultClaimGrace + time.Second
+
+// unknownAction refuses a request whose job's action this replica does not
+// have, unless another replica ran it meanwhile (a run's outcome, which
+// may also come after the refusal, wins over it).
+func (s *Sink) unknownAction(log *slog.Logger, req Request, runID, why string) {
+	t := time.NewTimer(unknownActionWait)
+	select {
+	case <-t.C:
+	case <-s.stop:
+		t.Stop()
+		return
+	}
+	rec, err := s.opts.Store.Record(s.ctx(), runID)
+	switch {
+	case err != nil:
+		log.Warn("trigger not handled: could not read its record", "run_id", runID, "error", err)
+	case rec != nil:
+		s.write(req, rec.Status, s.opts.Store.FromRecord(s.ctx(), req.ID, *rec, true, time.Now()))
+	default:
+		log.Warn("trigger refused", "reason", jobs.NotRunUnknownAction, "error", why)
+		s.write(req, StatusRejected, s.opts.Store.Reject(s.ctx(), req.ID, why, time.Now()))
 	}
 }
 

@@ -48,18 +48,9 @@ func newEnv(t *testing.T, replicas int) *env {
 	for _, name := range []string{"report", "paused", "fail", "every"} {
 		e.reg.Register(name, jobs.Spec{Action: action})
 	}
-	log := slog.New(slog.DiscardHandler)
-	locks, runs := jobs.Collections(db)
 	for i := range replicas {
-		inst := string(rune('a' + i))
-		r := jobs.NewRunner(jobs.RunnerOptions{Registry: e.reg, InstanceID: inst, Logger: log,
-			Store: jobs.NewMongoStore(locks, runs, jobs.MongoStoreOptions{Instance: inst, Logger: log}), TTL: time.Minute,
-			// The first replica owns every job; the others take over after the grace.
-			Owns: func(string) bool { return i == 0 }})
-		s := NewSink(Options{Runner: r, Store: NewStore(e.coll, runs, time.Hour, inst),
-			Schedules: Schedules(db.Collection(schedule.CollectionName)), Logger: log, BackfillInterval: 50 * time.Millisecond})
-		t.Cleanup(func() { r.Shutdown(10 * time.Second); s.Close() })
-		e.replicas = append(e.replicas, s)
+		// The first replica owns every job; the others take over after the grace.
+		e.addReplica(t, string(rune('a'+i)), e.reg, i == 0)
 	}
 	e.schedule(t, bson.D{{Key: "_id", Value: "report"}, {Key: "cron_expr", Value: "0 9 * * *"}, {Key: "args", Value: bson.D{{Key: "k", Value: "sched"}}}})
 	e.schedule(t, bson.D{{Key: "_id", Value: "paused"}, {Key: "cron_expr", Value: "0 9 * * *"}, {Key: "enabled", Value: false}})
@@ -67,6 +58,21 @@ func newEnv(t *testing.T, replicas int) *env {
 	e.schedule(t, bson.D{{Key: "_id", Value: "every"}, {Key: "cron_expr", Value: "0 * * * *"}})
 	e.schedule(t, bson.D{{Key: "_id", Value: "noaction"}, {Key: "cron_expr", Value: "0 9 * * *"}})
 	return e
+}
+
+// addReplica adds a replica running the actions of reg; owner says
+// whether it owns every job.
+func (e *env) addReplica(t *testing.T, inst string, reg *jobs.Registry, owner bool) {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	locks, runs := jobs.Collections(e.db)
+	r := jobs.NewRunner(jobs.RunnerOptions{Registry: reg, InstanceID: inst, Logger: log,
+		Store: jobs.NewMongoStore(locks, runs, jobs.MongoStoreOptions{Instance: inst, Logger: log}), TTL: time.Minute,
+		Owns: func(string) bool { return owner }})
+	s := NewSink(Options{Runner: r, Store: NewStore(e.coll, runs, time.Hour, inst),
+		Schedules: Schedules(e.db.Collection(schedule.CollectionName)), Logger: log, BackfillInterval: 50 * time.Millisecond})
+	t.Cleanup(func() { r.Shutdown(10 * time.Second); s.Close() })
+	e.replicas = append(e.replicas, s)
 }
 
 func (e *env) schedule(t *testing.T, doc bson.D) {
@@ -279,4 +285,21 @@ func TestBackfillRunsOnlyUnrunSlots(t *testing.T) {
 func bsonString(s string) []byte {
 	_, v, _ := bson.MarshalValue(s)
 	return v
+}
+
+// A replica whose config lacks the job's action (a config being rolled
+// out) does not refuse a request another replica runs: owner or not, the
+// request ends with the run's outcome.
+func TestRunNowActionOnSomeReplicasOnly(t *testing.T) {
+	t.Parallel()
+	for _, lackingOwns := range []bool{false, true} {
+		e := newEnv(t, 0)
+		e.addReplica(t, "has", e.reg, !lackingOwns)
+		e.addReplica(t, "lacks", jobs.NewRegistry(), lackingOwns)
+		m := e.final(t, e.insert(t, bson.D{{Key: "job_id", Value: "report"}}))
+		if m[FieldStatus] != jobs.StatusSucceeded || m[FieldInstance] != "has" || len(e.runs("report")) != 1 {
+			t.Errorf("lacking replica owns=%v: %v, ran %d: want succeeded once on the replica that has the action",
+				lackingOwns, m, len(e.runs("report")))
+		}
+	}
 }

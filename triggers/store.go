@@ -71,10 +71,21 @@ func (s *Store) NotRun(ctx context.Context, id bson.RawValue, why string, now ti
 	return s.update(ctx, pending(id), s.final(StatusNotRun, why, now))
 }
 
-// Started marks a pending request running under lease (this replica won
-// its claim).
+// runnable matches request id while it is pending, running or refused
+// for an action another replica did not have: a run's own outcome wins
+// over such a refusal.
+func runnable(id bson.RawValue, also ...string) bson.D {
+	in := bson.A{nil, StatusRejected}
+	for _, a := range also {
+		in = append(in, a)
+	}
+	return bson.D{{Key: FieldID, Value: id}, {Key: FieldStatus, Value: bson.D{{Key: "$in", Value: in}}}}
+}
+
+// Started marks a request running under lease (this replica won its
+// claim).
 func (s *Store) Started(ctx context.Context, id bson.RawValue, l jobs.Lease, now time.Time) error {
-	return s.update(ctx, pending(id), bson.D{{Key: FieldStatus, Value: StatusRunning}, {Key: FieldRunID, Value: l.RunID},
+	return s.update(ctx, runnable(id), bson.D{{Key: FieldStatus, Value: StatusRunning}, {Key: FieldRunID, Value: l.RunID},
 		{Key: FieldInstance, Value: l.Instance}, {Key: FieldFence, Value: l.Fence}, {Key: FieldStartedAt, Value: now},
 		{Key: FieldUpdatedAt, Value: now}})
 }
@@ -82,9 +93,8 @@ func (s *Store) Started(ctx context.Context, id bson.RawValue, l jobs.Lease, now
 // Finish writes the end of the run this replica ran (or skipped) for
 // request id: status and error as recorded on the run.
 func (s *Store) Finish(ctx context.Context, id bson.RawValue, runID, status, errMsg string, now time.Time) error {
-	filter := bson.D{{Key: FieldID, Value: id}, {Key: FieldStatus, Value: bson.D{{Key: "$in", Value: bson.A{nil, StatusRunning}}}}}
 	set := append(s.final(status, errMsg, now), bson.E{Key: FieldRunID, Value: runID}, bson.E{Key: FieldEndedAt, Value: now})
-	return s.update(ctx, filter, set)
+	return s.update(ctx, runnable(id, StatusRunning), set)
 }
 
 // FromRecord copies the outcome of run record rec onto request id when
@@ -97,7 +107,7 @@ func (s *Store) FromRecord(ctx context.Context, id bson.RawValue, rec jobs.RunDo
 	}
 	filter := bson.D{{Key: FieldID, Value: id}, {Key: FieldStatus, Value: StatusRunning}, {Key: FieldRunID, Value: rec.ID}}
 	if mine {
-		filter = bson.D{{Key: FieldID, Value: id}, {Key: FieldStatus, Value: bson.D{{Key: "$in", Value: bson.A{nil, StatusRunning}}}}}
+		filter = runnable(id, StatusRunning)
 	}
 	ended := rec.EndedAt
 	if ended.IsZero() {
