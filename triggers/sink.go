@@ -68,10 +68,12 @@ type Sink struct {
 	mu       sync.Mutex
 	inflight map[string]bool
 	queue    []Request // backfill requests waiting for their turn
-	closed   bool
-	wake     chan struct{}
-	stop     chan struct{}
-	wg       sync.WaitGroup
+	// backfilling holds the jobs with a backfilled slot being offered.
+	backfilling map[string]bool
+	closed      bool
+	wake        chan struct{}
+	stop        chan struct{}
+	wg          sync.WaitGroup
 }
 
 // NewSink returns a sink; Close stops it.
@@ -85,7 +87,7 @@ func NewSink(opts Options) *Sink {
 	if opts.Location == nil {
 		opts.Location = time.UTC
 	}
-	s := &Sink{opts: opts, log: opts.Logger, inflight: map[string]bool{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	s := &Sink{opts: opts, log: opts.Logger, inflight: map[string]bool{}, backfilling: map[string]bool{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	s.wg.Add(1)
 	go s.pace()
 	return s
@@ -170,10 +172,7 @@ func (s *Sink) take(doc bson.Raw, full bool) {
 		if !s.closed && !s.inflight[req.Key] {
 			s.inflight[req.Key] = true
 			s.queue = append(s.queue, req)
-			select {
-			case s.wake <- struct{}{}:
-			default:
-			}
+			s.signal()
 		}
 		s.mu.Unlock()
 		return
@@ -203,16 +202,25 @@ func (s *Sink) done(key string) {
 	s.mu.Unlock()
 }
 
-// pace offers the queued backfill requests, one per BackfillInterval.
+// pace offers the queued backfill requests, oldest first, one per
+// BackfillInterval, and one job's one at a time: the next slot of a job is
+// offered once the previous one ended, so that under a policy that takes
+// the lock the slots of a backfill run one after another instead of
+// skipping each other.
 func (s *Sink) pace() {
 	defer s.wg.Done()
 	var last time.Time
 	for {
 		s.mu.Lock()
 		var req Request
-		ok := len(s.queue) > 0
-		if ok {
-			req, s.queue = s.queue[0], s.queue[1:]
+		ok := false
+		for i, q := range s.queue {
+			if !s.backfilling[q.JobID] {
+				req, ok = q, true
+				s.queue = append(s.queue[:i:i], s.queue[i+1:]...)
+				s.backfilling[q.JobID] = true
+				break
+			}
 		}
 		s.mu.Unlock()
 		if !ok {
@@ -238,9 +246,26 @@ func (s *Sink) pace() {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
+			defer s.signal()
+			defer s.backfilled(req.JobID)
 			defer s.done(req.Key)
 			s.run(req, offered)
 		}()
+	}
+}
+
+// backfilled marks job's backfilled slot ended.
+func (s *Sink) backfilled(job string) {
+	s.mu.Lock()
+	delete(s.backfilling, job)
+	s.mu.Unlock()
+}
+
+// signal wakes the pacer.
+func (s *Sink) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
 	}
 }
 

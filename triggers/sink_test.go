@@ -48,6 +48,10 @@ func newEnv(t *testing.T, replicas int) *env {
 	for _, name := range []string{"report", "paused", "fail", "every"} {
 		e.reg.Register(name, jobs.Spec{Action: action})
 	}
+	e.reg.Register("slow", jobs.Spec{Action: jobs.ActionFunc(func(ctx context.Context, f jobs.Fire) error {
+		time.Sleep(300 * time.Millisecond)
+		return action(ctx, f)
+	})})
 	for i := range replicas {
 		// The first replica owns every job; the others take over after the grace.
 		e.addReplica(t, string(rune('a'+i)), e.reg, i == 0)
@@ -57,6 +61,7 @@ func newEnv(t *testing.T, replicas int) *env {
 	e.schedule(t, bson.D{{Key: "_id", Value: "fail"}, {Key: "cron_expr", Value: "0 9 * * *"}})
 	e.schedule(t, bson.D{{Key: "_id", Value: "every"}, {Key: "cron_expr", Value: "0 * * * *"}})
 	e.schedule(t, bson.D{{Key: "_id", Value: "noaction"}, {Key: "cron_expr", Value: "0 9 * * *"}})
+	e.schedule(t, bson.D{{Key: "_id", Value: "slow"}, {Key: "cron_expr", Value: "0 * * * *"}})
 	return e
 }
 
@@ -300,6 +305,42 @@ func TestRunNowActionOnSomeReplicasOnly(t *testing.T) {
 		if m[FieldStatus] != jobs.StatusSucceeded || m[FieldInstance] != "has" || len(e.runs("report")) != 1 {
 			t.Errorf("lacking replica owns=%v: %v, ran %d: want succeeded once on the replica that has the action",
 				lackingOwns, m, len(e.runs("report")))
+		}
+	}
+}
+
+// The slots of one backfill run one after another: under forbid a slot is
+// offered once the previous one ended, so none is skipped by the one
+// before it, however long the action takes against the pacing interval.
+func TestBackfillSlotsOfOneJobDoNotSkipEachOther(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	base := time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC)
+	ctx := context.Background()
+	var ids []string
+	for i := range 4 {
+		slot := base.Add(time.Duration(i) * time.Hour)
+		id := BackfillIDPrefix + jobs.RunID("slow", slot)
+		ids = append(ids, id)
+		if _, err := e.coll.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "job_id", Value: "slow"}, {Key: "slot", Value: slot}}); err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := e.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+		e.replicas[0].Upsert(raw)
+	}
+	for _, id := range ids {
+		m := e.final(t, bson.RawValue{Type: bson.TypeString, Value: bsonString(id)})
+		if m[FieldStatus] != jobs.StatusSucceeded {
+			t.Errorf("%s: %v, want succeeded", id, m)
+		}
+	}
+	got := e.runs("slow")
+	if len(got) != 4 {
+		t.Fatalf("ran %d slots, want 4", len(got))
+	}
+	for i, f := range got {
+		if want := base.Add(time.Duration(i) * time.Hour); !f.ScheduledAt.Equal(want) {
+			t.Errorf("run %d at %v, want %v (oldest first)", i, f.ScheduledAt, want)
 		}
 	}
 }
