@@ -232,3 +232,20 @@ func TestTriggersBackfillRunsOnlyUnrunSlots(t *testing.T) {
 		t.Errorf("second backfill: %+v, want nothing wanted", plan)
 	}
 }
+
+// A request inserted while no daemon runs is not lost: the first daemon to
+// start reads the pending requests and runs it.
+func TestTriggersPendingRequestRunsAtStart(t *testing.T) {
+	uri, db := setup(t)
+	rec := fpNewRecorder(t)
+	insert(t, db, bson.D{{Key: "_id", Value: "later"}, {Key: "cron_expr", Value: "0 0 3 1 1 *"}, {Key: "job", Value: "hit"}})
+	mongosh(t, uri, db.Name(), `db.triggers.insertOne({_id: "while_down", job_id: "later"})`)
+	startReplicas(t, uri, db.Name(), 1, "", rec.jobsYAML(""))
+	doc := trigFinal(t, db, "while_down")
+	if doc.Status != jobs.StatusSucceeded || doc.Instance != "r1" {
+		t.Fatalf("request inserted while down: %+v, want succeeded on r1", doc)
+	}
+	if hits := hitsOf(rec, triggers.RunIDOf("while_down")); len(hits) != 1 {
+		t.Fatalf("ran %d times, want once", len(hits))
+	}
+}
