@@ -613,9 +613,14 @@ func (c *claimer) closeUnrun(ctx context.Context) {
 			{Key: "instance", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation}}
 		if o.Result == Acquired {
 			if l.Overlap.takesLock() {
-				// The lock is taken: the record says running from now on.
+				// The lock is taken: the record says running from now on
+				// (an off-schedule run's with the fence it took the lock with).
+				set := bson.D{{Key: "status", Value: StatusRunning}}
+				if l.OffSchedule {
+					set = append(set, bson.E{Key: "fence", Value: l.Fence})
+				}
 				models = append(models, mongo.NewUpdateOneModel().SetFilter(mine).
-					SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusRunning}}},
+					SetUpdate(bson.D{{Key: "$set", Value: set},
 						{Key: "$unset", Value: bson.D{{Key: "reason", Value: ""}}}})) // a wait on the lock that ended
 				promoted = append(promoted, i)
 			}

@@ -84,8 +84,12 @@ func (c *claimer) decideOffSchedule(i int, v lockView, repaired []string) bool {
 		c.out[i] = ClaimOutcome{Result: Skipped, Holder: v.holder, HolderRunID: v.runID, Repaired: repaired,
 			Reason: fmt.Sprintf("run %s of %s still holds the lock", v.runID, v.holder)}
 	case v.fence >= l.Fence:
-		c.out[i] = ClaimOutcome{Err: c.errf(i, "take the lock",
-			fmt.Errorf("the lock's fence %d is not below the run's fence %d (a clock behind?)", v.fence, l.Fence))}
+		// This replica's clock is behind the fence of the lock's last
+		// acquisition (another replica's claim time, or a slot): the run
+		// takes the next fence instead, which its record gets when it is
+		// set running (closeUnrun).
+		c.leases[i].Fence = v.fence + 1
+		return false
 	default:
 		return false
 	}

@@ -142,3 +142,27 @@ func TestOffScheduleForbidSkipsAndBackfillRunsOnce(t *testing.T) {
 		t.Fatalf("backfill: first %+v, again %+v: want ran once, then already fired", first, again)
 	}
 }
+
+// A replica whose clock is behind the fence of the lock's last acquisition
+// takes the next fence instead of failing, and its record says so: fences
+// still increase.
+func TestOffScheduleFenceAboveLockFence(t *testing.T) {
+	t.Parallel()
+	e := newFireEnv(t)
+	var fence int64
+	e.reg.Register("ahead", Spec{Action: ActionFunc(func(ctx context.Context, f Fire) error { fence = f.Fence; return nil })})
+	r := e.runner(t, "r1", time.Minute)
+	ahead := time.Now().Add(time.Hour).UnixMilli()
+	if _, err := e.locks.InsertOne(context.Background(), LockDoc{JobID: "ahead", State: LockFree, Fence: ahead,
+		LastSlot: time.Now().Truncate(time.Second), UpdatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	res := r.RunOffSchedule(offFire("ahead", "trigger/ahead", time.Now().Truncate(time.Second).Add(5*time.Millisecond)))
+	if !res.Ran || res.Status != StatusSucceeded || fence != ahead+1 || res.Lease.Fence != ahead+1 {
+		t.Fatalf("result %+v, fence %d: want it run with fence %d", res, fence, ahead+1)
+	}
+	docs := e.runDocs(t, "ahead")
+	if len(docs) != 1 || docs[0].Fence != ahead+1 {
+		t.Errorf("records %+v: want one with fence %d", docs, ahead+1)
+	}
+}
