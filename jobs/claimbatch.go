@@ -164,14 +164,16 @@ func recordedReason(r *runSeen) string {
 func (c *claimer) readRuns(ctx context.Context, idx []int, bySlot bool) (map[int]*runSeen, error) {
 	ids := make(bson.A, 0, len(idx))
 	byKey := make(map[runKey]int, len(idx))
+	byID := make(map[string]int, len(idx))
 	for _, i := range idx {
 		l := c.leases[i]
 		ids = append(ids, l.RunID)
 		byKey[keyOf(l)] = i
+		byID[l.RunID] = i
 	}
 	found := make(map[int]*runSeen, len(idx))
 	// By _id first: the fire's own record, found through the _id index.
-	if err := c.findRuns(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, byKey, found); err != nil {
+	if err := c.findRuns(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, byID, byKey, found); err != nil {
 		return nil, err
 	}
 	if !bySlot || len(found) == len(idx) {
@@ -196,16 +198,17 @@ func (c *claimer) readRuns(ctx context.Context, idx []int, bySlot bool) (map[int
 		}
 	}
 	filter := bson.D{{Key: "job_id", Value: bson.D{{Key: "$in", Value: jobs}}}, {Key: "scheduled_at", Value: bson.D{{Key: "$in", Value: slots}}}}
-	if err := c.findRuns(ctx, filter, byKey, found); err != nil {
+	if err := c.findRuns(ctx, filter, byID, byKey, found); err != nil {
 		return nil, err
 	}
 	return found, nil
 }
 
 // findRuns reads the records matching filter (one find, retried while
-// ctx allows) into found, by the fire whose (job, slot) they are; a
+// ctx allows) into found, by the fire whose run id or (job, slot) they
+// have (an off-schedule run's record may have another replica's slot); a
 // record under the fire's own id wins over another of the same slot.
-func (c *claimer) findRuns(ctx context.Context, filter bson.D, byKey map[runKey]int, found map[int]*runSeen) error {
+func (c *claimer) findRuns(ctx context.Context, filter bson.D, byID map[string]int, byKey map[runKey]int, found map[int]*runSeen) error {
 	proj := options.Find().SetProjection(bson.D{{Key: "job_id", Value: 1}, {Key: "scheduled_at", Value: 1},
 		{Key: "instance", Value: 1}, {Key: "incarnation", Value: 1}, {Key: "status", Value: 1}, {Key: "claim", Value: 1}})
 	var docs []runSeen
@@ -222,7 +225,10 @@ func (c *claimer) findRuns(ctx context.Context, filter bson.D, byKey map[runKey]
 	}
 	for k := range docs {
 		d := &docs[k]
-		i, ok := byKey[runKey{d.JobID, d.ScheduledAt.UnixNano()}]
+		i, ok := byID[d.ID]
+		if !ok {
+			i, ok = byKey[runKey{d.JobID, d.ScheduledAt.UnixNano()}]
+		}
 		if !ok {
 			continue // another job's record of one of the slots
 		}

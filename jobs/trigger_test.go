@@ -166,3 +166,32 @@ func TestOffScheduleFenceAboveLockFence(t *testing.T) {
 		t.Errorf("records %+v: want one with fence %d", docs, ahead+1)
 	}
 }
+
+// Replicas that give one off-schedule run different scheduled times (each
+// saw the request at its own moment) still run it once: the record is
+// found by its run id, whoever's time it has.
+func TestOffScheduleOnceWhateverEachReplicasTime(t *testing.T) {
+	t.Parallel()
+	e := newFireEnv(t)
+	var mu sync.Mutex
+	ran := 0
+	e.reg.Register("seen", Spec{Action: ActionFunc(func(ctx context.Context, f Fire) error { mu.Lock(); ran++; mu.Unlock(); return nil })})
+	replicas := []*Runner{e.runner(t, "r1", time.Minute), e.runner(t, "r2", time.Minute), e.runner(t, "r3", time.Minute)}
+	base := time.Now().Truncate(time.Second).Add(100 * time.Millisecond).UTC()
+	results := make([]OffScheduleResult, len(replicas))
+	var wg sync.WaitGroup
+	for i, r := range replicas {
+		wg.Go(func() {
+			results[i] = r.RunOffSchedule(offFire("seen", "trigger/seen", base.Add(time.Duration(i)*7*time.Millisecond)))
+		})
+	}
+	wg.Wait()
+	for i, res := range results {
+		if !res.Ran && !res.AlreadyFired {
+			t.Errorf("replica %d: %+v, want ran or already fired", i, res)
+		}
+	}
+	if ran != 1 {
+		t.Fatalf("ran %d times, want once", ran)
+	}
+}
