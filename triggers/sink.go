@@ -180,6 +180,13 @@ func (s *Sink) take(doc bson.Raw, full bool) {
 	s.start(req.Key, func() { s.run(req, seen) })
 }
 
+// idle reports whether no request is being handled or waiting.
+func (s *Sink) idle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.inflight) == 0 && len(s.queue) == 0
+}
+
 // start runs fn on a goroutine of its own unless key is being handled.
 func (s *Sink) start(key string, fn func()) {
 	s.mu.Lock()

@@ -124,6 +124,20 @@ func (e *env) final(t *testing.T, id bson.RawValue) bson.M {
 	}
 }
 
+// idle waits until no replica handles a request any more.
+func (e *env) idle(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for _, s := range e.replicas {
+		for !s.idle() {
+			if time.Now().After(deadline) {
+				t.Fatal("replicas still handling requests at the deadline")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
 func (e *env) runs(job string) []jobs.Fire {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -142,8 +156,8 @@ func TestRunNowOnceAcrossReplicas(t *testing.T) {
 	if m[FieldStatus] != jobs.StatusSucceeded || m[FieldRunID] != RunIDOf(key) || m[FieldInstance] != "a" {
 		t.Fatalf("request %v: want succeeded on a under %s", m, RunIDOf(key))
 	}
-	// The others' grace passes; they find the record and run nothing.
-	time.Sleep(jobs.DefaultClaimGrace + 500*time.Millisecond)
+	// The others, after their grace, find the record and run nothing.
+	e.idle(t)
 	got := e.runs("report")
 	if len(got) != 1 {
 		t.Fatalf("ran %d times, want once", len(got))
@@ -267,7 +281,7 @@ func TestBackfillRunsOnlyUnrunSlots(t *testing.T) {
 			t.Errorf("slot %d: %v, want %s under %s", i, m, want[i], jobs.RunID("every", slot(i)))
 		}
 	}
-	time.Sleep(jobs.DefaultClaimGrace + 500*time.Millisecond)
+	e.idle(t)
 	got := e.runs("every")
 	if len(got) != 3 {
 		t.Fatalf("ran %d slots, want 3 (0, 2, 4): %+v", len(got), got)
