@@ -195,3 +195,38 @@ func TestOffScheduleOnceWhateverEachReplicasTime(t *testing.T) {
 		t.Fatalf("ran %d times, want once", ran)
 	}
 }
+
+// Under every policy that takes the lock, an off-schedule run offered
+// while a run holds it is skipped: it is neither buffered nor does it
+// replace the running one (those apply to cron fires), and the holder runs
+// on.
+func TestOffScheduleSkippedWhileHeldUnderEveryLockPolicy(t *testing.T) {
+	t.Parallel()
+	for _, ov := range []Overlap{OverlapSkip, OverlapBufferOne, OverlapBufferAll, OverlapCancelOther} {
+		e := newFireEnv(t)
+		job := "held_" + string(ov)
+		release := make(chan struct{})
+		started := make(chan struct{}, 1)
+		var holderErr error
+		e.reg.Register(job, Spec{Overlap: ov, Action: ActionFunc(func(ctx context.Context, f Fire) error {
+			started <- struct{}{}
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				holderErr = context.Cause(ctx)
+				return holderErr
+			}
+		})})
+		r1, r2 := e.runner(t, "r1", time.Minute), e.runner(t, "r2", time.Minute)
+		done := make(chan struct{})
+		go func() { defer close(done); r1.Fire(dueAt(job, time.Now().Truncate(time.Second).UTC())) }()
+		<-started
+		res := r2.RunOffSchedule(offFire(job, "trigger/"+job, time.Now().Truncate(time.Second).Add(3*time.Millisecond)))
+		close(release)
+		<-done
+		if res.Ran || res.Status != StatusSkipped || holderErr != nil {
+			t.Errorf("%s: off-schedule run while held: %+v, holder ended with %v: want skipped, the holder untouched", ov, res, holderErr)
+		}
+	}
+}
