@@ -19,9 +19,6 @@ import (
 // range does not flood the claim path, the job's lock or the action.
 const DefaultBackfillInterval = 200 * time.Millisecond
 
-// DefaultOpTimeout bounds each database operation of a request.
-const DefaultOpTimeout = 10 * time.Second
-
 // maxSlotBumps bounds how often a run-now request's scheduled_at is moved
 // past another record of the same millisecond.
 const maxSlotBumps = 5
@@ -277,8 +274,8 @@ func (s *Sink) signal() {
 }
 
 // ctx is the context of the store's operations, each of which bounds
-// itself by DefaultOpTimeout: not tied to the sink's life, so outcomes are
-// still written at shutdown.
+// itself by jobs.DefaultOpTimeout: not tied to the sink's life, so
+// outcomes are still written at shutdown.
 func (s *Sink) ctx() context.Context { return context.Background() }
 
 func (s *Sink) write(req Request, what string, err error) {
@@ -290,7 +287,7 @@ func (s *Sink) write(req Request, what string, err error) {
 // run handles a pending request seen at seen.
 func (s *Sink) run(req Request, seen time.Time) {
 	log := s.log.With("trigger_id", req.Key, "job_id", req.JobID)
-	sctx, cancel := context.WithTimeout(context.Background(), DefaultOpTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), jobs.DefaultOpTimeout)
 	sched, err := s.opts.Schedules(sctx, req.JobID)
 	cancel()
 	switch {

@@ -19,8 +19,9 @@ import (
 const StatusAlreadyRan = "already_ran"
 
 // Store writes outcomes on requests and reads the run records they refer
-// to; each operation is bounded by DefaultOpTimeout. Every write is conditional on the request's status, so replicas that
-// write the same outcome, or a late one, never overwrite a later state.
+// to; each operation is bounded by jobs.DefaultOpTimeout. Every write is
+// conditional on the request's status, so replicas that write the same
+// outcome, or a late one, never overwrite a later state.
 type Store struct {
 	coll      *mongo.Collection
 	runs      *mongo.Collection
@@ -44,7 +45,7 @@ func pending(id bson.RawValue) bson.D {
 }
 
 func (s *Store) update(ctx context.Context, filter, set bson.D) error {
-	ctx, cancel := context.WithTimeout(ctx, DefaultOpTimeout)
+	ctx, cancel := context.WithTimeout(ctx, jobs.DefaultOpTimeout)
 	defer cancel()
 	if _, err := s.coll.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: set}}); err != nil {
 		return fmt.Errorf("write the outcome of trigger %v in %s: %w", filter[0].Value, s.coll.Name(), err)
@@ -138,7 +139,7 @@ func recordEnded(status string) bool {
 
 // Record reads the run record with _id runID; nil, nil when there is none.
 func (s *Store) Record(ctx context.Context, runID string) (*jobs.RunDoc, error) {
-	ctx, cancel := context.WithTimeout(ctx, DefaultOpTimeout)
+	ctx, cancel := context.WithTimeout(ctx, jobs.DefaultOpTimeout)
 	defer cancel()
 	var rec jobs.RunDoc
 	err := s.runs.FindOne(ctx, bson.D{{Key: "_id", Value: runID}}).Decode(&rec)
@@ -154,7 +155,7 @@ func (s *Store) Record(ctx context.Context, runID string) (*jobs.RunDoc, error) 
 // RecordAt reads the record of job at slot whatever its _id (a missed
 // range starting at slot); nil, nil when there is none.
 func (s *Store) RecordAt(ctx context.Context, job string, slot time.Time) (*jobs.RunDoc, error) {
-	ctx, cancel := context.WithTimeout(ctx, DefaultOpTimeout)
+	ctx, cancel := context.WithTimeout(ctx, jobs.DefaultOpTimeout)
 	defer cancel()
 	var rec jobs.RunDoc
 	err := s.runs.FindOne(ctx, bson.D{{Key: "job_id", Value: job}, {Key: "scheduled_at", Value: slot}}).Decode(&rec)
@@ -173,7 +174,7 @@ func (s *Store) RecordAt(ctx context.Context, job string, slot time.Time) (*jobs
 // it); the backfilled run's record then accounts for the slot. It reports
 // whether the record is gone.
 func (s *Store) ForgetMissed(ctx context.Context, rec jobs.RunDoc) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, DefaultOpTimeout)
+	ctx, cancel := context.WithTimeout(ctx, jobs.DefaultOpTimeout)
 	defer cancel()
 	if rec.Status != jobs.StatusMissed || rec.Count != 1 {
 		return false, nil
