@@ -7,9 +7,9 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/blackout"
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/triggers"
 )
@@ -18,7 +18,7 @@ import (
 // insert ends a waiting getMore at once (and a shutdown abandons it at
 // once), so a request is seen as fast as an edit whatever this is; it only
 // sets the idle cost: one getMore every two minutes. The token is kept in
-// memory (blackout.MemoryTokens): a restarted daemon reads the pending
+// memory (resumetoken.MemoryStore): a restarted daemon reads the pending
 // requests anyway, so a stored token would buy nothing and cost writes.
 // With the resync's read of the pending requests (every
 // watch.resync_interval, 10 minutes by default) the stream adds about 0.6
@@ -53,7 +53,7 @@ func newTriggerWatch(d *Daemon, db *mongo.Database) *triggerWatch {
 	opts := d.cfg.Watch.Apply(changestream.Options{
 		ID:     d.cfg.InstanceID + "/" + triggers.CollectionName,
 		Feed:   triggers.NewFeed(triggers.Collection(db), wait),
-		Tokens: blackout.NewMemoryTokens(),
+		Tokens: resumetoken.NewMemoryStore(),
 		Sink:   sink,
 		Logger: d.log.With("collection", triggers.CollectionName),
 	})
