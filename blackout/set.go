@@ -1,7 +1,6 @@
 package blackout
 
 import (
-	"context"
 	"log/slog"
 	"slices"
 	"sort"
@@ -9,8 +8,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-
-	"github.com/cronswap/cronswap/resumetoken"
 )
 
 // Set holds the windows of the blackouts collection, kept equal to it by a
@@ -183,46 +180,4 @@ func windowAttrs(w Window) []any {
 		attrs = append(attrs, "categories", w.Categories)
 	}
 	return attrs
-}
-
-// MemoryTokens is a resumetoken.Store that keeps the blackouts watcher's
-// token in memory only. The set is in memory too, so a restarted daemon
-// reads the whole (small) collection anyway: a stored token would buy
-// nothing and cost two writes per idle minute. Within one process the token
-// still lets the stream resume after a reconnect without a full reload.
-type MemoryTokens struct {
-	mu     sync.Mutex
-	tokens map[string]resumetoken.Token
-}
-
-// NewMemoryTokens returns an empty in-memory token store.
-func NewMemoryTokens() *MemoryTokens {
-	return &MemoryTokens{tokens: map[string]resumetoken.Token{}}
-}
-
-// Load implements resumetoken.Store.
-func (m *MemoryTokens) Load(_ context.Context, id string) (resumetoken.Token, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	t, ok := m.tokens[id]
-	if !ok {
-		return resumetoken.Token{}, resumetoken.ErrNotFound
-	}
-	return t, nil
-}
-
-// Save implements resumetoken.Store.
-func (m *MemoryTokens) Save(_ context.Context, id string, token bson.Raw) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.tokens[id] = resumetoken.Token{Value: append(bson.Raw(nil), token...), SavedAt: time.Now()}
-	return nil
-}
-
-// Delete implements resumetoken.Store.
-func (m *MemoryTokens) Delete(_ context.Context, id string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.tokens, id)
-	return nil
 }

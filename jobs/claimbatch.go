@@ -64,6 +64,9 @@ func (s *MongoStore) ClaimBatch(ctx context.Context, b BatchClaim) []ClaimOutcom
 		slot := f.Slot.UTC()
 		c.leases[i] = Lease{JobID: f.JobID, Slot: slot, Instance: b.Instance, Incarnation: b.Incarnation,
 			RunID: RunID(f.JobID, slot), Fence: FenceOf(slot), Overlap: f.Overlap}
+		if f.OffSchedule {
+			c.leases[i].RunID, c.leases[i].Fence, c.leases[i].OffSchedule = f.RunID, f.Fence, true
+		}
 		if seen[c.leases[i].RunID] {
 			c.out[i] = ClaimOutcome{Result: AlreadyFired, Reason: reasonDuplicateFire}
 			continue
@@ -161,14 +164,16 @@ func recordedReason(r *runSeen) string {
 func (c *claimer) readRuns(ctx context.Context, idx []int, bySlot bool) (map[int]*runSeen, error) {
 	ids := make(bson.A, 0, len(idx))
 	byKey := make(map[runKey]int, len(idx))
+	byID := make(map[string]int, len(idx))
 	for _, i := range idx {
 		l := c.leases[i]
 		ids = append(ids, l.RunID)
 		byKey[keyOf(l)] = i
+		byID[l.RunID] = i
 	}
 	found := make(map[int]*runSeen, len(idx))
 	// By _id first: the fire's own record, found through the _id index.
-	if err := c.findRuns(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, byKey, found); err != nil {
+	if err := c.findRuns(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, byID, byKey, found); err != nil {
 		return nil, err
 	}
 	if !bySlot || len(found) == len(idx) {
@@ -193,16 +198,17 @@ func (c *claimer) readRuns(ctx context.Context, idx []int, bySlot bool) (map[int
 		}
 	}
 	filter := bson.D{{Key: "job_id", Value: bson.D{{Key: "$in", Value: jobs}}}, {Key: "scheduled_at", Value: bson.D{{Key: "$in", Value: slots}}}}
-	if err := c.findRuns(ctx, filter, byKey, found); err != nil {
+	if err := c.findRuns(ctx, filter, byID, byKey, found); err != nil {
 		return nil, err
 	}
 	return found, nil
 }
 
 // findRuns reads the records matching filter (one find, retried while
-// ctx allows) into found, by the fire whose (job, slot) they are; a
+// ctx allows) into found, by the fire whose run id or (job, slot) they
+// have (an off-schedule run's record may have another replica's slot); a
 // record under the fire's own id wins over another of the same slot.
-func (c *claimer) findRuns(ctx context.Context, filter bson.D, byKey map[runKey]int, found map[int]*runSeen) error {
+func (c *claimer) findRuns(ctx context.Context, filter bson.D, byID map[string]int, byKey map[runKey]int, found map[int]*runSeen) error {
 	proj := options.Find().SetProjection(bson.D{{Key: "job_id", Value: 1}, {Key: "scheduled_at", Value: 1},
 		{Key: "instance", Value: 1}, {Key: "incarnation", Value: 1}, {Key: "status", Value: 1}, {Key: "claim", Value: 1}})
 	var docs []runSeen
@@ -219,7 +225,10 @@ func (c *claimer) findRuns(ctx context.Context, filter bson.D, byKey map[runKey]
 	}
 	for k := range docs {
 		d := &docs[k]
-		i, ok := byKey[runKey{d.JobID, d.ScheduledAt.UnixNano()}]
+		i, ok := byID[d.ID]
+		if !ok {
+			i, ok = byKey[runKey{d.JobID, d.ScheduledAt.UnixNano()}]
+		}
 		if !ok {
 			continue // another job's record of one of the slots
 		}
@@ -362,6 +371,9 @@ func (c *claimer) errf(i int, step string, err error) error {
 // instance.
 func (c *claimer) lockFilter(i int) bson.D {
 	l := c.leases[i]
+	if c.b.Fires[i].OffSchedule {
+		return c.offScheduleFilter(i)
+	}
 	if !l.Overlap.takesLock() {
 		// Only the slot: later than the job's last, on a sane document.
 		return bson.D{
@@ -391,6 +403,9 @@ func (c *claimer) lockFilter(i int) bson.D {
 
 func (c *claimer) lockUpdate(i int) bson.D {
 	l := c.leases[i]
+	if c.b.Fires[i].OffSchedule {
+		return c.offScheduleUpdate(i)
+	}
 	if !l.Overlap.takesLock() {
 		// A job without a lock document gets a free one.
 		return bson.D{
@@ -485,7 +500,12 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 				continue
 			}
 			v := inspectLock(raw, c.b.Now, c.b.TTL)
+			off := c.b.Fires[i].OffSchedule
 			switch {
+			case off && len(v.damage) == 0:
+				if !c.decideOffSchedule(i, v, repaired[i]) {
+					todo = append(todo, i) // free by now: try again
+				}
 			case !l.Overlap.takesLock() && len(v.damage) == 0 && v.lastSlot.Equal(l.Slot):
 				// No other replica can have claimed this slot (the record
 				// is this replica's): the upsert landed, its answer lost.
@@ -515,7 +535,7 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 				// this read.
 				c.out[i] = ClaimOutcome{Result: Buffered, Lease: l, Repaired: repaired[i],
 					Reason: fmt.Sprintf("buffered and taken up at once (overlap %s)", l.Overlap)}
-			case !v.lastSlot.Before(l.Slot):
+			case !off && !v.lastSlot.Before(l.Slot):
 				c.out[i] = ClaimOutcome{Result: Skipped, Repaired: repaired[i],
 					Reason: fmt.Sprintf("a later slot was claimed (last slot %s)", v.lastSlot.UTC().Format(time.RFC3339Nano))}
 			case l.Overlap.buffers() && (c.heldLive(i, v) || bufferLen(raw) > 0):
@@ -599,9 +619,14 @@ func (c *claimer) closeUnrun(ctx context.Context) {
 			{Key: "instance", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation}}
 		if o.Result == Acquired {
 			if l.Overlap.takesLock() {
-				// The lock is taken: the record says running from now on.
+				// The lock is taken: the record says running from now on
+				// (an off-schedule run's with the fence it took the lock with).
+				set := bson.D{{Key: "status", Value: StatusRunning}}
+				if l.OffSchedule {
+					set = append(set, bson.E{Key: "fence", Value: l.Fence})
+				}
 				models = append(models, mongo.NewUpdateOneModel().SetFilter(mine).
-					SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusRunning}}},
+					SetUpdate(bson.D{{Key: "$set", Value: set},
 						{Key: "$unset", Value: bson.D{{Key: "reason", Value: ""}}}})) // a wait on the lock that ended
 				promoted = append(promoted, i)
 			}

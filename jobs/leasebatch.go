@@ -179,12 +179,16 @@ func (s *MongoStore) EndBatch(ctx context.Context, ends []LeaseEnd) []error {
 				}}}))
 			continue
 		}
+		lastSlot := l.Slot
+		if l.OffSchedule {
+			lastSlot = time.Time{} // not a cron slot: the last slot stays
+		}
 		locks = append(locks, mongo.NewUpdateOneModel().
 			SetFilter(bson.D{{Key: "_id", Value: l.JobID}}).
 			SetUpdate(bson.D{
 				{Key: "$set", Value: bson.D{{Key: "last_outcome", Value: end.Status},
 					{Key: "last_ended_at", Value: end.EndedAt}, {Key: "updated_at", Value: end.EndedAt}}},
-				{Key: "$max", Value: bson.D{{Key: "last_slot", Value: l.Slot}}},
+				{Key: "$max", Value: bson.D{{Key: "last_slot", Value: lastSlot}}},
 				{Key: "$setOnInsert", Value: bson.D{{Key: "state", Value: LockFree}, {Key: "holder", Value: ""},
 					{Key: "run_id", Value: ""}, {Key: "acquired_at", Value: time.Time{}},
 					{Key: "lease_until", Value: end.EndedAt}, {Key: "fence", Value: l.Fence}}},

@@ -105,6 +105,9 @@ type Lease struct {
 	// when the job's action retries failed runs (RetryPolicy); 0 when it
 	// does not. Fence is then FenceOf(Slot)+Attempt-1 (AttemptFence).
 	Attempt int
+	// OffSchedule: the run is not a cron slot of the job
+	// (FireClaim.OffSchedule); its end does not move the lock's last slot.
+	OffSchedule bool
 }
 
 // FireClaim is one fire of a claim batch.
@@ -125,6 +128,15 @@ type FireClaim struct {
 	// its slot is recorded skipped with the window's id and reason, and
 	// it does not run (the outcome is Skipped, or AlreadyFired).
 	Blackout *Blackout
+	// RunID and Fence, when not empty, replace RunID(JobID, Slot) and
+	// FenceOf(Slot): the identity of an off-schedule run (OffSchedule).
+	RunID string
+	Fence int64
+	// OffSchedule marks a fire that is not the job's next cron slot (a
+	// triggered run, a backfilled slot): its claim neither requires a slot
+	// later than the lock's last slot nor moves it, and it takes the lock
+	// only while the lock's fence is below Fence, so fences still increase.
+	OffSchedule bool
 }
 
 // BatchClaim is one claim batch of a replica.

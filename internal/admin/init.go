@@ -22,13 +22,15 @@ import (
 	"github.com/cronswap/cronswap/notify"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
+	"github.com/cronswap/cronswap/triggers"
 )
 
 // Collections lists every collection cronswap uses, in the order Init
 // creates them; each name is defined by the package that owns the data.
 func Collections() []string {
 	return []string{schedule.CollectionName, resumetoken.CollectionName, jobs.LocksCollection, jobs.RunsCollection,
-		history.CollectionName, members.CollectionName, blackout.CollectionName, notify.CollectionName, jobs.PausesCollection}
+		history.CollectionName, members.CollectionName, blackout.CollectionName, notify.CollectionName, triggers.CollectionName,
+		jobs.PausesCollection}
 }
 
 // Index names. The daemon creates the same indexes at start with the same
@@ -63,7 +65,8 @@ func (ix Index) Name() string {
 // runs.retention, hence expireAfterSeconds 0); on schedule_history, (job_id,
 // at descending) for one job's history and the same kind of TTL index; on
 // members, a TTL index on expire_at (a dead member's document goes
-// members.DefaultRetention after its lease ended).
+// members.DefaultRetention after its lease ended); on triggers, a TTL index
+// on expire_at (an ended request goes the runs' retention later).
 func Indexes() []Index {
 	var out []Index
 	for _, m := range jobs.RunIndexes() {
@@ -82,6 +85,9 @@ func Indexes() []Index {
 	}
 	for _, m := range notify.OutboxIndexes() {
 		out = append(out, Index{Collection: jobs.RunsCollection, Model: m})
+	}
+	for _, m := range triggers.Indexes() {
+		out = append(out, Index{Collection: triggers.CollectionName, Model: m})
 	}
 	// job_pauses is an outbox too (the pause notice).
 	for _, m := range notify.OutboxIndexes() {

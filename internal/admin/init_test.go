@@ -20,6 +20,7 @@ import (
 	"github.com/cronswap/cronswap/members"
 	"github.com/cronswap/cronswap/notify"
 	"github.com/cronswap/cronswap/schedule"
+	"github.com/cronswap/cronswap/triggers"
 )
 
 func TestMain(m *testing.M) { testmongo.Main(m, nil) }
@@ -31,7 +32,7 @@ func ctx(t *testing.T) context.Context {
 }
 
 // The index keys are the bson names of the documents they index
-// (jobs.RunDoc, history.Entry, members.Member), so the indexes cover what is written.
+// (jobs.RunDoc, history.Entry, members.Member, triggers.Doc), so the indexes cover what is written.
 func TestIndexesUseDocumentFields(t *testing.T) {
 	fields := func(rt reflect.Type) map[string]bool {
 		tags := map[string]bool{}
@@ -42,18 +43,19 @@ func TestIndexesUseDocumentFields(t *testing.T) {
 		return tags
 	}
 	docs := map[string]map[string]bool{
-		jobs.RunsCollection:    fields(reflect.TypeFor[jobs.RunDoc]()),
-		history.CollectionName: fields(reflect.TypeFor[history.Entry]()),
-		members.CollectionName: fields(reflect.TypeFor[members.Member]()),
-		notify.CollectionName:  fields(reflect.TypeFor[notify.Doc]()),
-		jobs.PausesCollection:  fields(reflect.TypeFor[jobs.PauseDoc]()),
+		jobs.RunsCollection:     fields(reflect.TypeFor[jobs.RunDoc]()),
+		history.CollectionName:  fields(reflect.TypeFor[history.Entry]()),
+		members.CollectionName:  fields(reflect.TypeFor[members.Member]()),
+		notify.CollectionName:   fields(reflect.TypeFor[notify.Doc]()),
+		triggers.CollectionName: fields(reflect.TypeFor[triggers.Doc]()),
+		jobs.PausesCollection:   fields(reflect.TypeFor[jobs.PauseDoc]()),
 	}
 	var names []string
 	for _, ix := range admin.Indexes() {
 		tags, ok := docs[ix.Collection]
 		if !ok {
-			t.Errorf("index %s on %s, want %s, %s, %s or %s", ix.Name(), ix.Collection, jobs.RunsCollection, history.CollectionName,
-				members.CollectionName, notify.CollectionName)
+			t.Errorf("index %s on %s, want %s, %s, %s, %s or %s", ix.Name(), ix.Collection, jobs.RunsCollection, history.CollectionName,
+				members.CollectionName, notify.CollectionName, triggers.CollectionName)
 		}
 		names = append(names, ix.Collection+"."+ix.Name())
 		for _, k := range ix.Model.Keys.(bson.D) {
@@ -69,7 +71,7 @@ func TestIndexesUseDocumentFields(t *testing.T) {
 		members.CollectionName + "." + members.TTLIndex,
 		notify.CollectionName + "." + notify.DueIndex, notify.CollectionName + "." + notify.TTLIndex,
 		notify.CollectionName + "." + notify.JobIndex, jobs.RunsCollection + "." + notify.OutboxIndex,
-		jobs.PausesCollection + "." + notify.OutboxIndex}
+		triggers.CollectionName + "." + triggers.TTLIndex, jobs.PausesCollection + "." + notify.OutboxIndex}
 	if !slices.Equal(names, want) {
 		t.Errorf("index names %q, want %q", names, want)
 	}

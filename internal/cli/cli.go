@@ -1,5 +1,5 @@
 // Package cli defines cronswap's command line (urfave/cli/v2): run, init,
-// schedules, next, validate, token, locks, runs, members, explain, blackouts, version and completion.
+// schedules, next, validate, token, locks, runs, members, explain, blackouts, run-now, backfill, version and completion.
 // Every command prints an aligned table for people or,
 // with --output json, JSON for scripts. Exit codes: 0 ok, 1 user error (bad
 // input, not found), 2 server unreachable.
@@ -88,6 +88,8 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			notificationsCommand(),
 			explainCommand(),
 			blackoutsCommand(),
+			runNowCommand(),
+			backfillCommand(),
 			{
 				Name:  "version",
 				Usage: "print the version",

@@ -825,6 +825,8 @@ func TestUnreachableServerIsExit2(t *testing.T) {
 		{"members", "list"},
 		{"notifications", "list"},
 		{"explain", "x", "--from", "-2h"},
+		{"run-now", "x"},
+		{"backfill", "x", "--from", "-2h", "--to", "now"},
 	} {
 		r := run(t, append(args, "--mongo-uri", uri, "--timeout", "300ms")...)
 		if r.code != cli.ExitUnreachable || !strings.Contains(r.stderr, "cannot reach MongoDB") || r.stdout != "" {
@@ -926,6 +928,7 @@ func TestEveryCommandHasCommonFlags(t *testing.T) {
 		{"schedules", "list"}, {"schedules", "get"}, {"schedules", "set"}, {"schedules", "delete"}, {"schedules", "pause"}, {"schedules", "resume"},
 		{"token", "show"}, {"token", "reset"}, {"locks", "list"}, {"locks", "release"}, {"runs", "list"}, {"runs", "get"}, {"explain"},
 		{"blackouts", "list"}, {"blackouts", "add"}, {"blackouts", "delete"},
+		{"run-now"}, {"backfill"},
 	} {
 		r := run(t, append(cmd, "--help")...)
 		if r.code != cli.ExitOK {

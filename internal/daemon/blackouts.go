@@ -12,6 +12,7 @@ import (
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/config"
 	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/resumetoken"
 )
 
 // blackoutsMaxAwait is the getMore wait of the blackouts change stream. An
@@ -22,7 +23,7 @@ const blackoutsMaxAwait = time.Minute
 
 // blackoutWatch keeps the daemon's blackout windows equal to the
 // blackouts collection, through a change-stream watcher of its own (its
-// resume token in memory: see blackout.MemoryTokens), and answers the fire
+// resume token in memory: see resumetoken.MemoryStore), and answers the fire
 // path's question whether a fire falls in a window.
 type blackoutWatch struct {
 	set     *blackout.Set
@@ -41,7 +42,7 @@ func newBlackoutWatch(db *mongo.Database, cfg config.Config, log *slog.Logger) *
 	b.watcher = changestream.New(cfg.Watch.Apply(changestream.Options{
 		ID:     cfg.InstanceID + "/" + blackout.CollectionName,
 		Feed:   changestream.NewMongoFeed(db.Collection(blackout.CollectionName), blackoutsMaxAwait),
-		Tokens: blackout.NewMemoryTokens(),
+		Tokens: resumetoken.NewMemoryStore(),
 		Sink:   b.set,
 		Logger: log.With("watcher", blackout.CollectionName),
 		Hooks: changestream.Hooks{

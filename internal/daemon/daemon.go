@@ -60,6 +60,8 @@ type Daemon struct {
 	server   *http.Server
 	// blackouts holds the blackout windows (blackouts.go).
 	blackouts *blackoutWatch
+	// triggers runs the requests of the triggers collection (triggers.go).
+	triggers *triggerWatch
 
 	armedAt    atomic.Int64  // unix nanoseconds of the engine's last Applied hook (see watchHooks)
 	synced     chan struct{} // closed by the watcher's first full sync
@@ -143,6 +145,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		// A retry another replica left pending runs the schedule armed here.
 		Lookup: d.lookup,
 	})
+	d.triggers = newTriggerWatch(d, db)
 	d.engine = scheduler.New(scheduler.Options{
 		Location: cfg.Location,
 		// Fire lateness is observed by the fire path when a worker takes
@@ -220,6 +223,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	go ensureRunIndexes(indexCtx, d.client.Database(d.cfg.Mongo.Database).Collection(jobs.RunsCollection), d.log)
 	stopHistory := d.history.run(d.log)
 	defer stopHistory() // after the watcher stopped: no entry comes after it
+	// The triggers stream stops after the runner's shutdown (deferred).
+	defer d.triggers.start(d.synced)()
 
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- d.server.Serve(d.listener) }()

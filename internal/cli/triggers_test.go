@@ -1,0 +1,111 @@
+package cli_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/internal/cli"
+	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/triggers"
+)
+
+// run-now writes a request for an existing job (its args, who asked,
+// when); a missing job, bad --args and a negative --wait are user errors;
+// --wait without a daemon ends pending, exit 1.
+func TestRunNowWritesRequest(t *testing.T) {
+	e := newEnv(t)
+	e.ok("schedules", "set", "rep", "--cron", "0 9 * * *")
+	var out struct {
+		TriggerID string `json:"trigger_id"`
+		JobID     string `json:"job_id"`
+		RunID     string `json:"run_id"`
+	}
+	before := time.Now().Add(-time.Millisecond)
+	e.okJSON(&out, "run-now", "rep", "--args", `{"region": "eu"}`, "-o", "json")
+	oid, err := bson.ObjectIDFromHex(out.TriggerID)
+	if err != nil || out.JobID != "rep" || out.RunID != triggers.RunIDOf(out.TriggerID) {
+		t.Fatalf("run-now output %+v (%v)", out, err)
+	}
+	var doc triggers.Doc
+	if err := e.db.Collection(triggers.CollectionName).FindOne(ctx(t), bson.D{{Key: "_id", Value: oid}}).Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.JobID != "rep" || doc.Args["region"] != "eu" || doc.RequestedAt.Before(before) || doc.RequestedBy == "" || doc.Status != "" {
+		t.Errorf("request %+v: want rep, its args, requested_at, requested_by, pending", doc)
+	}
+	for _, args := range [][]string{
+		{"run-now", "nope"},
+		{"run-now", "rep", "--args", "[1]"},
+		{"run-now", "rep", "--wait", "-1s"},
+		{"run-now"},
+	} {
+		if r := e.run(args...); r.code != cli.ExitUserError {
+			t.Errorf("%q: %v, want exit 1", args, r)
+		}
+	}
+	r := e.run("run-now", "rep", "--wait", "300ms")
+	if r.code != cli.ExitUserError || !strings.Contains(r.stdout, "pending") {
+		t.Errorf("--wait with no daemon: %v, want exit 1 and pending", r)
+	}
+}
+
+// backfill --dry-run lists the range's slots with what is recorded and
+// requests nothing; backfill requests the slots without a record of their
+// own (a missed one included), oldest first, and asking again requests none.
+func TestBackfillPlansAndRequests(t *testing.T) {
+	e := newEnv(t)
+	e.ok("schedules", "set", "bf", "--cron", "0 * * * *")
+	base := time.Now().UTC().Truncate(time.Hour).Add(-5 * time.Hour)
+	slot := func(i int) time.Time { return base.Add(time.Duration(i) * time.Hour) }
+	insertDocs(t, e.db.Collection(jobs.RunsCollection),
+		jobs.RunDoc{ID: jobs.RunID("bf", slot(1)), JobID: "bf", ScheduledAt: slot(1), Status: jobs.StatusSucceeded},
+		jobs.RunDoc{ID: jobs.MissedID("bf", slot(2)), JobID: "bf", ScheduledAt: slot(2), LastScheduledAt: slot(3), Count: 2,
+			Status: jobs.StatusMissed, Reason: jobs.MissedNoReplica})
+	args := []string{"backfill", "bf", "--from", slot(0).Format(time.RFC3339), "--to", slot(4).Format(time.RFC3339), "-o", "json"}
+	var plan struct {
+		DryRun    bool                    `json:"dry_run"`
+		Wanted    int                     `json:"wanted"`
+		Requested int                     `json:"requested"`
+		Slots     []triggers.BackfillSlot `json:"slots"`
+	}
+	e.okJSON(&plan, append(args, "--dry-run")...)
+	if !plan.DryRun || plan.Wanted != 4 || plan.Requested != 0 || len(plan.Slots) != 5 ||
+		plan.Slots[1].Recorded != jobs.StatusSucceeded || plan.Slots[2].Recorded != jobs.StatusMissed || plan.Slots[3].Recorded != jobs.StatusMissed {
+		t.Fatalf("dry run: %+v", plan)
+	}
+	if n := e.count(triggers.CollectionName); n != 0 {
+		t.Fatalf("--dry-run wrote %d requests", n)
+	}
+	e.okJSON(&plan, args...)
+	if plan.Requested != 4 {
+		t.Fatalf("backfill: %+v, want 4 requested", plan)
+	}
+	for _, i := range []int{0, 2, 3, 4} {
+		var doc triggers.Doc
+		id := triggers.BackfillIDPrefix + jobs.RunID("bf", slot(i))
+		if err := e.db.Collection(triggers.CollectionName).FindOne(ctx(t), bson.D{{Key: "_id", Value: id}}).Decode(&doc); err != nil ||
+			!doc.Slot.Equal(slot(i)) || doc.JobID != "bf" {
+			t.Errorf("request %s: %+v (%v)", id, doc, err)
+		}
+	}
+	e.okJSON(&plan, args...)
+	if plan.Wanted != 0 || plan.Requested != 0 {
+		t.Errorf("again: %+v, want nothing", plan)
+	}
+	text := e.ok(append(args[:len(args)-2], "--dry-run")...).stdout
+	if !strings.Contains(text, "already requested") || !strings.Contains(text, "not run again") {
+		t.Errorf("table:\n%s", text)
+	}
+	for _, bad := range [][]string{
+		{"backfill", "bf", "--from", "-2h"},
+		{"backfill", "nope", "--from", "-2h", "--to", "now"},
+		{"backfill", "bf", "--from", "now", "--to", "-2h"},
+	} {
+		if r := e.run(bad...); r.code != cli.ExitUserError {
+			t.Errorf("%q: %v, want exit 1", bad, r)
+		}
+	}
+}

@@ -1,0 +1,88 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/resumetoken"
+	"github.com/cronswap/cronswap/schedule"
+	"github.com/cronswap/cronswap/triggers"
+)
+
+// triggersMaxAwait is the getMore wait of the triggers change stream. An
+// insert ends a waiting getMore at once (and a shutdown abandons it at
+// once), so a request is seen as fast as an edit whatever this is; it only
+// sets the idle cost: one getMore every two minutes. The token is kept in
+// memory (resumetoken.MemoryStore): a restarted daemon reads the pending
+// requests anyway, so a stored token would buy nothing and cost writes.
+// With the resync's read of the pending requests (every
+// watch.resync_interval, 10 minutes by default) the stream adds about 0.6
+// commands per idle minute per replica.
+const triggersMaxAwait = 2 * time.Minute
+
+// triggerWatch is the daemon's second change stream: the triggers
+// collection, handed to a triggers.Sink that runs each request through the
+// daemon's runner.
+type triggerWatch struct {
+	watcher *changestream.Watcher
+	sink    *triggers.Sink
+	coll    *mongo.Collection
+	log     *slog.Logger
+}
+
+// newTriggerWatch builds the watcher of the triggers collection over db,
+// running requests through d.runner.
+func newTriggerWatch(d *Daemon, db *mongo.Database) *triggerWatch {
+	runs := db.Collection(jobs.RunsCollection)
+	sink := triggers.NewSink(triggers.Options{
+		Runner:    d.runner,
+		Store:     triggers.NewStore(triggers.Collection(db), runs, d.cfg.Runs.Retention, d.cfg.InstanceID),
+		Schedules: triggers.Schedules(db.Collection(schedule.CollectionName)),
+		Location:  d.cfg.Location,
+		Logger:    d.log.With("collection", triggers.CollectionName),
+	})
+	wait := triggersMaxAwait
+	if ri := d.cfg.Watch.ResyncInterval; ri != nil && *ri > 0 && *ri < wait {
+		wait = *ri
+	}
+	opts := d.cfg.Watch.Apply(changestream.Options{
+		ID:     d.cfg.InstanceID + "/" + triggers.CollectionName,
+		Feed:   triggers.NewFeed(triggers.Collection(db), wait),
+		Tokens: resumetoken.NewMemoryStore(),
+		Sink:   sink,
+		Logger: d.log.With("collection", triggers.CollectionName),
+	})
+	return &triggerWatch{watcher: changestream.New(opts), sink: sink, coll: triggers.Collection(db), log: d.log}
+}
+
+// start creates the collection's TTL index (in the background, retried)
+// and runs the watcher once ready is closed (the schedules are loaded and
+// this process holds its instance id). The returned stop ends the watcher
+// and waits for the requests being handled; call it after the runner's
+// Shutdown.
+func (t *triggerWatch) start(ready <-chan struct{}) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go ensureIndexes(ctx, t.coll.Name(), func(ctx context.Context) error { return triggers.EnsureIndexes(ctx, t.coll) }, t.log)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return
+		}
+		if err := t.watcher.Run(ctx); err != nil && ctx.Err() == nil {
+			t.log.Warn("triggers watcher stopped", "error", err)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		t.sink.Close()
+	}
+}

@@ -1,0 +1,207 @@
+package triggers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/schedule"
+)
+
+// StatusAlreadyRan: a backfill request whose slot had been decided before
+// (ran, skipped, or another record of it): nothing ran; the error names
+// the record.
+const StatusAlreadyRan = "already_ran"
+
+// Store writes outcomes on requests and reads the run records they refer
+// to; each operation is bounded by jobs.DefaultOpTimeout. Every write is
+// conditional on the request's status, so replicas that write the same
+// outcome, or a late one, never overwrite a later state.
+type Store struct {
+	coll      *mongo.Collection
+	runs      *mongo.Collection
+	retention time.Duration
+	instance  string
+}
+
+// NewStore returns the store over the requests coll and the run records
+// runs; retention is how long an ended request is kept (the runs'
+// retention), instance names this replica in what it writes.
+func NewStore(coll, runs *mongo.Collection, retention time.Duration, instance string) *Store {
+	return &Store{coll: coll, runs: runs, retention: retention, instance: instance}
+}
+
+// Collection returns the requests collection of db.
+func Collection(db *mongo.Database) *mongo.Collection { return db.Collection(CollectionName) }
+
+// pending matches request id while no daemon has written on it.
+func pending(id bson.RawValue) bson.D {
+	return bson.D{{Key: FieldID, Value: id}, {Key: FieldStatus, Value: nil}}
+}
+
+func (s *Store) update(ctx context.Context, filter, set bson.D) error {
+	ctx, cancel := context.WithTimeout(ctx, jobs.DefaultOpTimeout)
+	defer cancel()
+	if _, err := s.coll.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: set}}); err != nil {
+		return fmt.Errorf("write the outcome of trigger %v in %s: %w", filter[0].Value, s.coll.Name(), err)
+	}
+	return nil
+}
+
+func (s *Store) final(status, errMsg string, now time.Time) bson.D {
+	d := bson.D{{Key: FieldStatus, Value: status}, {Key: FieldUpdatedAt, Value: now},
+		{Key: FieldExpireAt, Value: now.Add(s.retention)}, {Key: FieldInstance, Value: s.instance}}
+	if errMsg != "" {
+		d = append(d, bson.E{Key: FieldError, Value: errMsg})
+	}
+	return d
+}
+
+// Reject marks a pending request bad, with why.
+func (s *Store) Reject(ctx context.Context, id bson.RawValue, why string, now time.Time) error {
+	return s.update(ctx, pending(id), s.final(StatusRejected, why, now))
+}
+
+// NotRun marks a pending request not run, with why.
+func (s *Store) NotRun(ctx context.Context, id bson.RawValue, why string, now time.Time) error {
+	return s.update(ctx, pending(id), s.final(StatusNotRun, why, now))
+}
+
+// runnable matches request id while it is pending, running or refused
+// for an action another replica did not have: a run's own outcome wins
+// over such a refusal.
+func runnable(id bson.RawValue, also ...string) bson.D {
+	in := bson.A{nil, StatusRejected}
+	for _, a := range also {
+		in = append(in, a)
+	}
+	return bson.D{{Key: FieldID, Value: id}, {Key: FieldStatus, Value: bson.D{{Key: "$in", Value: in}}}}
+}
+
+// Started marks a request running under lease (this replica won its
+// claim).
+func (s *Store) Started(ctx context.Context, id bson.RawValue, l jobs.Lease, now time.Time) error {
+	return s.update(ctx, runnable(id), bson.D{{Key: FieldStatus, Value: StatusRunning}, {Key: FieldRunID, Value: l.RunID},
+		{Key: FieldInstance, Value: l.Instance}, {Key: FieldFence, Value: l.Fence}, {Key: FieldStartedAt, Value: now},
+		{Key: FieldUpdatedAt, Value: now}})
+}
+
+// Finish writes the end of the run this replica ran (or skipped) for
+// request id: status and error as recorded on the run.
+func (s *Store) Finish(ctx context.Context, id bson.RawValue, runID, status, errMsg string, now time.Time) error {
+	set := append(s.final(status, errMsg, now), bson.E{Key: FieldRunID, Value: runID}, bson.E{Key: FieldEndedAt, Value: now})
+	return s.update(ctx, runnable(id, StatusRunning), set)
+}
+
+// FromRecord copies the outcome of run record rec onto request id when
+// the request is this run's: running under rec's id, or, when mine says
+// the record can only be this request's (a run-now request's own run id),
+// also while pending. It does nothing while rec is not ended.
+func (s *Store) FromRecord(ctx context.Context, id bson.RawValue, rec jobs.RunDoc, mine bool, now time.Time) error {
+	if !recordEnded(rec.Status) {
+		return nil
+	}
+	filter := bson.D{{Key: FieldID, Value: id}, {Key: FieldStatus, Value: StatusRunning}, {Key: FieldRunID, Value: rec.ID}}
+	if mine {
+		filter = runnable(id, StatusRunning)
+	}
+	ended := rec.EndedAt
+	if ended.IsZero() {
+		ended = rec.AbandonedAt
+	}
+	set := append(s.final(rec.Status, rec.Error, now), bson.E{Key: FieldRunID, Value: rec.ID}, bson.E{Key: FieldFence, Value: rec.Fence})
+	if !ended.IsZero() {
+		set = append(set, bson.E{Key: FieldEndedAt, Value: ended})
+	}
+	return s.update(ctx, filter, set)
+}
+
+// AlreadyRan marks a pending backfill request whose slot was decided
+// before by record rec.
+func (s *Store) AlreadyRan(ctx context.Context, id bson.RawValue, rec jobs.RunDoc, now time.Time) error {
+	why := fmt.Sprintf("slot already recorded %s (%s)", rec.Status, rec.ID)
+	set := append(s.final(StatusAlreadyRan, why, now), bson.E{Key: FieldRunID, Value: rec.ID})
+	return s.update(ctx, pending(id), set)
+}
+
+func recordEnded(status string) bool {
+	switch status {
+	case jobs.StatusRunning, jobs.StatusClaiming, "":
+		return false
+	}
+	return true
+}
+
+// Record reads the run record with _id runID; nil, nil when there is none.
+func (s *Store) Record(ctx context.Context, runID string) (*jobs.RunDoc, error) {
+	ctx, cancel := context.WithTimeout(ctx, jobs.DefaultOpTimeout)
+	defer cancel()
+	var rec jobs.RunDoc
+	err := s.runs.FindOne(ctx, bson.D{{Key: "_id", Value: runID}}).Decode(&rec)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read run %s in %s: %w", runID, s.runs.Name(), err)
+	}
+	return &rec, nil
+}
+
+// RecordAt reads the record of job at slot whatever its _id (a missed
+// range starting at slot); nil, nil when there is none.
+func (s *Store) RecordAt(ctx context.Context, job string, slot time.Time) (*jobs.RunDoc, error) {
+	ctx, cancel := context.WithTimeout(ctx, jobs.DefaultOpTimeout)
+	defer cancel()
+	var rec jobs.RunDoc
+	err := s.runs.FindOne(ctx, bson.D{{Key: "job_id", Value: job}, {Key: "scheduled_at", Value: slot}}).Decode(&rec)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the record of %s at %s in %s: %w", job, slot.Format(time.RFC3339), s.runs.Name(), err)
+	}
+	return &rec, nil
+}
+
+// ForgetMissed deletes the missed record rec when it covers its one slot
+// only, so that the slot can be backfilled under its own run id (the
+// unique (job_id, scheduled_at) index would refuse the run's record beside
+// it); the backfilled run's record then accounts for the slot. It reports
+// whether the record is gone.
+func (s *Store) ForgetMissed(ctx context.Context, rec jobs.RunDoc) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, jobs.DefaultOpTimeout)
+	defer cancel()
+	if rec.Status != jobs.StatusMissed || rec.Count != 1 {
+		return false, nil
+	}
+	res, err := s.runs.DeleteOne(ctx, bson.D{{Key: "_id", Value: rec.ID}, {Key: "status", Value: jobs.StatusMissed}, {Key: "count", Value: int64(1)}})
+	if err != nil {
+		return false, fmt.Errorf("delete missed record %s in %s: %w", rec.ID, s.runs.Name(), err)
+	}
+	return res.DeletedCount == 1, nil
+}
+
+// Schedules returns the Options.Schedules lookup over the schedules
+// collection coll: the job's document, decoded and validated (a disabled
+// job's too).
+func Schedules(coll *mongo.Collection) func(ctx context.Context, jobID string) (schedule.Schedule, error) {
+	return func(ctx context.Context, jobID string) (schedule.Schedule, error) {
+		raw, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: jobID}}).Raw()
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return schedule.Schedule{}, fmt.Errorf("job %q has no schedule in %s: %w", jobID, coll.Name(), ErrNoJob)
+		}
+		if err != nil {
+			return schedule.Schedule{}, fmt.Errorf("read the schedule of job %q in %s: %w", jobID, coll.Name(), err)
+		}
+		s, err := schedule.Decode(raw)
+		if err != nil {
+			return s, fmt.Errorf("the schedule of job %q: %w", jobID, err)
+		}
+		return s, nil
+	}
+}

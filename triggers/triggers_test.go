@@ -1,0 +1,84 @@
+package triggers
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/jobs"
+)
+
+// A run-now run's scheduled_at is never a whole second (every cron slot
+// is one), is the same for the same request, and a bump moves it on,
+// still off the whole second.
+func TestRunSlotNeverAWholeSecond(t *testing.T) {
+	whole := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	for _, key := range []string{"a", "b", "6b0ee7100000000f08bafef9", strings.Repeat("x", 200)} {
+		for _, at := range []time.Time{whole, whole.Add(999 * time.Millisecond), whole.Add(1500 * time.Microsecond)} {
+			prev := time.Time{}
+			for bump := range 1100 {
+				s := RunSlot(key, at, bump)
+				if s.Nanosecond() == 0 || s.Nanosecond()%int(time.Millisecond) != 0 {
+					t.Fatalf("RunSlot(%q, %v, %d) = %v: want whole milliseconds, never a whole second", key, at, bump, s)
+				}
+				if !s.After(prev) {
+					t.Fatalf("RunSlot(%q, %v, %d) = %v, not after %v", key, at, bump, s, prev)
+				}
+				prev = s
+			}
+			if !RunSlot(key, at, 0).Equal(RunSlot(key, at, 0)) {
+				t.Fatal("not deterministic")
+			}
+		}
+	}
+	if got := RunSlot("k", whole.Add(1234*time.Millisecond), 0); !got.Equal(whole.Add(1234 * time.Millisecond)) {
+		t.Errorf("a time off the whole second is kept: got %v", got)
+	}
+}
+
+// Decode reads what operators write and defaults requested_at to the
+// ObjectId's time; a request's final status is recognised before anything
+// else, so a refused request is not refused again.
+func TestDecodeRequest(t *testing.T) {
+	oid := bson.NewObjectID()
+	raw, _ := bson.Marshal(bson.D{{Key: "_id", Value: oid}, {Key: "job_id", Value: "j"}, {Key: "args", Value: bson.D{{Key: "a", Value: 1}}}})
+	r, err := Decode(raw)
+	if err != nil || r.Key != oid.Hex() || r.JobID != "j" || r.Args != `{"a":1}` || !r.RequestedAt.Equal(oid.Timestamp()) || r.Backfill() {
+		t.Fatalf("Decode: %+v, %v", r, err)
+	}
+	raw, _ = bson.Marshal(bson.D{{Key: "_id", Value: "x"}, {Key: "job_id", Value: 3}, {Key: "status", Value: StatusRejected}})
+	r, err = Decode(raw)
+	if err == nil || !Final(r.Status) {
+		t.Fatalf("a refused request: %+v, %v: want the error and its final status", r, err)
+	}
+}
+
+// A request left running by a replica that died mid-run gets its run's
+// outcome from the record at the next full read.
+func TestReplaceAllReconcilesRunningRequest(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	ctx := context.Background()
+	runID := RunIDOf("dead")
+	if _, err := e.db.Collection(jobs.RunsCollection).InsertOne(ctx, jobs.RunDoc{ID: runID, JobID: "report",
+		ScheduledAt: time.Now().Truncate(time.Second).Add(7 * time.Millisecond), Status: jobs.StatusAbandoned,
+		Error: "lease passed", AbandonedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "dead"}, {Key: "job_id", Value: "report"},
+		{Key: "status", Value: StatusRunning}, {Key: "run_id", Value: runID}}); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := e.coll.FindOne(ctx, bson.D{{Key: "_id", Value: "dead"}}).Raw()
+	e.replicas[0].ReplaceAll([]bson.Raw{raw})
+	m := e.final(t, raw.Lookup("_id"))
+	if m[FieldStatus] != jobs.StatusAbandoned || m[FieldError] != "lease passed" {
+		t.Errorf("reconciled request %v: want abandoned with the record's error", m)
+	}
+	if n := len(e.runs("report")); n != 0 {
+		t.Errorf("a running request ran again (%d)", n)
+	}
+}
