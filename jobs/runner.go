@@ -516,6 +516,9 @@ func (r *Runner) opCtx() (context.Context, context.CancelFunc) {
 // renews it while the action runs (cancelling the action if the lock is
 // lost or the lease runs out), then the end is written.
 func (r *Runner) execute(log *slog.Logger, d schedule.Due, spec Spec, f Fire, lease *Lease) (time.Duration, error) {
+	// The run's time starts before its timeout does, so a run stopped by
+	// its timeout never reports a shorter duration than the timeout.
+	start := time.Now()
 	ctx, cancel := context.WithCancelCause(r.ctx)
 	defer cancel(nil)
 	if spec.Timeout > 0 {
@@ -526,7 +529,6 @@ func (r *Runner) execute(log *slog.Logger, d schedule.Due, spec Spec, f Fire, le
 	if lease != nil {
 		r.leases.hold(*lease, cancel)
 	}
-	start := time.Now()
 	startedAt := r.clock.Now()
 	if h := r.opts.Hooks.Dispatched; h != nil {
 		h(f.JobID, d.At(), r.clock.Now())
