@@ -8,25 +8,23 @@ import (
 	"github.com/cronswap/cronswap/notify"
 )
 
-// noticeKinds maps the run statuses that are notified to their notice
-// kind: a record written with one of them carries a notice (package
-// notify's outbox) set by the same write.
-var noticeKinds = map[string]string{
-	StatusFailed:    notify.KindFailed,
-	StatusAbandoned: notify.KindAbandoned,
-	StatusMissed:    notify.KindMissed,
-}
-
-// noticeKind returns the notice kind of a record written with status and,
-// for a missed record, reason; false when it is not notified.
+// noticeKind returns the notice kind (package notify's outbox) of a record
+// written with status and reason; false when it is not notified. A record
+// written with a notified status carries its notice, set by the same write.
+// Two reasons are left out because what caused them is not a failure, or
+// has a notice of its own: a run stopped by its job's cancel_other policy
+// for a later fire (ReasonReplaced: the policy doing what it was asked), and
+// a slot not run because its job is paused (MissedPaused: the pause's).
 func noticeKind(status, reason string) (string, bool) {
-	// Every missed reason is notified but one whose cause has a notice of
-	// its own: a slot not run because its job is paused (the pause's).
-	if status == StatusMissed && reason == MissedPaused {
-		return "", false
+	switch {
+	case status == StatusFailed:
+		return notify.KindFailed, true
+	case status == StatusAbandoned && reason != ReasonReplaced:
+		return notify.KindAbandoned, true
+	case status == StatusMissed && reason != MissedPaused:
+		return notify.KindMissed, true
 	}
-	kind, ok := noticeKinds[status]
-	return kind, ok
+	return "", false
 }
 
 // withNotice appends to set the outbox element of a record written with

@@ -384,7 +384,9 @@ func (s *MongoStore) endReplaced(ctx context.Context, c RetryClaim, runID, by st
 			{Key: "instance", Value: c.Instance}, {Key: "incarnation", Value: c.Incarnation}},
 		bson.D{{Key: "$set", Value: withNotice(bson.D{{Key: "status", Value: StatusAbandoned}, {Key: "ended_at", Value: c.Now},
 			{Key: "abandoned_at", Value: c.Now}, {Key: "error", Value: why}, {Key: "reason", Value: ReasonReplaced},
-			{Key: "expire_at", Value: c.Now.Add(s.retention)}}, StatusAbandoned, ReasonReplaced, c.Now)},
+			// Notified as failed: the slot failed, and no attempt will
+			// follow (a run replaced while it was running is not notified).
+			{Key: "expire_at", Value: c.Now.Add(s.retention)}}, StatusFailed, "", c.Now)},
 			{Key: "$unset", Value: bson.D{{Key: "lease_until", Value: ""}}}})
 	if err != nil {
 		return fmt.Errorf("attempt %d of run %s: %w; recording it abandoned: %w", c.Attempt, runID, ErrRetryReplaced, err)
