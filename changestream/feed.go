@@ -46,6 +46,8 @@ type Stream interface {
 type MongoFeed struct {
 	coll    *mongo.Collection
 	maxWait time.Duration
+	// filter and sort shape the full reads (nil: every document).
+	filter, sort bson.D
 }
 
 // NewMongoFeed returns a feed over coll. maxAwait bounds how long one empty
@@ -53,6 +55,17 @@ type MongoFeed struct {
 // token can be refreshed); 0 means the server default (1 s).
 func NewMongoFeed(coll *mongo.Collection, maxAwait time.Duration) *MongoFeed {
 	return &MongoFeed{coll: coll, maxWait: maxAwait}
+}
+
+// WithSnapshot returns a copy of f whose full reads (Snapshot) read only
+// the documents matching filter, in sort order (nil: natural order): for a
+// sink that acts on some documents only, so that the others cost nothing
+// to read at each start and resync. The change stream still carries every
+// event; the sink ignores those it does not act on.
+func (f *MongoFeed) WithSnapshot(filter, sort bson.D) *MongoFeed {
+	c := *f
+	c.filter, c.sort = filter, sort
+	return &c
 }
 
 // Open implements Feed.
@@ -73,7 +86,14 @@ func (f *MongoFeed) Open(ctx context.Context, resumeAfter bson.Raw) (Stream, err
 
 // Snapshot implements Feed.
 func (f *MongoFeed) Snapshot(ctx context.Context) ([]bson.Raw, error) {
-	cur, err := f.coll.Find(ctx, bson.D{})
+	filter, opts := f.filter, options.Find()
+	if filter == nil {
+		filter = bson.D{}
+	}
+	if f.sort != nil {
+		opts.SetSort(f.sort)
+	}
+	cur, err := f.coll.Find(ctx, filter, opts)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", f.coll.Name(), err)
 	}
