@@ -127,28 +127,22 @@ func (c *claimer) insertSkips(ctx context.Context, todo []int) {
 				BlackoutID: b.ID}, Claim: c.nonce}
 		}
 		_, err := c.s.runs.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
-		perOp, wholeErr := splitBulkError(err)
-		var look []int
-		for k, i := range todo {
-			we, failed := perOp[k]
-			switch {
-			case wholeErr != nil:
-				look = append(look, i)
-			case !failed:
-				c.skipped(i)
-			case we.Code == 11000 || transientCode(we.Code):
-				lastErr = we
-				look = append(look, i)
-			default:
-				c.out[i].Err = c.errf(i, "record the blackout skip", we)
-			}
+		sp := splitInserts(todo, err)
+		wholeErr, look := sp.whole, sp.look
+		if sp.last != nil {
+			lastErr = sp.last
+		}
+		for _, i := range sp.inserted {
+			c.skipped(i)
+		}
+		for i, we := range sp.refused {
+			c.out[i].Err = c.errf(i, "record the blackout skip", we)
 		}
 		todo = nil
 		if len(look) == 0 {
 			return
 		}
 		if wholeErr != nil {
-			lastErr = wholeErr
 			if !transient(wholeErr) {
 				for _, i := range look {
 					c.out[i].Err = c.errf(i, "record the blackout skip", wholeErr)

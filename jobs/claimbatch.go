@@ -271,27 +271,18 @@ func (c *claimer) insert(ctx context.Context, todo []int) (won []int) {
 				LeaseUntil: c.b.Now.Add(c.b.TTL), ExpireAt: c.b.Now.Add(c.s.retention)}, Claim: c.nonce}
 		}
 		_, err := c.s.runs.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
-		perOp, wholeErr := splitBulkError(err)
+		sp := splitInserts(todo, err)
+		wholeErr, lastErr, maybe := sp.whole, sp.last, sp.look
 		for _, i := range todo {
 			c.notSent[i] = (first[i] || c.notSent[i]) && wholeErr != nil && notSent(wholeErr)
 			first[i] = false
 		}
-		var maybe []int
-		lastErr := wholeErr
-		for k, i := range todo {
-			we, failed := perOp[k]
-			switch {
-			case wholeErr != nil:
-				maybe = append(maybe, i)
-			case !failed:
-				c.recorded[i] = true
-				won = append(won, i)
-			case we.Code == 11000 || transientCode(we.Code):
-				lastErr = we
-				maybe = append(maybe, i)
-			default:
-				c.out[i].Err = c.errf(i, "record the run", we)
-			}
+		for _, i := range sp.inserted {
+			c.recorded[i] = true
+			won = append(won, i)
+		}
+		for i, we := range sp.refused {
+			c.out[i].Err = c.errf(i, "record the run", we)
 		}
 		todo = nil
 		if len(maybe) == 0 {
@@ -694,6 +685,46 @@ func splitBulkError(err error) (map[int]mongo.WriteError, error) {
 		perOp[we.Index] = we.WriteError
 	}
 	return perOp, nil
+}
+
+// insertSplit is the outcome of an unordered insertMany of the records of
+// the fires todo (same order), as splitInserts sorts it.
+type insertSplit struct {
+	// inserted: the record is this request's.
+	inserted []int
+	// look: the outcome is to be read back — the whole request failed or
+	// its answer was lost (whole is set), or the record's insert met a
+	// duplicate key or a transient error (last is the last such error).
+	look []int
+	// refused: the server refused the record's insert, with its error.
+	refused map[int]mongo.WriteError
+	whole   error
+	last    error
+}
+
+// splitInserts sorts the fires todo by the outcome err of their records'
+// insertMany.
+func splitInserts(todo []int, err error) insertSplit {
+	perOp, whole := splitBulkError(err)
+	sp := insertSplit{whole: whole, last: whole}
+	for k, i := range todo {
+		we, failed := perOp[k]
+		switch {
+		case whole != nil:
+			sp.look = append(sp.look, i)
+		case !failed:
+			sp.inserted = append(sp.inserted, i)
+		case we.Code == 11000 || transientCode(we.Code):
+			sp.last = we
+			sp.look = append(sp.look, i)
+		default:
+			if sp.refused == nil {
+				sp.refused = map[int]mongo.WriteError{}
+			}
+			sp.refused[i] = we
+		}
+	}
+	return sp
 }
 
 // Server error codes whose command may or may not have been applied, or
