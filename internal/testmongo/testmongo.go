@@ -78,6 +78,8 @@ type Options struct {
 	ExtraArgs []string
 	// Ignore the environment's external URI and always launch a server.
 	IgnoreEnv bool
+	// Jar is the mongo-server.jar to run instead of JarPath's (e.g. an older build, to compare two side by side).
+	Jar string
 }
 
 // Server is a MongoDB for tests: either external (from the environment) or a launched mongo-server.jar process.
@@ -118,9 +120,14 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			return &Server{URI: uri, external: true, opts: opts}, nil
 		}
 	}
-	jar, err := JarPath()
-	if err != nil {
-		return nil, err
+	jar := opts.Jar
+	if jar == "" {
+		var err error
+		if jar, err = JarPath(); err != nil {
+			return nil, err
+		}
+	} else if _, err := os.Stat(jar); err != nil {
+		return nil, fmt.Errorf("testmongo: jar %s: %w", jar, err)
 	}
 	if _, err := exec.LookPath(javaPath()); err != nil {
 		return nil, fmt.Errorf("testmongo: java not found (%v); install a JDK 17+ or set %s", err, EnvURI)

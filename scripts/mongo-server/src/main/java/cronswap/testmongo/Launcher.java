@@ -344,7 +344,7 @@ public final class Launcher {
     static final class MemoryCompatBackend extends MemoryBackend implements CompatBackend.Internals {
         @Override
         public MemoryDatabase openOrCreateDatabase(String databaseName) {
-            return new PointLookupIndexes.Database(databaseName, getCursorRegistry());
+            return new IndexedMemory.Database(databaseName, getCursorRegistry());
         }
 
         @Override
