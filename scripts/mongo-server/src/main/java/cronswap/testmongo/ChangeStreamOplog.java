@@ -63,6 +63,11 @@ final class ChangeStreamOplog implements Oplog {
 
     private final Object lock = new Object();
     /**
+     * Whether entries are also written to {@link #collection}: with a file backend, so that they survive a restart;
+     * in memory they would only be a second copy of {@link #entries}, indexed on every write.
+     */
+    private final boolean persist;
+    /**
      * Every entry of {@link #collection}, in timestamp order: a getMore reads from its position on by a binary
      * search instead of scanning and sorting the whole collection (which never shrinks) on every wake-up.
      */
@@ -77,8 +82,10 @@ final class ChangeStreamOplog implements Oplog {
     private long sequence;
     private boolean closed;
 
-    ChangeStreamOplog(MongoBackend backend, MongoCollection<Document> collection, CursorRegistry cursorRegistry) {
+    ChangeStreamOplog(MongoBackend backend, MongoCollection<Document> collection, CursorRegistry cursorRegistry,
+                      boolean persist) {
         this.backend = backend;
+        this.persist = persist;
         this.collection = collection;
         this.cursorRegistry = cursorRegistry;
         this.clock = backend.getClock();
@@ -126,7 +133,9 @@ final class ChangeStreamOplog implements Oplog {
                 .append("v", 2L)
                 .append("wall", clock.instant());
             entry.putAll(fields);
-            collection.addDocument(entry);
+            if (persist) {
+                collection.addDocument(entry);
+            }
             entries.add(entry);
             lastTs = ts;
             sequence++;

@@ -24,6 +24,10 @@ import de.bwaldvogel.mongo.backend.memory.MemoryDatabase;
 import de.bwaldvogel.mongo.backend.memory.index.MemoryUniqueIndex;
 import de.bwaldvogel.mongo.bson.Document;
 import de.bwaldvogel.mongo.bson.ObjectId;
+import de.bwaldvogel.mongo.exception.DuplicateKeyError;
+import de.bwaldvogel.mongo.wire.bson.BsonEncoder;
+import io.netty.buffer.ByteBuf;
+import io.netty.buffer.Unpooled;
 
 /**
  * The in-memory backend with indexes that serve queries the way a server's do. The library alone uses an index
@@ -226,6 +230,30 @@ final class IndexedMemory {
             super(database, name, options, cursors);
         }
 
+        /**
+         * The library keeps the data size up to date by encoding the document (twice for an update: before and
+         * after) on every write; only collStats and dataSize read it, so it is computed when they ask.
+         */
+        @Override
+        protected boolean tracksDataSize() {
+            return false;
+        }
+
+        @Override
+        protected synchronized int getDataSize() {
+            long size = 0;
+            for (Document document : queryAll()) {
+                ByteBuf buffer = Unpooled.buffer();
+                try {
+                    BsonEncoder.encodeDocument(document, buffer);
+                    size += buffer.writerIndex();
+                } finally {
+                    buffer.release();
+                }
+            }
+            return (int) Math.min(Integer.MAX_VALUE, size);
+        }
+
         /** The query counters ({@code cronswapQueryStats}): scans, indexed, examined. */
         Document queryStats() {
             return new Document("scans", scans.get()).append("indexed", indexed.get())
@@ -356,9 +384,56 @@ final class IndexedMemory {
             return position == null ? Set.of() : Set.of(position);
         }
 
+        /**
+         * The index key of a document whose indexed fields are all scalars (or missing, null: the key holds null
+         * as the library's does), computed once; null when the library's own computation is needed (arrays,
+         * subdocuments, other types, sparse indexes).
+         */
+        private KeyValue fastKey(Document document) {
+            if (isSparse()) {
+                return null;
+            }
+            List<Object> values = new ArrayList<>(fields.size());
+            for (String field : fields) {
+                Object value = document.get(field);
+                if (value == null) {
+                    values.add(null);
+                    continue;
+                }
+                Object k = key(value);
+                if (k == UNINDEXABLE) {
+                    return null;
+                }
+                values.add(k);
+            }
+            return new KeyValue(values);
+        }
+
+        private KeyValue rawKey(Document document) {
+            List<Object> values = new ArrayList<>(fields.size());
+            fields.forEach(field -> values.add(document.get(field)));
+            return new KeyValue(values);
+        }
+
+        @Override
+        public synchronized void checkAdd(Document document, MongoCollection<Integer> collection) {
+            KeyValue k = fastKey(document);
+            if (k == null) {
+                super.checkAdd(document, collection);
+            } else if (getPosition(k) != null) {
+                throw new DuplicateKeyError(this, collection, getKeys(), rawKey(document));
+            }
+        }
+
         @Override
         public synchronized void add(Document document, Integer position, MongoCollection<Integer> collection) {
-            super.add(document, position, collection);
+            KeyValue k = fastKey(document);
+            if (k == null) {
+                super.add(document, position, collection);
+            } else {
+                checkAdd(document, collection);
+                putKeyPosition(k, position);
+            }
             if (first != null) {
                 first.add(document, position);
             }
@@ -366,11 +441,18 @@ final class IndexedMemory {
 
         @Override
         public synchronized Integer remove(Document document) {
-            Integer position = super.remove(document);
+            KeyValue k = fastKey(document);
+            Integer position = k == null ? super.remove(document) : removeDocument(k);
             if (first != null && position != null) {
                 first.remove(document, position);
             }
             return position;
+        }
+
+        @Override
+        public Integer getPosition(Document document) {
+            KeyValue k = fastKey(document);
+            return k == null ? super.getPosition(document) : getPosition(k);
         }
 
         @Override
