@@ -78,6 +78,9 @@ type Options struct {
 	ExtraArgs []string
 	// Ignore the environment's external URI and always launch a server.
 	IgnoreEnv bool
+	// JVMArgs are appended to the JVM's options (before -jar); a later option wins, e.g.
+	// "-XX:TieredStopAtLevel=4" lifts the default C1-only compilation.
+	JVMArgs []string
 	// Jar is the mongo-server.jar to run instead of JarPath's (e.g. an older build, to compare two side by side).
 	Jar string
 }
@@ -274,8 +277,8 @@ func (s *Server) stopLocked(grace time.Duration) error {
 }
 
 func (s *Server) startLocked(ctx context.Context) error {
-	args := []string{"-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k", "-Xmx1g", "-jar", s.jar,
-		"--port", strconv.Itoa(s.port)}
+	args := append([]string{"-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k", "-Xmx1g"}, s.opts.JVMArgs...)
+	args = append(args, "-jar", s.jar, "--port", strconv.Itoa(s.port))
 	if s.opts.H2File != "" {
 		args = append(args, "--h2", s.opts.H2File)
 	}

@@ -34,11 +34,13 @@ import (
 type serverSettings struct {
 	jars   []string
 	labels []string
-	docs   int
-	jobs   int
-	rounds int
-	bulk   int
-	finds  int
+	// jvmArgs are each server's extra JVM options (index = -jars index).
+	jvmArgs [][]string
+	docs    int
+	jobs    int
+	rounds  int
+	bulk    int
+	finds   int
 }
 
 // serverTarget is one test server under measurement.
@@ -59,9 +61,10 @@ var serverOps = []string{"bulk update by _id (per doc)", "insertMany (per doc)",
 func serverMain(args []string) int {
 	fs := flag.NewFlagSet("bench server", flag.ContinueOnError)
 	var o serverSettings
-	var jars, labels string
+	var jars, labels, jvm string
 	fs.StringVar(&jars, "jars", "", "comma-separated mongo-server.jar paths to compare (default: this tree's jar)")
 	fs.StringVar(&labels, "labels", "", "comma-separated labels of -jars (default: before,after for two jars)")
+	fs.StringVar(&jvm, "jvm-args", "", "semicolon-separated extra JVM options per jar, each space-separated (e.g. ';-XX:TieredStopAtLevel=4')")
 	fs.IntVar(&o.docs, "docs", 100000, "run records loaded into job_runs before measuring")
 	fs.IntVar(&o.jobs, "jobs", 10000, "distinct job ids among the records")
 	fs.IntVar(&o.rounds, "rounds", 5, "measured rounds (one uncounted warm-up round first)")
@@ -89,6 +92,14 @@ func serverMain(args []string) int {
 			o.labels = append(o.labels, fmt.Sprintf("jar%d", i+1))
 		}
 	}
+	o.jvmArgs = make([][]string, len(o.jars))
+	if jvm != "" {
+		for i, a := range strings.Split(jvm, ";") {
+			if i < len(o.jvmArgs) {
+				o.jvmArgs[i] = strings.Fields(a)
+			}
+		}
+	}
 	if len(o.labels) != len(o.jars) || o.docs < o.jobs || o.jobs < 1 || o.rounds < 1 || o.bulk < 1 || o.finds < 1 {
 		fmt.Fprintln(os.Stderr, "bench server: -labels must match -jars; -docs ≥ -jobs ≥ 1; -rounds, -bulk, -finds ≥ 1")
 		return 2
@@ -111,7 +122,7 @@ func runServerBench(ctx context.Context, o serverSettings) error {
 		}
 	}()
 	for i, jar := range o.jars {
-		t, err := startServerTarget(ctx, o, o.labels[i], jar)
+		t, err := startServerTarget(ctx, o, o.labels[i], jar, o.jvmArgs[i])
 		if err != nil {
 			return err
 		}
@@ -157,8 +168,8 @@ func quantileOf(s []time.Duration, q float64) time.Duration {
 	return s[max(0, min(i, len(s)-1))]
 }
 
-func startServerTarget(ctx context.Context, o serverSettings, label, jar string) (*serverTarget, error) {
-	srv, err := testmongo.Start(ctx, testmongo.Options{Jar: jar, IgnoreEnv: true, StartTimeout: 2 * time.Minute})
+func startServerTarget(ctx context.Context, o serverSettings, label, jar string, jvmArgs []string) (*serverTarget, error) {
+	srv, err := testmongo.Start(ctx, testmongo.Options{Jar: jar, JVMArgs: jvmArgs, IgnoreEnv: true, StartTimeout: 2 * time.Minute})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
@@ -185,7 +196,7 @@ func startServerTarget(ctx context.Context, o serverSettings, label, jar string)
 			return nil, fmt.Errorf("%s: load: %w", label, err)
 		}
 	}
-	fmt.Printf("%s: %s, %d records loaded in %v\n", label, jar, o.docs, time.Since(start).Round(time.Millisecond))
+	fmt.Printf("%s: %s %v, %d records loaded in %v\n", label, jar, jvmArgs, o.docs, time.Since(start).Round(time.Millisecond))
 	// A daemon's change stream: every write wakes its getMore.
 	wctx, cancel := context.WithCancel(context.Background())
 	t.stop = cancel
