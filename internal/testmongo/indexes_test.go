@@ -296,3 +296,48 @@ func TestFirePathQueriesUseIndexes(t *testing.T) {
 		t.Errorf("the five queries examined %d documents of %d", ex, jobs*perJob)
 	}
 }
+
+// TestCollStatsSizeFollowsWrites: the data size (computed when asked, not
+// on every write) is the documents' BSON size after inserts, an update
+// that grows a document and a delete.
+func TestCollStatsSizeFollowsWrites(t *testing.T) {
+	client := testmongo.Client(t)
+	db := testmongo.NewDatabase(t, client)
+	c := ctx(t, 30*time.Second)
+	coll := db.Collection("sized")
+	docs := map[string]bson.D{}
+	for i := range 10 {
+		id := fmt.Sprintf("s%d", i)
+		docs[id] = bson.D{{Key: "_id", Value: id}, {Key: "job_id", Value: "j"}, {Key: "n", Value: int32(i)}}
+		if _, err := coll.InsertOne(c, docs[id]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(phase string) {
+		t.Helper()
+		want := 0
+		for _, d := range docs {
+			want += len(mustRaw(t, d))
+		}
+		var stats struct {
+			Size  int64 `bson:"size"`
+			Count int64 `bson:"count"`
+		}
+		if err := db.RunCommand(c, bson.D{{Key: "collStats", Value: "sized"}}).Decode(&stats); err != nil {
+			t.Fatal(err)
+		}
+		if stats.Size != int64(want) || stats.Count != int64(len(docs)) {
+			t.Errorf("%s: collStats size %d count %d, want %d and %d", phase, stats.Size, stats.Count, want, len(docs))
+		}
+	}
+	check("inserted")
+	if _, err := coll.UpdateOne(c, bson.D{{Key: "_id", Value: "s3"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "note", Value: "a longer field"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	docs["s3"] = append(docs["s3"], bson.E{Key: "note", Value: "a longer field"})
+	if _, err := coll.DeleteOne(c, bson.D{{Key: "_id", Value: "s5"}}); err != nil {
+		t.Fatal(err)
+	}
+	delete(docs, "s5")
+	check("updated and deleted")
+}
