@@ -46,6 +46,7 @@ func indexCheckQueries(base time.Time) []bson.D {
 		{{Key: "job_id", Value: bson.D{{Key: "$exists", Value: false}}}},
 		{{Key: "status", Value: bson.D{{Key: "$ne", Value: "running"}}}},
 		{{Key: "job_id", Value: "job-99"}},
+		{{Key: "status", Value: "odd"}},
 	}
 }
 
@@ -172,6 +173,20 @@ func TestSecondaryIndexesDoNotChangeResults(t *testing.T) {
 		}
 	}
 	compare("after writes")
+
+	// documents whose _id is no scalar leave the non-unique indexes too
+	for _, coll := range []*mongo.Collection{plain, indexed} {
+		for k, id := range []any{bson.D{{Key: "a", Value: 1}}, bson.Binary{Subtype: 0, Data: []byte{1, 2}}} {
+			if _, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: id}, {Key: "job_id", Value: "job-8"},
+				{Key: "scheduled_at", Value: base.Add(time.Duration(k) * time.Hour * 24)}, {Key: "status", Value: "odd"}}); err != nil {
+				t.Fatalf("%s: insert _id %v: %v", coll.Name(), id, err)
+			}
+		}
+		if _, err := coll.DeleteOne(c, bson.D{{Key: "_id", Value: bson.Binary{Subtype: 0, Data: []byte{1, 2}}}}); err != nil {
+			t.Fatalf("%s: delete binary _id: %v", coll.Name(), err)
+		}
+	}
+	compare("non-scalar ids")
 }
 
 func mustRaw(t *testing.T, d bson.D) bson.Raw {

@@ -19,6 +19,7 @@ import de.bwaldvogel.mongo.backend.Index;
 import de.bwaldvogel.mongo.backend.IndexKey;
 import de.bwaldvogel.mongo.backend.KeyValue;
 import de.bwaldvogel.mongo.backend.QueryResult;
+import de.bwaldvogel.mongo.backend.ValueComparator;
 import de.bwaldvogel.mongo.backend.memory.MemoryCollection;
 import de.bwaldvogel.mongo.backend.memory.MemoryDatabase;
 import de.bwaldvogel.mongo.backend.memory.index.MemoryUniqueIndex;
@@ -501,7 +502,20 @@ final class IndexedMemory {
         private static Object id(Document document) {
             Object id = document.get("_id");
             Object k = key(id);
-            return k == UNINDEXABLE ? new KeyValue(id) : k;
+            return k == UNINDEXABLE ? new OtherId(id) : k;
+        }
+
+        /** An _id that is no scalar (a subdocument, binary…): equal as the library compares values. */
+        private record OtherId(Object value) {
+            @Override
+            public boolean equals(Object o) {
+                return o instanceof OtherId && ValueComparator.asc().compare(value, ((OtherId) o).value) == 0;
+            }
+
+            @Override
+            public int hashCode() {
+                return 0; // rare: a list of them is searched
+            }
         }
 
         @Override
