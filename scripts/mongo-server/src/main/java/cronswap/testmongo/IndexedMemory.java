@@ -261,9 +261,13 @@ final class IndexedMemory {
                 .append("examined", examined.get());
         }
 
+        /**
+         * Synchronized like the library's query entry points, also for the one that is not (count with a filter):
+         * the candidate sets are the indexes' own, read while no write changes them.
+         */
         @Override
-        protected QueryResult queryDocuments(Document query, Document orderBy, int numberToSkip, int limit,
-                                             int batchSize, Document fieldSelector) {
+        protected synchronized QueryResult queryDocuments(Document query, Document orderBy, int numberToSkip,
+                                                          int limit, int batchSize, Document fieldSelector) {
             Set<Integer> candidates = query == null ? null : candidates(query);
             // past half the collection a scan is no slower, and it is what the library does
             if (candidates == null || candidates.size() > count() / 2 + 16) {
