@@ -105,7 +105,8 @@ final class CompatBackend implements MongoBackend {
     /**
      * {@code {cronswapQueryStats: "<collection>"}}: how the collection's queries (finds, and the filters of
      * updates, deletes and findAndModify) were served since it was created: {@code scans} (the whole collection
-     * examined), {@code indexed} (only an index's candidates), {@code examined} (documents given to the matcher).
+     * examined), {@code indexed} (only an index's candidates), {@code examined} (documents given to the matcher),
+     * {@code built} (positions copied into candidate sets built from several keys, e.g. for {@code $in}).
      * In-memory backend only; elsewhere all three are absent.
      */
     private Document queryStats(String databaseName, String collectionName) {

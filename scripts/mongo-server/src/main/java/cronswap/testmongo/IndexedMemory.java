@@ -106,8 +106,15 @@ final class IndexedMemory {
 
     /** Implemented by the indexes that offer candidates to {@link IndexedCollection}'s queries. */
     interface Lookup {
-        /** A superset of the positions of the documents matching the whole filter, or null if it cannot tell. */
-        Set<Integer> candidates(Document filter);
+        /**
+         * A superset of the positions of the documents matching the whole filter with fewer than bound elements,
+         * or null if it cannot tell or would not be smaller (then it builds nothing: a planner that already has a
+         * small set pays nothing for a large one, e.g. {@code {status: {$in: [...]}}} beside {@code _id}).
+         */
+        Set<Integer> candidates(Document filter, int bound);
+
+        /** Positions copied into the candidate sets it built (unions of several keys), for {@code cronswapQueryStats}. */
+        long built();
     }
 
     /**
@@ -117,6 +124,7 @@ final class IndexedMemory {
     static final class FieldMap {
         private final String field;
         private final Map<Object, Set<Integer>> positions = new HashMap<>();
+        private long built;
 
         FieldMap(String field) {
             this.field = field;
@@ -160,8 +168,8 @@ final class IndexedMemory {
             add(newDocument, position);
         }
 
-        /** The positions of an equality on the field, or null when the filter has none on it. */
-        Set<Integer> candidates(Document filter) {
+        /** The positions of an equality on the field (fewer than bound), or null (see {@link Lookup}). */
+        Set<Integer> candidates(Document filter, int bound) {
             if (!filter.containsKey(field)) {
                 return null;
             }
@@ -170,14 +178,26 @@ final class IndexedMemory {
                 return null;
             }
             if (keys.size() == 1) {
-                Set<Integer> set = positions.get(keys.get(0));
-                return set == null ? Set.of() : set;
+                Set<Integer> set = positions.getOrDefault(keys.get(0), Set.of());
+                return set.size() < bound ? set : null;
+            }
+            long total = 0;
+            for (Object k : keys) {
+                total += positions.getOrDefault(k, Set.of()).size();
+            }
+            if (total >= bound) {
+                return null;
             }
             Set<Integer> union = new HashSet<>();
             for (Object k : keys) {
                 union.addAll(positions.getOrDefault(k, Set.of()));
             }
+            built += total;
             return union;
+        }
+
+        long built() {
+            return built;
         }
 
         void clear() {
@@ -255,10 +275,16 @@ final class IndexedMemory {
             return (int) Math.min(Integer.MAX_VALUE, size);
         }
 
-        /** The query counters ({@code cronswapQueryStats}): scans, indexed, examined. */
-        Document queryStats() {
+        /** The query counters ({@code cronswapQueryStats}): scans, indexed, examined, built. */
+        synchronized Document queryStats() {
+            long built = 0;
+            for (Index<Integer> index : getIndexes()) {
+                if (index instanceof Lookup) {
+                    built += ((Lookup) index).built();
+                }
+            }
             return new Document("scans", scans.get()).append("indexed", indexed.get())
-                .append("examined", examined.get());
+                .append("examined", examined.get()).append("built", built);
         }
 
         /**
@@ -268,9 +294,9 @@ final class IndexedMemory {
         @Override
         protected synchronized QueryResult queryDocuments(Document query, Document orderBy, int numberToSkip,
                                                           int limit, int batchSize, Document fieldSelector) {
-            Set<Integer> candidates = query == null ? null : candidates(query);
             // past half the collection a scan is no slower, and it is what the library does
-            if (candidates == null || candidates.size() > count() / 2 + 16) {
+            Set<Integer> candidates = query == null ? null : candidates(query, count() / 2 + 16);
+            if (candidates == null) {
                 scans.incrementAndGet();
                 examined.addAndGet(count());
                 return super.queryDocuments(query, orderBy, numberToSkip, limit, batchSize, fieldSelector);
@@ -285,47 +311,66 @@ final class IndexedMemory {
             return matchDocuments(query, ordered, orderBy, numberToSkip, limit, batchSize, fieldSelector);
         }
 
-        private Set<Integer> candidates(Document filter) {
+        /**
+         * The smallest candidate set (fewer than bound) any index offers for any condition, or null. Cheap
+         * conditions first: plain equalities, then operators ({@code $in}), then {@code $and}/{@code $or}, each
+         * bounded by the best so far.
+         */
+        private Set<Integer> candidates(Document filter, int bound) {
             Set<Integer> best = null;
-            for (Map.Entry<String, Object> condition : filter.entrySet()) {
-                String key = condition.getKey();
-                if (key.equals("$and") && condition.getValue() instanceof List) {
-                    for (Object branch : (List<?>) condition.getValue()) {
-                        if (branch instanceof Document) {
-                            best = smaller(best, candidates((Document) branch));
-                        }
-                    }
-                } else if (key.equals("$or") && condition.getValue() instanceof List) {
-                    best = smaller(best, union((List<?>) condition.getValue()));
-                } else if (!key.startsWith("$")) {
-                    Document single = new Document(key, condition.getValue());
-                    for (Index<Integer> index : getIndexes()) {
-                        if (index instanceof Lookup) {
-                            best = smaller(best, ((Lookup) index).candidates(single));
-                        }
-                    }
-                }
-                if (best != null && best.isEmpty()) {
-                    return best;
-                }
-            }
-            // a unique index on several fields, all named with equalities
+            // a unique index on several fields, all named with equalities: at most one position
             for (Index<Integer> index : getIndexes()) {
                 if (index instanceof UniqueIndex && index.getKeys().size() > 1) {
-                    best = smaller(best, ((UniqueIndex) index).candidates(filter));
+                    best = smaller(best, ((UniqueIndex) index).exact(filter));
+                }
+            }
+            for (int pass = 0; pass < 3; pass++) {
+                for (Map.Entry<String, Object> condition : filter.entrySet()) {
+                    if (best != null && best.isEmpty()) {
+                        return best;
+                    }
+                    String key = condition.getKey();
+                    Object value = condition.getValue();
+                    boolean operator = key.startsWith("$");
+                    int kind = operator ? 2 : value instanceof Document ? 1 : 0;
+                    if (kind != pass) {
+                        continue;
+                    }
+                    int limit = best == null ? bound : Math.min(bound, best.size());
+                    if (key.equals("$and") && value instanceof List) {
+                        for (Object branch : (List<?>) value) {
+                            if (branch instanceof Document) {
+                                best = smaller(best, candidates((Document) branch, limit));
+                                limit = best == null ? bound : Math.min(bound, best.size());
+                            }
+                        }
+                    } else if (key.equals("$or") && value instanceof List) {
+                        best = smaller(best, union((List<?>) value, limit));
+                    } else if (!operator) {
+                        Document single = new Document(key, value);
+                        for (Index<Integer> index : getIndexes()) {
+                            if (index instanceof Lookup) {
+                                best = smaller(best, ((Lookup) index).candidates(single, limit));
+                                limit = best == null ? bound : Math.min(bound, best.size());
+                            }
+                        }
+                    }
                 }
             }
             return best;
         }
 
-        private Set<Integer> union(List<?> branches) {
+        private Set<Integer> union(List<?> branches, int bound) {
             Set<Integer> union = new HashSet<>();
             for (Object branch : branches) {
-                Set<Integer> c = branch instanceof Document ? candidates((Document) branch) : null;
+                Set<Integer> c = branch instanceof Document ? candidates((Document) branch, bound) : null;
                 if (c == null) {
                     return null;
                 }
                 union.addAll(c);
+                if (union.size() >= bound) {
+                    return null;
+                }
             }
             return union;
         }
@@ -363,29 +408,41 @@ final class IndexedMemory {
         }
 
         @Override
-        public synchronized Set<Integer> candidates(Document filter) {
-            List<Object> exact = new ArrayList<>();
+        public synchronized Set<Integer> candidates(Document filter, int bound) {
+            if (first != null) {
+                return first.candidates(filter, bound);
+            }
+            String field = fields.get(0);
+            List<Object> keys = filter.containsKey(field) ? queriedKeys(filter.get(field)) : null;
+            if (keys == null || keys.size() >= bound) {
+                return null;
+            }
+            Set<Integer> out = new HashSet<>();
+            for (Object k : keys) {
+                Integer position = getPosition(new KeyValue(k));
+                if (position != null) {
+                    out.add(position);
+                }
+            }
+            return out;
+        }
+
+        @Override
+        public synchronized long built() {
+            return first == null ? 0 : first.built();
+        }
+
+        /** For an index on several fields: the position of equalities on all of them, or null. */
+        synchronized Set<Integer> exact(Document filter) {
+            List<Object> values = new ArrayList<>();
             for (String field : fields) {
                 List<Object> keys = filter.containsKey(field) ? queriedKeys(filter.get(field)) : null;
-                if (fields.size() == 1) {
-                    if (keys == null) {
-                        return null;
-                    }
-                    Set<Integer> out = new HashSet<>();
-                    for (Object k : keys) {
-                        Integer position = getPosition(new KeyValue(k));
-                        if (position != null) {
-                            out.add(position);
-                        }
-                    }
-                    return out;
-                }
                 if (keys == null || keys.size() != 1) {
-                    return first.candidates(filter);
+                    return null;
                 }
-                exact.add(keys.get(0));
+                values.add(keys.get(0));
             }
-            Integer position = getPosition(new KeyValue(exact));
+            Integer position = getPosition(new KeyValue(values));
             return position == null ? Set.of() : Set.of(position);
         }
 
@@ -523,8 +580,13 @@ final class IndexedMemory {
         }
 
         @Override
-        public synchronized Set<Integer> candidates(Document filter) {
-            return first.candidates(filter);
+        public synchronized Set<Integer> candidates(Document filter, int bound) {
+            return first.candidates(filter, bound);
+        }
+
+        @Override
+        public synchronized long built() {
+            return first.built();
         }
 
         @Override
