@@ -78,6 +78,11 @@ type Options struct {
 	ExtraArgs []string
 	// Ignore the environment's external URI and always launch a server.
 	IgnoreEnv bool
+	// JVMArgs are appended to the JVM's options (before -jar); a later option wins, e.g.
+	// "-XX:TieredStopAtLevel=4" lifts the default C1-only compilation.
+	JVMArgs []string
+	// Jar is the mongo-server.jar to run instead of JarPath's (e.g. an older build, to compare two side by side).
+	Jar string
 }
 
 // Server is a MongoDB for tests: either external (from the environment) or a launched mongo-server.jar process.
@@ -118,9 +123,14 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			return &Server{URI: uri, external: true, opts: opts}, nil
 		}
 	}
-	jar, err := JarPath()
-	if err != nil {
-		return nil, err
+	jar := opts.Jar
+	if jar == "" {
+		var err error
+		if jar, err = JarPath(); err != nil {
+			return nil, err
+		}
+	} else if _, err := os.Stat(jar); err != nil {
+		return nil, fmt.Errorf("testmongo: jar %s: %w", jar, err)
 	}
 	if _, err := exec.LookPath(javaPath()); err != nil {
 		return nil, fmt.Errorf("testmongo: java not found (%v); install a JDK 17+ or set %s", err, EnvURI)
@@ -267,8 +277,8 @@ func (s *Server) stopLocked(grace time.Duration) error {
 }
 
 func (s *Server) startLocked(ctx context.Context) error {
-	args := []string{"-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k", "-Xmx1g", "-jar", s.jar,
-		"--port", strconv.Itoa(s.port)}
+	args := append([]string{"-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k", "-Xmx1g"}, s.opts.JVMArgs...)
+	args = append(args, "-jar", s.jar, "--port", strconv.Itoa(s.port))
 	if s.opts.H2File != "" {
 		args = append(args, "--h2", s.opts.H2File)
 	}

@@ -25,6 +25,8 @@
 //
 // "bench fire [flags]" is the fire-path benchmark instead (fire.go,
 // scripts/bench-fire.sh): N jobs due in the same second, R replicas.
+// "bench server [flags]" compares builds of the test server side by side
+// (server.go).
 //
 // It is a module of its own (its plotting library stays out of the daemon's
 // go.mod) and runs from the repository root, where -out is relative to.
@@ -64,6 +66,9 @@ type settings struct {
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "fire" {
 		os.Exit(fireMain(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "server" {
+		os.Exit(serverMain(os.Args[2:]))
 	}
 	var (
 		o     settings

@@ -4,7 +4,6 @@ import java.security.SecureRandom;
 import java.time.Clock;
 import java.time.Instant;
 import java.util.ArrayList;
-import java.util.Comparator;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
@@ -63,6 +62,16 @@ final class ChangeStreamOplog implements Oplog {
     private final SecureRandom random = new SecureRandom();
 
     private final Object lock = new Object();
+    /**
+     * Whether entries are also written to {@link #collection}: with a file backend, so that they survive a restart;
+     * in memory they would only be a second copy of {@link #entries}, indexed on every write.
+     */
+    private final boolean persist;
+    /**
+     * Every entry of {@link #collection}, in timestamp order: a getMore reads from its position on by a binary
+     * search instead of scanning and sorting the whole collection (which never shrinks) on every wake-up.
+     */
+    private final ArrayList<Document> entries = new ArrayList<>();
     /** Timestamp (BSON value) of the newest entry; every entry up to it is in {@link #collection}. */
     private long lastTs;
     /** Timestamp of the oldest entry: tokens before it are "history lost". */
@@ -73,23 +82,21 @@ final class ChangeStreamOplog implements Oplog {
     private long sequence;
     private boolean closed;
 
-    ChangeStreamOplog(MongoBackend backend, MongoCollection<Document> collection, CursorRegistry cursorRegistry) {
+    ChangeStreamOplog(MongoBackend backend, MongoCollection<Document> collection, CursorRegistry cursorRegistry,
+                      boolean persist) {
         this.backend = backend;
+        this.persist = persist;
         this.collection = collection;
         this.cursorRegistry = cursorRegistry;
         this.clock = backend.getClock();
-        long min = Long.MAX_VALUE;
-        long max = Long.MIN_VALUE;
-        Document first = null;
-        for (Document entry : collection.queryAll()) {
-            long ts = ts(entry);
-            if (Long.compareUnsigned(ts, min) < 0 || min == Long.MAX_VALUE) {
-                min = ts;
-                first = entry;
-            }
-            max = Math.max(max, ts);
-        }
+        List<Document> existing = new ArrayList<>();
+        collection.queryAll().forEach(existing::add);
+        existing.sort((a, b) -> Long.compareUnsigned(ts(a), ts(b)));
+        Document first = existing.isEmpty() ? null : existing.get(0);
+        long min = first == null ? 0 : ts(first);
+        long max = first == null ? 0 : ts(existing.get(existing.size() - 1));
         synchronized (lock) {
+            entries.addAll(existing);
             if (first == null) {
                 oplogId = random.nextInt();
                 lastTs = clock.instant().getEpochSecond() << 32;
@@ -126,7 +133,10 @@ final class ChangeStreamOplog implements Oplog {
                 .append("v", 2L)
                 .append("wall", clock.instant());
             entry.putAll(fields);
-            collection.addDocument(entry);
+            if (persist) {
+                collection.addDocument(entry);
+            }
+            entries.add(entry);
             lastTs = ts;
             sequence++;
             lock.notifyAll();
@@ -365,7 +375,32 @@ final class ChangeStreamOplog implements Oplog {
     }
 
     private boolean containsTs(long ts) {
-        return collection.queryAllAsStream().anyMatch(entry -> ts(entry) == ts);
+        synchronized (lock) {
+            int i = firstAtOrAfter(ts);
+            return i < entries.size() && ts(entries.get(i)) == ts;
+        }
+    }
+
+    /** The index of the first entry at or after ts (entries.size() if none); call with {@link #lock} held. */
+    private int firstAtOrAfter(long ts) {
+        int lo = 0;
+        int hi = entries.size();
+        while (lo < hi) {
+            int mid = (lo + hi) >>> 1;
+            if (Long.compareUnsigned(ts(entries.get(mid)), ts) < 0) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        return lo;
+    }
+
+    /** The entries at or after ts, in order. */
+    private List<Document> entriesFrom(long ts) {
+        synchronized (lock) {
+            return new ArrayList<>(entries.subList(firstAtOrAfter(ts), entries.size()));
+        }
     }
 
     /** One event generated from an oplog entry, with its position. */
@@ -592,9 +627,7 @@ final class ChangeStreamOplog implements Oplog {
             }
             long highWaterMark = highWaterMark();
             long from = position.ts();
-            Stream<Document> stream = aggregation.runStagesAsStream(ChangeStreamOplog.this.collection.queryAllAsStream()
-                .filter(entry -> Long.compareUnsigned(ts(entry), from) >= 0)
-                .sorted(Comparator.comparing(entry -> (BsonTimestamp) entry.get("ts")))
+            Stream<Document> stream = aggregation.runStagesAsStream(entriesFrom(from).stream()
                 .flatMap(entry -> events(entry, this))
                 .filter(event -> event.position().isAfter(position))
                 .map(Event::document));

@@ -85,6 +85,8 @@ final class CompatBackend implements MongoBackend {
             }
             case "getmore":
                 return getMore(channel, databaseName, command, query);
+            case "cronswapquerystats":
+                return queryStats(databaseName, String.valueOf(query.get(command)));
             case "aggregate":
                 if (isChangeStream(query)) {
                     return changeStreamAggregate(channel, databaseName, command, query);
@@ -98,6 +100,22 @@ final class CompatBackend implements MongoBackend {
                 }
                 return delegate.handleCommand(channel, databaseName, command, query);
         }
+    }
+
+    /**
+     * {@code {cronswapQueryStats: "<collection>"}}: how the collection's queries (finds, and the filters of
+     * updates, deletes and findAndModify) were served since it was created: {@code scans} (the whole collection
+     * examined), {@code indexed} (only an index's candidates), {@code examined} (documents given to the matcher),
+     * {@code built} (positions copied into candidate sets built from several keys, e.g. for {@code $in}).
+     * In-memory backend only; elsewhere all three are absent.
+     */
+    private Document queryStats(String databaseName, String collectionName) {
+        MongoCollection<?> collection = delegate.resolveDatabase(databaseName).resolveCollection(collectionName, false);
+        Document response = collection instanceof IndexedMemory.IndexedCollection
+            ? ((IndexedMemory.IndexedCollection) collection).queryStats()
+            : new Document();
+        response.put("ok", 1.0);
+        return response;
     }
 
     private interface Call {

@@ -327,7 +327,8 @@ public final class Launcher {
         }
     }
 
-    private static ChangeStreamOplog createChangeStreamOplog(MongoBackend backend, CursorRegistry cursors) {
+    private static ChangeStreamOplog createChangeStreamOplog(MongoBackend backend, CursorRegistry cursors,
+                                                             boolean persist) {
         MongoDatabase local = backend.resolveDatabase("local");
         @SuppressWarnings("unchecked")
         MongoCollection<Document> collection = (MongoCollection<Document>) local.resolveCollection("oplog.rs", false);
@@ -337,19 +338,19 @@ public final class Launcher {
                 (MongoCollection<Document>) local.createCollectionOrThrowIfExists("oplog.rs");
             collection = created;
         }
-        return new ChangeStreamOplog(backend, collection, cursors);
+        return new ChangeStreamOplog(backend, collection, cursors, persist);
     }
 
     /** In-memory backend with a {@link ChangeStreamOplog}. */
     static final class MemoryCompatBackend extends MemoryBackend implements CompatBackend.Internals {
         @Override
         public MemoryDatabase openOrCreateDatabase(String databaseName) {
-            return new PointLookupIndexes.Database(databaseName, getCursorRegistry());
+            return new IndexedMemory.Database(databaseName, getCursorRegistry());
         }
 
         @Override
         protected Oplog createOplog() {
-            return createChangeStreamOplog(this, getCursorRegistry());
+            return createChangeStreamOplog(this, getCursorRegistry(), false);
         }
 
         @Override
@@ -371,7 +372,7 @@ public final class Launcher {
 
         @Override
         protected Oplog createOplog() {
-            return createChangeStreamOplog(this, getCursorRegistry());
+            return createChangeStreamOplog(this, getCursorRegistry(), true);
         }
 
         @Override
