@@ -54,6 +54,9 @@ type fireSettings struct {
 	// preset is the -preset name applied ("" none).
 	preset string
 
+	// serverJVM are extra JVM options of the test server (-server-jvm-args).
+	serverJVM []string
+
 	// sustained runs the sustained mode instead of bursts (fire_sustained.go).
 	sustained bool
 	duration  time.Duration
@@ -118,6 +121,10 @@ func fireFlagSet(o *fireSettings, a *fireArgs) *flag.FlagSet {
 	fs.StringVar(&o.out, "out", "docs", "directory for bench-fire-results.txt (appended) and fire-lateness.png ('' writes neither)")
 	fs.BoolVar(&o.plot, "plot", true, "draw OUT/fire-lateness.png: p99 against N per replica count; with -label, every run so labelled in the results file (per point the latest), beside the runs labelled -compare")
 	fs.StringVar(&o.label, "label", "", "free text recorded with the run (e.g. before, after)")
+	fs.Func("server-jvm-args", "extra JVM options of the test server, space-separated (e.g. -XX:TieredStopAtLevel=4: the JVM's full JIT instead of the tests' C1-only); say it in -label", func(v string) error {
+		o.serverJVM = strings.Fields(v)
+		return nil
+	})
 	fs.StringVar(&a.replot, "replot", "", "only redraw OUT/fire-lateness.png from this results file (the runs labelled -label, or the last run; beside them those labelled -compare), then exit")
 	fs.IntVar(&o.batch, "batch", 1000, "insertMany batch size while loading")
 	fs.StringVar(&o.binary, "binary", "", "cronswap binary to run (default: go build into a temporary directory)")

@@ -249,7 +249,7 @@ func runSustained(ctx context.Context, o fireSettings) error {
 func (run *sustainedRun) measure(ctx context.Context, logDir string) error {
 	o := run.opts
 	n, replicas := o.points[0][0], o.points[0][1]
-	srv, err := testmongo.Start(ctx, testmongo.Options{StartTimeout: 2 * time.Minute})
+	srv, err := testmongo.Start(ctx, testmongo.Options{JVMArgs: o.serverJVM, StartTimeout: 2 * time.Minute})
 	if err != nil {
 		return err
 	}
