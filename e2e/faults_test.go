@@ -35,6 +35,11 @@ func newProxy(t *testing.T, uri string) *faultproxy.Proxy {
 	return p
 }
 
+// schedulesStream matches the opening of the schedules change stream (the
+// daemon also watches blackouts and triggers, each with a stream of its
+// own).
+var schedulesStream = faultproxy.All(faultproxy.IsChangeStreamAggregate, faultproxy.Collection("schedules"))
+
 var historyLost = faultproxy.ErrorReply{
 	Code: 286, CodeName: "ChangeStreamHistoryLost",
 	Errmsg: "Resume of change stream was not possible, as the resume point may no longer be in the oplog.",
@@ -52,7 +57,7 @@ func TestLostPositionOnResumeFallsBackToFullReload(t *testing.T) {
 
 	// The stored token cannot be resumed from: the server says its history is gone.
 	p := newProxy(t, uri)
-	p.FailNext(faultproxy.IsChangeStreamAggregate, historyLost)
+	p.FailNext(schedulesStream, historyLost)
 	d2 := startDaemon(t, writeConfig(t, daemonConfig{URI: p.URI(uri), Database: db.Name()}))
 	d2.waitReady()
 	l := d2.waitLog("refused token", func(l logLine) bool {

@@ -41,8 +41,8 @@ func TestCutsEveryTwoSecondsWhileWriting(t *testing.T) {
 		if cuts%2 == 1 {
 			// The driver's own resume after this cut, and its retry, fail
 			// too: the watcher has to reconnect by itself.
-			p.CutNext(faultproxy.IsChangeStreamAggregate)
-			p.CutNext(faultproxy.IsChangeStreamAggregate)
+			p.CutNext(schedulesStream)
+			p.CutNext(schedulesStream)
 		}
 		p.CutAll()
 		cuts++
@@ -83,7 +83,7 @@ func TestHistoryLostOnResumeAfterCut(t *testing.T) {
 	d.waitReady()
 	waitToken(t, db)
 
-	p.FailNext(faultproxy.IsChangeStreamAggregate, historyLostReply)
+	p.FailNext(schedulesStream, historyLostReply)
 	p.CutAll()
 	// An edit lands while the daemon is resuming.
 	editWhileDown(t, db, 1)
@@ -248,11 +248,18 @@ func TestAutoModeFallsBackToPolling(t *testing.T) {
 		t.Fatalf("watch_mode = %q, want poll", st.WatchMode)
 	}
 	checkPollLatency(t, d, db, pollInterval)
-	if n := countLogs(d, func(l logLine) bool { return strings.Contains(l.str("msg"), "falling back to polling") }); n != 1 {
-		t.Fatalf("fallback logged %d times, want once", n)
+	// Each watched collection (schedules, blackouts, triggers) falls back
+	// once, after one refused request.
+	watched := []string{"schedules", "blackouts", "triggers"}
+	for _, coll := range watched {
+		if n := countLogs(d, func(l logLine) bool {
+			return strings.Contains(l.str("msg"), "falling back to polling") && l.str("collection") == coll
+		}); n != 1 {
+			t.Fatalf("fallback of the %s watcher logged %d times, want once", coll, n)
+		}
 	}
-	if p.Stats().Injected["aggregate"] != 1 {
-		t.Fatalf("the daemon asked for a change stream %d times, want once: %+v", p.Stats().Injected["aggregate"], p.Stats())
+	if n := p.Stats().Injected["aggregate"]; n != len(watched) {
+		t.Fatalf("the daemon asked for a change stream %d times, want once per watched collection (%d): %+v", n, len(watched), p.Stats())
 	}
 
 	// watch.mode: poll, straight to the server.

@@ -44,7 +44,7 @@ func newBlackoutWatch(db *mongo.Database, cfg config.Config, log *slog.Logger) *
 		Feed:   changestream.NewMongoFeed(db.Collection(blackout.CollectionName), blackoutsMaxAwait),
 		Tokens: resumetoken.NewMemoryStore(),
 		Sink:   b.set,
-		Logger: log.With("watcher", blackout.CollectionName),
+		Logger: log.With("collection", blackout.CollectionName),
 		Hooks: changestream.Hooks{
 			Synced: func() { b.syncedOnce.Do(func() { close(b.synced) }) },
 		},

@@ -173,7 +173,9 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		Feed:   changestream.NewMongoFeed(db.Collection(schedule.CollectionName), getMoreWait(cfg)),
 		Tokens: resumetoken.NewMongoStore(db.Collection(resumetoken.CollectionName)),
 		Sink:   d.history.recorder,
-		Logger: d.log,
+		// Every watcher's lines name its collection (schedules,
+		// blackouts, triggers).
+		Logger: d.log.With("collection", schedule.CollectionName),
 		Hooks:  hooks,
 		State:  stateStore(cfg),
 	}))

@@ -67,7 +67,15 @@ type logRecord struct {
 	Engine     int64     `json:"engine"`
 	HTTPListen string    `json:"http_listen"`
 	Error      string    `json:"error"`
+	// Collection names the watcher of a watcher's line (schedules,
+	// blackouts, triggers); empty on other lines.
+	Collection string `json:"collection"`
 }
+
+// schedulesWatcher reports whether a watcher's line is the schedules
+// watcher's (the one the bench measures), not the blackouts' or the
+// triggers' watcher's.
+func (r logRecord) schedulesWatcher() bool { return r.Collection == "" || r.Collection == "schedules" }
 
 // Log messages the bench keys on (scheduler/scheduler.go, changestream/watcher.go, internal/daemon).
 const (
@@ -197,11 +205,11 @@ func (d *daemon) readLog(r io.Reader, copyTo io.Writer, addrCh chan<- string, on
 					d.mu.Lock()
 					d.split = &rec
 					d.mu.Unlock()
-				case rec.Msg == msgFullReload:
+				case rec.Msg == msgFullReload && rec.schedulesWatcher():
 					d.mu.Lock()
 					d.reloads = append(d.reloads, d.withSplit(rec))
 					d.mu.Unlock()
-				case rec.Msg == msgArmedFromFile:
+				case rec.Msg == msgArmedFromFile && rec.schedulesWatcher():
 					d.mu.Lock()
 					d.warm = append(d.warm, d.withSplit(rec))
 					d.mu.Unlock()

@@ -98,7 +98,7 @@ func measureEdits(ctx context.Context, o settings, r *modeResult, uri, dbName st
 			switch {
 			case r.mode == modeChangeStream && rec.Msg == msgApplied:
 				t.armedExpr(rec.CronExpr, rec.Time, recv)
-			case r.mode == modePoll && rec.Msg == msgFullReload && rec.Reason == modePoll:
+			case r.mode == modePoll && rec.Msg == msgFullReload && rec.Reason == modePoll && rec.schedulesWatcher():
 				for _, id := range rec.ChangedIDs {
 					t.armedJob(id, rec.Time, recv)
 				}
