@@ -43,6 +43,9 @@ func (rep fireReport) text() string {
 	if o.preset != "" {
 		w(" (-preset %s)", o.preset)
 	}
+	if len(o.serverJVM) > 0 {
+		w(" -server-jvm-args '%s'", strings.Join(o.serverJVM, " "))
+	}
 	w("\n")
 	for _, p := range rep.points {
 		b.WriteString(p.text())

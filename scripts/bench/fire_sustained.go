@@ -392,7 +392,11 @@ func (run *sustainedRun) text() string {
 	w("\nmachine: %d CPUs (%s), %s, linux %s, %s, %s; load average %s before, %s after (shared machine: figures are noisy)\n",
 		run.env.cpus, run.env.cpuModel, run.env.memTotal, run.env.kernel, run.env.goVersion, run.env.java,
 		run.loadBefore, run.loadAfter)
-	w("run: -sustained -n %d -replicas %d -duration %s -action-ms %d -workers %d\n", n, replicas, o.duration, o.hold.Milliseconds(), o.workers)
+	w("run: -sustained -n %d -replicas %d -duration %s -action-ms %d -workers %d", n, replicas, o.duration, o.hold.Milliseconds(), o.workers)
+	if len(o.serverJVM) > 0 {
+		w(" -server-jvm-args '%s'", strings.Join(o.serverJVM, " "))
+	}
+	w("\n")
 	workers := "default"
 	if o.workers > 0 {
 		workers = fmt.Sprint(o.workers)
