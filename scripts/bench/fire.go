@@ -54,8 +54,9 @@ type fireSettings struct {
 	// preset is the -preset name applied ("" none).
 	preset string
 
-	// serverJVM are extra JVM options of the test server (-server-jvm-args).
-	serverJVM []string
+	// serverJVM are extra JVM options of the test server (-server-jvm-args),
+	// serverArgs extra arguments of its launcher (-server-args).
+	serverJVM, serverArgs []string
 
 	// sustained runs the sustained mode instead of bursts (fire_sustained.go).
 	sustained bool
@@ -121,6 +122,10 @@ func fireFlagSet(o *fireSettings, a *fireArgs) *flag.FlagSet {
 	fs.StringVar(&o.out, "out", "docs", "directory for bench-fire-results.txt (appended) and fire-lateness.png ('' writes neither)")
 	fs.BoolVar(&o.plot, "plot", true, "draw OUT/fire-lateness.png: p99 against N per replica count; with -label, every run so labelled in the results file (per point the latest), beside the runs labelled -compare")
 	fs.StringVar(&o.label, "label", "", "free text recorded with the run (e.g. before, after)")
+	fs.Func("server-args", "extra arguments of the test server's launcher, space-separated (e.g. --oplog-max-entries 2000000: a bounded oplog, as a real server's, for long runs); say it in -label", func(v string) error {
+		o.serverArgs = strings.Fields(v)
+		return nil
+	})
 	fs.Func("server-jvm-args", "extra JVM options of the test server, space-separated (e.g. -XX:TieredStopAtLevel=4: the JVM's full JIT instead of the tests' C1-only); say it in -label", func(v string) error {
 		o.serverJVM = strings.Fields(v)
 		return nil

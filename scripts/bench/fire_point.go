@@ -81,7 +81,7 @@ const windowLead = 500 * time.Millisecond
 func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, logDir string) (*firePoint, error) {
 	p := &firePoint{n: n, replicas: replicas, every: o.every, hold: o.hold, workers: o.workers,
 		started: time.Now().UTC(), loadBefore: loadAvg(), burstTimeout: o.burstTimeoutFor(n)}
-	srv, err := testmongo.Start(ctx, testmongo.Options{JVMArgs: o.serverJVM, StartTimeout: 2 * time.Minute})
+	srv, err := testmongo.Start(ctx, testmongo.Options{JVMArgs: o.serverJVM, ExtraArgs: o.serverArgs, StartTimeout: 2 * time.Minute})
 	if err != nil {
 		return nil, err
 	}

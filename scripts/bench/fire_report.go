@@ -46,6 +46,9 @@ func (rep fireReport) text() string {
 	if len(o.serverJVM) > 0 {
 		w(" -server-jvm-args '%s'", strings.Join(o.serverJVM, " "))
 	}
+	if len(o.serverArgs) > 0 {
+		w(" -server-args '%s'", strings.Join(o.serverArgs, " "))
+	}
 	w("\n")
 	for _, p := range rep.points {
 		b.WriteString(p.text())

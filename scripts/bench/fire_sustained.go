@@ -249,7 +249,7 @@ func runSustained(ctx context.Context, o fireSettings) error {
 func (run *sustainedRun) measure(ctx context.Context, logDir string) error {
 	o := run.opts
 	n, replicas := o.points[0][0], o.points[0][1]
-	srv, err := testmongo.Start(ctx, testmongo.Options{JVMArgs: o.serverJVM, StartTimeout: 2 * time.Minute})
+	srv, err := testmongo.Start(ctx, testmongo.Options{JVMArgs: o.serverJVM, ExtraArgs: o.serverArgs, StartTimeout: 2 * time.Minute})
 	if err != nil {
 		return err
 	}
@@ -395,6 +395,9 @@ func (run *sustainedRun) text() string {
 	w("run: -sustained -n %d -replicas %d -duration %s -action-ms %d -workers %d", n, replicas, o.duration, o.hold.Milliseconds(), o.workers)
 	if len(o.serverJVM) > 0 {
 		w(" -server-jvm-args '%s'", strings.Join(o.serverJVM, " "))
+	}
+	if len(o.serverArgs) > 0 {
+		w(" -server-args '%s'", strings.Join(o.serverArgs, " "))
 	}
 	w("\n")
 	workers := "default"

@@ -61,7 +61,17 @@ final class ChangeStreamOplog implements Oplog {
     private final Clock clock;
     private final SecureRandom random = new SecureRandom();
 
+    /**
+     * System property (set by the launcher's {@code --oplog-max-entries}) bounding the in-memory oplog: past that many
+     * entries the oldest tenth is dropped, as a real server's capped oplog drops its oldest entries, and a stream or a
+     * resume token from before the oldest entry left gets 286 (ChangeStreamHistoryLost). 0 or unset: keep every entry
+     * (the tests' default). With a file backend the oplog is never truncated.
+     */
+    static final String MAX_ENTRIES_PROPERTY = "cronswap.oplogMaxEntries";
+
     private final Object lock = new Object();
+    /** See {@link #MAX_ENTRIES_PROPERTY}; 0: unbounded. */
+    private final int maxEntries;
     /**
      * Whether entries are also written to {@link #collection}: with a file backend, so that they survive a restart;
      * in memory they would only be a second copy of {@link #entries}, indexed on every write.
@@ -74,8 +84,8 @@ final class ChangeStreamOplog implements Oplog {
     private final ArrayList<Document> entries = new ArrayList<>();
     /** Timestamp (BSON value) of the newest entry; every entry up to it is in {@link #collection}. */
     private long lastTs;
-    /** Timestamp of the oldest entry: tokens before it are "history lost". */
-    private final long firstTs;
+    /** Timestamp of the oldest entry: tokens before it are "history lost"; guarded by {@link #lock}. */
+    private long firstTs;
     /** Identifies this oplog's history; part of every token. */
     private final int oplogId;
     /** Bumped on every append; awaited by tailing getMores. */
@@ -89,6 +99,7 @@ final class ChangeStreamOplog implements Oplog {
         this.collection = collection;
         this.cursorRegistry = cursorRegistry;
         this.clock = backend.getClock();
+        this.maxEntries = persist ? 0 : Math.max(0, Integer.getInteger(MAX_ENTRIES_PROPERTY, 0));
         List<Document> existing = new ArrayList<>();
         collection.queryAll().forEach(existing::add);
         existing.sort((a, b) -> Long.compareUnsigned(ts(a), ts(b)));
@@ -137,6 +148,10 @@ final class ChangeStreamOplog implements Oplog {
                 collection.addDocument(entry);
             }
             entries.add(entry);
+            if (maxEntries > 0 && entries.size() > maxEntries) {
+                entries.subList(0, entries.size() - maxEntries + maxEntries / 10).clear();
+                firstTs = ts(entries.get(0));
+            }
             lastTs = ts;
             sequence++;
             lock.notifyAll();
@@ -364,8 +379,10 @@ final class ChangeStreamOplog implements Oplog {
     private static final int BAD_VALUE = 2;
 
     private void checkInHistory(long ts) {
-        if (Long.compareUnsigned(ts, firstTs) < 0) {
-            throw historyLost();
+        synchronized (lock) {
+            if (Long.compareUnsigned(ts, firstTs) < 0) {
+                throw historyLost();
+            }
         }
     }
 
@@ -627,6 +644,8 @@ final class ChangeStreamOplog implements Oplog {
             }
             long highWaterMark = highWaterMark();
             long from = position.ts();
+            // A stream whose position fell off a bounded oplog cannot go on.
+            checkInHistory(from);
             Stream<Document> stream = aggregation.runStagesAsStream(entriesFrom(from).stream()
                 .flatMap(entry -> events(entry, this))
                 .filter(event -> event.position().isAfter(position))

@@ -59,7 +59,7 @@ public final class Launcher {
     }
 
     private static final String USAGE = "usage: java -jar mongo-server.jar [--port N (0 = any free port; default 0)] "
-        + "[--host 127.0.0.1] [--h2 FILE] [--server-version 6.0] [--wire-version N] [--raw] [--ignore-stdin] "
+        + "[--host 127.0.0.1] [--h2 FILE] [--server-version 6.0] [--wire-version N] [--raw] [--ignore-stdin] [--oplog-max-entries N (in memory: keep the newest N entries; default all)] "
         + "[--log-level warn]";
 
     /** Entry point. */
@@ -98,6 +98,11 @@ public final class Launcher {
                     break;
                 case "--log-level":
                     logLevel = value != null ? value : next(args, ++i, arg);
+                    break;
+                case "--oplog-max-entries":
+                    // read by ChangeStreamOplog (in memory only)
+                    System.setProperty(ChangeStreamOplog.MAX_ENTRIES_PROPERTY,
+                        String.valueOf(Integer.parseInt(value != null ? value : next(args, ++i, arg))));
                     break;
                 case "--raw":
                     raw = true;
