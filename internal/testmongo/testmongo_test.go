@@ -3,6 +3,7 @@ package testmongo_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -641,6 +642,53 @@ func TestInMemoryRestartLosesHistory(t *testing.T) {
 	t.Logf("resume after in-memory restart: %v", werr)
 	if se := serverError(t, werr); !se.HasErrorCode(286) {
 		t.Fatalf("want 286 ChangeStreamHistoryLost, got %v", werr)
+	}
+}
+
+// TestBoundedOplogLosesOldHistory: with --oplog-max-entries the in-memory oplog keeps only its newest entries, as a
+// real server's capped oplog: a stream that fell behind them, and a token from before them, get 286
+// (ChangeStreamHistoryLost); a stream that keeps up goes on.
+func TestBoundedOplogLosesOldHistory(t *testing.T) {
+	managed(t)
+	c := ctx(t, 120*time.Second)
+	srv, err := testmongo.Start(c, testmongo.Options{ExtraArgs: []string{"--oplog-max-entries", "50"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	coll, token := tokenAfterInsert(t, c, srv.URI)
+	behind, err := coll.Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer behind.Close(context.Background())
+	for i := range 100 {
+		if _, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: fmt.Sprintf("w%03d", i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if behind.Next(c) {
+		t.Fatalf("a stream 100 writes behind a 50-entry oplog read %v, want ChangeStreamHistoryLost", behind.Current)
+	}
+	if se := serverError(t, behind.Err()); !se.HasErrorCode(286) {
+		t.Fatalf("stream behind the oplog: want 286 ChangeStreamHistoryLost, got %v", behind.Err())
+	}
+	_, werr := coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetResumeAfter(token))
+	if se := serverError(t, werr); !se.HasErrorCode(286) {
+		t.Fatalf("resume from before the oplog: want 286 ChangeStreamHistoryLost, got %v", werr)
+	}
+	fresh, err := coll.Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close(context.Background())
+	for i := range 100 {
+		if _, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: fmt.Sprintf("k%03d", i)}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := next(t, fresh, 10*time.Second).Lookup("documentKey", "_id").StringValue(); got != fmt.Sprintf("k%03d", i) {
+			t.Fatalf("a stream keeping up read %q, want k%03d", got, i)
+		}
 	}
 }
 
