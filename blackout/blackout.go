@@ -74,6 +74,7 @@ type Error struct {
 	Reason string
 }
 
+// Error implements error: "blackout window "<id>": field <f>: <reason>".
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("blackout window")
