@@ -29,7 +29,7 @@ const (
 )
 
 // reasonDuplicateFire answers a fire that appears twice in one batch.
-var reasonDuplicateFire = "the same fire twice in one batch"
+const reasonDuplicateFire = "the same fire twice in one batch"
 
 // claimer is one ClaimBatch call in progress.
 type claimer struct {
