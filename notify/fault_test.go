@@ -12,9 +12,11 @@ import (
 	"github.com/cronswap/cronswap/internal/testmongo"
 )
 
-// proxied returns a fixture whose relays reach the database through a
-// fault proxy.
-func proxied(t *testing.T) (fixture, *faultproxy.Proxy) {
+// proxied returns two views of one database: through, whose relays reach
+// it via a fault proxy, and direct, for the test's own writes and checks
+// (an injected error clears the proxied client's pool, which must not fail
+// a check running at that moment).
+func proxied(t *testing.T) (through, direct fixture, p *faultproxy.Proxy) {
 	t.Helper()
 	uri := testmongo.Shared(t).URI
 	rest, ok := strings.CutPrefix(uri, "mongodb://")
@@ -26,11 +28,11 @@ func proxied(t *testing.T) (fixture, *faultproxy.Proxy) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	direct := newFixture(t)
+	direct = newFixture(t)
 	client := testmongo.ClientFor(t, p.URI(uri))
 	t.Cleanup(func() { _ = p.Close() })
 	db := client.Database(direct.db.Name())
-	return fixture{db: db, runs: db.Collection(direct.runs.Name()), notes: Collection(db)}, p
+	return fixture{db: db, runs: db.Collection(direct.runs.Name()), notes: Collection(db)}, direct, p
 }
 
 var interrupted = faultproxy.ErrorReply{Code: 11600, CodeName: "InterruptedAtShutdown", Errmsg: "interrupted at shutdown"}
@@ -38,10 +40,10 @@ var interrupted = faultproxy.ErrorReply{Code: 11600, CodeName: "InterruptedAtShu
 // A delivery whose outcome cannot be written at first is written when the
 // database answers again, so it is not sent a second time.
 func TestDeliveryRecordRetried(t *testing.T) {
-	f, p := proxied(t)
+	f, direct, p := proxied(t)
 	s := newSink(t)
 	r := f.relay("a", s, nil)
-	f.failRun(t, 1, time.Now())
+	direct.failRun(t, 1, time.Now())
 	ctx := context.Background()
 	for _, src := range []*mongo.Collection{f.runs} {
 		if err := r.move(ctx, src); err != nil {
@@ -53,7 +55,7 @@ func TestDeliveryRecordRetried(t *testing.T) {
 	if err := r.deliverDue(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.byStatus(t, StatusDelivered); len(got) != 1 || got[0].Attempts != 1 {
+	if got := direct.byStatus(t, StatusDelivered); len(got) != 1 || got[0].Attempts != 1 {
 		t.Fatalf("delivered %+v, want one after one attempt", got)
 	}
 	if got := s.delivered(); len(got) != 1 {
@@ -67,14 +69,14 @@ func TestDeliveryRecordRetried(t *testing.T) {
 // A pass that fails (the database refused the look for notices) is tried
 // again after retryPass, not after the poll period.
 func TestFailedPassRetriedSoon(t *testing.T) {
-	f, p := proxied(t)
+	f, direct, p := proxied(t)
 	s := newSink(t)
 	// Twice: the driver tries a read once more by itself.
 	p.FailTimes(2, faultproxy.All(faultproxy.CommandName("find"), faultproxy.Collection(f.runs.Name())), interrupted)
-	f.failRun(t, 1, time.Now())
+	direct.failRun(t, 1, time.Now())
 	start(t, f.relay("a", s, func(o *Options) { o.Settings.Poll = time.Hour }))
 	began := time.Now()
-	waitFor(t, 3*retryPass, "the notice delivered after the failed pass", func() bool { return len(f.byStatus(t, StatusDelivered)) == 1 })
+	waitFor(t, 3*retryPass, "the notice delivered after the failed pass", func() bool { return len(direct.byStatus(t, StatusDelivered)) == 1 })
 	if took := time.Since(began); took < retryPass/2 {
 		t.Fatalf("delivered after %s: the first pass did not fail", took)
 	}
