@@ -435,14 +435,22 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 	var lastErr error
 	wait := retryFirst
 	rounds := 0
-	for len(todo) > 0 {
+	// reread holds off-schedule fires whose push onto the lock's buffer
+	// was sent: they are only read back (taking the lock for one could
+	// run it beside a taker of the buffer that already started it).
+	var reread []int
+	for len(todo) > 0 || len(reread) > 0 {
 		models := make([]mongo.WriteModel, len(todo))
 		for k, i := range todo {
 			models[k] = mongo.NewUpdateOneModel().SetFilter(c.lockFilter(i)).SetUpdate(c.lockUpdate(i)).SetUpsert(true)
 		}
-		_, err := c.s.locks.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+		var err error
+		if len(models) > 0 {
+			_, err = c.s.locks.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+		}
 		perOp, wholeErr := splitBulkError(err)
-		var look []int
+		look := reread
+		reread = nil
 		for k, i := range todo {
 			we, failed := perOp[k]
 			switch {
@@ -494,8 +502,11 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 			off := c.b.Fires[i].OffSchedule
 			switch {
 			case off && len(v.damage) == 0:
-				if !c.decideOffSchedule(i, v, repaired[i]) {
+				switch c.decideOffSchedule(ctx, i, v, raw, repaired[i]) {
+				case offAgain:
 					todo = append(todo, i) // free by now: try again
+				case offBuffer:
+					buffering = append(buffering, toBuffer{i: i, v: v, raw: raw, repaired: repaired[i]})
 				}
 			case !l.Overlap.takesLock() && len(v.damage) == 0 && v.lastSlot.Equal(l.Slot):
 				// No other replica can have claimed this slot (the record
@@ -540,9 +551,15 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 				todo = append(todo, i) // free by now: try again
 			}
 		}
-		todo = append(todo, c.bufferAll(ctx, buffering)...)
-		if rounds >= maxClaimRounds && len(todo) > 0 {
-			for _, i := range todo {
+		for _, i := range c.bufferAll(ctx, buffering) {
+			if c.b.Fires[i].OffSchedule {
+				reread = append(reread, i)
+			} else {
+				todo = append(todo, i)
+			}
+		}
+		if rounds >= maxClaimRounds && len(todo)+len(reread) > 0 {
+			for _, i := range append(todo, reread...) {
 				why := lastErr
 				if why == nil {
 					why = errors.New("lock document kept changing")

@@ -114,6 +114,10 @@ func (s *MongoStore) endUpdate(e LeaseEnd) bson.D {
 	}
 	set = withNotice(set, end.Status, end.Reason, end.EndedAt)
 	set = append(set, outputFields(end, "error")...)
+	if end.Reason == ReasonReplaced {
+		// Abandoned by design, not by a fault: the record says so.
+		set = append(set, bson.E{Key: "reason", Value: ReasonReplaced})
+	}
 	if end.Status == StatusMissed {
 		// The claimed slot did not start: its record becomes a missed
 		// record of that one slot.

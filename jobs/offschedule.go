@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -27,6 +28,10 @@ func (c *claimer) offScheduleFilter(i int) bson.D {
 	}
 	if !l.Overlap.takesLock() {
 		return append(f, bson.E{Key: "fence", Value: bson.D{{Key: "$type", Value: bson.A{"int", "long"}}, {Key: "$gte", Value: 0}}})
+	}
+	if l.Overlap.buffers() {
+		// Fires already waiting for the lock go first.
+		f = append(f, bufferEmpty())
 	}
 	return append(f,
 		bson.E{Key: "fence", Value: bson.D{{Key: "$type", Value: bson.A{"int", "long"}}, {Key: "$gte", Value: 0}, {Key: "$lt", Value: l.Fence}}},
@@ -67,11 +72,28 @@ func (c *claimer) offScheduleUpdate(i int) bson.D {
 	}
 }
 
+// offDecision is what the read-back of an off-schedule fire's lock
+// decided.
+type offDecision int
+
+const (
+	// offDecided: the fire's outcome is set.
+	offDecided offDecision = iota
+	// offAgain: the lock changed in between: take it again.
+	offAgain
+	// offBuffer: the fire is to wait on the lock (bufferAll).
+	offBuffer
+)
+
 // decideOffSchedule answers off-schedule fire i from its sane lock
-// document v read back after its upsert did not match (or its answer was
-// lost); false means "changed in between: try again".
-func (c *claimer) decideOffSchedule(i int, v lockView, repaired []string) bool {
+// document v (raw as read) read back after its upsert did not match (or
+// its answer was lost, or its fire was put on the lock's buffer). Under a
+// policy that buffers, a fire that may wait (FireClaim.Buffer) waits on a
+// lock held by a live run or with fires waiting, like a cron fire; one
+// that may not is skipped then.
+func (c *claimer) decideOffSchedule(ctx context.Context, i int, v lockView, raw bson.Raw, repaired []string) offDecision {
 	l := c.leases[i]
+	waits := l.Overlap.buffers() && c.b.Fires[i].Buffer
 	switch {
 	case !l.Overlap.takesLock():
 		// The update only touches a sane document: whether it landed or
@@ -79,19 +101,37 @@ func (c *claimer) decideOffSchedule(i int, v lockView, repaired []string) bool {
 		c.out[i] = ClaimOutcome{Result: Acquired, Lease: l, Repaired: repaired}
 	case v.runID == l.RunID && v.state == LockRunning && v.holder == l.Instance && v.incarnation == l.Incarnation:
 		c.out[i] = ClaimOutcome{Result: Acquired, Lease: l, Repaired: repaired} // landed, answer lost
-	case v.state == LockRunning && !v.leaseUntil.Before(c.b.Now) &&
-		(v.holder != l.Instance || v.incarnation == l.Incarnation):
+	case waits && bufferHas(raw, l.RunID):
+		c.out[i] = c.bufferedOutcome(i, v, raw, repaired) // on the lock
+	case waits && c.pushed[i] && c.takenFromBuffer(ctx, i):
+		c.out[i] = ClaimOutcome{Result: Buffered, Lease: l, Repaired: repaired,
+			Reason: fmt.Sprintf("buffered and taken up at once (overlap %s)", l.Overlap)}
+	case waits && (c.heldLive(i, v) || bufferLen(raw) > 0):
+		return offBuffer
+	case c.heldLive(i, v):
 		c.out[i] = ClaimOutcome{Result: Skipped, Holder: v.holder, HolderRunID: v.runID, Repaired: repaired,
 			Reason: fmt.Sprintf("run %s of %s still holds the lock", v.runID, v.holder)}
+	case l.Overlap.buffers() && bufferLen(raw) > 0:
+		// No live holder: the caller takes up the waiting fires.
+		c.out[i] = ClaimOutcome{Result: Skipped, Repaired: repaired,
+			Reason: fmt.Sprintf("%d fire(s) waiting for the lock (overlap %s)", bufferLen(raw), l.Overlap)}
 	case v.fence >= l.Fence:
 		// This replica's clock is behind the fence of the lock's last
 		// acquisition (another replica's claim time, or a slot): the run
 		// takes the next fence instead, which its record gets when it is
 		// set running (closeUnrun).
 		c.leases[i].Fence = v.fence + 1
-		return false
+		c.pushed[i] = false
+		return offAgain
 	default:
-		return false
+		c.pushed[i] = false // its push did not land: free by now
+		return offAgain
 	}
-	return true
+	return offDecided
 }
+
+// offScheduleFence is the fence of an off-schedule fire taken from its
+// lock's buffer, whose fence is lockFence: the next one, above the run it
+// waited for and not above the cron fires waiting behind it (each of which
+// takes FenceOf(its slot), a slot that came while that run held the lock).
+func offScheduleFence(lockFence int64) int64 { return lockFence + 1 }

@@ -18,13 +18,18 @@ func bufferEmpty() bson.E {
 	return bson.E{Key: LockBufferField + ".0", Value: bson.D{{Key: "$exists", Value: false}}}
 }
 
-// bufferEntry is one fire waiting on a job's lock (LockBufferField).
+// bufferEntry is one fire waiting on a job's lock (LockBufferField): a
+// cron slot, or an off-schedule run (OffSchedule).
 type bufferEntry struct {
 	RunID    string    `bson:"run_id"`
 	Slot     time.Time `bson:"slot"`
 	Category string    `bson:"category,omitempty"`
 	At       time.Time `bson:"at"`
 	By       string    `bson:"by"`
+	// OffSchedule marks an off-schedule run (a run-now request): Slot is
+	// its scheduled_at, not a cron slot; it neither moves the lock's last
+	// slot nor is stale by its fence, which is offScheduleFence's.
+	OffSchedule bool `bson:"off_schedule,omitempty"`
 }
 
 // bufferOf returns the buffer array of a lock document; ok is false when
@@ -158,9 +163,12 @@ func (c *claimer) bufferAll(ctx context.Context, fs []toBuffer) (again []int) {
 			}}}))
 		filter := bson.D{
 			{Key: "_id", Value: l.JobID},
-			{Key: "last_slot", Value: bson.D{{Key: "$lt", Value: l.Slot}}},
 			{Key: LockBufferField + ".run_id", Value: bson.D{{Key: "$ne", Value: l.RunID}}},
 			{Key: LockBufferField + "." + strconv.Itoa(limit-1), Value: bson.D{{Key: "$exists", Value: false}}},
+		}
+		if !l.OffSchedule {
+			// A cron slot: none later claimed (one waits behind it).
+			filter = append(filter, bson.E{Key: "last_slot", Value: bson.D{{Key: "$lt", Value: l.Slot}}})
 		}
 		set := bson.D{{Key: "updated_at", Value: c.b.Now}}
 		if l.Overlap == OverlapCancelOther && c.heldLive(i, v) {
@@ -169,10 +177,12 @@ func (c *claimer) bufferAll(ctx context.Context, fs []toBuffer) (again []int) {
 				{Key: "by", Value: l.RunID}, {Key: "at", Value: c.b.Now}}})
 		}
 		c.pushed[i] = true
-		entry := bufferEntry{RunID: l.RunID, Slot: l.Slot, Category: f.Category, At: c.b.Now, By: l.Instance}
-		pushes = append(pushes, mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(bson.D{
-			{Key: "$push", Value: bson.D{{Key: LockBufferField, Value: entry}}},
-			{Key: "$max", Value: bson.D{{Key: "last_slot", Value: l.Slot}}}, {Key: "$set", Value: set}}))
+		entry := bufferEntry{RunID: l.RunID, Slot: l.Slot, Category: f.Category, At: c.b.Now, By: l.Instance, OffSchedule: l.OffSchedule}
+		update := bson.D{{Key: "$push", Value: bson.D{{Key: LockBufferField, Value: entry}}}, {Key: "$set", Value: set}}
+		if !l.OffSchedule {
+			update = append(update, bson.E{Key: "$max", Value: bson.D{{Key: "last_slot", Value: l.Slot}}})
+		}
+		pushes = append(pushes, mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update))
 		sent = append(sent, i)
 	}
 	if len(sent) == 0 {

@@ -166,7 +166,37 @@ func (r *Runner) admitBuffered(run *BufferedRun) (func(), bool) {
 	if err := r.ends.submit(end); err != nil && !errors.Is(err, ErrLockLost) {
 		r.leases.retryEnd(end)
 	}
+	r.reportEnded(l, OffScheduleResult{Status: StatusMissed, NotRun: reason, Error: end.End.Error})
 	return nil, false
+}
+
+// reportStarted tells RunnerOptions.Requests that the buffered
+// off-schedule run l starts.
+func (r *Runner) reportStarted(l Lease) {
+	if !l.OffSchedule || r.opts.Requests == nil {
+		return
+	}
+	ctx, cancel := r.opCtx()
+	defer cancel()
+	if err := r.opts.Requests.BufferedStarted(ctx, l, r.clock.Now()); err != nil {
+		r.log.Warn("could not report a buffered run's start to its request", "job_id", l.JobID,
+			"scheduled_at", l.Slot, "run_id", l.RunID, "error", err)
+	}
+}
+
+// reportEnded tells RunnerOptions.Requests how the buffered off-schedule
+// run l ended.
+func (r *Runner) reportEnded(l Lease, res OffScheduleResult) {
+	if !l.OffSchedule || r.opts.Requests == nil {
+		return
+	}
+	res.Lease = l
+	ctx, cancel := r.opCtx()
+	defer cancel()
+	if err := r.opts.Requests.BufferedEnded(ctx, l, res, r.clock.Now()); err != nil {
+		r.log.Warn("could not report a buffered run's end to its request", "job_id", l.JobID,
+			"scheduled_at", l.Slot, "run_id", l.RunID, "status", res.Status, "error", err)
+	}
 }
 
 // runBuffered runs a taken buffered fire under its lease, then release.
@@ -184,17 +214,24 @@ func (r *Runner) runBuffered(run *BufferedRun, release func()) {
 		now := r.clock.Now()
 		r.finish(log, d, Spec{}, l, StatusFailed, err, Output{}, now, now)
 		r.runEnded(l.JobID, StatusFailed)
+		r.reportEnded(l, OffScheduleResult{Ran: true, Status: StatusFailed, Error: err.Error()})
 		if r.opts.Done != nil {
 			r.opts.Done(f, err, 0)
 		}
 		return
 	}
-	log.Info("buffered fire taken up", "overlap", spec.Overlap)
-	if r.retriesLocal(spec) {
+	log.Info("buffered fire taken up", "overlap", spec.Overlap, "off_schedule", l.OffSchedule)
+	if r.retriesLocal(spec) && !l.OffSchedule {
 		l.Attempt = 1 // a buffered fire's slot is retried like any other
 		f.Attempt = 1
 	}
+	r.reportStarted(l)
 	took, err := r.execute(log, d, spec, f, &l)
+	res := OffScheduleResult{Ran: true, Status: offScheduleStatus(err)}
+	if err != nil {
+		res.Error = err.Error()
+	}
+	r.reportEnded(l, res)
 	if r.opts.Done != nil {
 		r.opts.Done(f, err, took)
 	}

@@ -56,7 +56,8 @@ func (t BufferTake) now() time.Time {
 }
 
 // BufferedRun is a buffered fire taken by TakeBuffered: its lease (held,
-// renewed and ended like a claim's) and what the fire named.
+// renewed and ended like a claim's; Lease.OffSchedule for a run-now
+// request, whose RunID and Slot are its own) and what the fire named.
 type BufferedRun struct {
 	Lease Lease
 	// Action, Args and Category are what the fire named when it was due.
@@ -69,7 +70,10 @@ const maxTakeRounds = 10
 
 // TakeBuffered implements OverlapStore. Commands: one find of the lock;
 // when a fire can be taken, one update of the lock, one findAndModify of
-// the record, one update removing the fire from the buffer. An entry whose
+// the record, one update removing the fire from the buffer. A cron fire
+// gets the fence FenceOf(its slot); an off-schedule run (a run-now request)
+// the lock's fence plus one and keeps its own run id and scheduled_at. An
+// entry whose
 // record is no longer buffered (it ran, or was abandoned after a taker
 // died between the two writes) or whose slot is older than the lock's
 // fence (a later run took the lock first) is removed, its lock freed, and
@@ -120,8 +124,11 @@ func (s *MongoStore) TakeBuffered(ctx context.Context, jobID string, t BufferTak
 			continue
 		}
 		e.Slot = e.Slot.UTC()
-		fence := FenceOf(e.Slot)
-		if fence < v.fence {
+		fence, fenceTerm := FenceOf(e.Slot), bson.E{Key: "fence", Value: bson.D{{Key: "$lte", Value: FenceOf(e.Slot)}}}
+		if e.OffSchedule {
+			// Never stale: the next fence after the lock's, as read.
+			fence, fenceTerm = offScheduleFence(v.fence), bson.E{Key: "fence", Value: v.fence}
+		} else if fence < v.fence {
 			s.log.Warn("buffered fire older than the lock's last run; recorded skipped", "job_id", jobID,
 				"scheduled_at", e.Slot, "run_id", e.RunID, "fence", v.fence)
 			if err := s.dropBuffered(ctx, jobID, e, now, "a later run took the lock before this buffered fire"); err != nil {
@@ -135,15 +142,17 @@ func (s *MongoStore) TakeBuffered(ctx context.Context, jobID string, t BufferTak
 			bson.D{{Key: "lease_until", Value: bson.D{{Key: "$lt", Value: now}}}},
 			bson.D{{Key: "holder", Value: t.Instance}, {Key: "incarnation", Value: bson.D{{Key: "$ne", Value: t.Incarnation}}}},
 		}
+		update := bson.D{{Key: "$set", Value: bson.D{
+			{Key: "state", Value: LockRunning}, {Key: "holder", Value: t.Instance}, {Key: "incarnation", Value: t.Incarnation},
+			{Key: "run_id", Value: e.RunID}, {Key: "acquired_at", Value: now}, {Key: "lease_until", Value: now.Add(t.TTL)},
+			{Key: "fence", Value: fence}, {Key: "updated_at", Value: now},
+		}}, {Key: "$unset", Value: bson.D{{Key: LockCancelField, Value: ""}}}}
+		if !e.OffSchedule {
+			update = append(update, bson.E{Key: "$max", Value: bson.D{{Key: "last_slot", Value: e.Slot}}})
+		}
 		res, err := s.locks.UpdateOne(ctx,
 			bson.D{{Key: "_id", Value: jobID}, {Key: LockBufferField + ".0.run_id", Value: e.RunID},
-				{Key: "fence", Value: bson.D{{Key: "$lte", Value: fence}}}, {Key: "$or", Value: free}},
-			bson.D{{Key: "$set", Value: bson.D{
-				{Key: "state", Value: LockRunning}, {Key: "holder", Value: t.Instance}, {Key: "incarnation", Value: t.Incarnation},
-				{Key: "run_id", Value: e.RunID}, {Key: "acquired_at", Value: now}, {Key: "lease_until", Value: now.Add(t.TTL)},
-				{Key: "fence", Value: fence}, {Key: "updated_at", Value: now},
-			}}, {Key: "$unset", Value: bson.D{{Key: LockCancelField, Value: ""}}},
-				{Key: "$max", Value: bson.D{{Key: "last_slot", Value: e.Slot}}}})
+				fenceTerm, {Key: "$or", Value: free}}, update)
 		if err != nil {
 			return nil, fmt.Errorf("take lock of %s for buffered run %s in %s: %w", jobID, e.RunID, s.locks.Name(), err)
 		}
@@ -151,7 +160,7 @@ func (s *MongoStore) TakeBuffered(ctx context.Context, jobID string, t BufferTak
 			return nil, nil // taken by another replica, or the lock changed: its taker goes on
 		}
 		lease := Lease{JobID: jobID, Slot: e.Slot, Instance: t.Instance, Incarnation: t.Incarnation,
-			RunID: e.RunID, Fence: fence, Overlap: t.Overlap}
+			RunID: e.RunID, Fence: fence, Overlap: t.Overlap, OffSchedule: e.OffSchedule}
 		// The record, from buffered to running: exactly one taker wins it.
 		started := t.now()
 		rec, err := s.runs.FindOneAndUpdate(ctx,

@@ -183,6 +183,10 @@ type RunnerOptions struct {
 	// did not take them; default the sweep's interval (a third of TTL,
 	// 5 s to a minute). Only with actions that retry.
 	RetryPoll time.Duration
+	// Requests, if set, is told of the off-schedule runs (run-now
+	// requests) this replica takes from a lock's buffer and runs, so that
+	// the request learns their outcome whichever replica buffered it.
+	Requests RequestReporter
 }
 
 // Runner executes fires. With a Store, each fire of (job, slot) runs at most

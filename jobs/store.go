@@ -137,6 +137,12 @@ type FireClaim struct {
 	// later than the lock's last slot nor moves it, and it takes the lock
 	// only while the lock's fence is below Fence, so fences still increase.
 	OffSchedule bool
+	// Buffer lets an OffSchedule fire wait on the job's lock like a cron
+	// fire under a policy that buffers (buffer_one, buffer_all,
+	// cancel_other): put on the lock's buffer (Buffered) instead of being
+	// skipped while a run holds it. Without it (a backfilled slot) such a
+	// fire is skipped, also while fires wait on the lock.
+	Buffer bool
 }
 
 // BatchClaim is one claim batch of a replica.

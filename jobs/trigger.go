@@ -40,6 +40,26 @@ type OffScheduleFire struct {
 	// Started, if set, is called with the lease when this replica won the
 	// claim, just before the action starts.
 	Started func(Lease)
+	// Buffer: under a policy that buffers (buffer_one, buffer_all,
+	// cancel_other) the run waits on the job's lock like a cron fire
+	// while another run holds it (OffScheduleResult.Status is then
+	// StatusBuffered, and it is run by whichever replica takes it from the
+	// lock's buffer, which tells RunnerOptions.Requests). False (a
+	// backfilled slot): it is skipped then.
+	Buffer bool
+}
+
+// RequestReporter is told of the off-schedule runs that waited on their
+// job's lock (OffScheduleFire.Buffer) and that this replica took from the
+// buffer: the replica that handled the request has returned from
+// RunOffSchedule long before (Status StatusBuffered), and may be gone.
+// Each call is bounded by ctx; an error is logged.
+type RequestReporter interface {
+	// BufferedStarted is called when the run's action starts, at at.
+	BufferedStarted(ctx context.Context, l Lease, at time.Time) error
+	// BufferedEnded is called when the run ended, or could not be
+	// started (Status StatusMissed, NotRun says why), at at.
+	BufferedEnded(ctx context.Context, l Lease, res OffScheduleResult, at time.Time) error
 }
 
 // NotRunUnknownAction is OffScheduleResult.NotRun for a fire whose job
@@ -51,7 +71,9 @@ type OffScheduleResult struct {
 	// Ran: this replica claimed and ran it; Status and Error are the run's.
 	Ran bool
 	// Status is the run's status (succeeded, failed, abandoned) when Ran;
-	// StatusSkipped when the job's lock was held; empty otherwise.
+	// StatusSkipped when the job's lock was held; StatusBuffered when the
+	// run waits on the lock (OffScheduleFire.Buffer; Error says for what,
+	// Lease is its claim); empty otherwise.
 	Status string
 	// Error is the run's error, or why the fire was skipped or not run.
 	Error string
@@ -130,6 +152,10 @@ func (r *Runner) RunOffSchedule(f OffScheduleFire) OffScheduleResult {
 	defer release()
 	fc := FireClaim{JobID: id, Slot: d.Slot, Overlap: spec.Overlap, Check: !owner,
 		RunID: f.RunID, Fence: r.clock.Now().UnixMilli(), OffSchedule: true}
+	if f.Buffer && spec.Overlap.buffers() {
+		fc.Buffer = true
+		fc.Action, fc.Args, fc.Category = f.Schedule.ActionName(), f.Schedule.Args, f.Schedule.Category
+	}
 	o, queued := r.claims.submitBounded(claimRequest{FireClaim: fc, startBy: startBy}, r.opts.QueueLimit)
 	if !queued {
 		r.notRun(id, d.Slot, NotRunQueueFull)
@@ -168,7 +194,13 @@ func (r *Runner) RunOffSchedule(f OffScheduleFire) OffScheduleResult {
 	case Skipped:
 		log.Info("off-schedule run skipped", "reason", o.Reason, "holder", o.Holder, "holder_run_id", o.HolderRunID)
 		r.runEnded(id, StatusSkipped)
+		if spec.Overlap.buffers() && o.Holder == "" {
+			r.drainSoon(id, spec.Overlap) // fires may wait on a lock no live run holds
+		}
 		return OffScheduleResult{Status: StatusSkipped, Error: o.Reason}
+	case Buffered:
+		r.bufferedClaim(log, id, spec, o)
+		return OffScheduleResult{Status: StatusBuffered, Error: o.Reason, Lease: o.Lease}
 	}
 	lease := o.Lease
 	fire := r.newFire(d, lease)
@@ -194,7 +226,7 @@ func offScheduleStatus(err error) string {
 	switch {
 	case err == nil:
 		return StatusSucceeded
-	case errors.Is(err, ErrLockLost), errors.Is(err, errShutdown):
+	case errors.Is(err, ErrLockLost), errors.Is(err, errShutdown), errors.Is(err, ErrCancelledByOverlap):
 		return StatusAbandoned
 	}
 	return StatusFailed

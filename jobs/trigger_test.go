@@ -196,10 +196,10 @@ func TestOffScheduleOnceWhateverEachReplicasTime(t *testing.T) {
 	}
 }
 
-// Under every policy that takes the lock, an off-schedule run offered
-// while a run holds it is skipped: it is neither buffered nor does it
-// replace the running one (those apply to cron fires), and the holder runs
-// on.
+// Under every policy that takes the lock, an off-schedule run that may not
+// wait (OffScheduleFire.Buffer false: a backfilled slot) offered while a
+// run holds it is skipped: it is neither buffered nor does it replace the
+// running one, and the holder runs on.
 func TestOffScheduleSkippedWhileHeldUnderEveryLockPolicy(t *testing.T) {
 	t.Parallel()
 	for _, ov := range []Overlap{OverlapSkip, OverlapBufferOne, OverlapBufferAll, OverlapCancelOther} {

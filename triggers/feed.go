@@ -12,11 +12,12 @@ import (
 // NewFeed returns the changestream.Feed of the requests collection coll:
 // its change stream (maxAwait is the getMore wait, see
 // changestream.NewMongoFeed), and full reads (at start, at each resync) of
-// the requests that have not ended only — pending and running ones, the
-// only ones the sink acts on — oldest backfilled slot first, so that the
-// ended requests kept for the runs' retention cost nothing to read.
+// the requests that have not ended only — pending, buffered and running
+// ones, the only ones the sink acts on — oldest backfilled slot first, so
+// that the ended requests kept for the runs' retention cost nothing to
+// read.
 func NewFeed(coll *mongo.Collection, maxAwait time.Duration) *changestream.MongoFeed {
 	return changestream.NewMongoFeed(coll, maxAwait).WithSnapshot(
-		bson.D{{Key: FieldStatus, Value: bson.D{{Key: "$in", Value: bson.A{nil, StatusRunning}}}}},
+		bson.D{{Key: FieldStatus, Value: bson.D{{Key: "$in", Value: bson.A{nil, StatusRunning, StatusBuffered}}}}},
 		bson.D{{Key: FieldSlot, Value: 1}})
 }

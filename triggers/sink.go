@@ -155,7 +155,9 @@ func (s *Sink) take(doc bson.Raw, full bool) {
 	switch {
 	case Final(req.Status):
 		return
-	case req.Status == StatusRunning:
+	case req.Status == StatusRunning || req.Status == StatusBuffered:
+		// Its run's replica writes the outcome; a full read also looks
+		// whether the run ended without one (its replica died).
 		if full {
 			s.start(req.Key, func() { s.reconcile(req) })
 		}
@@ -327,10 +329,20 @@ func (s *Sink) run(req Request, seen time.Time) {
 		if req.Backfill() {
 			f.RunID, f.Slot = jobs.RunID(req.JobID, req.Slot), req.Slot
 		} else {
-			f.RunID, f.Slot = RunIDOf(req.Key), RunSlot(req.Key, req.RequestedAt, bump)
+			// A run-now request waits on the job's lock under a policy
+			// that buffers; a backfilled slot does not (backfill paces
+			// one slot per job at a time instead).
+			f.RunID, f.Slot, f.Buffer = RunIDOf(req.Key), RunSlot(req.Key, req.RequestedAt, bump), true
 		}
 		res := s.opts.Runner.RunOffSchedule(f)
 		switch {
+		case res.Status == jobs.StatusBuffered:
+			// Whichever replica takes it from the lock's buffer writes
+			// the rest (jobs.RequestReporter: Store.BufferedStarted,
+			// BufferedEnded).
+			log.Info("trigger buffered", "run_id", f.RunID, "scheduled_at", f.Slot, "reason", res.Error)
+			s.write(req, res.Status, s.opts.Store.Buffered(s.ctx(), req.ID, f.RunID, res.Error, time.Now()))
+			return
 		case res.Ran || res.Status == jobs.StatusSkipped:
 			log.Info("trigger ended", "run_id", f.RunID, "status", res.Status)
 			s.write(req, res.Status, s.opts.Store.Finish(s.ctx(), req.ID, f.RunID, res.Status, res.Error, time.Now()))
@@ -447,8 +459,8 @@ func (s *Sink) checkSlot(sched schedule.Schedule, slot time.Time) error {
 	return nil
 }
 
-// reconcile copies the outcome of a running request's run record once it
-// ended (its replica may have died before writing it).
+// reconcile copies the outcome of a running or buffered request's run
+// record once it ended (its replica may have died before writing it).
 func (s *Sink) reconcile(req Request) {
 	if req.RunID == "" {
 		return

@@ -25,9 +25,14 @@ type env struct {
 	mu       sync.Mutex
 	ran      map[string][]jobs.Fire // by job
 	replicas []*Sink
+	runners  []*jobs.Runner // the replicas' runners, in the same order
+	ttl      time.Duration  // the replicas' lock lease
 }
 
-func newEnv(t *testing.T, replicas int) *env {
+func newEnv(t *testing.T, replicas int) *env { return newEnvTTL(t, replicas, time.Minute) }
+
+// newEnvTTL is newEnv with replicas whose lock lease is ttl.
+func newEnvTTL(t *testing.T, replicas int, ttl time.Duration) *env {
 	t.Helper()
 	db := testmongo.NewDatabase(t, testmongo.Client(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -35,7 +40,7 @@ func newEnv(t *testing.T, replicas int) *env {
 	if err := jobs.EnsureIndexes(ctx, db.Collection(jobs.RunsCollection)); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{db: db, coll: Collection(db), reg: jobs.NewRegistry(), ran: map[string][]jobs.Fire{}}
+	e := &env{db: db, coll: Collection(db), reg: jobs.NewRegistry(), ran: map[string][]jobs.Fire{}, ttl: ttl}
 	action := jobs.ActionFunc(func(ctx context.Context, f jobs.Fire) error {
 		e.mu.Lock()
 		e.ran[f.JobID] = append(e.ran[f.JobID], f)
@@ -71,13 +76,15 @@ func (e *env) addReplica(t *testing.T, inst string, reg *jobs.Registry, owner bo
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	locks, runs := jobs.Collections(e.db)
+	store := NewStore(e.coll, runs, time.Hour, inst)
 	r := jobs.NewRunner(jobs.RunnerOptions{Registry: reg, InstanceID: inst, Logger: log,
-		Store: jobs.NewMongoStore(locks, runs, jobs.MongoStoreOptions{Instance: inst, Logger: log}), TTL: time.Minute,
-		Owns: func(string) bool { return owner }})
-	s := NewSink(Options{Runner: r, Store: NewStore(e.coll, runs, time.Hour, inst),
+		Store: jobs.NewMongoStore(locks, runs, jobs.MongoStoreOptions{Instance: inst, Logger: log}), TTL: e.ttl,
+		Owns: func(string) bool { return owner }, Requests: store})
+	s := NewSink(Options{Runner: r, Store: store,
 		Schedules: Schedules(e.db.Collection(schedule.CollectionName)), Logger: log, BackfillInterval: 50 * time.Millisecond})
 	t.Cleanup(func() { r.Shutdown(10 * time.Second); s.Close() })
 	e.replicas = append(e.replicas, s)
+	e.runners = append(e.runners, r)
 }
 
 func (e *env) schedule(t *testing.T, doc bson.D) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -91,6 +92,60 @@ func (s *Store) Started(ctx context.Context, id bson.RawValue, l jobs.Lease, now
 		{Key: FieldUpdatedAt, Value: now}})
 }
 
+// Buffered marks a pending request buffered: its run runID waits on the
+// job's lock (why says for what). The replica that takes it from the
+// lock's buffer writes the rest (BufferedStarted, BufferedEnded).
+func (s *Store) Buffered(ctx context.Context, id bson.RawValue, runID, why string, now time.Time) error {
+	return s.update(ctx, runnable(id), bson.D{{Key: FieldStatus, Value: StatusBuffered}, {Key: FieldRunID, Value: runID},
+		{Key: FieldReason, Value: why}, {Key: FieldUpdatedAt, Value: now}})
+}
+
+// ofRun matches the run-now request whose run is l (run id RunIDOf(its
+// key)) while its status is one of those given; ok is false when l is not
+// a run-now request's run.
+func ofRun(l jobs.Lease, statuses ...any) (bson.D, bool) {
+	key, ok := strings.CutPrefix(l.RunID, RunIDPrefix)
+	if !ok || key == "" {
+		return nil, false
+	}
+	ids := bson.A{key}
+	if oid, err := bson.ObjectIDFromHex(key); err == nil {
+		ids = append(ids, oid) // mongosh's default _id, rendered in hex
+	}
+	return bson.D{{Key: FieldID, Value: bson.D{{Key: "$in", Value: ids}}}, {Key: FieldJobID, Value: l.JobID},
+		{Key: FieldStatus, Value: bson.D{{Key: "$in", Value: bson.A(statuses)}}}}, true
+}
+
+// BufferedStarted implements jobs.RequestReporter: the request of the
+// buffered run l, whichever replica buffered it, says running under this
+// replica (also while still pending: the replica that buffered it may not
+// have written buffered yet).
+func (s *Store) BufferedStarted(ctx context.Context, l jobs.Lease, at time.Time) error {
+	filter, ok := ofRun(l, nil, StatusRejected, StatusBuffered)
+	if !ok {
+		return nil
+	}
+	return s.update(ctx, filter, bson.D{{Key: FieldStatus, Value: StatusRunning}, {Key: FieldRunID, Value: l.RunID},
+		{Key: FieldInstance, Value: l.Instance}, {Key: FieldFence, Value: l.Fence}, {Key: FieldStartedAt, Value: at},
+		{Key: FieldUpdatedAt, Value: at}})
+}
+
+// BufferedEnded implements jobs.RequestReporter: the request of the
+// buffered run l gets the run's outcome.
+func (s *Store) BufferedEnded(ctx context.Context, l jobs.Lease, res jobs.OffScheduleResult, at time.Time) error {
+	filter, ok := ofRun(l, nil, StatusRejected, StatusBuffered, StatusRunning)
+	if !ok {
+		return nil
+	}
+	errMsg := res.Error
+	if res.NotRun != "" {
+		errMsg = res.NotRun + ": " + errMsg
+	}
+	set := append(s.final(res.Status, errMsg, at), bson.E{Key: FieldRunID, Value: l.RunID},
+		bson.E{Key: FieldFence, Value: l.Fence}, bson.E{Key: FieldEndedAt, Value: at})
+	return s.update(ctx, filter, set)
+}
+
 // Finish writes the end of the run this replica ran (or skipped) for
 // request id: status and error as recorded on the run.
 func (s *Store) Finish(ctx context.Context, id bson.RawValue, runID, status, errMsg string, now time.Time) error {
@@ -101,12 +156,17 @@ func (s *Store) Finish(ctx context.Context, id bson.RawValue, runID, status, err
 // FromRecord copies the outcome of run record rec onto request id when
 // the request is this run's: running under rec's id, or, when mine says
 // the record can only be this request's (a run-now request's own run id),
-// also while pending. It does nothing while rec is not ended.
+// also while pending. A record still buffered makes such a pending request
+// buffered; otherwise it does nothing while rec is not ended.
 func (s *Store) FromRecord(ctx context.Context, id bson.RawValue, rec jobs.RunDoc, mine bool, now time.Time) error {
+	if rec.Status == jobs.StatusBuffered && mine {
+		return s.Buffered(ctx, id, rec.ID, "its run record "+rec.ID+" waits on the job's lock", now)
+	}
 	if !recordEnded(rec.Status) {
 		return nil
 	}
-	filter := bson.D{{Key: FieldID, Value: id}, {Key: FieldStatus, Value: StatusRunning}, {Key: FieldRunID, Value: rec.ID}}
+	filter := bson.D{{Key: FieldID, Value: id}, {Key: FieldStatus, Value: bson.D{{Key: "$in", Value: bson.A{StatusRunning, StatusBuffered}}}},
+		{Key: FieldRunID, Value: rec.ID}}
 	if mine {
 		filter = runnable(id, StatusRunning)
 	}
@@ -131,7 +191,7 @@ func (s *Store) AlreadyRan(ctx context.Context, id bson.RawValue, rec jobs.RunDo
 
 func recordEnded(status string) bool {
 	switch status {
-	case jobs.StatusRunning, jobs.StatusClaiming, "":
+	case jobs.StatusRunning, jobs.StatusClaiming, jobs.StatusBuffered, "":
 		return false
 	}
 	return true

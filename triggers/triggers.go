@@ -21,6 +21,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -55,6 +56,8 @@ const (
 	FieldStartedAt = "started_at"
 	FieldEndedAt   = "ended_at"
 	FieldError     = "error"
+	// FieldReason says, with StatusBuffered, what the run waits for.
+	FieldReason    = "reason"
 	FieldUpdatedAt = "updated_at"
 	// FieldExpireAt is set with a final status: the ended request goes
 	// the runs' retention later (TTL index TTLIndex).
@@ -65,6 +68,11 @@ const (
 const (
 	// StatusRunning: a replica claimed the run and started it.
 	StatusRunning = "running"
+	// StatusBuffered: the run waits on the job's lock (overlap buffer_one,
+	// buffer_all, cancel_other: another run holds it), its record too;
+	// whichever replica takes it from the lock's buffer runs it and writes
+	// running, then the outcome (FieldReason says what it waits for).
+	StatusBuffered = jobs.StatusBuffered
 	// StatusRejected: the request is bad (its error says why); nothing ran.
 	StatusRejected = "rejected"
 	// StatusNotRun: the run could not be started (its error says why:
@@ -125,7 +133,9 @@ func (r Request) Backfill() bool { return !r.Slot.IsZero() }
 
 // Final reports whether a request's status is an outcome: nothing more
 // happens to it.
-func Final(status string) bool { return status != "" && status != StatusRunning }
+func Final(status string) bool {
+	return status != "" && status != StatusRunning && status != StatusBuffered
+}
 
 func invalid(key, field, format string, a ...any) error {
 	msg := fmt.Sprintf(format, a...)

@@ -30,6 +30,7 @@ import (
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
+	"github.com/cronswap/cronswap/triggers"
 )
 
 // Connect returns a client for the configured server. It does not wait for
@@ -118,6 +119,10 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	locks, runs := jobs.Collections(db)
 	d.store = jobs.NewMongoStore(locks, runs,
 		jobs.MongoStoreOptions{Retention: cfg.Runs.Retention, Instance: cfg.InstanceID, Logger: d.log, OnNotice: d.wakeRelay})
+	// The requests' outcomes: written by the sink for the runs it starts,
+	// and by the runner for the run-now requests it takes from a lock's
+	// buffer (whichever replica buffered them).
+	requests := triggers.NewStore(triggers.Collection(db), runs, cfg.Runs.Retention, cfg.InstanceID)
 	d.runner = jobs.NewRunner(jobs.RunnerOptions{
 		Registry:   registry,
 		InstanceID: cfg.InstanceID,
@@ -143,9 +148,10 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		// A fire inside a blackout window is recorded skipped, not run.
 		Blackout: d.blackouts.match,
 		// A retry another replica left pending runs the schedule armed here.
-		Lookup: d.lookup,
+		Lookup:   d.lookup,
+		Requests: requests,
 	})
-	d.triggers = newTriggerWatch(d, db)
+	d.triggers = newTriggerWatch(d, db, requests)
 	d.engine = scheduler.New(scheduler.Options{
 		Location: cfg.Location,
 		// Fire lateness is observed by the fire path when a worker takes

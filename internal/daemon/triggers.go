@@ -8,7 +8,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/changestream"
-	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/triggers"
@@ -36,12 +35,11 @@ type triggerWatch struct {
 }
 
 // newTriggerWatch builds the watcher of the triggers collection over db,
-// running requests through d.runner.
-func newTriggerWatch(d *Daemon, db *mongo.Database) *triggerWatch {
-	runs := db.Collection(jobs.RunsCollection)
+// running requests through d.runner and writing their outcomes with store.
+func newTriggerWatch(d *Daemon, db *mongo.Database, store *triggers.Store) *triggerWatch {
 	sink := triggers.NewSink(triggers.Options{
 		Runner:    d.runner,
-		Store:     triggers.NewStore(triggers.Collection(db), runs, d.cfg.Runs.Retention, d.cfg.InstanceID),
+		Store:     store,
 		Schedules: triggers.Schedules(db.Collection(schedule.CollectionName)),
 		Location:  d.cfg.Location,
 		Logger:    d.log.With("collection", triggers.CollectionName),
