@@ -214,3 +214,34 @@ func TestOffScheduleCancelOtherReplacesHolder(t *testing.T) {
 		t.Errorf("reported starts %+v: want the request's run once", rep.started)
 	}
 }
+
+// An off-schedule run holding the lock of a buffer_one job takes up the
+// request buffered behind it when it ends, as a cron run does, not at the
+// next sweep (a minute away with this lease).
+func TestOffScheduleHolderTakesUpBufferedAtItsEnd(t *testing.T) {
+	t.Parallel()
+	e := newFireEnv(t)
+	job := newOverlapJob()
+	e.reg.Register("oh", Spec{Action: job, Overlap: OverlapBufferOne})
+	r1, r2 := e.runner(t, "r1", 3*time.Minute), e.runner(t, "r2", 3*time.Minute)
+	slot := time.Now().Truncate(time.Second).UTC()
+	held := make(chan OffScheduleResult, 1)
+	go func() { held <- r1.RunOffSchedule(bufferedOff("oh", "trigger/holder", slot.Add(3*time.Millisecond))) }()
+	waitFor(t, 10*time.Second, "the holder to start", func() bool { return job.started() == 1 })
+	if res := r2.RunOffSchedule(bufferedOff("oh", "trigger/next", slot.Add(5*time.Millisecond))); res.Status != StatusBuffered {
+		t.Fatalf("request behind the holder: %+v, want buffered", res)
+	}
+	job.release <- struct{}{}
+	if res := <-held; !res.Ran || res.Status != StatusSucceeded {
+		t.Fatalf("holder: %+v, want succeeded", res)
+	}
+	waitFor(t, 10*time.Second, "the buffered request to start", func() bool { return job.started() == 2 })
+	ran := job.snapshot()
+	if wait := ran[1].start.Sub(ran[0].end); wait > 2*time.Second || ran[1].fence != ran[0].fence+1 {
+		t.Errorf("buffered request %+v started %s after the holder %+v ended: want at once, the holder's fence plus one", ran[1], wait, ran[0])
+	}
+	close(job.release)
+	if runs := e.decided(t, "oh", 2); runs[1].ID != "trigger/next" || runs[1].Status != StatusSucceeded || runs[1].Fence != ran[1].fence {
+		t.Errorf("records %+v: want the request's run succeeded with the fence it ran with", runs)
+	}
+}

@@ -205,6 +205,12 @@ func (r *Runner) RunOffSchedule(f OffScheduleFire) OffScheduleResult {
 	lease := o.Lease
 	fire := r.newFire(d, lease)
 	log = log.With("fence", fire.Fence)
+	if spec.Overlap.buffers() {
+		// Fires buffered behind this run are taken up once it ended, on
+		// a goroutine of their own: the caller learns of this run's end
+		// without waiting for theirs.
+		defer r.drainSoon(id, spec.Overlap)
+	}
 	if r.clock.Now().After(startBy) {
 		r.missClaimed(log, gd, deadline, lease)
 		return OffScheduleResult{NotRun: NotRunStartingDeadline, Error: "claimed after its starting deadline"}
