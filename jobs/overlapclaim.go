@@ -80,6 +80,11 @@ func cancelBy(raw bson.Raw) (runID, by string) {
 	if err != nil {
 		return "", ""
 	}
+	return cancelOf(val)
+}
+
+// cancelOf reads a cancel request (LockCancelField's value).
+func cancelOf(val bson.RawValue) (runID, by string) {
 	d, ok := val.DocumentOK()
 	if !ok {
 		return "", ""
@@ -88,6 +93,41 @@ func cancelBy(raw bson.Raw) (runID, by string) {
 	by, _ = lookupString(d, "by")
 	return runID, by
 }
+
+// WaitingFire is a fire waiting on a job's lock (LockBufferField), as
+// operators see it.
+type WaitingFire struct {
+	// RunID and ScheduledAt are the fire's (a run-now request's own, when
+	// OffSchedule).
+	RunID       string    `json:"run_id"`
+	ScheduledAt time.Time `json:"scheduled_at"`
+	// By is the replica that buffered it, At when.
+	By          string    `json:"by"`
+	At          time.Time `json:"at"`
+	OffSchedule bool      `json:"off_schedule,omitempty"`
+}
+
+// Waiting returns how many fires wait on the lock and the first of them
+// (nil when none does, or its entry is damaged).
+func (l LockDoc) Waiting() (int, *WaitingFire) {
+	arr, ok := l.Buffer.ArrayOK()
+	if !ok {
+		return 0, nil
+	}
+	vals, err := arr.Values()
+	if err != nil || len(vals) == 0 {
+		return 0, nil
+	}
+	var e bufferEntry
+	if err := vals[0].Unmarshal(&e); err != nil || e.RunID == "" {
+		return len(vals), nil
+	}
+	return len(vals), &WaitingFire{RunID: e.RunID, ScheduledAt: e.Slot.UTC(), By: e.By, At: e.At.UTC(), OffSchedule: e.OffSchedule}
+}
+
+// PendingCancel returns the run the lock's cancel request (cancel_other)
+// asks to stop and the run replacing it; empty when none is pending.
+func (l LockDoc) PendingCancel() (runID, by string) { return cancelOf(l.Cancel) }
 
 // heldLive reports whether the lock seen as v is held by a live run that
 // fire i may not take it from: running, within its lease, and not left by

@@ -3,6 +3,8 @@ package jobs
 import (
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/cronswap/cronswap/notify"
 )
 
@@ -76,6 +78,11 @@ type LockDoc struct {
 	// document damaged and reset it (docs/locks.md).
 	RepairedAt   time.Time `bson:"repaired_at,omitempty" json:"repaired_at,omitzero"`
 	RepairReason string    `bson:"repair_reason,omitempty" json:"repair_reason,omitempty"`
+	// Buffer and Cancel are LockBufferField and LockCancelField as stored
+	// (kept raw: a damaged one does not fail the read); Waiting and
+	// PendingCancel read them.
+	Buffer bson.RawValue `bson:"overlap_buffer,omitempty" json:"-"`
+	Cancel bson.RawValue `bson:"overlap_cancel,omitempty" json:"-"`
 }
 
 // RunDoc is one document of job_runs: one fire that was claimed or skipped.

@@ -985,3 +985,39 @@ func TestAuthenticationFailureIsExit1(t *testing.T) {
 		}
 	}
 }
+
+// locks list shows the fires waiting on a lock (how many, the next) and
+// a pending cancel_other request; a damaged buffer does not fail it.
+func TestLocksListShowsWaitingFiresAndCancel(t *testing.T) {
+	e := newEnv(t)
+	now := time.Now().UTC().Truncate(time.Second)
+	insertDocs(t, e.db.Collection(jobs.LocksCollection),
+		bson.D{{Key: "_id", Value: "buf"}, {Key: "state", Value: jobs.LockRunning}, {Key: "holder", Value: "host-a"},
+			{Key: "run_id", Value: "buf@1"}, {Key: "fence", Value: int64(1)}, {Key: "lease_until", Value: now.Add(time.Minute)},
+			{Key: jobs.LockBufferField, Value: bson.A{
+				bson.D{{Key: "run_id", Value: "trigger/r1"}, {Key: "slot", Value: now.Add(5 * time.Millisecond)}, {Key: "at", Value: now},
+					{Key: "by", Value: "host-b"}, {Key: "off_schedule", Value: true}},
+				bson.D{{Key: "run_id", Value: "buf@2"}, {Key: "slot", Value: now.Add(time.Second)}, {Key: "at", Value: now}, {Key: "by", Value: "host-a"}},
+			}},
+			{Key: jobs.LockCancelField, Value: bson.D{{Key: "run_id", Value: "buf@1"}, {Key: "by", Value: "trigger/r1"}, {Key: "at", Value: now}}}},
+		bson.D{{Key: "_id", Value: "damaged"}, {Key: "state", Value: jobs.LockFree}, {Key: "fence", Value: int64(0)},
+			{Key: jobs.LockBufferField, Value: "not an array"}},
+	)
+	r := e.ok("locks", "list")
+	if got := column(t, r.stdout, "buf", "WAITING"); got != "2, next trigger/r1" {
+		t.Errorf("buf WAITING %q\n%s", got, r.stdout)
+	}
+	if got := column(t, r.stdout, "buf", "CANCEL"); got != "buf@1 by trigger/r1" {
+		t.Errorf("buf CANCEL %q\n%s", got, r.stdout)
+	}
+	if got := column(t, r.stdout, "damaged", "WAITING"); got != "-" {
+		t.Errorf("damaged WAITING %q\n%s", got, r.stdout)
+	}
+	var list []map[string]any
+	e.okJSON(&list, "locks", "list")
+	next, _ := list[0]["next_waiting"].(map[string]any)
+	if len(list) != 2 || list[0]["waiting"] != float64(2) || next["run_id"] != "trigger/r1" || next["off_schedule"] != true ||
+		list[0]["cancel"].(map[string]any)["by"] != "trigger/r1" || list[1]["waiting"] != float64(0) {
+		t.Fatalf("locks list -o json: %v", list)
+	}
+}

@@ -36,16 +36,53 @@ type lockView struct {
 	// Expired is true when the lock is held but its lease has passed: any
 	// replica may take it over.
 	Expired bool `json:"expired"`
+	// Waiting is the number of fires waiting on the lock (overlap
+	// buffer_one, buffer_all, cancel_other), Next the first of them.
+	Waiting int               `json:"waiting"`
+	Next    *jobs.WaitingFire `json:"next_waiting,omitempty"`
+	// Cancel is a pending cancel_other request: the run asked to stop and
+	// the run replacing it.
+	Cancel *cancelView `json:"cancel,omitempty"`
+}
+
+// cancelView is a pending cancel request on a lock.
+type cancelView struct {
+	RunID string `json:"run_id"`
+	By    string `json:"by"`
 }
 
 func newLockView(l jobs.LockDoc, now time.Time) lockView {
-	return lockView{
+	v := lockView{
 		JobID: l.JobID, State: l.State, Holder: l.Holder, RunID: l.RunID, Fence: l.Fence,
 		AcquiredAt: jsonTime(l.AcquiredAt, nil), LeaseUntil: jsonTime(l.LeaseUntil, nil),
 		LastSlot: jsonTime(l.LastSlot, nil), LastOutcome: l.LastOutcome,
 		LastEndedAt: jsonTime(l.LastEndedAt, nil), UpdatedAt: jsonTime(l.UpdatedAt, nil),
 		Expired: l.State == jobs.LockRunning && !l.LeaseUntil.IsZero() && l.LeaseUntil.Before(now),
 	}
+	v.Waiting, v.Next = l.Waiting()
+	if run, by := l.PendingCancel(); run != "" {
+		v.Cancel = &cancelView{RunID: run, By: by}
+	}
+	return v
+}
+
+// waitingCell is the WAITING column: how many fires wait, and the next.
+func waitingCell(l lockView) string {
+	switch {
+	case l.Waiting == 0:
+		return ""
+	case l.Next == nil:
+		return strconv.Itoa(l.Waiting)
+	}
+	return fmt.Sprintf("%d, next %s", l.Waiting, l.Next.RunID)
+}
+
+// cancelCell is the CANCEL column: the run asked to stop, and by which.
+func cancelCell(l lockView) string {
+	if l.Cancel == nil {
+		return ""
+	}
+	return l.Cancel.RunID + " by " + l.Cancel.By
 }
 
 func lockRow(l lockView) []string {
@@ -54,7 +91,7 @@ func lockRow(l lockView) []string {
 		state += " (lease expired)"
 	}
 	return []string{l.JobID, state, l.Holder, l.RunID, strconv.FormatInt(l.Fence, 10),
-		deref(l.LeaseUntil), deref(l.LastSlot), l.LastOutcome}
+		deref(l.LeaseUntil), deref(l.LastSlot), l.LastOutcome, waitingCell(l), cancelCell(l)}
 }
 
 func deref(p *string) string {
@@ -152,7 +189,7 @@ func lastLine(s string, width int) string {
 }
 
 func lockHeader() []string {
-	return []string{"JOB", "STATE", "HOLDER", "RUN ID", "FENCE", "LEASE UNTIL", "LAST SLOT", "LAST OUTCOME"}
+	return []string{"JOB", "STATE", "HOLDER", "RUN ID", "FENCE", "LEASE UNTIL", "LAST SLOT", "LAST OUTCOME", "WAITING", "CANCEL"}
 }
 
 func locksCommand(stdin io.Reader) *ucli.Command {
