@@ -3,6 +3,7 @@ package triggers
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -173,6 +174,11 @@ func TestRunNowBufferOneWaitsForTheHolder(t *testing.T) {
 	e.idle(t)
 	if n := len(h.snapshot()); n != 2 {
 		t.Errorf("%d runs, want the holder and the request's", n)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if want := map[string]int{StatusBuffered: 1, jobs.StatusSkipped: 1, jobs.StatusSucceeded: 1}; !maps.Equal(e.outcomes, want) {
+		t.Errorf("outcomes counted %v, want %v: each once across the replicas", e.outcomes, want)
 	}
 }
 

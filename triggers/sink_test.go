@@ -27,6 +27,7 @@ type env struct {
 	replicas []*Sink
 	runners  []*jobs.Runner // the replicas' runners, in the same order
 	ttl      time.Duration  // the replicas' lock lease
+	outcomes map[string]int // the statuses the replicas' stores wrote
 }
 
 func newEnv(t *testing.T, replicas int) *env { return newEnvTTL(t, replicas, time.Minute) }
@@ -40,7 +41,7 @@ func newEnvTTL(t *testing.T, replicas int, ttl time.Duration) *env {
 	if err := jobs.EnsureIndexes(ctx, db.Collection(jobs.RunsCollection)); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{db: db, coll: Collection(db), reg: jobs.NewRegistry(), ran: map[string][]jobs.Fire{}, ttl: ttl}
+	e := &env{db: db, coll: Collection(db), reg: jobs.NewRegistry(), ran: map[string][]jobs.Fire{}, ttl: ttl, outcomes: map[string]int{}}
 	action := jobs.ActionFunc(func(ctx context.Context, f jobs.Fire) error {
 		e.mu.Lock()
 		e.ran[f.JobID] = append(e.ran[f.JobID], f)
@@ -76,7 +77,11 @@ func (e *env) addReplica(t *testing.T, inst string, reg *jobs.Registry, owner bo
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	locks, runs := jobs.Collections(e.db)
-	store := NewStore(e.coll, runs, time.Hour, inst)
+	store := NewStore(e.coll, runs, time.Hour, inst).WithOutcomes(func(status string) {
+		e.mu.Lock()
+		e.outcomes[status]++
+		e.mu.Unlock()
+	})
 	r := jobs.NewRunner(jobs.RunnerOptions{Registry: reg, InstanceID: inst, Logger: log,
 		Store: jobs.NewMongoStore(locks, runs, jobs.MongoStoreOptions{Instance: inst, Logger: log}), TTL: e.ttl,
 		Owns: func(string) bool { return owner }, Requests: store})

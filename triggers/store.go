@@ -28,6 +28,9 @@ type Store struct {
 	runs      *mongo.Collection
 	retention time.Duration
 	instance  string
+	// outcome, if set, is called with each status but running that a
+	// write of this store set (see WithOutcomes).
+	outcome func(status string)
 }
 
 // NewStore returns the store over the requests coll and the run records
@@ -35,6 +38,16 @@ type Store struct {
 // retention), instance names this replica in what it writes.
 func NewStore(coll, runs *mongo.Collection, retention time.Duration, instance string) *Store {
 	return &Store{coll: coll, runs: runs, retention: retention, instance: instance}
+}
+
+// WithOutcomes makes s call count with the status each of its writes set
+// on a request (buffered and the final ones; not running), once per write
+// that changed the request: every write is conditional on the request's
+// status, so summed over the replicas each request's outcome counts once.
+// Call it before s is used; it returns s.
+func (s *Store) WithOutcomes(count func(status string)) *Store {
+	s.outcome = count
+	return s
 }
 
 // Collection returns the requests collection of db.
@@ -48,8 +61,16 @@ func pending(id bson.RawValue) bson.D {
 func (s *Store) update(ctx context.Context, filter, set bson.D) error {
 	ctx, cancel := context.WithTimeout(ctx, jobs.DefaultOpTimeout)
 	defer cancel()
-	if _, err := s.coll.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: set}}); err != nil {
+	res, err := s.coll.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: set}})
+	if err != nil {
 		return fmt.Errorf("write the outcome of trigger %v in %s: %w", filter[0].Value, s.coll.Name(), err)
+	}
+	if res.ModifiedCount > 0 && s.outcome != nil {
+		for _, e := range set {
+			if st, ok := e.Value.(string); ok && e.Key == FieldStatus && st != StatusRunning {
+				s.outcome(st)
+			}
+		}
 	}
 	return nil
 }

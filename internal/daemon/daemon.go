@@ -122,7 +122,8 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	// The requests' outcomes: written by the sink for the runs it starts,
 	// and by the runner for the run-now requests it takes from a lock's
 	// buffer (whichever replica buffered them).
-	requests := triggers.NewStore(triggers.Collection(db), runs, cfg.Runs.Retention, cfg.InstanceID)
+	requests := triggers.NewStore(triggers.Collection(db), runs, cfg.Runs.Retention, cfg.InstanceID).
+		WithOutcomes(d.metrics.CountTrigger)
 	d.runner = jobs.NewRunner(jobs.RunnerOptions{
 		Registry:   registry,
 		InstanceID: cfg.InstanceID,

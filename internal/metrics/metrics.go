@@ -75,6 +75,10 @@ type Metrics struct {
 	// Notifications counts notification deliveries by sink and result
 	// (NotificationDelivered, NotificationFailed, NotificationGivenUp).
 	Notifications *prometheus.CounterVec
+	// Triggers counts the outcomes this replica wrote on run-now and
+	// backfill requests, by outcome (the request's status: buffered and
+	// the final ones).
+	Triggers *prometheus.CounterVec
 }
 
 // Sources are read at scrape time for the gauges (see RegisterGauges); any
@@ -136,6 +140,8 @@ func New() *Metrics {
 			Help: "Fires claimed and won by this replica although another member owned the job (owner dead or stalled)."}),
 		Notifications: f.counterVec(prometheus.CounterOpts{Name: "notifications_total",
 			Help: "Notification deliveries by this replica, by sink and result (delivered, failed: to be retried, given_up)."}, "sink", "result"),
+		Triggers: f.counterVec(prometheus.CounterOpts{Name: "triggers_total",
+			Help: "Outcomes this replica wrote on run-now and backfill requests, by outcome (buffered, succeeded, failed, abandoned, skipped, missed, rejected, not_run, already_ran)."}, "outcome"),
 	}
 	return m
 }
