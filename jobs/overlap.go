@@ -93,8 +93,9 @@ func (o Overlap) bufferLimit() int {
 // Fields of a job_locks document written by the overlap policies that
 // buffer (docs/locks.md).
 const (
-	// LockBufferField is the array of fires waiting for the lock, in slot
-	// order: {run_id, slot, category, at, by}.
+	// LockBufferField is the array of fires waiting for the lock, in the
+	// order buffered (slot order for cron fires): {run_id, slot, category,
+	// at, by, off_schedule (a run-now request)}.
 	LockBufferField = "overlap_buffer"
 	// LockCancelField asks the holding run to stop (cancel_other):
 	// {run_id (the run to stop), by (the run replacing it), at}.

@@ -165,11 +165,12 @@ type toBuffer struct {
 // their number in two requests: one bulkWrite setting their records
 // buffered with what each fire names, then one appending each fire to its
 // lock's buffer, conditional on the buffer having room, the fire not being
-// there yet and no later slot claimed — and under cancel_other on the same
-// run still holding the lock, which the same write asks to stop. A fire
-// whose buffer is full is skipped. It returns the fires to look at again:
-// the next round reads their locks back and finds each either buffered
-// (its run id in the buffer) or its lock changed in between.
+// there yet and (a cron fire) no later slot claimed — and under
+// cancel_other on the same run still holding the lock, which the same
+// write asks to stop. A fire whose buffer is full is skipped. It returns
+// the fires to look at again: the next round reads their locks back and
+// finds each either buffered (its run id in the buffer) or its lock
+// changed in between (an off-schedule fire is only read back, see lock).
 func (c *claimer) bufferAll(ctx context.Context, fs []toBuffer) (again []int) {
 	var recs, pushes []mongo.WriteModel
 	var sent []int
