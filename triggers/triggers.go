@@ -305,6 +305,7 @@ type Doc struct {
 	StartedAt   time.Time `bson:"started_at,omitempty" json:"started_at,omitzero"`
 	EndedAt     time.Time `bson:"ended_at,omitempty" json:"ended_at,omitzero"`
 	Error       string    `bson:"error,omitempty" json:"error,omitempty"`
+	Reason      string    `bson:"reason,omitempty" json:"reason,omitempty"`
 	UpdatedAt   time.Time `bson:"updated_at,omitempty" json:"updated_at,omitzero"`
 	ExpireAt    time.Time `bson:"expire_at,omitempty" json:"-"`
 }
