@@ -28,13 +28,13 @@ const EnvSoak = "CRONSWAP_SOAK"
 const EnvSoakJobs = "CRONSWAP_SOAK_JOBS"
 
 // DefaultSoakJobs is the soak's number of load jobs firing every second
-// across the three replicas. At 300 (scripts/soak.sh -j 300) the
+// across the three replicas. At 300 (CRONSWAP_SOAK_JOBS=300) the
 // correctness checks hold (no duplicate, every run recorded), but three
 // race-built daemons, their wire proxies and the test server saturate
-// the 2 cores of the CI machine and most fires are recorded missed; at
-// 100 one CI run saw a replica restarted by the soak keep a deleted job
-// armed past the 60 s convergence deadline (the watcher side, not
-// investigated yet); 30 keeps the machine well below saturation.
+// the 2 cores of the CI machine and most fires are recorded missed; 30
+// keeps the machine well below saturation. (The convergence failure once
+// seen at 100, a replica "keeping" a deleted job, was the check's: see
+// waitConverged.)
 const DefaultSoakJobs = 30
 
 func soakJobs(t *testing.T) int {
@@ -171,29 +171,10 @@ func TestChaosSoak(t *testing.T) {
 	}
 
 	// Every replica converges to the collection.
-	want := collectionState(t, db)
-	mismatches := 0
-	var report []string
-	deadline := time.Now().Add(60 * time.Second)
-	for i, d := range daemons {
-		var diff []string
-		for {
-			select {
-			case <-d.done:
-				t.Fatalf("replica %d exited: %v", i+1, d.exit)
-			default:
-			}
-			diff = stateDiff(want, apiState(d.schedules()))
-			if len(diff) == 0 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		mismatches += len(diff)
-		for _, line := range diff {
-			report = append(report, fmt.Sprintf("replica %d: %s", i+1, line))
-		}
-	}
+	atStop := collectionState(t, db)
+	report := waitConverged(t, func() map[string]jobState { return collectionState(t, db) }, daemons, 60*time.Second)
+	mismatches := len(report)
+	lateEdits := len(stateDiff(atStop, collectionState(t, db)))
 	dups, runs := countDuplicateRuns(t, db)
 	lines := readLedgerLines(t, ledger)
 	for _, h := range rec.snapshot() {
@@ -240,8 +221,8 @@ func TestChaosSoak(t *testing.T) {
 			multi++
 		}
 	}
-	t.Logf("soak figures: duration=%s edits=%d (%s) faults=%d %v injected_286_served=%d jobs=%d mismatches=%d job_runs=%d duplicate_runs=%d fires=[%s] slots_fired=%d slots_run_by_several_replicas=%d drift_reports=%d ledger_runs=%d ledger_duplicates=%d runs_unrecorded=%d stable_slots=%d stable_missed=%d load_jobs=%d load_runs=%d (of about %d slots)",
-		dur, w.total(), w.summary(), totalFaults, faults, served, len(want), mismatches, runs, dups, strings.Join(fires, " "), len(perSlot), multi, drift, lg.lines, lg.duplicates, lg.unrecorded, lg.stableSlots, lg.stableMissed, stableJobs, len(loadRan), loadSlots)
+	t.Logf("soak figures: duration=%s edits=%d (%s) faults=%d %v injected_286_served=%d jobs=%d mismatches=%d late_edits=%d job_runs=%d duplicate_runs=%d fires=[%s] slots_fired=%d slots_run_by_several_replicas=%d drift_reports=%d ledger_runs=%d ledger_duplicates=%d runs_unrecorded=%d stable_slots=%d stable_missed=%d load_jobs=%d load_runs=%d (of about %d slots)",
+		dur, w.total(), w.summary(), totalFaults, faults, served, len(atStop), mismatches, lateEdits, runs, dups, strings.Join(fires, " "), len(perSlot), multi, drift, lg.lines, lg.duplicates, lg.unrecorded, lg.stableSlots, lg.stableMissed, stableJobs, len(loadRan), loadSlots)
 	if mismatches != 0 {
 		t.Errorf("%d mismatches between replicas and the collection:\n%s", mismatches, strings.Join(report, "\n"))
 	}
@@ -265,6 +246,40 @@ func TestChaosSoak(t *testing.T) {
 	if w.total() < int(dur.Seconds())*5 {
 		t.Errorf("the writer made only %d edits in %s (%s)", w.total(), dur, w.summary())
 	}
+}
+
+// waitConverged polls every replica until its /api/schedules equals the
+// collection, or the deadline (timeout from now, shared by all replicas)
+// has passed, and returns what still differs as "replica N: ..." lines.
+// The collection is read again for every comparison: the replicas must
+// follow the collection as it is, so an edit that lands after the check
+// began (one a stopped writer gave up on can still reach the server) is a
+// change for them to apply, not a divergence. Comparing against one read
+// taken before that edit blamed each replica polled after it had applied
+// the edit, and only those.
+func waitConverged(t *testing.T, collection func() map[string]jobState, daemons []*daemon, timeout time.Duration) []string {
+	t.Helper()
+	var report []string
+	deadline := time.Now().Add(timeout)
+	for i, d := range daemons {
+		var diff []string
+		for {
+			select {
+			case <-d.done:
+				t.Fatalf("replica %d exited: %v", i+1, d.exit)
+			default:
+			}
+			diff = stateDiff(collection(), apiState(d.schedules()))
+			if len(diff) == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		for _, line := range diff {
+			report = append(report, fmt.Sprintf("replica %d: %s", i+1, line))
+		}
+	}
+	return report
 }
 
 // ledgerCheck is what checkLedger found.
