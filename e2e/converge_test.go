@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/internal/faultproxy"
+	"github.com/cronswap/cronswap/internal/testmongo"
 )
 
 // tickDoc is a schedules document for the "tick" action of tickJobs.
@@ -52,5 +56,66 @@ func TestConvergenceFollowsLateEdit(t *testing.T) {
 	}
 	if reads < 2 {
 		t.Fatalf("the check compared against %d read(s) of the collection, want a fresh one after the late edit", reads)
+	}
+}
+
+// TestWriterStopLeavesNoEditInFlight: the soak reads the collection as
+// soon as its writer has stopped, so the writer's stop must not leave an
+// edit on its way to the server. The writer's edit is held by a proxy (a
+// server busy behind its write lock) when the writer is stopped; it must
+// wait for that edit's answer, and the collection must not change once it
+// has returned. Before the fix the stop cancelled the edit: run returned at
+// once, and the server applied the edit afterwards.
+func TestWriterStopLeavesNoEditInFlight(t *testing.T) {
+	uri, db := setup(t)
+	p := newProxy(t, uri)
+	coll := testmongo.ClientFor(t, p.URI(uri)).Database(db.Name()).Collection("schedules")
+	if err := coll.Database().Client().Ping(testCtx(t), nil); err != nil {
+		t.Fatal(err)
+	}
+	// Seed 2: the first edit sets job03's expression, which the collection
+	// does not have yet.
+	w := newWriter(coll, 2, 5, quietExprs)
+	for _, id := range w.ids {
+		insert(t, db, tickDoc(id, "1 1 1 1 *"))
+	}
+	h := p.HoldNext(faultproxy.CommandName("insert", "update", "delete"))
+	t.Cleanup(h.Release)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	ran := make(chan struct{})
+	go func() { defer close(ran); w.run(ctx, 0, 10*time.Millisecond) }()
+	waitClosed(t, h.Held(), 30*time.Second, "the writer's first edit to be held")
+	stop()
+
+	// A writer that abandons its edit returns at once (the driver gives up
+	// on a cancelled context without waiting for the server): half a
+	// second is ample to see it, and a correct one stays in run.
+	var early map[string]jobState
+	select {
+	case <-ran:
+		early = collectionState(t, db)
+	case <-time.After(500 * time.Millisecond):
+	}
+	h.Release()
+	waitClosed(t, h.Answered(), 30*time.Second, "the server to answer the released edit")
+	waitClosed(t, ran, 30*time.Second, "the writer to return")
+	final := collectionState(t, db)
+	if early != nil {
+		t.Fatalf("the writer returned with its edit still on the way (%s); it landed afterwards, changing %v",
+			w.summary(), stateDiff(early, final))
+	}
+	if w.total() != 1 {
+		t.Fatalf("the writer made %s, want the held edit made and counted", w.summary())
+	}
+}
+
+// waitClosed waits for ch to be closed, failing the test after timeout.
+func waitClosed(t *testing.T, ch <-chan struct{}, timeout time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(timeout):
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
 	}
 }
