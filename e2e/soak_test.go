@@ -23,19 +23,23 @@ import (
 // scripts/soak.sh sets it. Default 60 s.
 const EnvSoak = "CRONSWAP_SOAK"
 
-// EnvSoakJobs sets how many stable jobs of the chaos soak fire every
-// second (scripts/soak.sh -j); default DefaultSoakJobs.
+// EnvSoakJobs sets how many load jobs of the chaos soak fire every second
+// (CRONSWAP_SOAK_JOBS=N scripts/soak.sh); default DefaultSoakJobs.
 const EnvSoakJobs = "CRONSWAP_SOAK_JOBS"
 
 // DefaultSoakJobs is the soak's number of load jobs firing every second
-// across the three replicas. At 300 (CRONSWAP_SOAK_JOBS=300) the
-// correctness checks hold (no duplicate, every run recorded), but three
-// race-built daemons, their wire proxies and the test server saturate
-// the 2 cores of the CI machine and most fires are recorded missed; 30
-// keeps the machine well below saturation. (The convergence failure once
-// seen at 100, a replica "keeping" a deleted job, was the check's: see
-// waitConverged.)
-const DefaultSoakJobs = 30
+// across the three replicas, the count CI runs. Measured on the 2-core
+// machine shared with other work (race-built daemons, 60 s runs): every
+// run from 30 to 300 jobs ended with no duplicate and every run recorded;
+// of the load jobs' slots 84–98 % ran at 200, 95 % at 250 and 81–90 % at
+// 300 (the daemons no longer keep up, the rest is recorded missed), and
+// the stable jobs missed 0.5–14 % of theirs at 200 (37 % once, while other
+// test suites and a benchmark shared the cores) against 11–29 % at 300,
+// near their bound of a third. 200 keeps that margin, and costs the test
+// a few seconds over 30 (66 s against 63 s on a quiet machine). (The
+// convergence failure once seen at 100, a replica "keeping" a deleted job,
+// was the check's: see waitConverged.)
+const DefaultSoakJobs = 200
 
 func soakJobs(t *testing.T) int {
 	t.Helper()
@@ -250,8 +254,9 @@ func TestChaosSoak(t *testing.T) {
 	// A stable slot goes unrun when its claim cannot get through within
 	// the fire's 1 s starting deadline on any replica (at most once beats
 	// at least once): a fault hits some replica every second or so here.
-	// Alone they miss under 10 % of their slots; beside the load jobs on
-	// 2 cores, measured 12–27 %, so the bound is a third.
+	// Alone they miss under 10 % of their slots; beside 200 load jobs on
+	// 2 cores, measured 0.5–14 %, up to 37 % while other test suites and a
+	// benchmark shared the cores, so the bound is a third.
 	if lg.stableSlots == 0 || lg.stableMissed*3 > lg.stableSlots {
 		t.Errorf("stable jobs: %d of %d slots in the window never ran (more than a third)", lg.stableMissed, lg.stableSlots)
 	}
