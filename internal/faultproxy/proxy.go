@@ -264,11 +264,12 @@ func (h *Hold) Release() { h.releaseOnce.Do(func() { close(h.release) }) }
 
 // Answered is closed once the server replied to the released command: it
 // has taken effect, whether or not its client was still there to read the
-// reply.
+// reply. It stays open for a request that expects no reply (moreToCome).
 func (h *Hold) Answered() <-chan struct{} { return h.answered }
 
 // ClearFailures disarms every fault armed by FailNext, FailTimes,
-// FailAlways, CutNext and CutAfterNext.
+// FailAlways, CutNext, CutAfterNext and HoldNext (a command already held
+// stays held until its Release).
 func (p *Proxy) ClearFailures() {
 	p.mu.Lock()
 	for _, f := range p.faults {
@@ -585,9 +586,11 @@ func (c *proxyConn) forwardHeld(up net.Conn, req request, msg []byte, h *Hold) b
 	case <-c.p.ctx.Done():
 		return false
 	}
-	c.mu.Lock()
-	c.heldReplies[req.requestID] = h
-	c.mu.Unlock()
+	if !req.moreToCome { // a moreToCome request gets no reply to wait for
+		c.mu.Lock()
+		c.heldReplies[req.requestID] = h
+		c.mu.Unlock()
+	}
 	_, err := up.Write(msg)
 	return err == nil
 }
