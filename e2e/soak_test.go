@@ -23,19 +23,23 @@ import (
 // scripts/soak.sh sets it. Default 60 s.
 const EnvSoak = "CRONSWAP_SOAK"
 
-// EnvSoakJobs sets how many stable jobs of the chaos soak fire every
-// second (scripts/soak.sh -j); default DefaultSoakJobs.
+// EnvSoakJobs sets how many load jobs of the chaos soak fire every second
+// (CRONSWAP_SOAK_JOBS=N scripts/soak.sh); default DefaultSoakJobs.
 const EnvSoakJobs = "CRONSWAP_SOAK_JOBS"
 
 // DefaultSoakJobs is the soak's number of load jobs firing every second
-// across the three replicas. At 300 (scripts/soak.sh -j 300) the
-// correctness checks hold (no duplicate, every run recorded), but three
-// race-built daemons, their wire proxies and the test server saturate
-// the 2 cores of the CI machine and most fires are recorded missed; at
-// 100 one CI run saw a replica restarted by the soak keep a deleted job
-// armed past the 60 s convergence deadline (the watcher side, not
-// investigated yet); 30 keeps the machine well below saturation.
-const DefaultSoakJobs = 30
+// across the three replicas, the count CI runs. Measured on the 2-core
+// machine shared with other work (race-built daemons, 60 s runs): every
+// run from 30 to 300 jobs ended with no duplicate and every run recorded;
+// of the load jobs' slots 84–98 % ran at 200, 95 % at 250 and 81–90 % at
+// 300 (the daemons no longer keep up, the rest is recorded missed), and
+// the stable jobs missed 0.5–14 % of theirs at 200 (37 % once, while other
+// test suites and a benchmark shared the cores) against 11–29 % at 300,
+// near their bound of a third. 200 keeps that margin, and costs the test
+// a few seconds over 30 (66 s against 63 s on a quiet machine). (The
+// convergence failure once seen at 100, a replica "keeping" a deleted job,
+// was the check's: see waitConverged.)
+const DefaultSoakJobs = 200
 
 func soakJobs(t *testing.T) int {
 	t.Helper()
@@ -74,6 +78,7 @@ func soakDuration(t *testing.T) time.Duration {
 // (job_id, scheduled_at) may appear twice in job_runs nor have run twice,
 // and every run has its record.
 func TestChaosSoak(t *testing.T) {
+	began := time.Now()
 	dur := soakDuration(t)
 	stableJobs := soakJobs(t)
 	uri, db := setup(t)
@@ -171,40 +176,31 @@ func TestChaosSoak(t *testing.T) {
 	}
 
 	// Every replica converges to the collection.
-	want := collectionState(t, db)
-	mismatches := 0
-	var report []string
-	deadline := time.Now().Add(60 * time.Second)
-	for i, d := range daemons {
-		var diff []string
-		for {
-			select {
-			case <-d.done:
-				t.Fatalf("replica %d exited: %v", i+1, d.exit)
-			default:
-			}
-			diff = stateDiff(want, apiState(d.schedules()))
-			if len(diff) == 0 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		mismatches += len(diff)
-		for _, line := range diff {
-			report = append(report, fmt.Sprintf("replica %d: %s", i+1, line))
-		}
-	}
+	atStop := collectionState(t, db)
+	convergeStart := time.Now()
+	report := waitConverged(t, func() map[string]jobState { return collectionState(t, db) }, daemons, 60*time.Second)
+	checksStart := time.Now()
+	converged := checksStart.Sub(convergeStart).Round(time.Millisecond)
+	mismatches := len(report)
+	lateEdits := len(stateDiff(atStop, collectionState(t, db)))
 	dups, runs := countDuplicateRuns(t, db)
 	lines := readLedgerLines(t, ledger)
 	for _, h := range rec.snapshot() {
 		lines = append(lines, fmt.Sprintf("%s %s %s %d", h.Job, h.Slot.Format(time.RFC3339), h.Instance, h.Fence))
 	}
-	lg := checkLedger(t, db, lines, stableCheckedJobs, start.Add(5*time.Second), end.Add(-3*time.Second))
+	window := windowSlots(start.Add(5*time.Second), end.Add(-3*time.Second))
+	lg := checkLedger(t, db, lines, stableCheckedJobs, window)
+	inWindow := map[int64]bool{} // by Unix second
+	for _, sec := range window {
+		inWindow[sec.Unix()] = true
+	}
 	loadRan := map[string]bool{}
 	for _, h := range rec.snapshot() {
-		loadRan[fpKey(h.Job, h.Slot)] = true
+		if inWindow[h.Slot.Unix()] {
+			loadRan[fpKey(h.Job, h.Slot)] = true
+		}
 	}
-	loadSlots := stableJobs * int(end.Add(-3*time.Second).Sub(start.Add(5*time.Second))/time.Second)
+	loadSlots := stableJobs * len(window)
 	totalFaults := 0
 	for _, n := range faults {
 		totalFaults += n
@@ -240,8 +236,9 @@ func TestChaosSoak(t *testing.T) {
 			multi++
 		}
 	}
-	t.Logf("soak figures: duration=%s edits=%d (%s) faults=%d %v injected_286_served=%d jobs=%d mismatches=%d job_runs=%d duplicate_runs=%d fires=[%s] slots_fired=%d slots_run_by_several_replicas=%d drift_reports=%d ledger_runs=%d ledger_duplicates=%d runs_unrecorded=%d stable_slots=%d stable_missed=%d load_jobs=%d load_runs=%d (of about %d slots)",
-		dur, w.total(), w.summary(), totalFaults, faults, served, len(want), mismatches, runs, dups, strings.Join(fires, " "), len(perSlot), multi, drift, lg.lines, lg.duplicates, lg.unrecorded, lg.stableSlots, lg.stableMissed, stableJobs, len(loadRan), loadSlots)
+	checks := time.Since(checksStart).Round(time.Millisecond)
+	t.Logf("soak figures: duration=%s setup=%s converge=%s checks=%s edits=%d (%s) faults=%d %v injected_286_served=%d jobs=%d mismatches=%d late_edits=%d job_runs=%d duplicate_runs=%d fires=[%s] slots_fired=%d slots_run_by_several_replicas=%d drift_reports=%d ledger_runs=%d ledger_duplicates=%d runs_unrecorded=%d stable_slots=%d stable_missed=%d load_jobs=%d load_runs=%d (of about %d slots)",
+		dur, start.Sub(began).Round(time.Millisecond), converged, checks, w.total(), w.summary(), totalFaults, faults, served, len(atStop), mismatches, lateEdits, runs, dups, strings.Join(fires, " "), len(perSlot), multi, drift, lg.lines, lg.duplicates, lg.unrecorded, lg.stableSlots, lg.stableMissed, stableJobs, len(loadRan), loadSlots)
 	if mismatches != 0 {
 		t.Errorf("%d mismatches between replicas and the collection:\n%s", mismatches, strings.Join(report, "\n"))
 	}
@@ -257,14 +254,49 @@ func TestChaosSoak(t *testing.T) {
 	// A stable slot goes unrun when its claim cannot get through within
 	// the fire's 1 s starting deadline on any replica (at most once beats
 	// at least once): a fault hits some replica every second or so here.
-	// Alone they miss under 10 % of their slots; beside the load jobs on
-	// 2 cores, measured 12–27 %, so the bound is a third.
+	// Alone they miss under 10 % of their slots; beside 200 load jobs on
+	// 2 cores, measured 0.5–14 %, up to 37 % while other test suites and a
+	// benchmark shared the cores, so the bound is a third.
 	if lg.stableSlots == 0 || lg.stableMissed*3 > lg.stableSlots {
 		t.Errorf("stable jobs: %d of %d slots in the window never ran (more than a third)", lg.stableMissed, lg.stableSlots)
 	}
 	if w.total() < int(dur.Seconds())*5 {
 		t.Errorf("the writer made only %d edits in %s (%s)", w.total(), dur, w.summary())
 	}
+}
+
+// waitConverged polls every replica until its /api/schedules equals the
+// collection, or the deadline (timeout from now, shared by all replicas)
+// has passed, and returns what still differs as "replica N: ..." lines.
+// The collection is read again for every comparison: the replicas must
+// follow the collection as it is, so an edit that lands after the check
+// began (one a stopped writer gave up on can still reach the server) is a
+// change for them to apply, not a divergence. Comparing against one read
+// taken before that edit blamed each replica polled after it had applied
+// the edit, and only those.
+func waitConverged(t *testing.T, collection func() map[string]jobState, daemons []*daemon, timeout time.Duration) []string {
+	t.Helper()
+	var report []string
+	deadline := time.Now().Add(timeout)
+	for i, d := range daemons {
+		var diff []string
+		for {
+			select {
+			case <-d.done:
+				t.Fatalf("replica %d exited: %v", i+1, d.exit)
+			default:
+			}
+			diff = stateDiff(collection(), apiState(d.schedules()))
+			if len(diff) == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		for _, line := range diff {
+			report = append(report, fmt.Sprintf("replica %d: %s", i+1, line))
+		}
+	}
+	return report
 }
 
 // ledgerCheck is what checkLedger found.
@@ -293,12 +325,21 @@ func readLedgerLines(t *testing.T, path string) []string {
 	return out
 }
 
+// windowSlots returns the whole seconds after from and before to (UTC):
+// the slots of an every-second job that the soak counts.
+func windowSlots(from, to time.Time) []time.Time {
+	var out []time.Time
+	for sec := from.Truncate(time.Second).Add(time.Second); sec.Before(to); sec = sec.Add(time.Second) {
+		out = append(out, sec.UTC())
+	}
+	return out
+}
+
 // checkLedger takes the runs the actions themselves wrote down ("job slot
 // instance fence" lines) and checks them against job_runs: no (job, slot)
 // ran twice; every run has the record of the replica and fence that ran
-// it; and it counts the slots of the stable jobs in [from, to) that never
-// ran.
-func checkLedger(t *testing.T, db *mongo.Database, lines []string, stable int, from, to time.Time) ledgerCheck {
+// it; and it counts the slots of the stable jobs in window that never ran.
+func checkLedger(t *testing.T, db *mongo.Database, lines []string, stable int, window []time.Time) ledgerCheck {
 	t.Helper()
 	var c ledgerCheck
 	type run struct{ instance, fence string }
@@ -326,10 +367,10 @@ func checkLedger(t *testing.T, db *mongo.Database, lines []string, stable int, f
 			c.report = append(c.report, fmt.Sprintf("run %s %v has job_runs record %v (found %v)", key, rs[0], rec, ok))
 		}
 	}
-	for sec := from.Truncate(time.Second).Add(time.Second); sec.Before(to); sec = sec.Add(time.Second) {
+	for _, sec := range window {
 		for i := range stable {
 			c.stableSlots++
-			if len(ran[fmt.Sprintf("stable_%d %s", i, sec.UTC().Format(time.RFC3339))]) == 0 {
+			if len(ran[fmt.Sprintf("stable_%d %s", i, sec.Format(time.RFC3339))]) == 0 {
 				c.stableMissed++
 			}
 		}

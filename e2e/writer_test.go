@@ -91,7 +91,15 @@ func (w *writer) edit(ctx context.Context) (string, error) {
 	return kind, err
 }
 
+// editTimeout bounds one edit of the writer.
+const editTimeout = 10 * time.Second
+
 // run makes up to n edits (n <= 0: until ctx ends), one every interval.
+// Ending ctx stops it between edits: the edit in flight is not cancelled
+// but completes (within editTimeout), so that when run returns every edit
+// it made has been answered and the collection no longer changes. A
+// cancelled edit would only be abandoned by the client: the server may
+// still apply it after run returned, after a check has read the collection.
 func (w *writer) run(ctx context.Context, n int, interval time.Duration) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -101,7 +109,10 @@ func (w *writer) run(ctx context.Context, n int, interval time.Duration) {
 			return
 		case <-tick.C:
 		}
-		ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if ctx.Err() != nil {
+			return // both were ready: the stop wins
+		}
+		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), editTimeout)
 		_, _ = w.edit(ectx)
 		cancel()
 	}

@@ -35,6 +35,7 @@
 //	                                                  CodeName: "Location40573", Errmsg: "The $changeStream stage is only supported on replica sets"})
 //	failCommand with closeConnection: true        p.CutNext(m)
 //	write applied, answer lost (cut on the way back) p.CutAfterNext(m)
+//	command stuck on its way to a busy server      h := p.HoldNext(m); <-h.Held(); ...; h.Release(); <-h.Answered()
 //
 // # Usage
 //

@@ -65,6 +65,8 @@ type fault struct {
 	// reply arrives, instead of delivering it: the command took effect
 	// upstream, but the client never learns its outcome.
 	cutAfter bool
+	// hold keeps the command back until released, then forwards it.
+	hold *Hold
 	// remaining is the number of further commands to fail; negative means
 	// unlimited and zero means spent or cleared. Guarded by Proxy.mu.
 	remaining int
@@ -234,8 +236,40 @@ func (p *Proxy) CutAfterNext(m Matcher) {
 	p.arm(&fault{match: m, cutAfter: true, remaining: 1})
 }
 
+// Hold is a command held back by HoldNext: what a client sees when its
+// command is stuck on the way to a busy server.
+type Hold struct {
+	held, release, answered chan struct{}
+	releaseOnce             sync.Once
+}
+
+// HoldNext arms a one-shot fault that keeps the next command matching m
+// back, neither forwarded nor answered, until Release: the client waits
+// for its reply, or gives up on it (a cancelled context) while the command
+// is still on its way. Released, the command is forwarded even when its
+// client has gone, and takes effect then: a write the client abandoned can
+// land after it moved on. Close releases it too (without forwarding).
+func (p *Proxy) HoldNext(m Matcher) *Hold {
+	h := &Hold{held: make(chan struct{}), release: make(chan struct{}), answered: make(chan struct{})}
+	p.arm(&fault{match: m, hold: h, remaining: 1})
+	return h
+}
+
+// Held is closed once a matching command is held.
+func (h *Hold) Held() <-chan struct{} { return h.held }
+
+// Release forwards the held command (or, when none is held yet, the next
+// matching one at once). It is idempotent.
+func (h *Hold) Release() { h.releaseOnce.Do(func() { close(h.release) }) }
+
+// Answered is closed once the server replied to the released command: it
+// has taken effect, whether or not its client was still there to read the
+// reply. It stays open for a request that expects no reply (moreToCome).
+func (h *Hold) Answered() <-chan struct{} { return h.answered }
+
 // ClearFailures disarms every fault armed by FailNext, FailTimes,
-// FailAlways, CutNext and CutAfterNext.
+// FailAlways, CutNext, CutAfterNext and HoldNext (a command already held
+// stays held until its Release).
 func (p *Proxy) ClearFailures() {
 	p.mu.Lock()
 	for _, f := range p.faults {
@@ -340,7 +374,8 @@ func (p *Proxy) acceptLoop() {
 			_ = c.Close()
 			continue
 		}
-		pc := &proxyConn{p: p, client: c, pendingCS: map[int32]struct{}{}, cutOnReply: map[int32]struct{}{}}
+		pc := &proxyConn{p: p, client: c, pendingCS: map[int32]struct{}{}, cutOnReply: map[int32]struct{}{},
+			heldReplies: map[int32]*Hold{}}
 		p.conns[pc] = struct{}{}
 		p.wg.Add(1)
 		p.mu.Unlock()
@@ -376,9 +411,11 @@ func (p *Proxy) decide(req request) *fault {
 				p.faults = slices.DeleteFunc(p.faults, func(g *fault) bool { return g == f })
 			}
 		}
-		if f.cut || f.cutAfter {
+		switch {
+		case f.hold != nil:
+		case f.cut || f.cutAfter:
 			p.stats.Cuts++
-		} else {
+		default:
 			p.stats.Injected[req.name]++
 		}
 		p.mu.Unlock()
@@ -405,6 +442,9 @@ type proxyConn struct {
 	// cutOnReply holds the requestIDs of commands forwarded under a
 	// CutAfterNext fault: their reply closes the connection.
 	cutOnReply map[int32]struct{}
+	// heldReplies maps the requestIDs of released held commands to their
+	// Hold, told when the reply arrives.
+	heldReplies map[int32]*Hold
 }
 
 // close severs both sides. It reports whether this call did the closing.
@@ -462,8 +502,28 @@ func (c *proxyConn) run() {
 		c.close()
 	}()
 	c.clientToServer(up)
+	c.awaitHeldReplies(done)
 	c.close()
 	<-done
+}
+
+// awaitHeldReplies waits, once the client side has ended, for the replies
+// to released held commands (see HoldNext): the command takes effect even
+// though its client has gone. It returns early when upstream ends (done)
+// or the proxy is closed.
+func (c *proxyConn) awaitHeldReplies(done <-chan struct{}) {
+	c.mu.Lock()
+	holds := slices.Collect(maps.Values(c.heldReplies))
+	c.mu.Unlock()
+	for _, h := range holds {
+		select {
+		case <-h.answered:
+		case <-done:
+			return
+		case <-c.p.ctx.Done():
+			return
+		}
+	}
 }
 
 func (c *proxyConn) writeClient(msg []byte) error {
@@ -495,6 +555,10 @@ func (c *proxyConn) clientToServer(up net.Conn) {
 			}
 		case f.cut:
 			return
+		case f.hold != nil:
+			if !c.forwardHeld(up, req, msg, f.hold) {
+				return
+			}
 		case f.cutAfter:
 			c.mu.Lock()
 			c.cutOnReply[req.requestID] = struct{}{}
@@ -513,6 +577,24 @@ func (c *proxyConn) clientToServer(up net.Conn) {
 	}
 }
 
+// forwardHeld keeps msg back until h is released, then forwards it and
+// has its reply reported to h. It reports whether the connection goes on.
+func (c *proxyConn) forwardHeld(up net.Conn, req request, msg []byte, h *Hold) bool {
+	close(h.held)
+	select {
+	case <-h.release:
+	case <-c.p.ctx.Done():
+		return false
+	}
+	if !req.moreToCome { // a moreToCome request gets no reply to wait for
+		c.mu.Lock()
+		c.heldReplies[req.requestID] = h
+		c.mu.Unlock()
+	}
+	_, err := up.Write(msg)
+	return err == nil
+}
+
 // serverToClient forwards every upstream message unchanged, independently
 // of requests (streamed moreToCome replies included).
 func (c *proxyConn) serverToClient(up net.Conn) {
@@ -527,7 +609,12 @@ func (c *proxyConn) serverToClient(up net.Conn) {
 			_, isCS := c.pendingCS[respTo]
 			delete(c.pendingCS, respTo)
 			_, cut := c.cutOnReply[respTo]
+			hold := c.heldReplies[respTo]
+			delete(c.heldReplies, respTo)
 			c.mu.Unlock()
+			if hold != nil {
+				close(hold.answered)
+			}
 			if cut {
 				return // the reply is lost; run closes both sides
 			}

@@ -474,6 +474,44 @@ func TestCutAfterNext(t *testing.T) {
 	}
 }
 
+func TestHoldNext(t *testing.T) {
+	fake := startFakeServer(t, false)
+	p := newProxy(t, fake.addr())
+	c := newClient(t, p)
+	ctx := ctxTimeout(t, 20*time.Second)
+	if err := ping(ctx, c); err != nil {
+		t.Fatalf("warm-up ping: %v", err)
+	}
+	h := p.HoldNext(CommandName("ping"))
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- ping(pctx, c) }()
+	select {
+	case <-h.Held():
+	case <-ctx.Done():
+		t.Fatal("the ping was never held")
+	}
+	cancel() // the client gives up on it
+	if err := <-done; err == nil {
+		t.Fatal("the held ping succeeded")
+	}
+	if n := fake.count("ping"); n != 1 {
+		t.Fatalf("upstream saw %d pings while one was held, want the warm-up only", n)
+	}
+	h.Release()
+	select {
+	case <-h.Answered():
+	case <-ctx.Done():
+		t.Fatal("the released ping was never answered")
+	}
+	if n := fake.count("ping"); n != 2 {
+		t.Errorf("upstream saw %d pings, want the abandoned one forwarded on release", n)
+	}
+	if err := ping(ctx, c); err != nil {
+		t.Fatalf("ping after the hold: %v", err)
+	}
+}
+
 func TestRefuseFor(t *testing.T) {
 	fake := startFakeServer(t, false)
 	p := newProxy(t, fake.addr())
