@@ -189,6 +189,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 			DefaultTimezone: cfg.Location.String(),
 			Ready:           func() bool { return d.watcher.Status().Ready },
 			Metrics:         d.metrics.Handler(),
+			Pprof:           cfg.HTTP.Pprof,
 			Status:          d.status,
 			Timelines:       timeline.NewReader(db, timeline.Options{Location: cfg.Location}),
 			FailurePauses:   d.failurePauses,
