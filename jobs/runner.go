@@ -296,7 +296,8 @@ func NewRunner(opts RunnerOptions) *Runner {
 // Fire handles one fire of an armed schedule and returns when it is done
 // (run, skipped, lost to another replica, or dropped). The schedule names
 // the action, its args and its dispatch category. The action runs on a
-// goroutine the runner starts once the fire is claimed.
+// goroutine the runner starts once the fire is claimed (without a store,
+// on the caller's).
 func (r *Runner) Fire(d schedule.Due) { r.dispatchWait(d, r.startingDeadline(d)) }
 
 // Submit handles a fire as Fire does, but returns once the fire waits for
@@ -366,9 +367,9 @@ func (r *Runner) owns(d schedule.Due) bool {
 // beforeClaim takes the fire through the steps before its claim: the
 // action's lookup, the grace of a job another replica owns, blackouts,
 // admission, the deadline and a pause; owner says this replica owns the
-// job. Without a store the fire is run here. It returns the admission's release and the action when the fire
-// goes on to its claim; false when it was handled (dropped, skipped, or
-// run without a store).
+// job. Without a store the fire is run here. It returns the admission's
+// release and the action when the fire goes on to its claim; false when
+// it was handled (dropped, skipped, or run without a store).
 func (r *Runner) beforeClaim(d schedule.Due, deadline time.Duration, owner bool) (release func(), spec Spec, ok bool) {
 	spec, ok = r.opts.Registry.Lookup(d.Schedule.ActionName())
 	if !ok {
