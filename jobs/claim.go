@@ -8,69 +8,116 @@ import (
 	"github.com/cronswap/cronswap/schedule"
 )
 
-// claim takes the fire through a claim batch. It returns the lease when
-// this replica is to run the fire (its running record is written). A
-// claim that could not reach the database is tried again
-// (RunnerOptions.ClaimRetry) while the fire can still start in time;
-// check says this replica does not own the job.
-func (r *Runner) claim(d schedule.Due, deadline time.Duration, spec Spec, check bool) (Lease, bool) {
-	id, slot := d.Schedule.ID, d.Slot.UTC()
-	log := r.log.With("job_id", id, "scheduled_at", slot)
-	fc := claimRequest{FireClaim: FireClaim{JobID: id, Slot: slot, Overlap: spec.Overlap, Check: check},
+// claim takes the fire through a claim batch and calls then with its
+// outcome: the lease and true when this replica is to run the fire (its
+// running record is written). A fire waiting for its batch holds no
+// goroutine: claim returns once the fire is queued, and then runs on a
+// goroutine of its own when the batch answers (on the caller's when the
+// fire was not queued). A claim that could not reach the database is
+// tried again (RunnerOptions.ClaimRetry) while the fire can still start
+// in time; check says this replica does not own the job. then is called
+// exactly once.
+func (r *Runner) claim(d schedule.Due, deadline time.Duration, spec Spec, check bool, then func(Lease, bool)) {
+	fc := claimRequest{FireClaim: FireClaim{JobID: d.Schedule.ID, Slot: d.Slot.UTC(), Overlap: spec.Overlap, Check: check},
 		startBy: d.At().Add(deadline)}
 	if spec.Overlap.buffers() {
 		fc.Action, fc.Args, fc.Category = d.Schedule.ActionName(), d.Schedule.Args, d.Schedule.Category
 	}
-	var o ClaimOutcome
-	retried := false
-	for wait := r.opts.ClaimRetry; ; wait = min(2*wait, r.opts.OpTimeout) {
-		var queued bool
-		o, queued = r.claims.submitBounded(fc, r.opts.QueueLimit)
-		if !queued {
-			// The database is not keeping up: the fires waiting for a
-			// claim batch are bounded like those waiting for admission,
-			// so memory stays bounded under a backlog.
-			r.drop(d, deadline, NotRunQueueFull, "fire not claimed: the queue of fires waiting for a claim is full")
-			return Lease{}, false
-		}
-		if h := r.opts.Hooks.Claimed; h != nil {
-			if o.Err != nil {
-				h(id, "error")
-			} else {
-				h(id, o.Result.String())
-			}
-		}
-		if o.Err == nil {
-			r.dbAnswered.Store(true)
-			break
-		}
-		if errors.Is(o.Err, ErrOutcomeUnknown) {
-			// The record may have landed as this replica's: it is turned
-			// into a missed record once the database answers again, and
-			// the fire is not tried again (a retry would find the record
-			// and could not tell it was ours to run).
-			l := o.Lease
-			if l.RunID == "" {
-				l = Lease{JobID: id, RunID: RunID(id, slot), Instance: r.opts.InstanceID,
-					Incarnation: r.opts.Incarnation, Slot: slot, Overlap: spec.Overlap}
-			}
-			r.leases.disown(l)
-			break
-		}
-		if !errors.Is(o.Err, ErrUnreachable) || wait <= 0 || r.clock.Now().Add(wait).After(d.At().Add(deadline)) {
-			break
-		}
-		log.Warn("could not reach the database to claim the fire; trying again", "error", o.Err, "retry_in", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-r.stop:
-			t.Stop()
-			r.drop(d, deadline, NotRunShuttingDown, "shutting down; fire not claimed")
-			return Lease{}, false
-		}
-		retried = true
+	c := &claimTry{r: r, d: d, deadline: deadline, spec: spec, req: fc, wait: r.opts.ClaimRetry, then: then}
+	c.submit()
+}
+
+// claimTry is one fire's claim in progress, across its tries.
+type claimTry struct {
+	r        *Runner
+	d        schedule.Due
+	deadline time.Duration
+	spec     Spec
+	req      claimRequest
+	// wait is the wait before the next try after an unreachable database;
+	// retried is set once a try was made again.
+	wait    time.Duration
+	retried bool
+	then    func(Lease, bool)
+}
+
+// submit queues the claim for the next batch; a full queue drops the fire.
+func (c *claimTry) submit() {
+	if c.r.claims.enqueue(c.req, c.r.opts.QueueLimit, c.answered) {
+		return
 	}
+	// The database is not keeping up: the fires waiting for a claim batch
+	// are bounded like those waiting for admission, so memory stays
+	// bounded under a backlog.
+	c.r.drop(c.d, c.deadline, NotRunQueueFull, "fire not claimed: the queue of fires waiting for a claim is full")
+	c.then(Lease{}, false)
+}
+
+// answered takes the batch's answer o: the claim is tried again, or
+// settled.
+func (c *claimTry) answered(o ClaimOutcome) {
+	if h := c.r.opts.Hooks.Claimed; h != nil {
+		if o.Err != nil {
+			h(c.req.JobID, "error")
+		} else {
+			h(c.req.JobID, o.Result.String())
+		}
+	}
+	if c.again(o) {
+		return
+	}
+	c.then(c.settle(o))
+}
+
+// again reports whether the claim goes on after the answer o: the
+// database could not be reached and a retry still fits before the fire's
+// deadline (the wait is on this goroutine, then the fire is queued
+// again), or the runner stopped during that wait (the fire is dropped).
+func (c *claimTry) again(o ClaimOutcome) bool {
+	r, d := c.r, c.d
+	if o.Err == nil {
+		r.dbAnswered.Store(true)
+		return false
+	}
+	if errors.Is(o.Err, ErrOutcomeUnknown) {
+		// The record may have landed as this replica's: it is turned
+		// into a missed record once the database answers again, and the
+		// fire is not tried again (a retry would find the record and
+		// could not tell it was ours to run).
+		l := o.Lease
+		if l.RunID == "" {
+			l = Lease{JobID: c.req.JobID, RunID: RunID(c.req.JobID, c.req.Slot), Instance: r.opts.InstanceID,
+				Incarnation: r.opts.Incarnation, Slot: c.req.Slot, Overlap: c.spec.Overlap}
+		}
+		r.leases.disown(l)
+		return false
+	}
+	wait := c.wait
+	if !errors.Is(o.Err, ErrUnreachable) || wait <= 0 || r.clock.Now().Add(wait).After(d.At().Add(c.deadline)) {
+		return false
+	}
+	r.log.Warn("could not reach the database to claim the fire; trying again", "job_id", c.req.JobID,
+		"scheduled_at", c.req.Slot, "error", o.Err, "retry_in", wait)
+	c.wait = min(2*wait, r.opts.OpTimeout)
+	c.retried = true
+	t := time.NewTimer(wait)
+	select {
+	case <-t.C:
+		c.submit()
+	case <-r.stop:
+		t.Stop()
+		r.drop(d, c.deadline, NotRunShuttingDown, "shutting down; fire not claimed")
+		c.then(Lease{}, false)
+	}
+	return true
+}
+
+// settle ends the claim with its last answer o: the lease and true when
+// this replica runs the fire.
+func (c *claimTry) settle(o ClaimOutcome) (Lease, bool) {
+	r, d, deadline, spec := c.r, c.d, c.deadline, c.spec
+	id, slot := c.req.JobID, c.req.Slot
+	log := r.log.With("job_id", id, "scheduled_at", slot)
 	if o.Err != nil {
 		reason := NotRunClaimError
 		switch {
@@ -90,7 +137,7 @@ func (r *Runner) claim(d schedule.Due, deadline time.Duration, spec Spec, check 
 	switch o.Result {
 	case AlreadyFired:
 		log.Debug("fire claimed elsewhere")
-		if retried || r.late(d, deadline) {
+		if c.retried || r.late(d, deadline) {
 			// An earlier try may have been refused without an answer, or
 			// the answer came after the deadline: if no replica recorded
 			// the slot, it is recorded missed once nothing can start it.
@@ -109,7 +156,7 @@ func (r *Runner) claim(d schedule.Due, deadline time.Duration, spec Spec, check 
 		r.bufferedClaim(log, id, spec, o)
 		return Lease{}, false
 	}
-	if check {
+	if c.req.Check {
 		log.Info("fire claimed for its owner, which had not claimed it within the grace")
 		if h := r.opts.Hooks.OwnerTakeover; h != nil {
 			h(id)
@@ -134,6 +181,7 @@ type claimRequest struct {
 // never holds up the fires queued behind it past their deadlines. A fire
 // whose deadline passed while it waited for its batch is not sent.
 func (r *Runner) claimBatch(reqs []claimRequest) []ClaimOutcome {
+	r.waitForEnds(reqs)
 	out := make([]ClaimOutcome, len(reqs))
 	var fires []FireClaim
 	var sent []int
@@ -170,6 +218,29 @@ func (r *Runner) claimBatch(reqs []claimRequest) []ClaimOutcome {
 	}
 	r.leases.afterClaim()
 	return out
+}
+
+// endBacklog bounds the run ends waiting for an end batch before a claim
+// batch goes out: two full rounds of end batches.
+const endBacklog = 2 * endBatchMax * endBatchesAtOnce
+
+// waitForEnds holds a claim batch while more than endBacklog run ends
+// wait to be written, at most until the last of its fires' deadlines
+// (those that passed meanwhile are then not sent). Every fire a claim wins
+// ends with an end write; when the database cannot keep up with both,
+// ends go first, so the fires waiting between their claim and their end
+// write — a goroutine each, and their lock held — stay bounded instead of
+// growing with every claim won.
+func (r *Runner) waitForEnds(reqs []claimRequest) {
+	var last time.Time
+	for _, q := range reqs {
+		if q.startBy.After(last) {
+			last = q.startBy
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), last.Sub(r.clock.Now()))
+	defer cancel()
+	r.ends.waitFewer(ctx, endBacklog)
 }
 
 // errClaimTooLate answers a fire whose starting deadline passed while it

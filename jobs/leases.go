@@ -137,15 +137,32 @@ func (k *leaseKeeper) retryEnd(e LeaseEnd) {
 const maxPendingEnds = 100_000
 
 // retryPending writes the ends and settles the unknown claims that
-// failed before, if any.
+// failed before, if any, a batch per request (retryBatchMax), each with
+// its own time: a backlog drains a batch at a time instead of failing
+// whole, every time, against a database that is slow. It starts no new
+// batch after retryInterval, so lease renewals are not held up long.
 func (k *leaseKeeper) retryPending() {
-	k.disownAll()
+	start := time.Now()
+	for k.disownSome() && time.Since(start) < retryInterval {
+	}
+	for k.retryEnds() && time.Since(start) < retryInterval {
+	}
+}
+
+// retryBatchMax bounds the ends, and the unknown claims, of one request
+// of retryPending.
+const retryBatchMax = endBatchMax
+
+// retryEnds writes up to retryBatchMax of the ends waiting; it reports
+// whether all of them were written and more wait.
+func (k *leaseKeeper) retryEnds() bool {
 	k.mu.Lock()
-	ends := k.ends
-	k.ends = nil
+	n := min(len(k.ends), retryBatchMax)
+	ends := k.ends[:n:n]
+	k.ends = k.ends[n:]
 	k.mu.Unlock()
 	if len(ends) == 0 {
-		return
+		return false
 	}
 	ctx, cancel := k.r.opCtx()
 	defer cancel()
@@ -163,22 +180,32 @@ func (k *leaseKeeper) retryPending() {
 			again = append(again, e)
 		}
 	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if len(again) > 0 {
-		k.mu.Lock()
 		k.ends = append(again, k.ends...)
-		k.mu.Unlock()
+		return false
 	}
+	return len(k.ends) > 0
 }
 
 // retryInterval is how often ends and unknown claims that failed are
 // tried again.
 const retryInterval = time.Second
 
-// disown queues a claim whose record may have landed unknown to us.
+// disown queues a claim whose record may have landed unknown to us. At
+// most maxPendingEnds wait: past it the oldest is dropped (its record
+// stays this replica's until its lease ends, then a sweep marks it
+// abandoned, and its lock frees itself).
 func (k *leaseKeeper) disown(l Lease) {
 	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.orphan) >= maxPendingEnds {
+		k.r.log.Warn("too many claims whose outcome was lost waiting to be settled; the oldest is dropped (its record is marked abandoned once its lease ends)",
+			"job_id", k.orphan[0].JobID, "scheduled_at", k.orphan[0].Slot, "run_id", k.orphan[0].RunID)
+		k.orphan = k.orphan[1:]
+	}
 	k.orphan = append(k.orphan, l)
-	k.mu.Unlock()
 }
 
 // beforeClaim runs before each claim batch, within the batch's time
@@ -323,23 +350,29 @@ func (k *leaseKeeper) renew(hs []*heldLease) {
 	}
 }
 
-// disownAll turns the records of unknown claims into missed records.
-func (k *leaseKeeper) disownAll() {
+// disownSome settles up to retryBatchMax unknown claims; it reports
+// whether they were settled and more wait.
+func (k *leaseKeeper) disownSome() bool {
 	k.mu.Lock()
-	orphans := k.orphan
-	k.orphan = nil
+	n := min(len(k.orphan), retryBatchMax)
+	orphans := k.orphan[:n:n]
+	k.orphan = k.orphan[n:]
 	k.mu.Unlock()
 	if len(orphans) == 0 {
-		return
+		return false
 	}
 	ctx, cancel := k.r.opCtx()
 	defer cancel()
-	if err := k.r.opts.Store.Disown(ctx, orphans, MissedUnreachable, k.r.clock.Now()); err != nil {
-		k.r.log.Warn("could not settle claims whose outcome was lost; trying again", "claims", len(orphans), "error", err)
-		k.mu.Lock()
+	err := k.r.opts.Store.Disown(ctx, orphans, MissedUnreachable, k.r.clock.Now())
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err != nil {
+		k.r.log.Warn("could not settle claims whose outcome was lost; trying again", "claims", len(orphans),
+			"waiting", len(orphans)+len(k.orphan), "error", err)
 		k.orphan = append(orphans, k.orphan...)
-		k.mu.Unlock()
+		return false
 	}
+	return len(k.orphan) > 0
 }
 
 // sweep abandons the running records of holders that stopped renewing.

@@ -19,11 +19,15 @@ type memStore struct {
 
 	// beforeClaim, if set, runs at the start of each ClaimBatch (outside the lock).
 	beforeClaim func(b BatchClaim)
+	// beforeEnd, if set, runs at the start of each EndBatch (outside the lock).
+	beforeEnd func(ends []LeaseEnd)
 	// renew, if set, answers RenewBatch instead.
 	renew func(ctx context.Context, leases []Lease) ([]Lease, error)
 	// claimErr, if set, is the Err of every fire of the next batches.
 	claimErr func() error
 	disowned []Lease
+	// disownCalls are the sizes of the Disown calls, in order.
+	disownCalls []int
 }
 
 func newMemStore() *memStore {
@@ -94,6 +98,9 @@ func (s *memStore) RenewBatch(ctx context.Context, leases []Lease, now time.Time
 }
 
 func (s *memStore) EndBatch(_ context.Context, ends []LeaseEnd) []error {
+	if s.beforeEnd != nil {
+		s.beforeEnd(ends)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	errs := make([]error, len(ends))
@@ -115,6 +122,7 @@ func (s *memStore) Disown(_ context.Context, leases []Lease, reason string, now 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.disowned = append(s.disowned, leases...)
+	s.disownCalls = append(s.disownCalls, len(leases))
 	for _, l := range leases {
 		if rec := s.records[l.RunID]; rec != nil && rec.Status == StatusRunning && rec.Instance == l.Instance {
 			rec.Status, rec.Reason = StatusMissed, reason

@@ -299,32 +299,83 @@ func NewRunner(opts RunnerOptions) *Runner {
 
 // Fire handles one fire of an armed schedule and returns when it is done
 // (run, skipped, lost to another replica, or dropped). The schedule names
-// the action, its args and its dispatch category. It is the scheduler's
-// fire callback, which runs on a goroutine of its own; the action runs on
-// that goroutine too.
-func (r *Runner) Fire(d schedule.Due) { r.dispatch(d, r.startingDeadline(d)) }
+// the action, its args and its dispatch category. The action runs on a
+// goroutine the runner starts once the fire is claimed (without a store,
+// on the caller's).
+func (r *Runner) Fire(d schedule.Due) { r.dispatchWait(d, r.startingDeadline(d)) }
+
+// Submit handles a fire as Fire does, but returns once the fire waits for
+// its claim batch (or was handled without one): it is the scheduler's fire
+// callback, which runs on a goroutine of its own, and a fire waiting for a
+// claim then holds no goroutine — under a backlog the queue costs its
+// entries (bounded by QueueLimit), not a goroutine stack each. Shutdown
+// waits for submitted fires as for any other.
+func (r *Runner) Submit(d schedule.Due) { r.dispatch(d, r.startingDeadline(d), nil) }
 
 // FireCatchUp is Fire for a slot offered by the catch-up after downtime:
 // the fire may start up to window after it was due (or its starting
 // deadline, when that is longer).
 func (r *Runner) FireCatchUp(d schedule.Due, window time.Duration) {
-	r.dispatch(d, max(window, r.startingDeadline(d)))
+	r.dispatchWait(d, max(window, r.startingDeadline(d)))
+}
+
+// dispatchWait is dispatch, returning when the fire is done.
+func (r *Runner) dispatchWait(d schedule.Due, deadline time.Duration) {
+	done := make(chan struct{})
+	r.dispatch(d, deadline, func() { close(done) })
+	<-done
 }
 
 // dispatch takes a fire through ownership, admission, claim and run;
-// deadline is how long after d.At() it may still start.
-func (r *Runner) dispatch(d schedule.Due, deadline time.Duration) {
+// deadline is how long after d.At() it may still start. The steps up to
+// the claim run on the caller's goroutine; the claim answers on another,
+// which runs the fire. done, if not nil, is called once the fire is done.
+func (r *Runner) dispatch(d schedule.Due, deadline time.Duration, done func()) {
+	finished := func() {
+		if done != nil {
+			done()
+		}
+	}
 	r.mu.Lock()
 	if r.stopping {
 		r.mu.Unlock()
 		r.drop(d, deadline, NotRunShuttingDown, "shutting down; fire not started")
+		finished()
 		return
 	}
 	r.running.Add(1)
 	r.mu.Unlock()
-	defer r.running.Done()
+	owner := r.owns(d)
+	release, spec, ok := r.beforeClaim(d, deadline, owner)
+	if !ok {
+		r.running.Done()
+		finished()
+		return
+	}
+	r.claim(d, deadline, spec, !owner, func(lease Lease, won bool) {
+		defer finished()
+		defer r.running.Done()
+		defer release()
+		if won {
+			r.runClaimed(d, deadline, spec, lease)
+		}
+	})
+}
 
-	spec, ok := r.opts.Registry.Lookup(d.Schedule.ActionName())
+// owns reports whether this replica claims d as its job's owner (at once,
+// without checking first).
+func (r *Runner) owns(d schedule.Due) bool {
+	return r.opts.Store == nil || r.opts.Owns == nil || r.opts.Owns(d.Schedule.ID)
+}
+
+// beforeClaim takes the fire through the steps before its claim: the
+// action's lookup, the grace of a job another replica owns, blackouts,
+// admission, the deadline and a pause; owner says this replica owns the
+// job. Without a store the fire is run here. It returns the admission's
+// release and the action when the fire goes on to its claim; false when
+// it was handled (dropped, skipped, or run without a store).
+func (r *Runner) beforeClaim(d schedule.Due, deadline time.Duration, owner bool) (release func(), spec Spec, ok bool) {
+	spec, ok = r.opts.Registry.Lookup(d.Schedule.ActionName())
 	if !ok {
 		f := r.newFire(d, Lease{})
 		err := fmt.Errorf("job %s: %w %q", d.Schedule.ID, ErrUnknownAction, d.Schedule.ActionName())
@@ -333,23 +384,27 @@ func (r *Runner) dispatch(d schedule.Due, deadline time.Duration) {
 		if r.opts.Done != nil {
 			r.opts.Done(f, err, 0)
 		}
-		return
+		return nil, Spec{}, false
 	}
-	owner := r.opts.Store == nil || r.opts.Owns == nil || r.opts.Owns(d.Schedule.ID)
 	if !owner && !r.waitGrace(d, deadline) {
-		return
+		return nil, Spec{}, false
 	}
 	if r.blackedOut(d, deadline, !owner) {
-		return
+		return nil, Spec{}, false
 	}
-	release, ok := r.admit(d, deadline)
+	rel, ok := r.admit(d, deadline)
 	if !ok {
-		return
+		return nil, Spec{}, false
 	}
-	defer release()
+	handed := false
+	defer func() {
+		if !handed {
+			rel()
+		}
+	}()
 	if r.late(d, deadline) {
 		r.drop(d, deadline, NotRunStartingDeadline, "fire not started within its starting deadline")
-		return
+		return nil, Spec{}, false
 	}
 	if r.opts.Store == nil {
 		f := r.newFire(d, Lease{})
@@ -358,15 +413,18 @@ func (r *Runner) dispatch(d schedule.Due, deadline time.Duration) {
 		if r.opts.Done != nil {
 			r.opts.Done(f, err, took)
 		}
-		return
+		return nil, Spec{}, false
 	}
 	if r.paused(d, deadline, spec) {
-		return
+		return nil, Spec{}, false
 	}
-	lease, ok := r.claim(d, deadline, spec, !owner)
-	if !ok {
-		return
-	}
+	handed = true
+	return rel, spec, true
+}
+
+// runClaimed runs a fire this replica won the claim of under lease, or
+// records it missed when the claim answered past its deadline.
+func (r *Runner) runClaimed(d schedule.Due, deadline time.Duration, spec Spec, lease Lease) {
 	if r.retriesLocal(spec) {
 		lease.Attempt = 1
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -186,6 +187,28 @@ type Runs struct {
 // HTTP configures the status and metrics listener.
 type HTTP struct {
 	Listen string `yaml:"listen"`
+	// Pprof serves the Go runtime's profiles (net/http/pprof) under
+	// /debug/pprof/ on the listener; off by default, and refused unless
+	// Listen is a loopback address (profiles show the process's memory).
+	Pprof bool `yaml:"pprof"`
+}
+
+// validate checks that pprof is only served on a loopback listener.
+func (h HTTP) validate() error {
+	if !h.Pprof {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(h.Listen)
+	if err != nil {
+		return fmt.Errorf("http.listen %q: %w", h.Listen, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("http.pprof: served only on a loopback listener, and http.listen is %q (e.g. listen: 127.0.0.1:9090)", h.Listen)
+	}
+	return nil
 }
 
 // Shutdown configures graceful termination.
@@ -314,6 +337,9 @@ func (c *Config) Finish() error {
 	}
 	c.Location = loc
 	if err := c.Watch.validate(); err != nil {
+		return err
+	}
+	if err := c.HTTP.validate(); err != nil {
 		return err
 	}
 	if c.Lock.TTL < 0 || (c.Lock.TTL > 0 && c.Lock.TTL < jobs.MinLockTTL) {

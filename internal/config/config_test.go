@@ -508,3 +508,25 @@ func TestStateFileDirectoryMustExist(t *testing.T) {
 		t.Fatalf("state_file in a missing directory: err = %v, want a clear refusal", err)
 	}
 }
+
+// http.pprof is off by default and only accepted on a loopback listener.
+func TestHTTPPprofOnLoopbackOnly(t *testing.T) {
+	if config.Default().HTTP.Pprof {
+		t.Fatal("http.pprof on by default")
+	}
+	for _, c := range []struct {
+		listen string
+		ok     bool
+	}{
+		{"127.0.0.1:9090", true}, {"[::1]:9090", true}, {"localhost:9090", true},
+		{"0.0.0.0:9090", false}, {":9090", false}, {"10.1.2.3:9090", false},
+	} {
+		_, err := config.Parse("http: {listen: \"" + c.listen + "\", pprof: true}\n")
+		if (err == nil) != c.ok {
+			t.Errorf("listen %s with pprof: error %v, want accepted %v", c.listen, err, c.ok)
+		}
+	}
+	if _, err := config.Parse("http: {listen: \"0.0.0.0:9090\"}\n"); err != nil {
+		t.Errorf("a non-loopback listener without pprof refused: %v", err)
+	}
+}

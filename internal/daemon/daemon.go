@@ -157,7 +157,8 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		Location: cfg.Location,
 		// Fire lateness is observed by the fire path when a worker takes
 		// the fire (fireHooks), not here.
-		Fire:   d.runner.Fire,
+		// Submit: a fire waiting for its claim batch holds no goroutine.
+		Fire:   d.runner.Submit,
 		Logger: d.log,
 		// The registry is the config policy: an unknown action is refused,
 		// jobs.<action>.jitter delays each slot by a fixed per-job amount.
@@ -196,6 +197,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 			DefaultTimezone: cfg.Location.String(),
 			Ready:           func() bool { return d.watcher.Status().Ready },
 			Metrics:         d.metrics.Handler(),
+			Pprof:           cfg.HTTP.Pprof,
 			Status:          d.status,
 			Timelines:       timeline.NewReader(db, timeline.Options{Location: cfg.Location}),
 			FailurePauses:   d.failurePauses,

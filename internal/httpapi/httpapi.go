@@ -1,7 +1,7 @@
 // Package httpapi serves the daemon's health, readiness, status and schedule
 // views over HTTP: /healthz, /readyz, /api/status, /api/schedules,
 // /api/schedules/{id}, /api/schedules/{id}/timeline and, when configured,
-// /metrics.
+// /metrics and the runtime profiles under /debug/pprof/.
 package httpapi
 
 import (
@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/cronswap/cronswap/internal/timeline"
@@ -55,6 +56,9 @@ type Options struct {
 	Ready func() bool
 	// Metrics serves /metrics; nil leaves it out.
 	Metrics http.Handler
+	// Pprof serves the runtime profiles of net/http/pprof under
+	// /debug/pprof/ (config http.pprof); false leaves them out.
+	Pprof bool
 	// DefaultTimezone is shown for schedules that name no zone.
 	DefaultTimezone string
 	// Timelines serves /api/schedules/{id}/timeline; nil answers 404.
@@ -177,7 +181,20 @@ func New(o Options) http.Handler {
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
+	if o.Pprof {
+		handlePprof(mux)
+	}
 	return mux
+}
+
+// handlePprof mounts net/http/pprof's handlers on mux (not on
+// http.DefaultServeMux, which the package's init fills).
+func handlePprof(mux *http.ServeMux) {
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 }
 
 // serveTimeline answers GET /api/schedules/{id}/timeline?from=&to= with

@@ -511,3 +511,21 @@ func TestSchedulesListFlagsInvalidIDs(t *testing.T) {
 		t.Errorf("the internal key leaked into the JSON: %s", rec.Body)
 	}
 }
+
+// The runtime profiles are served only when asked for (config http.pprof).
+func TestPprofOnlyWhenEnabled(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		srv := httptest.NewServer(httpapi.New(httpapi.Options{Pprof: on}))
+		resp, err := http.Get(srv.URL + "/debug/pprof/goroutine?debug=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		served := resp.StatusCode == http.StatusOK && strings.Contains(string(body), "goroutine profile")
+		if served != on {
+			t.Errorf("pprof %v: /debug/pprof/goroutine answered %d (profile served: %v)", on, resp.StatusCode, served)
+		}
+	}
+}

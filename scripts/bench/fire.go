@@ -34,11 +34,14 @@ type fireSettings struct {
 	replicas []int
 	// points are the (N, replicas) pairs run, in order: -points, else the
 	// grid -n × -replicas.
-	points       [][2]int
-	bursts       int
-	every        time.Duration
-	hold         time.Duration
-	workers      int
+	points  [][2]int
+	bursts  int
+	every   time.Duration
+	hold    time.Duration
+	workers int
+	// pprof sets http.pprof in each daemon's config (profiles under
+	// /debug/pprof/ on its listener, the address in its config file).
+	pprof        bool
 	idle         time.Duration
 	burstTimeout time.Duration
 	timeout      time.Duration
@@ -115,6 +118,7 @@ func fireFlagSet(o *fireSettings, a *fireArgs) *flag.FlagSet {
 		"the jobs' period: whole seconds dividing a minute (30s: '<s>/30 * * * * *') or whole minutes dividing an hour")
 	fs.IntVar(&a.actionMS, "action-ms", 0, "the sink holds each action request this long before answering (a long action)")
 	fs.IntVar(&o.workers, "workers", 0, "config workers of each daemon (0: the daemon's default)")
+	fs.BoolVar(&o.pprof, "pprof", false, "serve each daemon's runtime profiles (config http.pprof) on its listener; its address is in the config file kept with -logs")
 	fs.DurationVar(&o.idle, "idle", 10*time.Second, "idle window before the first burst, for commands per idle minute (0: none)")
 	fs.DurationVar(&o.burstTimeout, "burst-timeout", 0,
 		"how long after its slot a burst's fires are waited for (0: 2 × -every + 30s + the action hold + 1ms per job: 90s for 1,000 at 30s, 3m40s for 100,000)")
@@ -132,7 +136,7 @@ func fireFlagSet(o *fireSettings, a *fireArgs) *flag.FlagSet {
 	})
 	fs.StringVar(&a.replot, "replot", "", "only redraw OUT/fire-lateness.png from this results file (the runs labelled -label, or the last run; beside them those labelled -compare), then exit")
 	fs.IntVar(&o.batch, "batch", 1000, "insertMany batch size while loading")
-	fs.StringVar(&o.binary, "binary", "", "cronswap binary to run (default: go build into a temporary directory)")
+	fs.StringVar(&o.binary, "binary", "", "cronswap binary to run (default: go build into a temporary directory); a comma-separated list is given to the replicas in turn (e.g. before,after with -replicas 2: two builds side by side under the same load)")
 	fs.StringVar(&o.logDir, "logs", "", "keep the daemons' logs and configs in this directory (default: a temporary one, removed)")
 	fs.StringVar(&o.compare, "compare", "before",
 		"plot beside this run's points those of the runs in OUT/bench-fire-results.txt with this label ('' none)")

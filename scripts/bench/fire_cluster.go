@@ -35,9 +35,13 @@ func startFireCluster(ctx context.Context, o fireSettings, serverURI, dbName, si
 		c.proxies = append(c.proxies, px)
 		id := fmt.Sprintf("bench-fire-%d", i+1)
 		c.instances = append(c.instances, id)
-		cfg := fireDaemonConfig{uri: px.URI(serverURI), database: dbName, instanceID: id, sinkURL: sinkURL, workers: o.workers}
+		cfg := fireDaemonConfig{uri: px.URI(serverURI), database: dbName, instanceID: id, sinkURL: sinkURL, workers: o.workers, pprof: o.pprof}
 		logPath := filepath.Join(logDir, fmt.Sprintf("%s-%s.log", id, tag))
-		d, err := startFireDaemon(o.binary, cfg, logPath)
+		binary := replicaBinary(o.binary, i)
+		if binary != o.binary {
+			logf("replica %s runs %s", id, binary)
+		}
+		d, err := startFireDaemon(binary, cfg, logPath)
 		if err != nil {
 			return c, err
 		}
@@ -45,6 +49,14 @@ func startFireCluster(ctx context.Context, o fireSettings, serverURI, dbName, si
 		c.logs = append(c.logs, logPath)
 	}
 	return c, nil
+}
+
+// replicaBinary is the binary replica i (from 0) runs: -binary is one
+// binary, or a comma-separated list given to the replicas in turn (two
+// builds side by side under the same load).
+func replicaBinary(binaries string, i int) string {
+	bins := strings.Split(binaries, ",")
+	return bins[i%len(bins)]
 }
 
 // waitArmed waits until every daemon is ready with n schedules armed.

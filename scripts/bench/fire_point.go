@@ -355,6 +355,8 @@ type fireDaemonConfig struct {
 	uri, database, instanceID, sinkURL string
 	listen                             string
 	workers                            int
+	// pprof serves the daemon's runtime profiles on its listener (-pprof).
+	pprof bool
 }
 
 func (c fireDaemonConfig) yaml() string {
@@ -365,6 +367,7 @@ instance_id: %q
 timezone: UTC
 http:
   listen: %q
+  pprof: %t
 watch:
   resync_interval: 0s
 shutdown:
@@ -373,7 +376,7 @@ jobs:
   %s:
     http:
       url: %q
-`, c.uri, c.database, c.instanceID, c.listen, fireAction, c.sinkURL)
+`, c.uri, c.database, c.instanceID, c.listen, c.pprof, fireAction, c.sinkURL)
 	if c.workers > 0 {
 		s += fmt.Sprintf("workers: %d\n", c.workers)
 	}

@@ -181,3 +181,15 @@ fire-burst {"n":100000,"replicas":3,"action_ms":0,"slot":"2026-12-09T10:01:00Z",
 		t.Errorf("label = compare: one series, got %d (%v)", len(s), err)
 	}
 }
+
+// -binary a,b gives the replicas the builds in turn.
+func TestReplicaBinary(t *testing.T) {
+	for i, want := range []string{"a", "b", "a"} {
+		if got := replicaBinary("a,b", i); got != want {
+			t.Errorf("replica %d runs %q, want %q", i, got, want)
+		}
+	}
+	if got := replicaBinary("only", 3); got != "only" {
+		t.Errorf("one binary: replica 3 runs %q", got)
+	}
+}
