@@ -360,6 +360,10 @@ type fireDaemonConfig struct {
 }
 
 func (c fireDaemonConfig) yaml() string {
+	pprof := "" // written only when asked: a build from before the key (-binary) refuses it
+	if c.pprof {
+		pprof = "  pprof: true\n"
+	}
 	s := fmt.Sprintf(`mongo:
   uri: %q
   database: %q
@@ -367,8 +371,7 @@ instance_id: %q
 timezone: UTC
 http:
   listen: %q
-  pprof: %t
-watch:
+%swatch:
   resync_interval: 0s
 shutdown:
   grace: 5s
@@ -376,7 +379,7 @@ jobs:
   %s:
     http:
       url: %q
-`, c.uri, c.database, c.instanceID, c.listen, c.pprof, fireAction, c.sinkURL)
+`, c.uri, c.database, c.instanceID, c.listen, pprof, fireAction, c.sinkURL)
 	if c.workers > 0 {
 		s += fmt.Sprintf("workers: %d\n", c.workers)
 	}
