@@ -167,7 +167,9 @@ type RunnerOptions struct {
 	// Ownership spreads the work; exactly-once does not depend on it.
 	Owns func(jobID string) bool
 	// ClaimGrace is how long a replica that does not own a job waits
-	// before claiming its fire; default DefaultClaimGrace.
+	// before claiming its fire; default DefaultClaimGrace. On a slow
+	// database the wait is longer: twice the claim-latency estimate
+	// (Runner.claimGrace).
 	ClaimGrace time.Duration
 	// Blackout reports the blackout window, if any, that a fire of job
 	// jobID (of category) at slot falls in: such a fire is not run, and
