@@ -180,16 +180,24 @@ type claimRequest struct {
 // that could wait longer are tried again (ClaimRetry) — one slow batch
 // never holds up the fires queued behind it past their deadlines. A fire
 // whose deadline passed while it waited for its batch is not sent.
+//
+// Once the database is slow (the claim-latency estimate is above
+// minClaimBudget), a fire that cannot start in time either is not sent
+// (hopeless), and the batch is given at least the estimate, up to the
+// last of its fires' deadlines: a budget the batch cannot meet only ends
+// in claims of unknown outcome, which cost a read-back on top.
 func (r *Runner) claimBatch(reqs []claimRequest) []ClaimOutcome {
 	r.waitForEnds(reqs)
 	out := make([]ClaimOutcome, len(reqs))
 	var fires []FireClaim
 	var sent []int
-	var first time.Time
+	var first, last time.Time
 	now := r.clock.Now()
+	est := r.latency.estimate(now)
 	for i, q := range reqs {
-		if now.After(q.startBy) {
-			// It waited for this batch past its deadline: not sent.
+		if now.After(q.startBy) || hopeless(q.startBy.Sub(now), est) {
+			// It waited for this batch past its deadline, or too close to
+			// it for a batch to answer in time: not sent.
 			out[i].Err = errClaimTooLate
 			continue
 		}
@@ -198,27 +206,63 @@ func (r *Runner) claimBatch(reqs []claimRequest) []ClaimOutcome {
 		if first.IsZero() || q.startBy.Before(first) {
 			first = q.startBy
 		}
+		last = later(last, q.startBy)
 	}
 	if len(fires) == 0 {
 		return out
 	}
-	budget := min(max(first.Sub(now), minClaimBudget), r.opts.OpTimeout)
+	budget := claimBudget(first.Sub(now), last.Sub(now), est, r.opts.OpTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
 	r.leases.beforeClaim(ctx)
-	start := time.Now()
+	start := r.clock.Now()
 	got := r.opts.Store.ClaimBatch(ctx, BatchClaim{Fires: fires, Instance: r.opts.InstanceID,
 		Incarnation: r.opts.Incarnation, Now: r.clock.Now(), TTL: r.opts.TTL})
+	end := r.clock.Now()
+	took := end.Sub(start)
+	r.latency.observe(end, took)
 	if h := r.opts.Hooks.ClaimBatch; h != nil {
-		h(len(fires), time.Since(start))
+		h(len(fires), took)
 	}
-	r.log.Debug("claim batch", "fires", len(fires), "late", len(reqs)-len(fires), "took", time.Since(start), "budget", budget)
+	r.log.Debug("claim batch", "fires", len(fires), "late", len(reqs)-len(fires), "took", took, "budget", budget,
+		"latency_estimate", est)
 	for k, i := range sent {
 		out[i] = got[k]
 	}
 	r.leases.afterClaim()
 	return out
 }
+
+// hopeless reports whether a fire with left before its starting deadline
+// is not worth sending given the claim-latency estimate est: only once
+// the database is slow (est above minClaimBudget, which every batch is
+// given anyway — so with a healthy database nothing is dropped), and only
+// when a batch would have to answer hopelessFactor times faster than est.
+func hopeless(left, est time.Duration) bool {
+	return est > minClaimBudget && left*hopelessFactor < est
+}
+
+// claimBudget is the time a claim batch is given: what its most urgent
+// fire has left (urgent), at least minClaimBudget, raised to the
+// claim-latency estimate est but not past the last fire's deadline
+// (latest: then no fire of the batch can start any more), at most
+// opTimeout.
+func claimBudget(urgent, latest, est, opTimeout time.Duration) time.Duration {
+	return min(max(urgent, minClaimBudget, min(est, latest)), opTimeout)
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// LatencyEstimate returns the runner's claim-latency estimate: the 90th
+// percentile of its recent claim batches' durations, 0 until enough
+// batches were measured (docs/firepath.md, "Under a backlog").
+func (r *Runner) LatencyEstimate() time.Duration { return r.latency.estimate(r.clock.Now()) }
 
 // endBacklog bounds the run ends waiting for an end batch before a claim
 // batch goes out: two full rounds of end batches.
@@ -234,9 +278,7 @@ const endBacklog = 2 * endBatchMax * endBatchesAtOnce
 func (r *Runner) waitForEnds(reqs []claimRequest) {
 	var last time.Time
 	for _, q := range reqs {
-		if q.startBy.After(last) {
-			last = q.startBy
-		}
+		last = later(last, q.startBy)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), last.Sub(r.clock.Now()))
 	defer cancel()

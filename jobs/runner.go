@@ -167,7 +167,9 @@ type RunnerOptions struct {
 	// Ownership spreads the work; exactly-once does not depend on it.
 	Owns func(jobID string) bool
 	// ClaimGrace is how long a replica that does not own a job waits
-	// before claiming its fire; default DefaultClaimGrace.
+	// before claiming its fire; default DefaultClaimGrace. On a slow
+	// database the wait is longer: twice the claim-latency estimate
+	// (Runner.claimGrace).
 	ClaimGrace time.Duration
 	// Blackout reports the blackout window, if any, that a fire of job
 	// jobID (of category) at slot falls in: such a fire is not run, and
@@ -213,6 +215,8 @@ type Runner struct {
 	claims *batcher[claimRequest, ClaimOutcome]
 	ends   *batcher[LeaseEnd, error]
 	leases *leaseKeeper
+	// latency is the claim-latency estimate, fed by the claim batches.
+	latency claimLatency
 
 	mu       sync.Mutex
 	stopping bool
@@ -459,8 +463,7 @@ func (r *Runner) newFire(d schedule.Due, l Lease) Fire {
 // has passed (the owner claims first); false when the runner stopped
 // meanwhile (the fire is dropped).
 func (r *Runner) waitGrace(d schedule.Due, deadline time.Duration) bool {
-	grace := min(r.opts.ClaimGrace, deadline/2)
-	wait := d.At().Add(grace).Sub(r.clock.Now())
+	wait := d.At().Add(r.claimGrace(deadline)).Sub(r.clock.Now())
 	if wait <= 0 {
 		return true
 	}
@@ -473,6 +476,18 @@ func (r *Runner) waitGrace(d schedule.Due, deadline time.Duration) bool {
 		r.drop(d, deadline, NotRunShuttingDown, "shutting down; fire of a job owned by another replica not claimed")
 		return false
 	}
+}
+
+// claimGrace is how long after a fire is due this replica waits before
+// claiming it for another replica that owns the job: ClaimGrace, or
+// graceFactor times the claim-latency estimate when that is longer (an
+// owner that is merely slow on a slow database claims first; this
+// replica's own batches share that database, so its estimate stands for
+// the owner's), at most half the fire's starting deadline so that a dead
+// owner's fire is still taken over in time.
+func (r *Runner) claimGrace(deadline time.Duration) time.Duration {
+	est := min(r.latency.estimate(r.clock.Now()), r.opts.OpTimeout)
+	return min(max(r.opts.ClaimGrace, graceFactor*est), deadline/2)
 }
 
 // admit waits for the gate (the category's and the replica's bounds) at

@@ -124,7 +124,7 @@ func (r *Runner) RunOffSchedule(f OffScheduleFire) OffScheduleResult {
 	startBy := f.Offered.Add(deadline)
 	owner := r.opts.Owns == nil || r.opts.Owns(id)
 	if !owner {
-		t := time.NewTimer(time.Until(f.Offered.Add(min(r.opts.ClaimGrace, deadline/2))))
+		t := time.NewTimer(time.Until(f.Offered.Add(r.claimGrace(deadline))))
 		select {
 		case <-t.C:
 		case <-r.stop:

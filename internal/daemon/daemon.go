@@ -190,6 +190,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	d.metrics.RegisterGauges(metrics.Sources{
 		Armed:        d.engine.Len,
 		TokenSavedAt: func() time.Time { return d.watcher.Status().TokenSavedAt },
+		ClaimLatency: d.runner.LatencyEstimate,
 	})
 	d.server = &http.Server{
 		Handler: httpapi.New(httpapi.Options{

@@ -89,6 +89,9 @@ type Sources struct {
 	// TokenSavedAt returns when the resume token was last saved (zero
 	// before the first save).
 	TokenSavedAt func() time.Time
+	// ClaimLatency returns the fire path's claim-latency estimate (0 while
+	// there is none).
+	ClaimLatency func() time.Duration
 }
 
 // New creates the metrics on a fresh registry that also carries the Go
@@ -163,6 +166,11 @@ func (m *Metrics) RegisterGauges(src Sources) {
 			}
 			return time.Since(t).Seconds()
 		}))
+	}
+	if src.ClaimLatency != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "claim_latency_estimate_seconds",
+			Help: "The claim-latency estimate: 90th percentile of the recent claim batches' durations (0 while there is none)."},
+			func() float64 { return src.ClaimLatency().Seconds() }))
 	}
 }
 

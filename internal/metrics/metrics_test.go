@@ -20,7 +20,8 @@ func scrape(t *testing.T, m *Metrics) map[string]float64 {
 func TestMetricsMoveAndParse(t *testing.T) {
 	saved := time.Now().Add(-3 * time.Second)
 	m := New()
-	m.RegisterGauges(Sources{Armed: func() int { return 7 }, TokenSavedAt: func() time.Time { return saved }})
+	m.RegisterGauges(Sources{Armed: func() int { return 7 }, TokenSavedAt: func() time.Time { return saved },
+		ClaimLatency: func() time.Duration { return 1500 * time.Millisecond }})
 	m.CountChangeEvent("update")
 	m.CountReload(ReloadApplied)
 	m.CountReload(ReloadRejected)
@@ -60,6 +61,7 @@ func TestMetricsMoveAndParse(t *testing.T) {
 		"cronswap_claim_batch_size,sum":                            1003,
 		"cronswap_claim_batch_seconds,count":                       2,
 		"cronswap_owner_takeovers_total":                           2,
+		"cronswap_claim_latency_estimate_seconds":                  1.5,
 	}
 	for k, v := range want {
 		if got[k] != v {
