@@ -206,7 +206,7 @@ func (r *Runner) claimBatch(reqs []claimRequest) []ClaimOutcome {
 		if first.IsZero() || q.startBy.Before(first) {
 			first = q.startBy
 		}
-		last = later(last, q.startBy)
+		last = laterOf(last, q.startBy)
 	}
 	if len(fires) == 0 {
 		return out
@@ -251,14 +251,6 @@ func claimBudget(urgent, latest, est, opTimeout time.Duration) time.Duration {
 	return min(max(urgent, minClaimBudget, min(est, latest)), opTimeout)
 }
 
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
 // LatencyEstimate returns the runner's claim-latency estimate: the 90th
 // percentile of its recent claim batches' durations, 0 until enough
 // batches were measured (docs/firepath.md, "Under a backlog").
@@ -278,7 +270,7 @@ const endBacklog = 2 * endBatchMax * endBatchesAtOnce
 func (r *Runner) waitForEnds(reqs []claimRequest) {
 	var last time.Time
 	for _, q := range reqs {
-		last = later(last, q.startBy)
+		last = laterOf(last, q.startBy)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), last.Sub(r.clock.Now()))
 	defer cancel()
