@@ -335,7 +335,8 @@ func TestStatusPage100k(t *testing.T) {
 		bin, build = buildPlain(t, u.root), "plain"
 	}
 	cfg := writeConfig(t, daemonConfig{URI: srv.URI, Database: db.Name(), InstanceID: "big-1", Jobs: uiJobsYAML})
-	d := startDaemonBinary(t, bin, cfg)
+	// Info: at debug the daemon logs a line per job armed.
+	d := startDaemonBinary(t, bin, cfg, "info")
 	d.waitReady()
 	waitFor(t, 2*time.Minute, "100,000 schedules armed", func() bool {
 		var st struct {
