@@ -185,13 +185,32 @@ func New(o Options) http.Handler {
 	if o.Events == nil {
 		o.Events = NewBroker(BrokerOptions{})
 	}
-	return RequireToken(o.Token, newMux(&api{o: o}))
+	mux, _ := newMux(&api{o: o})
+	return RequireToken(o.Token, mux)
 }
 
-// newMux mounts every route of a.
-func newMux(a *api) *http.ServeMux {
+// router is a ServeMux that remembers its patterns (the route test
+// compares them with openapi.json).
+type router struct {
+	*http.ServeMux
+	patterns []string
+}
+
+// HandleFunc mounts h on pattern ("METHOD /path").
+func (r *router) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	r.Handle(pattern, http.HandlerFunc(h))
+}
+
+// Handle mounts h on pattern ("METHOD /path").
+func (r *router) Handle(pattern string, h http.Handler) {
+	r.ServeMux.Handle(pattern, h)
+	r.patterns = append(r.patterns, pattern)
+}
+
+// newMux mounts every route of a; it returns the mux and its patterns.
+func newMux(a *api) (http.Handler, []string) {
 	o := a.o
-	mux := http.NewServeMux()
+	mux := &router{ServeMux: http.NewServeMux()}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
@@ -238,12 +257,12 @@ func newMux(a *api) *http.ServeMux {
 	if o.Pprof {
 		handlePprof(mux)
 	}
-	return mux
+	return mux, mux.patterns
 }
 
 // handlePprof mounts net/http/pprof's handlers on mux (not on
 // http.DefaultServeMux, which the package's init fills).
-func handlePprof(mux *http.ServeMux) {
+func handlePprof(mux *router) {
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
