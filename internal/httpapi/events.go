@@ -107,12 +107,15 @@ func (b *Broker) Clients() int {
 	return len(b.clients)
 }
 
-func (b *Broker) subscribe() chan Event {
+// Subscribe adds a client: it receives the events published from now on
+// until cancel is called or it falls Buffer events behind (then the
+// channel is closed).
+func (b *Broker) Subscribe() (events <-chan Event, cancel func()) {
 	c := make(chan Event, b.opts.Buffer)
 	b.mu.Lock()
 	b.clients[c] = struct{}{}
 	b.mu.Unlock()
-	return c
+	return c, func() { b.unsubscribe(c) }
 }
 
 func (b *Broker) unsubscribe(c chan Event) {
@@ -132,8 +135,8 @@ func (b *Broker) serve(w http.ResponseWriter, r *http.Request, instanceID string
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "streaming unsupported"})
 		return
 	}
-	c := b.subscribe()
-	defer b.unsubscribe(c)
+	c, cancel := b.Subscribe()
+	defer cancel()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")

@@ -39,8 +39,8 @@ func TestScheduleRowsFilterSortPage(t *testing.T) {
 	f := newFixture(t, nil)
 	cases := []struct{ query, want string }{
 		{"", "broken,daily_report,heartbeat,paused,team/job"},
-		{"?q=REPORT", "daily_report"},      // id and job, any case
-		{"?q=%2A%2F5", "heartbeat"},        // the expression
+		{"?q=REPORT", "daily_report"}, // id and job, any case
+		{"?q=%2A%2F5", "heartbeat"},   // the expression
 		{"?category=reports", "daily_report"},
 		{"?status=error", "broken"},
 		{"?status=disabled", "paused"},
