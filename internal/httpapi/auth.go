@@ -25,7 +25,7 @@ func RequireToken(token string, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		w.Header().Set("WWW-Authenticate", `Basic realm="cronswap", charset="UTF-8"`)
+		w.Header().Set("WWW-Authenticate", `Basic realm="cronswap"`)
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "authorization required (" + EnvToken + " is set)"})
 	})
 }
