@@ -48,7 +48,11 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 			}
 		}
 	}
-	served := httpapi.Routes(httpapi.Options{Metrics: http.NotFoundHandler()})
+	var served []string
+	for _, p := range httpapi.Routes(httpapi.Options{Metrics: http.NotFoundHandler()}) {
+		// "GET /{$}" (exactly /) is the path "/" of the document.
+		served = append(served, strings.TrimSuffix(p, "{$}"))
+	}
 	slices.Sort(documented)
 	slices.Sort(served)
 	for _, r := range served {
