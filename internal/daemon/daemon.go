@@ -219,6 +219,8 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 	}
+	// Open event streams would hold the shutdown for its whole timeout.
+	d.server.RegisterOnShutdown(d.events.Close)
 	return d, nil
 }
 

@@ -62,6 +62,7 @@ type Broker struct {
 	opts    BrokerOptions
 	mu      sync.Mutex
 	clients map[chan Event]struct{}
+	closed  bool
 }
 
 // NewBroker returns a broker with no clients.
@@ -113,9 +114,25 @@ func (b *Broker) Clients() int {
 func (b *Broker) Subscribe() (events <-chan Event, cancel func()) {
 	c := make(chan Event, b.opts.Buffer)
 	b.mu.Lock()
-	b.clients[c] = struct{}{}
+	if b.closed {
+		close(c)
+	} else {
+		b.clients[c] = struct{}{}
+	}
 	b.mu.Unlock()
 	return c, func() { b.unsubscribe(c) }
+}
+
+// Close ends every client's stream and those of clients that subscribe
+// later (the HTTP server's shutdown would otherwise wait for them).
+func (b *Broker) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	for c := range b.clients {
+		delete(b.clients, c)
+		close(c)
+	}
 }
 
 func (b *Broker) unsubscribe(c chan Event) {

@@ -137,3 +137,29 @@ func TestEventsPing(t *testing.T) {
 		}
 	}
 }
+
+// Close ends the open streams and refuses new ones at once.
+func TestEventsClose(t *testing.T) {
+	b := httpapi.NewBroker(httpapi.BrokerOptions{})
+	f := newFixture(t, func(o *httpapi.Options) { o.Events = b })
+	c := openEvents(t, f)
+	c.next(t) // hello
+	waitFor(t, "the client", func() bool { return b.Clients() == 1 })
+	b.Close()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case _, ok := <-c.lines:
+			if !ok {
+				if ch, _ := b.Subscribe(); ch != nil {
+					if _, open := <-ch; open {
+						t.Error("a subscription after Close is open")
+					}
+				}
+				return
+			}
+		case <-deadline:
+			t.Fatal("the stream did not end after Close")
+		}
+	}
+}
