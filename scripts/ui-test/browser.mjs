@@ -81,6 +81,14 @@ await fail.step('page loads: redirect to /ui/, overview, live event stream', asy
   await page.evaluate(() => { window.__cronswapNoReload = true; });
 });
 
+if (fail.list.length) {
+  // Nothing else can pass without the page.
+  watch.stop();
+  for (const p of watch.problems) fail.check(false, p);
+  await browser.close();
+  fail.exit();
+}
+
 await fail.step('overview: this replica and the counts', async () => {
   await page.locator(tid('member-row')).first().waitFor();
   if (instance) {
