@@ -38,12 +38,13 @@ const docFile = env('CRONSWAP_UI_OPENAPI', join(repoRoot, 'internal', 'httpapi',
 const token = process.env.CRONSWAP_UI_TOKEN || '';
 const auth = authHeaders();
 
-// The paths the page, the scripts and the docs rely on.
+// The API paths the page, the scripts and the docs rely on (the page's own
+// routes, / and /ui/, are checked when documented, not required).
 const mustDocument = [
   ['get', '/healthz'], ['get', '/readyz'], ['get', '/metrics'], ['get', '/api/status'],
   ['get', '/api/schedules'], ['get', '/api/schedules/{id}'], ['get', '/api/schedules/{id}/timeline'],
   ['get', '/api/schedules/{id}/detail'], ['get', '/api/overview'], ['get', '/api/schedule-rows'],
-  ['get', '/api/events'], ['get', '/api/openapi.json'], ['get', '/ui/'],
+  ['get', '/api/events'], ['get', '/api/openapi.json'],
 ];
 
 const mismatches = [];
