@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/internal/timeline"
+	"github.com/cronswap/cronswap/internal/ui"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
@@ -178,6 +179,9 @@ func New(o Options) http.Handler {
 	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, o.Status())
 	})
+	// The status page (internal/ui) at /ui/; / sends a browser there.
+	mux.Handle("GET /ui/", http.StripPrefix("/ui", ui.Handler()))
+	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
