@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/internal/timeline"
+	"github.com/cronswap/cronswap/internal/ui"
 	"github.com/cronswap/cronswap/members"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
@@ -251,6 +252,9 @@ func newMux(a *api) (http.Handler, []string) {
 		o.Events.serve(w, r, o.Status().InstanceID)
 	})
 	mux.HandleFunc("GET /api/openapi.json", serveOpenAPI)
+	// The status page (internal/ui) at /ui/; / sends a browser there.
+	mux.Handle("GET /ui/", http.StripPrefix("/ui", ui.Handler()))
+	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
