@@ -129,8 +129,15 @@ jobs:%s`, c.URI, c.Database, c.InstanceID, c.Watch, c.Extra, c.Jobs)
 // reports its HTTP address. It is killed when the test ends.
 func startDaemon(t *testing.T, cfgPath string) *daemon {
 	t.Helper()
+	return startDaemonBinary(t, binary, cfgPath, "debug")
+}
+
+// startDaemonBinary is startDaemon with another build of the daemon (bin)
+// and log level (level; startDaemon's is debug).
+func startDaemonBinary(t *testing.T, bin, cfgPath, level string) *daemon {
+	t.Helper()
 	d := &daemon{t: t, cfgPath: cfgPath, done: make(chan struct{})}
-	d.cmd = exec.Command(binary, "run", "--config", cfgPath, "--log-format", "json", "--log-level", "debug")
+	d.cmd = exec.Command(bin, "run", "--config", cfgPath, "--log-format", "json", "--log-level", level)
 	d.cmd.Env = append(os.Environ(), "CRONSWAP_MONGO_URI=", "CRONSWAP_CONFIG=", "CRONSWAP_INSTANCE_ID=")
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stderr, err := d.cmd.StderrPipe()

@@ -3,7 +3,9 @@
 # against the test server, end-to-end through the binary and mongosh) with
 # the race detector, in the daemon's module and in scripts/bench (a module of
 # its own), then the repository checks. Installs what the tests need first
-# (the test server jar via Maven, mongosh via npm, Go modules).
+# (the test server jar via Maven, Debian's chromium via apt-get when
+# /usr/bin/chromium is missing, mongosh and the browser-test packages via
+# npm, Go modules).
 #
 #   scripts/test.sh [extra go test flags...]
 #
@@ -15,9 +17,27 @@ cd "$root"
 
 step() { printf '\n== %s\n' "$*" >&2; }
 
-step "install: test server jar, mongosh, Go modules"
+step "install: test server jar, chromium, mongosh and browser-test packages, Go modules"
 scripts/mongo.sh build
-if [[ ! -x scripts/node_modules/.bin/mongosh || scripts/package-lock.json -nt scripts/node_modules/.package-lock.json ]]; then
+# The browser tests (e2e/ui_test.go) drive Debian's chromium, never a
+# browser downloaded by npm. CRONSWAP_CHROMIUM points them at another one.
+if [[ -n "${CRONSWAP_CHROMIUM:-}" ]]; then
+	[[ -x "$CRONSWAP_CHROMIUM" ]] || { echo "CRONSWAP_CHROMIUM=$CRONSWAP_CHROMIUM is not an executable" >&2; exit 1; }
+elif [[ ! -x /usr/bin/chromium ]]; then
+	if [[ "$(id -u)" -eq 0 ]]; then
+		as_root=()
+	elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+		as_root=(sudo -n)
+	else
+		echo "/usr/bin/chromium is missing and this user can neither install it (not root, no password-less sudo):" >&2
+		echo "  run as root: apt-get update && apt-get install -y --no-install-recommends chromium" >&2
+		exit 1
+	fi
+	"${as_root[@]}" apt-get update -q
+	"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium
+fi
+if [[ ! -x scripts/node_modules/.bin/mongosh || ! -d scripts/node_modules/playwright-core ||
+	scripts/package-lock.json -nt scripts/node_modules/.package-lock.json ]]; then
 	npm ci --prefix scripts --no-audit --no-fund --loglevel=error
 fi
 go mod download

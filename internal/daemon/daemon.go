@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,6 +78,11 @@ type Daemon struct {
 	decided decidedAtStart
 	// relay delivers failure notifications; nil when none is configured.
 	relay *notify.Relay
+	// events feeds /api/events: the watcher's applied changes and this
+	// replica's run starts and ends.
+	events *httpapi.Broker
+	// httpToken is httpapi.EnvToken as read by New ("" when unset).
+	httpToken string
 }
 
 // New builds a daemon from cfg (already Finished): it checks the action
@@ -104,7 +110,8 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		return nil, fmt.Errorf("http listen %s: %w", cfg.HTTP.Listen, err)
 	}
 	d := &Daemon{cfg: cfg, log: log.With("instance_id", cfg.InstanceID), client: client, listener: ln, registry: registry,
-		synced: make(chan struct{}), away: make(chan struct{})}
+		synced: make(chan struct{}), away: make(chan struct{}), events: httpapi.NewBroker(httpapi.BrokerOptions{}),
+		httpToken: os.Getenv(httpapi.EnvToken)}
 	db := client.Database(cfg.Mongo.Database)
 
 	d.members = members.New(db, members.Options{InstanceID: cfg.InstanceID, Logger: d.log,
@@ -135,7 +142,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		TTL:         cfg.Lock.TTL,
 		Workers:     cfg.Workers,
 		Categories:  cfg.MaxRunning(),
-		Hooks:       fireHooks(d.metrics),
+		Hooks:       fireHooks(d.metrics, d.events),
 		QueueLimit:  cfg.QueueLimit,
 		// The engine, created next, knows each job's slots; the runner
 		// asks only once fires arrive, which the engine sends.
@@ -167,7 +174,8 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		// the event-apply measure (watchHooks).
 		Hooks: scheduler.Hooks{Applied: func(string, scheduler.Outcome) { d.armedAt.Store(time.Now().UnixNano()) }},
 	})
-	d.history = newEditHistory(db.Collection(history.CollectionName), NewEngineSink(d.engine, d.log, d.metrics),
+	d.history = newEditHistory(db.Collection(history.CollectionName),
+		eventSink{Sink: NewEngineSink(d.engine, d.log, d.metrics), events: d.events},
 		cfg.InstanceID, cfg.Runs.Retention, d.log)
 	hooks := d.history.hook(watchHooks(d.metrics, &d.armedAt))
 	// The engine's timers start once it holds the schedules: filling a
@@ -202,9 +210,17 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 			Status:          d.status,
 			Timelines:       timeline.NewReader(db, timeline.Options{Location: cfg.Location}),
 			FailurePauses:   d.failurePauses,
+			Location:        cfg.Location,
+			Host:            d.members.Self().Host,
+			Members:         d.members.Live,
+			Records:         httpapi.NewMongoRecords(db),
+			Events:          d.events,
+			Token:           d.httpToken,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 	}
+	// Open event streams would hold the shutdown for its whole timeout.
+	d.server.RegisterOnShutdown(d.events.Close)
 	return d, nil
 }
 
@@ -240,6 +256,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- d.server.Serve(d.listener) }()
+	if d.httpToken == "" && !httpapi.Loopback(d.listener.Addr().String()) {
+		d.log.Warn("the HTTP listener is not on loopback and no token protects it",
+			"http_listen", d.listener.Addr().String(), "env", httpapi.EnvToken)
+	}
 	d.log.Info("cronswap started", "mongo_uri", config.RedactURI(d.cfg.Mongo.URI), "database", d.cfg.Mongo.Database,
 		"http_listen", d.listener.Addr().String(), "watch_mode", d.watcher.Status().Mode, "actions", d.registry.Names(),
 		"incarnation", d.members.Self().Incarnation)

@@ -7,22 +7,30 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/cronswap/cronswap/internal/httpapi"
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/jobs"
 )
 
-// fireHooks reports the fire path's events as metrics. Fire lateness is
-// measured from when the fire was due (its slot plus the job's planned
-// jitter delay), so jitter does not show as lateness.
-func fireHooks(mx *metrics.Metrics) jobs.Hooks {
+// fireHooks reports the fire path's events as metrics, and the starts and
+// ends of runs to /api/events (never blocking: httpapi.Broker). Fire
+// lateness is measured from when the fire was due (its slot plus the
+// job's planned jitter delay), so jitter does not show as lateness.
+func fireHooks(mx *metrics.Metrics, events *httpapi.Broker) jobs.Hooks {
 	return jobs.Hooks{
-		Dispatched:    func(_ string, due, at time.Time) { mx.ObserveFireLateness(due, at) },
+		Dispatched: func(id string, due, at time.Time) {
+			mx.ObserveFireLateness(due, at)
+			events.RunChanged(id, jobs.StatusRunning)
+		},
 		Claimed:       func(_ string, result string) { mx.CountLockAcquisition(result) },
 		ClaimBatch:    func(size int, took time.Duration) { mx.ObserveClaimBatch(size, took) },
 		OwnerTakeover: func(string) { mx.CountOwnerTakeover() },
-		RunEnded:      func(id, status string) { mx.CountRun(id, status) },
-		NotRun:        func(_ string, _ time.Time, reason string) { mx.CountFireNotRun(reason) },
-		Missed:        func(_ string, reason string, n int64) { mx.CountMissedSlots(reason, n) },
+		RunEnded: func(id, status string) {
+			mx.CountRun(id, status)
+			events.RunChanged(id, status)
+		},
+		NotRun: func(_ string, _ time.Time, reason string) { mx.CountFireNotRun(reason) },
+		Missed: func(_ string, reason string, n int64) { mx.CountMissedSlots(reason, n) },
 	}
 }
 

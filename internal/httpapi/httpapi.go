@@ -1,7 +1,10 @@
 // Package httpapi serves the daemon's health, readiness, status and schedule
 // views over HTTP: /healthz, /readyz, /api/status, /api/schedules,
-// /api/schedules/{id}, /api/schedules/{id}/timeline and, when configured,
-// /metrics and the runtime profiles under /debug/pprof/.
+// /api/schedules/{id}, /api/schedules/{id}/timeline, the status page's
+// /api/overview, /api/schedule-rows, /api/schedules/{id}/detail and
+// /api/events (server-sent events), the OpenAPI document of them all at
+// /api/openapi.json and, when configured, /metrics and the runtime profiles
+// under /debug/pprof/. See docs/http.md.
 package httpapi
 
 import (
@@ -13,6 +16,8 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/internal/timeline"
+	"github.com/cronswap/cronswap/internal/ui"
+	"github.com/cronswap/cronswap/members"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
@@ -67,6 +72,41 @@ type Options struct {
 	// slots, by job id, for /api/schedules; nil shows none. A read that
 	// fails leaves them out of that answer.
 	FailurePauses func(ctx context.Context) (map[string]FailurePause, error)
+	// Location is the daemon's default zone, for the local times of jobs
+	// that name none; nil is UTC.
+	Location *time.Location
+	// Host is this replica's host name, shown by /api/overview.
+	Host string
+	// Members returns the live members for /api/overview; nil shows none.
+	Members func(ctx context.Context) ([]members.Member, error)
+	// Records reads run records and locks for the overview, the rows and
+	// the job page; nil shows none.
+	Records Records
+	// Events feeds /api/events; nil serves a stream with the hello event
+	// only.
+	Events *Broker
+	// Token, when not empty, is required on every path but /healthz and
+	// /readyz (RequireToken).
+	Token string
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+// api is the state of one handler built by New.
+type api struct {
+	o      Options
+	counts countCache
+}
+
+func (a *api) now() time.Time { return a.o.Now() }
+
+// snapshot returns the engine's jobs and their API form, with their
+// failure pauses (index i of both is the same job).
+func (a *api) snapshot(ctx context.Context) ([]scheduler.Status, []Schedule) {
+	list := a.o.Schedules.List()
+	out := schedulesOf(list, a.o.DefaultTimezone)
+	withFailurePauses(ctx, a.o.FailurePauses, out)
+	return list, out
 }
 
 // Schedule is one element of /api/schedules (and the body of
@@ -131,7 +171,8 @@ func FromStatus(st scheduler.Status, defaultTZ string) Schedule {
 }
 
 // New returns the HTTP handler. A nil Schedules serves an empty list, a nil
-// Status a zero status, a nil Ready never ready.
+// Status a zero status, a nil Ready never ready; with a Token every path
+// but the probes requires it.
 func New(o Options) http.Handler {
 	if o.Schedules == nil {
 		o.Schedules = noSchedules{}
@@ -139,7 +180,38 @@ func New(o Options) http.Handler {
 	if o.Status == nil {
 		o.Status = func() Status { return Status{} }
 	}
-	mux := http.NewServeMux()
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Events == nil {
+		o.Events = NewBroker(BrokerOptions{})
+	}
+	mux, _ := newMux(&api{o: o})
+	return RequireToken(o.Token, mux)
+}
+
+// router is a ServeMux that remembers its patterns (the route test
+// compares them with openapi.json).
+type router struct {
+	*http.ServeMux
+	patterns []string
+}
+
+// HandleFunc mounts h on pattern ("METHOD /path").
+func (r *router) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	r.Handle(pattern, http.HandlerFunc(h))
+}
+
+// Handle mounts h on pattern ("METHOD /path").
+func (r *router) Handle(pattern string, h http.Handler) {
+	r.ServeMux.Handle(pattern, h)
+	r.patterns = append(r.patterns, pattern)
+}
+
+// newMux mounts every route of a; it returns the mux and its patterns.
+func newMux(a *api) (http.Handler, []string) {
+	o := a.o
+	mux := &router{ServeMux: http.NewServeMux()}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
@@ -154,12 +226,7 @@ func New(o Options) http.Handler {
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	mux.HandleFunc("GET /api/schedules", func(w http.ResponseWriter, r *http.Request) {
-		list := o.Schedules.List()
-		out := make([]Schedule, 0, len(list))
-		for _, s := range list {
-			out = append(out, FromStatus(s, o.DefaultTimezone))
-		}
-		withFailurePauses(r.Context(), o.FailurePauses, out)
+		_, out := a.snapshot(r.Context())
 		writeJSON(w, http.StatusOK, out)
 	})
 	mux.HandleFunc("GET /api/schedules/{id}", func(w http.ResponseWriter, r *http.Request) {
@@ -175,21 +242,31 @@ func New(o Options) http.Handler {
 	mux.HandleFunc("GET /api/schedules/{id}/timeline", func(w http.ResponseWriter, r *http.Request) {
 		serveTimeline(w, r, o.Timelines)
 	})
+	mux.HandleFunc("GET /api/schedules/{id}/detail", a.serveDetail)
 	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, o.Status())
 	})
+	mux.HandleFunc("GET /api/overview", a.serveOverview)
+	mux.HandleFunc("GET /api/schedule-rows", a.serveRows)
+	mux.HandleFunc("GET /api/events", func(w http.ResponseWriter, r *http.Request) {
+		o.Events.serve(w, r, o.Status().InstanceID)
+	})
+	mux.HandleFunc("GET /api/openapi.json", serveOpenAPI)
+	// The status page (internal/ui) at /ui/; / sends a browser there.
+	mux.Handle("GET /ui/", http.StripPrefix("/ui", ui.Handler()))
+	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
 	if o.Pprof {
 		handlePprof(mux)
 	}
-	return mux
+	return mux, mux.patterns
 }
 
 // handlePprof mounts net/http/pprof's handlers on mux (not on
 // http.DefaultServeMux, which the package's init fills).
-func handlePprof(mux *http.ServeMux) {
+func handlePprof(mux *router) {
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)

@@ -390,7 +390,7 @@ func TestMethodNotAllowed(t *testing.T) {
 
 func TestUnknownPaths(t *testing.T) {
 	f := newFixture(t, nil)
-	for _, path := range []string{"/", "/api", "/api/schedule", "/api/schedules/a/b", "/metrics"} {
+	for _, path := range []string{"/api", "/api/schedule", "/api/schedules/a/b", "/metrics", "/ui/nope.js"} {
 		if r := f.get(t, path); r.code != http.StatusNotFound {
 			t.Errorf("GET %s = %d, want 404", path, r.code)
 		}

@@ -1,0 +1,74 @@
+package httpapi_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/cronswap/cronswap/internal/httpapi"
+)
+
+func authGet(t *testing.T, f *fixture, path string, set func(*http.Request)) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, f.srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set != nil {
+		set(req)
+	}
+	res, err := f.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = res.Body.Close()
+	return res
+}
+
+// With a token every path but the probes needs it, as a bearer token or a
+// basic-auth password; without, 401 with a Basic challenge.
+func TestTokenAuth(t *testing.T) {
+	f := newFixture(t, func(o *httpapi.Options) { o.Token = "s3cret" })
+	f.ready.Store(true)
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if res := authGet(t, f, p, nil); res.StatusCode != http.StatusOK {
+			t.Errorf("%s without token = %d, want 200", p, res.StatusCode)
+		}
+	}
+	for _, p := range []string{"/api/status", "/api/schedules", "/api/overview", "/api/schedule-rows", "/api/openapi.json", "/nope"} {
+		res := authGet(t, f, p, nil)
+		if res.StatusCode != http.StatusUnauthorized || res.Header.Get("WWW-Authenticate") == "" {
+			t.Errorf("%s without token = %d %q, want 401 with a challenge", p, res.StatusCode, res.Header.Get("WWW-Authenticate"))
+		}
+	}
+	cases := map[string]struct {
+		set  func(*http.Request)
+		want int
+	}{
+		"bearer":       {func(r *http.Request) { r.Header.Set("Authorization", "Bearer s3cret") }, http.StatusOK},
+		"basic":        {func(r *http.Request) { r.SetBasicAuth("anyone", "s3cret") }, http.StatusOK},
+		"wrong bearer": {func(r *http.Request) { r.Header.Set("Authorization", "Bearer s3cre") }, http.StatusUnauthorized},
+		"wrong basic":  {func(r *http.Request) { r.SetBasicAuth("s3cret", "nope") }, http.StatusUnauthorized},
+	}
+	for name, c := range cases {
+		if res := authGet(t, f, "/api/status", c.set); res.StatusCode != c.want {
+			t.Errorf("%s: %d, want %d", name, res.StatusCode, c.want)
+		}
+	}
+}
+
+// Without a token the listener stays open.
+func TestNoTokenOpen(t *testing.T) {
+	f := newFixture(t, nil)
+	if res := authGet(t, f, "/api/status", nil); res.StatusCode != http.StatusOK {
+		t.Errorf("/api/status = %d", res.StatusCode)
+	}
+}
+
+func TestLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{"127.0.0.1:8080": true, "[::1]:80": true, "localhost:1": true,
+		":8080": false, "0.0.0.0:8080": false, "10.0.0.1:80": false} {
+		if got := httpapi.Loopback(addr); got != want {
+			t.Errorf("Loopback(%q) = %v", addr, got)
+		}
+	}
+}

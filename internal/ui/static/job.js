@@ -1,0 +1,192 @@
+// One job (#/jobs/<id>): the schedule as applied, its next runs with
+// daylight-saving shifts marked and its lock from
+// /api/schedules/{id}/detail; its timeline and the chart of its runs from
+// /api/schedules/{id}/timeline.
+import { h, badge, fmtLocal, fmtUTC, fmtMS, fmtInt } from './dom.js';
+import { getJSON } from './api.js';
+import { chart } from './chart.js';
+
+// Timeline windows, widest first. A timeline holds at most 1000 entries
+// and is cut at its end when the window has more, so a busy job's newest
+// runs would be missing: the page then narrows the window.
+const WINDOWS = [
+  { from: '-7d', label: '7 days' },
+  { from: '-24h', label: '24 hours' },
+  { from: '-6h', label: '6 hours' },
+  { from: '-1h', label: '1 hour' },
+  { from: '-10m', label: '10 minutes' },
+];
+
+function kv(label, value, attrs = {}) {
+  return h('div', { class: 'kv' }, h('dt', {}, label), h('dd', attrs, value));
+}
+
+function json(v) {
+  return v === null || v === undefined ? '(absent)' : JSON.stringify(v);
+}
+
+function lockState(lock) {
+  if (!lock) return 'free (no replica holds its lock)';
+  const parts = [`held by ${lock.holder || '?'}`, `fence ${lock.fence}`];
+  if (lock.lease_until) parts.push(`lease until ${fmtUTC(lock.lease_until)}`);
+  if (lock.run_id) parts.push(`run ${lock.run_id}`);
+  if (lock.waiting) parts.push(`${lock.waiting} waiting`);
+  if (lock.cancel) parts.push('cancel requested');
+  return parts.join(' · ');
+}
+
+function entryDetails(e) {
+  const d = [];
+  switch (e.kind) {
+    case 'run': {
+      if (e.instance) d.push(h('span', { class: 'mono' }, e.instance));
+      if (e.fence !== undefined && e.fence !== null) d.push(`fence ${e.fence}`);
+      if (e.duration_ms !== undefined && e.duration_ms !== null) d.push(`took ${fmtMS(e.duration_ms)}`);
+      if (e.started_at) d.push(`started ${fmtMS(new Date(e.started_at) - new Date(e.at))} late`);
+      if (e.attempt) d.push(`attempt ${e.attempt}`);
+      if (e.exit_code !== undefined && e.exit_code !== null) d.push(`exit ${e.exit_code}`);
+      if (e.error) d.push(h('span', { class: 'err' }, e.error));
+      break;
+    }
+    case 'skipped':
+    case 'missed':
+      if (e.reason) d.push(h('span', {}, `reason: ${e.reason}`));
+      if (e.instance) d.push(h('span', { class: 'mono' }, e.instance));
+      if (e.recorded_at) d.push(`recorded ${fmtUTC(e.recorded_at)}`);
+      break;
+    case 'edit':
+      d.push(e.op || 'edit');
+      if (e.updated_by) d.push(`by ${e.updated_by}`);
+      for (const c of e.changes || []) {
+        d.push(h('span', { class: 'change' }, h('code', {}, c.field), ' ', h('code', {}, json(c.before)), ' → ', h('code', {}, json(c.after))));
+      }
+      break;
+    case 'no_record':
+      d.push(`${fmtInt(e.count || 1)} slot${(e.count || 1) === 1 ? '' : 's'}${e.last ? ` to ${fmtUTC(e.last)}` : ''}`);
+      if (e.reason) d.push(e.reason === 'unrecorded' ? 'no record (no replica ran, skipped or recorded it)' : e.reason);
+      break;
+    default:
+      break;
+  }
+  if (e.off_schedule) d.push(h('span', { class: 'tag' }, 'off schedule'));
+  if (e.shifted) d.push(h('span', { class: 'tag dst-tag' }, 'DST shifted'));
+  if (e.dst_note) d.push(h('span', { class: 'muted' }, e.dst_note));
+  const out = [];
+  d.forEach((x, i) => { if (i) out.push(' · '); out.push(x); });
+  return out;
+}
+
+function timelineTable(tl) {
+  const entries = [...(tl.entries || [])].reverse(); // newest first
+  return h('table', { class: 'grid timeline', testid: 'timeline' },
+    h('thead', {}, h('tr', {}, h('th', {}, 'Time (UTC)'), h('th', {}, 'Kind'), h('th', {}, 'Outcome'), h('th', {}, 'Details'))),
+    h('tbody', {}, entries.length === 0
+      ? h('tr', {}, h('td', { colspan: 4, class: 'muted' }, 'nothing in this window'))
+      : entries.map((e) => h('tr', { testid: 'timeline-entry', 'data-kind': e.kind, class: `k-${e.kind}` },
+        h('td', { class: 'nowrap' }, fmtUTC(e.at)),
+        h('td', {}, e.kind.replace('_', ' ')),
+        h('td', {}, e.status ? badge(e.status) : ''),
+        h('td', {}, entryDetails(e))))));
+}
+
+function nextRuns(list) {
+  return h('ol', { testid: 'next-runs', class: 'next-runs' },
+    (list || []).length === 0 ? h('li', { class: 'muted' }, 'none (not armed)') :
+      list.map((f) => {
+        const dst = f.shifted || f.repeat || !!f.note;
+        return h('li', { testid: 'next-run', class: dst ? 'dst' : null },
+          h('span', {}, fmtLocal(f.at_local)), ' ', h('span', { class: 'sub' }, fmtUTC(f.at)),
+          f.shifted ? h('span', { class: 'tag dst-tag' }, 'shifted') : null,
+          f.repeat ? h('span', { class: 'tag dst-tag' }, 'repeated hour') : null,
+          f.note ? h('div', { class: 'sub' }, f.note) : null);
+      }));
+}
+
+function render(id, d, tl, win, narrowed) {
+  const sc = d.schedule;
+  const fp = sc.failure_pause;
+  return [
+    h('div', { class: 'job-head' },
+      h('h1', { class: 'mono' }, id), badge(d.status, { testid: 'job-status' })),
+    h('div', { class: 'cols' },
+      h('section', { class: 'card' },
+        h('h2', {}, 'Schedule as applied'),
+        h('dl', { class: 'kvs' },
+          kv('Expression', h('code', {}, sc.cron_expr || '—'), { testid: 'job-expr' }),
+          kv('Zone', sc.timezone || '—'),
+          kv('Daylight saving', sc.dst || 'shift (default)'),
+          kv('Enabled', sc.enabled ? 'yes' : 'no (disabled)'),
+          kv('Armed', sc.armed ? 'yes' : 'no'),
+          kv('Action', sc.job || id),
+          kv('Category', sc.category || '—'),
+          kv('Next run', sc.next_run ? `${fmtLocal(d.next_run_local)} (${fmtUTC(sc.next_run)})` : '—'),
+          kv('Last run', d.last_run ? [badge(d.last_run.status), ` ${fmtUTC(d.last_run.scheduled_at)} on `, h('span', { class: 'mono' }, d.last_run.instance_id || '?')] : 'none'),
+          kv('Last error', sc.last_error || '', { testid: 'job-error', class: 'err' }),
+          fp ? kv('Paused after failures', `${fp.failures} failed slots since ${fmtUTC(fp.paused_at)}: ${fp.note}`, { class: 'warn-text' }) : null,
+          kv('Lock', lockState(d.lock), { testid: 'lock-state' }))),
+      h('section', { class: 'card' },
+        h('h2', {}, 'Next runs'),
+        h('p', { class: 'muted small' }, `In ${sc.timezone || 'the job’s zone'}, then UTC; daylight-saving shifts marked.`),
+        nextRuns(d.next_runs))),
+    h('section', { class: 'card' },
+      h('h2', {}, 'Runs: duration and start lateness'),
+      h('div', { testid: 'chart', class: 'chart-box' }, chart(tl.entries, tl.from, tl.to))),
+    h('section', { class: 'card' },
+      h('h2', {}, 'Timeline ', h('span', { class: 'muted small' }, `${fmtUTC(tl.from)} → ${fmtUTC(tl.to)}, newest first`)),
+      win,
+      narrowed ? h('p', { class: 'muted small' }, `Narrowed to the last ${narrowed}: a wider window holds more than 1000 entries.`) : null,
+      tl.truncated ? h('p', { class: 'muted small' }, `Cut at 1000 entries (up to ${fmtUTC(tl.next_from)}).`) : null,
+      timelineTable(tl)),
+  ];
+}
+
+/** jobView is the #/jobs/<id> view. */
+export function jobView(id, stamp) {
+  const body = h('div', { class: 'loading muted' }, 'Loading…');
+  const msg = h('div', { class: 'alert', role: 'alert', hidden: true });
+  const el = h('div', { testid: 'job-page', 'data-job-id': id, class: 'view' },
+    h('p', { class: 'crumbs' }, h('a', { href: '#/schedules' }, '‹ Schedules')), msg, body);
+  let chosen = 1; // 24 hours
+  let used = chosen;
+  const win = h('select', { 'aria-label': 'Timeline window', class: 'win' },
+    WINDOWS.map((w, i) => h('option', { value: String(i) }, `last ${w.label}`)));
+  win.value = String(chosen);
+  win.addEventListener('change', () => { chosen = Number(win.value); used = chosen; refresh(); });
+  let seq = 0;
+  let stopped = false;
+  const enc = encodeURIComponent(id);
+
+  async function timeline(n) {
+    for (let i = used; ; i++) {
+      const tl = await getJSON(`api/schedules/${enc}/timeline?from=${WINDOWS[i].from}`);
+      if (!tl.truncated || i === WINDOWS.length - 1 || stopped || n !== seq) {
+        used = i;
+        return tl;
+      }
+    }
+  }
+
+  async function refresh() {
+    const n = ++seq;
+    try {
+      const [d, tl] = await Promise.all([getJSON(`api/schedules/${enc}/detail`), timeline(n)]);
+      if (stopped || n !== seq) return;
+      body.replaceChildren(...render(id, d, tl, win, used !== chosen ? WINDOWS[used].label : ''));
+      body.className = '';
+      msg.hidden = true;
+      stamp();
+    } catch (e) {
+      if (stopped || n !== seq) return;
+      msg.textContent = e.status === 404 ? `No job ${id} is known to this daemon.` : `Could not read job ${id}: ${e.message}`;
+      msg.hidden = false;
+    }
+  }
+  const mine = (ids) => ids.has('') || ids.has(id);
+  return {
+    name: 'job', title: id, el, refresh,
+    onSchedule(ids) { if (mine(ids)) refresh(); },
+    onRun(ids) { if (mine(ids)) refresh(); },
+    onTick: refresh,
+    stop() { stopped = true; },
+  };
+}

@@ -1,0 +1,99 @@
+// The overview (#/): this replica, the live members, the job counts, the
+// fires of the last hour and the missed slots of the last day, all from
+// /api/overview.
+import { h, ago, fmtSeconds, fmtUTC, fmtInt, badge } from './dom.js';
+import { getJSON } from './api.js';
+
+function kv(label, value, attrs = {}) {
+  return h('div', { class: 'kv' }, h('dt', {}, label), h('dd', attrs, value));
+}
+
+function tile(label, n, testid, cls) {
+  return h('div', { class: ['tile', cls] },
+    h('div', { class: 'tile-n', testid }, fmtInt(n)),
+    h('div', { class: 'tile-label' }, label));
+}
+
+function render(o) {
+  const now = Date.now();
+  const jobs = o.jobs || {};
+  const fires = Object.entries(o.fires_last_hour || {}).sort((a, b) => b[1] - a[1]);
+  const firesTotal = fires.reduce((n, [, v]) => n + v, 0);
+  const members = [...(o.members || [])].sort((a, b) => (b.self - a.self) || a.instance_id.localeCompare(b.instance_id));
+  return [
+    h('section', { class: 'card' },
+      h('h2', {}, 'This replica'),
+      h('dl', { class: 'kvs' },
+        kv('Instance', o.instance_id || '—', { class: 'mono' }),
+        kv('Host', o.host || '—'),
+        kv('Watch mode', o.watch_mode || '—', { testid: 'watch-mode' }),
+        kv('Ready', o.ready ? 'ready' : 'not ready', { testid: 'ready', class: o.ready ? 'good' : 'bad' }),
+        kv('Last change event', o.last_event_at ? `${ago(o.last_event_at, now)} (${fmtUTC(o.last_event_at)})` : 'none yet'),
+        kv('Resume token', o.token_saved_at ? `saved ${fmtSeconds(o.token_age_seconds)} ago (${fmtUTC(o.token_saved_at)})` : 'none saved'))),
+    h('section', { class: 'card' },
+      h('h2', {}, 'Jobs'),
+      h('div', { class: 'tiles' },
+        tile('armed', jobs.armed, 'count-armed', 'good'),
+        tile('paused after failures', jobs.paused, 'count-paused', jobs.paused ? 'warn' : ''),
+        tile('erroring', jobs.erroring, 'count-erroring', jobs.erroring ? 'bad' : ''),
+        tile('disabled', jobs.disabled, 'count-disabled', ''),
+        tile('total', jobs.total, 'count-total', '')),
+      h('div', { class: 'tiles' },
+        h('div', { class: 'tile wide' },
+          h('div', { class: 'tile-label' }, 'Fires in the last hour, by outcome'),
+          h('div', { class: 'fires', testid: 'fires-last-hour' },
+            fires.length === 0 ? h('span', { class: 'muted' }, 'none') :
+              fires.map(([st, n]) => h('span', { class: 'fire' }, badge(st), ' ', fmtInt(n))),
+            fires.length > 1 ? h('span', { class: 'muted' }, ` total ${fmtInt(firesTotal)}`) : null)),
+        h('div', { class: ['tile', o.missed_last_day ? 'warn' : ''] },
+          h('div', { class: 'tile-n', testid: 'missed-last-day' }, fmtInt(o.missed_last_day)),
+          h('div', { class: 'tile-label' }, 'missed slots, last 24 h'))),
+      h('p', { class: 'muted small' }, `Counts read ${o.counts_at ? ago(o.counts_at, now) : '—'}; `,
+        h('a', { href: '#/schedules' }, 'all schedules'), '.')),
+    h('section', { class: 'card' },
+      h('h2', {}, `Live members (${members.length})`),
+      h('table', { class: 'grid', testid: 'members-table' },
+        h('thead', {}, h('tr', {},
+          h('th', {}, 'Instance'), h('th', {}, 'Host'), h('th', { class: 'num' }, 'PID'),
+          h('th', {}, 'Heartbeat'), h('th', {}, 'Lease until'), h('th', { class: 'num' }, 'Owned jobs'))),
+        h('tbody', {}, members.length === 0
+          ? h('tr', {}, h('td', { colspan: 6, class: 'muted' }, 'no live member'))
+          : members.map((m) => h('tr', { testid: 'member-row', 'data-instance': m.instance_id, class: m.self ? 'self' : null },
+            h('td', { class: 'mono' }, m.instance_id, m.self ? h('span', { class: 'tag' }, 'this replica') : null),
+            h('td', {}, m.host || '—'),
+            h('td', { class: 'num' }, m.pid ?? '—'),
+            h('td', {}, `${fmtSeconds(m.heartbeat_age_seconds)} ago`),
+            h('td', {}, fmtUTC(m.lease_until)),
+            h('td', { class: 'num' }, fmtInt(m.owned_jobs))))))),
+  ];
+}
+
+/** overviewView is the #/ view. */
+export function overviewView(stamp) {
+  const body = h('div', { class: 'loading muted' }, 'Loading…');
+  const msg = h('div', { class: 'alert', role: 'alert', hidden: true });
+  const el = h('div', { testid: 'overview', class: 'view' }, h('h1', {}, 'Overview'), msg, body);
+  let seq = 0;
+  let stopped = false;
+  async function refresh() {
+    const n = ++seq;
+    try {
+      const o = await getJSON('api/overview');
+      if (stopped || n !== seq) return;
+      body.replaceChildren(...render(o));
+      body.className = '';
+      msg.hidden = true;
+      stamp();
+    } catch (e) {
+      if (stopped || n !== seq) return;
+      msg.textContent = `Could not read the overview: ${e.message}`;
+      msg.hidden = false;
+    }
+  }
+  return {
+    name: 'overview', title: 'Overview', el, refresh,
+    onRun: refresh, onTick: refresh,
+    onSchedule: refresh,
+    stop() { stopped = true; },
+  };
+}
