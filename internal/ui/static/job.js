@@ -27,8 +27,10 @@ function json(v) {
 
 function lockState(lock) {
   if (!lock) return 'free (no replica holds its lock)';
-  const parts = [`held by ${lock.holder || '?'}`, `fence ${lock.fence}`];
-  if (lock.lease_until) parts.push(`lease until ${fmtUTC(lock.lease_until)}`);
+  // A lock document outlives its run: an empty holder means free, and its
+  // fence is the last run's.
+  const parts = lock.holder ? [`held by ${lock.holder}`, `fence ${lock.fence}`] : ['free', `last fence ${lock.fence}`];
+  if (lock.holder && lock.lease_until) parts.push(`lease until ${fmtUTC(lock.lease_until)}`);
   if (lock.run_id) parts.push(`run ${lock.run_id}`);
   if (lock.waiting) parts.push(`${lock.waiting} waiting`);
   if (lock.cancel) parts.push('cancel requested');
