@@ -1,6 +1,6 @@
 // The job page's chart: an inline SVG of the timeline's runs, each run's
 // duration and its start lateness (started_at − slot) over slot time, on
-// one axis in seconds.
+// one axis (milliseconds below one second, seconds above).
 import { s, fmtUTC } from './dom.js';
 
 const W = 720;
@@ -14,9 +14,20 @@ function niceMax(v) {
   return 10 * p;
 }
 
-function hhmm(t) {
+// clock formats t as UTC hh:mm, or hh:mm:ss when the axis spans less than
+// an hour.
+function clock(t, span) {
   const d = new Date(t);
-  return `${String(d.getUTCHours()).padStart(2, '0')}:${String(d.getUTCMinutes()).padStart(2, '0')}`;
+  const two = (n) => String(n).padStart(2, '0');
+  const hm = `${two(d.getUTCHours())}:${two(d.getUTCMinutes())}`;
+  return span < 3600e3 ? `${hm}:${two(d.getUTCSeconds())}` : hm;
+}
+
+// tickLabel formats a value of the y axis in the axis' unit (ms below one
+// second, so that ticks do not round to the same label).
+function tickLabel(v, ymax) {
+  const n = ymax < 1 ? v * 1000 : v;
+  return `${Math.round(n * 100) / 100}`;
 }
 
 /** runPoints turns timeline entries into the chart's points (seconds). */
@@ -43,8 +54,18 @@ export function chart(entries, from, to) {
     viewBox: `0 0 ${W} ${H}`, class: 'chart', role: 'img',
     'aria-label': 'Run duration and start lateness over time',
   });
-  const x0 = new Date(from).getTime();
+  // The x axis spans the runs (with a margin), not the whole window: a
+  // day's window with the runs of the last minute would squeeze them
+  // into one column.
+  let x0 = new Date(from).getTime();
   let x1 = new Date(to).getTime();
+  if (pts.length > 0) {
+    const first = pts[0].at;
+    const last = pts[pts.length - 1].at;
+    const pad = Math.max((last - first) * 0.05, 1000);
+    x0 = Math.max(x0, first - pad);
+    x1 = Math.min(x1, last + pad);
+  }
   if (!(x1 > x0)) x1 = x0 + 1;
   const ymax = niceMax(Math.max(0, ...pts.flatMap((p) => [p.duration ?? 0, p.lateness ?? 0])));
   const px = (t) => M.left + ((t - x0) / (x1 - x0)) * (W - M.left - M.right);
@@ -56,14 +77,14 @@ export function chart(entries, from, to) {
     const v = (ymax * i) / 4;
     const y = py(v);
     g.appendChild(s('line', { x1: M.left, x2: W - M.right, y1: y, y2: y, class: i === 0 ? 'axis' : 'grid' }));
-    g.appendChild(s('text', { x: M.left - 6, y: y + 4, 'text-anchor': 'end' }, `${Math.round(v * 100) / 100}`));
+    g.appendChild(s('text', { x: M.left - 6, y: y + 4, 'text-anchor': 'end' }, tickLabel(v, ymax)));
   }
   for (let i = 0; i <= 4; i++) {
     const t = x0 + ((x1 - x0) * i) / 4;
-    g.appendChild(s('text', { x: px(t), y: H - M.bottom + 16, 'text-anchor': i === 0 ? 'start' : i === 4 ? 'end' : 'middle' }, hhmm(t)));
+    g.appendChild(s('text', { x: px(t), y: H - M.bottom + 16, 'text-anchor': i === 0 ? 'start' : i === 4 ? 'end' : 'middle' }, clock(t, x1 - x0)));
   }
   g.appendChild(s('line', { x1: M.left, x2: M.left, y1: M.top, y2: H - M.bottom, class: 'axis' }));
-  g.appendChild(s('text', { x: 14, y: (M.top + H - M.bottom) / 2, transform: `rotate(-90 14 ${(M.top + H - M.bottom) / 2})`, 'text-anchor': 'middle', class: 'label' }, 'seconds'));
+  g.appendChild(s('text', { x: 14, y: (M.top + H - M.bottom) / 2, transform: `rotate(-90 14 ${(M.top + H - M.bottom) / 2})`, 'text-anchor': 'middle', class: 'label' }, ymax < 1 ? 'milliseconds' : 'seconds'));
   g.appendChild(s('text', { x: (M.left + W - M.right) / 2, y: H - 4, 'text-anchor': 'middle', class: 'label' }, 'slot time (UTC)'));
   svg.appendChild(g);
 
