@@ -198,17 +198,29 @@ func (h HTTP) validate() error {
 	if !h.Pprof {
 		return nil
 	}
-	host, _, err := net.SplitHostPort(h.Listen)
-	if err != nil {
+	if _, _, err := net.SplitHostPort(h.Listen); err != nil {
 		return fmt.Errorf("http.listen %q: %w", h.Listen, err)
 	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+	if !IsLoopback(h.Listen) {
 		return fmt.Errorf("http.pprof: served only on a loopback listener, and http.listen is %q (e.g. listen: 127.0.0.1:9090)", h.Listen)
 	}
 	return nil
+}
+
+// IsLoopback reports whether addr (host:port of a listener) is a loopback
+// address only: "localhost", 127.0.0.0/8 or ::1. An empty host (all
+// interfaces) is not. It decides where the profiles may be served and
+// when the daemon warns that no token protects its listener.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Shutdown configures graceful termination.

@@ -530,3 +530,12 @@ func TestHTTPPprofOnLoopbackOnly(t *testing.T) {
 		t.Errorf("a non-loopback listener without pprof refused: %v", err)
 	}
 }
+
+func TestIsLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{"127.0.0.1:8080": true, "[::1]:80": true, "localhost:1": true,
+		":8080": false, "0.0.0.0:8080": false, "10.0.0.1:80": false} {
+		if got := config.IsLoopback(addr); got != want {
+			t.Errorf("IsLoopback(%q) = %v", addr, got)
+		}
+	}
+}

@@ -256,7 +256,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- d.server.Serve(d.listener) }()
-	if d.httpToken == "" && !httpapi.Loopback(d.listener.Addr().String()) {
+	if d.httpToken == "" && !config.IsLoopback(d.listener.Addr().String()) {
 		d.log.Warn("the HTTP listener is not on loopback and no token protects it",
 			"http_listen", d.listener.Addr().String(), "env", httpapi.EnvToken)
 	}

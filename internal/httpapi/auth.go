@@ -3,7 +3,6 @@ package httpapi
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"net"
 	"net/http"
 	"strings"
 )
@@ -47,19 +46,4 @@ func tokenMatches(r *http.Request, want [32]byte) bool {
 	}
 	h := sha256.Sum256([]byte(got))
 	return subtle.ConstantTimeCompare(h[:], want[:]) == 1
-}
-
-// Loopback reports whether addr (host:port of a listener) is a loopback
-// address only: "localhost", 127.0.0.0/8 or ::1. An empty host (all
-// interfaces) is not.
-func Loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

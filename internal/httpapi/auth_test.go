@@ -63,12 +63,3 @@ func TestNoTokenOpen(t *testing.T) {
 		t.Errorf("/api/status = %d", res.StatusCode)
 	}
 }
-
-func TestLoopback(t *testing.T) {
-	for addr, want := range map[string]bool{"127.0.0.1:8080": true, "[::1]:80": true, "localhost:1": true,
-		":8080": false, "0.0.0.0:8080": false, "10.0.0.1:80": false} {
-		if got := httpapi.Loopback(addr); got != want {
-			t.Errorf("Loopback(%q) = %v", addr, got)
-		}
-	}
-}
