@@ -196,6 +196,16 @@ func (s *Store) FromRecord(ctx context.Context, id bson.RawValue, rec jobs.RunDo
 		ended = rec.AbandonedAt
 	}
 	set := append(s.final(rec.Status, rec.Error, now), bson.E{Key: FieldRunID, Value: rec.ID}, bson.E{Key: FieldFence, Value: rec.Fence})
+	// The outcome is the record's, so is the instance: the replica that
+	// ran it, not this one copying it (whose copy may land before the
+	// runner's own end write, which then finds the request ended).
+	if rec.Instance != "" {
+		for i := range set {
+			if set[i].Key == FieldInstance {
+				set[i].Value = rec.Instance
+			}
+		}
+	}
 	if !ended.IsZero() {
 		set = append(set, bson.E{Key: FieldEndedAt, Value: ended})
 	}
