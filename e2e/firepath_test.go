@@ -26,8 +26,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/jobs"
-	"github.com/cronswap/cronswap/members"
+	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/members"
 )
 
 // fpClaimGrace is the claim grace of PLAN-12 (jobs.DefaultClaimGrace once

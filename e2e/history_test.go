@@ -13,7 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/history"
+	"github.com/cronswap/cronswap/internal/history"
 )
 
 // The five edits, in one mongosh bulkWrite so that all five are committed

@@ -12,7 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/members"
+	"github.com/cronswap/cronswap/internal/members"
 )
 
 // memberDoc reads the members document of id.

@@ -16,8 +16,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/jobs"
-	"github.com/cronswap/cronswap/notify"
+	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/notify"
 )
 
 // hookSink is a loopback webhook: while down it answers 503; up, it

@@ -14,8 +14,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/jobs"
-	"github.com/cronswap/cronswap/notify"
+	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/notify"
 )
 
 // pauseSink is a loopback webhook recording the notifications' kinds and

@@ -11,8 +11,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/jobs"
-	"github.com/cronswap/cronswap/triggers"
+	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/triggers"
 )
 
 // ledgerLine is one line the action wrote: its run, replica, start or

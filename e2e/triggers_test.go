@@ -17,8 +17,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/jobs"
-	"github.com/cronswap/cronswap/triggers"
+	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/triggers"
 )
 
 // trigStreamOpen waits until every daemon's triggers stream is open.

@@ -18,8 +18,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/testmongo"
-	"github.com/cronswap/cronswap/jobs"
 )
 
 // Environment of the browser tests (docs/testing.md).

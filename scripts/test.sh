@@ -71,9 +71,9 @@ violation() {
 	failed=1
 }
 # The fire path takes its settings from its callers, not from the config loader.
-jobs_deps="$(go list -deps ./jobs)"
+jobs_deps="$(go list -deps ./internal/jobs)"
 if grep -qx 'github.com/cronswap/cronswap/internal/config' <<<"$jobs_deps"; then
-	violation "package jobs depends on internal/config (see: go list -deps ./jobs); jobs must not import the config loader"
+	violation "package jobs depends on internal/config (see: go list -deps ./internal/jobs); jobs must not import the config loader"
 fi
 # No compiled binaries: *.test files, or ELF, Mach-O or PE executables.
 binaries=""

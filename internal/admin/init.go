@@ -15,14 +15,14 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/cronswap/cronswap/blackout"
-	"github.com/cronswap/cronswap/history"
-	"github.com/cronswap/cronswap/jobs"
-	"github.com/cronswap/cronswap/members"
-	"github.com/cronswap/cronswap/notify"
+	"github.com/cronswap/cronswap/internal/blackout"
+	"github.com/cronswap/cronswap/internal/history"
+	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/members"
+	"github.com/cronswap/cronswap/internal/notify"
+	"github.com/cronswap/cronswap/internal/triggers"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
-	"github.com/cronswap/cronswap/triggers"
 )
 
 // Collections lists every collection cronswap uses, in the order Init

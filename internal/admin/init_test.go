@@ -13,14 +13,14 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/history"
 	"github.com/cronswap/cronswap/internal/admin"
+	"github.com/cronswap/cronswap/internal/history"
+	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/members"
+	"github.com/cronswap/cronswap/internal/notify"
 	"github.com/cronswap/cronswap/internal/testmongo"
-	"github.com/cronswap/cronswap/jobs"
-	"github.com/cronswap/cronswap/members"
-	"github.com/cronswap/cronswap/notify"
+	"github.com/cronswap/cronswap/internal/triggers"
 	"github.com/cronswap/cronswap/schedule"
-	"github.com/cronswap/cronswap/triggers"
 )
 
 func TestMain(m *testing.M) { testmongo.Main(m, nil) }

@@ -8,7 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/internal/jobs"
 )
 
 // FailurePause returns the pause of job id after consecutive failed slots

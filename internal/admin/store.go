@@ -11,9 +11,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/cronswap/cronswap/history"
-	"github.com/cronswap/cronswap/jobs"
-	"github.com/cronswap/cronswap/members"
+	"github.com/cronswap/cronswap/internal/history"
+	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
 )

@@ -10,8 +10,8 @@ import (
 	ucli "github.com/urfave/cli/v2"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/blackout"
 	"github.com/cronswap/cronswap/internal/admin"
+	"github.com/cronswap/cronswap/internal/blackout"
 	"github.com/cronswap/cronswap/internal/timeline"
 )
 

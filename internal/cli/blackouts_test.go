@@ -7,9 +7,9 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/blackout"
+	"github.com/cronswap/cronswap/internal/blackout"
 	"github.com/cronswap/cronswap/internal/cli"
-	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/internal/jobs"
 )
 
 type blackoutJSON struct {

@@ -18,15 +18,15 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/history"
 	"github.com/cronswap/cronswap/internal/admin"
 	"github.com/cronswap/cronswap/internal/cli"
 	"github.com/cronswap/cronswap/internal/config"
 	"github.com/cronswap/cronswap/internal/faultproxy"
+	"github.com/cronswap/cronswap/internal/history"
+	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/members"
+	"github.com/cronswap/cronswap/internal/notify"
 	"github.com/cronswap/cronswap/internal/testmongo"
-	"github.com/cronswap/cronswap/jobs"
-	"github.com/cronswap/cronswap/members"
-	"github.com/cronswap/cronswap/notify"
 	"github.com/cronswap/cronswap/resumetoken"
 )
 

@@ -9,7 +9,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/history"
+	"github.com/cronswap/cronswap/internal/history"
 )
 
 // historyTimeLayout shows milliseconds: edits made in one go share a second.

@@ -8,8 +8,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/history"
 	"github.com/cronswap/cronswap/internal/cli"
+	"github.com/cronswap/cronswap/internal/history"
 )
 
 func rawValue(t *testing.T, v any) bson.RawValue {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/cronswap/cronswap/internal/admin"
 	"github.com/cronswap/cronswap/internal/cli"
-	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/internal/jobs"
 )
 
 // enabled: null is refused by the validator init installs, by `schedules

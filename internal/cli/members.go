@@ -7,7 +7,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/cronswap/cronswap/members"
+	"github.com/cronswap/cronswap/internal/members"
 )
 
 // memberView is one member as `members list -o json` shows it.

@@ -8,7 +8,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/members"
+	"github.com/cronswap/cronswap/internal/members"
 )
 
 // members list shows every member with its heartbeat age and lease, and

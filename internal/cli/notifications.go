@@ -10,7 +10,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/cronswap/cronswap/notify"
+	"github.com/cronswap/cronswap/internal/notify"
 )
 
 // notificationView is one notification as `notifications list -o json`

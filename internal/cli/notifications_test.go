@@ -10,7 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/internal/cli"
-	"github.com/cronswap/cronswap/notify"
+	"github.com/cronswap/cronswap/internal/notify"
 )
 
 // notifications list shows the notifications newest first, filtered by

@@ -7,7 +7,7 @@ import (
 	"os/user"
 	"strconv"
 
-	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/internal/jobs"
 )
 
 // failurePauseView is how a schedule's pause after consecutive failed

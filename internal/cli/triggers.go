@@ -12,8 +12,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/internal/timeline"
+	"github.com/cronswap/cronswap/internal/triggers"
 	"github.com/cronswap/cronswap/schedule"
-	"github.com/cronswap/cronswap/triggers"
 )
 
 // requester names who runs the command in the requests it writes

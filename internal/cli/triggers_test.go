@@ -8,8 +8,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/internal/cli"
-	"github.com/cronswap/cronswap/jobs"
-	"github.com/cronswap/cronswap/triggers"
+	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/triggers"
 )
 
 // run-now writes a request for an existing job (its args, who asked,

@@ -17,8 +17,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/cronswap/cronswap/changestream"
-	"github.com/cronswap/cronswap/jobs"
-	"github.com/cronswap/cronswap/notify"
+	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/notify"
 	"github.com/cronswap/cronswap/schedule"
 )
 

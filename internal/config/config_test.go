@@ -13,7 +13,7 @@ import (
 
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/config"
-	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/internal/jobs"
 )
 
 func hostname(t *testing.T) string {

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/cronswap/cronswap/internal/config"
-	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/internal/jobs"
 )
 
 // Values that would make every run fail are refused when the configuration

@@ -5,7 +5,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/cronswap/cronswap/notify"
+	"github.com/cronswap/cronswap/internal/notify"
 )
 
 // NotifyRoute returns where the notices of the schedules running action

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/internal/config"
-	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/internal/jobs"
 )
 
 // jobs.<name>.retry and pause_after_failures are read into the action's

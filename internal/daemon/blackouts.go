@@ -8,10 +8,10 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/blackout"
 	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/internal/blackout"
 	"github.com/cronswap/cronswap/internal/config"
-	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/resumetoken"
 )
 

@@ -9,9 +9,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/cronswap/cronswap/blackout"
+	"github.com/cronswap/cronswap/internal/blackout"
+	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/testmongo"
-	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
 )
 

@@ -20,18 +20,18 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/changestream"
-	"github.com/cronswap/cronswap/history"
 	"github.com/cronswap/cronswap/internal/config"
+	"github.com/cronswap/cronswap/internal/history"
 	"github.com/cronswap/cronswap/internal/httpapi"
+	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/metrics"
+	"github.com/cronswap/cronswap/internal/notify"
 	"github.com/cronswap/cronswap/internal/timeline"
-	"github.com/cronswap/cronswap/jobs"
-	"github.com/cronswap/cronswap/members"
-	"github.com/cronswap/cronswap/notify"
+	"github.com/cronswap/cronswap/internal/triggers"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
-	"github.com/cronswap/cronswap/triggers"
 )
 
 // Connect returns a client for the configured server. It does not wait for

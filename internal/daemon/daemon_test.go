@@ -17,9 +17,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/internal/config"
+	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/internal/testmongo"
-	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )

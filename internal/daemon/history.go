@@ -8,8 +8,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/changestream"
-	"github.com/cronswap/cronswap/history"
-	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/internal/history"
+	"github.com/cronswap/cronswap/internal/jobs"
 )
 
 // historyFlushTimeout bounds how long shutdown waits for queued history

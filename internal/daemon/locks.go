@@ -8,8 +8,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/internal/httpapi"
+	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/metrics"
-	"github.com/cronswap/cronswap/jobs"
 )
 
 // fireHooks reports the fire path's events as metrics, and the starts and

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/schedule"
 )
 

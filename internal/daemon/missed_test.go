@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/internal/jobs"
 )
 
 // every returns the slot sequence of a job firing every d.

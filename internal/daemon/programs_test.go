@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/cronswap/cronswap/internal/config"
-	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/internal/jobs"
 )
 
 // The daemon refuses to start when an exec action's program is missing,

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/cronswap/cronswap/internal/httpapi"
-	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/schedule"
 )
 

@@ -8,9 +8,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/internal/triggers"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
-	"github.com/cronswap/cronswap/triggers"
 )
 
 // triggersMaxAwait is the getMore wait of the triggers change stream. An

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )

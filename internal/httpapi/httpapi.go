@@ -15,9 +15,9 @@ import (
 	"net/http/pprof"
 	"time"
 
+	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/timeline"
 	"github.com/cronswap/cronswap/internal/ui"
-	"github.com/cronswap/cronswap/members"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cronswap/cronswap/members"
+	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/scheduler"
 )
 

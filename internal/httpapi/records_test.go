@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/internal/httpapi"
+	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/testmongo"
-	"github.com/cronswap/cronswap/jobs"
-	"github.com/cronswap/cronswap/members"
 )
 
 // seedRecords writes run records, missed ranges and locks for

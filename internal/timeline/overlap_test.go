@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/internal/jobs"
 )
 
 // A fire waiting for its job's lock (a buffering overlap policy) shows as

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/internal/jobs"
 )
 
 // Bounds of one timeline. A request for more is refused (window) or cut

@@ -23,8 +23,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/testmongo"
-	"github.com/cronswap/cronswap/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"

@@ -8,7 +8,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/internal/jobs"
 )
 
 // A run-now run's scheduled_at is never a whole second (every cron slot

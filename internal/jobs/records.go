@@ -5,7 +5,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/notify"
+	"github.com/cronswap/cronswap/internal/notify"
 )
 
 // Collection names of the fire path's records: one lock document per job,

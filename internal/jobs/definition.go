@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cronswap/cronswap/notify"
+	"github.com/cronswap/cronswap/internal/notify"
 )
 
 // Definition is one named action as the configuration defines it: the

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cronswap/cronswap/notify"
+	"github.com/cronswap/cronswap/internal/notify"
 )
 
 // Every write that records a failed, abandoned or missed run carries the

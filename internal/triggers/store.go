@@ -10,7 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/schedule"
 )
 

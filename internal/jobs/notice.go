@@ -5,7 +5,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/notify"
+	"github.com/cronswap/cronswap/internal/notify"
 )
 
 // noticeKind returns the notice kind (package notify's outbox) of a record

@@ -13,7 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
-	"github.com/cronswap/cronswap/notify"
+	"github.com/cronswap/cronswap/internal/notify"
 	"github.com/cronswap/cronswap/schedule"
 )
 
