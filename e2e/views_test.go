@@ -22,7 +22,8 @@ import (
 // and one whose document is bad included, a document whose _id is not a
 // job id excluded. After `cronswap run-now` of a job, its last run on
 // both replicas' rows and job pages, in `cronswap schedules list` and
-// `get`, and the newest run of its timeline are that run.
+// `get`, and the newest run of its timeline are that run; and `cronswap
+// explain` of a window lists what the job page's timeline of it lists.
 func TestViewsAgreeOnOwnedJobsAndLastRun(t *testing.T) {
 	uri, db := setup(t)
 	var docs []bson.D
@@ -130,6 +131,25 @@ func TestViewsAgreeOnOwnedJobsAndLastRun(t *testing.T) {
 			t.Errorf("%s's timeline of v-03: newest run %q, want %s", d.addr, newest, res.RunID)
 		}
 	}
+	// A job's history: `cronswap explain` and the job page's timeline are
+	// the same code over the same records, so one window reads the same.
+	from, to := rec.ScheduledAt.Add(-time.Hour).UTC().Format(time.RFC3339), time.Now().UTC().Format(time.RFC3339)
+	var explained timeline.Timeline
+	if err := json.Unmarshal([]byte(cliOK(t, cfg, "explain", "v-03", "--from", from, "--to", to, "-o", "json")), &explained); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ds {
+		var served timeline.Timeline
+		if code := d.get("/api/schedules/v-03/timeline?from="+url.QueryEscape(from)+"&to="+url.QueryEscape(to), &served); code != http.StatusOK {
+			t.Fatalf("%s timeline: %d", d.addr, code)
+		}
+		a, _ := json.Marshal(explained.Entries)
+		b, _ := json.Marshal(served.Entries)
+		if string(a) != string(b) || len(served.Entries) == 0 {
+			t.Errorf("explain v-03 %s..%s:\n%s\n%s's timeline:\n%s", from, to, a, d.addr, b)
+		}
+	}
+
 	type cliView struct {
 		ID         string  `json:"id"`
 		LastRun    *string `json:"last_run"`
