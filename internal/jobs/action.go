@@ -42,6 +42,9 @@ func (fn ActionFunc) Run(ctx context.Context, f Fire) error { return fn(ctx, f) 
 type Output struct {
 	Stdout string
 	Stderr string
+	// ExitCode is the program's exit status for an action that has one
+	// (exec: 0 on success); nil for the others.
+	ExitCode *int
 }
 
 // OutputAction is an Action that also reports what a run printed. The

@@ -90,6 +90,8 @@ func (a *ExecAction) RunOutput(ctx context.Context, f Fire) (Output, error) {
 	}
 	out := Output{Stdout: fileTail(stdout, n), Stderr: fileTail(stderr, n)}
 	if err == nil {
+		ok := 0
+		out.ExitCode = &ok
 		return out, nil
 	}
 	code := -1
@@ -97,6 +99,7 @@ func (a *ExecAction) RunOutput(ctx context.Context, f Fire) (Output, error) {
 	if errors.As(err, &ee) {
 		code = ee.ExitCode()
 	}
+	out.ExitCode = &code
 	if ctx.Err() != nil {
 		err = fmt.Errorf("%w: %w", ctx.Err(), err)
 	}

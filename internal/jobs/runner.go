@@ -655,7 +655,7 @@ func (r *Runner) execute(log *slog.Logger, d schedule.Due, spec Spec, f Fire, le
 // on record: abandoned if another replica had taken the run over.
 func (r *Runner) finish(log *slog.Logger, d schedule.Due, spec Spec, l Lease, status string, runErr error, out Output,
 	startedAt, endedAt time.Time) string {
-	end := RunEnd{Status: status, EndedAt: endedAt, Output: out, StartedAt: startedAt}
+	end := RunEnd{Status: status, EndedAt: endedAt, Output: out, StartedAt: startedAt, ExitCode: out.ExitCode}
 	if runErr != nil {
 		end.Error = runErr.Error()
 	}
