@@ -342,8 +342,8 @@ func schedulesSet() *ucli.Command {
 				}
 				warning := ""
 				if res.Warning != nil {
-					warning = fmt.Sprintf("%v — written anyway: daemons running %s will not arm it "+
-						"(last known good), unless a Go program embedding cronswap registers that action", res.Warning, s.configFile)
+					warning = fmt.Sprintf("%v — written anyway: daemons running %s will not arm it (one armed before keeps "+
+						"its last valid timing), unless a Go program embedding cronswap registers that action", res.Warning, s.configFile)
 					fmt.Fprintln(c.App.ErrWriter, "cronswap: warning:", warning)
 				}
 				if isJSON(c) {

@@ -108,7 +108,7 @@ func TestRepoConfigYAML(t *testing.T) {
 			Overlap: jobs.OverlapForbid,
 		},
 		"warm_cache": {
-			HTTP:    &jobs.HTTPSettings{URL: "http://127.0.0.1:8080/hooks/warm", Method: "POST"},
+			HTTP:    &jobs.HTTPSettings{URL: "http://127.0.0.1:9090/healthz", Method: "GET"},
 			Timeout: 10 * time.Second,
 			Overlap: jobs.OverlapForbid,
 		},
