@@ -15,7 +15,7 @@ import (
 
 	"github.com/cronswap/cronswap/internal/admin"
 	"github.com/cronswap/cronswap/internal/config"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -100,7 +100,7 @@ func scheduleRules(cfg config.Config, configFile string) (admin.Rules, error) {
 	if configFile == "" || len(cfg.Jobs) == 0 {
 		return r, nil
 	}
-	reg, err := jobs.FromDefinitions(cfg.Jobs)
+	reg, err := actions.FromDefinitions(cfg.Jobs)
 	if err != nil {
 		return r, ucli.Exit(fmt.Sprintf("config %s: %v", configFile, err), ExitUserError)
 	}

@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/cli"
 	"github.com/cronswap/cronswap/internal/httpapi"
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/members"
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
@@ -136,9 +138,9 @@ func TestSetRefusesAnExpressionPaddedPastTheLimit(t *testing.T) {
 // member with its address, as a running daemon does. It requires token.
 func fakeDaemon(t *testing.T, e *env, id, token string, docs ...schedule.Schedule) {
 	t.Helper()
-	reg := jobs.NewRegistry()
-	reg.Register("daily_report", jobs.Spec{Action: jobs.ActionFunc(nil)})
-	reg.Register("heartbeat", jobs.Spec{Action: jobs.ActionFunc(nil)})
+	reg := actions.NewRegistry()
+	reg.Register("daily_report", actions.Action{Handler: jobs.HandlerFunc(nil)})
+	reg.Register("heartbeat", actions.Action{Handler: jobs.HandlerFunc(nil)})
 	engine := scheduler.New(scheduler.Options{Policy: reg, Shards: 1})
 	for _, s := range docs {
 		engine.Reload(s)
@@ -268,7 +270,7 @@ func TestRunsListUnknownJob(t *testing.T) {
 	}
 	// Records of a job whose schedule is gone are still listed.
 	at := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
-	insertDocs(t, e.db.Collection(jobs.RunsCollection), jobs.RunDoc{ID: "old", JobID: "gone", ScheduledAt: at, Status: jobs.StatusSucceeded})
+	insertDocs(t, e.db.Collection(record.RunsCollection), record.RunDoc{ID: "old", JobID: "gone", ScheduledAt: at, Status: record.StatusSucceeded})
 	if r := e.ok("runs", "list", "--job", "gone"); !strings.Contains(r.stdout, "old") {
 		t.Errorf("runs list of a deleted job's records: %q", r.stdout)
 	}

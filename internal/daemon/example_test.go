@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/config"
 	"github.com/cronswap/cronswap/internal/httpapi"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/jobs"
 )
 
 // The example warm_cache action of the repository's config.yaml answers on
@@ -28,7 +29,7 @@ func TestExampleWarmCacheAnswersOnTheLocalDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := jobs.FromDefinitions(cfg.Jobs)
+	reg, err := actions.FromDefinitions(cfg.Jobs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,9 +37,9 @@ func TestExampleWarmCacheAnswersOnTheLocalDefault(t *testing.T) {
 	if !ok {
 		t.Fatal("config.yaml has no warm_cache action")
 	}
-	action, ok := spec.Action.(*jobs.HTTPAction)
+	action, ok := spec.Handler.(*actions.HTTPAction)
 	if !ok {
-		t.Fatalf("warm_cache is a %T, want an http action", spec.Action)
+		t.Fatalf("warm_cache is a %T, want an http action", spec.Handler)
 	}
 	u, err := url.Parse(action.URL)
 	if err != nil {
@@ -54,7 +55,7 @@ func TestExampleWarmCacheAnswersOnTheLocalDefault(t *testing.T) {
 	local.URL = srv.URL + u.RequestURI()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := local.Run(ctx, jobs.Fire{JobID: "warm_cache", ScheduledAt: time.Now()}); err != nil {
+	if err := local.Handle(ctx, jobs.Run{JobID: "warm_cache", Slot: time.Now()}); err != nil {
 		t.Fatalf("warm_cache against the daemon's listener: %v", err)
 	}
 }
