@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/internal/httpapi"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/timeline"
 )
 
@@ -98,11 +98,11 @@ func TestViewsAgreeOnOwnedJobsAndLastRun(t *testing.T) {
 		Status string `json:"status"`
 	}
 	if err := json.Unmarshal([]byte(cliOK(t, cfg, "run-now", "v-03", "--wait", "60s", "-o", "json")), &res); err != nil ||
-		res.Status != jobs.StatusSucceeded {
+		res.Status != record.StatusSucceeded {
 		t.Fatalf("run-now: %v %+v", err, res)
 	}
-	var rec jobs.RunDoc
-	if err := db.Collection(jobs.RunsCollection).FindOne(t.Context(), bson.D{{Key: "_id", Value: res.RunID}}).Decode(&rec); err != nil {
+	var rec record.RunDoc
+	if err := db.Collection(record.RunsCollection).FindOne(t.Context(), bson.D{{Key: "_id", Value: res.RunID}}).Decode(&rec); err != nil {
 		t.Fatalf("the run-now's record %s: %v", res.RunID, err)
 	}
 	for _, d := range ds {
@@ -110,7 +110,7 @@ func TestViewsAgreeOnOwnedJobsAndLastRun(t *testing.T) {
 		if code := d.get("/api/schedule-rows?q=v-03", &rows); code != http.StatusOK || len(rows.Items) != 1 {
 			t.Fatalf("%s rows: %d %+v", d.addr, code, rows)
 		}
-		if lr := rows.Items[0].LastRun; lr == nil || lr.RunID != res.RunID || lr.Status != jobs.StatusSucceeded {
+		if lr := rows.Items[0].LastRun; lr == nil || lr.RunID != res.RunID || lr.Status != record.StatusSucceeded {
 			t.Errorf("%s's row of v-03: last run %+v, want %s", d.addr, lr, res.RunID)
 		}
 		var det httpapi.Detail
@@ -167,7 +167,7 @@ func TestViewsAgreeOnOwnedJobsAndLastRun(t *testing.T) {
 		if v.ID == "v-03" {
 			for name, got := range map[string]cliView{"get": one, "list": v} {
 				at, err := time.Parse(time.RFC3339, deref(got.LastRun))
-				if err != nil || !at.Equal(rec.ScheduledAt.Truncate(time.Second)) || got.LastStatus != jobs.StatusSucceeded {
+				if err != nil || !at.Equal(rec.ScheduledAt.Truncate(time.Second)) || got.LastStatus != record.StatusSucceeded {
 					t.Errorf("schedules %s v-03: last run %q %s, want the run-now's %s succeeded", name, deref(got.LastRun), got.LastStatus,
 						rec.ScheduledAt.UTC().Format(time.RFC3339))
 				}

@@ -9,14 +9,14 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/internal/httpapi"
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/members"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
 
-// A job's last run is its newest record that ran (jobs.LastRun), whatever
+// A job's last run is its newest record that ran (record.LastRun), whatever
 // started it: a run-now after the last cron slot is the last run, a
 // newer skipped, missed or buffered record is not, and a retrying record
 // is. The rows and the job page show the same one.
@@ -24,41 +24,41 @@ func TestLastRunIsTheNewestRecordThatRan(t *testing.T) {
 	db := testmongo.NewDatabase(t, testmongo.Client(t))
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Second)
-	locks, runs := jobs.Collections(db)
+	locks, runs := record.Collections(db)
 	slot := now.Add(-20 * time.Minute)
 	runNowAt := now.Add(-5 * time.Minute).Add(123 * time.Millisecond)
 	docs := []any{
 		// daily_report: a cron slot, then a run-now, then records that did not run.
-		jobs.RunDoc{ID: jobs.RunID("daily_report", slot), JobID: "daily_report", ScheduledAt: slot, Instance: "replica-1",
-			Status: jobs.StatusSucceeded, StartedAt: slot, EndedAt: slot.Add(time.Second)},
-		jobs.RunDoc{ID: "trigger/abc", JobID: "daily_report", ScheduledAt: runNowAt, Instance: "replica-2",
-			Status: jobs.StatusSucceeded, StartedAt: runNowAt.Add(10 * time.Millisecond), EndedAt: runNowAt.Add(time.Second)},
-		jobs.RunDoc{ID: jobs.RunID("daily_report", now.Add(-2*time.Minute)), JobID: "daily_report", ScheduledAt: now.Add(-2 * time.Minute),
-			Status: jobs.StatusSkipped, Reason: "overlap"},
-		jobs.RunDoc{ID: jobs.MissedID("daily_report", now.Add(-time.Minute)), JobID: "daily_report", ScheduledAt: now.Add(-time.Minute),
-			Status: jobs.StatusMissed, Count: 1, Reason: jobs.MissedNoReplica},
-		jobs.RunDoc{ID: "trigger/def", JobID: "daily_report", ScheduledAt: now.Add(-30 * time.Second).Add(7 * time.Millisecond),
-			Status: jobs.StatusBuffered},
+		record.RunDoc{ID: record.RunID("daily_report", slot), JobID: "daily_report", ScheduledAt: slot, Instance: "replica-1",
+			Status: record.StatusSucceeded, StartedAt: slot, EndedAt: slot.Add(time.Second)},
+		record.RunDoc{ID: "trigger/abc", JobID: "daily_report", ScheduledAt: runNowAt, Instance: "replica-2",
+			Status: record.StatusSucceeded, StartedAt: runNowAt.Add(10 * time.Millisecond), EndedAt: runNowAt.Add(time.Second)},
+		record.RunDoc{ID: record.RunID("daily_report", now.Add(-2*time.Minute)), JobID: "daily_report", ScheduledAt: now.Add(-2 * time.Minute),
+			Status: record.StatusSkipped, Reason: "overlap"},
+		record.RunDoc{ID: record.MissedID("daily_report", now.Add(-time.Minute)), JobID: "daily_report", ScheduledAt: now.Add(-time.Minute),
+			Status: record.StatusMissed, Count: 1, Reason: record.MissedNoReplica},
+		record.RunDoc{ID: "trigger/def", JobID: "daily_report", ScheduledAt: now.Add(-30 * time.Second).Add(7 * time.Millisecond),
+			Status: record.StatusBuffered},
 		// heartbeat: a succeeded slot, then one between two attempts.
-		jobs.RunDoc{ID: jobs.RunID("heartbeat", now.Add(-20*time.Second)), JobID: "heartbeat", ScheduledAt: now.Add(-20 * time.Second),
-			Status: jobs.StatusSucceeded, StartedAt: now.Add(-20 * time.Second), EndedAt: now.Add(-19 * time.Second)},
-		jobs.RunDoc{ID: jobs.RunID("heartbeat", now.Add(-10*time.Second)), JobID: "heartbeat", ScheduledAt: now.Add(-10 * time.Second),
-			Status: jobs.StatusRetrying, Attempt: 1, StartedAt: now.Add(-10 * time.Second)},
+		record.RunDoc{ID: record.RunID("heartbeat", now.Add(-20*time.Second)), JobID: "heartbeat", ScheduledAt: now.Add(-20 * time.Second),
+			Status: record.StatusSucceeded, StartedAt: now.Add(-20 * time.Second), EndedAt: now.Add(-19 * time.Second)},
+		record.RunDoc{ID: record.RunID("heartbeat", now.Add(-10*time.Second)), JobID: "heartbeat", ScheduledAt: now.Add(-10 * time.Second),
+			Status: record.StatusRetrying, Attempt: 1, StartedAt: now.Add(-10 * time.Second)},
 		// broken: only a missed slot.
-		jobs.RunDoc{ID: jobs.MissedID("broken", now.Add(-time.Hour)), JobID: "broken", ScheduledAt: now.Add(-time.Hour),
-			Status: jobs.StatusMissed, Count: 1, Reason: jobs.MissedNoReplica},
+		record.RunDoc{ID: record.MissedID("broken", now.Add(-time.Hour)), JobID: "broken", ScheduledAt: now.Add(-time.Hour),
+			Status: record.StatusMissed, Count: 1, Reason: record.MissedNoReplica},
 	}
 	if _, err := runs.InsertMany(ctx, docs); err != nil {
 		t.Fatal(err)
 	}
 	// The lock's last slot is the cron slot: run-now never moves it.
-	if _, err := locks.InsertOne(ctx, jobs.LockDoc{JobID: "daily_report", State: jobs.LockFree, Fence: runNowAt.UnixMilli(),
+	if _, err := locks.InsertOne(ctx, record.LockDoc{JobID: "daily_report", State: record.LockFree, Fence: runNowAt.UnixMilli(),
 		LastSlot: slot, UpdatedAt: now}); err != nil {
 		t.Fatal(err)
 	}
 	f := newFixture(t, func(o *httpapi.Options) { o.Records = httpapi.NewMongoRecords(db) })
 
-	want := map[string]string{"daily_report": "trigger/abc", "heartbeat": jobs.RunID("heartbeat", now.Add(-10*time.Second)), "broken": ""}
+	want := map[string]string{"daily_report": "trigger/abc", "heartbeat": record.RunID("heartbeat", now.Add(-10*time.Second)), "broken": ""}
 	rows := map[string]httpapi.Row{}
 	for _, r := range getRows(t, f, "").Items {
 		rows[r.ID] = r
@@ -80,11 +80,11 @@ func TestLastRunIsTheNewestRecordThatRan(t *testing.T) {
 		}
 	}
 	lr := rows["daily_report"].LastRun
-	if lr == nil || lr.Status != jobs.StatusSucceeded || !lr.ScheduledAt.Equal(runNowAt) || lr.InstanceID != "replica-2" ||
+	if lr == nil || lr.Status != record.StatusSucceeded || !lr.ScheduledAt.Equal(runNowAt) || lr.InstanceID != "replica-2" ||
 		lr.StartedAt == nil || lr.EndedAt == nil {
 		t.Errorf("daily_report last run %+v, want the run-now's record", lr)
 	}
-	if lr := rows["heartbeat"].LastRun; lr == nil || lr.Status != jobs.StatusRetrying || lr.EndedAt != nil {
+	if lr := rows["heartbeat"].LastRun; lr == nil || lr.Status != record.StatusRetrying || lr.EndedAt != nil {
 		t.Errorf("heartbeat last run %+v, want the retrying slot", lr)
 	}
 }

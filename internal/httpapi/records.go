@@ -9,13 +9,13 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // Records reads the fire path's records (job_runs, job_locks) for the
 // overview, the schedules table and the job page (*MongoRecords is one).
 type Records interface {
-	// LastRuns returns the last run (jobs.LastRun) of each of ids that
+	// LastRuns returns the last run (record.LastRun) of each of ids that
 	// has one, by job id.
 	LastRuns(ctx context.Context, ids []string) (map[string]LastRun, error)
 	// MissedSince returns, by job id, how many slots the missed records
@@ -26,14 +26,14 @@ type Records interface {
 	// since, by status.
 	FiresSince(ctx context.Context, since time.Time) (map[string]int64, error)
 	// Lock returns the lock document of job id; nil when it has none.
-	Lock(ctx context.Context, id string) (*jobs.LockDoc, error)
+	Lock(ctx context.Context, id string) (*record.LockDoc, error)
 }
 
-// LastRun is a job's last run (jobs.LastRun: of its records whose action
+// LastRun is a job's last run (record.LastRun: of its records whose action
 // started, the one with the latest scheduled_at), as the schedules table
 // and the job page show it.
 type LastRun struct {
-	// RunID is the run's id: jobs.RunID of the job and slot, or
+	// RunID is the run's id: record.RunID of the job and slot, or
 	// trigger/<request id> for a run-now.
 	RunID string `json:"run_id"`
 	// ScheduledAt is the run's slot (a run-now's: its request time).
@@ -56,14 +56,14 @@ type MongoRecords struct {
 
 // NewMongoRecords returns the records of db (jobs.Collections).
 func NewMongoRecords(db *mongo.Database) *MongoRecords {
-	locks, runs := jobs.Collections(db)
+	locks, runs := record.Collections(db)
 	return &MongoRecords{locks: locks, runs: runs}
 }
 
-// LastRuns implements Records with jobs.LastRuns, the one definition of
+// LastRuns implements Records with record.LastRuns, the one definition of
 // a job's last run.
 func (m *MongoRecords) LastRuns(ctx context.Context, ids []string) (map[string]LastRun, error) {
-	runs, err := jobs.LastRuns(ctx, m.runs, ids)
+	runs, err := record.LastRuns(ctx, m.runs, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +74,7 @@ func (m *MongoRecords) LastRuns(ctx context.Context, ids []string) (map[string]L
 	return out, nil
 }
 
-func lastRunOf(r jobs.RunDoc) LastRun {
+func lastRunOf(r record.RunDoc) LastRun {
 	return LastRun{RunID: r.ID, ScheduledAt: r.ScheduledAt.UTC(), Status: r.Status,
 		StartedAt: utcPtr(r.StartedAt), EndedAt: utcPtr(r.EndedAt), InstanceID: r.Instance}
 }
@@ -91,7 +91,7 @@ func (m *MongoRecords) MissedSince(ctx context.Context, ids []string, since time
 	}
 	match = append(match,
 		bson.E{Key: "scheduled_at", Value: bson.D{{Key: "$gte", Value: since}}},
-		bson.E{Key: "status", Value: jobs.StatusMissed})
+		bson.E{Key: "status", Value: record.StatusMissed})
 	return m.sumBy(ctx, match, "$job_id", bson.D{{Key: "$ifNull", Value: bson.A{"$count", 1}}})
 }
 
@@ -125,8 +125,8 @@ func (m *MongoRecords) sumBy(ctx context.Context, match bson.D, key string, sum 
 }
 
 // Lock implements Records.
-func (m *MongoRecords) Lock(ctx context.Context, id string) (*jobs.LockDoc, error) {
-	var l jobs.LockDoc
+func (m *MongoRecords) Lock(ctx context.Context, id string) (*record.LockDoc, error) {
+	var l record.LockDoc
 	err := m.locks.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&l)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil

@@ -72,7 +72,7 @@ type Row struct {
 	// NextRunLocal is the next run in the job's zone (RFC 3339 with its
 	// offset); nil when not armed.
 	NextRunLocal *string `json:"next_run_local"`
-	// LastRun is the job's last run (jobs.LastRun); nil when none is
+	// LastRun is the job's last run (record.LastRun); nil when none is
 	// recorded.
 	LastRun *LastRun `json:"last_run"`
 	// MissedLastDay is how many slots of the job were recorded missed in
