@@ -9,8 +9,9 @@ import (
 	"github.com/robfig/cron/v3"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
+	"github.com/cronswap/cronswap/scheduler"
 )
 
 // Record is one document of job_runs: a run, a skip or a missed-slot
@@ -102,7 +103,7 @@ func Assemble(in Input) Timeline {
 	for i, r := range in.Records {
 		breaks = append(breaks, r.ScheduledAt)
 		bySlot[r.ScheduledAt.UnixMilli()] = i
-		if r.Status == jobs.StatusMissed {
+		if r.Status == record.StatusMissed {
 			missed = append(missed, r)
 		}
 	}
@@ -123,7 +124,7 @@ func Assemble(in Input) Timeline {
 			continue
 		}
 		e := recordEntry(r)
-		e.OffSchedule = !matched[i] && r.Status != jobs.StatusMissed
+		e.OffSchedule = !matched[i] && r.Status != record.StatusMissed
 		entries = append(entries, e)
 	}
 	for _, e := range edits {
@@ -273,23 +274,24 @@ func lastOf(r Record) time.Time {
 }
 
 // compile parses job jobID's schedule of a segment as the daemon arms it
-// (schedule.Schedule.Parse, with the daemon's error), in loc when it names
+// (scheduler.Check, with the engine's error; no action policy: the
+// timeline does not know the daemons' configuration), in loc when it names
 // no zone.
 func compile(jobID string, t Timing, loc *time.Location) (cron.Schedule, error) {
 	s := schedule.Schedule{ID: jobID, CronExpr: t.CronExpr, Timezone: t.Timezone, Enabled: t.Enabled, DST: schedule.DSTMode(t.DST)}
-	return s.Parse(loc)
+	return scheduler.Check(s, loc, nil)
 }
 
 func recordEntry(r Record) Entry {
 	e := Entry{At: r.ScheduledAt.UTC(), Count: 1, Status: r.Status, RunID: r.ID, Instance: r.Instance}
 	switch r.Status {
-	case jobs.StatusSkipped:
+	case record.StatusSkipped:
 		e.Kind = KindSkipped
 		e.Reason = r.Error
 		if r.Reason != "" {
 			e.Reason = r.Reason
 		}
-	case jobs.StatusMissed:
+	case record.StatusMissed:
 		e.Kind = KindMissed
 		e.Reason = r.Reason
 		if r.Count > 1 {
@@ -311,7 +313,7 @@ func recordEntry(r Record) Entry {
 		}
 		e.Error, e.ExitCode = r.Error, r.ExitCode
 		e.Attempt = r.Attempt
-		if r.Status == jobs.StatusBuffered {
+		if r.Status == record.StatusBuffered {
 			e.Reason = r.Reason // which run it waits for
 		}
 	}

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // Bounds of one timeline. A request for more is refused (window) or cut
@@ -90,7 +90,7 @@ type Timeline struct {
 	// FailurePause is set while the job is paused after consecutive
 	// failed slots (job_pauses): its fires are recorded missed, reason
 	// paused, until `cronswap schedules resume`.
-	FailurePause *jobs.PauseDoc `json:"failure_pause,omitempty"`
+	FailurePause *record.PauseDoc `json:"failure_pause,omitempty"`
 	// FirstSeen is the job's first sighting, when the history has one:
 	// no slot at or before it is expected.
 	FirstSeen *FirstSeen `json:"first_seen,omitempty"`
@@ -112,9 +112,9 @@ type Timing struct {
 	// the default shift).
 	DST string `json:"dst,omitempty"`
 	// Error says why this schedule expects no slots: the error the daemon
-	// reports for the document (schedule.DecodeFields, then the
-	// expression parsed in its zone), or, on a segment, that the schedule
-	// is older than the edit history read.
+	// reports for the document (schedule.DecodeFields, then
+	// scheduler.Check in its zone), or, on a segment, that the schedule is
+	// older than the edit history read.
 	Error string `json:"error,omitempty"`
 
 	// exprNotString is true when CronExpr is the rendering of a value
