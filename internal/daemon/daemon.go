@@ -204,7 +204,11 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		Armed:        d.engine.Len,
 		TokenSavedAt: func() time.Time { return d.watcher.Status().TokenSavedAt },
 		ClaimLatency: d.runner.LatencyEstimate,
+		WatchState:   func() string { return watchState(d.watcher.Status()) },
+		LiveMembers:  func() int { return len(d.members.LiveView()) },
+		HeartbeatAge: d.members.HeartbeatAge,
 	})
+	d.metrics.Preset(knownLabels(cfg))
 	d.server = &http.Server{
 		Handler: httpapi.New(httpapi.Options{
 			Schedules:       d.engine,

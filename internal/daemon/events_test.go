@@ -62,7 +62,7 @@ func TestFireHooksPublishRuns(t *testing.T) {
 	c, cancel := b.Subscribe()
 	defer cancel()
 	h := fireHooks(nil, b)
-	h.Dispatched("job-a", time.Now(), time.Now())
+	h.Dispatched("job-a", "", time.Now(), time.Now())
 	h.RunEnded("job-a", "succeeded")
 	for _, want := range []string{"running", "succeeded"} {
 		ev := nextEvent(t, c)

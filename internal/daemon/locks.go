@@ -19,8 +19,8 @@ import (
 // job's planned jitter delay), so jitter does not show as lateness.
 func fireHooks(mx *metrics.Metrics, events *httpapi.Broker) firepath.Hooks {
 	return firepath.Hooks{
-		Dispatched: func(id string, due, at time.Time) {
-			mx.ObserveFireLateness(due, at)
+		Dispatched: func(id, category string, due, at time.Time) {
+			mx.ObserveFireLateness(category, due, at)
 			events.RunChanged(id, record.StatusRunning)
 		},
 		Claimed:       func(_ string, result string) { mx.CountLockAcquisition(result) },

@@ -28,10 +28,10 @@ const NotRunPaused = record.MissedPaused
 // are called synchronously and must be quick.
 type Hooks struct {
 	// Dispatched is called when a fire's action starts (after its claim),
-	// with when the fire was due (its slot plus its planned jitter,
-	// schedule.Due.At) and the time; at minus due is the fire's start
-	// lateness.
-	Dispatched func(jobID string, due, at time.Time)
+	// with the schedule's category, when the fire was due (its slot plus
+	// its planned jitter, schedule.Due.At) and the time; at minus due is
+	// the fire's start lateness.
+	Dispatched func(jobID, category string, due, at time.Time)
 	// Claimed is called after each claim with its result (ClaimResult's
 	// String, or "error").
 	Claimed func(jobID string, result string)
@@ -62,6 +62,10 @@ const (
 	NotRunStartingDeadline = record.MissedStartingDeadline
 	NotRunQueueFull        = record.MissedQueueFull
 )
+
+// NotRunReasons lists every reason passed to Hooks.NotRun.
+var NotRunReasons = []string{NotRunUnreachable, NotRunClaimError, NotRunShuttingDown, NotRunStartingDeadline,
+	NotRunQueueFull, NotRunPaused}
 
 // Defaults of RunnerOptions: what a zero field means.
 const (

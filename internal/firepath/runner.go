@@ -428,7 +428,7 @@ func (r *Runner) execute(log *slog.Logger, d schedule.Due, spec actions.Action, 
 	}
 	startedAt := r.clock.Now()
 	if h := r.opts.Hooks.Dispatched; h != nil {
-		h(f.JobID, d.At(), r.clock.Now())
+		h(f.JobID, d.Schedule.Category, d.At(), r.clock.Now())
 	}
 	log.Info("run started", "action", d.Schedule.ActionName())
 	out, err := runSafely(ctx, spec.Handler, f)

@@ -49,8 +49,12 @@ type Metrics struct {
 	// having armed or disarmed the job, before the change is logged: the
 	// daemon's own share of EditToArmed.
 	EventApply prometheus.Histogram
-	// FireLateness is dispatch time minus the cron slot.
-	FireLateness prometheus.Histogram
+	// FireLateness is dispatch time minus when the fire was due, by the
+	// schedule's category (bounded: see Known.Categories).
+	FireLateness *prometheus.HistogramVec
+	// lateness holds FireLateness's observer of each known category (see
+	// Preset); fixed before the first fire.
+	lateness map[string]prometheus.Observer
 	// Runs counts finished fires by job and status (succeeded, failed,
 	// skipped, abandoned).
 	Runs *prometheus.CounterVec
@@ -92,6 +96,16 @@ type Sources struct {
 	// ClaimLatency returns the fire path's claim-latency estimate (0 while
 	// there is none).
 	ClaimLatency func() time.Duration
+	// WatchState returns the schedules watcher's state: WatchStreaming,
+	// WatchPolling or WatchLost.
+	WatchState func() string
+	// LiveMembers returns the number of live members this replica sees,
+	// itself included.
+	LiveMembers func() int
+	// HeartbeatAge returns the time since this replica's membership
+	// heartbeat was last written (since it started trying, before the
+	// first).
+	HeartbeatAge func() time.Duration
 }
 
 // New creates the metrics on a fresh registry that also carries the Go
@@ -119,9 +133,9 @@ func New() *Metrics {
 		EventApply: f.histogram(prometheus.HistogramOpts{Name: "event_apply_seconds",
 			Help:    "Time from receiving a change event to the engine having armed or disarmed the job.",
 			Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .00075, .001, .0015, .002, .0025, .005, .01, .05}}),
-		FireLateness: f.histogram(prometheus.HistogramOpts{Name: "fire_lateness_seconds",
-			Help:    "Dispatch time minus the cron slot.",
-			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}),
+		FireLateness: f.histogramVec(prometheus.HistogramOpts{Name: "fire_lateness_seconds",
+			Help:    "Dispatch time minus when the fire was due (its slot plus its planned jitter), by schedule category (the config's categories, none, other).",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, "category"),
 		Runs: f.counterVec(prometheus.CounterOpts{Name: "runs_total",
 			Help: "Finished fires by job and status (succeeded, failed, skipped, abandoned)."}, "job_id", "status"),
 		LockAcquisitions: f.counterVec(prometheus.CounterOpts{Name: "lock_acquisitions_total",
@@ -172,6 +186,28 @@ func (m *Metrics) RegisterGauges(src Sources) {
 			Help: "The claim-latency estimate: 90th percentile of the recent claim batches' durations (0 while there is none)."},
 			func() float64 { return src.ClaimLatency().Seconds() }))
 	}
+	if src.WatchState != nil {
+		for _, state := range WatchStates {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "watch_state",
+				Help:        "1 for the schedules watcher's current state (streaming, polling, lost), 0 for the others.",
+				ConstLabels: prometheus.Labels{"state": state}},
+				func() float64 {
+					if src.WatchState() == state {
+						return 1
+					}
+					return 0
+				}))
+		}
+	}
+	if src.LiveMembers != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "members_live",
+			Help: "Live members this replica sees, itself included."}, func() float64 { return float64(src.LiveMembers()) }))
+	}
+	if src.HeartbeatAge != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "heartbeat_age_seconds",
+			Help: "Seconds since this replica last wrote its membership heartbeat (since it started, before the first)."},
+			func() float64 { return src.HeartbeatAge().Seconds() }))
+	}
 }
 
 // Registry returns the registry the metrics live on, to register more
@@ -204,12 +240,13 @@ func (m *Metrics) ObserveEventApply(d time.Duration) {
 	m.EventApply.Observe(d.Seconds())
 }
 
-// ObserveFireLateness records dispatch time minus the slot.
-func (m *Metrics) ObserveFireLateness(slot, dispatched time.Time) {
+// ObserveFireLateness records dispatch time minus when the fire was due,
+// under the schedule's category (bounded as Known.Categories says).
+func (m *Metrics) ObserveFireLateness(category string, due, dispatched time.Time) {
 	if m == nil {
 		return
 	}
-	m.FireLateness.Observe(max(dispatched.Sub(slot), 0).Seconds())
+	m.latenessObserver(category).Observe(max(dispatched.Sub(due), 0).Seconds())
 }
 
 // CountChangeEvent counts one applied change event.
@@ -290,6 +327,13 @@ func (f factory) counterVec(o prometheus.CounterOpts, labels ...string) *prometh
 	c := prometheus.NewCounterVec(o, labels)
 	f.reg.MustRegister(c)
 	return c
+}
+
+func (f factory) histogramVec(o prometheus.HistogramOpts, labels ...string) *prometheus.HistogramVec {
+	o.Namespace = Namespace
+	h := prometheus.NewHistogramVec(o, labels)
+	f.reg.MustRegister(h)
+	return h
 }
 
 func (f factory) histogram(o prometheus.HistogramOpts) prometheus.Histogram {

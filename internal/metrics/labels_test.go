@@ -1,0 +1,96 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// Lateness is labelled by the schedule's category when the config names
+// it, none without one, other for any other: documents cannot grow the
+// label's values.
+func TestFireLatenessCategoryIsBounded(t *testing.T) {
+	m := New()
+	m.Preset(Known{Categories: []string{"billing", "reports"}})
+	now := time.Now()
+	m.ObserveFireLateness("billing", now.Add(-2*time.Second), now)
+	m.ObserveFireLateness("billing", now.Add(-time.Second), now)
+	m.ObserveFireLateness("", now, now)
+	for i := range 50 {
+		m.ObserveFireLateness("adhoc-"+strings.Repeat("x", i), now, now)
+	}
+	got := scrape(t, m)
+	for k, want := range map[string]float64{
+		"cronswap_fire_lateness_seconds,category=billing,count": 2,
+		"cronswap_fire_lateness_seconds,category=billing,sum":   3,
+		"cronswap_fire_lateness_seconds,category=reports,count": 0,
+		"cronswap_fire_lateness_seconds,category=none,count":    1,
+		"cronswap_fire_lateness_seconds,category=other,count":   50,
+	} {
+		if v, ok := got[k]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", k, v, ok, want)
+		}
+	}
+	n := 0
+	for k := range got {
+		if strings.HasPrefix(k, "cronswap_fire_lateness_seconds,") && strings.HasSuffix(k, ",count") {
+			n++
+		}
+	}
+	if n != 4 {
+		t.Errorf("%d category series, want 4 (billing, reports, none, other)", n)
+	}
+}
+
+// Every known reason's series is exported at 0 before anything happened,
+// so that increase() sees the first miss of a freshly started replica.
+func TestPresetExportsEveryReasonFromTheStart(t *testing.T) {
+	m := New()
+	m.Preset(Known{MissedReasons: []string{"no_replica_running", "queue_full"}, NotRunReasons: []string{"shutting_down"},
+		NotificationSinks: []string{"ops"}})
+	got := scrape(t, m)
+	for _, k := range []string{
+		"cronswap_missed_slots_total,reason=no_replica_running",
+		"cronswap_missed_slots_total,reason=queue_full",
+		"cronswap_fires_not_run_total,reason=shutting_down",
+		"cronswap_notifications_total,result=delivered,sink=ops",
+		"cronswap_notifications_total,result=failed,sink=ops",
+		"cronswap_notifications_total,result=given_up,sink=ops",
+	} {
+		if v, ok := got[k]; !ok || v != 0 {
+			t.Errorf("%s = %v (present %v), want 0 from the start", k, v, ok)
+		}
+	}
+	m.CountMissedSlots("queue_full", 3)
+	if v := scrape(t, m)["cronswap_missed_slots_total,reason=queue_full"]; v != 3 {
+		t.Errorf("missed_slots_total{queue_full} = %v after 3, want 3", v)
+	}
+}
+
+// The gauges an alert needs: the watcher's state (one series per state,
+// 1 for the current one), the live members, the heartbeat's age.
+func TestAlertGauges(t *testing.T) {
+	m := New()
+	state := WatchLost
+	m.RegisterGauges(Sources{
+		WatchState:   func() string { return state },
+		LiveMembers:  func() int { return 3 },
+		HeartbeatAge: func() time.Duration { return 2500 * time.Millisecond },
+	})
+	for _, cur := range []string{WatchLost, WatchStreaming, WatchPolling} {
+		state = cur
+		got := scrape(t, m)
+		for _, s := range WatchStates {
+			want := 0.0
+			if s == cur {
+				want = 1
+			}
+			if v, ok := got["cronswap_watch_state,state="+s]; !ok || v != want {
+				t.Errorf("in state %s: watch_state{state=%s} = %v (present %v), want %v", cur, s, v, ok, want)
+			}
+		}
+		if got["cronswap_members_live"] != 3 || got["cronswap_heartbeat_age_seconds"] != 2.5 {
+			t.Errorf("members_live %v, heartbeat_age_seconds %v; want 3 and 2.5", got["cronswap_members_live"], got["cronswap_heartbeat_age_seconds"])
+		}
+	}
+}
