@@ -14,13 +14,16 @@ import (
 
 // knownLabels are the label values of cfg's daemon known before anything
 // happens (metrics.Known): the configured categories, every reason of a
-// missed slot and of a fire not run, and the configured webhooks.
+// missed slot and of a fire not run, the configured webhooks, and the
+// reasons of a full reload after a lost stream position.
 func knownLabels(cfg config.Config) metrics.Known {
 	return metrics.Known{
 		Categories:        slices.Sorted(maps.Keys(cfg.Categories)),
 		MissedReasons:     record.MissedReasons,
 		NotRunReasons:     firepath.NotRunReasons,
 		NotificationSinks: notifySinks(cfg),
+		// The reloads that say the watcher lost its place in the stream.
+		FullReloadReasons: []string{changestream.ReasonLostPosition, changestream.ReasonTokenRefused},
 	}
 }
 

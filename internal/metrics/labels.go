@@ -50,10 +50,13 @@ type Known struct {
 	// NotificationSinks are the configured webhooks' names
 	// (cronswap_notifications_total, every result).
 	NotificationSinks []string
+	// FullReloadReasons are reasons of full reloads
+	// (cronswap_full_reloads_total) that an alert watches.
+	FullReloadReasons []string
 }
 
-// Preset creates the series of k at 0 and fixes the category label values
-// (see Known). Call it once, before the first fire is observed.
+// Preset creates the series of k, and those of every reload result, at 0
+// and fixes the category label values (see Known). Call it once, before the first fire is observed.
 func (m *Metrics) Preset(k Known) {
 	if m == nil {
 		return
@@ -68,6 +71,12 @@ func (m *Metrics) Preset(k Known) {
 	}
 	for _, r := range k.NotRunReasons {
 		m.FiresNotRun.WithLabelValues(r)
+	}
+	for _, r := range k.FullReloadReasons {
+		m.FullReloads.WithLabelValues(r)
+	}
+	for _, r := range []string{ReloadApplied, ReloadUnchanged, ReloadRejected, ReloadRemoved} {
+		m.Reloads.WithLabelValues(r)
 	}
 	for _, s := range k.NotificationSinks {
 		for _, r := range []string{NotificationDelivered, NotificationFailed, NotificationGivenUp} {
