@@ -84,6 +84,9 @@ type daemonConfig struct {
 	Watch string
 	// Jobs is the YAML of the jobs: section; default has the example actions.
 	Jobs string
+	// Listen is the HTTP listen address; default 127.0.0.1:0 (any free
+	// port).
+	Listen string
 }
 
 const defaultJobs = `
@@ -105,19 +108,22 @@ func writeConfig(t *testing.T, c daemonConfig) string {
 	if c.Jobs == "" {
 		c.Jobs = defaultJobs
 	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:0"
+	}
 	yaml := fmt.Sprintf(`mongo:
   uri: %q
   database: %q
 instance_id: %q
 http:
-  listen: 127.0.0.1:0
+  listen: %s
 watch:
   backoff_min: 50ms
   backoff_max: 1s
 %sshutdown:
   grace: 20s
 %s
-jobs:%s`, c.URI, c.Database, c.InstanceID, c.Watch, c.Extra, c.Jobs)
+jobs:%s`, c.URI, c.Database, c.InstanceID, c.Listen, c.Watch, c.Extra, c.Jobs)
 	p := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
