@@ -31,6 +31,7 @@ import (
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/runstore"
 	"github.com/cronswap/cronswap/internal/timeline"
+	"github.com/cronswap/cronswap/internal/tracing"
 	"github.com/cronswap/cronswap/internal/triggers"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
@@ -86,6 +87,11 @@ type Daemon struct {
 	events *httpapi.Broker
 	// httpToken is httpapi.EnvToken as read by New ("" when unset).
 	httpToken string
+	// tracing exports spans over OTLP; nil when OTEL_* configures none.
+	tracing *tracing.Tracing
+	// edits traces the watcher's changes and what each armed; nil when
+	// tracing is off.
+	edits *editSpans
 }
 
 // New builds a daemon from cfg (already Finished): it checks the action
@@ -128,6 +134,12 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		_ = ln.Close()
 		return nil, err
 	}
+	if d.tracing, err = tracing.FromEnv(context.Background(), tracing.Resource{InstanceID: cfg.InstanceID}); err != nil {
+		disconnect(client)
+		_ = ln.Close()
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	d.edits = newEditSpans(d.tracing.Tracer())
 	locks, runs := record.Collections(db)
 	d.store = runstore.New(locks, runs,
 		runstore.Options{Retention: cfg.Runs.Retention, Instance: cfg.InstanceID, Logger: d.log, OnNotice: d.wakeRelay})
@@ -177,10 +189,13 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		Policy: registry,
 		// When the job was armed, before the engine logged it: the end of
 		// the event-apply measure (watchHooks).
-		Hooks: scheduler.Hooks{Applied: func(string, scheduler.Outcome) { d.armedAt.Store(time.Now().UnixNano()) }},
+		Hooks: scheduler.Hooks{Applied: func(id string, o scheduler.Outcome) {
+			d.armedAt.Store(time.Now().UnixNano())
+			d.edits.applied(id, o)
+		}},
 	})
 	d.history = newEditHistory(db.Collection(history.CollectionName),
-		eventSink{Sink: NewEngineSink(d.engine, d.log, d.metrics), events: d.events},
+		eventSink{Sink: d.edits.sink(NewEngineSink(d.engine, d.log, d.metrics)), events: d.events},
 		cfg.InstanceID, cfg.Runs.Retention, d.log)
 	hooks := d.history.hook(watchHooks(d.metrics, &d.armedAt), func() bool { return d.watcher.Status().Mode == changestream.ModePoll })
 	// The engine's timers start once it holds the schedules: filling a
@@ -271,7 +286,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.log.Info("cronswap started", "mongo_uri", config.RedactURI(d.cfg.Mongo.URI), "database", d.cfg.Mongo.Database,
 		"http_listen", d.listener.Addr().String(), "watch_mode", d.watcher.Status().Mode, "actions", d.registry.Names(),
-		"incarnation", d.members.Self().Incarnation)
+		"incarnation", d.members.Self().Incarnation, "tracing", d.tracingMode())
 
 	// Nothing is read or fired before this process holds its instance id:
 	// a second live process with the same id is refused by Join. The one
@@ -415,14 +430,34 @@ func (d *Daemon) shutdownHTTP() {
 	}
 }
 
-// Close releases what New opened (the listener and the client) for a
-// daemon that will not Run; Run closes them itself. It is idempotent.
+// tracingMode says how spans are exported: the OTLP protocol, or "off".
+func (d *Daemon) tracingMode() string {
+	if d.tracing == nil {
+		return "off"
+	}
+	return "otlp " + d.tracing.Protocol()
+}
+
+// shutdownTracing exports the spans still buffered, waiting a little for
+// the collector.
+func (d *Daemon) shutdownTracing() {
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.tracing.Shutdown(sctx); err != nil {
+		d.log.Warn("exporting the last spans", "error", err)
+	}
+}
+
+// Close releases what New opened (the listener, the client, the trace
+// exporter) for a daemon that will not Run; Run closes them itself. It is
+// idempotent.
 func (d *Daemon) Close() { d.close() }
 
 func (d *Daemon) close() {
 	d.closeOnce.Do(func() {
 		_ = d.listener.Close()
 		disconnect(d.client)
+		d.shutdownTracing()
 	})
 }
 
