@@ -424,7 +424,9 @@ func (r *Runner) execute(log *slog.Logger, d schedule.Due, spec actions.Action, 
 		defer cancelT()
 	}
 	if lease != nil {
-		r.leases.hold(*lease, cancel)
+		// A run that takes a while to stop (kill_grace) is cancelled that
+		// much before its lease runs out, so it never outlives it.
+		r.leases.holdStopping(*lease, cancel, actions.StopGraceOf(spec.Handler))
 	}
 	startedAt := r.clock.Now()
 	if h := r.opts.Hooks.Dispatched; h != nil {
