@@ -99,7 +99,7 @@ func (s ExecSettings) envRefs() []string {
 
 // startExec checks the exec action built from d on this machine — its
 // dir is a directory, every variable its env names is set — and hands
-// it the daemon's secrets (its program is checked by CheckPrograms).
+// it the daemon's secrets (its program is checked by checkPrograms).
 func startExec(d Definition, h jobs.Handler, s *starter) error {
 	a := h.(*ExecAction)
 	if a.Dir != "" {

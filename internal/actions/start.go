@@ -46,7 +46,7 @@ type starter struct {
 // Start returns the registry the daemon runs: FromDefinitions, then the
 // checks only the machine it runs on can answer, so that `cronswap run`
 // refuses to start instead of failing at a fire: every exec program exists
-// (CheckPrograms) and its dir is a directory, every variable the actions
+// (checkPrograms) and its dir is a directory, every variable the actions
 // name is set, every secret file is readable and not empty, every TLS
 // file is read and a client certificate matches its key. The actions share
 // one Redactor that knows every secret value read (Host.Secrets,
@@ -58,7 +58,7 @@ func Start(defs map[string]Definition, host Host) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckPrograms(defs); err != nil {
+	if err := checkPrograms(defs); err != nil {
 		return nil, err
 	}
 	s := &starter{lookup: host.LookupEnv, secrets: secret.NewRedactor(host.Secrets...),
@@ -116,7 +116,7 @@ func startHTTP(d Definition, h jobs.Handler, s *starter) error {
 	return nil
 }
 
-// CheckPrograms reports the first exec action, in name order, whose program
+// checkPrograms reports the first exec action, in name order, whose program
 // cannot be found as exec would find it when the job fires: a name with a
 // slash must be an executable file (a relative one, relative to the
 // action's dir, else the current directory); a bare name must be an
@@ -125,7 +125,7 @@ func startHTTP(d Definition, h jobs.Handler, s *starter) error {
 // calls it (Start), and not the commands that only read the configuration
 // (validate, schedules, ...), which must work where the programs are not
 // installed.
-func CheckPrograms(defs map[string]Definition) error {
+func checkPrograms(defs map[string]Definition) error {
 	for _, name := range slices.Sorted(maps.Keys(defs)) {
 		d := defs[name]
 		argv := d.Exec

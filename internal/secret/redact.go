@@ -50,6 +50,9 @@ func (r *Redactor) Add(values ...string) {
 		}
 		forms = append(forms, v, url.QueryEscape(v), jsonString(v, true), jsonString(v, false))
 	}
+	if r.allKnown(forms) {
+		return // the usual case at a fire: nothing new, no write lock
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	changed := false
@@ -78,6 +81,18 @@ func (r *Redactor) Add(values ...string) {
 	}
 	r.replacer = strings.NewReplacer(pairs...)
 	r.longest = len(all[0])
+}
+
+// allKnown reports whether every form is known already.
+func (r *Redactor) allKnown(forms []string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, f := range forms {
+		if !r.known[f] {
+			return false
+		}
+	}
+	return true
 }
 
 // jsonString is v as the inside of a JSON string, with <, > and & escaped
