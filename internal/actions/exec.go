@@ -88,9 +88,11 @@ func (a *ExecAction) Handle(ctx context.Context, f jobs.Run) error {
 
 // HandleOutput implements OutputHandler. The program's standard output and
 // standard error each go to a temporary file whose tail is kept; a failure
-// is an *ExitError carrying the stderr tail. When the program exits, or ctx
-// ends, its whole process group is killed, so a job never leaves processes
-// behind (like systemd's KillMode=control-group).
+// is an *ExitError carrying the stderr tail; both tails are redacted
+// (Secrets). When the program exits, its whole process group is killed, so
+// a job never leaves processes behind (like systemd's
+// KillMode=control-group); when ctx ends, the group gets SIGTERM and is
+// killed KillGrace later (at once without one).
 func (a *ExecAction) HandleOutput(ctx context.Context, f jobs.Run) (Output, error) {
 	if len(a.Argv) == 0 {
 		return Output{}, fmt.Errorf("exec %s: empty argv", f.JobID)
@@ -106,13 +108,13 @@ func (a *ExecAction) HandleOutput(ctx context.Context, f jobs.Run) (Output, erro
 	}
 	defer removeOutput(stderr)
 
-	// Its own process group, killed whole when ctx ends (the program and
-	// everything it started), and on Linux killed by the kernel when the
-	// daemon dies, however it dies (see internal/childproc).
 	env, err := a.environ(f)
 	if err != nil {
 		return Output{}, fmt.Errorf("exec %s: %w", f.JobID, err)
 	}
+	// Its own process group, stopped whole when ctx ends (the program and
+	// everything it started), and on Linux killed by the kernel when the
+	// daemon dies, however it dies (see internal/childproc).
 	cmd := childproc.CommandContext(ctx, a.Argv[0], a.Argv[1:]...)
 	childproc.StopGracefully(cmd, a.KillGrace)
 	cmd.Env = env
