@@ -424,7 +424,9 @@ func (r *Runner) execute(log *slog.Logger, d schedule.Due, spec actions.Action, 
 		defer cancelT()
 	}
 	if lease != nil {
-		r.leases.hold(*lease, cancel)
+		// A run that takes a while to stop (kill_grace) is cancelled that
+		// much before its lease runs out, so it never outlives it.
+		r.leases.holdStopping(*lease, cancel, actions.StopGraceOf(spec.Handler))
 	}
 	startedAt := r.clock.Now()
 	if h := r.opts.Hooks.Dispatched; h != nil {
@@ -475,7 +477,8 @@ func (r *Runner) execute(log *slog.Logger, d schedule.Due, spec actions.Action, 
 // on record: abandoned if another replica had taken the run over.
 func (r *Runner) finish(log *slog.Logger, d schedule.Due, spec actions.Action, l record.Lease, status string, runErr error, out actions.Output,
 	startedAt, endedAt time.Time) string {
-	end := record.RunEnd{Status: status, EndedAt: endedAt, Stdout: out.Stdout, Stderr: out.Stderr, StartedAt: startedAt, ExitCode: out.ExitCode}
+	end := record.RunEnd{Status: status, EndedAt: endedAt, Stdout: out.Stdout, Stderr: out.Stderr, StartedAt: startedAt, ExitCode: out.ExitCode,
+		AnswerStatus: out.AnswerStatus, Answer: out.Answer}
 	if runErr != nil {
 		end.Error = runErr.Error()
 	}
