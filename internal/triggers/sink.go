@@ -15,13 +15,26 @@ import (
 )
 
 // DefaultBackfillInterval is the least time between two backfilled slots
-// a replica offers to the fire path (5 a second): a backfill of a long
-// range does not flood the claim path, the job's lock or the action.
+// of one job that a replica offers to the fire path (5 a second per job):
+// a backfill of a long range does not flood the job's lock or its action.
 const DefaultBackfillInterval = 200 * time.Millisecond
 
+// DefaultMaxInFlight bounds the requests a replica handles at once (each
+// one waits in the fire path for its claim grace, its claim, its run and
+// its end); the others wait in the replica's queue, which costs memory,
+// not a goroutine.
+const DefaultMaxInFlight = 512
+
 // maxSlotBumps bounds how often a run-now request's scheduled_at is moved
-// past another record of the same millisecond.
-const maxSlotBumps = 5
+// past another record of the same job (RunSlot).
+const maxSlotBumps = 64
+
+// Retrying a request the database did not answer for: the first wait,
+// doubling up to the last, as long as the request may still start.
+const (
+	retryFirst = time.Second
+	retryMax   = 30 * time.Second
+)
 
 // ErrNoJob is returned by a Schedules lookup for a job without a schedule.
 var ErrNoJob = errors.New("no such job")
@@ -39,7 +52,8 @@ type Options struct {
 	Store *Store
 	// Schedules returns the job's schedule, also when it is paused or
 	// disabled; an error wrapping ErrNoJob when there is none, one wrapping
-	// schedule.ErrInvalid when its document is bad.
+	// schedule.ErrInvalid when its document is bad. Schedules(coll) batches
+	// the lookups.
 	Schedules func(ctx context.Context, jobID string) (schedule.Schedule, error)
 	// Location is the default time zone of expressions (config timezone).
 	Location *time.Location
@@ -50,27 +64,90 @@ type Options struct {
 	// Deadline is how long after a replica saw a request its run may
 	// still start (jobs.DefaultOffScheduleDeadline when 0).
 	Deadline time.Duration
+	// MaxInFlight bounds the requests handled at once: default
+	// DefaultMaxInFlight.
+	MaxInFlight int
 }
 
-// Sink is the changestream.Sink of the triggers collection: every pending
-// request it is handed (an insert, or found by a full read at start and at
-// each resync) is run through Runner on a goroutine of its own; backfill
-// requests are offered oldest first, one per BackfillInterval. A request
-// being handled is not started again when its document comes back (the
-// daemon's own outcome writes do). Its methods return at once.
+// Sink is the changestream.Sink of the triggers collection. Every request
+// it is handed (an insert, or found by a full read at start and at each
+// resync) becomes a task in its queue: a pending request is run through
+// Runner, a malformed one rejected, a running one (at a full read)
+// reconciled with its run record. At most MaxInFlight tasks are handled
+// at once, each on a worker goroutine; the store batches their database
+// requests. Backfill requests are offered per job, oldest slot first, one
+// slot of a job at a time and at most one per BackfillInterval. A request
+// is handled once at a time: its document coming back (the daemons' own
+// writes do) starts nothing, and a queued request that another replica
+// took meanwhile (it says running, buffered or how its run ended) is
+// dropped. Its methods return at once.
 type Sink struct {
 	opts Options
 	log  *slog.Logger
 
-	mu       sync.Mutex
-	inflight map[string]bool
-	queue    []Request // backfill requests waiting for their turn
-	// backfilling holds the jobs with a backfilled slot being offered.
-	backfilling map[string]bool
-	closed      bool
-	wake        chan struct{}
-	stop        chan struct{}
-	wg          sync.WaitGroup
+	mu sync.Mutex
+	// open holds the requests being handled or queued, by requestKey.
+	open map[string]*task
+	// ready is the queue of tasks waiting for a worker, oldest first.
+	ready []*task
+	// workers is the number of worker goroutines.
+	workers int
+	// backfills holds the queued backfill requests per job.
+	backfills map[string]*jobBackfill
+	// slots holds, per job, the scheduled_at (Unix ms) of the run-now
+	// runs this replica is claiming: two of them never go to the fire
+	// path with the same one (reserveSlot).
+	slots  map[string]map[int64]int
+	closed bool
+	stop   chan struct{}
+	// wg counts the workers and the writes they left to the store.
+	wg sync.WaitGroup
+}
+
+// taskStep is what a task does next.
+type taskStep int
+
+const (
+	// stepRun runs a pending request.
+	stepRun taskStep = iota
+	// stepReject marks a malformed request rejected.
+	stepReject
+	// stepReconcile copies the outcome of a running request's run record.
+	stepReconcile
+	// stepUnknownAction decides a request whose action this replica
+	// lacks, once a replica that has it had its chance.
+	stepUnknownAction
+)
+
+// task is one request being handled.
+type task struct {
+	key  string
+	req  Request
+	step taskStep
+	// why is the rejection (stepReject) or the unknown action's error.
+	why string
+	// seen is when this replica was handed the request (for a backfill,
+	// when its slot was offered); the starting deadline counts from it.
+	seen time.Time
+	// runID is the run's id once known (stepUnknownAction).
+	runID string
+	// retries counts the times the request was put back after the
+	// database did not answer.
+	retries int
+	// queued: waiting for a worker, its job's turn or a retry; dropped:
+	// taken by another replica while it waited.
+	queued, dropped bool
+	// offered: a backfilled slot its job's queue let go (the job's next
+	// slot waits for it to be done).
+	offered bool
+}
+
+// jobBackfill is one job's backfill requests waiting for their turn.
+type jobBackfill struct {
+	waiting []*task // by slot
+	busy    bool    // a slot of the job is being offered
+	next    time.Time
+	timer   *time.Timer
 }
 
 // NewSink returns a sink; Close stops it.
@@ -84,21 +161,30 @@ func NewSink(opts Options) *Sink {
 	if opts.Location == nil {
 		opts.Location = time.UTC
 	}
-	s := &Sink{opts: opts, log: opts.Logger, inflight: map[string]bool{}, backfilling: map[string]bool{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
-	s.wg.Add(1)
-	go s.pace()
-	return s
+	if opts.Deadline <= 0 {
+		opts.Deadline = jobs.DefaultOffScheduleDeadline
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = DefaultMaxInFlight
+	}
+	return &Sink{opts: opts, log: opts.Logger, open: map[string]*task{}, backfills: map[string]*jobBackfill{},
+		slots: map[string]map[int64]int{}, stop: make(chan struct{})}
 }
 
 // Close stops taking requests and waits for those being handled to have
 // their outcome written (call it after the runner's Shutdown, which ends
-// their runs). Requests left pending are handled by another replica or at
-// the next start.
+// their runs). Requests still queued are left pending, for another replica
+// or the next start.
 func (s *Sink) Close() {
 	s.mu.Lock()
 	if !s.closed {
 		s.closed = true
 		close(s.stop)
+		for _, q := range s.backfills {
+			if q.timer != nil {
+				q.timer.Stop()
+			}
+		}
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
@@ -136,148 +222,255 @@ func (s *Sink) ReplaceAll(docs []bson.Raw) []string {
 	return nil
 }
 
-// take starts handling one request document; full says it comes from a
-// full read (running requests are reconciled then).
+// requestKey names a request among those handled: its _id's type and
+// bytes, so that _ids of any type (a malformed request's too) are told
+// apart.
+func requestKey(id bson.RawValue) string { return string(rune(id.Type)) + string(id.Value) }
+
+// takenElsewhere reports whether a request with status has been taken by
+// a replica for good: claimed, waiting on the lock, or its run (or its
+// slot's) decided. Refusals that yield to a run (rejected for a lacking
+// action, not run) do not count: this replica may still run it.
+func takenElsewhere(status string) bool {
+	switch status {
+	case "", StatusRejected, StatusNotRun:
+		return false
+	}
+	return true
+}
+
+// take queues the handling of one request document; full says it comes
+// from a full read (running requests are reconciled then).
 func (s *Sink) take(doc bson.Raw, full bool) {
 	seen := time.Now()
 	req, err := Decode(doc)
+	if req.ID.Type == 0 {
+		if err != nil {
+			s.log.Warn("trigger refused: no _id to write the error on", "error", err)
+		}
+		return
+	}
+	key := requestKey(req.ID)
 	if err != nil {
 		if Final(req.Status) {
 			return
 		}
 		s.log.Warn("trigger refused", "trigger_id", req.Key, "error", err)
-		if req.ID.Type == 0 {
-			return // no _id to write the error on
-		}
-		s.start(req.Key+"\x00bad", func() { s.write(req, "reject", s.opts.Store.Reject(s.ctx(), req.ID, err.Error(), time.Now())) })
+		s.add(&task{key: key, req: req, step: stepReject, why: err.Error(), seen: seen})
 		return
 	}
 	switch {
-	case Final(req.Status):
-		return
-	case req.Status == StatusRunning || req.Status == StatusBuffered:
-		// Its run's replica writes the outcome; a full read also looks
-		// whether the run ended without one (its replica died).
-		if full {
-			s.start(req.Key, func() { s.reconcile(req) })
+	case takenElsewhere(req.Status):
+		s.drop(key)
+		if full && !Final(req.Status) {
+			// Its run's replica writes the outcome; a full read also looks
+			// whether the run ended without one (its replica died).
+			s.add(&task{key: key, req: req, step: stepReconcile, seen: seen})
 		}
+		return
+	case Final(req.Status):
+		// Refused or not run by another replica: this one may still run
+		// it, as it was handed it before (its task stays).
 		return
 	}
 	if req.RequestedAt.IsZero() {
 		req.RequestedAt = seen
 	}
-	if req.Backfill() {
-		s.mu.Lock()
-		if !s.closed && !s.inflight[req.Key] {
-			s.inflight[req.Key] = true
-			s.queue = append(s.queue, req)
-			s.signal()
-		}
-		s.mu.Unlock()
+	s.add(&task{key: key, req: req, step: stepRun, seen: seen})
+}
+
+// add queues t unless its request is being handled already.
+func (s *Sink) add(t *task) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.open[t.key] != nil {
 		return
 	}
-	s.start(req.Key, func() { s.run(req, seen) })
+	s.open[t.key] = t
+	t.queued = true
+	if t.step == stepRun && t.req.Backfill() {
+		q := s.backfills[t.req.JobID]
+		if q == nil {
+			q = &jobBackfill{}
+			s.backfills[t.req.JobID] = q
+		}
+		i, _ := slices.BinarySearchFunc(q.waiting, t.req.Slot, func(w *task, slot time.Time) int { return w.req.Slot.Compare(slot) })
+		q.waiting = slices.Insert(q.waiting, i, t)
+		s.offerBackfill(t.req.JobID)
+		return
+	}
+	s.ready = append(s.ready, t)
+	s.dispatch()
+}
+
+// drop forgets the queued task of request key (another replica took the
+// request); a task being handled goes on.
+func (s *Sink) drop(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.open[key]
+	if t == nil || !t.queued || t.step != stepRun {
+		return
+	}
+	t.dropped = true
+	delete(s.open, key)
+	if q := s.backfills[t.req.JobID]; q != nil && t.req.Backfill() {
+		if i := slices.Index(q.waiting, t); i >= 0 {
+			q.waiting = slices.Delete(q.waiting, i, i+1)
+		}
+		s.backfillDone(t)
+	}
+}
+
+// backfillDone lets t's job offer its next slot once t, an offered slot,
+// is done. Called with s.mu held.
+func (s *Sink) backfillDone(t *task) {
+	if !t.offered {
+		return
+	}
+	t.offered = false
+	if q := s.backfills[t.req.JobID]; q != nil {
+		q.busy = false
+	}
+	s.offerBackfill(t.req.JobID)
+}
+
+// offerBackfill moves job's oldest waiting slot to the ready queue when
+// no slot of the job is being offered and its interval has passed (a
+// timer comes back otherwise). Called with s.mu held.
+func (s *Sink) offerBackfill(job string) {
+	q := s.backfills[job]
+	if q == nil || q.busy || q.timer != nil || s.closed {
+		return
+	}
+	if len(q.waiting) == 0 {
+		delete(s.backfills, job)
+		return
+	}
+	now := time.Now()
+	if wait := q.next.Sub(now); wait > 0 {
+		q.timer = time.AfterFunc(wait, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			q.timer = nil
+			s.offerBackfill(job)
+		})
+		return
+	}
+	t := q.waiting[0]
+	q.waiting = q.waiting[1:]
+	q.busy, q.next = true, now.Add(s.opts.BackfillInterval)
+	t.seen, t.offered = now, true
+	s.ready = append(s.ready, t)
+	s.dispatch()
+}
+
+// dispatch starts a worker for a task just queued, unless MaxInFlight
+// run (each takes the next task once its own is done). Called with s.mu
+// held.
+func (s *Sink) dispatch() {
+	if s.workers < s.opts.MaxInFlight && len(s.ready) > 0 && !s.closed {
+		s.workers++
+		s.wg.Add(1)
+		go s.work()
+	}
+}
+
+// work handles tasks until none waits.
+func (s *Sink) work() {
+	defer s.wg.Done()
+	for {
+		t := s.next()
+		if t == nil {
+			return
+		}
+		s.handle(t)
+	}
+}
+
+// next takes the oldest waiting task; nil (the worker ends) when none
+// waits or the sink is closed.
+func (s *Sink) next() *task {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.ready) > 0 && !s.closed {
+		t := s.ready[0]
+		s.ready[0] = nil
+		s.ready = s.ready[1:]
+		if t.dropped {
+			continue
+		}
+		t.queued = false
+		return t
+	}
+	s.workers--
+	return nil
+}
+
+// later puts t back in the queue after d (it keeps its place in open,
+// and counts as queued meanwhile: another replica may take it).
+func (s *Sink) later(t *task, d time.Duration) {
+	s.mu.Lock()
+	t.queued = true
+	s.mu.Unlock()
+	time.AfterFunc(d, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.closed || t.dropped {
+			return
+		}
+		s.ready = append(s.ready, t)
+		s.dispatch()
+	})
+}
+
+// handle runs t's step; the request is forgotten when it is done, unless
+// the step put it back for later.
+func (s *Sink) handle(t *task) {
+	again := false
+	switch t.step {
+	case stepReject:
+		s.write(t.req, StatusRejected, s.opts.Store.Reject(s.ctx(), t.req.ID, t.why, time.Now()))
+	case stepReconcile:
+		s.reconcile(t.req)
+	case stepRun:
+		again = s.run(t)
+	case stepUnknownAction:
+		s.unknownAction(t)
+	}
+	if again {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open[t.key] == t {
+		delete(s.open, t.key)
+	}
+	s.backfillDone(t)
+}
+
+// retry puts t back for another try after a backoff when it can still
+// start before its deadline; it reports whether it did.
+func (s *Sink) retry(t *task) bool {
+	wait := min(retryFirst<<min(t.retries, 5), retryMax)
+	if time.Now().Add(wait).After(t.seen.Add(s.opts.Deadline)) {
+		return false
+	}
+	t.retries++
+	s.later(t, wait)
+	return true
 }
 
 // idle reports whether no request is being handled or waiting.
 func (s *Sink) idle() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.inflight) == 0 && len(s.queue) == 0
-}
-
-// start runs fn on a goroutine of its own unless key is being handled.
-func (s *Sink) start(key string, fn func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed || s.inflight[key] {
-		return
-	}
-	s.inflight[key] = true
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer s.done(key)
-		fn()
-	}()
-}
-
-func (s *Sink) done(key string) {
-	s.mu.Lock()
-	delete(s.inflight, key)
-	s.mu.Unlock()
-}
-
-// pace offers the queued backfill requests, oldest first, one per
-// BackfillInterval, and one job's one at a time: the next slot of a job is
-// offered once the previous one ended, so that under a policy that takes
-// the lock the slots of a backfill run one after another instead of
-// skipping each other.
-func (s *Sink) pace() {
-	defer s.wg.Done()
-	var last time.Time
-	for {
-		s.mu.Lock()
-		var req Request
-		ok := false
-		for i, q := range s.queue {
-			if !s.backfilling[q.JobID] {
-				req, ok = q, true
-				s.queue = append(s.queue[:i:i], s.queue[i+1:]...)
-				s.backfilling[q.JobID] = true
-				break
-			}
-		}
-		s.mu.Unlock()
-		if !ok {
-			select {
-			case <-s.wake:
-				continue
-			case <-s.stop:
-				return
-			}
-		}
-		if wait := time.Until(last.Add(s.opts.BackfillInterval)); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-s.stop:
-				t.Stop()
-				s.done(req.Key)
-				return
-			}
-		}
-		last = time.Now()
-		offered := last
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer s.signal()
-			defer s.backfilled(req.JobID)
-			defer s.done(req.Key)
-			s.run(req, offered)
-		}()
-	}
-}
-
-// backfilled marks job's backfilled slot ended.
-func (s *Sink) backfilled(job string) {
-	s.mu.Lock()
-	delete(s.backfilling, job)
-	s.mu.Unlock()
-}
-
-// signal wakes the pacer.
-func (s *Sink) signal() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
+	return len(s.open) == 0 && s.workers == 0
 }
 
 // ctx is the context of the store's operations, each of which bounds
-// itself by jobs.DefaultOpTimeout: not tied to the sink's life, so
-// outcomes are still written at shutdown.
+// itself: not tied to the sink's life, so outcomes are still written at
+// shutdown.
 func (s *Sink) ctx() context.Context { return context.Background() }
 
 func (s *Sink) write(req Request, what string, err error) {
@@ -286,22 +479,26 @@ func (s *Sink) write(req Request, what string, err error) {
 	}
 }
 
-// run handles a pending request seen at seen.
-func (s *Sink) run(req Request, seen time.Time) {
+// run handles a pending request; it reports whether the request was put
+// back for a later try.
+func (s *Sink) run(t *task) bool {
+	req, seen := t.req, t.seen
 	log := s.log.With("trigger_id", req.Key, "job_id", req.JobID)
-	sctx, cancel := context.WithTimeout(context.Background(), jobs.DefaultOpTimeout)
-	sched, err := s.opts.Schedules(sctx, req.JobID)
-	cancel()
+	sched, err := s.opts.Schedules(s.ctx(), req.JobID)
 	switch {
 	case errors.Is(err, ErrNoJob) || errors.Is(err, schedule.ErrInvalid):
 		log.Warn("trigger refused", "error", err)
-		s.write(req, "reject", s.opts.Store.Reject(s.ctx(), req.ID, err.Error(), time.Now()))
-		return
+		s.write(req, StatusRejected, s.opts.Store.Reject(s.ctx(), req.ID, err.Error(), time.Now()))
+		return false
 	case err != nil:
+		if s.retry(t) {
+			log.Warn("trigger waits: could not read the job's schedule", "error", err, "retry", t.retries)
+			return true
+		}
 		// Left pending: the next full read (resync, restart) or another
 		// replica handles it.
 		log.Warn("trigger not handled: could not read the job's schedule", "error", err)
-		return
+		return false
 	}
 	if req.HasArgs {
 		sched.Args = req.Args
@@ -309,22 +506,23 @@ func (s *Sink) run(req Request, seen time.Time) {
 	if req.Backfill() {
 		if err := s.checkSlot(sched, req.Slot); err != nil {
 			log.Warn("backfill refused", "scheduled_at", req.Slot, "error", err)
-			s.write(req, "reject", s.opts.Store.Reject(s.ctx(), req.ID, err.Error(), time.Now()))
-			return
+			s.write(req, StatusRejected, s.opts.Store.Reject(s.ctx(), req.ID, err.Error(), time.Now()))
+			return false
 		}
 	}
 	forgot := false
 	for bump := 0; ; bump++ {
 		f := jobs.OffScheduleFire{Schedule: sched, Offered: seen, Deadline: s.opts.Deadline,
 			Started: func(l jobs.Lease) {
-				// Beside the action, not before it: the write never delays
-				// the start, and written after the end it matches nothing.
-				now := time.Now()
-				s.wg.Add(1) // run's own count keeps the group open
-				go func() {
+				// Beside the action, not before it: the write goes with the
+				// next batch and never delays the start; written after the
+				// end it matches nothing. The worker's count keeps the group
+				// open until it is added.
+				s.wg.Add(1)
+				s.opts.Store.StartedLater(req.ID, l, time.Now(), func(err error) {
 					defer s.wg.Done()
-					s.write(req, jobs.StatusRunning, s.opts.Store.Started(s.ctx(), req.ID, l, now))
-				}()
+					s.write(req, StatusRunning, err)
+				})
 			}}
 		if req.Backfill() {
 			f.RunID, f.Slot = jobs.RunID(req.JobID, req.Slot), req.Slot
@@ -332,9 +530,13 @@ func (s *Sink) run(req Request, seen time.Time) {
 			// A run-now request waits on the job's lock under a policy
 			// that buffers; a backfilled slot does not (backfill paces
 			// one slot per job at a time instead).
-			f.RunID, f.Slot, f.Buffer = RunIDOf(req.Key), RunSlot(req.Key, req.RequestedAt, bump), true
+			f.RunID, f.Buffer = RunIDOf(req.Key), true
+			f.Slot, bump = s.reserveSlot(req, bump)
 		}
 		res := s.opts.Runner.RunOffSchedule(f)
+		if !req.Backfill() {
+			s.releaseSlot(req.JobID, f.Slot)
+		}
 		switch {
 		case res.Status == jobs.StatusBuffered:
 			// Whichever replica takes it from the lock's buffer writes
@@ -342,21 +544,30 @@ func (s *Sink) run(req Request, seen time.Time) {
 			// BufferedEnded).
 			log.Info("trigger buffered", "run_id", f.RunID, "scheduled_at", f.Slot, "reason", res.Error)
 			s.write(req, res.Status, s.opts.Store.Buffered(s.ctx(), req.ID, f.RunID, res.Error, time.Now()))
-			return
+			return false
 		case res.Ran || res.Status == jobs.StatusSkipped:
 			log.Info("trigger ended", "run_id", f.RunID, "status", res.Status)
 			s.write(req, res.Status, s.opts.Store.Finish(s.ctx(), req.ID, f.RunID, res.Status, res.Error, time.Now()))
-			return
-		case res.NotRun == jobs.NotRunShuttingDown || res.NotRun == jobs.NotRunUnreachable:
+			return false
+		case res.NotRun == jobs.NotRunShuttingDown:
 			log.Warn("trigger not run; left pending for another replica or the next start", "reason", res.NotRun, "error", res.Error)
-			return
+			return false
+		case res.NotRun == jobs.NotRunUnreachable:
+			if s.retry(t) {
+				log.Warn("trigger waits: the database did not answer its claim", "error", res.Error, "retry", t.retries)
+				return true
+			}
+			log.Warn("trigger not run; left pending for another replica or the next start", "reason", res.NotRun, "error", res.Error)
+			return false
 		case res.NotRun == jobs.NotRunUnknownAction:
-			s.unknownAction(log, req, f.RunID, res.Error)
-			return
+			// Refused once a replica that has the action had its chance.
+			t.step, t.runID, t.why = stepUnknownAction, f.RunID, res.Error
+			s.later(t, unknownActionWait)
+			return true
 		case res.NotRun != "":
 			log.Warn("trigger not run", "reason", res.NotRun, "error", res.Error)
-			s.write(req, StatusNotRun, s.opts.Store.NotRun(s.ctx(), req.ID, res.NotRun+": "+res.Error, time.Now()))
-			return
+			s.notRun(req, f.RunID, res.NotRun+": "+res.Error)
+			return false
 		}
 		// Already fired: by another replica for this request, or (a
 		// backfill) before; or another record has the run's scheduled_at.
@@ -364,41 +575,40 @@ func (s *Sink) run(req Request, seen time.Time) {
 		rec, err := s.opts.Store.Record(ctx, f.RunID)
 		if err != nil {
 			log.Warn("trigger claimed elsewhere; could not read its record", "run_id", f.RunID, "error", err)
-			return
+			return false
 		}
 		if rec != nil {
-			if req.Backfill() {
-				// This request's run if the request says so; else the slot
-				// was decided before.
+			if req.Backfill() && !ranFor(*rec, req) {
+				// The slot was decided before the request.
 				s.write(req, rec.Status, s.opts.Store.FromRecord(ctx, req.ID, *rec, false, time.Now()))
 				s.write(req, StatusAlreadyRan, s.opts.Store.AlreadyRan(ctx, req.ID, *rec, time.Now()))
 			} else {
 				s.write(req, rec.Status, s.opts.Store.FromRecord(ctx, req.ID, *rec, true, time.Now()))
 			}
-			return // a run still running: its replica writes the outcome
+			return false // a run still running: its replica writes the outcome
 		}
 		if !req.Backfill() {
 			if bump < maxSlotBumps {
 				continue // another record of the same millisecond: the next one
 			}
-			s.write(req, StatusNotRun, s.opts.Store.NotRun(ctx, req.ID, "no free scheduled_at for the run's record", time.Now()))
-			return
+			s.notRun(req, f.RunID, "no free scheduled_at for the run's record")
+			return false
 		}
 		other, err := s.opts.Store.RecordAt(ctx, req.JobID, req.Slot)
 		switch {
 		case err != nil:
 			log.Warn("backfill: could not read the slot's record", "scheduled_at", req.Slot, "error", err)
-			return
+			return false
 		case other == nil:
 			if bump < maxSlotBumps {
 				continue // gone in between: try again
 			}
-			return
+			return false
 		case other.Status == jobs.StatusMissed && !forgot:
 			ok, err := s.opts.Store.ForgetMissed(ctx, *other)
 			if err != nil {
 				log.Warn("backfill: could not replace the slot's missed record", "scheduled_at", req.Slot, "error", err)
-				return
+				return false
 			}
 			if ok {
 				forgot = true
@@ -413,9 +623,71 @@ func (s *Sink) run(req Request, seen time.Time) {
 			}
 			log.Warn("backfill not run", "scheduled_at", req.Slot, "error", why)
 			s.write(req, StatusNotRun, s.opts.Store.NotRun(ctx, req.ID, why, time.Now()))
+			return false
+		}
+	}
+}
+
+// reserveSlot returns the scheduled_at of run-now request req's run at
+// bump or the first later bump whose scheduled_at no other run-now run of
+// the job that this replica is claiming has, and reserves it until
+// releaseSlot. Two records of a job cannot share a scheduled_at (the
+// unique index), so two such claims would only refuse each other.
+func (s *Sink) reserveSlot(req Request, bump int) (time.Time, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	held := s.slots[req.JobID]
+	if held == nil {
+		held = map[int64]int{}
+		s.slots[req.JobID] = held
+	}
+	for ; ; bump++ {
+		slot := RunSlot(req.Key, req.RequestedAt, bump)
+		if held[slot.UnixMilli()] == 0 || bump >= maxSlotBumps {
+			held[slot.UnixMilli()]++
+			return slot, bump
+		}
+	}
+}
+
+// releaseSlot gives back a scheduled_at reserved by reserveSlot.
+func (s *Sink) releaseSlot(job string, slot time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	held := s.slots[job]
+	if held[slot.UnixMilli()]--; held[slot.UnixMilli()] <= 0 {
+		delete(held, slot.UnixMilli())
+	}
+	if len(held) == 0 {
+		delete(s.slots, job)
+	}
+}
+
+// ranFor reports whether run record rec is the run of backfill request
+// req rather than an earlier decision of its slot: it started once the
+// request was asked for.
+func ranFor(rec jobs.RunDoc, req Request) bool {
+	return !rec.StartedAt.IsZero() && !rec.StartedAt.Before(req.RequestedAt)
+}
+
+// notRun marks req not run, with why, unless its run has a record by now
+// (another replica took it): then the record's outcome is the request's.
+// Another replica that runs it later still writes its outcome over
+// not_run.
+func (s *Sink) notRun(req Request, runID, why string) {
+	ctx := s.ctx()
+	if !req.Backfill() {
+		rec, err := s.opts.Store.Record(ctx, runID)
+		if err != nil {
+			s.log.Warn("trigger not run; could not read its record", "trigger_id", req.Key, "job_id", req.JobID, "run_id", runID, "error", err)
+			return
+		}
+		if rec != nil {
+			s.write(req, rec.Status, s.opts.Store.FromRecord(ctx, req.ID, *rec, true, time.Now()))
 			return
 		}
 	}
+	s.write(req, StatusNotRun, s.opts.Store.NotRun(ctx, req.ID, why, time.Now()))
 }
 
 // unknownActionWait is how long a replica whose config lacks the job's
@@ -426,23 +698,18 @@ const unknownActionWait = jobs.DefaultClaimGrace + time.Second
 // unknownAction refuses a request whose job's action this replica does not
 // have, unless another replica ran it meanwhile (a run's outcome, which
 // may also come after the refusal, wins over it).
-func (s *Sink) unknownAction(log *slog.Logger, req Request, runID, why string) {
-	t := time.NewTimer(unknownActionWait)
-	select {
-	case <-t.C:
-	case <-s.stop:
-		t.Stop()
-		return
-	}
-	rec, err := s.opts.Store.Record(s.ctx(), runID)
+func (s *Sink) unknownAction(t *task) {
+	req := t.req
+	log := s.log.With("trigger_id", req.Key, "job_id", req.JobID)
+	rec, err := s.opts.Store.Record(s.ctx(), t.runID)
 	switch {
 	case err != nil:
-		log.Warn("trigger not handled: could not read its record", "run_id", runID, "error", err)
+		log.Warn("trigger not handled: could not read its record", "run_id", t.runID, "error", err)
 	case rec != nil:
 		s.write(req, rec.Status, s.opts.Store.FromRecord(s.ctx(), req.ID, *rec, true, time.Now()))
 	default:
-		log.Warn("trigger refused", "reason", jobs.NotRunUnknownAction, "error", why)
-		s.write(req, StatusRejected, s.opts.Store.Reject(s.ctx(), req.ID, why, time.Now()))
+		log.Warn("trigger refused", "reason", jobs.NotRunUnknownAction, "error", t.why)
+		s.write(req, StatusRejected, s.opts.Store.Reject(s.ctx(), req.ID, t.why, time.Now()))
 	}
 }
 
