@@ -67,6 +67,16 @@ type Options struct {
 	// MaxInFlight bounds the requests handled at once: default
 	// DefaultMaxInFlight.
 	MaxInFlight int
+	// Owns reports whether this replica owns a job (the runner's
+	// jobs.RunnerOptions.Owns). The owner claims a request at once; the
+	// other replicas put it aside for ClaimGrace before a worker takes it
+	// up, so that the owner's running write reaches them first and they
+	// drop it. Nil: every job is owned.
+	Owns func(jobID string) bool
+	// ClaimGrace is how long a request of a job this replica does not own
+	// is put aside: default jobs.DefaultClaimGrace, the runner's own
+	// (which waits out any rest, longer on a slow database).
+	ClaimGrace time.Duration
 }
 
 // Sink is the changestream.Sink of the triggers collection. Every request
@@ -77,10 +87,11 @@ type Options struct {
 // at once, each on a worker goroutine; the store batches their database
 // requests. Backfill requests are offered per job, oldest slot first, one
 // slot of a job at a time and at most one per BackfillInterval. A request
-// is handled once at a time: its document coming back (the daemons' own
-// writes do) starts nothing, and a queued request that another replica
-// took meanwhile (it says running, buffered or how its run ended) is
-// dropped. Its methods return at once.
+// of a job this replica does not own waits ClaimGrace before it is queued.
+// A request is handled once at a time: its document coming back (the
+// daemons' own writes do) starts nothing, and a waiting request that
+// another replica took meanwhile (it says running, buffered or how its run
+// ended) is dropped. Its methods return at once.
 type Sink struct {
 	opts Options
 	log  *slog.Logger
@@ -94,10 +105,9 @@ type Sink struct {
 	workers int
 	// backfills holds the queued backfill requests per job.
 	backfills map[string]*jobBackfill
-	// slots holds, per job, the scheduled_at (Unix ms) of the run-now
-	// runs this replica is claiming: two of them never go to the fire
-	// path with the same one (reserveSlot).
-	slots  map[string]map[int64]int
+	// slots holds, per job with run-now runs being claimed here, the
+	// scheduled_at values (Unix ms) in use (reserveSlot).
+	slots  map[string]*jobSlots
 	closed bool
 	stop   chan struct{}
 	// wg counts the workers and the writes they left to the store.
@@ -142,6 +152,15 @@ type task struct {
 	offered bool
 }
 
+// jobSlots are the scheduled_at values (Unix ms) of one job's run-now
+// runs that this replica is claiming (reserved, with their count) or knows
+// to have a record (taken: a claim here won or found another record
+// there). They are forgotten once no run of the job is being claimed.
+type jobSlots struct {
+	reserved map[int64]int
+	taken    map[int64]bool
+}
+
 // jobBackfill is one job's backfill requests waiting for their turn.
 type jobBackfill struct {
 	waiting []*task // by slot
@@ -167,8 +186,11 @@ func NewSink(opts Options) *Sink {
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = DefaultMaxInFlight
 	}
+	if opts.ClaimGrace <= 0 {
+		opts.ClaimGrace = jobs.DefaultClaimGrace
+	}
 	return &Sink{opts: opts, log: opts.Logger, open: map[string]*task{}, backfills: map[string]*jobBackfill{},
-		slots: map[string]map[int64]int{}, stop: make(chan struct{})}
+		slots: map[string]*jobSlots{}, stop: make(chan struct{})}
 }
 
 // Close stops taking requests and waits for those being handled to have
@@ -299,6 +321,18 @@ func (s *Sink) add(t *task) {
 		s.offerBackfill(t.req.JobID)
 		return
 	}
+	s.queue(t)
+}
+
+// queue hands a task to the workers: at once, or, for a request of a job
+// this replica does not own, after the claim grace. Called with s.mu held.
+func (s *Sink) queue(t *task) {
+	if t.step == stepRun && t.retries == 0 && s.opts.Owns != nil && !s.opts.Owns(t.req.JobID) {
+		if wait := s.opts.ClaimGrace - time.Since(t.seen); wait > 0 {
+			s.laterLocked(t, wait)
+			return
+		}
+	}
 	s.ready = append(s.ready, t)
 	s.dispatch()
 }
@@ -361,8 +395,7 @@ func (s *Sink) offerBackfill(job string) {
 	q.waiting = q.waiting[1:]
 	q.busy, q.next = true, now.Add(s.opts.BackfillInterval)
 	t.seen, t.offered = now, true
-	s.ready = append(s.ready, t)
-	s.dispatch()
+	s.queue(t)
 }
 
 // dispatch starts a worker for a task just queued, unless MaxInFlight
@@ -411,8 +444,13 @@ func (s *Sink) next() *task {
 // and counts as queued meanwhile: another replica may take it).
 func (s *Sink) later(t *task, d time.Duration) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.laterLocked(t, d)
+}
+
+// laterLocked is later with s.mu held.
+func (s *Sink) laterLocked(t *task, d time.Duration) {
 	t.queued = true
-	s.mu.Unlock()
 	time.AfterFunc(d, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -535,7 +573,9 @@ func (s *Sink) run(t *task) bool {
 		}
 		res := s.opts.Runner.RunOffSchedule(f)
 		if !req.Backfill() {
-			s.releaseSlot(req.JobID, f.Slot)
+			// Every outcome but a refusal before the claim leaves a record
+			// at f.Slot: this run's, or another's (AlreadyFired).
+			s.releaseSlot(req.JobID, f.Slot, res.NotRun == "")
 		}
 		switch {
 		case res.Status == jobs.StatusBuffered:
@@ -629,36 +669,43 @@ func (s *Sink) run(t *task) bool {
 }
 
 // reserveSlot returns the scheduled_at of run-now request req's run at
-// bump or the first later bump whose scheduled_at no other run-now run of
-// the job that this replica is claiming has, and reserves it until
-// releaseSlot. Two records of a job cannot share a scheduled_at (the
-// unique index), so two such claims would only refuse each other.
+// bump or the first later bump whose scheduled_at is neither being
+// claimed here for another run of the job nor known to have a record, and
+// reserves it until releaseSlot. Two records of a job cannot share a
+// scheduled_at (the unique index): such claims would only refuse each
+// other, each at the cost of a claim.
 func (s *Sink) reserveSlot(req Request, bump int) (time.Time, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	held := s.slots[req.JobID]
-	if held == nil {
-		held = map[int64]int{}
-		s.slots[req.JobID] = held
+	js := s.slots[req.JobID]
+	if js == nil {
+		js = &jobSlots{reserved: map[int64]int{}, taken: map[int64]bool{}}
+		s.slots[req.JobID] = js
 	}
 	for ; ; bump++ {
 		slot := RunSlot(req.Key, req.RequestedAt, bump)
-		if held[slot.UnixMilli()] == 0 || bump >= maxSlotBumps {
-			held[slot.UnixMilli()]++
+		ms := slot.UnixMilli()
+		if js.reserved[ms] == 0 && !js.taken[ms] || bump >= maxSlotBumps {
+			js.reserved[ms]++
 			return slot, bump
 		}
 	}
 }
 
-// releaseSlot gives back a scheduled_at reserved by reserveSlot.
-func (s *Sink) releaseSlot(job string, slot time.Time) {
+// releaseSlot gives back a scheduled_at reserved by reserveSlot; taken
+// says that a record has it now.
+func (s *Sink) releaseSlot(job string, slot time.Time, taken bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	held := s.slots[job]
-	if held[slot.UnixMilli()]--; held[slot.UnixMilli()] <= 0 {
-		delete(held, slot.UnixMilli())
+	js := s.slots[job]
+	ms := slot.UnixMilli()
+	if js.reserved[ms]--; js.reserved[ms] <= 0 {
+		delete(js.reserved, ms)
 	}
-	if len(held) == 0 {
+	if taken {
+		js.taken[ms] = true
+	}
+	if len(js.reserved) == 0 {
 		delete(s.slots, job)
 	}
 }

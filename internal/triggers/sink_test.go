@@ -85,7 +85,7 @@ func (e *env) addReplica(t *testing.T, inst string, reg *jobs.Registry, owner bo
 	r := jobs.NewRunner(jobs.RunnerOptions{Registry: reg, InstanceID: inst, Logger: log,
 		Store: jobs.NewMongoStore(locks, runs, jobs.MongoStoreOptions{Instance: inst, Logger: log}), TTL: e.ttl,
 		Owns: func(string) bool { return owner }, Requests: store})
-	s := NewSink(Options{Runner: r, Store: store,
+	s := NewSink(Options{Runner: r, Store: store, Owns: func(string) bool { return owner },
 		Schedules: Schedules(e.db.Collection(schedule.CollectionName)), Logger: log, BackfillInterval: 50 * time.Millisecond})
 	t.Cleanup(func() { r.Shutdown(10 * time.Second); s.Close() })
 	e.replicas = append(e.replicas, s)
