@@ -283,7 +283,10 @@ func (s *Sink) take(doc bson.Raw, full bool) {
 	}
 	switch {
 	case takenElsewhere(req.Status):
-		s.drop(key)
+		if s.drop(key) {
+			s.log.Debug("trigger taken by another replica", "trigger_id", req.Key, "job_id", req.JobID, "run_id", req.RunID,
+				"status", req.Status)
+		}
 		if full && !Final(req.Status) {
 			// Its run's replica writes the outcome; a full read also looks
 			// whether the run ended without one (its replica died).
@@ -338,13 +341,14 @@ func (s *Sink) queue(t *task) {
 }
 
 // drop forgets the queued task of request key (another replica took the
-// request); a task being handled goes on.
-func (s *Sink) drop(key string) {
+// request) and reports whether there was one; a task being handled goes
+// on.
+func (s *Sink) drop(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.open[key]
 	if t == nil || !t.queued || t.step != stepRun {
-		return
+		return false
 	}
 	t.dropped = true
 	delete(s.open, key)
@@ -354,6 +358,7 @@ func (s *Sink) drop(key string) {
 		}
 		s.backfillDone(t)
 	}
+	return true
 }
 
 // backfillDone lets t's job offer its next slot once t, an offered slot,

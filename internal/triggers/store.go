@@ -22,11 +22,12 @@ import (
 const StatusAlreadyRan = "already_ran"
 
 // Batching of the store's requests: the writes of many requests go out as
-// one bulk write per status, the reads of many run records as one find. A
-// batch takes what arrived while earlier batches were out, up to the
-// maximum; at most this many batches of each kind are out at once, so the
-// bookkeeping holds at most that many of the replica's connections,
-// whatever the number of requests.
+// one bulk write per status, the reads of many run records (and of many
+// schedules, Schedules) as one find. A batch takes what arrived while
+// earlier batches were out, up to the maximum; at most this many batches
+// of each kind are out at once, so the bookkeeping holds a bounded number
+// of the replica's connections (2 each for writes, record reads, schedule
+// reads and ForgetMissed's deletes), whatever the number of requests.
 const (
 	storeBatchMax      = 1000
 	writeBatchesAtOnce = 2
@@ -59,6 +60,8 @@ type Store struct {
 
 	writes *batch.Batcher[statusWrite, error]
 	reads  *batch.Batcher[recordQuery, recordAnswer]
+	// forgets bounds the deletes of missed records (ForgetMissed) at once.
+	forgets chan struct{}
 }
 
 // statusWrite is one conditional write on a request: set applies where
@@ -87,7 +90,7 @@ type recordAnswer struct {
 // runs; retention is how long an ended request is kept (the runs'
 // retention), instance names this replica in what it writes.
 func NewStore(coll, runs *mongo.Collection, retention time.Duration, instance string) *Store {
-	s := &Store{coll: coll, runs: runs, retention: retention, instance: instance}
+	s := &Store{coll: coll, runs: runs, retention: retention, instance: instance, forgets: make(chan struct{}, writeBatchesAtOnce)}
 	s.writes = batch.New(storeBatchMax, writeBatchesAtOnce, s.writeBatch)
 	s.reads = batch.New(storeBatchMax, readBatchesAtOnce, s.readBatch)
 	return s
@@ -462,13 +465,20 @@ func (s *Store) RecordAt(ctx context.Context, job string, slot time.Time) (*jobs
 // only, so that the slot can be backfilled under its own run id (the
 // unique (job_id, scheduled_at) index would refuse the run's record beside
 // it); the backfilled run's record then accounts for the slot. It reports
-// whether the record is gone.
+// whether the record is gone. At most writeBatchesAtOnce such deletes
+// are out at once (they are rare: no batch is worth it).
 func (s *Store) ForgetMissed(ctx context.Context, rec jobs.RunDoc) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, jobs.DefaultOpTimeout)
-	defer cancel()
 	if rec.Status != jobs.StatusMissed || rec.Count != 1 {
 		return false, nil
 	}
+	select {
+	case s.forgets <- struct{}{}:
+		defer func() { <-s.forgets }()
+	case <-ctx.Done():
+		return false, fmt.Errorf("delete missed record %s in %s: %w", rec.ID, s.runs.Name(), ctx.Err())
+	}
+	ctx, cancel := context.WithTimeout(ctx, jobs.DefaultOpTimeout)
+	defer cancel()
 	res, err := s.runs.DeleteOne(ctx, bson.D{{Key: "_id", Value: rec.ID}, {Key: "status", Value: jobs.StatusMissed}, {Key: "count", Value: int64(1)}})
 	if err != nil {
 		return false, fmt.Errorf("delete missed record %s in %s: %w", rec.ID, s.runs.Name(), err)
