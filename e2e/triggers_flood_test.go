@@ -17,7 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/triggers"
 )
 
@@ -86,11 +86,11 @@ func floodWait(t *testing.T, db *mongo.Database, ids []any, start time.Time, wha
 func floodRecordsClean(t *testing.T, db *mongo.Database) {
 	t.Helper()
 	for _, bad := range []bson.D{
-		{{Key: "reason", Value: jobs.MissedUnreachable}},
-		{{Key: "status", Value: jobs.StatusAbandoned}},
-		{{Key: "status", Value: jobs.StatusMissed}},
+		{{Key: "reason", Value: record.MissedUnreachable}},
+		{{Key: "status", Value: record.StatusAbandoned}},
+		{{Key: "status", Value: record.StatusMissed}},
 	} {
-		n, err := db.Collection(jobs.RunsCollection).CountDocuments(testCtx(t), bad)
+		n, err := db.Collection(record.RunsCollection).CountDocuments(testCtx(t), bad)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +163,7 @@ func TestTriggersFloodAcrossReplicas(t *testing.T) {
 	took := floodWait(t, db, append(append([]any{}, valid...), bad...), start, "run-now flood")
 	counts, got := trigStatuses(t, db, valid)
 	t.Logf("run-now flood: %d requests (+%d malformed) ended in %s: %v", len(valid), len(bad), took.Round(time.Millisecond), counts)
-	if counts[jobs.StatusSucceeded] != len(valid) {
+	if counts[record.StatusSucceeded] != len(valid) {
 		t.Errorf("run-now statuses %v: want all %d succeeded", counts, len(valid))
 	}
 	_, gotBad := trigStatuses(t, db, bad)
@@ -200,7 +200,7 @@ func TestTriggersFloodAcrossReplicas(t *testing.T) {
 		slot := end.Add(time.Duration(s-slotsPerJob+1) * time.Minute)
 		for j := range fillJobs {
 			job := ids[runJobs+j]
-			id := triggers.BackfillIDPrefix + jobs.RunID(job, slot)
+			id := triggers.BackfillIDPrefix + record.RunID(job, slot)
 			docs = append(docs, bson.D{{Key: "_id", Value: id}, {Key: "job_id", Value: job}, {Key: "slot", Value: slot}, {Key: "requested_at", Value: time.Now()}})
 			fill = append(fill, id)
 		}
@@ -212,7 +212,7 @@ func TestTriggersFloodAcrossReplicas(t *testing.T) {
 	took = floodWait(t, db, fill, start, "backfill flood")
 	counts, got = trigStatuses(t, db, fill)
 	t.Logf("backfill flood: %d slots of %d jobs ended in %s: %v", len(fill), fillJobs, took.Round(time.Millisecond), counts)
-	if counts[jobs.StatusSucceeded] != len(fill) {
+	if counts[record.StatusSucceeded] != len(fill) {
 		t.Errorf("backfill statuses %v: want all %d succeeded", counts, len(fill))
 	}
 	for _, id := range fill {

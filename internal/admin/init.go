@@ -17,9 +17,9 @@ import (
 
 	"github.com/cronswap/cronswap/internal/blackout"
 	"github.com/cronswap/cronswap/internal/history"
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/notify"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/triggers"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
@@ -28,17 +28,17 @@ import (
 // Collections lists every collection cronswap uses, in the order Init
 // creates them; each name is defined by the package that owns the data.
 func Collections() []string {
-	return []string{schedule.CollectionName, resumetoken.CollectionName, jobs.LocksCollection, jobs.RunsCollection,
+	return []string{schedule.CollectionName, resumetoken.CollectionName, record.LocksCollection, record.RunsCollection,
 		history.CollectionName, members.CollectionName, blackout.CollectionName, notify.CollectionName, triggers.CollectionName,
-		jobs.PausesCollection}
+		record.PausesCollection}
 }
 
 // Index names. The daemon creates the same indexes at start with the same
 // keys, options and names, so whichever runs first wins and the other is a
 // no-op.
 const (
-	RunsUniqueIndex = jobs.RunsUniqueIndex
-	RunsTTLIndex    = jobs.RunsTTLIndex
+	RunsUniqueIndex = record.RunsUniqueIndex
+	RunsTTLIndex    = record.RunsTTLIndex
 )
 
 // Index is one index of one collection.
@@ -69,8 +69,8 @@ func (ix Index) Name() string {
 // on expire_at (an ended request goes the runs' retention later).
 func Indexes() []Index {
 	var out []Index
-	for _, m := range jobs.RunIndexes() {
-		out = append(out, Index{Collection: jobs.RunsCollection, Model: m})
+	for _, m := range record.RunIndexes() {
+		out = append(out, Index{Collection: record.RunsCollection, Model: m})
 	}
 	for _, m := range history.Indexes() {
 		out = append(out, Index{Collection: history.CollectionName, Model: m})
@@ -84,14 +84,14 @@ func Indexes() []Index {
 		out = append(out, Index{Collection: notify.CollectionName, Model: m})
 	}
 	for _, m := range notify.OutboxIndexes() {
-		out = append(out, Index{Collection: jobs.RunsCollection, Model: m})
+		out = append(out, Index{Collection: record.RunsCollection, Model: m})
 	}
 	for _, m := range triggers.Indexes() {
 		out = append(out, Index{Collection: triggers.CollectionName, Model: m})
 	}
 	// job_pauses is an outbox too (the pause notice).
 	for _, m := range notify.OutboxIndexes() {
-		out = append(out, Index{Collection: jobs.PausesCollection, Model: m})
+		out = append(out, Index{Collection: record.PausesCollection, Model: m})
 	}
 	return out
 }
@@ -102,7 +102,8 @@ func Indexes() []Index {
 // there, except for enabled, which must be a boolean when present) and the
 // values of dst ("shift" or "plain"), and refuses an "@every" period that
 // is not whole seconds or is zero (schedule.EveryExprPattern and
-// EveryValidPattern), so a mongosh typo like `cron_expr: 0800`,
+// EveryValidPattern) and a cron_expr of white space only, so a mongosh
+// typo like `cron_expr: 0800`, `cron_expr: " "`,
 // `@every -5m`, `enabled: null` or `dst: "plian"` is refused at write time.
 // Whether the expression parses is still the daemon's check (last known good).
 func SchedulesValidator() bson.D {
@@ -121,10 +122,13 @@ func SchedulesValidator() bson.D {
 		{Key: "required", Value: bson.A{schedule.FieldID, schedule.FieldCronExpr}},
 		{Key: "properties", Value: bson.D{
 			{Key: schedule.FieldID, Value: str(schedule.MaxIDBytes)},
-			{Key: schedule.FieldCronExpr, Value: append(str(schedule.MaxExprBytes), bson.E{Key: "anyOf", Value: bson.A{
-				bson.D{{Key: "not", Value: bson.D{{Key: "pattern", Value: schedule.EveryExprPattern}}}},
-				bson.D{{Key: "pattern", Value: schedule.EveryValidPattern}},
-			}})},
+			// At most MaxExprBytes as written (white space included, as the
+			// decoder counts), not white space only.
+			{Key: schedule.FieldCronExpr, Value: append(str(schedule.MaxExprBytes), bson.E{Key: "pattern", Value: `\S`},
+				bson.E{Key: "anyOf", Value: bson.A{
+					bson.D{{Key: "not", Value: bson.D{{Key: "pattern", Value: schedule.EveryExprPattern}}}},
+					bson.D{{Key: "pattern", Value: schedule.EveryValidPattern}},
+				}})},
 			{Key: schedule.FieldEnabled, Value: bson.D{{Key: "bsonType", Value: "bool"}}},
 			{Key: schedule.FieldTimezone, Value: optional("string")},
 			{Key: schedule.FieldJob, Value: optional("string")},

@@ -8,7 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/internal/cli"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/triggers"
 )
 
@@ -60,10 +60,10 @@ func TestBackfillPlansAndRequests(t *testing.T) {
 	e.ok("schedules", "set", "bf", "--cron", "0 * * * *")
 	base := time.Now().UTC().Truncate(time.Hour).Add(-5 * time.Hour)
 	slot := func(i int) time.Time { return base.Add(time.Duration(i) * time.Hour) }
-	insertDocs(t, e.db.Collection(jobs.RunsCollection),
-		jobs.RunDoc{ID: jobs.RunID("bf", slot(1)), JobID: "bf", ScheduledAt: slot(1), Status: jobs.StatusSucceeded},
-		jobs.RunDoc{ID: jobs.MissedID("bf", slot(2)), JobID: "bf", ScheduledAt: slot(2), LastScheduledAt: slot(3), Count: 2,
-			Status: jobs.StatusMissed, Reason: jobs.MissedNoReplica})
+	insertDocs(t, e.db.Collection(record.RunsCollection),
+		record.RunDoc{ID: record.RunID("bf", slot(1)), JobID: "bf", ScheduledAt: slot(1), Status: record.StatusSucceeded},
+		record.RunDoc{ID: record.MissedID("bf", slot(2)), JobID: "bf", ScheduledAt: slot(2), LastScheduledAt: slot(3), Count: 2,
+			Status: record.StatusMissed, Reason: record.MissedNoReplica})
 	args := []string{"backfill", "bf", "--from", slot(0).Format(time.RFC3339), "--to", slot(4).Format(time.RFC3339), "-o", "json"}
 	var plan struct {
 		DryRun    bool                    `json:"dry_run"`
@@ -73,7 +73,7 @@ func TestBackfillPlansAndRequests(t *testing.T) {
 	}
 	e.okJSON(&plan, append(args, "--dry-run")...)
 	if !plan.DryRun || plan.Wanted != 4 || plan.Requested != 0 || len(plan.Slots) != 5 ||
-		plan.Slots[1].Recorded != jobs.StatusSucceeded || plan.Slots[2].Recorded != jobs.StatusMissed || plan.Slots[3].Recorded != jobs.StatusMissed {
+		plan.Slots[1].Recorded != record.StatusSucceeded || plan.Slots[2].Recorded != record.StatusMissed || plan.Slots[3].Recorded != record.StatusMissed {
 		t.Fatalf("dry run: %+v", plan)
 	}
 	if n := e.count(triggers.CollectionName); n != 0 {
@@ -85,7 +85,7 @@ func TestBackfillPlansAndRequests(t *testing.T) {
 	}
 	for _, i := range []int{0, 2, 3, 4} {
 		var doc triggers.Doc
-		id := triggers.BackfillIDPrefix + jobs.RunID("bf", slot(i))
+		id := triggers.BackfillIDPrefix + record.RunID("bf", slot(i))
 		if err := e.db.Collection(triggers.CollectionName).FindOne(ctx(t), bson.D{{Key: "_id", Value: id}}).Decode(&doc); err != nil ||
 			!doc.Slot.Equal(slot(i)) || doc.JobID != "bf" {
 			t.Errorf("request %s: %+v (%v)", id, doc, err)
@@ -106,6 +106,62 @@ func TestBackfillPlansAndRequests(t *testing.T) {
 	} {
 		if r := e.run(bad...); r.code != cli.ExitUserError {
 			t.Errorf("%q: %v, want exit 1", bad, r)
+		}
+	}
+}
+
+// A job first seen a minute ago: backfill --from -3m refuses (also as a
+// dry run), naming the sighting's time and the flag, and requests
+// nothing; from after the sighting it requests only later slots; with
+// --before-first-seen it requests the earlier slots too, marked so that
+// the daemons let them through.
+func TestBackfillRefusesSlotsBeforeTheFirstSighting(t *testing.T) {
+	e := newEnv(t)
+	e.ok("schedules", "set", "young", "--cron", "*/20 * * * * *")
+	seen := time.Now().UTC().Add(-time.Minute).Truncate(time.Millisecond)
+	insertFirstSeen(t, e, "young", seen, "insert")
+	for _, dry := range []bool{true, false} {
+		args := []string{"backfill", "young", "--from", "-3m", "--to", "now"}
+		if dry {
+			args = append(args, "--dry-run")
+		}
+		r := e.run(args...)
+		if r.code != cli.ExitUserError || !strings.Contains(r.stderr, "first seen at "+seen.Format("2006-01-02T15:04:05.000Z07:00")) ||
+			!strings.Contains(r.stderr, "--before-first-seen") || r.stdout != "" {
+			t.Errorf("%q: %v, want exit 1 naming the first sighting and --before-first-seen", args, r)
+		}
+	}
+	if n := e.count(triggers.CollectionName); n != 0 {
+		t.Fatalf("a refused backfill wrote %d requests", n)
+	}
+	var plan struct {
+		Requested int                     `json:"requested"`
+		Slots     []triggers.BackfillSlot `json:"slots"`
+	}
+	e.okJSON(&plan, "backfill", "young", "--from", seen.Add(time.Second).Format(time.RFC3339), "--to", "now")
+	for _, s := range plan.Slots {
+		if !s.Slot.After(seen) {
+			t.Errorf("slot %s offered from after the sighting %s", s.Slot, seen)
+		}
+	}
+	if plan.Requested == 0 || plan.Requested != len(plan.Slots) {
+		t.Errorf("from after the sighting: %+v", plan)
+	}
+	e.okJSON(&plan, "backfill", "young", "--from", "-3m", "--to", "now", "--before-first-seen")
+	if plan.Requested < 3 {
+		t.Fatalf("--before-first-seen: %+v, want the slots before the sighting requested", plan)
+	}
+	cur, err := e.db.Collection(triggers.CollectionName).Find(ctx(t), bson.D{{Key: "slot", Value: bson.D{{Key: "$lte", Value: seen}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []bson.M
+	if err := cur.All(ctx(t), &docs); err != nil || len(docs) < 3 {
+		t.Fatalf("requests before the sighting: %d (%v)", len(docs), err)
+	}
+	for _, d := range docs {
+		if d[triggers.FieldBeforeFirstSeen] != true {
+			t.Errorf("request %v lacks %s: true", d["_id"], triggers.FieldBeforeFirstSeen)
 		}
 	}
 }

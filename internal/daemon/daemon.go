@@ -20,13 +20,16 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/config"
+	"github.com/cronswap/cronswap/internal/firepath"
 	"github.com/cronswap/cronswap/internal/history"
 	"github.com/cronswap/cronswap/internal/httpapi"
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/internal/notify"
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/internal/runstore"
 	"github.com/cronswap/cronswap/internal/timeline"
 	"github.com/cronswap/cronswap/internal/triggers"
 	"github.com/cronswap/cronswap/resumetoken"
@@ -54,8 +57,8 @@ type Daemon struct {
 	listener net.Listener
 	members  *members.Membership
 	metrics  *metrics.Metrics
-	registry *jobs.Registry
-	runner   *jobs.Runner
+	registry *actions.Registry
+	runner   *firepath.Runner
 	engine   *scheduler.Engine
 	watcher  *changestream.Watcher
 	history  *editHistory
@@ -74,7 +77,7 @@ type Daemon struct {
 
 	// store is the fire path's store; decided holds what it said was
 	// decided per job just before the engine started (see readDecided).
-	store   *jobs.MongoStore
+	store   *runstore.Store
 	decided decidedAtStart
 	// relay delivers failure notifications; nil when none is configured.
 	relay *notify.Relay
@@ -92,12 +95,12 @@ type Daemon struct {
 // order they depend on each other. Nothing runs until Run. On error nothing is left
 // open.
 func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
-	registry, err := jobs.FromDefinitions(cfg.Jobs)
+	registry, err := actions.FromDefinitions(cfg.Jobs)
 	if err != nil {
 		return nil, err
 	}
 	// Only the daemon runs the programs, so only it requires them to exist.
-	if err := jobs.CheckPrograms(cfg.Jobs); err != nil {
+	if err := actions.CheckPrograms(cfg.Jobs); err != nil {
 		return nil, err
 	}
 	client, err := Connect(cfg)
@@ -114,7 +117,9 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		httpToken: os.Getenv(httpapi.EnvToken)}
 	db := client.Database(cfg.Mongo.Database)
 
-	d.members = members.New(db, members.Options{InstanceID: cfg.InstanceID, Logger: d.log,
+	// The listener's address goes into the members document: the command
+	// line asks a live daemon what its engine holds (schedules list/get).
+	d.members = members.New(db, members.Options{InstanceID: cfg.InstanceID, Logger: d.log, HTTP: ln.Addr().String(),
 		Unreachable: func(error) { d.awayOnce.Do(func() { close(d.away) }) }})
 	d.metrics = metrics.New()
 	d.blackouts = newBlackoutWatch(db, cfg, d.log)
@@ -123,15 +128,15 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		_ = ln.Close()
 		return nil, err
 	}
-	locks, runs := jobs.Collections(db)
-	d.store = jobs.NewMongoStore(locks, runs,
-		jobs.MongoStoreOptions{Retention: cfg.Runs.Retention, Instance: cfg.InstanceID, Logger: d.log, OnNotice: d.wakeRelay})
+	locks, runs := record.Collections(db)
+	d.store = runstore.New(locks, runs,
+		runstore.Options{Retention: cfg.Runs.Retention, Instance: cfg.InstanceID, Logger: d.log, OnNotice: d.wakeRelay})
 	// The requests' outcomes: written by the sink for the runs it starts,
 	// and by the runner for the run-now requests it takes from a lock's
 	// buffer (whichever replica buffered them).
 	requests := triggers.NewStore(triggers.Collection(db), runs, cfg.Runs.Retention, cfg.InstanceID).
 		WithOutcomes(d.metrics.CountTrigger)
-	d.runner = jobs.NewRunner(jobs.RunnerOptions{
+	d.runner = firepath.NewRunner(firepath.RunnerOptions{
 		Registry:   registry,
 		InstanceID: cfg.InstanceID,
 		// A lock held under this instance id by another incarnation is a
@@ -149,7 +154,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		Slots:            d.slots,
 		StartingDeadline: cfg.StartingDeadline,
 		CatchupWindow:    cfg.CatchupFor,
-		ClaimRetry:       jobs.DefaultClaimRetry,
+		ClaimRetry:       firepath.DefaultClaimRetry,
 		// The owner of a job among the live members claims its fires at
 		// once; the others after the grace (owner dead or stalled).
 		Owns: d.members.Owns,
@@ -177,7 +182,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	d.history = newEditHistory(db.Collection(history.CollectionName),
 		eventSink{Sink: NewEngineSink(d.engine, d.log, d.metrics), events: d.events},
 		cfg.InstanceID, cfg.Runs.Retention, d.log)
-	hooks := d.history.hook(watchHooks(d.metrics, &d.armedAt))
+	hooks := d.history.hook(watchHooks(d.metrics, &d.armedAt), func() bool { return d.watcher.Status().Mode == changestream.ModePoll })
 	// The engine's timers start once it holds the schedules: filling a
 	// running engine costs robfig a re-sort per job (about 6x slower at
 	// 100,000 jobs); an empty engine has nothing to fire meanwhile.
@@ -248,7 +253,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer d.close()
 	indexCtx, stopIndexes := context.WithCancel(context.Background())
 	defer stopIndexes()
-	go ensureRunIndexes(indexCtx, d.client.Database(d.cfg.Mongo.Database).Collection(jobs.RunsCollection), d.log)
+	go ensureRunIndexes(indexCtx, d.client.Database(d.cfg.Mongo.Database).Collection(record.RunsCollection), d.log)
 	stopHistory := d.history.run(d.log)
 	defer stopHistory() // after the watcher stopped: no entry comes after it
 	// The triggers stream stops after the runner's shutdown (deferred).

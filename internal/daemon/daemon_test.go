@@ -16,9 +16,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/config"
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/metrics"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
@@ -149,7 +150,7 @@ func testConfig(uri, database string) config.Config {
 	cfg.Watch.BackoffMin = new(50 * time.Millisecond)
 	cfg.Watch.BackoffMax = new(time.Second)
 	cfg.Shutdown.Grace = 5 * time.Second
-	cfg.Jobs = map[string]jobs.Definition{"tick": {Exec: []string{"true"}}}
+	cfg.Jobs = map[string]actions.Definition{"tick": {Exec: []string{"true"}}}
 	return cfg
 }
 
@@ -243,9 +244,9 @@ func TestTimelineServed(t *testing.T) {
 	db := testmongo.NewDatabase(t, client)
 	insertSchedules(t, db, "hourly")
 	slot := time.Now().UTC().Add(-time.Hour).Truncate(time.Hour)
-	if _, err := db.Collection(jobs.RunsCollection).InsertOne(context.Background(), bson.D{
+	if _, err := db.Collection(record.RunsCollection).InsertOne(context.Background(), bson.D{
 		{Key: "_id", Value: "r1"}, {Key: "job_id", Value: "hourly"}, {Key: "scheduled_at", Value: slot},
-		{Key: "status", Value: jobs.StatusSucceeded}, {Key: "instance", Value: "elsewhere"}, {Key: "fence", Value: int64(3)},
+		{Key: "status", Value: record.StatusSucceeded}, {Key: "instance", Value: "elsewhere"}, {Key: "fence", Value: int64(3)},
 	}); err != nil {
 		t.Fatal(err)
 	}

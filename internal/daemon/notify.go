@@ -9,9 +9,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/internal/config"
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/internal/notify"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/scheduler"
 )
 
@@ -35,8 +35,8 @@ func notifyConfigured(cfg config.Config) bool {
 // written with their events: job_runs (failed, abandoned, missed runs) and
 // job_pauses (a job paused after consecutive failures, keyed by the job).
 func outboxes(db *mongo.Database) []*mongo.Collection {
-	_, runs := jobs.Collections(db)
-	return []*mongo.Collection{runs, jobs.PausesCollectionOf(db)}
+	_, runs := record.Collections(db)
+	return []*mongo.Collection{runs, record.PausesCollectionOf(db)}
 }
 
 // newRelay returns the notification relay of cfg, or nil when no webhook

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/config"
-	"github.com/cronswap/cronswap/internal/jobs"
 )
 
 // The daemon refuses to start when an exec action's program is missing,
@@ -15,7 +15,7 @@ func TestNewRefusesAMissingProgram(t *testing.T) {
 	cfg := config.Default()
 	cfg.InstanceID = "programs-test"
 	cfg.HTTP.Listen = "127.0.0.1:0"
-	cfg.Jobs = map[string]jobs.Definition{
+	cfg.Jobs = map[string]actions.Definition{
 		"ok":     {Exec: []string{"sh", "-c", "true"}},
 		"report": {Exec: []string{"/opt/reports/bin/daily-report", "--all"}},
 	}

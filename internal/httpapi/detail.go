@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
@@ -54,18 +54,17 @@ func (a *api) serveDetail(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such schedule armed or rejected: " + id})
 		return
 	}
-	one := []Schedule{FromStatus(st, a.o.DefaultTimezone)}
-	withFailurePauses(r.Context(), a.o.FailurePauses, one)
-	d := Detail{Schedule: one[0], Status: RowStatus(one[0]), NextRuns: a.upcoming(st),
-		NextRunLocal: localTime(st.NextRun, one[0].Timezone, a.o.Location)}
-	if a.o.Records != nil && !one[0].InvalidID {
+	sc := a.schedule(r.Context(), st)
+	d := Detail{Schedule: sc, Status: RowStatus(sc), NextRuns: a.upcoming(st),
+		NextRunLocal: localTime(st.NextRun, sc.Timezone, a.o.Location)}
+	if a.o.Records != nil && !sc.InvalidID {
 		lock, err := a.o.Records.Lock(r.Context(), id)
 		if err != nil {
 			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 			return
 		}
 		d.Lock = lockOf(lock)
-		rows := []Row{{Schedule: one[0]}}
+		rows := []Row{{Schedule: sc}}
 		if err := a.withRecords(r.Context(), rows, []string{id}); err != nil {
 			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 			return
@@ -94,7 +93,7 @@ func (a *api) upcoming(st scheduler.Status) []NextRun {
 }
 
 // lockOf shows lock; nil for none.
-func lockOf(l *jobs.LockDoc) *Lock {
+func lockOf(l *record.LockDoc) *Lock {
 	if l == nil {
 		return nil
 	}
@@ -102,7 +101,7 @@ func lockOf(l *jobs.LockDoc) *Lock {
 	cancelRun, _ := l.PendingCancel()
 	out := &Lock{Holder: l.Holder, Fence: l.Fence, RunID: l.RunID, Waiting: waiting, Cancel: cancelRun != "",
 		LeaseUntil: utcPtr(l.LeaseUntil)}
-	if l.State != jobs.LockRunning {
+	if l.State != record.LockRunning {
 		out.LeaseUntil = nil
 	}
 	return out

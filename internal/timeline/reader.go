@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/cronswap/cronswap/internal/history"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -67,6 +67,13 @@ func (r *Reader) Build(ctx context.Context, id string, from, to time.Time) (Time
 	if in.Records, in.Cut, err = r.records(ctx, id, from, to); err != nil {
 		return Timeline{}, err
 	}
+	seen, ok, err := history.ReadFirstSeen(ctx, r.db.Collection(r.hist), id)
+	if err != nil {
+		return Timeline{}, err
+	}
+	if ok {
+		in.FirstSeen = &FirstSeen{At: seen.At, Source: seen.Source}
+	}
 	if !in.Current.Exists && len(in.Edits) == 0 && len(in.Records) == 0 {
 		known, err := r.anything(ctx, id)
 		if err != nil {
@@ -74,7 +81,7 @@ func (r *Reader) Build(ctx context.Context, id string, from, to time.Time) (Time
 		}
 		if !known {
 			return Timeline{}, fmt.Errorf("job %q: no schedule in %s, no record in %s and no edit in %s: %w",
-				id, schedule.CollectionName, jobs.RunsCollection, r.hist, ErrNotFound)
+				id, schedule.CollectionName, record.RunsCollection, r.hist, ErrNotFound)
 		}
 	}
 	tl := Assemble(in)
@@ -93,27 +100,7 @@ func (r *Reader) current(ctx context.Context, id string) (State, error) {
 	if err != nil {
 		return State{}, fmt.Errorf("read schedule %q from %s: %w", id, schedule.CollectionName, err)
 	}
-	return State{Exists: true, Known: true, Timing: timingOf(raw)}, nil
-}
-
-// timingOf reads the timing fields of a schedules document as the decoder
-// does: absent cron_expr, timezone and dst are empty, absent enabled true.
-func timingOf(raw bson.Raw) Timing {
-	t := Timing{Enabled: true}
-	str := func(name string) string {
-		if v, err := raw.LookupErr(name); err == nil {
-			if s, ok := v.StringValueOK(); ok {
-				return s
-			}
-		}
-		return ""
-	}
-	t.CronExpr, t.Timezone, t.DST = str(schedule.FieldCronExpr), str(schedule.FieldTimezone), str(schedule.FieldDST)
-	if v, err := raw.LookupErr(schedule.FieldEnabled); err == nil {
-		b, ok := v.BooleanOK()
-		t.Enabled = ok && b
-	}
-	return t
+	return StateOf(raw), nil
 }
 
 // historyDoc is one document of the edit history as this package reads it.
@@ -134,7 +121,7 @@ type historyDoc struct {
 func (r *Reader) edits(ctx context.Context, id string, from time.Time) (out []Edit, cutBefore time.Time, err error) {
 	coll := r.db.Collection(r.hist)
 	cur, err := coll.Find(ctx,
-		bson.D{{Key: "job_id", Value: id}, {Key: "at", Value: bson.D{{Key: "$gte", Value: from}}}},
+		append(history.EditsOf(id), bson.E{Key: "at", Value: bson.D{{Key: "$gte", Value: from}}}),
 		options.Find().SetSort(bson.D{{Key: "at", Value: -1}, {Key: "_id", Value: -1}}).SetLimit(MaxEdits+1))
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("read edits of %q from %s: %w", id, r.hist, err)
@@ -174,11 +161,11 @@ func valueText(v bson.RawValue) string {
 // When there are more than MaxEntries, the rest is left for a later
 // request: cut is the slot of the first one not returned.
 func (r *Reader) records(ctx context.Context, id string, from, to time.Time) (out []Record, cut time.Time, err error) {
-	coll := r.db.Collection(jobs.RunsCollection)
+	coll := r.db.Collection(record.RunsCollection)
 	filter := bson.D{{Key: "job_id", Value: id}, {Key: "$or", Value: bson.A{
 		bson.D{{Key: "scheduled_at", Value: bson.D{{Key: "$gte", Value: from}, {Key: "$lte", Value: to}}}},
 		bson.D{
-			{Key: "status", Value: jobs.StatusMissed},
+			{Key: "status", Value: record.StatusMissed},
 			{Key: "scheduled_at", Value: bson.D{{Key: "$lt", Value: from}}},
 			{Key: "last_scheduled_at", Value: bson.D{{Key: "$gte", Value: from}}},
 		},
@@ -208,7 +195,7 @@ func (r *Reader) records(ctx context.Context, id string, from, to time.Time) (ou
 // anything reports whether job id has any record or edit at all, outside
 // the range too.
 func (r *Reader) anything(ctx context.Context, id string) (bool, error) {
-	for _, name := range []string{jobs.RunsCollection, r.hist} {
+	for _, name := range []string{record.RunsCollection, r.hist} {
 		err := r.db.Collection(name).FindOne(ctx, bson.D{{Key: "job_id", Value: id}}, options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
 		if err == nil {
 			return true, nil

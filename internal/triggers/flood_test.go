@@ -8,7 +8,9 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/actions"
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/jobs"
 )
 
 // insertRaw inserts docs at once and hands each, as inserted, to every
@@ -82,12 +84,12 @@ func TestMalformedRequestsAllRejectedOnce(t *testing.T) {
 func TestRunNowManyInOneMillisecondAllRun(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 3)
-	e.reg.Register("many", jobs.Spec{Action: jobs.ActionFunc(func(ctx context.Context, f jobs.Fire) error {
+	e.reg.Register("many", actions.Action{Handler: jobs.HandlerFunc(func(ctx context.Context, f jobs.Run) error {
 		e.mu.Lock()
 		e.ran[f.JobID] = append(e.ran[f.JobID], f)
 		e.mu.Unlock()
 		return nil
-	}), Overlap: jobs.OverlapAllow})
+	}), Policy: jobs.Policy{Overlap: jobs.OverlapAllow}})
 	e.schedule(t, bson.D{{Key: "_id", Value: "many"}, {Key: "cron_expr", Value: "0 9 * * *"}})
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	if at.Nanosecond() == 0 {
@@ -107,11 +109,11 @@ func TestRunNowManyInOneMillisecondAllRun(t *testing.T) {
 	for _, id := range ids {
 		m := e.final(t, id)
 		statuses[m[FieldStatus]]++
-		if m[FieldStatus] != jobs.StatusSucceeded {
+		if m[FieldStatus] != record.StatusSucceeded {
 			t.Logf("request %v: %v", id, m)
 		}
 	}
-	if statuses[jobs.StatusSucceeded] != n {
+	if statuses[record.StatusSucceeded] != n {
 		t.Errorf("statuses %v, want all %d succeeded", statuses, n)
 	}
 	e.idle(t)
@@ -153,7 +155,7 @@ func TestNotRunYieldsToTheRunsOutcome(t *testing.T) {
 		t.Fatalf("ran %d times, want once", n)
 	}
 	m := e.doc(t, id)
-	if m[FieldStatus] != jobs.StatusSucceeded || m[FieldInstance] != "a" || m[FieldRunID] != RunIDOf("late") {
+	if m[FieldStatus] != record.StatusSucceeded || m[FieldInstance] != "a" || m[FieldRunID] != RunIDOf("late") {
 		t.Errorf("request %v: want the run's outcome (succeeded on a), not not_run", m)
 	}
 }
@@ -167,17 +169,17 @@ func TestBackfillOwnRunIsNotAlreadyRan(t *testing.T) {
 	ctx := context.Background()
 	slot := time.Date(2026, 2, 1, 10, 0, 0, 0, time.UTC)
 	asked := time.Now().UTC().Truncate(time.Millisecond)
-	runID := jobs.RunID("every", slot)
+	runID := record.RunID("every", slot)
 	// Another replica claimed and ran the slot for this request.
-	if _, err := e.db.Collection(jobs.RunsCollection).InsertOne(ctx, jobs.RunDoc{ID: runID, JobID: "every", ScheduledAt: slot,
-		Instance: "other", Fence: asked.UnixMilli() + 5, Status: jobs.StatusSucceeded, StartedAt: asked.Add(5 * time.Millisecond),
+	if _, err := e.db.Collection(record.RunsCollection).InsertOne(ctx, record.RunDoc{ID: runID, JobID: "every", ScheduledAt: slot,
+		Instance: "other", Fence: asked.UnixMilli() + 5, Status: record.StatusSucceeded, StartedAt: asked.Add(5 * time.Millisecond),
 		EndedAt: asked.Add(10 * time.Millisecond)}); err != nil {
 		t.Fatal(err)
 	}
 	ids := e.insertRaw(t, bson.D{{Key: "_id", Value: BackfillIDPrefix + runID}, {Key: "job_id", Value: "every"},
 		{Key: "slot", Value: slot}, {Key: "requested_at", Value: asked}})
 	m := e.final(t, ids[0])
-	if m[FieldStatus] != jobs.StatusSucceeded || m[FieldInstance] != "other" {
+	if m[FieldStatus] != record.StatusSucceeded || m[FieldInstance] != "other" {
 		t.Errorf("request %v: want its own run's outcome (succeeded on other), not %s", m, StatusAlreadyRan)
 	}
 	if n := len(e.runs("every")); n != 0 {

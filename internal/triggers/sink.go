@@ -10,7 +10,10 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/batch"
+	"github.com/cronswap/cronswap/internal/firepath"
+	"github.com/cronswap/cronswap/internal/history"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -39,9 +42,9 @@ const (
 // ErrNoJob is returned by a Schedules lookup for a job without a schedule.
 var ErrNoJob = errors.New("no such job")
 
-// Runner runs an off-schedule fire (jobs.Runner is one).
+// Runner runs an off-schedule fire (firepath.Runner is one).
 type Runner interface {
-	RunOffSchedule(f jobs.OffScheduleFire) jobs.OffScheduleResult
+	RunOffSchedule(f firepath.OffScheduleFire) firepath.OffScheduleResult
 }
 
 // Options configures a Sink.
@@ -55,6 +58,12 @@ type Options struct {
 	// schedule.ErrInvalid when its document is bad. Schedules(coll) batches
 	// the lookups.
 	Schedules func(ctx context.Context, jobID string) (schedule.Schedule, error)
+	// FirstSeen returns the job's first sighting (history.ReadFirstSeen;
+	// ok false when there is none). A backfill request of a slot at or
+	// before it is refused (CheckFirstSeen) unless it says
+	// FieldBeforeFirstSeen. The sink batches its calls: one per job asked
+	// for meanwhile, at most 2 batches at once. Nil checks nothing.
+	FirstSeen func(ctx context.Context, jobID string) (seen history.Sighting, ok bool, err error)
 	// Location is the default time zone of expressions (config timezone).
 	Location *time.Location
 	// Logger receives the log (default slog.Default()).
@@ -62,19 +71,19 @@ type Options struct {
 	// BackfillInterval: default DefaultBackfillInterval.
 	BackfillInterval time.Duration
 	// Deadline is how long after a replica saw a request its run may
-	// still start (jobs.DefaultOffScheduleDeadline when 0).
+	// still start (firepath.DefaultOffScheduleDeadline when 0).
 	Deadline time.Duration
 	// MaxInFlight bounds the requests handled at once: default
 	// DefaultMaxInFlight.
 	MaxInFlight int
 	// Owns reports whether this replica owns a job (the runner's
-	// jobs.RunnerOptions.Owns). The owner claims a request at once; the
+	// firepath.RunnerOptions.Owns). The owner claims a request at once; the
 	// other replicas put it aside for ClaimGrace before a worker takes it
 	// up, so that the owner's running write reaches them first and they
 	// drop it. Nil: every job is owned.
 	Owns func(jobID string) bool
 	// ClaimGrace is how long a request of a job this replica does not own
-	// is put aside: default jobs.DefaultClaimGrace, the runner's own
+	// is put aside: default firepath.DefaultClaimGrace, the runner's own
 	// (which waits out any rest, longer on a slow database).
 	ClaimGrace time.Duration
 }
@@ -112,6 +121,15 @@ type Sink struct {
 	stop   chan struct{}
 	// wg counts the workers and the writes they left to the store.
 	wg sync.WaitGroup
+	// firstSeen batches the calls of Options.FirstSeen (nil without it).
+	firstSeen *batch.Batcher[string, firstSeenAnswer]
+}
+
+// firstSeenAnswer is one job's first sighting as Options.FirstSeen gave it.
+type firstSeenAnswer struct {
+	seen history.Sighting
+	ok   bool
+	err  error
 }
 
 // taskStep is what a task does next.
@@ -181,16 +199,53 @@ func NewSink(opts Options) *Sink {
 		opts.Location = time.UTC
 	}
 	if opts.Deadline <= 0 {
-		opts.Deadline = jobs.DefaultOffScheduleDeadline
+		opts.Deadline = firepath.DefaultOffScheduleDeadline
 	}
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = DefaultMaxInFlight
 	}
 	if opts.ClaimGrace <= 0 {
-		opts.ClaimGrace = jobs.DefaultClaimGrace
+		opts.ClaimGrace = firepath.DefaultClaimGrace
 	}
-	return &Sink{opts: opts, log: opts.Logger, open: map[string]*task{}, backfills: map[string]*jobBackfill{},
+	s := &Sink{opts: opts, log: opts.Logger, open: map[string]*task{}, backfills: map[string]*jobBackfill{},
 		slots: map[string]*jobSlots{}, stop: make(chan struct{})}
+	if opts.FirstSeen != nil {
+		s.firstSeen = batch.New(storeBatchMax, readBatchesAtOnce, s.firstSeenBatch)
+	}
+	return s
+}
+
+// firstSeenBatch asks Options.FirstSeen once per job of jobIDs.
+func (s *Sink) firstSeenBatch(jobIDs []string) []firstSeenAnswer {
+	byJob := map[string]firstSeenAnswer{}
+	out := make([]firstSeenAnswer, len(jobIDs))
+	for i, job := range jobIDs {
+		a, ok := byJob[job]
+		if !ok {
+			ctx, cancel := context.WithTimeout(context.Background(), firepath.DefaultOpTimeout)
+			a.seen, a.ok, a.err = s.opts.FirstSeen(ctx, job)
+			cancel()
+			byJob[job] = a
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// checkFirstSeen applies CheckFirstSeen to backfill request req; err is
+// the refusal, lookupErr a failed lookup (nothing decided).
+func (s *Sink) checkFirstSeen(req Request) (err, lookupErr error) {
+	if s.firstSeen == nil || req.BeforeFirstSeen {
+		return nil, nil
+	}
+	a, cerr := s.firstSeen.Submit(s.ctx(), req.JobID)
+	if cerr == nil {
+		cerr = a.err
+	}
+	if cerr != nil {
+		return nil, cerr
+	}
+	return CheckFirstSeen(req.JobID, []time.Time{req.Slot}, a.seen, a.ok), nil
 }
 
 // Close stops taking requests and waits for those being handled to have
@@ -547,7 +602,19 @@ func (s *Sink) run(t *task) bool {
 		sched.Args = req.Args
 	}
 	if req.Backfill() {
-		if err := s.checkSlot(sched, req.Slot); err != nil {
+		err := s.checkSlot(sched, req.Slot)
+		if err == nil {
+			var lookupErr error
+			if err, lookupErr = s.checkFirstSeen(req); lookupErr != nil {
+				if s.retry(t) {
+					log.Warn("trigger waits: could not read the job's first sighting", "error", lookupErr, "retry", t.retries)
+					return true
+				}
+				log.Warn("trigger not handled: could not read the job's first sighting", "error", lookupErr)
+				return false // left pending, as when the schedule cannot be read
+			}
+		}
+		if err != nil {
 			log.Warn("backfill refused", "scheduled_at", req.Slot, "error", err)
 			s.write(req, StatusRejected, s.opts.Store.Reject(s.ctx(), req.ID, err.Error(), time.Now()))
 			return false
@@ -555,8 +622,8 @@ func (s *Sink) run(t *task) bool {
 	}
 	forgot := false
 	for bump := 0; ; bump++ {
-		f := jobs.OffScheduleFire{Schedule: sched, Offered: seen, Deadline: s.opts.Deadline,
-			Started: func(l jobs.Lease) {
+		f := firepath.OffScheduleFire{Schedule: sched, Offered: seen, Deadline: s.opts.Deadline,
+			Started: func(l record.Lease) {
 				// Beside the action, not before it: the write goes with the
 				// next batch and never delays the start; written after the
 				// end it matches nothing. The worker's count keeps the group
@@ -568,7 +635,7 @@ func (s *Sink) run(t *task) bool {
 				})
 			}}
 		if req.Backfill() {
-			f.RunID, f.Slot = jobs.RunID(req.JobID, req.Slot), req.Slot
+			f.RunID, f.Slot = record.RunID(req.JobID, req.Slot), req.Slot
 		} else {
 			// A run-now request waits on the job's lock under a policy
 			// that buffers; a backfilled slot does not (backfill paces
@@ -583,28 +650,28 @@ func (s *Sink) run(t *task) bool {
 			s.releaseSlot(req.JobID, f.Slot, res.NotRun == "")
 		}
 		switch {
-		case res.Status == jobs.StatusBuffered:
+		case res.Status == record.StatusBuffered:
 			// Whichever replica takes it from the lock's buffer writes
-			// the rest (jobs.RequestReporter: Store.BufferedStarted,
+			// the rest (firepath.RequestReporter: Store.BufferedStarted,
 			// BufferedEnded).
 			log.Info("trigger buffered", "run_id", f.RunID, "scheduled_at", f.Slot, "reason", res.Error)
 			s.write(req, res.Status, s.opts.Store.Buffered(s.ctx(), req.ID, f.RunID, res.Error, time.Now()))
 			return false
-		case res.Ran || res.Status == jobs.StatusSkipped:
+		case res.Ran || res.Status == record.StatusSkipped:
 			log.Info("trigger ended", "run_id", f.RunID, "status", res.Status)
 			s.write(req, res.Status, s.opts.Store.Finish(s.ctx(), req.ID, f.RunID, res.Status, res.Error, time.Now()))
 			return false
-		case res.NotRun == jobs.NotRunShuttingDown:
+		case res.NotRun == firepath.NotRunShuttingDown:
 			log.Warn("trigger not run; left pending for another replica or the next start", "reason", res.NotRun, "error", res.Error)
 			return false
-		case res.NotRun == jobs.NotRunUnreachable:
+		case res.NotRun == firepath.NotRunUnreachable:
 			if s.retry(t) {
 				log.Warn("trigger waits: the database did not answer its claim", "error", res.Error, "retry", t.retries)
 				return true
 			}
 			log.Warn("trigger not run; left pending for another replica or the next start", "reason", res.NotRun, "error", res.Error)
 			return false
-		case res.NotRun == jobs.NotRunUnknownAction:
+		case res.NotRun == firepath.NotRunUnknownAction:
 			// Refused once a replica that has the action had its chance.
 			t.step, t.runID, t.why = stepUnknownAction, f.RunID, res.Error
 			s.later(t, unknownActionWait)
@@ -649,7 +716,7 @@ func (s *Sink) run(t *task) bool {
 				continue // gone in between: try again
 			}
 			return false
-		case other.Status == jobs.StatusMissed && !forgot:
+		case other.Status == record.StatusMissed && !forgot:
 			ok, err := s.opts.Store.ForgetMissed(ctx, *other)
 			if err != nil {
 				log.Warn("backfill: could not replace the slot's missed record", "scheduled_at", req.Slot, "error", err)
@@ -663,7 +730,7 @@ func (s *Sink) run(t *task) bool {
 			fallthrough
 		default:
 			why := "slot " + req.Slot.Format(time.RFC3339) + " is covered by record " + other.ID + " (" + other.Status + ")"
-			if other.Status == jobs.StatusMissed {
+			if other.Status == record.StatusMissed {
 				why += ": it starts a range of missed slots; backfill the slots after it, or delete the record first"
 			}
 			log.Warn("backfill not run", "scheduled_at", req.Slot, "error", why)
@@ -718,7 +785,7 @@ func (s *Sink) releaseSlot(job string, slot time.Time, taken bool) {
 // ranFor reports whether run record rec is the run of backfill request
 // req rather than an earlier decision of its slot: it started once the
 // request was asked for.
-func ranFor(rec jobs.RunDoc, req Request) bool {
+func ranFor(rec record.RunDoc, req Request) bool {
 	return !rec.StartedAt.IsZero() && !rec.StartedAt.Before(req.RequestedAt)
 }
 
@@ -745,7 +812,7 @@ func (s *Sink) notRun(req Request, runID, why string) {
 // unknownActionWait is how long a replica whose config lacks the job's
 // action waits before it refuses the request: long enough for a replica
 // that has it (a config being rolled out) to claim it first.
-const unknownActionWait = jobs.DefaultClaimGrace + time.Second
+const unknownActionWait = firepath.DefaultClaimGrace + time.Second
 
 // unknownAction refuses a request whose job's action this replica does not
 // have, unless another replica ran it meanwhile (a run's outcome, which
@@ -760,7 +827,7 @@ func (s *Sink) unknownAction(t *task) {
 	case rec != nil:
 		s.write(req, rec.Status, s.opts.Store.FromRecord(s.ctx(), req.ID, *rec, true, time.Now()))
 	default:
-		log.Warn("trigger refused", "reason", jobs.NotRunUnknownAction, "error", t.why)
+		log.Warn("trigger refused", "reason", firepath.NotRunUnknownAction, "error", t.why)
 		s.write(req, StatusRejected, s.opts.Store.Reject(s.ctx(), req.ID, t.why, time.Now()))
 	}
 }

@@ -12,7 +12,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/cronswap/cronswap/internal/batch"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/firepath"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -46,7 +47,7 @@ const (
 // Store writes outcomes on requests and reads the run records they refer
 // to. Its operations are batched across callers (one bulk write or one
 // find answers many requests); each attempt of a batch is bounded by
-// jobs.DefaultOpTimeout. Every write is conditional on the request's
+// firepath.DefaultOpTimeout. Every write is conditional on the request's
 // status, so replicas that write the same outcome, or a late one, never
 // overwrite a later state, and a write sent again changes nothing.
 type Store struct {
@@ -82,7 +83,7 @@ type recordQuery struct {
 
 // recordAnswer is the record asked for (nil when there is none).
 type recordAnswer struct {
-	rec *jobs.RunDoc
+	rec *record.RunDoc
 	err error
 }
 
@@ -110,7 +111,7 @@ func (s *Store) WithOutcomes(count func(status string)) *Store {
 func Collection(db *mongo.Database) *mongo.Collection { return db.Collection(CollectionName) }
 
 // attempt runs op up to storeAttempts times, each bounded by
-// jobs.DefaultOpTimeout, until it succeeds; it returns the last error.
+// firepath.DefaultOpTimeout, until it succeeds; it returns the last error.
 func attempt(op func(ctx context.Context) error) error {
 	wait := storeRetryWait
 	var err error
@@ -119,7 +120,7 @@ func attempt(op func(ctx context.Context) error) error {
 			time.Sleep(wait)
 			wait *= 2
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), jobs.DefaultOpTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), firepath.DefaultOpTimeout)
 		err = op(ctx)
 		cancel()
 		if err == nil {
@@ -194,19 +195,19 @@ func (s *Store) readBatch(qs []recordQuery) []recordAnswer {
 			at = append(at, bson.D{{Key: "job_id", Value: q.job}, {Key: "scheduled_at", Value: q.slot}})
 		}
 	}
-	byID := map[string]*jobs.RunDoc{}
+	byID := map[string]*record.RunDoc{}
 	type jobSlot struct {
 		job  string
 		slot int64
 	}
-	byAt := map[jobSlot]*jobs.RunDoc{}
-	read := func(filter bson.D, put func(*jobs.RunDoc)) error {
+	byAt := map[jobSlot]*record.RunDoc{}
+	read := func(filter bson.D, put func(*record.RunDoc)) error {
 		return attempt(func(ctx context.Context) error {
 			cur, err := s.runs.Find(ctx, filter)
 			if err != nil {
 				return err
 			}
-			var recs []jobs.RunDoc
+			var recs []record.RunDoc
 			if err := cur.All(ctx, &recs); err != nil {
 				return err
 			}
@@ -218,13 +219,13 @@ func (s *Store) readBatch(qs []recordQuery) []recordAnswer {
 	}
 	var idErr, atErr error
 	if len(ids) > 0 {
-		idErr = read(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, func(r *jobs.RunDoc) { byID[r.ID] = r })
+		idErr = read(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, func(r *record.RunDoc) { byID[r.ID] = r })
 		if idErr != nil {
 			idErr = fmt.Errorf("read %d run records in %s: %w", len(ids), s.runs.Name(), idErr)
 		}
 	}
 	if len(at) > 0 {
-		atErr = read(bson.D{{Key: "$or", Value: at}}, func(r *jobs.RunDoc) {
+		atErr = read(bson.D{{Key: "$or", Value: at}}, func(r *record.RunDoc) {
 			byAt[jobSlot{r.JobID, r.ScheduledAt.UnixMilli()}] = r
 		})
 		if atErr != nil {
@@ -304,7 +305,7 @@ func runnable(id bson.RawValue, also ...string) bson.D {
 	return bson.D{{Key: FieldID, Value: id}, {Key: FieldStatus, Value: bson.D{{Key: "$in", Value: in}}}}
 }
 
-func startedSet(l jobs.Lease, now time.Time) bson.D {
+func startedSet(l record.Lease, now time.Time) bson.D {
 	return bson.D{{Key: FieldStatus, Value: StatusRunning}, {Key: FieldRunID, Value: l.RunID},
 		{Key: FieldInstance, Value: l.Instance}, {Key: FieldFence, Value: l.Fence}, {Key: FieldStartedAt, Value: now},
 		{Key: FieldUpdatedAt, Value: now}}
@@ -312,14 +313,14 @@ func startedSet(l jobs.Lease, now time.Time) bson.D {
 
 // Started marks a request running under lease (this replica won its
 // claim).
-func (s *Store) Started(ctx context.Context, id bson.RawValue, l jobs.Lease, now time.Time) error {
+func (s *Store) Started(ctx context.Context, id bson.RawValue, l record.Lease, now time.Time) error {
 	return s.update(ctx, runnable(id), startedSet(l, now))
 }
 
 // StartedLater is Started without waiting: the write goes with the next
 // batch and done is called with its error, on the goroutine that sent the
 // batch (it must not block).
-func (s *Store) StartedLater(id bson.RawValue, l jobs.Lease, now time.Time, done func(error)) {
+func (s *Store) StartedLater(id bson.RawValue, l record.Lease, now time.Time, done func(error)) {
 	s.writes.Enqueue(newWrite(runnable(id), startedSet(l, now)), done)
 }
 
@@ -334,7 +335,7 @@ func (s *Store) Buffered(ctx context.Context, id bson.RawValue, runID, why strin
 // ofRun matches the run-now request whose run is l (run id RunIDOf(its
 // key)) while it is pending, yields to a run, or has one of statuses; ok
 // is false when l is not a run-now request's run.
-func ofRun(l jobs.Lease, statuses ...string) (bson.D, bool) {
+func ofRun(l record.Lease, statuses ...string) (bson.D, bool) {
 	key, ok := strings.CutPrefix(l.RunID, RunIDPrefix)
 	if !ok || key == "" {
 		return nil, false
@@ -351,11 +352,11 @@ func ofRun(l jobs.Lease, statuses ...string) (bson.D, bool) {
 		{Key: FieldStatus, Value: bson.D{{Key: "$in", Value: in}}}}, true
 }
 
-// BufferedStarted implements jobs.RequestReporter: the request of the
+// BufferedStarted implements firepath.RequestReporter: the request of the
 // buffered run l, whichever replica buffered it, says running under this
 // replica (also while still pending: the replica that buffered it may not
 // have written buffered yet).
-func (s *Store) BufferedStarted(ctx context.Context, l jobs.Lease, at time.Time) error {
+func (s *Store) BufferedStarted(ctx context.Context, l record.Lease, at time.Time) error {
 	filter, ok := ofRun(l, StatusBuffered)
 	if !ok {
 		return nil
@@ -363,9 +364,9 @@ func (s *Store) BufferedStarted(ctx context.Context, l jobs.Lease, at time.Time)
 	return s.update(ctx, filter, startedSet(l, at))
 }
 
-// BufferedEnded implements jobs.RequestReporter: the request of the
+// BufferedEnded implements firepath.RequestReporter: the request of the
 // buffered run l gets the run's outcome.
-func (s *Store) BufferedEnded(ctx context.Context, l jobs.Lease, res jobs.OffScheduleResult, at time.Time) error {
+func (s *Store) BufferedEnded(ctx context.Context, l record.Lease, res firepath.OffScheduleResult, at time.Time) error {
 	filter, ok := ofRun(l, StatusBuffered, StatusRunning)
 	if !ok {
 		return nil
@@ -392,8 +393,8 @@ func (s *Store) Finish(ctx context.Context, id bson.RawValue, runID, status, err
 // a backfilled slot's record made after the request), also while pending
 // or yielding. A record still buffered makes such a pending request
 // buffered; otherwise it does nothing while rec is not ended.
-func (s *Store) FromRecord(ctx context.Context, id bson.RawValue, rec jobs.RunDoc, mine bool, now time.Time) error {
-	if rec.Status == jobs.StatusBuffered && mine {
+func (s *Store) FromRecord(ctx context.Context, id bson.RawValue, rec record.RunDoc, mine bool, now time.Time) error {
+	if rec.Status == record.StatusBuffered && mine {
 		return s.Buffered(ctx, id, rec.ID, "its run record "+rec.ID+" waits on the job's lock", now)
 	}
 	if !recordEnded(rec.Status) {
@@ -427,7 +428,7 @@ func (s *Store) FromRecord(ctx context.Context, id bson.RawValue, rec jobs.RunDo
 
 // AlreadyRan marks a pending backfill request whose slot was decided
 // before by record rec.
-func (s *Store) AlreadyRan(ctx context.Context, id bson.RawValue, rec jobs.RunDoc, now time.Time) error {
+func (s *Store) AlreadyRan(ctx context.Context, id bson.RawValue, rec record.RunDoc, now time.Time) error {
 	why := fmt.Sprintf("slot already recorded %s (%s)", rec.Status, rec.ID)
 	set := append(s.final(StatusAlreadyRan, why, now), bson.E{Key: FieldRunID, Value: rec.ID})
 	return s.update(ctx, pending(id), set)
@@ -435,14 +436,14 @@ func (s *Store) AlreadyRan(ctx context.Context, id bson.RawValue, rec jobs.RunDo
 
 func recordEnded(status string) bool {
 	switch status {
-	case jobs.StatusRunning, jobs.StatusClaiming, jobs.StatusBuffered, "":
+	case record.StatusRunning, record.StatusClaiming, record.StatusBuffered, "":
 		return false
 	}
 	return true
 }
 
 // record asks the next read batch for q and waits for it.
-func (s *Store) record(ctx context.Context, q recordQuery) (*jobs.RunDoc, error) {
+func (s *Store) record(ctx context.Context, q recordQuery) (*record.RunDoc, error) {
 	a, err := s.reads.Submit(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("read a run record in %s: %w", s.runs.Name(), err)
@@ -451,13 +452,13 @@ func (s *Store) record(ctx context.Context, q recordQuery) (*jobs.RunDoc, error)
 }
 
 // Record reads the run record with _id runID; nil, nil when there is none.
-func (s *Store) Record(ctx context.Context, runID string) (*jobs.RunDoc, error) {
+func (s *Store) Record(ctx context.Context, runID string) (*record.RunDoc, error) {
 	return s.record(ctx, recordQuery{runID: runID})
 }
 
 // RecordAt reads the record of job at slot whatever its _id (a missed
 // range starting at slot); nil, nil when there is none.
-func (s *Store) RecordAt(ctx context.Context, job string, slot time.Time) (*jobs.RunDoc, error) {
+func (s *Store) RecordAt(ctx context.Context, job string, slot time.Time) (*record.RunDoc, error) {
 	return s.record(ctx, recordQuery{job: job, slot: slot.UTC()})
 }
 
@@ -467,8 +468,8 @@ func (s *Store) RecordAt(ctx context.Context, job string, slot time.Time) (*jobs
 // it); the backfilled run's record then accounts for the slot. It reports
 // whether the record is gone. At most writeBatchesAtOnce such deletes
 // are out at once (they are rare: no batch is worth it).
-func (s *Store) ForgetMissed(ctx context.Context, rec jobs.RunDoc) (bool, error) {
-	if rec.Status != jobs.StatusMissed || rec.Count != 1 {
+func (s *Store) ForgetMissed(ctx context.Context, rec record.RunDoc) (bool, error) {
+	if rec.Status != record.StatusMissed || rec.Count != 1 {
 		return false, nil
 	}
 	select {
@@ -477,9 +478,9 @@ func (s *Store) ForgetMissed(ctx context.Context, rec jobs.RunDoc) (bool, error)
 	case <-ctx.Done():
 		return false, fmt.Errorf("delete missed record %s in %s: %w", rec.ID, s.runs.Name(), ctx.Err())
 	}
-	ctx, cancel := context.WithTimeout(ctx, jobs.DefaultOpTimeout)
+	ctx, cancel := context.WithTimeout(ctx, firepath.DefaultOpTimeout)
 	defer cancel()
-	res, err := s.runs.DeleteOne(ctx, bson.D{{Key: "_id", Value: rec.ID}, {Key: "status", Value: jobs.StatusMissed}, {Key: "count", Value: int64(1)}})
+	res, err := s.runs.DeleteOne(ctx, bson.D{{Key: "_id", Value: rec.ID}, {Key: "status", Value: record.StatusMissed}, {Key: "count", Value: int64(1)}})
 	if err != nil {
 		return false, fmt.Errorf("delete missed record %s in %s: %w", rec.ID, s.runs.Name(), err)
 	}

@@ -2,7 +2,7 @@
 // a job now (`db.triggers.insertOne({job_id: "daily_report"})`, `cronswap
 // run-now`) or to run again the cron slots of a range that did not run
 // (`cronswap backfill`). The daemons see each request through a change
-// stream (Sink), run it through the fire path (jobs.Runner.RunOffSchedule)
+// stream (Sink), run it through the fire path (firepath.Runner.RunOffSchedule)
 // exactly once across replicas, and write the outcome back on the request.
 // Requests are data, never code: a request names a job whose action is
 // defined in the config, and hands it args as JSON.
@@ -21,7 +21,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -72,7 +72,7 @@ const (
 	// buffer_all, cancel_other: another run holds it), its record too;
 	// whichever replica takes it from the lock's buffer runs it and writes
 	// running, then the outcome (FieldReason says what it waits for).
-	StatusBuffered = jobs.StatusBuffered
+	StatusBuffered = record.StatusBuffered
 	// StatusRejected: the request is bad (its error says why); nothing ran.
 	StatusRejected = "rejected"
 	// StatusNotRun: the run could not be started (its error says why:
@@ -122,6 +122,9 @@ type Request struct {
 	RequestedBy string
 	// Slot is the backfilled slot; zero for a run-now request.
 	Slot time.Time
+	// BeforeFirstSeen: the backfill may run a slot from before the job's
+	// first sighting (FieldBeforeFirstSeen, CheckFirstSeen).
+	BeforeFirstSeen bool
 	// Status is the outcome so far ("" pending).
 	Status string
 	// RunID is the run id written by the daemon that runs it.
@@ -246,6 +249,13 @@ func Decode(raw bson.Raw) (r Request, err error) {
 			return r, invalid(key, FieldSlot, "must be a date (a cron slot of the job), not %s", v.Type)
 		}
 		r.Slot = t.UTC()
+	}
+	if v, err := raw.LookupErr(FieldBeforeFirstSeen); err == nil && v.Type != bson.TypeNull {
+		b, ok := v.BooleanOK()
+		if !ok {
+			return r, invalid(key, FieldBeforeFirstSeen, "must be a boolean, not %s", v.Type)
+		}
+		r.BeforeFirstSeen = b
 	}
 	if !r.Backfill() && strings.Contains(key, "@") {
 		return r, invalid(key, FieldID, "may not contain \"@\" (cron run ids do)")

@@ -34,9 +34,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/internal/triggers"
+	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -365,7 +366,7 @@ func trigRequests(mode string, n, jobsN int, malformed bool, now time.Time) (val
 					break
 				}
 				job := trigJobID(mode, j)
-				valid = append(valid, bson.D{{Key: triggers.FieldID, Value: triggers.BackfillIDPrefix + jobs.RunID(job, slot)},
+				valid = append(valid, bson.D{{Key: triggers.FieldID, Value: triggers.BackfillIDPrefix + record.RunID(job, slot)},
 					{Key: triggers.FieldJobID, Value: job}, {Key: triggers.FieldSlot, Value: slot}, {Key: triggers.FieldRequestedAt, Value: now}})
 			}
 		}
@@ -388,7 +389,7 @@ func trigRequests(mode string, n, jobsN int, malformed bool, now time.Time) (val
 func trigRunID(d bson.D) string {
 	for _, e := range d {
 		if e.Key == triggers.FieldSlot {
-			return jobs.RunID(d[1].Value.(string), e.Value.(time.Time))
+			return record.RunID(d[1].Value.(string), e.Value.(time.Time))
 		}
 	}
 	return triggers.RunIDOf(d[0].Value.(bson.ObjectID).Hex())
@@ -462,13 +463,13 @@ func (r *triggersResult) account(ctx context.Context, db *mongo.Database, insert
 		}
 		ran := byRun[runID] > 0
 		switch {
-		case ran && status != jobs.StatusSucceeded:
+		case ran && status != record.StatusSucceeded:
 			r.ranNotSucceeded++
 			if len(r.mismatches) < 5 {
 				e, _ := doc.Lookup(triggers.FieldError).StringValueOK()
 				r.mismatches = append(r.mismatches, fmt.Sprintf("%s ran, says %q (%s)", runID, status, e))
 			}
-		case !ran && status == jobs.StatusSucceeded:
+		case !ran && status == record.StatusSucceeded:
 			r.succeededNotRan++
 			if len(r.mismatches) < 5 {
 				r.mismatches = append(r.mismatches, fmt.Sprintf("%s did not run, says succeeded", runID))
@@ -488,15 +489,15 @@ func (r *triggersResult) account(ctx context.Context, db *mongo.Database, insert
 		status, _ := badDocs[key].Lookup(triggers.FieldStatus).StringValueOK()
 		r.malformedStatuses[status]++
 	}
-	runs := db.Collection(jobs.RunsCollection)
+	runs := db.Collection(record.RunsCollection)
 	count := func(filter bson.D) (int64, error) { return runs.CountDocuments(ctx, filter) }
-	if r.unreachable, err = count(bson.D{{Key: "reason", Value: jobs.MissedUnreachable}}); err != nil {
+	if r.unreachable, err = count(bson.D{{Key: "reason", Value: record.MissedUnreachable}}); err != nil {
 		return err
 	}
-	if r.missed, err = count(bson.D{{Key: "status", Value: jobs.StatusMissed}}); err != nil {
+	if r.missed, err = count(bson.D{{Key: "status", Value: record.StatusMissed}}); err != nil {
 		return err
 	}
-	r.abandoned, err = count(bson.D{{Key: "status", Value: jobs.StatusAbandoned}})
+	r.abandoned, err = count(bson.D{{Key: "status", Value: record.StatusAbandoned}})
 	return err
 }
 
@@ -537,11 +538,11 @@ func (r *triggersResult) text() string {
 		r.insertTook.Round(time.Millisecond), all, final.pct(50)/1000, final.pct(99)/1000, final.pct(100)/1000)
 	fmt.Fprintf(&b, "  statuses: %s\n", statusList(r.statuses))
 	agree := "yes"
-	if r.ranNotSucceeded > 0 || r.succeededNotRan > 0 || r.distinct != r.statuses[jobs.StatusSucceeded] {
+	if r.ranNotSucceeded > 0 || r.succeededNotRan > 0 || r.distinct != r.statuses[record.StatusSucceeded] {
 		agree = "NO"
 	}
 	fmt.Fprintf(&b, "  ledger: %d runs, %d distinct, %d duplicates, %d of no request; succeeded %d; agree %s (ran but say otherwise %d, say succeeded but did not run %d)\n",
-		r.runs, r.distinct, r.duplicates, r.strays, r.statuses[jobs.StatusSucceeded], agree, r.ranNotSucceeded, r.succeededNotRan)
+		r.runs, r.distinct, r.duplicates, r.strays, r.statuses[record.StatusSucceeded], agree, r.ranNotSucceeded, r.succeededNotRan)
 	for _, m := range r.mismatches {
 		fmt.Fprintf(&b, "    e.g. %s\n", m)
 	}
