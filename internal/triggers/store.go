@@ -28,7 +28,8 @@ const StatusAlreadyRan = "already_ran"
 // earlier batches were out, up to the maximum; at most this many batches
 // of each kind are out at once, so the bookkeeping holds a bounded number
 // of the replica's connections (2 each for writes, record reads, schedule
-// reads and ForgetMissed's deletes), whatever the number of requests.
+// reads, the sink's first-sighting lookups and ForgetMissed's deletes),
+// whatever the number of requests.
 const (
 	storeBatchMax      = 1000
 	writeBatchesAtOnce = 2
