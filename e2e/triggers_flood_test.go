@@ -201,7 +201,10 @@ func TestTriggersFloodAcrossReplicas(t *testing.T) {
 		for j := range fillJobs {
 			job := ids[runJobs+j]
 			id := triggers.BackfillIDPrefix + record.RunID(job, slot)
-			docs = append(docs, bson.D{{Key: "_id", Value: id}, {Key: "job_id", Value: job}, {Key: "slot", Value: slot}, {Key: "requested_at", Value: time.Now()}})
+			// The jobs were created just now: their slots are before
+			// their first sighting, which a request must say it means.
+			docs = append(docs, bson.D{{Key: "_id", Value: id}, {Key: "job_id", Value: job}, {Key: "slot", Value: slot},
+				{Key: "requested_at", Value: time.Now()}, {Key: triggers.FieldBeforeFirstSeen, Value: true}})
 			fill = append(fill, id)
 		}
 	}

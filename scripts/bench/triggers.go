@@ -366,8 +366,11 @@ func trigRequests(mode string, n, jobsN int, malformed bool, now time.Time) (val
 					break
 				}
 				job := trigJobID(mode, j)
+				// The jobs were loaded just now: their past slots are
+				// before their first sighting, which a request must say.
 				valid = append(valid, bson.D{{Key: triggers.FieldID, Value: triggers.BackfillIDPrefix + record.RunID(job, slot)},
-					{Key: triggers.FieldJobID, Value: job}, {Key: triggers.FieldSlot, Value: slot}, {Key: triggers.FieldRequestedAt, Value: now}})
+					{Key: triggers.FieldJobID, Value: job}, {Key: triggers.FieldSlot, Value: slot}, {Key: triggers.FieldRequestedAt, Value: now},
+					{Key: triggers.FieldBeforeFirstSeen, Value: true}})
 			}
 		}
 	}
