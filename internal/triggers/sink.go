@@ -28,17 +28,6 @@ const DefaultBackfillInterval = 200 * time.Millisecond
 // not a goroutine.
 const DefaultMaxInFlight = 512
 
-// maxSlotBumps bounds how often a run-now request's scheduled_at is moved
-// past another record of the same job (RunSlot).
-const maxSlotBumps = 64
-
-// Retrying a request the database did not answer for: the first wait,
-// doubling up to the last, as long as the request may still start.
-const (
-	retryFirst = time.Second
-	retryMax   = 30 * time.Second
-)
-
 // ErrNoJob is returned by a Schedules lookup for a job without a schedule.
 var ErrNoJob = errors.New("no such job")
 
@@ -118,7 +107,6 @@ type Sink struct {
 	// scheduled_at values (Unix ms) in use (reserveSlot).
 	slots  map[string]*jobSlots
 	closed bool
-	stop   chan struct{}
 	// wg counts the workers and the writes they left to the store.
 	wg sync.WaitGroup
 	// firstSeen batches the calls of Options.FirstSeen (nil without it).
@@ -130,61 +118,6 @@ type firstSeenAnswer struct {
 	seen history.Sighting
 	ok   bool
 	err  error
-}
-
-// taskStep is what a task does next.
-type taskStep int
-
-const (
-	// stepRun runs a pending request.
-	stepRun taskStep = iota
-	// stepReject marks a malformed request rejected.
-	stepReject
-	// stepReconcile copies the outcome of a running request's run record.
-	stepReconcile
-	// stepUnknownAction decides a request whose action this replica
-	// lacks, once a replica that has it had its chance.
-	stepUnknownAction
-)
-
-// task is one request being handled.
-type task struct {
-	key  string
-	req  Request
-	step taskStep
-	// why is the rejection (stepReject) or the unknown action's error.
-	why string
-	// seen is when this replica was handed the request (for a backfill,
-	// when its slot was offered); the starting deadline counts from it.
-	seen time.Time
-	// runID is the run's id once known (stepUnknownAction).
-	runID string
-	// retries counts the times the request was put back after the
-	// database did not answer.
-	retries int
-	// queued: waiting for a worker, its job's turn or a retry; dropped:
-	// taken by another replica while it waited.
-	queued, dropped bool
-	// offered: a backfilled slot its job's queue let go (the job's next
-	// slot waits for it to be done).
-	offered bool
-}
-
-// jobSlots are the scheduled_at values (Unix ms) of one job's run-now
-// runs that this replica is claiming (reserved, with their count) or knows
-// to have a record (taken: a claim here won or found another record
-// there). They are forgotten once no run of the job is being claimed.
-type jobSlots struct {
-	reserved map[int64]int
-	taken    map[int64]bool
-}
-
-// jobBackfill is one job's backfill requests waiting for their turn.
-type jobBackfill struct {
-	waiting []*task // by slot
-	busy    bool    // a slot of the job is being offered
-	next    time.Time
-	timer   *time.Timer
 }
 
 // NewSink returns a sink; Close stops it.
@@ -208,7 +141,7 @@ func NewSink(opts Options) *Sink {
 		opts.ClaimGrace = firepath.DefaultClaimGrace
 	}
 	s := &Sink{opts: opts, log: opts.Logger, open: map[string]*task{}, backfills: map[string]*jobBackfill{},
-		slots: map[string]*jobSlots{}, stop: make(chan struct{})}
+		slots: map[string]*jobSlots{}}
 	if opts.FirstSeen != nil {
 		s.firstSeen = batch.New(storeBatchMax, readBatchesAtOnce, s.firstSeenBatch)
 	}
@@ -256,7 +189,6 @@ func (s *Sink) Close() {
 	s.mu.Lock()
 	if !s.closed {
 		s.closed = true
-		close(s.stop)
 		for _, q := range s.backfills {
 			if q.timer != nil {
 				q.timer.Stop()
@@ -297,23 +229,6 @@ func (s *Sink) ReplaceAll(docs []bson.Raw) []string {
 		s.take(e.doc, true)
 	}
 	return nil
-}
-
-// requestKey names a request among those handled: its _id's type and
-// bytes, so that _ids of any type (a malformed request's too) are told
-// apart.
-func requestKey(id bson.RawValue) string { return string(rune(id.Type)) + string(id.Value) }
-
-// takenElsewhere reports whether a request with status has been taken by
-// a replica for good: claimed, waiting on the lock, or its run (or its
-// slot's) decided. Refusals that yield to a run (rejected for a lacking
-// action, not run) do not count: this replica may still run it.
-func takenElsewhere(status string) bool {
-	switch status {
-	case "", StatusRejected, StatusNotRun:
-		return false
-	}
-	return true
 }
 
 // take queues the handling of one request document; full says it comes
@@ -359,169 +274,6 @@ func (s *Sink) take(doc bson.Raw, full bool) {
 	s.add(&task{key: key, req: req, step: stepRun, seen: seen})
 }
 
-// add queues t unless its request is being handled already.
-func (s *Sink) add(t *task) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed || s.open[t.key] != nil {
-		return
-	}
-	s.open[t.key] = t
-	t.queued = true
-	if t.step == stepRun && t.req.Backfill() {
-		q := s.backfills[t.req.JobID]
-		if q == nil {
-			q = &jobBackfill{}
-			s.backfills[t.req.JobID] = q
-		}
-		i, _ := slices.BinarySearchFunc(q.waiting, t.req.Slot, func(w *task, slot time.Time) int { return w.req.Slot.Compare(slot) })
-		q.waiting = slices.Insert(q.waiting, i, t)
-		s.offerBackfill(t.req.JobID)
-		return
-	}
-	s.queue(t)
-}
-
-// queue hands a task to the workers: at once, or, for a request of a job
-// this replica does not own, after the claim grace. Called with s.mu held.
-func (s *Sink) queue(t *task) {
-	if t.step == stepRun && t.retries == 0 && s.opts.Owns != nil && !s.opts.Owns(t.req.JobID) {
-		if wait := s.opts.ClaimGrace - time.Since(t.seen); wait > 0 {
-			s.laterLocked(t, wait)
-			return
-		}
-	}
-	s.ready = append(s.ready, t)
-	s.dispatch()
-}
-
-// drop forgets the queued task of request key (another replica took the
-// request) and reports whether there was one; a task being handled goes
-// on.
-func (s *Sink) drop(key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.open[key]
-	if t == nil || !t.queued || t.step != stepRun {
-		return false
-	}
-	t.dropped = true
-	delete(s.open, key)
-	if q := s.backfills[t.req.JobID]; q != nil && t.req.Backfill() {
-		if i := slices.Index(q.waiting, t); i >= 0 {
-			q.waiting = slices.Delete(q.waiting, i, i+1)
-		}
-		s.backfillDone(t)
-	}
-	return true
-}
-
-// backfillDone lets t's job offer its next slot once t, an offered slot,
-// is done. Called with s.mu held.
-func (s *Sink) backfillDone(t *task) {
-	if !t.offered {
-		return
-	}
-	t.offered = false
-	if q := s.backfills[t.req.JobID]; q != nil {
-		q.busy = false
-	}
-	s.offerBackfill(t.req.JobID)
-}
-
-// offerBackfill moves job's oldest waiting slot to the ready queue when
-// no slot of the job is being offered and its interval has passed (a
-// timer comes back otherwise). Called with s.mu held.
-func (s *Sink) offerBackfill(job string) {
-	q := s.backfills[job]
-	if q == nil || q.busy || q.timer != nil || s.closed {
-		return
-	}
-	if len(q.waiting) == 0 {
-		delete(s.backfills, job)
-		return
-	}
-	now := time.Now()
-	if wait := q.next.Sub(now); wait > 0 {
-		q.timer = time.AfterFunc(wait, func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			q.timer = nil
-			s.offerBackfill(job)
-		})
-		return
-	}
-	t := q.waiting[0]
-	q.waiting = q.waiting[1:]
-	q.busy, q.next = true, now.Add(s.opts.BackfillInterval)
-	t.seen, t.offered = now, true
-	s.queue(t)
-}
-
-// dispatch starts a worker for a task just queued, unless MaxInFlight
-// run (each takes the next task once its own is done). Called with s.mu
-// held.
-func (s *Sink) dispatch() {
-	if s.workers < s.opts.MaxInFlight && len(s.ready) > 0 && !s.closed {
-		s.workers++
-		s.wg.Add(1)
-		go s.work()
-	}
-}
-
-// work handles tasks until none waits.
-func (s *Sink) work() {
-	defer s.wg.Done()
-	for {
-		t := s.next()
-		if t == nil {
-			return
-		}
-		s.handle(t)
-	}
-}
-
-// next takes the oldest waiting task; nil (the worker ends) when none
-// waits or the sink is closed.
-func (s *Sink) next() *task {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for len(s.ready) > 0 && !s.closed {
-		t := s.ready[0]
-		s.ready[0] = nil
-		s.ready = s.ready[1:]
-		if t.dropped {
-			continue
-		}
-		t.queued = false
-		return t
-	}
-	s.workers--
-	return nil
-}
-
-// later puts t back in the queue after d (it keeps its place in open,
-// and counts as queued meanwhile: another replica may take it).
-func (s *Sink) later(t *task, d time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.laterLocked(t, d)
-}
-
-// laterLocked is later with s.mu held.
-func (s *Sink) laterLocked(t *task, d time.Duration) {
-	t.queued = true
-	time.AfterFunc(d, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.closed || t.dropped {
-			return
-		}
-		s.ready = append(s.ready, t)
-		s.dispatch()
-	})
-}
-
 // handle runs t's step; the request is forgotten when it is done, unless
 // the step put it back for later.
 func (s *Sink) handle(t *task) {
@@ -545,25 +297,6 @@ func (s *Sink) handle(t *task) {
 		delete(s.open, t.key)
 	}
 	s.backfillDone(t)
-}
-
-// retry puts t back for another try after a backoff when it can still
-// start before its deadline; it reports whether it did.
-func (s *Sink) retry(t *task) bool {
-	wait := min(retryFirst<<min(t.retries, 5), retryMax)
-	if time.Now().Add(wait).After(t.seen.Add(s.opts.Deadline)) {
-		return false
-	}
-	t.retries++
-	s.later(t, wait)
-	return true
-}
-
-// idle reports whether no request is being handled or waiting.
-func (s *Sink) idle() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.open) == 0 && s.workers == 0
 }
 
 // ctx is the context of the store's operations, each of which bounds
@@ -737,48 +470,6 @@ func (s *Sink) run(t *task) bool {
 			s.write(req, StatusNotRun, s.opts.Store.NotRun(ctx, req.ID, why, time.Now()))
 			return false
 		}
-	}
-}
-
-// reserveSlot returns the scheduled_at of run-now request req's run at
-// bump or the first later bump whose scheduled_at is neither being
-// claimed here for another run of the job nor known to have a record, and
-// reserves it until releaseSlot. Two records of a job cannot share a
-// scheduled_at (the unique index): such claims would only refuse each
-// other, each at the cost of a claim.
-func (s *Sink) reserveSlot(req Request, bump int) (time.Time, int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	js := s.slots[req.JobID]
-	if js == nil {
-		js = &jobSlots{reserved: map[int64]int{}, taken: map[int64]bool{}}
-		s.slots[req.JobID] = js
-	}
-	for ; ; bump++ {
-		slot := RunSlot(req.Key, req.RequestedAt, bump)
-		ms := slot.UnixMilli()
-		if js.reserved[ms] == 0 && !js.taken[ms] || bump >= maxSlotBumps {
-			js.reserved[ms]++
-			return slot, bump
-		}
-	}
-}
-
-// releaseSlot gives back a scheduled_at reserved by reserveSlot; taken
-// says that a record has it now.
-func (s *Sink) releaseSlot(job string, slot time.Time, taken bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	js := s.slots[job]
-	ms := slot.UnixMilli()
-	if js.reserved[ms]--; js.reserved[ms] <= 0 {
-		delete(js.reserved, ms)
-	}
-	if taken {
-		js.taken[ms] = true
-	}
-	if len(js.reserved) == 0 {
-		delete(s.slots, job)
 	}
 }
 

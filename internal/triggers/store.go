@@ -289,21 +289,25 @@ func (s *Store) NotRun(ctx context.Context, id bson.RawValue, why string, now ti
 	return s.update(ctx, pending(id), s.final(StatusNotRun, why, now))
 }
 
-// yielding are the statuses a replica writes on a request it could not
-// run: refused for an action it lacks (rejected), not run, or a backfilled
-// slot found decided (already_ran). Another replica may still have run
-// the request (it had the action, it saw the request later, the record
-// found was the request's own run): the run's own outcome replaces them.
-var yielding = bson.A{StatusRejected, StatusNotRun, StatusAlreadyRan}
-
-// runnable matches request id while it is pending, has a status that
-// yields to a run (yielding), or one of also.
-func runnable(id bson.RawValue, also ...string) bson.D {
-	in := append(bson.A{nil}, yielding...)
+// openTo lists the statuses a run of a request may still write over:
+// none (pending), and those a replica writes on a request it could not
+// run — refused for an action it lacks (rejected), not run, or a
+// backfilled slot found decided (already_ran). Another replica may still
+// have run the request (it had the action, it saw the request later, the
+// record found was the request's own run): the run's own outcome replaces
+// them. also are more statuses to list.
+func openTo(also ...string) bson.A {
+	in := bson.A{nil, StatusRejected, StatusNotRun, StatusAlreadyRan}
 	for _, a := range also {
 		in = append(in, a)
 	}
-	return bson.D{{Key: FieldID, Value: id}, {Key: FieldStatus, Value: bson.D{{Key: "$in", Value: in}}}}
+	return in
+}
+
+// runnable matches request id while a run may write over its status
+// (openTo), or it is one of also.
+func runnable(id bson.RawValue, also ...string) bson.D {
+	return bson.D{{Key: FieldID, Value: id}, {Key: FieldStatus, Value: bson.D{{Key: "$in", Value: openTo(also...)}}}}
 }
 
 func startedSet(l record.Lease, now time.Time) bson.D {
@@ -334,8 +338,8 @@ func (s *Store) Buffered(ctx context.Context, id bson.RawValue, runID, why strin
 }
 
 // ofRun matches the run-now request whose run is l (run id RunIDOf(its
-// key)) while it is pending, yields to a run, or has one of statuses; ok
-// is false when l is not a run-now request's run.
+// key)) while a run may write over its status (openTo), or it is one of
+// statuses; ok is false when l is not a run-now request's run.
 func ofRun(l record.Lease, statuses ...string) (bson.D, bool) {
 	key, ok := strings.CutPrefix(l.RunID, RunIDPrefix)
 	if !ok || key == "" {
@@ -345,12 +349,8 @@ func ofRun(l record.Lease, statuses ...string) (bson.D, bool) {
 	if oid, err := bson.ObjectIDFromHex(key); err == nil {
 		ids = append(ids, oid) // mongosh's default _id, rendered in hex
 	}
-	in := append(bson.A{nil}, yielding...)
-	for _, st := range statuses {
-		in = append(in, st)
-	}
 	return bson.D{{Key: FieldID, Value: bson.D{{Key: "$in", Value: ids}}}, {Key: FieldJobID, Value: l.JobID},
-		{Key: FieldStatus, Value: bson.D{{Key: "$in", Value: in}}}}, true
+		{Key: FieldStatus, Value: bson.D{{Key: "$in", Value: openTo(statuses...)}}}}, true
 }
 
 // BufferedStarted implements firepath.RequestReporter: the request of the
@@ -391,9 +391,10 @@ func (s *Store) Finish(ctx context.Context, id bson.RawValue, runID, status, err
 // FromRecord copies the outcome of run record rec onto request id when
 // the request is this run's: running under rec's id, or, when mine says
 // the record can only be this request's (a run-now request's own run id,
-// a backfilled slot's record made after the request), also while pending
-// or yielding. A record still buffered makes such a pending request
-// buffered; otherwise it does nothing while rec is not ended.
+// a backfilled slot's record made after the request), also while its
+// status is open to a run (openTo). A record still buffered makes such a
+// pending request buffered; otherwise it does nothing while rec is not
+// ended.
 func (s *Store) FromRecord(ctx context.Context, id bson.RawValue, rec record.RunDoc, mine bool, now time.Time) error {
 	if rec.Status == record.StatusBuffered && mine {
 		return s.Buffered(ctx, id, rec.ID, "its run record "+rec.ID+" waits on the job's lock", now)
