@@ -20,7 +20,7 @@ import (
 func fireHooks(mx *metrics.Metrics, events *httpapi.Broker) firepath.Hooks {
 	return firepath.Hooks{
 		Dispatched: func(id, category string, due, at time.Time) {
-			mx.ObserveFireLateness(category, due, at)
+			mx.ObserveFireLateness(category, due, at, "")
 			events.RunChanged(id, record.StatusRunning)
 		},
 		Claimed:       func(_ string, result string) { mx.CountLockAcquisition(result) },

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -13,11 +14,11 @@ func TestFireLatenessCategoryIsBounded(t *testing.T) {
 	m := New()
 	m.Preset(Known{Categories: []string{"billing", "reports"}})
 	now := time.Now()
-	m.ObserveFireLateness("billing", now.Add(-2*time.Second), now)
-	m.ObserveFireLateness("billing", now.Add(-time.Second), now)
-	m.ObserveFireLateness("", now, now)
+	m.ObserveFireLateness("billing", now.Add(-2*time.Second), now, "")
+	m.ObserveFireLateness("billing", now.Add(-time.Second), now, "")
+	m.ObserveFireLateness("", now, now, "")
 	for i := range 50 {
-		m.ObserveFireLateness("adhoc-"+strings.Repeat("x", i), now, now)
+		m.ObserveFireLateness("adhoc-"+strings.Repeat("x", i), now, now, "")
 	}
 	got := scrape(t, m)
 	for k, want := range map[string]float64{
@@ -94,5 +95,36 @@ func TestAlertGauges(t *testing.T) {
 		if got["cronswap_members_live"] != 3 || got["cronswap_heartbeat_age_seconds"] != 2.5 {
 			t.Errorf("members_live %v, heartbeat_age_seconds %v; want 3 and 2.5", got["cronswap_members_live"], got["cronswap_heartbeat_age_seconds"])
 		}
+	}
+}
+
+// A traced fire's lateness is its bucket's exemplar, with its trace id,
+// in the OpenMetrics format a scrape asks for; the plain text format has
+// no exemplar and parses as before.
+func TestLatenessExemplarsInOpenMetrics(t *testing.T) {
+	m := New()
+	now := time.Now()
+	m.ObserveFireLateness("", now.Add(-300*time.Millisecond), now, "4bf92f3577b34da6a3ce929d0e0e4736")
+	m.ObserveFireLateness("", now.Add(-time.Millisecond), now, "")
+	get := func(accept string) string {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/metrics", nil)
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		m.Handler().ServeHTTP(rec, req)
+		return rec.Body.String()
+	}
+	om := get("application/openmetrics-text; version=1.0.0; charset=utf-8")
+	want := `cronswap_fire_lateness_seconds_bucket{category="none",le="0.5"} 2 # {trace_id="4bf92f3577b34da6a3ce929d0e0e4736"} 0.3`
+	if !strings.Contains(om, want) {
+		t.Errorf("OpenMetrics lacks the exemplar line\n%s\nin\n%s", want, om)
+	}
+	plain := get("")
+	if strings.Contains(plain, "trace_id") || strings.Contains(plain, "# EOF") {
+		t.Errorf("the plain text format carries OpenMetrics:\n%s", plain)
+	}
+	if got := scrape(t, m)["cronswap_fire_lateness_seconds,category=none,count"]; got != 2 {
+		t.Errorf("count %v, want 2", got)
 	}
 }

@@ -214,9 +214,11 @@ func (m *Metrics) RegisterGauges(src Sources) {
 // collectors or to gather in tests.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// Handler serves the metrics in the Prometheus text format.
+// Handler serves the metrics in the Prometheus text format, or in the
+// OpenMetrics format (which carries the exemplars) to a scrape that asks
+// for it.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg, EnableOpenMetrics: true})
 }
 
 // ObserveEditToArmed records the time from a write to its timer being armed.
@@ -241,13 +243,24 @@ func (m *Metrics) ObserveEventApply(d time.Duration) {
 }
 
 // ObserveFireLateness records dispatch time minus when the fire was due,
-// under the schedule's category (bounded as Known.Categories says).
-func (m *Metrics) ObserveFireLateness(category string, due, dispatched time.Time) {
+// under the schedule's category (bounded as Known.Categories says). A
+// traced fire (traceID not empty) is the bucket's exemplar, shown to a
+// scrape that negotiates OpenMetrics.
+func (m *Metrics) ObserveFireLateness(category string, due, dispatched time.Time, traceID string) {
 	if m == nil {
 		return
 	}
-	m.latenessObserver(category).Observe(max(dispatched.Sub(due), 0).Seconds())
+	o := m.latenessObserver(category)
+	v := max(dispatched.Sub(due), 0).Seconds()
+	if eo, ok := o.(prometheus.ExemplarObserver); ok && traceID != "" {
+		eo.ObserveWithExemplar(v, prometheus.Labels{ExemplarTraceID: traceID})
+		return
+	}
+	o.Observe(v)
 }
+
+// ExemplarTraceID is the label of an exemplar naming its trace.
+const ExemplarTraceID = "trace_id"
 
 // CountChangeEvent counts one applied change event.
 func (m *Metrics) CountChangeEvent(operation string) {

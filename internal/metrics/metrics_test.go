@@ -35,7 +35,7 @@ func TestMetricsMoveAndParse(t *testing.T) {
 	m.ObserveEditToArmed(now.Add(-time.Millisecond), now)
 	m.ObserveEditToArmed(time.Time{}, now) // unknown write time: not observed
 	m.ObserveEventApply(50 * time.Microsecond)
-	m.ObserveFireLateness("", now.Add(-10*time.Millisecond), now)
+	m.ObserveFireLateness("", now.Add(-10*time.Millisecond), now, "")
 	m.ObserveClaimBatch(3, 20*time.Millisecond)
 	m.ObserveClaimBatch(1000, 300*time.Millisecond)
 	m.ObserveClaimBatch(0, time.Second) // an empty batch: not observed
@@ -88,7 +88,7 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	m.CountFireNotRun("shutting_down")
 	m.ObserveEditToArmed(time.Now(), time.Now())
 	m.ObserveEventApply(time.Millisecond)
-	m.ObserveFireLateness("billing", time.Now(), time.Now())
+	m.ObserveFireLateness("billing", time.Now(), time.Now(), "")
 	m.Preset(Known{Categories: []string{"billing"}})
 	m.ObserveClaimBatch(10, time.Millisecond)
 	m.CountOwnerTakeover()
