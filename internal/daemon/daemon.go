@@ -127,17 +127,16 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		Unreachable: func(error) { d.awayOnce.Do(func() { close(d.away) }) }})
 	d.metrics = metrics.New()
 	d.blackouts = newBlackoutWatch(db, cfg, d.log)
-	if d.relay, err = newRelay(cfg, db, d.Engine, d.metrics, d.log); err != nil {
-		disconnect(client)
-		_ = ln.Close()
-		return nil, err
-	}
 	if d.tracing, err = tracing.FromEnv(context.Background(), tracing.Resource{InstanceID: cfg.InstanceID}); err != nil {
 		disconnect(client)
 		_ = ln.Close()
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	d.edits = newEditSpans(d.tracing.Tracer())
+	if d.relay, err = newRelay(cfg, db, d.Engine, d.metrics, d.tracing.Tracer(), d.log); err != nil {
+		d.close()
+		return nil, err
+	}
 	locks, runs := record.Collections(db)
 	d.store = runstore.New(locks, runs,
 		runstore.Options{Retention: cfg.Runs.Retention, Instance: cfg.InstanceID, Logger: d.log, OnNotice: d.wakeRelay})

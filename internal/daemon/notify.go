@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cronswap/cronswap/internal/config"
 	"github.com/cronswap/cronswap/internal/metrics"
@@ -43,7 +44,8 @@ func outboxes(db *mongo.Database) []*mongo.Collection {
 // is configured; it fails when a webhook names an environment variable
 // that is not set. A job's route is its action's (the engine knows which
 // action a job runs), else the global one.
-func newRelay(cfg config.Config, db *mongo.Database, engine func() *scheduler.Engine, mx *metrics.Metrics, log *slog.Logger) (*notify.Relay, error) {
+func newRelay(cfg config.Config, db *mongo.Database, engine func() *scheduler.Engine, mx *metrics.Metrics, tracer trace.Tracer,
+	log *slog.Logger) (*notify.Relay, error) {
 	if !notifyConfigured(cfg) {
 		return nil, nil
 	}
@@ -61,6 +63,7 @@ func newRelay(cfg config.Config, db *mongo.Database, engine func() *scheduler.En
 			return cfg.Notify.Route
 		},
 		Settings:  cfg.Notify,
+		Tracer:    tracer,
 		Retention: cfg.Runs.Retention,
 		Logger:    log,
 		Hooks: notify.Hooks{

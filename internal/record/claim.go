@@ -265,6 +265,11 @@ type RunEnd struct {
 	// held by the slot's run for it (RetryAt plus the lease).
 	RetryAt   time.Time
 	HoldUntil time.Time
+	// TraceParent and TraceState are the W3C trace context of the fire's
+	// span when tracing is on: a notice the end carries (failed,
+	// abandoned, missed) carries it too, so that its deliveries continue
+	// the fire's trace.
+	TraceParent, TraceState string
 }
 
 // LeaseEnd is one run's end for EndBatch.
