@@ -75,6 +75,14 @@ jobs_deps="$(go list -deps ./internal/jobs)"
 if grep -qx 'github.com/cronswap/cronswap/internal/config' <<<"$jobs_deps"; then
 	violation "package jobs depends on internal/config (see: go list -deps ./internal/jobs); jobs must not import the config loader"
 fi
+# The public API stays small and documented: exported names per public
+# package within budget, every exported name and package with a doc comment.
+# The counts go to stderr with the rest of the log; the violations are kept.
+api_problems="$(mktemp)"
+if ! go run ./internal/tools/apicheck >&2 2>"$api_problems"; then
+	violation "the public API is over budget or undocumented (go run ./internal/tools/apicheck):" "$(cat "$api_problems")"
+fi
+rm -f "$api_problems"
 # No compiled binaries: *.test files, or ELF, Mach-O or PE executables.
 binaries=""
 while IFS= read -r -d '' f; do
