@@ -103,6 +103,10 @@ fi
 if outside="$(git grep -nE '\.\./shared' -- . || true)" && [[ -n "$outside" ]]; then
 	violation "tracked files refer to a shared directory beside the repository, which no clone has:" "$outside"
 fi
+# Code and docs say what they do, not which issue asked for it.
+if cited="$(git grep -n -i -E '\bissue [0-9]+\b|#[0-9]{2}\b' -- '*.go' '*.md' || true)" && [[ -n "$cited" ]]; then
+	violation "Go files or docs cite issue numbers (say what, not which issue):" "$cited"
+fi
 if [[ $failed -ne 0 ]]; then
 	exit 1
 fi
