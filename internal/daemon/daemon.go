@@ -195,11 +195,15 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		Hooks:  hooks,
 		State:  stateStore(cfg),
 	}))
-	d.metrics.RegisterGauges(metrics.Sources{
+	if err := d.metrics.RegisterGauges(metrics.Sources{
 		Armed:        d.engine.Len,
 		TokenSavedAt: func() time.Time { return d.watcher.Status().TokenSavedAt },
 		ClaimLatency: d.runner.LatencyEstimate,
-	})
+	}); err != nil {
+		disconnect(client)
+		_ = ln.Close()
+		return nil, err
+	}
 	d.server = &http.Server{
 		Handler: httpapi.New(httpapi.Options{
 			Schedules:       d.engine,

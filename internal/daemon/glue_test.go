@@ -196,7 +196,7 @@ func TestEventApplyEndsWhenTheEngineArmed(t *testing.T) {
 	armedAt.Store(received.Add(-time.Second).UnixNano()) // stale: before this event
 	h.Event(changestream.EventInfo{Op: "update", Received: received, Applied: returned})
 	var sum float64
-	mfs, err := mx.Registry().Gather()
+	mfs, err := mx.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
