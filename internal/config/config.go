@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/daemon"
 	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/notify"
 	"github.com/cronswap/cronswap/schedule"
@@ -237,7 +238,7 @@ func Default() Config {
 		Mongo:    Mongo{URI: DefaultMongoURI, Database: "cronswap"},
 		Timezone: "UTC",
 		HTTP:     HTTP{Listen: "127.0.0.1:9090"},
-		Shutdown: Shutdown{Grace: 30 * time.Second},
+		Shutdown: Shutdown{Grace: daemon.DefaultShutdownGrace},
 		Location: time.UTC,
 	}
 }

@@ -34,28 +34,29 @@ type triggerWatch struct {
 	log     *slog.Logger
 }
 
-// newTriggerWatch builds the watcher of the triggers collection over db,
-// running requests through d.runner and writing their outcomes with store.
-func newTriggerWatch(d *Daemon, db *mongo.Database, store *triggers.Store) *triggerWatch {
+// newTriggerWatch builds the watcher of the service's triggers collection,
+// running requests through its runner and writing their outcomes with
+// store.
+func newTriggerWatch(s *Service, store *triggers.Store) *triggerWatch {
 	sink := triggers.NewSink(triggers.Options{
-		Runner:    d.runner,
+		Runner:    s.runner,
 		Store:     store,
-		Schedules: triggers.Schedules(db.Collection(schedule.CollectionName)),
-		Location:  d.cfg.Location,
-		Logger:    d.log.With("collection", triggers.CollectionName),
+		Schedules: triggers.Schedules(s.db.Collection(schedule.CollectionName)),
+		Location:  s.opts.Location,
+		Logger:    s.log.With("collection", triggers.CollectionName),
 	})
 	wait := triggersMaxAwait
-	if ri := d.cfg.Watch.ResyncInterval; ri != nil && *ri > 0 && *ri < wait {
-		wait = *ri
+	if ri := s.opts.ResyncInterval; ri > 0 && ri < wait {
+		wait = ri
 	}
-	opts := d.cfg.Watch.Apply(changestream.Options{
-		ID:     d.cfg.InstanceID + "/" + triggers.CollectionName,
-		Feed:   triggers.NewFeed(triggers.Collection(db), wait),
+	opts := s.opts.watch(changestream.Options{
+		ID:     s.opts.InstanceID + "/" + triggers.CollectionName,
+		Feed:   triggers.NewFeed(triggers.Collection(s.db), wait),
 		Tokens: resumetoken.NewMemoryStore(),
 		Sink:   sink,
-		Logger: d.log.With("collection", triggers.CollectionName),
+		Logger: s.log.With("collection", triggers.CollectionName),
 	})
-	return &triggerWatch{watcher: changestream.New(opts), sink: sink, coll: triggers.Collection(db), log: d.log}
+	return &triggerWatch{watcher: changestream.New(opts), sink: sink, coll: triggers.Collection(s.db), log: s.log}
 }
 
 // start creates the collection's TTL index (in the background, retried)

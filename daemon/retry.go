@@ -11,8 +11,8 @@ import (
 // lookup gives the runner the schedule armed for a job, for the retries
 // other replicas left pending (jobs.RunnerOptions.Lookup); a job not
 // armed here (deleted, disabled, not yet loaded) is not retried here.
-func (d *Daemon) lookup(id string) (schedule.Schedule, bool) {
-	st, ok := d.engine.Get(id)
+func (s *Service) lookup(id string) (schedule.Schedule, bool) {
+	st, ok := s.engine.Get(id)
 	if !ok || !st.Armed {
 		return schedule.Schedule{}, false
 	}
@@ -21,10 +21,10 @@ func (d *Daemon) lookup(id string) (schedule.Schedule, bool) {
 
 // failurePauses gives /api/schedules the jobs paused after consecutive
 // failed slots (one read of job_pauses per request).
-func (d *Daemon) failurePauses(ctx context.Context) (map[string]httpapi.FailurePause, error) {
-	ps, err := d.store.PausedJobs(ctx)
+func (s *Service) failurePauses(ctx context.Context) (map[string]httpapi.FailurePause, error) {
+	ps, err := s.store.PausedJobs(ctx)
 	if err != nil {
-		d.log.Warn("could not read the paused jobs for the API", "collection", jobs.PausesCollection, "error", err)
+		s.log.Warn("could not read the paused jobs for the API", "collection", jobs.PausesCollection, "error", err)
 		return nil, err
 	}
 	out := make(map[string]httpapi.FailurePause, len(ps))

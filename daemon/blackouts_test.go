@@ -46,7 +46,7 @@ func TestBlackoutWindowTakesEffectLive(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d := startDaemon(t, testConfig(testmongo.Shared(t).URI, db.Name()))
+	d := startDaemon(t, db, testOptions())
 	start := time.Now().Add(-time.Second)
 	waitFor(t, 20*time.Second, "bill to run", func() bool { return len(runsOf(t, db, "bill", start)) > 0 })
 
@@ -123,7 +123,7 @@ func TestBlackoutRecurringWindow(t *testing.T) {
 		{Key: "cron_expr", Value: "*/10 * * * * *"}, {Key: "duration", Value: "5s"}, {Key: "reason", Value: "flush"}}); err != nil {
 		t.Fatal(err)
 	}
-	startDaemon(t, testConfig(testmongo.Shared(t).URI, db.Name()))
+	startDaemon(t, db, testOptions())
 	start := time.Now()
 	if _, err := db.Collection(schedule.CollectionName).InsertOne(ctx, bson.D{{Key: "_id", Value: "tick"},
 		{Key: "cron_expr", Value: "@every 1s"}}); err != nil {

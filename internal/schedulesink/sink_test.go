@@ -1,69 +1,98 @@
-package daemon
+package schedulesink
 
 import (
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/changestream"
-	"github.com/cronswap/cronswap/internal/config"
-	"github.com/cronswap/cronswap/internal/metrics"
-	"github.com/cronswap/cronswap/internal/statefile"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
 
-// histogramCount scrapes mx and returns the sample count of histogram name.
-func histogramCount(t *testing.T, mx *metrics.Metrics, name string) uint64 {
-	t.Helper()
-	rec := httptest.NewRecorder()
-	mx.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	samples, err := metrics.Flatten(rec.Body)
-	if err != nil {
-		t.Fatal(err)
+// A refused document whose _id is not a string is tracked apart from the
+// job whose id equals the _id's rendering: refusing it, listing it and
+// deleting it, one event at a time or by full reloads, leave that job armed.
+func TestSinkKeepsNonStringIDsApartFromJobIDs(t *testing.T) {
+	objID := bson.D{{Key: "tenant", Value: "x"}, {Key: "n", Value: int32(1)}}
+	rendering := `{"tenant": "x","n": {"$numberInt":"1"}}`
+	marshal := func(d bson.D) bson.Raw {
+		t.Helper()
+		b, err := bson.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
 	}
-	n, ok := samples[name+",count"]
-	if !ok {
-		t.Fatalf("no histogram %s", name)
-	}
-	return uint64(n)
-}
+	refusedDoc := marshal(bson.D{{Key: "_id", Value: objID}, {Key: "cron_expr", Value: "@hourly"}})
+	jobDoc := marshal(bson.D{{Key: "_id", Value: rendering}, {Key: "cron_expr", Value: "0 9 * * *"}})
+	deleteID := marshal(bson.D{{Key: "_id", Value: objID}}).Lookup("_id")
 
-func TestMetricsHooksEditToArmedFallsBackToUpdatedAt(t *testing.T) {
-	mx := metrics.New()
-	var armedAt atomic.Int64
-	h := watchHooks(mx, &armedAt)
-	now := time.Now()
-	// Wall time present: counted.
-	h.Event(changestream.EventInfo{Op: "update", WallTime: now.Add(-time.Second), Received: now, Applied: now})
-	// No wall time (older servers): the document's updated_at is used.
-	h.Event(changestream.EventInfo{Op: "update", UpdatedAt: now.Add(-time.Second), Received: now, Applied: now})
-	// Neither: nothing to measure from.
-	h.Event(changestream.EventInfo{Op: "delete", Received: now, Applied: now})
-	if n := histogramCount(t, mx, "cronswap_edit_to_armed_seconds"); n != 2 {
-		t.Errorf("edit_to_armed observations = %d, want 2", n)
-	}
-	if n := histogramCount(t, mx, "cronswap_event_apply_seconds"); n != 3 {
-		t.Errorf("event_apply observations = %d, want 3 (every event)", n)
-	}
-}
+	for _, order := range []string{"job first", "refused first"} {
+		t.Run(order, func(t *testing.T) {
+			engine := scheduler.New(scheduler.Options{Logger: slog.New(slog.DiscardHandler)})
+			sink := New(engine, slog.New(slog.DiscardHandler), nil)
+			if order == "job first" {
+				sink.Upsert(jobDoc)
+				sink.Upsert(refusedDoc)
+			} else {
+				sink.Upsert(refusedDoc)
+				sink.Upsert(jobDoc)
+			}
+			armed := func(when string) {
+				t.Helper()
+				st, ok := engine.Get(rendering)
+				if !ok || !st.Armed || st.LastError != "" || st.CronExpr != "0 9 * * *" {
+					t.Fatalf("%s: job %s = %+v, %t; want armed, without error", when, rendering, st, ok)
+				}
+			}
+			armed("both documents applied")
+			if n := len(engine.List()); n != 2 {
+				t.Fatalf("engine knows %d entries, want the job and the refused document", n)
+			}
+			st, ok := engine.Get(schedule.RefusedKey(rendering))
+			if !ok || st.Armed || !strings.Contains(st.LastError, "must be a string job id") {
+				t.Fatalf("refused document = %+v, %t; want listed unarmed with its error", st, ok)
+			}
 
-func TestStateStoreFromConfig(t *testing.T) {
-	if s := stateStore(config.Config{}); s != nil {
-		t.Fatalf("no state_file: got %v, want nil", s)
+			sink.Delete(deleteID)
+			armed("refused document deleted")
+			if _, ok := engine.Get(schedule.RefusedKey(rendering)); ok || len(engine.List()) != 1 {
+				t.Fatalf("refused document still listed after its delete (%d entries)", len(engine.List()))
+			}
+			// A second delete of the same _id (a replayed event) is a no-op.
+			sink.Delete(deleteID)
+			armed("delete replayed")
+
+			// Full reloads: with both documents, then without the refused one.
+			sink.ReplaceAll([]bson.Raw{jobDoc, refusedDoc})
+			armed("full reload with both")
+			if _, ok := engine.Get(schedule.RefusedKey(rendering)); !ok {
+				t.Fatal("full reload did not list the refused document")
+			}
+			sink.ReplaceAll([]bson.Raw{jobDoc})
+			armed("full reload without the refused document")
+			if n := len(engine.List()); n != 1 {
+				t.Fatalf("engine knows %d entries after the reload, want 1", n)
+			}
+		})
 	}
-	cfg := config.Config{StateFile: "/var/lib/cronswap/state", InstanceID: "a", Mongo: config.Mongo{Database: "db"}}
-	f, ok := stateStore(cfg).(*statefile.File)
-	if !ok || f.Path() != cfg.StateFile {
-		t.Fatalf("state_file set: got %#v", stateStore(cfg))
+
+	// Deleting the job itself still disarms it.
+	engine := scheduler.New(scheduler.Options{Logger: slog.New(slog.DiscardHandler)})
+	sink := New(engine, slog.New(slog.DiscardHandler), nil)
+	sink.Upsert(jobDoc)
+	sink.Upsert(refusedDoc)
+	sink.Delete(marshal(bson.D{{Key: "_id", Value: rendering}}).Lookup("_id"))
+	if _, ok := engine.Get(rendering); ok {
+		t.Fatal("job still known after its own delete")
+	}
+	if _, ok := engine.Get(schedule.RefusedKey(rendering)); !ok {
+		t.Fatal("the job's delete also cleared the refused document")
 	}
 }
 
@@ -105,7 +134,7 @@ func TestDecodeAllMatchesSequentialDecode(t *testing.T) {
 // timer and the error naming the field.
 func TestSinkRefusesBadExpressionThroughTheEngine(t *testing.T) {
 	engine := scheduler.New(scheduler.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	sink := NewEngineSink(engine, nil, nil)
+	sink := New(engine, nil, nil)
 	doc := func(expr, tz string) bson.Raw {
 		d := bson.D{{Key: "_id", Value: "j"}, {Key: "cron_expr", Value: expr}}
 		if tz != "" {
@@ -134,7 +163,7 @@ func TestSinkLogsTheDecodeEngineSplit(t *testing.T) {
 	var buf strings.Builder
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	engine := scheduler.New(scheduler.Options{Logger: slog.New(slog.DiscardHandler)})
-	sink := NewEngineSink(engine, log, nil)
+	sink := New(engine, log, nil)
 	var docs []bson.Raw
 	for i := range 3 {
 		b, err := bson.Marshal(bson.D{{Key: "_id", Value: fmt.Sprintf("j%d", i)}, {Key: "cron_expr", Value: "0 9 * * *"}})
@@ -178,37 +207,5 @@ func TestSinkLogsTheDecodeEngineSplit(t *testing.T) {
 		if r.Level != want.level || r.Documents != 3 || r.Changed != want.changed || r.Decode == nil || r.Engine == nil || *r.Decode < 0 || *r.Engine <= 0 {
 			t.Errorf("record %d: %+v, want level %s, 3 documents, %d changed, a decode and engine duration", i, r, want.level, want.changed)
 		}
-	}
-}
-
-// Event apply ends when the engine armed the job (its Applied hook, before
-// the change is logged), not when the sink call returned; an armed time
-// from before the event was received (another event, a full reload) is
-// not this event's.
-func TestEventApplyEndsWhenTheEngineArmed(t *testing.T) {
-	mx := metrics.New()
-	var armedAt atomic.Int64
-	h := watchHooks(mx, &armedAt)
-	received := time.Now()
-	returned := received.Add(50 * time.Millisecond)
-	armedAt.Store(received.Add(time.Millisecond).UnixNano())
-	h.Event(changestream.EventInfo{Op: "update", Received: received, Applied: returned})
-	armedAt.Store(received.Add(-time.Second).UnixNano()) // stale: before this event
-	h.Event(changestream.EventInfo{Op: "update", Received: received, Applied: returned})
-	var sum float64
-	mfs, err := mx.Gatherer().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "cronswap_event_apply_seconds" {
-			sum = mf.GetMetric()[0].GetHistogram().GetSampleSum()
-		}
-	}
-	if want := 0.001 + 0.050; sum < want-1e-6 || sum > want+1e-6 {
-		t.Errorf("event apply sum %.6fs, want %.6fs (1 ms to the engine's arming, then 50 ms to the sink's return for the stale one)", sum, want)
-	}
-	if armedAt.Load() != 0 {
-		t.Error("the armed time was not consumed by the event")
 	}
 }

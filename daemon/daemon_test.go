@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -16,7 +17,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/internal/config"
 	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/internal/testmongo"
@@ -60,11 +60,13 @@ func (b *logBuffer) find(match func(map[string]any) bool) (map[string]any, bool)
 	return nil, false
 }
 
-// running is a daemon started in-process by startDaemon.
+// running is a service started in-process by startDaemon, its HTTP
+// surface served on a loopback test server.
 type running struct {
-	engine *scheduler.Engine
-	logs   *logBuffer
-	addr   string
+	service *Service
+	engine  *scheduler.Engine
+	logs    *logBuffer
+	addr    string
 }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
@@ -78,35 +80,37 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-func startDaemon(t *testing.T, cfg config.Config) *running {
+// startDaemon runs a service on db with opts (its logger replaced by one
+// the test reads) and the action tick (exec true), until the test ends.
+func startDaemon(t *testing.T, db *mongo.Database, opts Options) *running {
 	t.Helper()
-	if err := cfg.Finish(); err != nil {
-		t.Fatal(err)
-	}
 	r := &running{logs: &logBuffer{}}
-	log := slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	d, err := New(cfg, log)
+	opts.Logger = slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	s, err := New(db, opts)
 	if err != nil {
 		t.Fatalf("daemon: %v", err)
 	}
-	r.engine = d.Engine()
+	if err := s.Handle("tick", jobs.Spec{Action: &jobs.ExecAction{Argv: []string{"true"}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.service, r.engine = s, s.engine
+	srv := httptest.NewServer(s.HTTPHandler())
+	r.addr = srv.Listener.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
+	go func() { done <- s.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("daemon: %v", err)
 		}
+		srv.Close()
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", r.logs.buf.String())
 		}
 	})
 	waitFor(t, 30*time.Second, "daemon started", func() bool {
-		l, ok := r.logs.find(func(l map[string]any) bool { return l["msg"] == "cronswap started" })
-		if ok {
-			r.addr, _ = l["http_listen"].(string)
-		}
+		_, ok := r.logs.find(func(l map[string]any) bool { return l["msg"] == "cronswap started" })
 		return ok
 	})
 	return r
@@ -141,16 +145,13 @@ func (r *running) metric(t *testing.T, name string) float64 {
 	return v
 }
 
-func testConfig(uri, database string) config.Config {
-	cfg := config.Default()
-	cfg.Mongo = config.Mongo{URI: uri, Database: database}
-	cfg.InstanceID = "daemon-test"
-	cfg.HTTP.Listen = "127.0.0.1:0"
-	cfg.Watch.BackoffMin = new(50 * time.Millisecond)
-	cfg.Watch.BackoffMax = new(time.Second)
-	cfg.Shutdown.Grace = 5 * time.Second
-	cfg.Jobs = map[string]jobs.Definition{"tick": {Exec: []string{"true"}}}
-	return cfg
+func testOptions() Options {
+	return Options{
+		InstanceID:    "daemon-test",
+		BackoffMin:    50 * time.Millisecond,
+		BackoffMax:    time.Second,
+		ShutdownGrace: 5 * time.Second,
+	}
 }
 
 func insertSchedules(t *testing.T, db *mongo.Database, ids ...string) {
@@ -175,9 +176,9 @@ func armed(e *scheduler.Engine, id string) bool {
 func TestResyncRestoresMissedEventAndCountsDrift(t *testing.T) {
 	db := testmongo.NewDatabase(t, testmongo.Client(t))
 	insertSchedules(t, db, "a", "b", "c")
-	cfg := testConfig(testmongo.Shared(t).URI, db.Name())
-	cfg.Watch.ResyncInterval = new(300 * time.Millisecond)
-	d := startDaemon(t, cfg)
+	opts := testOptions()
+	opts.ResyncInterval = 300 * time.Millisecond
+	d := startDaemon(t, db, opts)
 	waitFor(t, 30*time.Second, "ready and all armed", func() bool {
 		code, _ := d.get(t, "/readyz")
 		return code == http.StatusOK && armed(d.engine, "a") && armed(d.engine, "b") && armed(d.engine, "c")
@@ -249,7 +250,7 @@ func TestTimelineServed(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	d := startDaemon(t, testConfig(testmongo.Shared(t).URI, db.Name()))
+	d := startDaemon(t, db, testOptions())
 	code, body := d.get(t, "/api/schedules/hourly/timeline?from=-3h")
 	if code != http.StatusOK {
 		t.Fatalf("timeline = %d %s", code, body)

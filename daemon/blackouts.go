@@ -10,7 +10,6 @@ import (
 
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/blackout"
-	"github.com/cronswap/cronswap/internal/config"
 	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/resumetoken"
 )
@@ -37,10 +36,10 @@ type blackoutWatch struct {
 
 // newBlackoutWatch returns the watch over db's blackouts collection; it
 // reads nothing until start.
-func newBlackoutWatch(db *mongo.Database, cfg config.Config, log *slog.Logger) *blackoutWatch {
-	b := &blackoutWatch{set: blackout.NewSet(cfg.Location, log), synced: make(chan struct{})}
-	b.watcher = changestream.New(cfg.Watch.Apply(changestream.Options{
-		ID:     cfg.InstanceID + "/" + blackout.CollectionName,
+func newBlackoutWatch(db *mongo.Database, opts Options, log *slog.Logger) *blackoutWatch {
+	b := &blackoutWatch{set: blackout.NewSet(opts.Location, log), synced: make(chan struct{})}
+	b.watcher = changestream.New(opts.watch(changestream.Options{
+		ID:     opts.InstanceID + "/" + blackout.CollectionName,
 		Feed:   changestream.NewMongoFeed(db.Collection(blackout.CollectionName), blackoutsMaxAwait),
 		Tokens: resumetoken.NewMemoryStore(),
 		Sink:   b.set,

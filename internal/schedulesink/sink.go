@@ -1,4 +1,9 @@
-package daemon
+// Package schedulesink turns the documents of the schedules collection into
+// engine calls: it is the change-stream watcher's sink (changestream.Sink)
+// for that collection, decoding and checking each document through package
+// schedule and handing it to the engine (scheduler.Engine), so that a
+// malformed document is refused with the job keeping its last good timer.
+package schedulesink
 
 import (
 	"context"
@@ -14,31 +19,31 @@ import (
 	"github.com/cronswap/cronswap/scheduler"
 )
 
-// EngineSink turns raw schedules documents into engine calls: the daemon's
-// changestream.Sink, exported so that benchmarks measure the real one.
-// Fields are decoded and checked here, through the schedule package, so a
+// Sink turns raw schedules documents into engine calls: the daemon's
+// changestream.Sink for the schedules collection (benchmarks measure this
+// same one). Fields are decoded and checked here, through the schedule package, so a
 // malformed document becomes a Reject (last known good) instead of a
 // Reload; the expression and time zone are parsed once, by the engine,
 // which rejects them the same way. Each method returns once the engine
 // applied the change.
-type EngineSink struct {
+type Sink struct {
 	engine  *scheduler.Engine
 	log     *slog.Logger
 	metrics *metrics.Metrics
 }
 
-// NewEngineSink returns the sink applying documents to engine, logging
-// refusals to log and counting reloads in mx (nil counts nothing).
-func NewEngineSink(engine *scheduler.Engine, log *slog.Logger, mx *metrics.Metrics) EngineSink {
+// New returns the sink applying documents to engine, logging refusals to
+// log and counting reloads in mx (nil counts nothing).
+func New(engine *scheduler.Engine, log *slog.Logger, mx *metrics.Metrics) Sink {
 	if log == nil {
 		log = slog.Default()
 	}
-	return EngineSink{engine: engine, log: log, metrics: mx}
+	return Sink{engine: engine, log: log, metrics: mx}
 }
 
 // Upsert implements changestream.Sink: it decodes doc and reloads the job,
 // or records the document's error against the job (last known good).
-func (s EngineSink) Upsert(doc bson.Raw) {
+func (s Sink) Upsert(doc bson.Raw) {
 	sched, err := schedule.DecodeFields(doc)
 	if err != nil {
 		s.reject(sched.ID, err)
@@ -59,7 +64,7 @@ func reloadResult(o scheduler.Outcome) string {
 	}
 }
 
-func (s EngineSink) reject(id string, err error) {
+func (s Sink) reject(id string, err error) {
 	if id == "" {
 		s.log.Warn("schedules document refused and not attributable to a job", "error", err)
 		return
@@ -72,7 +77,7 @@ func (s EngineSink) reject(id string, err error) {
 // this _id. For an _id that is not a job id it forgets only the refused
 // document tracked under its schedule.RefusedKey, never the job whose id
 // equals the _id's rendering; an _id that cannot be attributed is ignored.
-func (s EngineSink) Delete(id bson.RawValue) {
+func (s Sink) Delete(id bson.RawValue) {
 	jobID, _ := schedule.DecodeID(id)
 	if jobID == "" {
 		return
@@ -87,7 +92,7 @@ func (s EngineSink) Delete(id bson.RawValue) {
 // changed. It logs how the time divided between decoding and the engine,
 // as "decode" and "engine" attributes: at info level when something
 // changed, at debug level otherwise (a periodic resync that finds nothing).
-func (s EngineSink) ReplaceAll(docs []bson.Raw) []string {
+func (s Sink) ReplaceAll(docs []bson.Raw) []string {
 	start := time.Now()
 	decoded := DecodeAll(docs)
 	items := make([]scheduler.Item, 0, len(docs))
@@ -109,7 +114,7 @@ func (s EngineSink) ReplaceAll(docs []bson.Raw) []string {
 	return changed
 }
 
-// msgSchedulesReplaced is the message EngineSink.ReplaceAll logs with the
+// msgSchedulesReplaced is the message Sink.ReplaceAll logs with the
 // decode/engine split of a full reload.
 const msgSchedulesReplaced = "schedules replaced"
 

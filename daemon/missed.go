@@ -26,36 +26,36 @@ type decidedAtStart struct {
 const decidedReadTimeout = 10 * time.Second
 
 // slots gives the runner the slot sequence of an armed job.
-func (d *Daemon) slots(id string) (jobs.NextFunc, bool) {
-	next, ok := d.engine.NextFunc(id)
+func (s *Service) slots(id string) (jobs.NextFunc, bool) {
+	next, ok := s.engine.NextFunc(id)
 	return next, ok
 }
 
 // readDecided reads the decided slots of the armed jobs (MongoStore
 // DecidedSlots). A failure is logged: the start-up gaps are then not
 // looked for.
-func (d *Daemon) readDecided() {
+func (s *Service) readDecided() {
 	var ids []string
-	for _, st := range d.engine.List() {
+	for _, st := range s.engine.List() {
 		if st.Armed {
 			ids = append(ids, st.ID)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), decidedReadTimeout)
 	defer cancel()
-	slots, err := d.store.DecidedSlots(ctx, ids, time.Now())
-	d.decided.mu.Lock()
-	defer d.decided.mu.Unlock()
+	slots, err := s.store.DecidedSlots(ctx, ids, time.Now())
+	s.decided.mu.Lock()
+	defer s.decided.mu.Unlock()
 	if err != nil {
-		d.log.Warn("could not read the decided slots; slots missed while no replica ran are not recorded this time",
+		s.log.Warn("could not read the decided slots; slots missed while no replica ran are not recorded this time",
 			"collection", jobs.LocksCollection, "error", err)
 		return
 	}
-	d.decided.asked = make(map[string]bool, len(ids))
+	s.decided.asked = make(map[string]bool, len(ids))
 	for _, id := range ids {
-		d.decided.asked[id] = true
+		s.decided.asked[id] = true
 	}
-	d.decided.slots, d.decided.ok = slots, true
+	s.decided.slots, s.decided.ok = slots, true
 }
 
 // firesFromWait bounds the wait for the engine's timers to start before
@@ -67,10 +67,10 @@ const firesFromWait = 10 * time.Second
 // catch-up will run, and hands them to the runner to be recorded missed
 // (no_replica_running, or outside_catchup_window for those older than the
 // job's catch-up window). catchUp are the slots the catch-up offers.
-func (d *Daemon) recordStartupGaps(ctx context.Context, now time.Time, catchUp []schedule.Due) {
-	d.decided.mu.Lock()
-	decided, asked, ok := d.decided.slots, d.decided.asked, d.decided.ok
-	d.decided.mu.Unlock()
+func (s *Service) recordStartupGaps(ctx context.Context, now time.Time, catchUp []schedule.Due) {
+	s.decided.mu.Lock()
+	decided, asked, ok := s.decided.slots, s.decided.asked, s.decided.ok
+	s.decided.mu.Unlock()
 	if !ok {
 		return
 	}
@@ -78,12 +78,12 @@ func (d *Daemon) recordStartupGaps(ctx context.Context, now time.Time, catchUp [
 	for _, c := range catchUp {
 		offered[c.Schedule.ID] = c.Slot
 	}
-	retention := d.cfg.Runs.Retention
+	retention := s.opts.Retention
 	if retention <= 0 {
 		retention = jobs.DefaultRetention
 	}
 	waitUntil := time.Now().Add(firesFromWait)
-	for _, st := range d.engine.List() {
+	for _, st := range s.engine.List() {
 		if !st.Armed || !asked[st.ID] {
 			continue // armed after the engine started: its fires say what happened
 		}
@@ -98,7 +98,7 @@ func (d *Daemon) recordStartupGaps(ctx context.Context, now time.Time, catchUp [
 		var delay time.Duration
 		for {
 			var ok bool
-			if from, delay, ok = d.engine.FiresFrom(st.ID); ok || time.Now().After(waitUntil) {
+			if from, delay, ok = s.engine.FiresFrom(st.ID); ok || time.Now().After(waitUntil) {
 				break
 			}
 			select {
@@ -107,7 +107,7 @@ func (d *Daemon) recordStartupGaps(ctx context.Context, now time.Time, catchUp [
 			case <-time.After(10 * time.Millisecond):
 			}
 		}
-		next, ok := d.engine.NextFunc(st.ID)
+		next, ok := s.engine.NextFunc(st.ID)
 		if from.IsZero() || !ok {
 			continue // disarmed or re-armed meanwhile: its fires say what happened
 		}
@@ -117,11 +117,11 @@ func (d *Daemon) recordStartupGaps(ctx context.Context, now time.Time, catchUp [
 		}
 		for _, m := range startupGaps(st.ID, gapInput{
 			decided: last, notBefore: notBefore, firesFrom: from, delay: delay,
-			catchUp: offered[st.ID], window: d.cfg.CatchupFor(st.ActionName()), now: now, next: next,
-		}, d.log) {
-			d.log.Info("start-up: slots missed while no replica ran", "job_id", m.JobID, "scheduled_at", m.From,
+			catchUp: offered[st.ID], window: s.catchupFor(st.ActionName()), now: now, next: next,
+		}, s.log) {
+			s.log.Info("start-up: slots missed while no replica ran", "job_id", m.JobID, "scheduled_at", m.From,
 				"last_scheduled_at", m.To, "count", m.Count, "reason", m.Reason)
-			d.runner.RecordMissed(st.Schedule, delay, m)
+			s.runner.RecordMissed(st.Schedule, delay, m)
 		}
 	}
 }

@@ -3,10 +3,12 @@ package daemon
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/httpapi"
 	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/metrics"
@@ -56,5 +58,31 @@ func ensureRunIndexes(ctx context.Context, runs *mongo.Collection, log *slog.Log
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 30*time.Second)
+	}
+}
+
+// watchHooks reports the watcher's events, full reloads, reconnects and
+// resync drift (jobs whose event was missed) as metrics. An event counts as
+// applied when the engine armed (or disarmed) the job, as armedAt says
+// (set by the engine's Applied hook, before the change is logged), and
+// otherwise when the sink call returned.
+func watchHooks(mx *metrics.Metrics, armedAt *atomic.Int64) changestream.Hooks {
+	return changestream.Hooks{
+		Event: func(ev changestream.EventInfo) {
+			mx.CountChangeEvent(ev.Op)
+			written := ev.WallTime
+			if written.IsZero() {
+				written = ev.UpdatedAt // servers without wallTime
+			}
+			applied := ev.Applied
+			if at := time.Unix(0, armedAt.Swap(0)); !at.Before(ev.Received) && at.Before(ev.Applied) {
+				applied = at
+			}
+			mx.ObserveEditToArmed(written, applied)
+			mx.ObserveEventApply(applied.Sub(ev.Received))
+		},
+		FullReload: func(reason string, _ []string) { mx.CountFullReload(reason) },
+		Reconnect:  func(int, time.Duration, error) { mx.CountReconnect() },
+		Drift:      func(ids []string) { mx.CountResyncDrift(len(ids)) },
 	}
 }

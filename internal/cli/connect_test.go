@@ -1,4 +1,4 @@
-package daemon
+package cli
 
 import (
 	"context"
@@ -17,7 +17,7 @@ func TestClientOptionsPassURIOptionsToTheDriver(t *testing.T) {
 	cfg.Mongo.URI = "mongodb://ops:s3cret@db1.example:27017,db2.example:27017/?replicaSet=rs0" +
 		"&tls=true&tlsInsecure=true&authSource=admin&authMechanism=SCRAM-SHA-256" +
 		"&readPreference=primaryPreferred&serverSelectionTimeoutMS=1500&appName=ops-cron"
-	opts := ClientOptions(cfg)
+	opts := clientOptions(cfg)
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestClientOptionsPassURIOptionsToTheDriver(t *testing.T) {
 
 func TestClientOptionsDefaults(t *testing.T) {
 	cfg := config.Default()
-	opts := ClientOptions(cfg)
+	opts := clientOptions(cfg)
 	if opts.AppName == nil || *opts.AppName != "cronswap" {
 		t.Errorf("app name = %v", opts.AppName)
 	}
@@ -68,7 +68,7 @@ func TestConnectErrorsNeverShowThePassword(t *testing.T) {
 	} {
 		cfg := config.Default()
 		cfg.Mongo.URI = uri
-		client, err := Connect(cfg)
+		client, err := connect(cfg)
 		if err == nil {
 			_ = client.Disconnect(context.Background())
 			t.Errorf("%s: no error", config.RedactURI(uri))
@@ -85,7 +85,7 @@ func TestConnectErrorsNeverShowThePassword(t *testing.T) {
 	}
 	cfg := config.Default()
 	cfg.Mongo.URI = "mongodb://bob:Secr3t%Pw@host/"
-	if _, err := Connect(cfg); !errors.Is(err, ErrBadPassword) {
-		t.Errorf("undecodable password: %v, want ErrBadPassword", err)
+	if _, err := connect(cfg); !errors.Is(err, errBadPassword) {
+		t.Errorf("undecodable password: %v, want errBadPassword", err)
 	}
 }

@@ -1,6 +1,7 @@
-package daemon
+package cli
 
 import (
+	"context"
 	"log/slog"
 	"strings"
 	"testing"
@@ -9,10 +10,12 @@ import (
 	"github.com/cronswap/cronswap/internal/jobs"
 )
 
-// The daemon refuses to start when an exec action's program is missing,
-// naming the job and the program, instead of failing at its first fire.
-func TestNewRefusesAMissingProgram(t *testing.T) {
+// `cronswap run` refuses to start when an exec action's program is
+// missing, naming the job and the program, instead of failing at its first
+// fire; it does so before it connects (the URI points nowhere).
+func TestRunRefusesAMissingProgram(t *testing.T) {
 	cfg := config.Default()
+	cfg.Mongo.URI = "mongodb://127.0.0.1:1/"
 	cfg.InstanceID = "programs-test"
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	cfg.Jobs = map[string]jobs.Definition{
@@ -22,10 +25,9 @@ func TestNewRefusesAMissingProgram(t *testing.T) {
 	if err := cfg.Finish(); err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(cfg, slog.New(slog.DiscardHandler))
+	err := runDaemon(context.Background(), cfg, slog.New(slog.DiscardHandler))
 	if err == nil {
-		d.Close()
-		t.Fatal("New accepted a job whose program does not exist")
+		t.Fatal("run accepted a job whose program does not exist")
 	}
 	for _, w := range []string{`job "report"`, "/opt/reports/bin/daily-report"} {
 		if !strings.Contains(err.Error(), w) {
