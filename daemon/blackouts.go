@@ -10,7 +10,7 @@ import (
 
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/blackout"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/resumetoken"
 )
 
@@ -52,12 +52,12 @@ func newBlackoutWatch(db *mongo.Database, opts Options, log *slog.Logger) *black
 }
 
 // match is the fire path's RunnerOptions.Blackout.
-func (b *blackoutWatch) match(_ string, category string, slot time.Time) (jobs.Blackout, bool) {
+func (b *blackoutWatch) match(_ string, category string, slot time.Time) (record.Blackout, bool) {
 	w, ok := b.set.Match(category, slot)
 	if !ok {
-		return jobs.Blackout{}, false
+		return record.Blackout{}, false
 	}
-	return jobs.Blackout{ID: w.ID, Reason: w.Reason}, true
+	return record.Blackout{ID: w.ID, Reason: w.Reason}, true
 }
 
 // ready reports whether the windows have been read once.

@@ -10,21 +10,21 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/cronswap/cronswap/internal/blackout"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/schedule"
 )
 
 // runsOf reads the records of job with a slot after after, oldest first.
-func runsOf(t *testing.T, db *mongo.Database, job string, after time.Time) []jobs.RunDoc {
+func runsOf(t *testing.T, db *mongo.Database, job string, after time.Time) []record.RunDoc {
 	t.Helper()
-	cur, err := db.Collection(jobs.RunsCollection).Find(context.Background(),
+	cur, err := db.Collection(record.RunsCollection).Find(context.Background(),
 		bson.D{{Key: "job_id", Value: job}, {Key: "scheduled_at", Value: bson.D{{Key: "$gt", Value: after}}}},
 		options.Find().SetSort(bson.D{{Key: "scheduled_at", Value: 1}}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []jobs.RunDoc
+	var out []record.RunDoc
 	if err := cur.All(context.Background(), &out); err != nil {
 		t.Fatal(err)
 	}
@@ -56,10 +56,10 @@ func TestBlackoutWindowTakesEffectLive(t *testing.T) {
 		{Key: "categories", Value: bson.A{"billing"}}, {Key: "reason", Value: "year-end freeze"}}); err != nil {
 		t.Fatal(err)
 	}
-	var firstSkip jobs.RunDoc
+	var firstSkip record.RunDoc
 	waitFor(t, 10*time.Second, "a fire of bill skipped by the window", func() bool {
 		for _, r := range runsOf(t, db, "bill", inserted.Add(-time.Second)) {
-			if r.Status == jobs.StatusSkipped && r.BlackoutID == "freeze" {
+			if r.Status == record.StatusSkipped && r.BlackoutID == "freeze" {
 				firstSkip = r
 				return true
 			}
@@ -92,7 +92,7 @@ func TestBlackoutWindowTakesEffectLive(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "bill to run again after the delete", func() bool {
 		for _, r := range runsOf(t, db, "bill", deleted) {
-			if r.Status == jobs.StatusSucceeded {
+			if r.Status == record.StatusSucceeded {
 				return true
 			}
 		}
@@ -101,13 +101,13 @@ func TestBlackoutWindowTakesEffectLive(t *testing.T) {
 	// Every bill slot from the first skip until the delete was skipped by
 	// the window; report ran throughout.
 	for _, r := range runsOf(t, db, "bill", firstSkip.ScheduledAt.Add(-time.Nanosecond)) {
-		if r.ScheduledAt.Before(deleted.Add(-time.Second)) && r.Status != jobs.StatusMissed &&
-			(r.Status != jobs.StatusSkipped || r.BlackoutID != "freeze") {
+		if r.ScheduledAt.Before(deleted.Add(-time.Second)) && r.Status != record.StatusMissed &&
+			(r.Status != record.StatusSkipped || r.BlackoutID != "freeze") {
 			t.Errorf("bill slot %s under the window: %s %q, want skipped by freeze", r.ScheduledAt, r.Status, r.BlackoutID)
 		}
 	}
 	for _, r := range runsOf(t, db, "report", inserted) {
-		if r.BlackoutID != "" || (r.Status != jobs.StatusSucceeded && r.Status != jobs.StatusRunning) {
+		if r.BlackoutID != "" || (r.Status != record.StatusSucceeded && r.Status != record.StatusRunning) {
 			t.Errorf("report slot %s: %s %q, want it run (another category)", r.ScheduledAt, r.Status, r.BlackoutID)
 		}
 	}
@@ -133,9 +133,9 @@ func TestBlackoutRecurringWindow(t *testing.T) {
 	for _, r := range runsOf(t, db, "tick", start) {
 		inside := r.ScheduledAt.Second()%10 < 5
 		switch {
-		case inside && r.Status == jobs.StatusMissed:
+		case inside && r.Status == record.StatusMissed:
 			// not recorded within its starting deadline (a loaded machine)
-		case inside && (r.Status != jobs.StatusSkipped || r.BlackoutID != "every10" || r.Reason != "flush"):
+		case inside && (r.Status != record.StatusSkipped || r.BlackoutID != "every10" || r.Reason != "flush"):
 			t.Errorf("slot %s inside the window: %s %q", r.ScheduledAt, r.Status, r.BlackoutID)
 		case !inside && r.BlackoutID != "":
 			t.Errorf("slot %s outside the window skipped by %q", r.ScheduledAt, r.BlackoutID)

@@ -17,9 +17,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/metrics"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/testmongo"
+	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
@@ -90,7 +91,7 @@ func startDaemon(t *testing.T, db *mongo.Database, opts Options) *running {
 	if err != nil {
 		t.Fatalf("daemon: %v", err)
 	}
-	if err := s.Handle("tick", jobs.Spec{Action: &jobs.ExecAction{Argv: []string{"true"}}}, nil); err != nil {
+	if err := s.Handle("tick", jobs.HandlerFunc(func(context.Context, jobs.Run) error { return nil }), jobs.Policy{}); err != nil {
 		t.Fatal(err)
 	}
 	r.service, r.engine = s, s.engine
@@ -244,9 +245,9 @@ func TestTimelineServed(t *testing.T) {
 	db := testmongo.NewDatabase(t, client)
 	insertSchedules(t, db, "hourly")
 	slot := time.Now().UTC().Add(-time.Hour).Truncate(time.Hour)
-	if _, err := db.Collection(jobs.RunsCollection).InsertOne(context.Background(), bson.D{
+	if _, err := db.Collection(record.RunsCollection).InsertOne(context.Background(), bson.D{
 		{Key: "_id", Value: "r1"}, {Key: "job_id", Value: "hourly"}, {Key: "scheduled_at", Value: slot},
-		{Key: "status", Value: jobs.StatusSucceeded}, {Key: "instance", Value: "elsewhere"}, {Key: "fence", Value: int64(3)},
+		{Key: "status", Value: record.StatusSucceeded}, {Key: "instance", Value: "elsewhere"}, {Key: "fence", Value: int64(3)},
 	}); err != nil {
 		t.Fatal(err)
 	}

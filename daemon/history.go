@@ -9,7 +9,7 @@ import (
 
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/history"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // historyFlushTimeout bounds how long shutdown waits for queued history
@@ -28,7 +28,7 @@ type editHistory struct {
 
 func newEditHistory(coll *mongo.Collection, sink changestream.Sink, instance string, retention time.Duration, log *slog.Logger) *editHistory {
 	if retention <= 0 {
-		retention = jobs.DefaultRetention
+		retention = record.DefaultRetention
 	}
 	w := history.NewWriter(coll, history.WriterOptions{Logger: log})
 	return &editHistory{coll: coll, writer: w,

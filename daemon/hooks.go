@@ -9,20 +9,21 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/internal/firepath"
 	"github.com/cronswap/cronswap/internal/httpapi"
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/metrics"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // fireHooks reports the fire path's events as metrics, and the starts and
 // ends of runs to /api/events (never blocking: httpapi.Broker). Fire
 // lateness is measured from when the fire was due (its slot plus the
 // job's planned jitter delay), so jitter does not show as lateness.
-func fireHooks(mx *metrics.Metrics, events *httpapi.Broker) jobs.Hooks {
-	return jobs.Hooks{
+func fireHooks(mx *metrics.Metrics, events *httpapi.Broker) firepath.Hooks {
+	return firepath.Hooks{
 		Dispatched: func(id string, due, at time.Time) {
 			mx.ObserveFireLateness(due, at)
-			events.RunChanged(id, jobs.StatusRunning)
+			events.RunChanged(id, record.StatusRunning)
 		},
 		Claimed:       func(_ string, result string) { mx.CountLockAcquisition(result) },
 		ClaimBatch:    func(size int, took time.Duration) { mx.ObserveClaimBatch(size, took) },
@@ -40,12 +41,12 @@ func fireHooks(mx *metrics.Metrics, events *httpapi.Broker) jobs.Hooks {
 // it succeeds or ctx ends: the daemon starts without waiting for the
 // database, and exactly-once does not depend on them (a run record's _id
 // decides its slot); the claim path also checks them before claiming
-// (jobs.BatchStore.VerifyIndexes) and recreates a missing one.
+// (record.Store.VerifyIndexes) and recreates a missing one.
 func ensureRunIndexes(ctx context.Context, runs *mongo.Collection, log *slog.Logger) {
 	wait := 500 * time.Millisecond
 	for {
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := jobs.EnsureIndexes(octx, runs)
+		err := record.EnsureIndexes(octx, runs)
 		cancel()
 		if err == nil {
 			log.Debug("job_runs indexes in place", "collection", runs.Name())

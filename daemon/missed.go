@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -26,12 +26,12 @@ type decidedAtStart struct {
 const decidedReadTimeout = 10 * time.Second
 
 // slots gives the runner the slot sequence of an armed job.
-func (s *Service) slots(id string) (jobs.NextFunc, bool) {
+func (s *Service) slots(id string) (record.NextFunc, bool) {
 	next, ok := s.engine.NextFunc(id)
 	return next, ok
 }
 
-// readDecided reads the decided slots of the armed jobs (MongoStore
+// readDecided reads the decided slots of the armed jobs (runstore.Store
 // DecidedSlots). A failure is logged: the start-up gaps are then not
 // looked for.
 func (s *Service) readDecided() {
@@ -48,7 +48,7 @@ func (s *Service) readDecided() {
 	defer s.decided.mu.Unlock()
 	if err != nil {
 		s.log.Warn("could not read the decided slots; slots missed while no replica ran are not recorded this time",
-			"collection", jobs.LocksCollection, "error", err)
+			"collection", record.LocksCollection, "error", err)
 		return
 	}
 	s.decided.asked = make(map[string]bool, len(ids))
@@ -80,7 +80,7 @@ func (s *Service) recordStartupGaps(ctx context.Context, now time.Time, catchUp 
 	}
 	retention := s.opts.Retention
 	if retention <= 0 {
-		retention = jobs.DefaultRetention
+		retention = record.DefaultRetention
 	}
 	waitUntil := time.Now().Add(firesFromWait)
 	for _, st := range s.engine.List() {
@@ -144,7 +144,7 @@ type gapInput struct {
 	// at now are outside it.
 	window time.Duration
 	now    time.Time
-	next   jobs.NextFunc
+	next   record.NextFunc
 }
 
 // startupGaps returns the missed ranges of one job's start-up gap: every
@@ -152,7 +152,7 @@ type gapInput struct {
 // does not fire and the catch-up does not offer, collapsed into at most two
 // ranges — the slots older than the catch-up window
 // (outside_catchup_window) and the others (no_replica_running).
-func startupGaps(id string, in gapInput, log *slog.Logger) []jobs.MissedRange {
+func startupGaps(id string, in gapInput, log *slog.Logger) []record.MissedRange {
 	hi := in.firesFrom.Add(-in.delay)
 	if !in.catchUp.IsZero() && !in.catchUp.After(hi) {
 		hi = in.catchUp.Add(-time.Nanosecond)
@@ -168,27 +168,27 @@ func startupGaps(id string, in gapInput, log *slog.Logger) []jobs.MissedRange {
 		after, through time.Time
 		reason         string
 	}
-	parts := []part{{lo, hi, jobs.MissedNoReplica}}
+	parts := []part{{lo, hi, record.MissedNoReplica}}
 	if in.window > 0 {
 		// The catch-up offers only slots s with now-s <= window.
 		cut := in.now.Add(-in.window).Add(-time.Nanosecond)
 		switch {
 		case !cut.After(lo):
 		case !cut.Before(hi):
-			parts = []part{{lo, hi, jobs.MissedOutsideCatchup}}
+			parts = []part{{lo, hi, record.MissedOutsideCatchup}}
 		default:
-			parts = []part{{lo, cut, jobs.MissedOutsideCatchup}, {cut, hi, jobs.MissedNoReplica}}
+			parts = []part{{lo, cut, record.MissedOutsideCatchup}, {cut, hi, record.MissedNoReplica}}
 		}
 	}
-	var out []jobs.MissedRange
+	var out []record.MissedRange
 	for _, p := range parts {
-		first, last, n, complete := jobs.CountSlots(in.next, p.after, p.through)
+		first, last, n, complete := record.CountSlots(in.next, p.after, p.through)
 		if !complete {
 			log.Warn("start-up: gap too long to walk; recording its first slots only", "job_id", id,
 				"scheduled_at", first, "last_scheduled_at", last, "count", n, "reason", p.reason)
 		}
 		if n > 0 {
-			out = append(out, jobs.MissedRange{JobID: id, From: first.UTC(), To: last.UTC(), Count: n, Reason: p.reason})
+			out = append(out, record.MissedRange{JobID: id, From: first.UTC(), To: last.UTC(), Count: n, Reason: p.reason})
 		}
 	}
 	return out

@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // every returns the slot sequence of a job firing every d.
-func every(d time.Duration) jobs.NextFunc {
+func every(d time.Duration) record.NextFunc {
 	return func(t time.Time) time.Time { return t.Truncate(d).Add(d) }
 }
 

@@ -5,16 +5,16 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/notify"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // outboxes are the collections whose documents carry notification notices
 // written with their events: job_runs (failed, abandoned, missed runs) and
 // job_pauses (a job paused after consecutive failures, keyed by the job).
 func outboxes(db *mongo.Database) []*mongo.Collection {
-	_, runs := jobs.Collections(db)
-	return []*mongo.Collection{runs, jobs.PausesCollectionOf(db)}
+	_, runs := record.Collections(db)
+	return []*mongo.Collection{runs, record.PausesCollectionOf(db)}
 }
 
 // newRelay returns the notification relay, or nil when no webhook is

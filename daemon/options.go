@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cronswap/cronswap/changestream"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/firepath"
 	"github.com/cronswap/cronswap/internal/notify"
 )
 
@@ -75,7 +75,7 @@ type Options struct {
 	QueueLimit int
 	// StartingDeadline is how long after its slot (plus jitter) a fire of
 	// a handler without its own (jobs.Policy.StartingDeadline) may still
-	// start; 0 is the time to the job's next slot, at most an hour.
+	// start; 0 is the time to the job's next slot, at most five minutes.
 	StartingDeadline time.Duration
 	// Catchup is the default catch-up window: after downtime, a job's most
 	// recent missed slot younger than this runs once. 0 is off; a
@@ -184,8 +184,8 @@ func (o Options) validate() error {
 	if _, err := changestream.ParseMode(string(o.WatchMode)); err != nil {
 		errs = append(errs, fmt.Errorf("WatchMode: %w", err))
 	}
-	if o.LockTTL < 0 || (o.LockTTL > 0 && o.LockTTL < jobs.MinLockTTL) {
-		errs = append(errs, fmt.Errorf("LockTTL %s: want 0 (the default %s) or at least %s", o.LockTTL, jobs.DefaultLockTTL, jobs.MinLockTTL))
+	if o.LockTTL < 0 || (o.LockTTL > 0 && o.LockTTL < firepath.MinLockTTL) {
+		errs = append(errs, fmt.Errorf("LockTTL %s: want 0 (the default %s) or at least %s", o.LockTTL, firepath.DefaultLockTTL, firepath.MinLockTTL))
 	}
 	for name, n := range o.Categories {
 		if n < 1 {
@@ -227,16 +227,6 @@ func (o Options) watch(base changestream.Options) changestream.Options {
 	base.ResyncInterval = o.ResyncInterval
 	base.BackoffMin, base.BackoffMax = o.BackoffMin, o.BackoffMax
 	return base
-}
-
-// catchupFor is the catch-up window of the jobs running handler name.
-func (s *Service) catchupFor(name string) time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if w, ok := s.catchup[name]; ok {
-		return w
-	}
-	return s.opts.Catchup
 }
 
 // notifies reports whether any webhook is configured, globally or for a

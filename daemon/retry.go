@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/cronswap/cronswap/internal/httpapi"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -24,7 +24,7 @@ func (s *Service) lookup(id string) (schedule.Schedule, bool) {
 func (s *Service) failurePauses(ctx context.Context) (map[string]httpapi.FailurePause, error) {
 	ps, err := s.store.PausedJobs(ctx)
 	if err != nil {
-		s.log.Warn("could not read the paused jobs for the API", "collection", jobs.PausesCollection, "error", err)
+		s.log.Warn("could not read the paused jobs for the API", "collection", record.PausesCollection, "error", err)
 		return nil, err
 	}
 	out := make(map[string]httpapi.FailurePause, len(ps))

@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/internal/httpapi"
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/members"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -21,7 +21,7 @@ import (
 // shutdown). stop stops them in the reverse order.
 func (s *Service) startBackground() (stop func()) {
 	indexCtx, stopIndexes := context.WithCancel(context.Background())
-	go ensureRunIndexes(indexCtx, s.db.Collection(jobs.RunsCollection), s.log)
+	go ensureRunIndexes(indexCtx, s.db.Collection(record.RunsCollection), s.log)
 	stopHistory := s.history.run(s.log)
 	stopTriggers := s.triggers.start(s.synced)
 	return func() {

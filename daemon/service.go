@@ -8,16 +8,17 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/internal/actions"
+	"github.com/cronswap/cronswap/internal/firepath"
 	"github.com/cronswap/cronswap/internal/httpapi"
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/internal/notify"
+	"github.com/cronswap/cronswap/internal/runstore"
 	"github.com/cronswap/cronswap/scheduler"
 )
 
@@ -31,16 +32,15 @@ type Service struct {
 	db   *mongo.Database
 	log  *slog.Logger
 
-	// mu guards catchup and started: Handle may not race Run.
+	// mu guards started: Handle may not race Run.
 	mu      sync.Mutex
-	catchup map[string]time.Duration // by handler name, when its policy has its own
 	started bool
 
-	registry  *jobs.Registry
+	registry  *actions.Registry
 	members   *members.Membership
 	metrics   *metrics.Metrics
-	store     *jobs.MongoStore
-	runner    *jobs.Runner
+	store     *runstore.Store
+	runner    *firepath.Runner
 	engine    *scheduler.Engine
 	watcher   *changestream.Watcher
 	history   *editHistory

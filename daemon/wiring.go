@@ -8,11 +8,14 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/internal/actions"
+	"github.com/cronswap/cronswap/internal/firepath"
 	"github.com/cronswap/cronswap/internal/history"
 	"github.com/cronswap/cronswap/internal/httpapi"
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/metrics"
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/internal/runstore"
 	"github.com/cronswap/cronswap/internal/schedulesink"
 	"github.com/cronswap/cronswap/internal/timeline"
 	"github.com/cronswap/cronswap/internal/triggers"
@@ -27,8 +30,8 @@ import (
 
 func newService(db *mongo.Database, opts Options) *Service {
 	return &Service{opts: opts, db: db, log: opts.Logger.With("instance_id", opts.InstanceID),
-		registry: jobs.NewRegistry(), catchup: map[string]time.Duration{},
-		synced: make(chan struct{}), away: make(chan struct{}),
+		registry: actions.NewRegistry(),
+		synced:   make(chan struct{}), away: make(chan struct{}),
 		events: httpapi.NewBroker(httpapi.BrokerOptions{})}
 }
 
@@ -47,10 +50,10 @@ func (s *Service) newMembers() *members.Membership {
 		Unreachable: func(error) { s.awayOnce.Do(func() { close(s.away) }) }})
 }
 
-func (s *Service) newStore() *jobs.MongoStore {
-	locks, runs := jobs.Collections(s.db)
-	return jobs.NewMongoStore(locks, runs,
-		jobs.MongoStoreOptions{Retention: s.opts.Retention, Instance: s.opts.InstanceID, Logger: s.log, OnNotice: s.wakeRelay})
+func (s *Service) newStore() *runstore.Store {
+	locks, runs := record.Collections(s.db)
+	return runstore.New(locks, runs,
+		runstore.Options{Retention: s.opts.Retention, Instance: s.opts.InstanceID, Logger: s.log, OnNotice: s.wakeRelay})
 }
 
 // newRequests is the store of the run-now and backfill requests' outcomes:
@@ -58,13 +61,13 @@ func (s *Service) newStore() *jobs.MongoStore {
 // for the run-now requests it takes from a lock's buffer (whichever
 // replica buffered them).
 func (s *Service) newRequests() *triggers.Store {
-	_, runs := jobs.Collections(s.db)
+	_, runs := record.Collections(s.db)
 	return triggers.NewStore(triggers.Collection(s.db), runs, s.opts.Retention, s.opts.InstanceID).
 		WithOutcomes(s.metrics.CountTrigger)
 }
 
-func (s *Service) newRunner(requests *triggers.Store) *jobs.Runner {
-	return jobs.NewRunner(jobs.RunnerOptions{
+func (s *Service) newRunner(requests *triggers.Store) *firepath.Runner {
+	return firepath.NewRunner(firepath.RunnerOptions{
 		Registry:   s.registry,
 		InstanceID: s.opts.InstanceID,
 		// A lock held under this instance id by another incarnation is a
@@ -80,7 +83,7 @@ func (s *Service) newRunner(requests *triggers.Store) *jobs.Runner {
 		Slots:            s.slots,
 		StartingDeadline: s.opts.StartingDeadline,
 		CatchupWindow:    s.catchupFor,
-		ClaimRetry:       jobs.DefaultClaimRetry,
+		ClaimRetry:       firepath.DefaultClaimRetry,
 		// The owner of a job among the live members claims its fires at
 		// once; the others after the grace (owner dead or stalled).
 		Owns: s.members.Owns,

@@ -13,21 +13,21 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // boRuns reads job's run records with a slot at or after from, oldest first.
-func boRuns(t *testing.T, db *mongo.Database, job string, from time.Time) []jobs.RunDoc {
+func boRuns(t *testing.T, db *mongo.Database, job string, from time.Time) []record.RunDoc {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cur, err := db.Collection(jobs.RunsCollection).Find(ctx,
+	cur, err := db.Collection(record.RunsCollection).Find(ctx,
 		bson.D{{Key: "job_id", Value: job}, {Key: "scheduled_at", Value: bson.D{{Key: "$gte", Value: from}}}},
 		options.Find().SetSort(bson.D{{Key: "scheduled_at", Value: 1}}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []jobs.RunDoc
+	var out []record.RunDoc
 	if err := cur.All(ctx, &out); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestBlackoutWindowLiveAcrossReplicas(t *testing.T) {
 	mongosh(t, uri, db.Name(), `db.blackouts.insertOne({_id: "freeze", from: new Date(Date.now() - 60000), `+
 		`to: new Date(Date.now() + 3600000), categories: ["billing"], reason: "year-end freeze"})`)
 	written := time.Now() // the window was written before this
-	var first jobs.RunDoc
+	var first record.RunDoc
 	waitFor(t, 10*time.Second, "a bill fire skipped by the window", func() bool {
 		for _, r := range boRuns(t, db, "bill", inserted.Add(-time.Second)) {
 			if r.BlackoutID == "freeze" {
@@ -111,7 +111,7 @@ func TestBlackoutWindowLiveAcrossReplicas(t *testing.T) {
 	var resumedAt time.Time
 	waitFor(t, 10*time.Second, "bill to run again", func() bool {
 		for _, r := range boRuns(t, db, "bill", deleted) {
-			if r.Status == jobs.StatusSucceeded {
+			if r.Status == record.StatusSucceeded {
 				resumedAt = r.ScheduledAt
 				return true
 			}
@@ -131,10 +131,10 @@ func TestBlackoutWindowLiveAcrossReplicas(t *testing.T) {
 		if ran[r.ID] != 0 {
 			t.Errorf("bill slot %s under the window ran %d times", r.ScheduledAt, ran[r.ID])
 		}
-		if r.Status == jobs.StatusMissed {
+		if r.Status == record.StatusMissed {
 			continue // not recorded within its starting deadline (a loaded machine): not run either
 		}
-		if r.Status != jobs.StatusSkipped || r.BlackoutID != "freeze" || r.Reason != "year-end freeze" ||
+		if r.Status != record.StatusSkipped || r.BlackoutID != "freeze" || r.Reason != "year-end freeze" ||
 			!strings.Contains(r.Error, "blackout freeze") {
 			t.Errorf("bill slot %s under the window: %+v, want skipped by freeze with its reason", r.ScheduledAt, r)
 		}

@@ -11,7 +11,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // TestCatchUpAfterDowntime stops the daemon across a slot and restarts two
@@ -50,31 +50,31 @@ func TestCatchUpAfterDowntime(t *testing.T) {
 	next := missed.Add(10 * time.Second)
 	waitFor(t, 60*time.Second, "the slot after the missed one ran for both jobs", func() bool {
 		return len(allRuns(t, db, bson.D{{Key: "scheduled_at", Value: bson.D{{Key: "$gte", Value: next}}},
-			{Key: "status", Value: jobs.StatusSucceeded}})) >= 2
+			{Key: "status", Value: record.StatusSucceeded}})) >= 2
 	})
 	for _, dm := range ds {
 		dm.waitLog("catch-up finished", func(l logLine) bool { return l.str("msg") == "catch-up: claiming a slot from before start-up" })
 	}
 
 	inside := allRuns(t, db, bson.D{{Key: "job_id", Value: "inside"}, {Key: "scheduled_at", Value: missed}})
-	if len(inside) != 1 || inside[0].Status != jobs.StatusSucceeded {
+	if len(inside) != 1 || inside[0].Status != record.StatusSucceeded {
 		t.Fatalf("inside: runs of the missed slot %s = %+v, want one succeeded", slot, inside)
 	}
 	outside := allRuns(t, db, bson.D{{Key: "job_id", Value: "outside"}, {Key: "scheduled_at", Value: missed},
-		{Key: "status", Value: bson.D{{Key: "$ne", Value: jobs.StatusMissed}}}})
+		{Key: "status", Value: bson.D{{Key: "$ne", Value: record.StatusMissed}}}})
 	if len(outside) != 0 {
 		t.Fatalf("outside: the missed slot %s ran though its window is 1 s: %+v", slot, outside)
 	}
 	// It is on record instead: missed, older than the catch-up window.
-	var onRecord []jobs.RunDoc
+	var onRecord []record.RunDoc
 	waitFor(t, 30*time.Second, "outside: the missed slot on record", func() bool {
-		onRecord = allRuns(t, db, bson.D{{Key: "job_id", Value: "outside"}, {Key: "status", Value: jobs.StatusMissed},
+		onRecord = allRuns(t, db, bson.D{{Key: "job_id", Value: "outside"}, {Key: "status", Value: record.StatusMissed},
 			{Key: "scheduled_at", Value: bson.D{{Key: "$lte", Value: missed}}},
 			{Key: "last_scheduled_at", Value: bson.D{{Key: "$gte", Value: missed}}}})
 		return len(onRecord) > 0
 	})
-	if len(onRecord) != 1 || onRecord[0].Reason != jobs.MissedOutsideCatchup {
-		t.Fatalf("outside: records of the missed slot %s: %+v, want one missed (%s)", slot, onRecord, jobs.MissedOutsideCatchup)
+	if len(onRecord) != 1 || onRecord[0].Reason != record.MissedOutsideCatchup {
+		t.Fatalf("outside: records of the missed slot %s: %+v, want one missed (%s)", slot, onRecord, record.MissedOutsideCatchup)
 	}
 	data, err := os.ReadFile(ledger)
 	if err != nil {

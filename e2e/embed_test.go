@@ -14,30 +14,20 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	svc "github.com/cronswap/cronswap/daemon"
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/testmongo"
+	"github.com/cronswap/cronswap/jobs"
 )
 
-// embeddedRun is what the test's handlers are handed.
-type embeddedRun struct {
-	JobID string
-	Slot  time.Time
-	RunID string
-}
-
-// handle registers fn under name on s.
-func handle(t *testing.T, s *svc.Service, name string, fn func(ctx context.Context, r embeddedRun) error) {
+// handle registers fn under name on s, with the default policy.
+func handle(t *testing.T, s *svc.Service, name string, fn jobs.HandlerFunc) {
 	t.Helper()
-	action := jobs.ActionFunc(func(ctx context.Context, f jobs.Fire) error {
-		return fn(ctx, embeddedRun{JobID: f.JobID, Slot: f.ScheduledAt, RunID: f.RunID})
-	})
-	if err := s.Handle(name, jobs.Spec{Action: action}, nil); err != nil {
+	if err := s.Handle(name, fn, jobs.Policy{}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// embedded is one svc.Service running in the test's process, its HTTP
+// embedded is one daemon.Service running in the test's process, its HTTP
 // surface on a loopback test server.
 type embedded struct {
 	id   string
@@ -141,7 +131,7 @@ func embedRuns(t *testing.T, db *mongo.Database, filter bson.D) []embedRun {
 	return out
 }
 
-// Two embedded instances in one program, each a svc.Service on its own
+// Two embedded instances in one program, each a daemon.Service on its own
 // client (web-1's through a fault proxy), with Go handlers: a mongosh edit
 // of the job's cron_expr retimes it on both; over at least 20 slots each
 // slot runs exactly once across the two (the handler's own ledger, checked
@@ -176,17 +166,17 @@ func TestEmbeddedServicesInOneProgram(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		handle(t, s, "ledger", func(ctx context.Context, r embeddedRun) error {
+		handle(t, s, "ledger", func(ctx context.Context, r jobs.Run) error {
 			// The ledger is written through the test's own client, so that
 			// web-1's cut does not stop it.
 			_, err := ledger.InsertOne(context.Background(), embedLedgerEntry{JobID: r.JobID, Slot: r.Slot, Instance: id, RunID: r.RunID})
 			return err
 		})
-		handle(t, s, "boom", func(context.Context, embeddedRun) error { panic("boom: the report template is missing") })
+		handle(t, s, "boom", func(context.Context, jobs.Run) error { panic("boom: the report template is missing") })
 		return s, logs
 	}
 	s1, logs1 := newService("web-1", testmongo.ClientFor(t, p.URI(uri)))
-	handle(t, s1, "hang", func(ctx context.Context, r embeddedRun) error {
+	handle(t, s1, "hang", func(ctx context.Context, r jobs.Run) error {
 		hangStarted <- r.RunID
 		<-ctx.Done()
 		hangEnded <- ended{at: time.Now(), cause: context.Cause(ctx)}

@@ -26,8 +26,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/members"
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/jobs"
 )
 
 // fpClaimGrace is the claim grace of PLAN-12 (jobs.DefaultClaimGrace once
@@ -62,13 +63,13 @@ func fpNewRecorder(t *testing.T) *fpRecorder {
 	r := &fpRecorder{}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		at := time.Now()
-		var f jobs.Fire
+		var f jobs.Run
 		if err := json.NewDecoder(req.Body).Decode(&f); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
 		r.mu.Lock()
-		r.hits = append(r.hits, fpHit{Job: f.JobID, Slot: f.ScheduledAt.UTC(), RunID: f.RunID, Fence: f.Fence, Instance: f.InstanceID, At: at})
+		r.hits = append(r.hits, fpHit{Job: f.JobID, Slot: f.Slot.UTC(), RunID: f.RunID, Fence: f.Fence, Instance: f.InstanceID, At: at})
 		r.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	}))
@@ -165,7 +166,7 @@ func fpBurstCheck(t *testing.T, db *mongo.Database, rec *fpRecorder, ids []strin
 			ran[h.Job] = append(ran[h.Job], h)
 		}
 	}
-	records := map[string][]jobs.RunDoc{}
+	records := map[string][]record.RunDoc{}
 	for _, r := range allRuns(t, db, bson.D{{Key: "scheduled_at", Value: slot}}) {
 		if want[r.JobID] {
 			records[r.JobID] = append(records[r.JobID], r)
@@ -181,7 +182,7 @@ func fpBurstCheck(t *testing.T, db *mongo.Database, rec *fpRecorder, ids []strin
 			continue
 		case !hs[0].Slot.Equal(slot):
 			bad = append(bad, fmt.Sprintf("%s: ran slot %s, want %s", id, hs[0].Slot.Format(time.RFC3339), slot.Format(time.RFC3339)))
-		case rs[0].Status != jobs.StatusSucceeded || rs[0].Instance != hs[0].Instance || rs[0].ID != hs[0].RunID:
+		case rs[0].Status != record.StatusSucceeded || rs[0].Instance != hs[0].Instance || rs[0].ID != hs[0].RunID:
 			bad = append(bad, fmt.Sprintf("%s: ran on %s as run %s; record %s %s %s", id, hs[0].Instance, hs[0].RunID, rs[0].ID, rs[0].Instance, rs[0].Status))
 		}
 		if hs[0].RunID != fpRunID(id, slot) || hs[0].Fence != slot.UnixMilli() {
@@ -211,8 +212,8 @@ func fpBurstDone(t *testing.T, db *mongo.Database, rec *fpRecorder, ids []string
 	if len(hit) < len(ids) {
 		return false
 	}
-	n, err := db.Collection(jobs.RunsCollection).CountDocuments(testCtx(t), bson.D{{Key: "scheduled_at", Value: slot},
-		{Key: "status", Value: bson.D{{Key: "$ne", Value: jobs.StatusRunning}}}})
+	n, err := db.Collection(record.RunsCollection).CountDocuments(testCtx(t), bson.D{{Key: "scheduled_at", Value: slot},
+		{Key: "status", Value: bson.D{{Key: "$ne", Value: record.StatusRunning}}}})
 	return err == nil && n >= int64(len(ids))
 }
 
@@ -399,7 +400,7 @@ func fpReadLedger(t *testing.T, path string) []fpEntry {
 }
 
 // fpCovered reports whether a missed record covers slot.
-func fpCovered(missed []jobs.RunDoc, slot time.Time) (jobs.RunDoc, bool) {
+func fpCovered(missed []record.RunDoc, slot time.Time) (record.RunDoc, bool) {
 	for _, m := range missed {
 		last := m.LastScheduledAt
 		if last.IsZero() {
@@ -409,7 +410,7 @@ func fpCovered(missed []jobs.RunDoc, slot time.Time) (jobs.RunDoc, bool) {
 			return m, true
 		}
 	}
-	return jobs.RunDoc{}, false
+	return record.RunDoc{}, false
 }
 
 // (c) A 40 s outage of the database under three every-second jobs (the
@@ -477,8 +478,8 @@ func TestFirePathOutageLeavesNoBacklog(t *testing.T) {
 		t.Errorf("%d slots inside the outage are not recorded missed, first ones: %v", len(u), u[:min(len(u), 10)])
 	}
 	entries := fpReadLedger(t, ledger)
-	records := map[string]jobs.RunDoc{}
-	for _, r := range allRuns(t, db, bson.D{{Key: "status", Value: bson.D{{Key: "$ne", Value: jobs.StatusMissed}}}}) {
+	records := map[string]record.RunDoc{}
+	for _, r := range allRuns(t, db, bson.D{{Key: "status", Value: bson.D{{Key: "$ne", Value: record.StatusMissed}}}}) {
 		records[fpKey(r.JobID, r.ScheduledAt)] = r
 	}
 	var late []string
@@ -538,7 +539,7 @@ func TestFirePathOutageLeavesNoBacklog(t *testing.T) {
 // scheduled_at) index.
 func fpHasUniqueRunIndex(t *testing.T, db *mongo.Database) bool {
 	t.Helper()
-	cur, err := db.Collection(jobs.RunsCollection).Indexes().List(testCtx(t))
+	cur, err := db.Collection(record.RunsCollection).Indexes().List(testCtx(t))
 	if err != nil {
 		return false // the collection may not exist yet
 	}

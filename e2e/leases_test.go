@@ -17,7 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // fpRunTruth is a job_runs record with the fields PLAN-12 adds for an
@@ -39,7 +39,7 @@ type fpRunTruth struct {
 func fpRun(t *testing.T, db *mongo.Database, job string, slot time.Time) (fpRunTruth, bool) {
 	t.Helper()
 	var r fpRunTruth
-	err := db.Collection(jobs.RunsCollection).FindOne(testCtx(t),
+	err := db.Collection(record.RunsCollection).FindOne(testCtx(t),
 		bson.D{{Key: "job_id", Value: job}, {Key: "scheduled_at", Value: slot}}).Decode(&r)
 	if err == mongo.ErrNoDocuments {
 		return r, false
@@ -73,7 +73,7 @@ func fpLongJob(t *testing.T, db *mongo.Database, uri string, n, sleep int) ([]*d
 	var first fpEntry
 	waitFor(t, 60*time.Second, "a run of long running, its child alive", func() bool {
 		for _, e := range fpReadLedger(t, ledger) {
-			if r, ok := fpRun(t, db, e.Job, e.Slot); ok && r.Status == jobs.StatusRunning && running(e.PID) {
+			if r, ok := fpRun(t, db, e.Job, e.Slot); ok && r.Status == record.StatusRunning && running(e.PID) {
 				first = e
 				return true
 			}
@@ -182,9 +182,9 @@ func TestLeaseKillMidRunChildDies(t *testing.T) {
 	var r fpRunTruth
 	waitFor(t, 30*time.Second, "the dead run recorded abandoned", func() bool {
 		r, _ = fpRun(t, db, held.Job, held.Slot)
-		return r.Status != jobs.StatusRunning
+		return r.Status != record.StatusRunning
 	})
-	if r.Status != jobs.StatusAbandoned || r.Instance != held.Instance {
+	if r.Status != record.StatusAbandoned || r.Instance != held.Instance {
 		t.Errorf("dead run's record %+v: want abandoned, of %s", r, held.Instance)
 	}
 	if r.AbandonedAt.IsZero() || r.AbandonedAt.Before(lease) {
@@ -227,7 +227,7 @@ func TestLeaseFrozenHolderStopsOnResume(t *testing.T) {
 	taker := fpTaker(t, ledger, held.Instance, held.Slot, time.Minute)
 	waitFor(t, 30*time.Second, "the taker's run recorded running", func() bool {
 		r, ok := fpRun(t, db, taker.Job, taker.Slot)
-		return ok && r.Status == jobs.StatusRunning
+		return ok && r.Status == record.StatusRunning
 	})
 	// Frozen on, well past the lease, while both children run.
 	fpUntil(t, taker.Start.Add(fpFreezeOn), "the freeze to last past the takeover")
@@ -264,7 +264,7 @@ func TestLeaseFrozenHolderStopsOnResume(t *testing.T) {
 	}) {
 		t.Errorf("the stale run's record has no ended_at 30 s after the resume: %+v", r)
 	}
-	if r.Status != jobs.StatusAbandoned {
+	if r.Status != record.StatusAbandoned {
 		t.Errorf("stale run's status %q, want abandoned (it was taken over)", r.Status)
 	}
 	if r.AbandonedAt.IsZero() || r.AbandonedAt.Before(stopped) || r.AbandonedAt.After(resumed) {
@@ -284,10 +284,10 @@ func TestLeaseFrozenHolderStopsOnResume(t *testing.T) {
 	}
 
 	tr, _ := fpRun(t, db, taker.Job, taker.Slot)
-	if tr.Status != jobs.StatusRunning && tr.Status != jobs.StatusSucceeded {
+	if tr.Status != record.StatusRunning && tr.Status != record.StatusSucceeded {
 		t.Errorf("the taker's run %+v after the resume: want it running or succeeded", tr)
 	}
-	if !running(taker.PID) && tr.Status == jobs.StatusRunning {
+	if !running(taker.PID) && tr.Status == record.StatusRunning {
 		t.Errorf("the taker's child (pid %d) is gone but its run is recorded running", taker.PID)
 	}
 	for _, e := range fpReadLedger(t, ledger) {

@@ -20,7 +20,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/cronswap/cronswap/internal/faultproxy"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/firepath"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // startReplicas starts n daemons on one database, instance ids r1..rn.
@@ -53,15 +54,15 @@ func waitArmed(t *testing.T, ds []*daemon, ids []string) {
 	}
 }
 
-func allRuns(t *testing.T, db *mongo.Database, filter bson.D) []jobs.RunDoc {
+func allRuns(t *testing.T, db *mongo.Database, filter bson.D) []record.RunDoc {
 	t.Helper()
 	ctx := testCtx(t)
-	cur, err := db.Collection(jobs.RunsCollection).Find(ctx, filter,
+	cur, err := db.Collection(record.RunsCollection).Find(ctx, filter,
 		options.Find().SetSort(bson.D{{Key: "job_id", Value: 1}, {Key: "scheduled_at", Value: 1}}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []jobs.RunDoc
+	var out []record.RunDoc
 	if err := cur.All(ctx, &out); err != nil {
 		t.Fatal(err)
 	}
@@ -74,10 +75,10 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func lockDoc(t *testing.T, db *mongo.Database, id string) (jobs.LockDoc, bool) {
+func lockDoc(t *testing.T, db *mongo.Database, id string) (record.LockDoc, bool) {
 	t.Helper()
-	var l jobs.LockDoc
-	err := db.Collection(jobs.LocksCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: id}}).Decode(&l)
+	var l record.LockDoc
+	err := db.Collection(record.LocksCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: id}}).Decode(&l)
 	if err == mongo.ErrNoDocuments {
 		return l, false
 	}
@@ -144,7 +145,7 @@ func TestExactlyOnceAcrossReplicas(t *testing.T) {
 			return false
 		}
 		for _, r := range runs {
-			if r.Status == jobs.StatusRunning {
+			if r.Status == record.StatusRunning {
 				return false
 			}
 		}
@@ -157,7 +158,7 @@ func TestExactlyOnceAcrossReplicas(t *testing.T) {
 	}
 	recorded := map[key]int{}
 	skipped := map[key]bool{}
-	byID := map[string]jobs.RunDoc{}
+	byID := map[string]record.RunDoc{}
 	for _, r := range allRuns(t, db, bson.D{}) {
 		byID[r.ID] = r
 	}
@@ -165,8 +166,8 @@ func TestExactlyOnceAcrossReplicas(t *testing.T) {
 		k := key{r.JobID, r.ScheduledAt.UTC().Format(time.RFC3339)}
 		recorded[k]++
 		switch {
-		case r.Status == jobs.StatusSucceeded:
-		case r.Status == jobs.StatusSkipped && forbid[r.JobID]:
+		case r.Status == record.StatusSucceeded:
+		case r.Status == record.StatusSkipped && forbid[r.JobID]:
 			// Legitimate only while an earlier run of the job held the lock.
 			skipped[k] = true
 			holderRun, _, _ := strings.Cut(strings.TrimPrefix(r.Error, "overlap forbid: run "), " ")
@@ -265,15 +266,15 @@ func TestDeadHolderIsTakenOver(t *testing.T) {
 	insert(t, db, sched("long", "*/2 * * * * *"))
 	waitArmed(t, ds, []string{"long"})
 
-	var held jobs.LockDoc
+	var held record.LockDoc
 	waitFor(t, 60*time.Second, "a replica to hold the lock and run", func() bool {
 		l, ok := lockDoc(t, db, "long")
 		held = l
-		if !ok || l.State != jobs.LockRunning {
+		if !ok || l.State != record.LockRunning {
 			return false
 		}
-		n, err := db.Collection(jobs.RunsCollection).CountDocuments(testCtx(t),
-			bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: jobs.StatusRunning}})
+		n, err := db.Collection(record.RunsCollection).CountDocuments(testCtx(t),
+			bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: record.StatusRunning}})
 		return err == nil && n == 1
 	})
 	var victim *daemon
@@ -304,10 +305,10 @@ func TestDeadHolderIsTakenOver(t *testing.T) {
 		takeoverSlot = takeoverSlot.Add(interval)
 	}
 
-	var taker jobs.RunDoc
+	var taker record.RunDoc
 	waitFor(t, 60*time.Second, "another replica to take the job over", func() bool {
 		for _, r := range allRuns(t, db, bson.D{{Key: "job_id", Value: "long"}, {Key: "fence", Value: bson.D{{Key: "$gt", Value: dead.Fence}}}}) {
-			if r.Status != jobs.StatusSkipped && r.Status != jobs.StatusClaiming {
+			if r.Status != record.StatusSkipped && r.Status != record.StatusClaiming {
 				taker = r
 				return true
 			}
@@ -326,17 +327,17 @@ func TestDeadHolderIsTakenOver(t *testing.T) {
 		t.Errorf("takeover at slot %s, want at the latest the first slot after the lease, %s (within ttl %s + interval %s of the kill)",
 			taker.ScheduledAt.Format(time.TimeOnly), takeoverSlot.Format(time.TimeOnly), ttl, interval)
 	}
-	if taker.Fence != jobs.FenceOf(taker.ScheduledAt) || taker.Fence <= dead.Fence {
-		t.Errorf("taker's fence %d, want its slot's, %d, above the dead holder's %d", taker.Fence, jobs.FenceOf(taker.ScheduledAt), dead.Fence)
+	if taker.Fence != record.FenceOf(taker.ScheduledAt) || taker.Fence <= dead.Fence {
+		t.Errorf("taker's fence %d, want its slot's, %d, above the dead holder's %d", taker.Fence, record.FenceOf(taker.ScheduledAt), dead.Fence)
 	}
 	// The dead holder's record is swept abandoned soon after the
 	// takeover, without a made-up end.
-	var old jobs.RunDoc
+	var old record.RunDoc
 	waitFor(t, 15*time.Second, "the dead holder's run marked abandoned", func() bool {
-		if err := db.Collection(jobs.RunsCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: dead.RunID}}).Decode(&old); err != nil {
+		if err := db.Collection(record.RunsCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: dead.RunID}}).Decode(&old); err != nil {
 			t.Fatal(err)
 		}
-		return old.Status == jobs.StatusAbandoned
+		return old.Status == record.StatusAbandoned
 	})
 	if old.Instance != dead.Holder || old.AbandonedAt.IsZero() || !old.EndedAt.IsZero() {
 		t.Fatalf("dead holder's run %+v: want abandoned, with abandoned_at and no ended_at", old)
@@ -345,12 +346,12 @@ func TestDeadHolderIsTakenOver(t *testing.T) {
 	// The taker's run (10 s, over 3 TTLs) ends on its own: renewals keep
 	// the third replica out.
 	waitFor(t, 60*time.Second, "the taker's run to end", func() bool {
-		var r jobs.RunDoc
-		err := db.Collection(jobs.RunsCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: taker.ID}}).Decode(&r)
+		var r record.RunDoc
+		err := db.Collection(record.RunsCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: taker.ID}}).Decode(&r)
 		taker = r
-		return err == nil && r.Status != jobs.StatusRunning
+		return err == nil && r.Status != record.StatusRunning
 	})
-	if taker.Status != jobs.StatusSucceeded || taker.EndedAt.Sub(taker.StartedAt) < 3*ttl {
+	if taker.Status != record.StatusSucceeded || taker.EndedAt.Sub(taker.StartedAt) < 3*ttl {
 		t.Fatalf("taker's run %+v: want succeeded after more than 3 TTLs", taker)
 	}
 	for _, d := range survivors {
@@ -360,9 +361,9 @@ func TestDeadHolderIsTakenOver(t *testing.T) {
 	}
 
 	// Recorded runs never overlap; fences strictly increase.
-	var ran []jobs.RunDoc
+	var ran []record.RunDoc
 	for _, r := range allRuns(t, db, bson.D{{Key: "job_id", Value: "long"}}) {
-		if r.Status != jobs.StatusSkipped && r.Status != jobs.StatusRunning {
+		if r.Status != record.StatusSkipped && r.Status != record.StatusRunning {
 			ran = append(ran, r)
 		}
 	}
@@ -430,7 +431,7 @@ db.job_locks.insertMany([`)
 	armedAt := time.Now()
 	waitFor(t, 60*time.Second, "every job to run after its repair", func() bool {
 		done := map[string]bool{}
-		for _, r := range allRuns(t, db, bson.D{{Key: "status", Value: jobs.StatusSucceeded}}) {
+		for _, r := range allRuns(t, db, bson.D{{Key: "status", Value: record.StatusSucceeded}}) {
 			done[r.JobID] = true
 		}
 		return len(done) == len(ids)
@@ -467,20 +468,20 @@ func TestUnreachableDatabaseAtFireTimeDoesNotRun(t *testing.T) {
 	d := startDaemon(t, writeConfig(t, daemonConfig{URI: p.URI(uri), Database: db.Name(), Jobs: jobsYAML}))
 	d.waitReady()
 	waitFor(t, 30*time.Second, "a first run", func() bool {
-		return len(allRuns(t, db, bson.D{{Key: "status", Value: jobs.StatusSucceeded}})) > 0
+		return len(allRuns(t, db, bson.D{{Key: "status", Value: record.StatusSucceeded}})) > 0
 	})
 	// The next claims (the insert of their run records) lose their
 	// connection, try after try (the claim reads back and sends again
 	// while the fire could still start: 1 s for this every-second job), so
 	// a fire is not run; the cuts are cleared once one is reported.
 	for range 50 {
-		p.CutNext(faultproxy.All(faultproxy.CommandName("insert"), faultproxy.Collection(jobs.RunsCollection)))
+		p.CutNext(faultproxy.All(faultproxy.CommandName("insert"), faultproxy.Collection(record.RunsCollection)))
 	}
 	// The reason is the database, or the starting deadline when the
 	// claim's read-back waited past it (the deadline wins once passed).
 	l := d.waitLog("a fire not run for an unreachable database", func(l logLine) bool {
 		return l.str("msg") == "fire not run: could not claim it" &&
-			(l.str("reason") == jobs.NotRunUnreachable || l.str("reason") == jobs.NotRunStartingDeadline)
+			(l.str("reason") == firepath.NotRunUnreachable || l.str("reason") == firepath.NotRunStartingDeadline)
 	})
 	reason := l.str("reason")
 	p.ClearFailures()
@@ -493,7 +494,7 @@ func TestUnreachableDatabaseAtFireTimeDoesNotRun(t *testing.T) {
 	}
 	// Later fires run again.
 	waitFor(t, 30*time.Second, "a run after the outage", func() bool {
-		return len(allRuns(t, db, bson.D{{Key: "status", Value: jobs.StatusSucceeded},
+		return len(allRuns(t, db, bson.D{{Key: "status", Value: record.StatusSucceeded},
 			{Key: "scheduled_at", Value: bson.D{{Key: "$gt", Value: slot}}}})) > 0
 	})
 	if runs := allRuns(t, db, bson.D{{Key: "scheduled_at", Value: slot}}); len(runs) != 0 {
@@ -537,15 +538,15 @@ func TestRestartedInstanceReclaimsItsLock(t *testing.T) {
 	cfg := writeConfig(t, daemonConfig{URI: uri, Database: db.Name(), InstanceID: "r1", Jobs: jobsYAML})
 	d := startDaemon(t, cfg)
 	d.waitReady()
-	var held jobs.LockDoc
+	var held record.LockDoc
 	waitFor(t, 60*time.Second, "the lock held by a running run", func() bool {
 		l, ok := lockDoc(t, db, "long")
 		held = l
-		if !ok || l.State != jobs.LockRunning {
+		if !ok || l.State != record.LockRunning {
 			return false
 		}
-		n, err := db.Collection(jobs.RunsCollection).CountDocuments(testCtx(t),
-			bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: jobs.StatusRunning}})
+		n, err := db.Collection(record.RunsCollection).CountDocuments(testCtx(t),
+			bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: record.StatusRunning}})
 		return err == nil && n == 1
 	})
 	d.signal(syscall.SIGKILL)
@@ -556,10 +557,10 @@ func TestRestartedInstanceReclaimsItsLock(t *testing.T) {
 	d2.waitLog("the left-over run abandoned", func(l logLine) bool {
 		return l.str("msg") == "run left by a previous life of this instance; abandoned" && l.str("job_id") == "long"
 	})
-	var again jobs.RunDoc
+	var again record.RunDoc
 	waitFor(t, 30*time.Second, "a new run", func() bool {
 		runs := allRuns(t, db, bson.D{{Key: "job_id", Value: "long"}, {Key: "instance", Value: "r1"},
-			{Key: "fence", Value: bson.D{{Key: "$gt", Value: held.Fence}}}, {Key: "status", Value: bson.D{{Key: "$ne", Value: jobs.StatusSkipped}}}})
+			{Key: "fence", Value: bson.D{{Key: "$gt", Value: held.Fence}}}, {Key: "status", Value: bson.D{{Key: "$ne", Value: record.StatusSkipped}}}})
 		if len(runs) == 1 {
 			again = runs[0]
 		}
@@ -568,11 +569,11 @@ func TestRestartedInstanceReclaimsItsLock(t *testing.T) {
 	if again.Instance != "r1" || !again.StartedAt.Before(held.LeaseUntil) {
 		t.Fatalf("new run %+v, want r1 before the old lease ends at %s", again, held.LeaseUntil)
 	}
-	var old jobs.RunDoc
-	if err := db.Collection(jobs.RunsCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: held.RunID}}).Decode(&old); err != nil {
+	var old record.RunDoc
+	if err := db.Collection(record.RunsCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: held.RunID}}).Decode(&old); err != nil {
 		t.Fatal(err)
 	}
-	if old.Status != jobs.StatusAbandoned {
+	if old.Status != record.StatusAbandoned {
 		t.Fatalf("the crashed run %+v: want abandoned", old)
 	}
 }

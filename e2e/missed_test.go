@@ -13,7 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // ledgerJobs is a jobs: section with one action, tick, that appends
@@ -45,9 +45,9 @@ func ledgerSlots(t *testing.T, path string) map[time.Time]int {
 	return out
 }
 
-func missedRecords(t *testing.T, db *mongo.Database, job string) []jobs.RunDoc {
+func missedRecords(t *testing.T, db *mongo.Database, job string) []record.RunDoc {
 	t.Helper()
-	return allRuns(t, db, bson.D{{Key: "job_id", Value: job}, {Key: "status", Value: jobs.StatusMissed}})
+	return allRuns(t, db, bson.D{{Key: "job_id", Value: job}, {Key: "status", Value: record.StatusMissed}})
 }
 
 // killAfterRun waits for a succeeded run of job and SIGKILLs every daemon
@@ -56,7 +56,7 @@ func missedRecords(t *testing.T, db *mongo.Database, job string) []jobs.RunDoc {
 func killAfterRun(t *testing.T, db *mongo.Database, job string, ds ...*daemon) time.Time {
 	t.Helper()
 	waitFor(t, 60*time.Second, "a succeeded run", func() bool {
-		runs := allRuns(t, db, bson.D{{Key: "job_id", Value: job}, {Key: "status", Value: jobs.StatusSucceeded}})
+		runs := allRuns(t, db, bson.D{{Key: "job_id", Value: job}, {Key: "status", Value: record.StatusSucceeded}})
 		if len(runs) == 0 {
 			return false
 		}
@@ -79,18 +79,18 @@ func killAfterRun(t *testing.T, db *mongo.Database, job string, ds ...*daemon) t
 // missed record (no_replica_running) ending right before the first slot
 // that ran after the restart, and that every slot from decided to that one
 // is accounted for exactly once. It returns the record.
-func checkGap(t *testing.T, db *mongo.Database, decided time.Time, step time.Duration, minSlots int64) jobs.RunDoc {
+func checkGap(t *testing.T, db *mongo.Database, decided time.Time, step time.Duration, minSlots int64) record.RunDoc {
 	t.Helper()
 	var first time.Time
 	waitFor(t, 60*time.Second, "a run after the restart", func() bool {
-		runs := allRuns(t, db, bson.D{{Key: "job_id", Value: "tick"}, {Key: "status", Value: jobs.StatusSucceeded},
+		runs := allRuns(t, db, bson.D{{Key: "job_id", Value: "tick"}, {Key: "status", Value: record.StatusSucceeded},
 			{Key: "scheduled_at", Value: bson.D{{Key: "$gt", Value: decided}}}})
 		if len(runs) > 0 {
 			first = runs[0].ScheduledAt.UTC()
 		}
 		return len(runs) > 0
 	})
-	var miss []jobs.RunDoc
+	var miss []record.RunDoc
 	waitFor(t, 30*time.Second, "the gap on record", func() bool {
 		miss = missedRecords(t, db, "tick")
 		return len(miss) > 0
@@ -101,9 +101,9 @@ func checkGap(t *testing.T, db *mongo.Database, decided time.Time, step time.Dur
 	m := miss[0]
 	wantFrom, wantTo := decided.Add(step), first.Add(-step)
 	wantCount := int64(wantTo.Sub(wantFrom)/step) + 1
-	if m.Reason != jobs.MissedNoReplica || !m.ScheduledAt.Equal(wantFrom) || !m.LastScheduledAt.Equal(wantTo) ||
+	if m.Reason != record.MissedNoReplica || !m.ScheduledAt.Equal(wantFrom) || !m.LastScheduledAt.Equal(wantTo) ||
 		m.Count != wantCount || m.Instance == "" || m.RecordedAt.IsZero() {
-		t.Fatalf("missed record %+v\nwant reason %s, %s .. %s, count %d", m, jobs.MissedNoReplica,
+		t.Fatalf("missed record %+v\nwant reason %s, %s .. %s, count %d", m, record.MissedNoReplica,
 			wantFrom.Format(time.RFC3339), wantTo.Format(time.RFC3339), wantCount)
 	}
 	if m.Count < minSlots {
@@ -114,7 +114,7 @@ func checkGap(t *testing.T, db *mongo.Database, decided time.Time, step time.Dur
 	for s := decided; !s.After(first); s = s.Add(step) {
 		n := 0
 		for _, r := range allRuns(t, db, bson.D{{Key: "job_id", Value: "tick"}}) {
-			if r.ScheduledAt.Equal(s) || (r.Status == jobs.StatusMissed && !s.Before(r.ScheduledAt) && !s.After(r.LastScheduledAt)) {
+			if r.ScheduledAt.Equal(s) || (r.Status == record.StatusMissed && !s.Before(r.ScheduledAt) && !s.After(r.LastScheduledAt)) {
 				n++
 			}
 		}
@@ -151,16 +151,16 @@ func TestMissedSlotsWhileNoReplicaRuns(t *testing.T) {
 			t.Errorf("slot %s is recorded missed but the action ran it", s.Format(time.RFC3339))
 		}
 	}
-	if got := d.scrapeMetrics()["cronswap_missed_slots_total,reason="+jobs.MissedNoReplica]; got != float64(m.Count) {
-		t.Errorf("cronswap_missed_slots_total{reason=%q} = %v, want %d", jobs.MissedNoReplica, got, m.Count)
+	if got := d.scrapeMetrics()["cronswap_missed_slots_total,reason="+record.MissedNoReplica]; got != float64(m.Count) {
+		t.Errorf("cronswap_missed_slots_total{reason=%q} = %v, want %d", record.MissedNoReplica, got, m.Count)
 	}
 	d.waitLog("the gap logged", func(l logLine) bool {
-		return l.str("msg") == "missed slots recorded" && l.str("job_id") == "tick" && l.str("reason") == jobs.MissedNoReplica &&
+		return l.str("msg") == "missed slots recorded" && l.str("job_id") == "tick" && l.str("reason") == record.MissedNoReplica &&
 			l.str("scheduled_at") != "" && l["count"] == float64(m.Count)
 	})
 
 	out := cliOK(t, cfg, "runs", "list", "--job", "tick", "--limit", "100")
-	wantNote := fmt.Sprintf("%s: %d slots, %s .. %s", jobs.MissedNoReplica, m.Count,
+	wantNote := fmt.Sprintf("%s: %d slots, %s .. %s", record.MissedNoReplica, m.Count,
 		m.ScheduledAt.UTC().Format(time.RFC3339), m.LastScheduledAt.UTC().Format(time.RFC3339))
 	found := false
 	for _, line := range strings.Split(out, "\n") {
@@ -177,8 +177,8 @@ func TestMissedSlotsWhileNoReplicaRuns(t *testing.T) {
 	}
 	found = false
 	for _, v := range views {
-		if v["status"] == jobs.StatusMissed {
-			found = v["reason"] == jobs.MissedNoReplica && v["count"] == float64(m.Count) &&
+		if v["status"] == record.StatusMissed {
+			found = v["reason"] == record.MissedNoReplica && v["count"] == float64(m.Count) &&
 				v["last_scheduled_at"] == m.LastScheduledAt.UTC().Format(time.RFC3339)
 		}
 	}
@@ -216,7 +216,7 @@ func TestMissedGapRecordedOnceByTwoReplicas(t *testing.T) {
 	}
 	var sum float64
 	for _, r := range ds {
-		sum += r.scrapeMetrics()["cronswap_missed_slots_total,reason="+jobs.MissedNoReplica]
+		sum += r.scrapeMetrics()["cronswap_missed_slots_total,reason="+record.MissedNoReplica]
 	}
 	if sum != float64(m.Count) {
 		t.Fatalf("cronswap_missed_slots_total summed over the replicas = %v, want %d", sum, m.Count)
@@ -237,7 +237,7 @@ func TestDatabaseCutLongerThanStartingDeadline(t *testing.T) {
 	d := startDaemon(t, writeConfig(t, daemonConfig{URI: p.URI(uri), Database: db.Name(), Jobs: ledgerJobs(ledger)}))
 	d.waitReady()
 	waitFor(t, 30*time.Second, "runs before the cut", func() bool {
-		return len(allRuns(t, db, bson.D{{Key: "status", Value: jobs.StatusSucceeded}})) >= 2
+		return len(allRuns(t, db, bson.D{{Key: "status", Value: record.StatusSucceeded}})) >= 2
 	})
 	const cut = 6 * time.Second
 	cutAt := time.Now()
@@ -254,16 +254,16 @@ func TestDatabaseCutLongerThanStartingDeadline(t *testing.T) {
 	}
 	last := inCut[len(inCut)-1]
 	waitFor(t, 60*time.Second, "runs after the cut", func() bool {
-		return len(allRuns(t, db, bson.D{{Key: "status", Value: jobs.StatusSucceeded},
+		return len(allRuns(t, db, bson.D{{Key: "status", Value: record.StatusSucceeded},
 			{Key: "scheduled_at", Value: bson.D{{Key: "$gt", Value: last.Add(2 * time.Second)}}}})) >= 2
 	})
-	covered := func(s time.Time) (jobs.RunDoc, bool) {
+	covered := func(s time.Time) (record.RunDoc, bool) {
 		for _, r := range missedRecords(t, db, "tick") {
 			if !s.Before(r.ScheduledAt) && !s.After(r.LastScheduledAt) {
 				return r, true
 			}
 		}
-		return jobs.RunDoc{}, false
+		return record.RunDoc{}, false
 	}
 	waitFor(t, 60*time.Second, "every slot of the cut on record as missed", func() bool {
 		for _, s := range inCut {
@@ -281,19 +281,19 @@ func TestDatabaseCutLongerThanStartingDeadline(t *testing.T) {
 	t.Logf("cut of %s: %d slots inside it; missed slots on record by reason %v; %d runs in all", cut, len(inCut), byReason, len(ran))
 	for _, s := range inCut {
 		m, _ := covered(s)
-		if m.Reason != jobs.MissedStartingDeadline && m.Reason != jobs.MissedUnreachable {
+		if m.Reason != record.MissedStartingDeadline && m.Reason != record.MissedUnreachable {
 			t.Errorf("slot %s recorded missed for %q, want %s or %s", s.Format(time.RFC3339), m.Reason,
-				jobs.MissedStartingDeadline, jobs.MissedUnreachable)
+				record.MissedStartingDeadline, record.MissedUnreachable)
 		}
 		if ran[s] != 0 {
 			t.Errorf("slot %s of the cut ran (%d times)", s.Format(time.RFC3339), ran[s])
 		}
 		if runs := allRuns(t, db, bson.D{{Key: "job_id", Value: "tick"}, {Key: "scheduled_at", Value: s},
-			{Key: "status", Value: bson.D{{Key: "$ne", Value: jobs.StatusMissed}}}}); len(runs) != 0 {
+			{Key: "status", Value: bson.D{{Key: "$ne", Value: record.StatusMissed}}}}); len(runs) != 0 {
 			t.Errorf("slot %s of the cut has a run record: %+v", s.Format(time.RFC3339), runs)
 		}
 	}
-	for _, r := range allRuns(t, db, bson.D{{Key: "job_id", Value: "tick"}, {Key: "status", Value: jobs.StatusSucceeded}}) {
+	for _, r := range allRuns(t, db, bson.D{{Key: "job_id", Value: "tick"}, {Key: "status", Value: record.StatusSucceeded}}) {
 		if late := r.StartedAt.Sub(r.ScheduledAt); late > time.Second {
 			t.Errorf("slot %s started %s after its slot, past its 1 s starting deadline", r.ScheduledAt.UTC().Format(time.RFC3339), late)
 		}

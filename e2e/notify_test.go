@@ -16,8 +16,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/notify"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // hookSink is a loopback webhook: while down it answers 503; up, it
@@ -91,7 +91,7 @@ func TestNotificationsDeliveredOnceAcrossRestarts(t *testing.T) {
 	}
 	downAt := time.Now()
 	failedRuns := func() int64 {
-		n, err := db.Collection(jobs.RunsCollection).CountDocuments(testCtx(t), bson.D{{Key: "status", Value: jobs.StatusFailed}})
+		n, err := db.Collection(record.RunsCollection).CountDocuments(testCtx(t), bson.D{{Key: "status", Value: record.StatusFailed}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -156,10 +156,10 @@ func TestNotificationsDeliveredOnceAcrossRestarts(t *testing.T) {
 		bson.D{{Key: "$set", Value: bson.D{{Key: "enabled", Value: false}, {Key: "updated_at", Value: time.Now()}}}}); err != nil {
 		t.Fatal(err)
 	}
-	notified := bson.D{{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{jobs.StatusFailed, jobs.StatusAbandoned, jobs.StatusMissed}}}}}
-	running := bson.D{{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{jobs.StatusRunning, jobs.StatusClaiming}}}}}
+	notified := bson.D{{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{record.StatusFailed, record.StatusAbandoned, record.StatusMissed}}}}}
+	running := bson.D{{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{record.StatusRunning, record.StatusClaiming}}}}}
 	waitFor(t, 30*time.Second, "no run left running", func() bool { return len(allRuns(t, db, running)) == 0 })
-	var records []jobs.RunDoc
+	var records []record.RunDoc
 	// The killed replica's claims come back when their lease (a minute)
 	// passes.
 	waitFor(t, 150*time.Second, "every record's notification delivered", func() bool {
@@ -198,7 +198,7 @@ func TestNotificationsDeliveredOnceAcrossRestarts(t *testing.T) {
 	if sink.badAuth != 0 {
 		t.Errorf("%d deliveries without the configured header", sink.badAuth)
 	}
-	left, err := db.Collection(jobs.RunsCollection).CountDocuments(testCtx(t), bson.D{{Key: notify.OutboxField, Value: bson.D{{Key: "$exists", Value: true}}}})
+	left, err := db.Collection(record.RunsCollection).CountDocuments(testCtx(t), bson.D{{Key: notify.OutboxField, Value: bson.D{{Key: "$exists", Value: true}}}})
 	if err != nil || left != 0 {
 		t.Errorf("%d notices left in the outbox (%v)", left, err)
 	}

@@ -11,20 +11,20 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // bufferHead reads the first fire waiting on a job's lock: its run id and
 // the replica that buffered it; ok is false while none waits.
 func bufferHead(t *testing.T, raw bson.Raw) (runID, by string, ok bool) {
 	t.Helper()
-	val, err := raw.LookupErr(jobs.LockBufferField)
+	val, err := raw.LookupErr(record.LockBufferField)
 	if err != nil {
 		return "", "", false
 	}
 	arr, isArr := val.ArrayOK()
 	if !isArr {
-		t.Fatalf("lock %s: %s is not an array", raw, jobs.LockBufferField)
+		t.Fatalf("lock %s: %s is not an array", raw, record.LockBufferField)
 	}
 	vals, _ := arr.Values()
 	if len(vals) == 0 {
@@ -63,7 +63,7 @@ func TestBufferOneSurvivesBufferingReplicaKilled(t *testing.T) {
 	// killed: nobody alive ends the run the fire waits behind, and the
 	// survivor must take it up.
 	waitFor(t, 60*time.Second, "a fire buffered behind a running run", func() bool {
-		raw, err := db.Collection(jobs.LocksCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: "buf"}}).Raw()
+		raw, err := db.Collection(record.LocksCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: "buf"}}).Raw()
 		if err != nil {
 			return false
 		}
@@ -88,12 +88,12 @@ func TestBufferOneSurvivesBufferingReplicaKilled(t *testing.T) {
 	killedAt := time.Now()
 	t.Logf("fire %s buffered by %s (holder %s); both killed", buffered, by, holder)
 
-	var rec jobs.RunDoc
+	var rec record.RunDoc
 	waitFor(t, 60*time.Second, "the buffered fire to run to its end", func() bool {
-		err := db.Collection(jobs.RunsCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: buffered}}).Decode(&rec)
-		return err == nil && rec.Status != jobs.StatusBuffered && rec.Status != jobs.StatusRunning
+		err := db.Collection(record.RunsCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: buffered}}).Decode(&rec)
+		return err == nil && rec.Status != record.StatusBuffered && rec.Status != record.StatusRunning
 	})
-	if rec.Status != jobs.StatusSucceeded || killed[rec.Instance] || rec.Fence != jobs.FenceOf(rec.ScheduledAt) {
+	if rec.Status != record.StatusSucceeded || killed[rec.Instance] || rec.Fence != record.FenceOf(rec.ScheduledAt) {
 		t.Fatalf("buffered fire's record %+v: want succeeded on a survivor with its slot's fence", rec)
 	}
 	t.Logf("buffered fire started on %s %s after the kill", rec.Instance, rec.StartedAt.Sub(killedAt))
@@ -114,9 +114,9 @@ func TestBufferOneSurvivesBufferingReplicaKilled(t *testing.T) {
 		t.Fatalf("buffered fire %s started %d times, want once:\n%s", buffered, starts, b)
 	}
 	// Recorded runs with an end never overlap, fences increase.
-	var prev *jobs.RunDoc
+	var prev *record.RunDoc
 	for _, r := range allRuns(t, db, bson.D{{Key: "job_id", Value: "buf"}}) {
-		if r.EndedAt.IsZero() || r.Status == jobs.StatusSkipped {
+		if r.EndedAt.IsZero() || r.Status == record.StatusSkipped {
 			continue
 		}
 		if prev != nil && (r.StartedAt.Before(prev.EndedAt) || r.Fence <= prev.Fence) {
@@ -152,13 +152,13 @@ func TestOverlapPoliciesAcrossReplicas(t *testing.T) {
 		bson.D{{Key: "$set", Value: bson.D{{Key: "enabled", Value: false}, {Key: "updated_at", Value: time.Now()}}}}); err != nil {
 		t.Fatal(err)
 	}
-	runs := map[string][]jobs.RunDoc{}
+	runs := map[string][]record.RunDoc{}
 	waitFor(t, 90*time.Second, "every record decided (buffered fires run after the pause too)", func() bool {
 		for _, id := range ids {
 			rs := allRuns(t, db, bson.D{{Key: "job_id", Value: id}})
 			for _, r := range rs {
 				switch r.Status {
-				case jobs.StatusRunning, jobs.StatusBuffered, jobs.StatusClaiming:
+				case record.StatusRunning, record.StatusBuffered, record.StatusClaiming:
 					return false
 				}
 			}
@@ -166,7 +166,7 @@ func TestOverlapPoliciesAcrossReplicas(t *testing.T) {
 		}
 		return true
 	})
-	count := func(rs []jobs.RunDoc, status string) int {
+	count := func(rs []record.RunDoc, status string) int {
 		n := 0
 		for _, r := range rs {
 			if r.Status == status {
@@ -175,16 +175,16 @@ func TestOverlapPoliciesAcrossReplicas(t *testing.T) {
 		}
 		return n
 	}
-	ran := func(rs []jobs.RunDoc) []jobs.RunDoc {
-		var out []jobs.RunDoc
+	ran := func(rs []record.RunDoc) []record.RunDoc {
+		var out []record.RunDoc
 		for _, r := range rs {
-			if r.Status == jobs.StatusSucceeded || r.Status == jobs.StatusAbandoned {
+			if r.Status == record.StatusSucceeded || r.Status == record.StatusAbandoned {
 				out = append(out, r)
 			}
 		}
 		return out
 	}
-	noOverlap := func(id string, rs []jobs.RunDoc) {
+	noOverlap := func(id string, rs []record.RunDoc) {
 		for i := 1; i < len(rs); i++ {
 			if rs[i].StartedAt.Before(rs[i-1].EndedAt) || rs[i].Fence <= rs[i-1].Fence {
 				t.Errorf("%s: %s (%s..%s) overlaps %s (%s..%s) or its fence does not increase", id,
@@ -196,7 +196,7 @@ func TestOverlapPoliciesAcrossReplicas(t *testing.T) {
 	for _, id := range ids {
 		rs := runs[id]
 		r := ran(rs)
-		t.Logf("%s: %d records, %d ran, %d skipped, %d abandoned", id, len(rs), len(r), count(rs, jobs.StatusSkipped), count(rs, jobs.StatusAbandoned))
+		t.Logf("%s: %d records, %d ran, %d skipped, %d abandoned", id, len(rs), len(r), count(rs, record.StatusSkipped), count(rs, record.StatusAbandoned))
 		if len(r) < 2 {
 			t.Errorf("%s: %d runs, want several", id, len(r))
 			continue
@@ -204,7 +204,7 @@ func TestOverlapPoliciesAcrossReplicas(t *testing.T) {
 		switch id {
 		case "ov_skip", "ov_forbid":
 			noOverlap(id, r)
-			if count(rs, jobs.StatusSkipped) == 0 || count(rs, jobs.StatusAbandoned) != 0 {
+			if count(rs, record.StatusSkipped) == 0 || count(rs, record.StatusAbandoned) != 0 {
 				t.Errorf("%s: want skipped slots and no abandoned run", id)
 			}
 		case "ov_buffer_one":
@@ -217,12 +217,12 @@ func TestOverlapPoliciesAcrossReplicas(t *testing.T) {
 					late++
 				}
 			}
-			if late == 0 || count(rs, jobs.StatusSkipped) == 0 {
-				t.Errorf("%s: %d runs started late (buffered), %d skipped; want both", id, late, count(rs, jobs.StatusSkipped))
+			if late == 0 || count(rs, record.StatusSkipped) == 0 {
+				t.Errorf("%s: %d runs started late (buffered), %d skipped; want both", id, late, count(rs, record.StatusSkipped))
 			}
 		case "ov_buffer_all":
 			noOverlap(id, r)
-			if count(rs, jobs.StatusSkipped) != 0 || len(r) != len(rs) {
+			if count(rs, record.StatusSkipped) != 0 || len(r) != len(rs) {
 				t.Errorf("%s: every fire should run (%d of %d), none skipped", id, len(r), len(rs))
 			}
 			for i := 1; i < len(r); i++ {
@@ -234,7 +234,7 @@ func TestOverlapPoliciesAcrossReplicas(t *testing.T) {
 			noOverlap(id, r)
 			for i := 0; i+1 < len(r); i++ {
 				old, next := r[i], r[i+1]
-				if old.Status != jobs.StatusAbandoned || !strings.Contains(old.Error, next.ID) {
+				if old.Status != record.StatusAbandoned || !strings.Contains(old.Error, next.ID) {
 					t.Errorf("%s: %s %s (%q), want abandoned naming %s", id, old.ID, old.Status, old.Error, next.ID)
 					continue
 				}
@@ -249,7 +249,7 @@ func TestOverlapPoliciesAcrossReplicas(t *testing.T) {
 					overlapped = true
 				}
 			}
-			if !overlapped || count(rs, jobs.StatusSkipped) != 0 {
+			if !overlapped || count(rs, record.StatusSkipped) != 0 {
 				t.Errorf("%s: runs should overlap and none be skipped", id)
 			}
 		}

@@ -14,8 +14,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/notify"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // pauseSink is a loopback webhook recording the notifications' kinds and
@@ -86,11 +86,11 @@ func TestPauseAfterFailuresAndResume(t *testing.T) {
 	insert(t, db, bson.D{{Key: "_id", Value: "failing"}, {Key: "cron_expr", Value: "*/2 * * * * *"}, {Key: "updated_at", Value: time.Now()}})
 	waitArmed(t, ds, []string{"failing"})
 
-	waitPaused := func() jobs.PauseDoc {
-		var p jobs.PauseDoc
+	waitPaused := func() record.PauseDoc {
+		var p record.PauseDoc
 		waitFor(t, 60*time.Second, "the job paused", func() bool {
-			p = jobs.PauseDoc{}
-			err := db.Collection(jobs.PausesCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: "failing"}}).Decode(&p)
+			p = record.PauseDoc{}
+			err := db.Collection(record.PausesCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: "failing"}}).Decode(&p)
 			return err == nil && p.Paused()
 		})
 		return p
@@ -99,7 +99,7 @@ func TestPauseAfterFailuresAndResume(t *testing.T) {
 	if p.Failures != 2 || !strings.Contains(p.Note, "broken") && !strings.Contains(p.Note, "exit status 3") || p.RunID == "" {
 		t.Errorf("pause %+v: want 2 failures, the last run and its error", p)
 	}
-	failed := allRuns(t, db, bson.D{{Key: "job_id", Value: "failing"}, {Key: "status", Value: jobs.StatusFailed}})
+	failed := allRuns(t, db, bson.D{{Key: "job_id", Value: "failing"}, {Key: "status", Value: record.StatusFailed}})
 	if len(failed) < 2 || failed[len(failed)-1].ID != p.RunID {
 		t.Errorf("failed runs %d, last %v; the pause names %s", len(failed), failed, p.RunID)
 	}
@@ -132,9 +132,9 @@ func TestPauseAfterFailuresAndResume(t *testing.T) {
 	if got := cliOK(t, ds[0].cfgPath, "schedules", "resume", "failing"); !strings.Contains(got, "resumed failing") {
 		t.Errorf("resume: %q", got)
 	}
-	var after []jobs.RunDoc
+	var after []record.RunDoc
 	waitFor(t, 30*time.Second, "a run after the resume", func() bool {
-		after = allRuns(t, db, bson.D{{Key: "job_id", Value: "failing"}, {Key: "status", Value: jobs.StatusFailed},
+		after = allRuns(t, db, bson.D{{Key: "job_id", Value: "failing"}, {Key: "status", Value: record.StatusFailed},
 			{Key: "started_at", Value: bson.D{{Key: "$gt", Value: resumed}}}})
 		return len(after) > 0
 	})
@@ -144,11 +144,11 @@ func TestPauseAfterFailuresAndResume(t *testing.T) {
 	// resume: one missed slot each (ranges are written as each replica's
 	// streak of dropped fires closes).
 	want := int64(after[0].ScheduledAt.Sub(last)/(2*time.Second)) - 1
-	var paused []jobs.RunDoc
+	var paused []record.RunDoc
 	n := int64(0)
 	waitFor(t, 30*time.Second, "the paused slots recorded missed", func() bool {
-		paused = allRuns(t, db, bson.D{{Key: "job_id", Value: "failing"}, {Key: "status", Value: jobs.StatusMissed},
-			{Key: "reason", Value: jobs.MissedPaused}})
+		paused = allRuns(t, db, bson.D{{Key: "job_id", Value: "failing"}, {Key: "status", Value: record.StatusMissed},
+			{Key: "reason", Value: record.MissedPaused}})
 		n = 0
 		for _, m := range paused {
 			n += m.Count
@@ -186,7 +186,7 @@ func TestPauseAfterFailuresAndResume(t *testing.T) {
 	resumed = time.Now()
 	mongosh(t, uri, db.Name(), `db.job_pauses.updateOne({ _id: "failing", state: "paused" }, { $set: { state: "resumed", resumed_at: new Date(), resumed_by: "mongosh" } })`)
 	waitFor(t, 30*time.Second, "a run after the mongosh resume", func() bool {
-		return len(allRuns(t, db, bson.D{{Key: "job_id", Value: "failing"}, {Key: "status", Value: jobs.StatusFailed},
+		return len(allRuns(t, db, bson.D{{Key: "job_id", Value: "failing"}, {Key: "status", Value: record.StatusFailed},
 			{Key: "started_at", Value: bson.D{{Key: "$gt", Value: resumed}}}})) > 0
 	})
 	// Two pauses, two paused notifications (once each); no missed
@@ -208,7 +208,7 @@ func TestPauseAfterFailuresAndResume(t *testing.T) {
 		t.Errorf("%d pause notifications, want 2", n)
 	}
 	for _, p := range sink.kinds(notify.KindMissed) {
-		if p.Reason == jobs.MissedPaused {
+		if p.Reason == record.MissedPaused {
 			t.Errorf("a slot missed while paused was notified: %+v", p)
 		}
 	}

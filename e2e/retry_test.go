@@ -11,7 +11,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // attemptLines reads the lines "slot attempt fence instance" the retry
@@ -54,9 +54,9 @@ func TestRetryReplicaKilledBetweenAttempts(t *testing.T) {
 	insert(t, db, bson.D{{Key: "_id", Value: "flaky"}, {Key: "cron_expr", Value: "*/30 * * * * *"}, {Key: "updated_at", Value: time.Now()}})
 	waitArmed(t, ds, []string{"flaky"})
 
-	var first jobs.RunDoc
+	var first record.RunDoc
 	waitFor(t, 60*time.Second, "a first attempt that failed", func() bool {
-		runs := allRuns(t, db, bson.D{{Key: "job_id", Value: "flaky"}, {Key: "status", Value: jobs.StatusRetrying}})
+		runs := allRuns(t, db, bson.D{{Key: "job_id", Value: "flaky"}, {Key: "status", Value: record.StatusRetrying}})
 		if len(runs) == 0 {
 			return false
 		}
@@ -76,22 +76,22 @@ func TestRetryReplicaKilledBetweenAttempts(t *testing.T) {
 		killed, first.RetryAt.UTC().Format(time.RFC3339Nano))
 
 	slot := first.ScheduledAt.UTC()
-	var done jobs.RunDoc
+	var done record.RunDoc
 	waitFor(t, 60*time.Second, "the slot's second attempt succeeded", func() bool {
-		done = jobs.RunDoc{}
-		if err := db.Collection(jobs.RunsCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: first.ID}}).Decode(&done); err != nil {
+		done = record.RunDoc{}
+		if err := db.Collection(record.RunsCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: first.ID}}).Decode(&done); err != nil {
 			t.Fatal(err)
 		}
-		return done.Status == jobs.StatusSucceeded
+		return done.Status == record.StatusSucceeded
 	})
 	if len(done.Attempts) != 2 || done.Attempt != 2 {
 		t.Fatalf("record %+v: want 2 attempts", done)
 	}
 	a1, a2 := done.Attempts[0], done.Attempts[1]
-	if a1.Fence != jobs.FenceOf(slot) || a2.Fence != jobs.FenceOf(slot)+1 || a1.Status != jobs.StatusRetrying ||
-		a2.Status != jobs.StatusSucceeded || a2.Instance == killed || done.Instance != a2.Instance || done.Fence != a2.Fence {
+	if a1.Fence != record.FenceOf(slot) || a2.Fence != record.FenceOf(slot)+1 || a1.Status != record.StatusRetrying ||
+		a2.Status != record.StatusSucceeded || a2.Instance == killed || done.Instance != a2.Instance || done.Fence != a2.Fence {
 		t.Errorf("attempts %+v / %+v: want fences %d, %d, the second on a replica still alive", a1, a2,
-			jobs.FenceOf(slot), jobs.FenceOf(slot)+1)
+			record.FenceOf(slot), record.FenceOf(slot)+1)
 	}
 	if !a2.StartedAt.After(first.RetryAt.Add(-time.Millisecond)) {
 		t.Errorf("attempt 2 started %s, before it was due %s", a2.StartedAt, first.RetryAt)
@@ -99,8 +99,8 @@ func TestRetryReplicaKilledBetweenAttempts(t *testing.T) {
 	// The action saw each attempt once: its own slot, attempt and fence.
 	lines := attemptLines(t, out)[slot.Format(time.RFC3339)]
 	want := []string{
-		fmt.Sprintf("%s 1 %d %s", slot.Format(time.RFC3339), jobs.FenceOf(slot), killed),
-		fmt.Sprintf("%s 2 %d %s", slot.Format(time.RFC3339), jobs.FenceOf(slot)+1, a2.Instance),
+		fmt.Sprintf("%s 1 %d %s", slot.Format(time.RFC3339), record.FenceOf(slot), killed),
+		fmt.Sprintf("%s 2 %d %s", slot.Format(time.RFC3339), record.FenceOf(slot)+1, a2.Instance),
 	}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
 		t.Errorf("the action ran\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))

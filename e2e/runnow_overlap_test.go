@@ -11,7 +11,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/triggers"
 )
 
@@ -125,18 +125,18 @@ func TestRunNowUnderOverlapPolicies(t *testing.T) {
 	// cancel_other: the holder stops within 2 s and the request runs.
 	nowC := trigFinal(t, db, "now_c")
 	holdC := trigFinal(t, db, "hold_c")
-	if nowC.Status != jobs.StatusSucceeded || nowC.RunID != triggers.RunIDOf("now_c") || nowC.Fence <= holdC.Fence {
+	if nowC.Status != record.StatusSucceeded || nowC.RunID != triggers.RunIDOf("now_c") || nowC.Fence <= holdC.Fence {
 		t.Errorf("now_c %+v (holder %+v): want succeeded under its run id, fence above the holder's", nowC, holdC)
 	}
-	if holdC.Status != jobs.StatusAbandoned || !strings.Contains(holdC.Error, nowC.RunID) {
+	if holdC.Status != record.StatusAbandoned || !strings.Contains(holdC.Error, nowC.RunID) {
 		t.Errorf("hold_c %+v: want abandoned, naming %s", holdC, nowC.RunID)
 	}
 	var rec bson.M
-	if err := db.Collection(jobs.RunsCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: holdC.RunID}}).Decode(&rec); err != nil {
+	if err := db.Collection(record.RunsCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: holdC.RunID}}).Decode(&rec); err != nil {
 		t.Fatal(err)
 	}
 	ended, _ := rec["ended_at"].(bson.DateTime)
-	if rec["reason"] != jobs.ReasonReplaced || ended.Time().Sub(insertedAt) > 2*time.Second {
+	if rec["reason"] != record.ReasonReplaced || ended.Time().Sub(insertedAt) > 2*time.Second {
 		t.Errorf("holder's record %v: want reason replaced, ended within 2s of the request (%s)", rec, ended.Time().Sub(insertedAt))
 	}
 	t.Logf("cancel_other: the holder ended %s after the request", ended.Time().Sub(insertedAt))
@@ -144,8 +144,8 @@ func TestRunNowUnderOverlapPolicies(t *testing.T) {
 	// buffer_one: it runs after the holder's end.
 	nowB := trigFinal(t, db, "now_b")
 	holdB := trigFinal(t, db, "hold_b")
-	if nowB.Status != jobs.StatusSucceeded || nowB.RunID != triggers.RunIDOf("now_b") || nowB.Fence <= holdB.Fence ||
-		holdB.Status != jobs.StatusSucceeded {
+	if nowB.Status != record.StatusSucceeded || nowB.RunID != triggers.RunIDOf("now_b") || nowB.Fence <= holdB.Fence ||
+		holdB.Status != record.StatusSucceeded {
 		t.Errorf("now_b %+v (holder %+v): want both succeeded, the request's fence above", nowB, holdB)
 	}
 

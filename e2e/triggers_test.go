@@ -17,7 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/triggers"
 )
 
@@ -96,7 +96,7 @@ func TestTriggersRunNowOnceAcrossReplicas(t *testing.T) {
 	}
 	insertedAt := time.UnixMilli(ms)
 	doc := trigFinal(t, db, "m1")
-	if doc.Status != jobs.StatusSucceeded || doc.RunID != triggers.RunIDOf("m1") {
+	if doc.Status != record.StatusSucceeded || doc.RunID != triggers.RunIDOf("m1") {
 		t.Fatalf("trigger m1: %+v, want succeeded under %s", doc, triggers.RunIDOf("m1"))
 	}
 	// The replicas that do not own the job look after the claim grace.
@@ -123,7 +123,7 @@ func TestTriggersRunNowOnceAcrossReplicas(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
 		t.Fatalf("run-now output %q: %v", stdout, err)
 	}
-	if res.Status != jobs.StatusSucceeded || res.RunID != triggers.RunIDOf(res.TriggerID) {
+	if res.Status != record.StatusSucceeded || res.RunID != triggers.RunIDOf(res.TriggerID) {
 		t.Fatalf("run-now: %+v, want succeeded under trigger/<id>", res)
 	}
 	oid, err := bson.ObjectIDFromHex(res.TriggerID)
@@ -152,7 +152,7 @@ func TestTriggersRunNowOnceAcrossReplicas(t *testing.T) {
 		}
 	}
 	mongosh(t, uri, db.Name(), `db.triggers.insertOne({_id: "after_bad", job_id: "live_job"})`)
-	if d := trigFinal(t, db, "after_bad"); d.Status != jobs.StatusSucceeded {
+	if d := trigFinal(t, db, "after_bad"); d.Status != record.StatusSucceeded {
 		t.Errorf("a good request after bad ones: %+v", d)
 	}
 }
@@ -174,8 +174,8 @@ func TestTriggersBackfillRunsOnlyUnrunSlots(t *testing.T) {
 	}
 	for _, i := range []int{1, 3} { // these ran
 		s := slots[i]
-		if _, err := db.Collection(jobs.RunsCollection).InsertOne(testCtx(t), jobs.RunDoc{ID: jobs.RunID("bf", s), JobID: "bf", ScheduledAt: s,
-			Instance: "earlier", Fence: jobs.FenceOf(s), Status: jobs.StatusSucceeded, StartedAt: s, EndedAt: s.Add(time.Second),
+		if _, err := db.Collection(record.RunsCollection).InsertOne(testCtx(t), record.RunDoc{ID: record.RunID("bf", s), JobID: "bf", ScheduledAt: s,
+			Instance: "earlier", Fence: record.FenceOf(s), Status: record.StatusSucceeded, StartedAt: s, EndedAt: s.Add(time.Second),
 			ExpireAt: time.Now().Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
@@ -206,18 +206,18 @@ func TestTriggersBackfillRunsOnlyUnrunSlots(t *testing.T) {
 		if i == 1 || i == 3 {
 			continue // ran: not asked for
 		}
-		d := trigFinal(t, db, triggers.BackfillIDPrefix+jobs.RunID("bf", s))
-		if d.Status != jobs.StatusSucceeded || d.RunID != jobs.RunID("bf", s) {
-			t.Errorf("slot %d: request %+v, want succeeded under %s", i, d, jobs.RunID("bf", s))
+		d := trigFinal(t, db, triggers.BackfillIDPrefix+record.RunID("bf", s))
+		if d.Status != record.StatusSucceeded || d.RunID != record.RunID("bf", s) {
+			t.Errorf("slot %d: request %+v, want succeeded under %s", i, d, record.RunID("bf", s))
 		}
 	}
 	for i, s := range slots {
 		if i != 1 && i != 3 {
-			trigSettled(t, ds, jobs.RunID("bf", s))
+			trigSettled(t, ds, record.RunID("bf", s))
 		}
 	}
 	for i, s := range slots {
-		hits := hitsOf(rec, jobs.RunID("bf", s))
+		hits := hitsOf(rec, record.RunID("bf", s))
 		want := 1
 		if i == 1 || i == 3 {
 			want = 0
@@ -232,8 +232,8 @@ func TestTriggersBackfillRunsOnlyUnrunSlots(t *testing.T) {
 		}
 	}
 	for _, i := range []int{1, 3} {
-		var r jobs.RunDoc
-		if err := db.Collection(jobs.RunsCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: jobs.RunID("bf", slots[i])}}).Decode(&r); err != nil || r.Instance != "earlier" {
+		var r record.RunDoc
+		if err := db.Collection(record.RunsCollection).FindOne(testCtx(t), bson.D{{Key: "_id", Value: record.RunID("bf", slots[i])}}).Decode(&r); err != nil || r.Instance != "earlier" {
 			t.Errorf("slot %d's record: %+v (%v), want the earlier run's untouched", i, r, err)
 		}
 	}
@@ -255,7 +255,7 @@ func TestTriggersPendingRequestRunsAtStart(t *testing.T) {
 	mongosh(t, uri, db.Name(), `db.triggers.insertOne({_id: "while_down", job_id: "later"})`)
 	startReplicas(t, uri, db.Name(), 1, "", rec.jobsYAML(""))
 	doc := trigFinal(t, db, "while_down")
-	if doc.Status != jobs.StatusSucceeded || doc.Instance != "r1" {
+	if doc.Status != record.StatusSucceeded || doc.Instance != "r1" {
 		t.Fatalf("request inserted while down: %+v, want succeeded on r1", doc)
 	}
 	if hits := hitsOf(rec, triggers.RunIDOf("while_down")); len(hits) != 1 {

@@ -18,7 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/testmongo"
 )
 
@@ -154,7 +154,7 @@ func seedUIJobs(t *testing.T, db *mongo.Database) {
 // succeededAfter reports whether job has a succeeded run of a slot after t0.
 func succeededAfter(t *testing.T, db *mongo.Database, job string, t0 time.Time) bool {
 	t.Helper()
-	return len(allRuns(t, db, bson.D{{Key: "job_id", Value: job}, {Key: "status", Value: jobs.StatusSucceeded},
+	return len(allRuns(t, db, bson.D{{Key: "job_id", Value: job}, {Key: "status", Value: record.StatusSucceeded},
 		{Key: "scheduled_at", Value: bson.D{{Key: "$gt", Value: t0}}}})) > 0
 }
 

@@ -17,9 +17,9 @@ import (
 
 	"github.com/cronswap/cronswap/internal/blackout"
 	"github.com/cronswap/cronswap/internal/history"
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/notify"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/triggers"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
@@ -28,17 +28,17 @@ import (
 // Collections lists every collection cronswap uses, in the order Init
 // creates them; each name is defined by the package that owns the data.
 func Collections() []string {
-	return []string{schedule.CollectionName, resumetoken.CollectionName, jobs.LocksCollection, jobs.RunsCollection,
+	return []string{schedule.CollectionName, resumetoken.CollectionName, record.LocksCollection, record.RunsCollection,
 		history.CollectionName, members.CollectionName, blackout.CollectionName, notify.CollectionName, triggers.CollectionName,
-		jobs.PausesCollection}
+		record.PausesCollection}
 }
 
 // Index names. The daemon creates the same indexes at start with the same
 // keys, options and names, so whichever runs first wins and the other is a
 // no-op.
 const (
-	RunsUniqueIndex = jobs.RunsUniqueIndex
-	RunsTTLIndex    = jobs.RunsTTLIndex
+	RunsUniqueIndex = record.RunsUniqueIndex
+	RunsTTLIndex    = record.RunsTTLIndex
 )
 
 // Index is one index of one collection.
@@ -69,8 +69,8 @@ func (ix Index) Name() string {
 // on expire_at (an ended request goes the runs' retention later).
 func Indexes() []Index {
 	var out []Index
-	for _, m := range jobs.RunIndexes() {
-		out = append(out, Index{Collection: jobs.RunsCollection, Model: m})
+	for _, m := range record.RunIndexes() {
+		out = append(out, Index{Collection: record.RunsCollection, Model: m})
 	}
 	for _, m := range history.Indexes() {
 		out = append(out, Index{Collection: history.CollectionName, Model: m})
@@ -84,14 +84,14 @@ func Indexes() []Index {
 		out = append(out, Index{Collection: notify.CollectionName, Model: m})
 	}
 	for _, m := range notify.OutboxIndexes() {
-		out = append(out, Index{Collection: jobs.RunsCollection, Model: m})
+		out = append(out, Index{Collection: record.RunsCollection, Model: m})
 	}
 	for _, m := range triggers.Indexes() {
 		out = append(out, Index{Collection: triggers.CollectionName, Model: m})
 	}
 	// job_pauses is an outbox too (the pause notice).
 	for _, m := range notify.OutboxIndexes() {
-		out = append(out, Index{Collection: jobs.PausesCollection, Model: m})
+		out = append(out, Index{Collection: record.PausesCollection, Model: m})
 	}
 	return out
 }

@@ -15,9 +15,9 @@ import (
 
 	"github.com/cronswap/cronswap/internal/admin"
 	"github.com/cronswap/cronswap/internal/history"
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/notify"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/internal/triggers"
 	"github.com/cronswap/cronswap/schedule"
@@ -43,18 +43,18 @@ func TestIndexesUseDocumentFields(t *testing.T) {
 		return tags
 	}
 	docs := map[string]map[string]bool{
-		jobs.RunsCollection:     fields(reflect.TypeFor[jobs.RunDoc]()),
+		record.RunsCollection:   fields(reflect.TypeFor[record.RunDoc]()),
 		history.CollectionName:  fields(reflect.TypeFor[history.Entry]()),
 		members.CollectionName:  fields(reflect.TypeFor[members.Member]()),
 		notify.CollectionName:   fields(reflect.TypeFor[notify.Doc]()),
 		triggers.CollectionName: fields(reflect.TypeFor[triggers.Doc]()),
-		jobs.PausesCollection:   fields(reflect.TypeFor[jobs.PauseDoc]()),
+		record.PausesCollection: fields(reflect.TypeFor[record.PauseDoc]()),
 	}
 	var names []string
 	for _, ix := range admin.Indexes() {
 		tags, ok := docs[ix.Collection]
 		if !ok {
-			t.Errorf("index %s on %s, want %s, %s, %s, %s or %s", ix.Name(), ix.Collection, jobs.RunsCollection, history.CollectionName,
+			t.Errorf("index %s on %s, want %s, %s, %s, %s or %s", ix.Name(), ix.Collection, record.RunsCollection, history.CollectionName,
 				members.CollectionName, notify.CollectionName, triggers.CollectionName)
 		}
 		names = append(names, ix.Collection+"."+ix.Name())
@@ -65,13 +65,13 @@ func TestIndexesUseDocumentFields(t *testing.T) {
 			}
 		}
 	}
-	want := []string{jobs.RunsCollection + "." + admin.RunsUniqueIndex, jobs.RunsCollection + "." + admin.RunsTTLIndex,
-		jobs.RunsCollection + "." + jobs.RunsLeaseIndex,
+	want := []string{record.RunsCollection + "." + admin.RunsUniqueIndex, record.RunsCollection + "." + admin.RunsTTLIndex,
+		record.RunsCollection + "." + record.RunsLeaseIndex,
 		history.CollectionName + "." + history.JobIndex, history.CollectionName + "." + history.TTLIndex,
 		members.CollectionName + "." + members.TTLIndex,
 		notify.CollectionName + "." + notify.DueIndex, notify.CollectionName + "." + notify.TTLIndex,
-		notify.CollectionName + "." + notify.JobIndex, jobs.RunsCollection + "." + notify.OutboxIndex,
-		triggers.CollectionName + "." + triggers.TTLIndex, jobs.PausesCollection + "." + notify.OutboxIndex}
+		notify.CollectionName + "." + notify.JobIndex, record.RunsCollection + "." + notify.OutboxIndex,
+		triggers.CollectionName + "." + triggers.TTLIndex, record.PausesCollection + "." + notify.OutboxIndex}
 	if !slices.Equal(names, want) {
 		t.Errorf("index names %q, want %q", names, want)
 	}
@@ -112,12 +112,12 @@ func TestInitOverExistingCollections(t *testing.T) {
 		t.Errorf("second Init validator %q, want unchanged", again.Validator)
 	}
 
-	runs := db.Collection(jobs.RunsCollection)
+	runs := db.Collection(record.RunsCollection)
 	slot := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
-	if _, err := runs.InsertOne(ctx(t), jobs.RunDoc{ID: "r1", JobID: "a", ScheduledAt: slot, Status: jobs.StatusRunning}); err != nil {
+	if _, err := runs.InsertOne(ctx(t), record.RunDoc{ID: "r1", JobID: "a", ScheduledAt: slot, Status: record.StatusRunning}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = runs.InsertOne(ctx(t), jobs.RunDoc{ID: "r2", JobID: "a", ScheduledAt: slot, Status: jobs.StatusRunning})
+	_, err = runs.InsertOne(ctx(t), record.RunDoc{ID: "r2", JobID: "a", ScheduledAt: slot, Status: record.StatusRunning})
 	if !mongo.IsDuplicateKeyError(err) {
 		t.Fatalf("second record of the same fire: %v, want a duplicate key error", err)
 	}

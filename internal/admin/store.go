@@ -12,8 +12,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/cronswap/cronswap/internal/history"
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/members"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
 )
@@ -251,22 +251,22 @@ func (s *Store) SetEnabled(ctx context.Context, id string, enabled bool) (change
 }
 
 // Locks returns every document of job_locks, sorted by job id.
-func (s *Store) Locks(ctx context.Context) ([]jobs.LockDoc, error) {
-	cur, err := s.db.Collection(jobs.LocksCollection).Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+func (s *Store) Locks(ctx context.Context) ([]record.LockDoc, error) {
+	cur, err := s.db.Collection(record.LocksCollection).Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", jobs.LocksCollection, err)
+		return nil, fmt.Errorf("read %s: %w", record.LocksCollection, err)
 	}
-	out := []jobs.LockDoc{}
+	out := []record.LockDoc{}
 	if err := cur.All(ctx, &out); err != nil {
-		return nil, fmt.Errorf("read %s: %w", jobs.LocksCollection, err)
+		return nil, fmt.Errorf("read %s: %w", record.LocksCollection, err)
 	}
 	return out, nil
 }
 
 // Lock returns the lock of job id.
-func (s *Store) Lock(ctx context.Context, id string) (jobs.LockDoc, error) {
-	var l jobs.LockDoc
-	err := s.db.Collection(jobs.LocksCollection).FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&l)
+func (s *Store) Lock(ctx context.Context, id string) (record.LockDoc, error) {
+	var l record.LockDoc
+	err := s.db.Collection(record.LocksCollection).FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&l)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return l, fmt.Errorf("lock %q: %w", id, ErrNotFound)
 	}
@@ -285,10 +285,10 @@ var ErrLockChanged = errors.New("the lock changed since it was read")
 // it is still held with fence (the acquisition the operator confirmed).
 func (s *Store) ReleaseLock(ctx context.Context, id string, fence int64) error {
 	now := s.now().UTC()
-	res, err := s.db.Collection(jobs.LocksCollection).UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.LockRunning}, {Key: "fence", Value: fence}},
+	res, err := s.db.Collection(record.LocksCollection).UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: id}, {Key: "state", Value: record.LockRunning}, {Key: "fence", Value: fence}},
 		bson.D{{Key: "$set", Value: bson.D{
-			{Key: "state", Value: jobs.LockFree},
+			{Key: "state", Value: record.LockFree},
 			{Key: "holder", Value: ""},
 			{Key: "run_id", Value: ""},
 			{Key: "lease_until", Value: now},
@@ -305,40 +305,40 @@ func (s *Store) ReleaseLock(ctx context.Context, id string, fence int64) error {
 
 // Runs returns the newest run records (of job id, or all when id is
 // empty), newest scheduled time first, at most limit.
-func (s *Store) Runs(ctx context.Context, id string, limit int64) ([]jobs.RunDoc, error) {
+func (s *Store) Runs(ctx context.Context, id string, limit int64) ([]record.RunDoc, error) {
 	filter := bson.D{}
 	if id != "" {
 		filter = bson.D{{Key: "job_id", Value: id}}
 	}
-	cur, err := s.db.Collection(jobs.RunsCollection).Find(ctx, filter, options.Find().
+	cur, err := s.db.Collection(record.RunsCollection).Find(ctx, filter, options.Find().
 		SetSort(bson.D{{Key: "scheduled_at", Value: -1}, {Key: "started_at", Value: -1}}).
 		SetLimit(limit))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", jobs.RunsCollection, err)
+		return nil, fmt.Errorf("read %s: %w", record.RunsCollection, err)
 	}
-	out := []jobs.RunDoc{}
+	out := []record.RunDoc{}
 	if err := cur.All(ctx, &out); err != nil {
-		return nil, fmt.Errorf("read %s: %w", jobs.RunsCollection, err)
+		return nil, fmt.Errorf("read %s: %w", record.RunsCollection, err)
 	}
 	return out, nil
 }
 
 // Run returns the run record with id runID (the run_id of `runs list`).
-func (s *Store) Run(ctx context.Context, runID string) (jobs.RunDoc, error) {
-	var r jobs.RunDoc
-	err := s.db.Collection(jobs.RunsCollection).FindOne(ctx, bson.D{{Key: "_id", Value: runID}}).Decode(&r)
+func (s *Store) Run(ctx context.Context, runID string) (record.RunDoc, error) {
+	var r record.RunDoc
+	err := s.db.Collection(record.RunsCollection).FindOne(ctx, bson.D{{Key: "_id", Value: runID}}).Decode(&r)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return r, fmt.Errorf("run %q: %w", runID, ErrNotFound)
 	}
 	if err != nil {
-		return r, fmt.Errorf("read run %q from %s: %w", runID, jobs.RunsCollection, err)
+		return r, fmt.Errorf("read run %q from %s: %w", runID, record.RunsCollection, err)
 	}
 	return r, nil
 }
 
 // LastRun returns the newest run record of job id; ok is false when there
 // is none.
-func (s *Store) LastRun(ctx context.Context, id string) (r jobs.RunDoc, ok bool, err error) {
+func (s *Store) LastRun(ctx context.Context, id string) (r record.RunDoc, ok bool, err error) {
 	runs, err := s.Runs(ctx, id, 1)
 	if err != nil || len(runs) == 0 {
 		return r, false, err

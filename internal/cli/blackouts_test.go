@@ -9,7 +9,7 @@ import (
 
 	"github.com/cronswap/cronswap/internal/blackout"
 	"github.com/cronswap/cronswap/internal/cli"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 type blackoutJSON struct {
@@ -98,9 +98,9 @@ func TestBlackoutsAddListDelete(t *testing.T) {
 func TestRunsGetShowsBlackout(t *testing.T) {
 	e := newEnv(t)
 	slot := time.Date(2026, 12, 25, 9, 0, 0, 0, time.UTC)
-	id := jobs.RunID("bill", slot)
-	if _, err := e.db.Collection(jobs.RunsCollection).InsertOne(ctx(t), jobs.RunDoc{ID: id, JobID: "bill", ScheduledAt: slot,
-		Status: jobs.StatusSkipped, Reason: "year-end freeze", Error: "blackout freeze: year-end freeze", BlackoutID: "freeze"}); err != nil {
+	id := record.RunID("bill", slot)
+	if _, err := e.db.Collection(record.RunsCollection).InsertOne(ctx(t), record.RunDoc{ID: id, JobID: "bill", ScheduledAt: slot,
+		Status: record.StatusSkipped, Reason: "year-end freeze", Error: "blackout freeze: year-end freeze", BlackoutID: "freeze"}); err != nil {
 		t.Fatal(err)
 	}
 	var got struct {

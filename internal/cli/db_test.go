@@ -23,9 +23,9 @@ import (
 	"github.com/cronswap/cronswap/internal/config"
 	"github.com/cronswap/cronswap/internal/faultproxy"
 	"github.com/cronswap/cronswap/internal/history"
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/notify"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/resumetoken"
 )
@@ -380,13 +380,13 @@ func TestSchedulesListStatusAndErrors(t *testing.T) {
 		bson.D{{Key: "_id", Value: "e_never"}, {Key: "cron_expr", Value: "@daily"}, {Key: "enabled", Value: false}},
 		bson.D{{Key: "_id", Value: "f_lockonly"}, {Key: "cron_expr", Value: "@daily"}},
 	)
-	insertDocs(t, e.db.Collection(jobs.RunsCollection),
-		jobs.RunDoc{ID: "r1", JobID: "a_ok", ScheduledAt: slot1, Status: jobs.StatusSucceeded, StartedAt: slot1, EndedAt: slot1.Add(time.Second)},
-		jobs.RunDoc{ID: "r2", JobID: "a_ok", ScheduledAt: slot2, Status: jobs.StatusFailed, Error: "exit status 3", StartedAt: slot2, EndedAt: slot2.Add(time.Second)},
+	insertDocs(t, e.db.Collection(record.RunsCollection),
+		record.RunDoc{ID: "r1", JobID: "a_ok", ScheduledAt: slot1, Status: record.StatusSucceeded, StartedAt: slot1, EndedAt: slot1.Add(time.Second)},
+		record.RunDoc{ID: "r2", JobID: "a_ok", ScheduledAt: slot2, Status: record.StatusFailed, Error: "exit status 3", StartedAt: slot2, EndedAt: slot2.Add(time.Second)},
 	)
-	insertDocs(t, e.db.Collection(jobs.LocksCollection),
-		jobs.LockDoc{JobID: "b_running", State: jobs.LockRunning, Holder: "host-a", RunID: "r9", Fence: 4, LastSlot: slot2, LeaseUntil: now.Add(time.Minute)},
-		jobs.LockDoc{JobID: "f_lockonly", State: jobs.LockFree, Fence: 2, LastSlot: slot1, LastOutcome: jobs.StatusAbandoned},
+	insertDocs(t, e.db.Collection(record.LocksCollection),
+		record.LockDoc{JobID: "b_running", State: record.LockRunning, Holder: "host-a", RunID: "r9", Fence: 4, LastSlot: slot2, LeaseUntil: now.Add(time.Minute)},
+		record.LockDoc{JobID: "f_lockonly", State: record.LockFree, Fence: 2, LastSlot: slot1, LastOutcome: record.StatusAbandoned},
 	)
 	var list []map[string]any
 	e.okJSON(&list, "schedules", "list")
@@ -446,11 +446,11 @@ func insertDocs(t *testing.T, coll *mongo.Collection, docs ...any) {
 func TestLocksListAndRelease(t *testing.T) {
 	e := newEnv(t)
 	now := time.Now().UTC().Truncate(time.Second)
-	locks := e.db.Collection(jobs.LocksCollection)
+	locks := e.db.Collection(record.LocksCollection)
 	insertDocs(t, locks,
-		jobs.LockDoc{JobID: "held", State: jobs.LockRunning, Holder: "host-a", RunID: "run-7", Fence: 7, LeaseUntil: now.Add(10 * time.Minute), LastSlot: now},
-		jobs.LockDoc{JobID: "free", State: jobs.LockFree, Fence: 2, LastOutcome: jobs.StatusSucceeded},
-		jobs.LockDoc{JobID: "stale", State: jobs.LockRunning, Holder: "host-dead", RunID: "run-1", Fence: 1, LeaseUntil: now.Add(-time.Hour)},
+		record.LockDoc{JobID: "held", State: record.LockRunning, Holder: "host-a", RunID: "run-7", Fence: 7, LeaseUntil: now.Add(10 * time.Minute), LastSlot: now},
+		record.LockDoc{JobID: "free", State: record.LockFree, Fence: 2, LastOutcome: record.StatusSucceeded},
+		record.LockDoc{JobID: "stale", State: record.LockRunning, Holder: "host-dead", RunID: "run-1", Fence: 1, LeaseUntil: now.Add(-time.Hour)},
 	)
 	r := e.ok("locks", "list")
 	if got := column(t, r.stdout, "held", "HOLDER"); got != "host-a" {
@@ -471,8 +471,8 @@ func TestLocksListAndRelease(t *testing.T) {
 		t.Errorf("locks list -o json times: %v", list)
 	}
 
-	stateOf := func(id string) jobs.LockDoc {
-		var l jobs.LockDoc
+	stateOf := func(id string) record.LockDoc {
+		var l record.LockDoc
 		if err := locks.FindOne(ctx(t), bson.D{{Key: "_id", Value: id}}).Decode(&l); err != nil {
 			t.Fatal(err)
 		}
@@ -484,7 +484,7 @@ func TestLocksListAndRelease(t *testing.T) {
 		if r.code != cli.ExitUserError || !strings.Contains(r.stderr, "host-a") || !strings.Contains(r.stderr, "[y/N]") {
 			t.Errorf("release answered %q: %v", answer, r)
 		}
-		if l := stateOf("held"); l.State != jobs.LockRunning || l.Holder != "host-a" {
+		if l := stateOf("held"); l.State != record.LockRunning || l.Holder != "host-a" {
 			t.Fatalf("declined release changed the lock: %+v", l)
 		}
 	}
@@ -494,7 +494,7 @@ func TestLocksListAndRelease(t *testing.T) {
 		t.Fatalf("confirmed release: %v", r)
 	}
 	l := stateOf("held")
-	if l.State != jobs.LockFree || l.Holder != "" || l.RunID != "" || l.Fence != 7 {
+	if l.State != record.LockFree || l.Holder != "" || l.RunID != "" || l.Fence != 7 {
 		t.Fatalf("after release: %+v", l)
 	}
 	if l.LeaseUntil.Before(before.Add(-time.Second)) || l.LeaseUntil.After(time.Now().Add(time.Second)) || !l.UpdatedAt.Equal(l.LeaseUntil) {
@@ -508,7 +508,7 @@ func TestLocksListAndRelease(t *testing.T) {
 	// --yes skips the question; JSON says what happened.
 	var res map[string]any
 	e.okJSON(&res, "locks", "release", "stale", "--yes")
-	if res["released"] != true || stateOf("stale").State != jobs.LockFree {
+	if res["released"] != true || stateOf("stale").State != record.LockFree {
 		t.Errorf("release --yes -o json: %v", res)
 	}
 	if r = e.run("locks", "release", "missing", "--yes"); r.code != cli.ExitUserError || !strings.Contains(r.stderr, "missing") {
@@ -529,11 +529,11 @@ func TestRunsList(t *testing.T) {
 			job = "b"
 		}
 		at := base.Add(time.Duration(i) * time.Hour)
-		docs = append(docs, jobs.RunDoc{ID: fmt.Sprintf("run-%d", i), JobID: job, ScheduledAt: at, Instance: "host-a",
-			Status: jobs.StatusSucceeded, StartedAt: at, EndedAt: at.Add(1500 * time.Millisecond), Fence: int64(i + 1),
+		docs = append(docs, record.RunDoc{ID: fmt.Sprintf("run-%d", i), JobID: job, ScheduledAt: at, Instance: "host-a",
+			Status: record.StatusSucceeded, StartedAt: at, EndedAt: at.Add(1500 * time.Millisecond), Fence: int64(i + 1),
 			Stdout: stdouts[i]})
 	}
-	insertDocs(t, e.db.Collection(jobs.RunsCollection), docs...)
+	insertDocs(t, e.db.Collection(record.RunsCollection), docs...)
 	var runs []map[string]any
 	e.okJSON(&runs, "runs", "list")
 	if len(runs) != 5 || runs[0]["run_id"] != "run-4" || runs[4]["run_id"] != "run-0" {
@@ -580,11 +580,11 @@ func TestRunsGet(t *testing.T) {
 	e := newEnv(t)
 	at := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
 	code := 3
-	insertDocs(t, e.db.Collection(jobs.RunsCollection),
-		jobs.RunDoc{ID: "run-x", JobID: "heartbeat", ScheduledAt: at, Instance: "host-a", Fence: 7, Status: jobs.StatusFailed,
+	insertDocs(t, e.db.Collection(record.RunsCollection),
+		record.RunDoc{ID: "run-x", JobID: "heartbeat", ScheduledAt: at, Instance: "host-a", Fence: 7, Status: record.StatusFailed,
 			StartedAt: at, EndedAt: at.Add(2 * time.Second), Error: "exit status 3 (exit 3): boom", ExitCode: &code,
 			Stdout: "heartbeat heartbeat at 09:00\nsecond line", Stderr: "boom"},
-		jobs.RunDoc{ID: "run-quiet", JobID: "q", ScheduledAt: at, Status: jobs.StatusSucceeded, StartedAt: at, EndedAt: at})
+		record.RunDoc{ID: "run-quiet", JobID: "q", ScheduledAt: at, Status: record.StatusSucceeded, StartedAt: at, EndedAt: at})
 
 	r := e.ok("runs", "get", "run-x")
 	for _, want := range []string{
@@ -679,7 +679,7 @@ func TestInitTwice(t *testing.T) {
 	}
 	// The indexes are there with their options.
 	got := map[string]string{}
-	for _, coll := range []string{jobs.RunsCollection, history.CollectionName, members.CollectionName, notify.CollectionName, jobs.PausesCollection} {
+	for _, coll := range []string{record.RunsCollection, history.CollectionName, members.CollectionName, notify.CollectionName, record.PausesCollection} {
 		cur, err := e.db.Collection(coll).Indexes().List(ctx(t))
 		if err != nil {
 			t.Fatal(err)
@@ -991,17 +991,17 @@ func TestAuthenticationFailureIsExit1(t *testing.T) {
 func TestLocksListShowsWaitingFiresAndCancel(t *testing.T) {
 	e := newEnv(t)
 	now := time.Now().UTC().Truncate(time.Second)
-	insertDocs(t, e.db.Collection(jobs.LocksCollection),
-		bson.D{{Key: "_id", Value: "buf"}, {Key: "state", Value: jobs.LockRunning}, {Key: "holder", Value: "host-a"},
+	insertDocs(t, e.db.Collection(record.LocksCollection),
+		bson.D{{Key: "_id", Value: "buf"}, {Key: "state", Value: record.LockRunning}, {Key: "holder", Value: "host-a"},
 			{Key: "run_id", Value: "buf@1"}, {Key: "fence", Value: int64(1)}, {Key: "lease_until", Value: now.Add(time.Minute)},
-			{Key: jobs.LockBufferField, Value: bson.A{
+			{Key: record.LockBufferField, Value: bson.A{
 				bson.D{{Key: "run_id", Value: "trigger/r1"}, {Key: "slot", Value: now.Add(5 * time.Millisecond)}, {Key: "at", Value: now},
 					{Key: "by", Value: "host-b"}, {Key: "off_schedule", Value: true}},
 				bson.D{{Key: "run_id", Value: "buf@2"}, {Key: "slot", Value: now.Add(time.Second)}, {Key: "at", Value: now}, {Key: "by", Value: "host-a"}},
 			}},
-			{Key: jobs.LockCancelField, Value: bson.D{{Key: "run_id", Value: "buf@1"}, {Key: "by", Value: "trigger/r1"}, {Key: "at", Value: now}}}},
-		bson.D{{Key: "_id", Value: "damaged"}, {Key: "state", Value: jobs.LockFree}, {Key: "fence", Value: int64(0)},
-			{Key: jobs.LockBufferField, Value: "not an array"}},
+			{Key: record.LockCancelField, Value: bson.D{{Key: "run_id", Value: "buf@1"}, {Key: "by", Value: "trigger/r1"}, {Key: "at", Value: now}}}},
+		bson.D{{Key: "_id", Value: "damaged"}, {Key: "state", Value: record.LockFree}, {Key: "fence", Value: int64(0)},
+			{Key: record.LockBufferField, Value: "not an array"}},
 	)
 	r := e.ok("locks", "list")
 	if got := column(t, r.stdout, "buf", "WAITING"); got != "2, next trigger/r1" {

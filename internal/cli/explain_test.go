@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/internal/cli"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // update rewrites the golden files under testdata/ (explain, next) from the output.
@@ -31,16 +31,16 @@ func insertExplainJob(t *testing.T, e *env, id string) {
 		{Key: "_id", Value: id}, {Key: "cron_expr", Value: "30 * * * *"}, {Key: "enabled", Value: true},
 		{Key: "updated_at", Value: h(3, 15)}, {Key: "updated_by", Value: "alice"},
 	})
-	insertDocs(t, e.db.Collection(jobs.RunsCollection),
+	insertDocs(t, e.db.Collection(record.RunsCollection),
 		bson.D{
 			{Key: "_id", Value: "run-0000"}, {Key: "job_id", Value: id}, {Key: "scheduled_at", Value: h(0, 0)},
-			{Key: "instance", Value: "host-a"}, {Key: "fence", Value: int64(7)}, {Key: "status", Value: jobs.StatusSucceeded},
+			{Key: "instance", Value: "host-a"}, {Key: "fence", Value: int64(7)}, {Key: "status", Value: record.StatusSucceeded},
 			{Key: "started_at", Value: h(0, 0).Add(20 * time.Millisecond)}, {Key: "ended_at", Value: h(0, 0).Add(1520 * time.Millisecond)},
 			{Key: "expire_at", Value: h(0, 0).Add(720 * time.Hour)},
 		},
 		bson.D{
 			{Key: "_id", Value: "run-0100"}, {Key: "job_id", Value: id}, {Key: "scheduled_at", Value: h(1, 0)},
-			{Key: "instance", Value: "host-b"}, {Key: "fence", Value: int64(0)}, {Key: "status", Value: jobs.StatusSkipped},
+			{Key: "instance", Value: "host-b"}, {Key: "fence", Value: int64(0)}, {Key: "status", Value: record.StatusSkipped},
 			{Key: "started_at", Value: h(1, 0)}, {Key: "ended_at", Value: h(1, 0)},
 			{Key: "error", Value: "overlap forbid: run run-0000 of host-a still holds the lock"},
 			{Key: "expire_at", Value: h(1, 0).Add(720 * time.Hour)},
@@ -149,9 +149,9 @@ func TestExplainBadInputAndExitCodes(t *testing.T) {
 		t.Errorf("explain of an unknown job: %v", r)
 	}
 	// A job whose document is gone but whose runs are on record is known.
-	insertDocs(t, e.db.Collection(jobs.RunsCollection), bson.D{
+	insertDocs(t, e.db.Collection(record.RunsCollection), bson.D{
 		{Key: "_id", Value: "r1"}, {Key: "job_id", Value: "gone"}, {Key: "scheduled_at", Value: time.Now().Add(-time.Hour).UTC()},
-		{Key: "status", Value: jobs.StatusSucceeded}, {Key: "instance", Value: "h"}, {Key: "fence", Value: int64(1)},
+		{Key: "status", Value: record.StatusSucceeded}, {Key: "instance", Value: "h"}, {Key: "fence", Value: int64(1)},
 	})
 	if r := e.ok("explain", "gone", "-o", "json"); !strings.Contains(r.stdout, `"schedule": null`) || !strings.Contains(r.stdout, `"kind": "run"`) {
 		t.Errorf("explain of a deleted job with runs: %v", r)

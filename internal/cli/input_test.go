@@ -12,7 +12,7 @@ import (
 
 	"github.com/cronswap/cronswap/internal/admin"
 	"github.com/cronswap/cronswap/internal/cli"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // enabled: null is refused by the validator init installs, by `schedules
@@ -104,8 +104,8 @@ func TestSchedulesListShowsNonStringIDsApart(t *testing.T) {
 		bson.D{{Key: "_id", Value: rendering}, {Key: "cron_expr", Value: "@hourly"}},
 	)
 	slot := time.Now().UTC().Truncate(time.Hour)
-	insertDocs(t, e.db.Collection(jobs.RunsCollection),
-		jobs.RunDoc{ID: "r1", JobID: rendering, ScheduledAt: slot, Status: jobs.StatusSucceeded, StartedAt: slot, EndedAt: slot.Add(time.Second)})
+	insertDocs(t, e.db.Collection(record.RunsCollection),
+		record.RunDoc{ID: "r1", JobID: rendering, ScheduledAt: slot, Status: record.StatusSucceeded, StartedAt: slot, EndedAt: slot.Add(time.Second)})
 
 	var list []map[string]any
 	e.okJSON(&list, "schedules", "list")

@@ -16,7 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/internal/admin"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // lockView is one lock as `locks list -o json` shows it: the fields of
@@ -38,8 +38,8 @@ type lockView struct {
 	Expired bool `json:"expired"`
 	// Waiting is the number of fires waiting on the lock (overlap
 	// buffer_one, buffer_all, cancel_other), Next the first of them.
-	Waiting int               `json:"waiting"`
-	Next    *jobs.WaitingFire `json:"next_waiting,omitempty"`
+	Waiting int                 `json:"waiting"`
+	Next    *record.WaitingFire `json:"next_waiting,omitempty"`
 	// Cancel is a pending cancel_other request: the run asked to stop and
 	// the run replacing it.
 	Cancel *cancelView `json:"cancel,omitempty"`
@@ -51,13 +51,13 @@ type cancelView struct {
 	By    string `json:"by"`
 }
 
-func newLockView(l jobs.LockDoc, now time.Time) lockView {
+func newLockView(l record.LockDoc, now time.Time) lockView {
 	v := lockView{
 		JobID: l.JobID, State: l.State, Holder: l.Holder, RunID: l.RunID, Fence: l.Fence,
 		AcquiredAt: jsonTime(l.AcquiredAt, nil), LeaseUntil: jsonTime(l.LeaseUntil, nil),
 		LastSlot: jsonTime(l.LastSlot, nil), LastOutcome: l.LastOutcome,
 		LastEndedAt: jsonTime(l.LastEndedAt, nil), UpdatedAt: jsonTime(l.UpdatedAt, nil),
-		Expired: l.State == jobs.LockRunning && !l.LeaseUntil.IsZero() && l.LeaseUntil.Before(now),
+		Expired: l.State == record.LockRunning && !l.LeaseUntil.IsZero() && l.LeaseUntil.Before(now),
 	}
 	v.Waiting, v.Next = l.Waiting()
 	if run, by := l.PendingCancel(); run != "" {
@@ -130,12 +130,12 @@ type runView struct {
 	// Attempt, Attempts and RetryAt are set for an action that retries:
 	// the current attempt, every ended one, and (status retrying) when
 	// the next is due.
-	Attempt  int               `json:"attempt,omitempty"`
-	Attempts []jobs.AttemptDoc `json:"attempts,omitempty"`
-	RetryAt  *string           `json:"retry_at,omitempty"`
+	Attempt  int                 `json:"attempt,omitempty"`
+	Attempts []record.AttemptDoc `json:"attempts,omitempty"`
+	RetryAt  *string             `json:"retry_at,omitempty"`
 }
 
-func newRunView(r jobs.RunDoc) runView {
+func newRunView(r record.RunDoc) runView {
 	return runView{
 		RunID: r.ID, JobID: r.JobID, ScheduledAt: jsonTime(r.ScheduledAt, nil), Instance: r.Instance,
 		Fence: r.Fence, Status: r.Status, StartedAt: jsonTime(r.StartedAt, nil), EndedAt: jsonTime(r.EndedAt, nil),
@@ -148,8 +148,8 @@ func newRunView(r jobs.RunDoc) runView {
 
 // runNote is the ERROR column of `runs list`: the run's error, or for a
 // missed record its reason and, for a range, how many slots up to which.
-func runNote(r jobs.RunDoc) string {
-	if r.Status != jobs.StatusMissed {
+func runNote(r record.RunDoc) string {
+	if r.Status != record.StatusMissed {
 		return r.Error
 	}
 	note := r.Reason
@@ -163,7 +163,7 @@ func runNote(r jobs.RunDoc) string {
 }
 
 // runTook is how long a finished run took ("" while running or skipped).
-func runTook(r jobs.RunDoc) string {
+func runTook(r record.RunDoc) string {
 	if r.EndedAt.IsZero() || r.StartedAt.IsZero() {
 		return ""
 	}
@@ -256,7 +256,7 @@ func releaseLock(ctx context.Context, c *ucli.Context, s *session, id string, st
 	if err != nil {
 		return s.fail(err)
 	}
-	if l.State != jobs.LockRunning {
+	if l.State != record.LockRunning {
 		return report(false, fmt.Sprintf("lock of %s is not held (state %s); nothing to release", id, l.State))
 	}
 	if !c.Bool("yes") {
@@ -336,7 +336,7 @@ func runsGet() *ucli.Command {
 			return withDB(c, func(ctx context.Context, s *session) error {
 				r, err := s.store.Run(ctx, id)
 				if notFound(err) {
-					return ucli.Exit(fmt.Sprintf("no run %q in %s (records are kept for runs.retention after they end)", id, jobs.RunsCollection), ExitUserError)
+					return ucli.Exit(fmt.Sprintf("no run %q in %s (records are kept for runs.retention after they end)", id, record.RunsCollection), ExitUserError)
 				}
 				if err != nil {
 					return s.fail(err)
@@ -353,7 +353,7 @@ func runsGet() *ucli.Command {
 
 // writeRun prints one run record: a field per line, then the output tails
 // verbatim, each line indented.
-func writeRun(w io.Writer, r jobs.RunDoc) {
+func writeRun(w io.Writer, r record.RunDoc) {
 	exit := ""
 	if r.ExitCode != nil {
 		exit = strconv.Itoa(*r.ExitCode)
@@ -368,7 +368,7 @@ func writeRun(w io.Writer, r jobs.RunDoc) {
 		fields = append(fields, [][2]string{{"BLACKOUT", r.BlackoutID}, {"REASON", r.Reason}}...)
 	}
 	fields = append(fields, attemptFields(r)...)
-	if r.Status == jobs.StatusMissed {
+	if r.Status == record.StatusMissed {
 		fields = append(fields, [][2]string{{"REASON", r.Reason}, {"LAST SCHEDULED AT", rfc3339(r.LastScheduledAt, nil)},
 			{"COUNT", strconv.FormatInt(r.Count, 10)}, {"RECORDED", rfc3339(r.RecordedAt, nil)}}...)
 	}

@@ -7,12 +7,12 @@ import (
 	"os/user"
 	"strconv"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // failurePauseView is how a schedule's pause after consecutive failed
 // slots (job_pauses) is shown: nil when the job is not paused so.
-type failurePauseView = jobs.PauseDoc
+type failurePauseView = record.PauseDoc
 
 // withFailurePause adds the job's pause after failures to v.
 func (s *session) withFailurePause(ctx context.Context, v scheduleView) (scheduleView, error) {
@@ -53,7 +53,7 @@ func whoAmI() string {
 // attemptFields are the lines `runs get` adds for a run of an action that
 // retries: the attempt, when the next is due, and one line per ended
 // attempt.
-func attemptFields(r jobs.RunDoc) [][2]string {
+func attemptFields(r record.RunDoc) [][2]string {
 	if r.Attempt == 0 && len(r.Attempts) == 0 {
 		return nil
 	}

@@ -8,7 +8,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // A job paused after consecutive failures shows it in `schedules list`
@@ -23,8 +23,8 @@ func TestSchedulesFailurePauseListAndResume(t *testing.T) {
 		bson.D{{Key: "_id", Value: "damaged"}, {Key: "cron_expr", Value: "@hourly"}},
 		bson.D{{Key: "_id", Value: "fine"}, {Key: "cron_expr", Value: "@hourly"}},
 	)
-	insertDocs(t, e.db.Collection(jobs.PausesCollection),
-		bson.D{{Key: "_id", Value: "flaky"}, {Key: "state", Value: jobs.PauseStatePaused}, {Key: "paused_at", Value: now},
+	insertDocs(t, e.db.Collection(record.PausesCollection),
+		bson.D{{Key: "_id", Value: "flaky"}, {Key: "state", Value: record.PauseStatePaused}, {Key: "paused_at", Value: now},
 			{Key: "note", Value: "paused after 3 consecutive failed slots; the last: exit status 1"}, {Key: "failures", Value: 3}},
 		bson.D{{Key: "_id", Value: "damaged"}, {Key: "state", Value: 12}},
 	)
@@ -56,11 +56,11 @@ func TestSchedulesFailurePauseListAndResume(t *testing.T) {
 	if !strings.Contains(r.stdout, "resumed flaky") {
 		t.Errorf("resume: %q", r.stdout)
 	}
-	var p jobs.PauseDoc
-	if err := e.db.Collection(jobs.PausesCollection).FindOne(ctx(t), bson.D{{Key: "_id", Value: "flaky"}}).Decode(&p); err != nil {
+	var p record.PauseDoc
+	if err := e.db.Collection(record.PausesCollection).FindOne(ctx(t), bson.D{{Key: "_id", Value: "flaky"}}).Decode(&p); err != nil {
 		t.Fatal(err)
 	}
-	if p.State != jobs.PauseStateResumed || p.ResumedAt.IsZero() || p.ResumedBy == "" {
+	if p.State != record.PauseStateResumed || p.ResumedAt.IsZero() || p.ResumedBy == "" {
 		t.Errorf("after resume: %+v, want resumed with when and by whom", p)
 	}
 	list = nil
@@ -83,18 +83,18 @@ func TestExplainShowsFailurePause(t *testing.T) {
 	e := newEnv(t)
 	insertExplainJob(t, e, "report")
 	at := time.Date(2026, 3, 1, 5, 0, 0, 0, time.UTC)
-	insertDocs(t, e.db.Collection(jobs.PausesCollection),
-		bson.D{{Key: "_id", Value: "report"}, {Key: "state", Value: jobs.PauseStatePaused}, {Key: "paused_at", Value: at},
+	insertDocs(t, e.db.Collection(record.PausesCollection),
+		bson.D{{Key: "_id", Value: "report"}, {Key: "state", Value: record.PauseStatePaused}, {Key: "paused_at", Value: at},
 			{Key: "note", Value: "paused after 2 consecutive failed slots"}, {Key: "failures", Value: 2}})
 	slot := time.Date(2026, 3, 1, 3, 30, 0, 0, time.UTC)
-	insertDocs(t, e.db.Collection(jobs.RunsCollection), bson.D{
-		{Key: "_id", Value: jobs.RunID("report", slot)}, {Key: "job_id", Value: "report"}, {Key: "scheduled_at", Value: slot},
-		{Key: "instance", Value: "host-a"}, {Key: "fence", Value: jobs.FenceOf(slot) + 1}, {Key: "status", Value: jobs.StatusRetrying},
-		{Key: jobs.FieldAttempt, Value: 2}, {Key: jobs.FieldRetryAt, Value: slot.Add(time.Minute)},
+	insertDocs(t, e.db.Collection(record.RunsCollection), bson.D{
+		{Key: "_id", Value: record.RunID("report", slot)}, {Key: "job_id", Value: "report"}, {Key: "scheduled_at", Value: slot},
+		{Key: "instance", Value: "host-a"}, {Key: "fence", Value: record.FenceOf(slot) + 1}, {Key: "status", Value: record.StatusRetrying},
+		{Key: record.FieldAttempt, Value: 2}, {Key: record.FieldRetryAt, Value: slot.Add(time.Minute)},
 	})
 	args := []string{"explain", "report", "--from", "2026-03-01T00:00:00Z", "--to", "2026-03-01T06:00:00Z"}
 	r := e.ok(args...)
-	if want := fmt.Sprintf("retrying, on host-a, fence %d, attempt 2", jobs.FenceOf(slot)+1); !strings.Contains(r.stdout, want) {
+	if want := fmt.Sprintf("retrying, on host-a, fence %d, attempt 2", record.FenceOf(slot)+1); !strings.Contains(r.stdout, want) {
 		t.Errorf("explain lacks %q:\n%s", want, r.stdout)
 	}
 	if want := "paused after failures since 2026-03-01T05:00:00Z: paused after 2 consecutive failed slots (`cronswap schedules resume report` clears it)\n"; !strings.Contains(r.stdout, want) {
@@ -116,18 +116,18 @@ func TestExplainShowsFailurePause(t *testing.T) {
 func TestRunsGetShowsAttempts(t *testing.T) {
 	e := newEnv(t)
 	slot := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
-	id := jobs.RunID("flaky", slot)
-	insertDocs(t, e.db.Collection(jobs.RunsCollection), bson.D{
+	id := record.RunID("flaky", slot)
+	insertDocs(t, e.db.Collection(record.RunsCollection), bson.D{
 		{Key: "_id", Value: id}, {Key: "job_id", Value: "flaky"}, {Key: "scheduled_at", Value: slot},
-		{Key: "instance", Value: "host-b"}, {Key: "fence", Value: jobs.FenceOf(slot) + 1}, {Key: "status", Value: jobs.StatusRetrying},
-		{Key: jobs.FieldAttempt, Value: 2}, {Key: jobs.FieldRetryAt, Value: slot.Add(time.Minute)},
-		{Key: jobs.FieldAttempts, Value: bson.A{
-			bson.D{{Key: "attempt", Value: 1}, {Key: "fence", Value: jobs.FenceOf(slot)}, {Key: "instance", Value: "host-a"},
-				{Key: "started_at", Value: slot}, {Key: "ended_at", Value: slot.Add(time.Second)}, {Key: "status", Value: jobs.StatusRetrying},
+		{Key: "instance", Value: "host-b"}, {Key: "fence", Value: record.FenceOf(slot) + 1}, {Key: "status", Value: record.StatusRetrying},
+		{Key: record.FieldAttempt, Value: 2}, {Key: record.FieldRetryAt, Value: slot.Add(time.Minute)},
+		{Key: record.FieldAttempts, Value: bson.A{
+			bson.D{{Key: "attempt", Value: 1}, {Key: "fence", Value: record.FenceOf(slot)}, {Key: "instance", Value: "host-a"},
+				{Key: "started_at", Value: slot}, {Key: "ended_at", Value: slot.Add(time.Second)}, {Key: "status", Value: record.StatusRetrying},
 				{Key: "error", Value: "exit status 1"}},
-			bson.D{{Key: "attempt", Value: 2}, {Key: "fence", Value: jobs.FenceOf(slot) + 1}, {Key: "instance", Value: "host-b"},
+			bson.D{{Key: "attempt", Value: 2}, {Key: "fence", Value: record.FenceOf(slot) + 1}, {Key: "instance", Value: "host-b"},
 				{Key: "started_at", Value: slot.Add(31 * time.Second)}, {Key: "ended_at", Value: slot.Add(32 * time.Second)},
-				{Key: "status", Value: jobs.StatusRetrying}, {Key: "error", Value: "exit status 2"}},
+				{Key: "status", Value: record.StatusRetrying}, {Key: "error", Value: "exit status 2"}},
 		}},
 	})
 	r := e.ok("runs", "get", id)
@@ -137,7 +137,7 @@ func TestRunsGetShowsAttempts(t *testing.T) {
 	}
 	text := strings.Join(lines, "\n")
 	for _, want := range []string{"\nATTEMPT 2\n", "\nRETRY AT 2026-03-01T09:01:00Z\n",
-		fmt.Sprintf("\nATTEMPT 1 retrying on host-a, fence %d, 2026-03-01T09:00:00Z .. 2026-03-01T09:00:01Z: exit status 1\n", jobs.FenceOf(slot))} {
+		fmt.Sprintf("\nATTEMPT 1 retrying on host-a, fence %d, 2026-03-01T09:00:00Z .. 2026-03-01T09:00:01Z: exit status 1\n", record.FenceOf(slot))} {
 		if !strings.Contains(text, want) {
 			t.Errorf("runs get lacks %q:\n%s", want, r.stdout)
 		}

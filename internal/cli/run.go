@@ -14,9 +14,9 @@ import (
 
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/daemon"
+	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/config"
 	"github.com/cronswap/cronswap/internal/httpapi"
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/notify"
 )
 
@@ -27,12 +27,12 @@ import (
 // Handle, serves the service's HTTP surface and runs it until ctx ends. On
 // error nothing is left open.
 func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	actions, err := jobs.FromDefinitions(cfg.Jobs)
+	registry, err := actions.FromDefinitions(cfg.Jobs)
 	if err != nil {
 		return err
 	}
 	// Only the daemon runs the programs, so only it requires them to exist.
-	if err := jobs.CheckPrograms(cfg.Jobs); err != nil {
+	if err := actions.CheckPrograms(cfg.Jobs); err != nil {
 		return err
 	}
 	// The webhooks' variables, named by their config keys (daemon.New
@@ -59,9 +59,10 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	for _, name := range actions.Names() {
-		spec, _ := actions.Lookup(name)
-		if err := s.Handle(name, spec, cfg.Jobs[name].Catchup); err != nil {
+	// The config's actions are registered as a Go handler is.
+	for _, name := range registry.Names() {
+		a, _ := registry.Lookup(name)
+		if err := s.Handle(name, a.Handler, a.Policy); err != nil {
 			return err
 		}
 	}

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/config"
-	"github.com/cronswap/cronswap/internal/jobs"
 )
 
 // `cronswap run` refuses to start when an exec action's program is
@@ -18,7 +18,7 @@ func TestRunRefusesAMissingProgram(t *testing.T) {
 	cfg.Mongo.URI = "mongodb://127.0.0.1:1/"
 	cfg.InstanceID = "programs-test"
 	cfg.HTTP.Listen = "127.0.0.1:0"
-	cfg.Jobs = map[string]jobs.Definition{
+	cfg.Jobs = map[string]actions.Definition{
 		"ok":     {Exec: []string{"sh", "-c", "true"}},
 		"report": {Exec: []string{"/opt/reports/bin/daily-report", "--all"}},
 	}

@@ -13,7 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/internal/admin"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -55,7 +55,7 @@ type scheduleView struct {
 }
 
 // view builds the scheduleView of d, with run information from runs/locks.
-func (s *session) view(ctx context.Context, d admin.ScheduleDoc, locks map[string]jobs.LockDoc, now time.Time) (scheduleView, error) {
+func (s *session) view(ctx context.Context, d admin.ScheduleDoc, locks map[string]record.LockDoc, now time.Time) (scheduleView, error) {
 	v := scheduleView{ID: d.ID, Args: json.RawMessage("null"), loc: s.cfg.Location}
 	v.ID, v.InvalidID = schedule.RefusedID(d.ID)
 	sc := d.Schedule
@@ -91,9 +91,9 @@ func (s *session) view(ctx context.Context, d admin.ScheduleDoc, locks map[strin
 	}
 	lock, locked := locks[d.ID]
 	switch {
-	case locked && lock.State == jobs.LockRunning:
+	case locked && lock.State == record.LockRunning:
 		v.LastRun = jsonTime(lock.LastSlot, v.loc)
-		v.LastStatus = jobs.StatusRunning
+		v.LastStatus = record.StatusRunning
 	case ok:
 		v.LastRun = jsonTime(run.ScheduledAt, v.loc)
 		v.LastStatus, v.LastRunError = run.Status, run.Error
@@ -143,12 +143,12 @@ func scheduleHeader() []string {
 	return []string{"ID", "EXPR", "TZ", "ENABLED", "NEXT RUN", "LAST RUN", "STATUS", "ERROR"}
 }
 
-func (s *session) lockMap(ctx context.Context) (map[string]jobs.LockDoc, error) {
+func (s *session) lockMap(ctx context.Context) (map[string]record.LockDoc, error) {
 	locks, err := s.store.Locks(ctx)
 	if err != nil {
 		return nil, err
 	}
-	m := make(map[string]jobs.LockDoc, len(locks))
+	m := make(map[string]record.LockDoc, len(locks))
 	for _, l := range locks {
 		m[l.JobID] = l
 	}

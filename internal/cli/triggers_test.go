@@ -8,7 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/internal/cli"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/triggers"
 )
 
@@ -60,10 +60,10 @@ func TestBackfillPlansAndRequests(t *testing.T) {
 	e.ok("schedules", "set", "bf", "--cron", "0 * * * *")
 	base := time.Now().UTC().Truncate(time.Hour).Add(-5 * time.Hour)
 	slot := func(i int) time.Time { return base.Add(time.Duration(i) * time.Hour) }
-	insertDocs(t, e.db.Collection(jobs.RunsCollection),
-		jobs.RunDoc{ID: jobs.RunID("bf", slot(1)), JobID: "bf", ScheduledAt: slot(1), Status: jobs.StatusSucceeded},
-		jobs.RunDoc{ID: jobs.MissedID("bf", slot(2)), JobID: "bf", ScheduledAt: slot(2), LastScheduledAt: slot(3), Count: 2,
-			Status: jobs.StatusMissed, Reason: jobs.MissedNoReplica})
+	insertDocs(t, e.db.Collection(record.RunsCollection),
+		record.RunDoc{ID: record.RunID("bf", slot(1)), JobID: "bf", ScheduledAt: slot(1), Status: record.StatusSucceeded},
+		record.RunDoc{ID: record.MissedID("bf", slot(2)), JobID: "bf", ScheduledAt: slot(2), LastScheduledAt: slot(3), Count: 2,
+			Status: record.StatusMissed, Reason: record.MissedNoReplica})
 	args := []string{"backfill", "bf", "--from", slot(0).Format(time.RFC3339), "--to", slot(4).Format(time.RFC3339), "-o", "json"}
 	var plan struct {
 		DryRun    bool                    `json:"dry_run"`
@@ -73,7 +73,7 @@ func TestBackfillPlansAndRequests(t *testing.T) {
 	}
 	e.okJSON(&plan, append(args, "--dry-run")...)
 	if !plan.DryRun || plan.Wanted != 4 || plan.Requested != 0 || len(plan.Slots) != 5 ||
-		plan.Slots[1].Recorded != jobs.StatusSucceeded || plan.Slots[2].Recorded != jobs.StatusMissed || plan.Slots[3].Recorded != jobs.StatusMissed {
+		plan.Slots[1].Recorded != record.StatusSucceeded || plan.Slots[2].Recorded != record.StatusMissed || plan.Slots[3].Recorded != record.StatusMissed {
 		t.Fatalf("dry run: %+v", plan)
 	}
 	if n := e.count(triggers.CollectionName); n != 0 {
@@ -85,7 +85,7 @@ func TestBackfillPlansAndRequests(t *testing.T) {
 	}
 	for _, i := range []int{0, 2, 3, 4} {
 		var doc triggers.Doc
-		id := triggers.BackfillIDPrefix + jobs.RunID("bf", slot(i))
+		id := triggers.BackfillIDPrefix + record.RunID("bf", slot(i))
 		if err := e.db.Collection(triggers.CollectionName).FindOne(ctx(t), bson.D{{Key: "_id", Value: id}}).Decode(&doc); err != nil ||
 			!doc.Slot.Equal(slot(i)) || doc.JobID != "bf" {
 			t.Errorf("request %s: %+v (%v)", id, doc, err)

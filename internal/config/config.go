@@ -18,8 +18,11 @@ import (
 
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/daemon"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/actions"
+	"github.com/cronswap/cronswap/internal/firepath"
 	"github.com/cronswap/cronswap/internal/notify"
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -73,8 +76,8 @@ type Config struct {
 	Notify notify.Settings `yaml:"notify"`
 	// Jobs are the named actions schedules may run, each decoded straight
 	// into the fire path's definition type.
-	Jobs     map[string]jobs.Definition `yaml:"jobs"`
-	Location *time.Location             `yaml:"-"`
+	Jobs     map[string]actions.Definition `yaml:"jobs"`
+	Location *time.Location                `yaml:"-"`
 }
 
 // Category configures one schedule category.
@@ -355,12 +358,12 @@ func (c *Config) Finish() error {
 	if err := c.HTTP.validate(); err != nil {
 		return err
 	}
-	if c.Lock.TTL < 0 || (c.Lock.TTL > 0 && c.Lock.TTL < jobs.MinLockTTL) {
+	if c.Lock.TTL < 0 || (c.Lock.TTL > 0 && c.Lock.TTL < firepath.MinLockTTL) {
 		return fmt.Errorf("lock.ttl %s: must be at least %s, the lease being renewed every ttl/3 while a run lasts (e.g. lock: {ttl: 1m}; 0 or absent is the default %s)",
-			c.Lock.TTL, jobs.MinLockTTL, jobs.DefaultLockTTL)
+			c.Lock.TTL, firepath.MinLockTTL, firepath.DefaultLockTTL)
 	}
 	if c.Runs.Retention < 0 {
-		return fmt.Errorf("runs.retention %s: must be positive (or 0 for the default %s)", c.Runs.Retention, jobs.DefaultRetention)
+		return fmt.Errorf("runs.retention %s: must be positive (or 0 for the default %s)", c.Runs.Retention, record.DefaultRetention)
 	}
 	if c.Workers < 0 {
 		return fmt.Errorf("workers %d: must be positive, the most actions running at once on this replica (or 0, the default: no bound)", c.Workers)
@@ -373,10 +376,10 @@ func (c *Config) Finish() error {
 	}
 	if c.StartingDeadline < 0 {
 		return fmt.Errorf("starting_deadline %s: must be positive (or 0 for the default: the time to the job's next slot, at most %s)",
-			c.StartingDeadline, jobs.MaxDefaultStartingDeadline)
+			c.StartingDeadline, firepath.MaxDefaultStartingDeadline)
 	}
 	if c.QueueLimit < 0 {
-		return fmt.Errorf("queue_limit %d: must be positive, the most fires waiting for admission (or 0 for the default %d)", c.QueueLimit, jobs.DefaultQueueLimit)
+		return fmt.Errorf("queue_limit %d: must be positive, the most fires waiting for admission (or 0 for the default %d)", c.QueueLimit, firepath.DefaultQueueLimit)
 	}
 	if c.StateFile != "" {
 		dir := filepath.Dir(c.StateFile)

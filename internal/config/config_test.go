@@ -12,8 +12,11 @@ import (
 	_ "time/tzdata" // the zones the tests name, whatever the machine has
 
 	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/config"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/firepath"
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/jobs"
 )
 
 func hostname(t *testing.T) string {
@@ -57,8 +60,8 @@ func TestDefault(t *testing.T) {
 		{"runs.retention (0: jobs.DefaultRetention)", d.Runs.Retention, time.Duration(0)},
 		{"workers (0: no bound)", d.Workers, 0},
 		{"categories (none: no bound)", d.MaxRunning(), map[string]int(nil)},
-		{"jobs.DefaultLockTTL", jobs.DefaultLockTTL, 10 * time.Minute},
-		{"jobs.DefaultRetention", jobs.DefaultRetention, 720 * time.Hour},
+		{"jobs.DefaultLockTTL", firepath.DefaultLockTTL, 10 * time.Minute},
+		{"jobs.DefaultRetention", record.DefaultRetention, 720 * time.Hour},
 		{"http.listen", d.HTTP.Listen, "127.0.0.1:9090"},
 		{"shutdown.grace", d.Shutdown.Grace, 30 * time.Second},
 		{"location", d.Location, time.UTC},
@@ -92,11 +95,11 @@ func TestRepoConfigYAML(t *testing.T) {
 	}
 
 	hour := time.Hour
-	wantJobs := map[string]jobs.Definition{
+	wantJobs := map[string]actions.Definition{
 		"daily_report": {
 			Exec:    []string{"sh", "-c", "echo report for $CRONSWAP_SCHEDULED_AT"},
 			Timeout: 5 * time.Minute,
-			Overlap: jobs.OverlapForbid,
+			Overlap: jobs.OverlapSkip,
 			Catchup: &hour,
 			Retry:   &jobs.RetryPolicy{Attempts: 3, Backoff: 30 * time.Second, MaxBackoff: 10 * time.Minute},
 			// 5 consecutive failed slots pause the job.
@@ -105,12 +108,12 @@ func TestRepoConfigYAML(t *testing.T) {
 		"heartbeat": {
 			Exec:    []string{"sh", "-c", "echo heartbeat $CRONSWAP_JOB_ID at $CRONSWAP_SCHEDULED_AT args=$CRONSWAP_ARGS"},
 			Timeout: 30 * time.Second,
-			Overlap: jobs.OverlapForbid,
+			Overlap: jobs.OverlapSkip,
 		},
 		"warm_cache": {
-			HTTP:    &jobs.HTTPSettings{URL: "http://127.0.0.1:8080/hooks/warm", Method: "POST"},
+			HTTP:    &actions.HTTPSettings{URL: "http://127.0.0.1:8080/hooks/warm", Method: "POST"},
 			Timeout: 10 * time.Second,
-			Overlap: jobs.OverlapForbid,
+			Overlap: jobs.OverlapSkip,
 		},
 	}
 	if got := cfg.CatchupFor("daily_report"); got != time.Hour {
@@ -131,9 +134,9 @@ func TestRepoConfigYAML(t *testing.T) {
 	cfg.Jobs, def.Jobs = nil, nil
 	// The file spells out the fire path's defaults, which Default() leaves
 	// zero for the jobs package to fill in.
-	if cfg.Lock.TTL != jobs.DefaultLockTTL || cfg.Runs.Retention != jobs.DefaultRetention {
+	if cfg.Lock.TTL != firepath.DefaultLockTTL || cfg.Runs.Retention != record.DefaultRetention {
 		t.Errorf("config.yaml: lock.ttl %s, runs.retention %s; want the jobs package's defaults %s, %s",
-			cfg.Lock.TTL, cfg.Runs.Retention, jobs.DefaultLockTTL, jobs.DefaultRetention)
+			cfg.Lock.TTL, cfg.Runs.Retention, firepath.DefaultLockTTL, record.DefaultRetention)
 	}
 	cfg.Lock.TTL, cfg.Runs.Retention = 0, 0
 	// The watch section spells out the watcher's defaults.
@@ -206,7 +209,7 @@ jobs:
 	if got := cfg.Jobs["a"].Overlap; got != jobs.OverlapAllow {
 		t.Errorf("jobs.a.overlap = %q, want allow", got)
 	}
-	if got := cfg.Jobs["b"].Overlap; got != jobs.OverlapForbid {
+	if got := cfg.Jobs["b"].Overlap; got != jobs.OverlapSkip {
 		t.Errorf("jobs.b.overlap = %q, want the default forbid", got)
 	}
 	if got := cfg.Jobs["b"].HTTP; got == nil || got.URL != "http://127.0.0.1:1/x" || got.Method != "" {
@@ -219,7 +222,7 @@ func TestOverlapDefaultsToForbid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]jobs.Overlap{"x": jobs.OverlapForbid, "y": jobs.OverlapForbid, "z": jobs.OverlapAllow} {
+	for name, want := range map[string]jobs.Overlap{"x": jobs.OverlapSkip, "y": jobs.OverlapSkip, "z": jobs.OverlapAllow} {
 		if got := cfg.Jobs[name].Overlap; got != want {
 			t.Errorf("jobs.%s.overlap = %q, want %q", name, got, want)
 		}

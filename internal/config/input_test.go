@@ -4,8 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/config"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/firepath"
 )
 
 // Values that would make every run fail are refused when the configuration
@@ -39,8 +40,8 @@ func TestConfigRefusesUnrunnableSettings(t *testing.T) {
 			t.Errorf("%s: %v", ok, err)
 		}
 	}
-	if jobs.MinLockTTL > 3e9 {
-		t.Fatalf("MinLockTTL %s refuses the 3s lease the lock tests run with", jobs.MinLockTTL)
+	if firepath.MinLockTTL > 3e9 {
+		t.Fatalf("MinLockTTL %s refuses the 3s lease the lock tests run with", firepath.MinLockTTL)
 	}
 }
 
@@ -53,7 +54,7 @@ func TestConfigLoadDoesNotNeedThePrograms(t *testing.T) {
 	if err != nil {
 		t.Fatalf("config with a program not installed here: %v", err)
 	}
-	if err := jobs.CheckPrograms(cfg.Jobs); err == nil || !strings.Contains(err.Error(), `job "report"`) {
+	if err := actions.CheckPrograms(cfg.Jobs); err == nil || !strings.Contains(err.Error(), `job "report"`) {
 		t.Fatalf("CheckPrograms = %v, want the missing program named", err)
 	}
 }

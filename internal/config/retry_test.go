@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/internal/config"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/jobs"
 )
 
 // jobs.<name>.retry and pause_after_failures are read into the action's
@@ -20,7 +20,7 @@ func TestRetryAndPauseSettings(t *testing.T) {
 	if d.Retry == nil || *d.Retry != (jobs.RetryPolicy{Attempts: 4, Backoff: 5 * time.Second, MaxBackoff: time.Minute}) || d.PauseAfterFailures != 3 {
 		t.Fatalf("jobs.r: %+v (retry %+v)", d, d.Retry)
 	}
-	spec, err := d.Spec()
+	spec, err := d.Action()
 	if err != nil || spec.Retry.Attempts != 4 || spec.PauseAfterFailures != 3 {
 		t.Fatalf("spec %+v, %v", spec, err)
 	}

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
@@ -94,7 +94,7 @@ func (a *api) upcoming(st scheduler.Status) []NextRun {
 }
 
 // lockOf shows lock; nil for none.
-func lockOf(l *jobs.LockDoc) *Lock {
+func lockOf(l *record.LockDoc) *Lock {
 	if l == nil {
 		return nil
 	}
@@ -102,7 +102,7 @@ func lockOf(l *jobs.LockDoc) *Lock {
 	cancelRun, _ := l.PendingCancel()
 	out := &Lock{Holder: l.Holder, Fence: l.Fence, RunID: l.RunID, Waiting: waiting, Cancel: cancelRun != "",
 		LeaseUntil: utcPtr(l.LeaseUntil)}
-	if l.State != jobs.LockRunning {
+	if l.State != record.LockRunning {
 		out.LeaseUntil = nil
 	}
 	return out

@@ -9,7 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // Records reads the fire path's records (job_runs, job_locks) for the
@@ -26,7 +26,7 @@ type Records interface {
 	// since, by status.
 	FiresSince(ctx context.Context, since time.Time) (map[string]int64, error)
 	// Lock returns the lock document of job id; nil when it has none.
-	Lock(ctx context.Context, id string) (*jobs.LockDoc, error)
+	Lock(ctx context.Context, id string) (*record.LockDoc, error)
 }
 
 // LastRun is a job's last claimed run, as the schedules table and the job
@@ -54,7 +54,7 @@ type MongoRecords struct {
 
 // NewMongoRecords returns the records of db (jobs.Collections).
 func NewMongoRecords(db *mongo.Database) *MongoRecords {
-	locks, runs := jobs.Collections(db)
+	locks, runs := record.Collections(db)
 	return &MongoRecords{locks: locks, runs: runs}
 }
 
@@ -66,7 +66,7 @@ func (m *MongoRecords) LastRuns(ctx context.Context, ids []string) (map[string]L
 	if len(ids) == 0 {
 		return out, nil
 	}
-	var locks []jobs.LockDoc
+	var locks []record.LockDoc
 	cur, err := m.locks.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", m.locks.Name(), err)
@@ -77,13 +77,13 @@ func (m *MongoRecords) LastRuns(ctx context.Context, ids []string) (map[string]L
 	runIDs := make([]string, 0, len(locks))
 	for _, l := range locks {
 		if !l.LastSlot.IsZero() {
-			runIDs = append(runIDs, jobs.RunID(l.JobID, l.LastSlot))
+			runIDs = append(runIDs, record.RunID(l.JobID, l.LastSlot))
 		}
 	}
 	if len(runIDs) == 0 {
 		return out, nil
 	}
-	var runs []jobs.RunDoc
+	var runs []record.RunDoc
 	cur, err = m.runs.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: runIDs}}}})
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", m.runs.Name(), err)
@@ -97,7 +97,7 @@ func (m *MongoRecords) LastRuns(ctx context.Context, ids []string) (map[string]L
 	return out, nil
 }
 
-func lastRunOf(r jobs.RunDoc) LastRun {
+func lastRunOf(r record.RunDoc) LastRun {
 	return LastRun{RunID: r.ID, ScheduledAt: r.ScheduledAt.UTC(), Status: r.Status,
 		StartedAt: utcPtr(r.StartedAt), EndedAt: utcPtr(r.EndedAt), InstanceID: r.Instance}
 }
@@ -114,7 +114,7 @@ func (m *MongoRecords) MissedSince(ctx context.Context, ids []string, since time
 	}
 	match = append(match,
 		bson.E{Key: "scheduled_at", Value: bson.D{{Key: "$gte", Value: since}}},
-		bson.E{Key: "status", Value: jobs.StatusMissed})
+		bson.E{Key: "status", Value: record.StatusMissed})
 	return m.sumBy(ctx, match, "$job_id", bson.D{{Key: "$ifNull", Value: bson.A{"$count", 1}}})
 }
 
@@ -148,8 +148,8 @@ func (m *MongoRecords) sumBy(ctx context.Context, match bson.D, key string, sum 
 }
 
 // Lock implements Records.
-func (m *MongoRecords) Lock(ctx context.Context, id string) (*jobs.LockDoc, error) {
-	var l jobs.LockDoc
+func (m *MongoRecords) Lock(ctx context.Context, id string) (*record.LockDoc, error) {
+	var l record.LockDoc
 	err := m.locks.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&l)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/internal/httpapi"
-	"github.com/cronswap/cronswap/internal/jobs"
 	"github.com/cronswap/cronswap/internal/members"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/testmongo"
 )
 
@@ -21,27 +21,27 @@ func seedRecords(t *testing.T) (*httpapi.MongoRecords, time.Time) {
 	db := testmongo.NewDatabase(t, testmongo.Client(t))
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Second)
-	locks, runs := jobs.Collections(db)
-	run := func(job string, ago time.Duration, status string) jobs.RunDoc {
+	locks, runs := record.Collections(db)
+	run := func(job string, ago time.Duration, status string) record.RunDoc {
 		slot := now.Add(-ago)
-		d := jobs.RunDoc{ID: jobs.RunID(job, slot), JobID: job, ScheduledAt: slot, Instance: "replica-2", Status: status,
+		d := record.RunDoc{ID: record.RunID(job, slot), JobID: job, ScheduledAt: slot, Instance: "replica-2", Status: status,
 			StartedAt: slot.Add(time.Second), ExpireAt: now.Add(time.Hour)}
-		if status != jobs.StatusRunning {
+		if status != record.StatusRunning {
 			d.EndedAt = slot.Add(2 * time.Second)
 		}
 		return d
 	}
-	missed := func(job string, ago time.Duration, n int64) jobs.RunDoc {
+	missed := func(job string, ago time.Duration, n int64) record.RunDoc {
 		slot := now.Add(-ago)
-		return jobs.RunDoc{ID: jobs.MissedID(job, slot), JobID: job, ScheduledAt: slot, LastScheduledAt: slot.Add(time.Duration(n-1) * time.Minute),
-			Count: n, Status: jobs.StatusMissed, Reason: jobs.MissedNoReplica, ExpireAt: now.Add(time.Hour)}
+		return record.RunDoc{ID: record.MissedID(job, slot), JobID: job, ScheduledAt: slot, LastScheduledAt: slot.Add(time.Duration(n-1) * time.Minute),
+			Count: n, Status: record.StatusMissed, Reason: record.MissedNoReplica, ExpireAt: now.Add(time.Hour)}
 	}
 	docs := []any{
-		run("daily_report", 30*time.Minute, jobs.StatusSucceeded),
-		run("daily_report", 20*time.Minute, jobs.StatusFailed),
-		run("daily_report", 3*time.Hour, jobs.StatusSucceeded), // outside the hour
-		run("heartbeat", 10*time.Minute, jobs.StatusSucceeded),
-		run("heartbeat", 5*time.Second, jobs.StatusRunning),
+		run("daily_report", 30*time.Minute, record.StatusSucceeded),
+		run("daily_report", 20*time.Minute, record.StatusFailed),
+		run("daily_report", 3*time.Hour, record.StatusSucceeded), // outside the hour
+		run("heartbeat", 10*time.Minute, record.StatusSucceeded),
+		run("heartbeat", 5*time.Second, record.StatusRunning),
 		missed("daily_report", 2*time.Hour, 3),
 		missed("daily_report", 30*time.Hour, 5), // outside the day
 		missed("heartbeat", 40*time.Minute, 1),
@@ -50,10 +50,10 @@ func seedRecords(t *testing.T) (*httpapi.MongoRecords, time.Time) {
 		t.Fatal(err)
 	}
 	lockDocs := []any{
-		jobs.LockDoc{JobID: "daily_report", State: jobs.LockFree, Fence: jobs.FenceOf(now.Add(-20 * time.Minute)),
+		record.LockDoc{JobID: "daily_report", State: record.LockFree, Fence: record.FenceOf(now.Add(-20 * time.Minute)),
 			LastSlot: now.Add(-20 * time.Minute), UpdatedAt: now},
-		jobs.LockDoc{JobID: "heartbeat", State: jobs.LockRunning, Holder: "replica-2", RunID: jobs.RunID("heartbeat", now.Add(-5*time.Second)),
-			Fence: jobs.FenceOf(now.Add(-5 * time.Second)), LastSlot: now.Add(-5 * time.Second), LeaseUntil: now.Add(time.Minute), UpdatedAt: now},
+		record.LockDoc{JobID: "heartbeat", State: record.LockRunning, Holder: "replica-2", RunID: record.RunID("heartbeat", now.Add(-5*time.Second)),
+			Fence: record.FenceOf(now.Add(-5 * time.Second)), LastSlot: now.Add(-5 * time.Second), LeaseUntil: now.Add(time.Minute), UpdatedAt: now},
 	}
 	if _, err := locks.InsertMany(ctx, lockDocs); err != nil {
 		t.Fatal(err)
@@ -83,8 +83,8 @@ func TestOverviewCountsFromRecords(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.body), &ov); err != nil {
 		t.Fatal(err)
 	}
-	if ov.FiresLastHour[jobs.StatusSucceeded] != 2 || ov.FiresLastHour[jobs.StatusFailed] != 1 || ov.FiresLastHour[jobs.StatusRunning] != 1 ||
-		ov.FiresLastHour[jobs.StatusMissed] != 1 || len(ov.FiresLastHour) != 4 {
+	if ov.FiresLastHour[record.StatusSucceeded] != 2 || ov.FiresLastHour[record.StatusFailed] != 1 || ov.FiresLastHour[record.StatusRunning] != 1 ||
+		ov.FiresLastHour[record.StatusMissed] != 1 || len(ov.FiresLastHour) != 4 {
 		t.Errorf("fires_last_hour %v", ov.FiresLastHour)
 	}
 	if ov.MissedLastDay != 4 || ov.CountsAt == nil {
@@ -111,12 +111,12 @@ func TestScheduleRowsRecords(t *testing.T) {
 		byID[r.ID] = r
 	}
 	dr := byID["daily_report"]
-	if dr.LastRun == nil || dr.LastRun.Status != jobs.StatusFailed || !dr.LastRun.ScheduledAt.Equal(now.Add(-20*time.Minute)) ||
+	if dr.LastRun == nil || dr.LastRun.Status != record.StatusFailed || !dr.LastRun.ScheduledAt.Equal(now.Add(-20*time.Minute)) ||
 		dr.LastRun.InstanceID != "replica-2" || dr.LastRun.EndedAt == nil || dr.MissedLastDay != 3 {
 		t.Errorf("daily_report row: last_run %+v missed %d", dr.LastRun, dr.MissedLastDay)
 	}
 	hb := byID["heartbeat"]
-	if hb.LastRun == nil || hb.LastRun.Status != jobs.StatusRunning || hb.LastRun.EndedAt != nil || hb.MissedLastDay != 1 {
+	if hb.LastRun == nil || hb.LastRun.Status != record.StatusRunning || hb.LastRun.EndedAt != nil || hb.MissedLastDay != 1 {
 		t.Errorf("heartbeat row: last_run %+v missed %d", hb.LastRun, hb.MissedLastDay)
 	}
 	if b := byID["broken"]; b.LastRun != nil || b.MissedLastDay != 0 {
@@ -137,8 +137,8 @@ func TestScheduleDetailLock(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.body), &d); err != nil {
 		t.Fatalf("%v: %s", err, r.body)
 	}
-	if d.Lock == nil || d.Lock.Holder != "replica-2" || d.Lock.Fence != jobs.FenceOf(now.Add(-5*time.Second)) ||
-		d.Lock.LeaseUntil == nil || d.Lock.RunID == "" || d.LastRun == nil || d.LastRun.Status != jobs.StatusRunning {
+	if d.Lock == nil || d.Lock.Holder != "replica-2" || d.Lock.Fence != record.FenceOf(now.Add(-5*time.Second)) ||
+		d.Lock.LeaseUntil == nil || d.Lock.RunID == "" || d.LastRun == nil || d.LastRun.Status != record.StatusRunning {
 		t.Errorf("heartbeat detail %s", r.body)
 	}
 	r = f.get(t, "/api/schedules/daily_report/detail")

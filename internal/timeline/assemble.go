@@ -9,7 +9,7 @@ import (
 	"github.com/robfig/cron/v3"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -98,7 +98,7 @@ func Assemble(in Input) Timeline {
 	for i, r := range in.Records {
 		breaks = append(breaks, r.ScheduledAt)
 		bySlot[r.ScheduledAt.UnixMilli()] = i
-		if r.Status == jobs.StatusMissed {
+		if r.Status == record.StatusMissed {
 			missed = append(missed, r)
 		}
 	}
@@ -119,7 +119,7 @@ func Assemble(in Input) Timeline {
 			continue
 		}
 		e := recordEntry(r)
-		e.OffSchedule = !matched[i] && r.Status != jobs.StatusMissed
+		e.OffSchedule = !matched[i] && r.Status != record.StatusMissed
 		entries = append(entries, e)
 	}
 	for _, e := range edits {
@@ -283,13 +283,13 @@ func compile(t Timing, loc *time.Location) (cron.Schedule, error) {
 func recordEntry(r Record) Entry {
 	e := Entry{At: r.ScheduledAt.UTC(), Count: 1, Status: r.Status, RunID: r.ID, Instance: r.Instance}
 	switch r.Status {
-	case jobs.StatusSkipped:
+	case record.StatusSkipped:
 		e.Kind = KindSkipped
 		e.Reason = r.Error
 		if r.Reason != "" {
 			e.Reason = r.Reason
 		}
-	case jobs.StatusMissed:
+	case record.StatusMissed:
 		e.Kind = KindMissed
 		e.Reason = r.Reason
 		if r.Count > 1 {
@@ -311,7 +311,7 @@ func recordEntry(r Record) Entry {
 		}
 		e.Error, e.ExitCode = r.Error, r.ExitCode
 		e.Attempt = r.Attempt
-		if r.Status == jobs.StatusBuffered {
+		if r.Status == record.StatusBuffered {
 			e.Reason = r.Reason // which run it waits for
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/cronswap/cronswap/internal/history"
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -74,7 +74,7 @@ func (r *Reader) Build(ctx context.Context, id string, from, to time.Time) (Time
 		}
 		if !known {
 			return Timeline{}, fmt.Errorf("job %q: no schedule in %s, no record in %s and no edit in %s: %w",
-				id, schedule.CollectionName, jobs.RunsCollection, r.hist, ErrNotFound)
+				id, schedule.CollectionName, record.RunsCollection, r.hist, ErrNotFound)
 		}
 	}
 	tl := Assemble(in)
@@ -174,11 +174,11 @@ func valueText(v bson.RawValue) string {
 // When there are more than MaxEntries, the rest is left for a later
 // request: cut is the slot of the first one not returned.
 func (r *Reader) records(ctx context.Context, id string, from, to time.Time) (out []Record, cut time.Time, err error) {
-	coll := r.db.Collection(jobs.RunsCollection)
+	coll := r.db.Collection(record.RunsCollection)
 	filter := bson.D{{Key: "job_id", Value: id}, {Key: "$or", Value: bson.A{
 		bson.D{{Key: "scheduled_at", Value: bson.D{{Key: "$gte", Value: from}, {Key: "$lte", Value: to}}}},
 		bson.D{
-			{Key: "status", Value: jobs.StatusMissed},
+			{Key: "status", Value: record.StatusMissed},
 			{Key: "scheduled_at", Value: bson.D{{Key: "$lt", Value: from}}},
 			{Key: "last_scheduled_at", Value: bson.D{{Key: "$gte", Value: from}}},
 		},
@@ -208,7 +208,7 @@ func (r *Reader) records(ctx context.Context, id string, from, to time.Time) (ou
 // anything reports whether job id has any record or edit at all, outside
 // the range too.
 func (r *Reader) anything(ctx context.Context, id string) (bool, error) {
-	for _, name := range []string{jobs.RunsCollection, r.hist} {
+	for _, name := range []string{record.RunsCollection, r.hist} {
 		err := r.db.Collection(name).FindOne(ctx, bson.D{{Key: "job_id", Value: id}}, options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
 		if err == nil {
 			return true, nil

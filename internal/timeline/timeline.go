@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // Bounds of one timeline. A request for more is refused (window) or cut
@@ -90,7 +90,7 @@ type Timeline struct {
 	// FailurePause is set while the job is paused after consecutive
 	// failed slots (job_pauses): its fires are recorded missed, reason
 	// paused, until `cronswap schedules resume`.
-	FailurePause *jobs.PauseDoc `json:"failure_pause,omitempty"`
+	FailurePause *record.PauseDoc `json:"failure_pause,omitempty"`
 }
 
 // Timing is the part of a schedules document that decides its slots.

@@ -7,7 +7,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // A replica that copies a run record's outcome onto a request names the
@@ -19,16 +19,16 @@ func TestFromRecordKeepsTheRunnersInstance(t *testing.T) {
 	if _, err := e.coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "m1"}, {Key: FieldJobID, Value: "job"}}); err != nil {
 		t.Fatal(err)
 	}
-	_, runs := jobs.Collections(e.db)
+	_, runs := record.Collections(e.db)
 	copier := NewStore(e.coll, runs, time.Hour, "r2")
 	now := time.Now()
-	rec := jobs.RunDoc{ID: RunIDPrefix + "m1", Status: jobs.StatusSucceeded, Instance: "r1", Fence: 7, EndedAt: now}
+	rec := record.RunDoc{ID: RunIDPrefix + "m1", Status: record.StatusSucceeded, Instance: "r1", Fence: 7, EndedAt: now}
 	id := bson.RawValue{Type: bson.TypeString, Value: bsonString("m1")}
 	if err := copier.FromRecord(ctx, id, rec, true, now); err != nil {
 		t.Fatal(err)
 	}
 	d := e.doc(t, id)
-	if d[FieldStatus] != jobs.StatusSucceeded || d[FieldInstance] != "r1" {
+	if d[FieldStatus] != record.StatusSucceeded || d[FieldInstance] != "r1" {
 		t.Fatalf("request after the copy: status %v instance %v, want succeeded by r1", d[FieldStatus], d[FieldInstance])
 	}
 }

@@ -11,7 +11,11 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/actions"
+	"github.com/cronswap/cronswap/internal/firepath"
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/internal/runstore"
+	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -24,14 +28,14 @@ type holdJob struct {
 }
 
 type heldRun struct {
-	fire       jobs.Fire
+	fire       jobs.Run
 	start, end time.Time
 	cause      error
 }
 
 func newHoldJob() *holdJob { return &holdJob{release: make(chan struct{})} }
 
-func (h *holdJob) Run(ctx context.Context, f jobs.Fire) error {
+func (h *holdJob) Handle(ctx context.Context, f jobs.Run) error {
 	h.mu.Lock()
 	i := len(h.runs)
 	h.runs = append(h.runs, heldRun{fire: f, start: time.Now()})
@@ -72,7 +76,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 func (e *env) overlapJob(t *testing.T, job string, policy jobs.Overlap) *holdJob {
 	t.Helper()
 	h := newHoldJob()
-	e.reg.Register(job, jobs.Spec{Action: h, Overlap: policy})
+	e.reg.Register(job, actions.Action{Handler: h, Policy: jobs.Policy{Overlap: policy}})
 	e.schedule(t, bson.D{{Key: "_id", Value: job}, {Key: "cron_expr", Value: "0 * * * *"}})
 	return h
 }
@@ -113,14 +117,14 @@ func (e *env) waitStatus(t *testing.T, id bson.RawValue, status string) bson.M {
 
 // checkRequested checks that request id (final doc m) ran once as its
 // own run after the holder, with a fence above the holder's slot's.
-func checkRequested(t *testing.T, h *holdJob, id bson.RawValue, m bson.M, holderSlot time.Time) jobs.Fire {
+func checkRequested(t *testing.T, h *holdJob, id bson.RawValue, m bson.M, holderSlot time.Time) jobs.Run {
 	t.Helper()
 	key, _ := KeyOf(id)
-	if m[FieldStatus] != jobs.StatusSucceeded || m[FieldRunID] != RunIDOf(key) {
+	if m[FieldStatus] != record.StatusSucceeded || m[FieldRunID] != RunIDOf(key) {
 		t.Fatalf("request %v: want succeeded under %s", m, RunIDOf(key))
 	}
-	if fence, _ := m[FieldFence].(int64); fence <= jobs.FenceOf(holderSlot) {
-		t.Errorf("request's fence %v, want above the holder's %d", m[FieldFence], jobs.FenceOf(holderSlot))
+	if fence, _ := m[FieldFence].(int64); fence <= record.FenceOf(holderSlot) {
+		t.Errorf("request's fence %v, want above the holder's %d", m[FieldFence], record.FenceOf(holderSlot))
 	}
 	for _, f := range []string{FieldInstance, FieldStartedAt, FieldEndedAt} {
 		if m[f] == nil {
@@ -137,7 +141,7 @@ func checkRequested(t *testing.T, h *holdJob, id bson.RawValue, m bson.M, holder
 	if len(mine) != 1 {
 		t.Fatalf("the request's run ran %d times, want once (runs %+v)", len(mine), runs)
 	}
-	if mine[0].start.Before(runs[0].end) || mine[0].fire.ScheduledAt.Nanosecond() == 0 || mine[0].fire.Fence <= runs[0].fire.Fence {
+	if mine[0].start.Before(runs[0].end) || mine[0].fire.Slot.Nanosecond() == 0 || mine[0].fire.Fence <= runs[0].fire.Fence {
 		t.Errorf("request's run %+v: want it after the holder %+v ended, off the whole second, its fence above", mine[0], runs[0])
 	}
 	return mine[0].fire
@@ -155,11 +159,11 @@ func TestRunNowBufferOneWaitsForTheHolder(t *testing.T) {
 	done := e.hold(t, 0, "buf1", h, slot)
 	id := e.insert(t, bson.D{{Key: "job_id", Value: "buf1"}, {Key: "args", Value: bson.D{{Key: "k", Value: "now"}}}})
 	m := e.waitStatus(t, id, StatusBuffered)
-	if key, _ := KeyOf(id); m[FieldRunID] != RunIDOf(key) || !strings.Contains(m[FieldReason].(string), jobs.RunID("buf1", slot)) {
+	if key, _ := KeyOf(id); m[FieldRunID] != RunIDOf(key) || !strings.Contains(m[FieldReason].(string), record.RunID("buf1", slot)) {
 		t.Errorf("buffered request %v: want its run id and the holder named", m)
 	}
 	second := e.final(t, e.insert(t, bson.D{{Key: "job_id", Value: "buf1"}}))
-	if second[FieldStatus] != jobs.StatusSkipped || !strings.Contains(second[FieldError].(string), "already waiting") {
+	if second[FieldStatus] != record.StatusSkipped || !strings.Contains(second[FieldError].(string), "already waiting") {
 		t.Errorf("second request %v: want skipped, one already waiting", second)
 	}
 	if n := len(h.snapshot()); n != 1 {
@@ -177,7 +181,7 @@ func TestRunNowBufferOneWaitsForTheHolder(t *testing.T) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if want := map[string]int{StatusBuffered: 1, jobs.StatusSkipped: 1, jobs.StatusSucceeded: 1}; !maps.Equal(e.outcomes, want) {
+	if want := map[string]int{StatusBuffered: 1, record.StatusSkipped: 1, record.StatusSucceeded: 1}; !maps.Equal(e.outcomes, want) {
 		t.Errorf("outcomes counted %v, want %v: each once across the replicas", e.outcomes, want)
 	}
 }
@@ -193,11 +197,11 @@ func TestRunNowBufferedRunsAfterTheHolderDied(t *testing.T) {
 	h := e.overlapJob(t, "bufd", jobs.OverlapBufferOne)
 	close(h.release)
 	slot := time.Now().Truncate(time.Second).UTC()
-	locks, runs := jobs.Collections(e.db)
-	dead := jobs.NewMongoStore(locks, runs, jobs.MongoStoreOptions{Instance: "dead"})
-	out := dead.ClaimBatch(context.Background(), jobs.BatchClaim{Instance: "dead", Incarnation: "d1", Now: time.Now(), TTL: ttl,
-		Fires: []jobs.FireClaim{{JobID: "bufd", Slot: slot, Overlap: jobs.OverlapBufferOne}}})
-	if out[0].Err != nil || out[0].Result != jobs.Acquired {
+	locks, runs := record.Collections(e.db)
+	dead := runstore.New(locks, runs, runstore.Options{Instance: "dead"})
+	out := dead.ClaimBatch(context.Background(), record.BatchClaim{Instance: "dead", Incarnation: "d1", Now: time.Now(), TTL: ttl,
+		Fires: []record.FireClaim{{JobID: "bufd", Slot: slot, Overlap: jobs.OverlapBufferOne}}})
+	if out[0].Err != nil || out[0].Result != record.Acquired {
 		t.Fatalf("dead holder's claim: %+v", out[0])
 	}
 	id := e.insert(t, bson.D{{Key: "job_id", Value: "bufd"}})
@@ -207,11 +211,11 @@ func TestRunNowBufferedRunsAfterTheHolderDied(t *testing.T) {
 	e.replicas[0].Close()
 	m := e.final(t, id)
 	key, _ := KeyOf(id)
-	if m[FieldStatus] != jobs.StatusSucceeded || m[FieldRunID] != RunIDOf(key) || m[FieldInstance] != "b" {
+	if m[FieldStatus] != record.StatusSucceeded || m[FieldRunID] != RunIDOf(key) || m[FieldInstance] != "b" {
 		t.Fatalf("request %v: want succeeded on b under %s", m, RunIDOf(key))
 	}
-	if fence, _ := m[FieldFence].(int64); fence <= jobs.FenceOf(slot) {
-		t.Errorf("request's fence %v, want above the dead holder's %d", m[FieldFence], jobs.FenceOf(slot))
+	if fence, _ := m[FieldFence].(int64); fence <= record.FenceOf(slot) {
+		t.Errorf("request's fence %v, want above the dead holder's %d", m[FieldFence], record.FenceOf(slot))
 	}
 	got := h.snapshot()
 	if len(got) != 1 || got[0].fire.RunID != RunIDOf(key) || got[0].fire.InstanceID != "b" {
@@ -233,16 +237,16 @@ func TestRunNowCancelOtherReplacesTheHolder(t *testing.T) {
 	key, _ := KeyOf(id)
 	waitFor(t, 10*time.Second, "the holder to stop", func() bool { return !h.snapshot()[0].end.IsZero() })
 	held := h.snapshot()[0]
-	if took := held.end.Sub(asked); took > 2*time.Second || !errors.Is(held.cause, jobs.ErrCancelledByOverlap) {
+	if took := held.end.Sub(asked); took > 2*time.Second || !errors.Is(held.cause, firepath.ErrCancelledByOverlap) {
 		t.Errorf("holder stopped %v after the request, cause %v: want within 2s, cancelled by overlap", took, held.cause)
 	}
 	<-done
 	checkRequested(t, h, id, e.final(t, id), slot)
 	var rec bson.M
-	if err := e.db.Collection(jobs.RunsCollection).FindOne(context.Background(), bson.D{{Key: "_id", Value: jobs.RunID("canc", slot)}}).Decode(&rec); err != nil {
+	if err := e.db.Collection(record.RunsCollection).FindOne(context.Background(), bson.D{{Key: "_id", Value: record.RunID("canc", slot)}}).Decode(&rec); err != nil {
 		t.Fatal(err)
 	}
-	if rec["status"] != jobs.StatusAbandoned || rec["reason"] != jobs.ReasonReplaced || !strings.Contains(rec["error"].(string), RunIDOf(key)) {
+	if rec["status"] != record.StatusAbandoned || rec["reason"] != record.ReasonReplaced || !strings.Contains(rec["error"].(string), RunIDOf(key)) {
 		t.Errorf("holder's record %v: want abandoned, reason replaced, naming %s", rec, RunIDOf(key))
 	}
 	e.idle(t)
@@ -260,7 +264,7 @@ func TestRunNowSkippedUnderSkip(t *testing.T) {
 	slot := time.Now().Truncate(time.Second).UTC()
 	done := e.hold(t, 0, "skp", h, slot)
 	m := e.final(t, e.insert(t, bson.D{{Key: "job_id", Value: "skp"}}))
-	if m[FieldStatus] != jobs.StatusSkipped || !strings.Contains(m[FieldError].(string), jobs.RunID("skp", slot)) {
+	if m[FieldStatus] != record.StatusSkipped || !strings.Contains(m[FieldError].(string), record.RunID("skp", slot)) {
 		t.Errorf("request %v: want skipped naming the holder", m)
 	}
 	close(h.release)

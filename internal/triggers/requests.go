@@ -10,7 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -68,7 +68,7 @@ type BackfillSlot struct {
 // Wanted reports whether the slot is to be asked for: it has no record
 // of its own and no request yet.
 func (b BackfillSlot) Wanted() bool {
-	return (b.Recorded == "" || b.Recorded == jobs.StatusMissed) && b.Requested == ""
+	return (b.Recorded == "" || b.Recorded == record.StatusMissed) && b.Requested == ""
 }
 
 // PlanBackfill lists the cron slots of sched in [from, to] (to at most
@@ -89,30 +89,30 @@ func PlanBackfill(ctx context.Context, db *mongo.Database, sched schedule.Schedu
 				from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
 		}
 		slot := t.UTC()
-		plan = append(plan, BackfillSlot{Slot: slot, RunID: jobs.RunID(sched.ID, slot)})
+		plan = append(plan, BackfillSlot{Slot: slot, RunID: record.RunID(sched.ID, slot)})
 	}
 	if len(plan) == 0 {
 		return plan, nil
 	}
-	runs := db.Collection(jobs.RunsCollection)
+	runs := db.Collection(record.RunsCollection)
 	cur, err := runs.Find(ctx, bson.D{{Key: "job_id", Value: sched.ID},
 		{Key: "$or", Value: bson.A{
 			bson.D{{Key: "scheduled_at", Value: bson.D{{Key: "$gte", Value: plan[0].Slot}, {Key: "$lte", Value: plan[len(plan)-1].Slot}}}},
-			bson.D{{Key: "status", Value: jobs.StatusMissed}, {Key: "last_scheduled_at", Value: bson.D{{Key: "$gte", Value: plan[0].Slot}}},
+			bson.D{{Key: "status", Value: record.StatusMissed}, {Key: "last_scheduled_at", Value: bson.D{{Key: "$gte", Value: plan[0].Slot}}},
 				{Key: "scheduled_at", Value: bson.D{{Key: "$lte", Value: plan[len(plan)-1].Slot}}}},
 		}}},
 		options.Find().SetProjection(bson.D{{Key: "status", Value: 1}, {Key: "scheduled_at", Value: 1}, {Key: "last_scheduled_at", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("read the records of %s in %s: %w", sched.ID, runs.Name(), err)
 	}
-	var recs []jobs.RunDoc
+	var recs []record.RunDoc
 	if err := cur.All(ctx, &recs); err != nil {
 		return nil, fmt.Errorf("read the records of %s in %s: %w", sched.ID, runs.Name(), err)
 	}
 	byID := map[string]string{}
-	var missed []jobs.RunDoc
+	var missed []record.RunDoc
 	for _, r := range recs {
-		if r.Status == jobs.StatusMissed {
+		if r.Status == record.StatusMissed {
 			missed = append(missed, r)
 			continue
 		}
@@ -128,7 +128,7 @@ func PlanBackfill(ctx context.Context, db *mongo.Database, sched schedule.Schedu
 				last = m.ScheduledAt
 			}
 			if p.Recorded == "" && !p.Slot.Before(m.ScheduledAt) && !p.Slot.After(last) {
-				p.Recorded = jobs.StatusMissed
+				p.Recorded = record.StatusMissed
 			}
 		}
 		ids = append(ids, BackfillIDPrefix+p.RunID)

@@ -10,7 +10,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/firepath"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -28,7 +29,7 @@ var ErrNoJob = errors.New("no such job")
 
 // Runner runs an off-schedule fire (jobs.Runner is one).
 type Runner interface {
-	RunOffSchedule(f jobs.OffScheduleFire) jobs.OffScheduleResult
+	RunOffSchedule(f firepath.OffScheduleFire) firepath.OffScheduleResult
 }
 
 // Options configures a Sink.
@@ -289,7 +290,7 @@ func (s *Sink) write(req Request, what string, err error) {
 // run handles a pending request seen at seen.
 func (s *Sink) run(req Request, seen time.Time) {
 	log := s.log.With("trigger_id", req.Key, "job_id", req.JobID)
-	sctx, cancel := context.WithTimeout(context.Background(), jobs.DefaultOpTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), firepath.DefaultOpTimeout)
 	sched, err := s.opts.Schedules(sctx, req.JobID)
 	cancel()
 	switch {
@@ -315,19 +316,19 @@ func (s *Sink) run(req Request, seen time.Time) {
 	}
 	forgot := false
 	for bump := 0; ; bump++ {
-		f := jobs.OffScheduleFire{Schedule: sched, Offered: seen, Deadline: s.opts.Deadline,
-			Started: func(l jobs.Lease) {
+		f := firepath.OffScheduleFire{Schedule: sched, Offered: seen, Deadline: s.opts.Deadline,
+			Started: func(l record.Lease) {
 				// Beside the action, not before it: the write never delays
 				// the start, and written after the end it matches nothing.
 				now := time.Now()
 				s.wg.Add(1) // run's own count keeps the group open
 				go func() {
 					defer s.wg.Done()
-					s.write(req, jobs.StatusRunning, s.opts.Store.Started(s.ctx(), req.ID, l, now))
+					s.write(req, record.StatusRunning, s.opts.Store.Started(s.ctx(), req.ID, l, now))
 				}()
 			}}
 		if req.Backfill() {
-			f.RunID, f.Slot = jobs.RunID(req.JobID, req.Slot), req.Slot
+			f.RunID, f.Slot = record.RunID(req.JobID, req.Slot), req.Slot
 		} else {
 			// A run-now request waits on the job's lock under a policy
 			// that buffers; a backfilled slot does not (backfill paces
@@ -336,21 +337,21 @@ func (s *Sink) run(req Request, seen time.Time) {
 		}
 		res := s.opts.Runner.RunOffSchedule(f)
 		switch {
-		case res.Status == jobs.StatusBuffered:
+		case res.Status == record.StatusBuffered:
 			// Whichever replica takes it from the lock's buffer writes
 			// the rest (jobs.RequestReporter: Store.BufferedStarted,
 			// BufferedEnded).
 			log.Info("trigger buffered", "run_id", f.RunID, "scheduled_at", f.Slot, "reason", res.Error)
 			s.write(req, res.Status, s.opts.Store.Buffered(s.ctx(), req.ID, f.RunID, res.Error, time.Now()))
 			return
-		case res.Ran || res.Status == jobs.StatusSkipped:
+		case res.Ran || res.Status == record.StatusSkipped:
 			log.Info("trigger ended", "run_id", f.RunID, "status", res.Status)
 			s.write(req, res.Status, s.opts.Store.Finish(s.ctx(), req.ID, f.RunID, res.Status, res.Error, time.Now()))
 			return
-		case res.NotRun == jobs.NotRunShuttingDown || res.NotRun == jobs.NotRunUnreachable:
+		case res.NotRun == firepath.NotRunShuttingDown || res.NotRun == firepath.NotRunUnreachable:
 			log.Warn("trigger not run; left pending for another replica or the next start", "reason", res.NotRun, "error", res.Error)
 			return
-		case res.NotRun == jobs.NotRunUnknownAction:
+		case res.NotRun == firepath.NotRunUnknownAction:
 			s.unknownAction(log, req, f.RunID, res.Error)
 			return
 		case res.NotRun != "":
@@ -394,7 +395,7 @@ func (s *Sink) run(req Request, seen time.Time) {
 				continue // gone in between: try again
 			}
 			return
-		case other.Status == jobs.StatusMissed && !forgot:
+		case other.Status == record.StatusMissed && !forgot:
 			ok, err := s.opts.Store.ForgetMissed(ctx, *other)
 			if err != nil {
 				log.Warn("backfill: could not replace the slot's missed record", "scheduled_at", req.Slot, "error", err)
@@ -408,7 +409,7 @@ func (s *Sink) run(req Request, seen time.Time) {
 			fallthrough
 		default:
 			why := "slot " + req.Slot.Format(time.RFC3339) + " is covered by record " + other.ID + " (" + other.Status + ")"
-			if other.Status == jobs.StatusMissed {
+			if other.Status == record.StatusMissed {
 				why += ": it starts a range of missed slots; backfill the slots after it, or delete the record first"
 			}
 			log.Warn("backfill not run", "scheduled_at", req.Slot, "error", why)
@@ -421,7 +422,7 @@ func (s *Sink) run(req Request, seen time.Time) {
 // unknownActionWait is how long a replica whose config lacks the job's
 // action waits before it refuses the request: long enough for a replica
 // that has it (a config being rolled out) to claim it first.
-const unknownActionWait = jobs.DefaultClaimGrace + time.Second
+const unknownActionWait = firepath.DefaultClaimGrace + time.Second
 
 // unknownAction refuses a request whose job's action this replica does not
 // have, unless another replica ran it meanwhile (a run's outcome, which
@@ -441,7 +442,7 @@ func (s *Sink) unknownAction(log *slog.Logger, req Request, runID, why string) {
 	case rec != nil:
 		s.write(req, rec.Status, s.opts.Store.FromRecord(s.ctx(), req.ID, *rec, true, time.Now()))
 	default:
-		log.Warn("trigger refused", "reason", jobs.NotRunUnknownAction, "error", why)
+		log.Warn("trigger refused", "reason", firepath.NotRunUnknownAction, "error", why)
 		s.write(req, StatusRejected, s.opts.Store.Reject(s.ctx(), req.ID, why, time.Now()))
 	}
 }

@@ -11,8 +11,12 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/actions"
+	"github.com/cronswap/cronswap/internal/firepath"
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/internal/runstore"
 	"github.com/cronswap/cronswap/internal/testmongo"
+	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -21,13 +25,13 @@ import (
 type env struct {
 	db       *mongo.Database
 	coll     *mongo.Collection
-	reg      *jobs.Registry
+	reg      *actions.Registry
 	mu       sync.Mutex
-	ran      map[string][]jobs.Fire // by job
+	ran      map[string][]jobs.Run // by job
 	replicas []*Sink
-	runners  []*jobs.Runner // the replicas' runners, in the same order
-	ttl      time.Duration  // the replicas' lock lease
-	outcomes map[string]int // the statuses the replicas' stores wrote
+	runners  []*firepath.Runner // the replicas' runners, in the same order
+	ttl      time.Duration      // the replicas' lock lease
+	outcomes map[string]int     // the statuses the replicas' stores wrote
 }
 
 func newEnv(t *testing.T, replicas int) *env { return newEnvTTL(t, replicas, time.Minute) }
@@ -38,11 +42,11 @@ func newEnvTTL(t *testing.T, replicas int, ttl time.Duration) *env {
 	db := testmongo.NewDatabase(t, testmongo.Client(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := jobs.EnsureIndexes(ctx, db.Collection(jobs.RunsCollection)); err != nil {
+	if err := record.EnsureIndexes(ctx, db.Collection(record.RunsCollection)); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{db: db, coll: Collection(db), reg: jobs.NewRegistry(), ran: map[string][]jobs.Fire{}, ttl: ttl, outcomes: map[string]int{}}
-	action := jobs.ActionFunc(func(ctx context.Context, f jobs.Fire) error {
+	e := &env{db: db, coll: Collection(db), reg: actions.NewRegistry(), ran: map[string][]jobs.Run{}, ttl: ttl, outcomes: map[string]int{}}
+	action := jobs.HandlerFunc(func(ctx context.Context, f jobs.Run) error {
 		e.mu.Lock()
 		e.ran[f.JobID] = append(e.ran[f.JobID], f)
 		e.mu.Unlock()
@@ -52,9 +56,9 @@ func newEnvTTL(t *testing.T, replicas int, ttl time.Duration) *env {
 		return nil
 	})
 	for _, name := range []string{"report", "paused", "fail", "every"} {
-		e.reg.Register(name, jobs.Spec{Action: action})
+		e.reg.Register(name, actions.Action{Handler: action})
 	}
-	e.reg.Register("slow", jobs.Spec{Action: jobs.ActionFunc(func(ctx context.Context, f jobs.Fire) error {
+	e.reg.Register("slow", actions.Action{Handler: jobs.HandlerFunc(func(ctx context.Context, f jobs.Run) error {
 		time.Sleep(300 * time.Millisecond)
 		return action(ctx, f)
 	})})
@@ -73,17 +77,17 @@ func newEnvTTL(t *testing.T, replicas int, ttl time.Duration) *env {
 
 // addReplica adds a replica running the actions of reg; owner says
 // whether it owns every job.
-func (e *env) addReplica(t *testing.T, inst string, reg *jobs.Registry, owner bool) {
+func (e *env) addReplica(t *testing.T, inst string, reg *actions.Registry, owner bool) {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	locks, runs := jobs.Collections(e.db)
+	locks, runs := record.Collections(e.db)
 	store := NewStore(e.coll, runs, time.Hour, inst).WithOutcomes(func(status string) {
 		e.mu.Lock()
 		e.outcomes[status]++
 		e.mu.Unlock()
 	})
-	r := jobs.NewRunner(jobs.RunnerOptions{Registry: reg, InstanceID: inst, Logger: log,
-		Store: jobs.NewMongoStore(locks, runs, jobs.MongoStoreOptions{Instance: inst, Logger: log}), TTL: e.ttl,
+	r := firepath.NewRunner(firepath.RunnerOptions{Registry: reg, InstanceID: inst, Logger: log,
+		Store: runstore.New(locks, runs, runstore.Options{Instance: inst, Logger: log}), TTL: e.ttl,
 		Owns: func(string) bool { return owner }, Requests: store})
 	s := NewSink(Options{Runner: r, Store: store,
 		Schedules: Schedules(e.db.Collection(schedule.CollectionName)), Logger: log, BackfillInterval: 50 * time.Millisecond})
@@ -150,10 +154,10 @@ func (e *env) idle(t *testing.T) {
 	}
 }
 
-func (e *env) runs(job string) []jobs.Fire {
+func (e *env) runs(job string) []jobs.Run {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return append([]jobs.Fire(nil), e.ran[job]...)
+	return append([]jobs.Run(nil), e.ran[job]...)
 }
 
 // A run-now request handed to three replicas runs once, at once on the
@@ -165,7 +169,7 @@ func TestRunNowOnceAcrossReplicas(t *testing.T) {
 	id := e.insert(t, bson.D{{Key: "job_id", Value: "report"}, {Key: "args", Value: bson.D{{Key: "k", Value: "now"}}}})
 	m := e.final(t, id)
 	key, _ := KeyOf(id)
-	if m[FieldStatus] != jobs.StatusSucceeded || m[FieldRunID] != RunIDOf(key) || m[FieldInstance] != "a" {
+	if m[FieldStatus] != record.StatusSucceeded || m[FieldRunID] != RunIDOf(key) || m[FieldInstance] != "a" {
 		t.Fatalf("request %v: want succeeded on a under %s", m, RunIDOf(key))
 	}
 	// The others, after their grace, find the record and run nothing.
@@ -175,17 +179,17 @@ func TestRunNowOnceAcrossReplicas(t *testing.T) {
 		t.Fatalf("ran %d times, want once", len(got))
 	}
 	f := got[0]
-	if string(f.Args) != `{"k":"now"}` || f.RunID != RunIDOf(key) || f.ScheduledAt.Nanosecond() == 0 {
+	if string(f.Args) != `{"k":"now"}` || f.RunID != RunIDOf(key) || f.Slot.Nanosecond() == 0 {
 		t.Errorf("fire %+v: want the request's args, its run id, a scheduled_at off the whole second", f)
 	}
 	if started := m[FieldStartedAt].(bson.DateTime).Time(); started.Sub(start) > time.Second {
 		t.Errorf("started %v after the insert, want within 1s", started.Sub(start))
 	}
-	var rec jobs.RunDoc
-	if err := e.db.Collection(jobs.RunsCollection).FindOne(context.Background(), bson.D{{Key: "_id", Value: RunIDOf(key)}}).Decode(&rec); err != nil {
+	var rec record.RunDoc
+	if err := e.db.Collection(record.RunsCollection).FindOne(context.Background(), bson.D{{Key: "_id", Value: RunIDOf(key)}}).Decode(&rec); err != nil {
 		t.Fatal(err)
 	}
-	if rec.Status != jobs.StatusSucceeded || rec.JobID != "report" {
+	if rec.Status != record.StatusSucceeded || rec.JobID != "report" {
 		t.Errorf("record %+v: want succeeded for report", rec)
 	}
 }
@@ -196,11 +200,11 @@ func TestRunNowPausedFailedAndTakenOver(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 2)
 	m := e.final(t, e.insert(t, bson.D{{Key: "_id", Value: "p1"}, {Key: "job_id", Value: "paused"}}))
-	if m[FieldStatus] != jobs.StatusSucceeded || len(e.runs("paused")) != 1 {
+	if m[FieldStatus] != record.StatusSucceeded || len(e.runs("paused")) != 1 {
 		t.Errorf("paused job: %v, ran %d: want succeeded once", m, len(e.runs("paused")))
 	}
 	m = e.final(t, e.insert(t, bson.D{{Key: "_id", Value: "f1"}, {Key: "job_id", Value: "fail"}}))
-	if m[FieldStatus] != jobs.StatusFailed || !strings.Contains(m[FieldError].(string), "deadline") {
+	if m[FieldStatus] != record.StatusFailed || !strings.Contains(m[FieldError].(string), "deadline") {
 		t.Errorf("failing job: %v: want failed with its error", m)
 	}
 	// Only the second replica sees this one: it is not the owner, so it
@@ -214,7 +218,7 @@ func TestRunNowPausedFailedAndTakenOver(t *testing.T) {
 	e.replicas[1].Upsert(raw)
 	m = e.final(t, raw.Lookup("_id"))
 	took := time.Since(start)
-	if m[FieldStatus] != jobs.StatusSucceeded || m[FieldInstance] != "b" || took < jobs.DefaultClaimGrace {
+	if m[FieldStatus] != record.StatusSucceeded || m[FieldInstance] != "b" || took < firepath.DefaultClaimGrace {
 		t.Errorf("owner absent: %v after %v: want succeeded on b after the grace", m, took)
 	}
 }
@@ -248,7 +252,7 @@ func TestRunNowBadRequests(t *testing.T) {
 	if n := len(e.runs("report")); n != 0 {
 		t.Fatalf("bad requests ran %d times", n)
 	}
-	if m := e.final(t, e.insert(t, bson.D{{Key: "job_id", Value: "report"}})); m[FieldStatus] != jobs.StatusSucceeded {
+	if m := e.final(t, e.insert(t, bson.D{{Key: "job_id", Value: "report"}})); m[FieldStatus] != record.StatusSucceeded {
 		t.Errorf("good request after bad ones: %v", m)
 	}
 }
@@ -261,22 +265,22 @@ func TestBackfillRunsOnlyUnrunSlots(t *testing.T) {
 	e := newEnv(t, 2)
 	base := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
 	slot := func(i int) time.Time { return base.Add(time.Duration(i) * time.Hour) }
-	runs := e.db.Collection(jobs.RunsCollection)
+	runs := e.db.Collection(record.RunsCollection)
 	ctx := context.Background()
 	for _, i := range []int{1, 3} { // slots 1 and 3 ran
-		if _, err := runs.InsertOne(ctx, jobs.RunDoc{ID: jobs.RunID("every", slot(i)), JobID: "every", ScheduledAt: slot(i),
-			Status: jobs.StatusSucceeded, Fence: jobs.FenceOf(slot(i)), StartedAt: slot(i), EndedAt: slot(i)}); err != nil {
+		if _, err := runs.InsertOne(ctx, record.RunDoc{ID: record.RunID("every", slot(i)), JobID: "every", ScheduledAt: slot(i),
+			Status: record.StatusSucceeded, Fence: record.FenceOf(slot(i)), StartedAt: slot(i), EndedAt: slot(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Slot 2 was recorded missed on its own.
-	if _, err := runs.InsertOne(ctx, jobs.RunDoc{ID: jobs.MissedID("every", slot(2)), JobID: "every", ScheduledAt: slot(2),
-		LastScheduledAt: slot(2), Count: 1, Status: jobs.StatusMissed, Reason: jobs.MissedNoReplica}); err != nil {
+	if _, err := runs.InsertOne(ctx, record.RunDoc{ID: record.MissedID("every", slot(2)), JobID: "every", ScheduledAt: slot(2),
+		LastScheduledAt: slot(2), Count: 1, Status: record.StatusMissed, Reason: record.MissedNoReplica}); err != nil {
 		t.Fatal(err)
 	}
 	var docs []bson.Raw
 	for i := 4; i >= 0; i-- { // inserted newest first: the full read sorts them
-		id := BackfillIDPrefix + jobs.RunID("every", slot(i))
+		id := BackfillIDPrefix + record.RunID("every", slot(i))
 		if _, err := e.coll.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "job_id", Value: "every"}, {Key: "slot", Value: slot(i)}}); err != nil {
 			t.Fatal(err)
 		}
@@ -286,11 +290,11 @@ func TestBackfillRunsOnlyUnrunSlots(t *testing.T) {
 	for _, s := range e.replicas {
 		s.ReplaceAll(docs)
 	}
-	want := map[int]string{0: jobs.StatusSucceeded, 1: StatusAlreadyRan, 2: jobs.StatusSucceeded, 3: StatusAlreadyRan, 4: jobs.StatusSucceeded}
+	want := map[int]string{0: record.StatusSucceeded, 1: StatusAlreadyRan, 2: record.StatusSucceeded, 3: StatusAlreadyRan, 4: record.StatusSucceeded}
 	for i := range 5 {
-		m := e.final(t, bson.RawValue{Type: bson.TypeString, Value: bsonString(BackfillIDPrefix + jobs.RunID("every", slot(i)))})
-		if m[FieldStatus] != want[i] || m[FieldRunID] != jobs.RunID("every", slot(i)) {
-			t.Errorf("slot %d: %v, want %s under %s", i, m, want[i], jobs.RunID("every", slot(i)))
+		m := e.final(t, bson.RawValue{Type: bson.TypeString, Value: bsonString(BackfillIDPrefix + record.RunID("every", slot(i)))})
+		if m[FieldStatus] != want[i] || m[FieldRunID] != record.RunID("every", slot(i)) {
+			t.Errorf("slot %d: %v, want %s under %s", i, m, want[i], record.RunID("every", slot(i)))
 		}
 	}
 	e.idle(t)
@@ -300,14 +304,14 @@ func TestBackfillRunsOnlyUnrunSlots(t *testing.T) {
 	}
 	at := map[string]int{}
 	for k, f := range got {
-		if !f.ScheduledAt.Equal(slot(0)) && !f.ScheduledAt.Equal(slot(2)) && !f.ScheduledAt.Equal(slot(4)) ||
-			f.RunID != jobs.RunID("every", f.ScheduledAt) {
-			t.Errorf("run %s at %v: want slots 0, 2, 4 under their run ids", f.RunID, f.ScheduledAt)
+		if !f.Slot.Equal(slot(0)) && !f.Slot.Equal(slot(2)) && !f.Slot.Equal(slot(4)) ||
+			f.RunID != record.RunID("every", f.Slot) {
+			t.Errorf("run %s at %v: want slots 0, 2, 4 under their run ids", f.RunID, f.Slot)
 		}
 		at[f.RunID] = k
 	}
 	// Offered oldest first (slot 2 goes round its missed record first).
-	if at[jobs.RunID("every", slot(0))] > at[jobs.RunID("every", slot(4))] {
+	if at[record.RunID("every", slot(0))] > at[record.RunID("every", slot(4))] {
 		t.Errorf("runs %v: want slot 0 before slot 4", at)
 	}
 }
@@ -326,9 +330,9 @@ func TestRunNowActionOnSomeReplicasOnly(t *testing.T) {
 	for _, lackingOwns := range []bool{false, true} {
 		e := newEnv(t, 0)
 		e.addReplica(t, "has", e.reg, !lackingOwns)
-		e.addReplica(t, "lacks", jobs.NewRegistry(), lackingOwns)
+		e.addReplica(t, "lacks", actions.NewRegistry(), lackingOwns)
 		m := e.final(t, e.insert(t, bson.D{{Key: "job_id", Value: "report"}}))
-		if m[FieldStatus] != jobs.StatusSucceeded || m[FieldInstance] != "has" || len(e.runs("report")) != 1 {
+		if m[FieldStatus] != record.StatusSucceeded || m[FieldInstance] != "has" || len(e.runs("report")) != 1 {
 			t.Errorf("lacking replica owns=%v: %v, ran %d: want succeeded once on the replica that has the action",
 				lackingOwns, m, len(e.runs("report")))
 		}
@@ -346,7 +350,7 @@ func TestBackfillSlotsOfOneJobDoNotSkipEachOther(t *testing.T) {
 	var ids []string
 	for i := range 4 {
 		slot := base.Add(time.Duration(i) * time.Hour)
-		id := BackfillIDPrefix + jobs.RunID("slow", slot)
+		id := BackfillIDPrefix + record.RunID("slow", slot)
 		ids = append(ids, id)
 		if _, err := e.coll.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "job_id", Value: "slow"}, {Key: "slot", Value: slot}}); err != nil {
 			t.Fatal(err)
@@ -356,7 +360,7 @@ func TestBackfillSlotsOfOneJobDoNotSkipEachOther(t *testing.T) {
 	}
 	for _, id := range ids {
 		m := e.final(t, bson.RawValue{Type: bson.TypeString, Value: bsonString(id)})
-		if m[FieldStatus] != jobs.StatusSucceeded {
+		if m[FieldStatus] != record.StatusSucceeded {
 			t.Errorf("%s: %v, want succeeded", id, m)
 		}
 	}
@@ -365,8 +369,8 @@ func TestBackfillSlotsOfOneJobDoNotSkipEachOther(t *testing.T) {
 		t.Fatalf("ran %d slots, want 4", len(got))
 	}
 	for i, f := range got {
-		if want := base.Add(time.Duration(i) * time.Hour); !f.ScheduledAt.Equal(want) {
-			t.Errorf("run %d at %v, want %v (oldest first)", i, f.ScheduledAt, want)
+		if want := base.Add(time.Duration(i) * time.Hour); !f.Slot.Equal(want) {
+			t.Errorf("run %d at %v, want %v (oldest first)", i, f.Slot, want)
 		}
 	}
 }

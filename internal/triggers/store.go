@@ -10,7 +10,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/firepath"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -59,7 +60,7 @@ func pending(id bson.RawValue) bson.D {
 }
 
 func (s *Store) update(ctx context.Context, filter, set bson.D) error {
-	ctx, cancel := context.WithTimeout(ctx, jobs.DefaultOpTimeout)
+	ctx, cancel := context.WithTimeout(ctx, firepath.DefaultOpTimeout)
 	defer cancel()
 	res, err := s.coll.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: set}})
 	if err != nil {
@@ -107,7 +108,7 @@ func runnable(id bson.RawValue, also ...string) bson.D {
 
 // Started marks a request running under lease (this replica won its
 // claim).
-func (s *Store) Started(ctx context.Context, id bson.RawValue, l jobs.Lease, now time.Time) error {
+func (s *Store) Started(ctx context.Context, id bson.RawValue, l record.Lease, now time.Time) error {
 	return s.update(ctx, runnable(id), bson.D{{Key: FieldStatus, Value: StatusRunning}, {Key: FieldRunID, Value: l.RunID},
 		{Key: FieldInstance, Value: l.Instance}, {Key: FieldFence, Value: l.Fence}, {Key: FieldStartedAt, Value: now},
 		{Key: FieldUpdatedAt, Value: now}})
@@ -124,7 +125,7 @@ func (s *Store) Buffered(ctx context.Context, id bson.RawValue, runID, why strin
 // ofRun matches the run-now request whose run is l (run id RunIDOf(its
 // key)) while its status is one of those given; ok is false when l is not
 // a run-now request's run.
-func ofRun(l jobs.Lease, statuses ...any) (bson.D, bool) {
+func ofRun(l record.Lease, statuses ...any) (bson.D, bool) {
 	key, ok := strings.CutPrefix(l.RunID, RunIDPrefix)
 	if !ok || key == "" {
 		return nil, false
@@ -141,7 +142,7 @@ func ofRun(l jobs.Lease, statuses ...any) (bson.D, bool) {
 // buffered run l, whichever replica buffered it, says running under this
 // replica (also while still pending: the replica that buffered it may not
 // have written buffered yet).
-func (s *Store) BufferedStarted(ctx context.Context, l jobs.Lease, at time.Time) error {
+func (s *Store) BufferedStarted(ctx context.Context, l record.Lease, at time.Time) error {
 	filter, ok := ofRun(l, nil, StatusRejected, StatusBuffered)
 	if !ok {
 		return nil
@@ -153,7 +154,7 @@ func (s *Store) BufferedStarted(ctx context.Context, l jobs.Lease, at time.Time)
 
 // BufferedEnded implements jobs.RequestReporter: the request of the
 // buffered run l gets the run's outcome.
-func (s *Store) BufferedEnded(ctx context.Context, l jobs.Lease, res jobs.OffScheduleResult, at time.Time) error {
+func (s *Store) BufferedEnded(ctx context.Context, l record.Lease, res firepath.OffScheduleResult, at time.Time) error {
 	filter, ok := ofRun(l, nil, StatusRejected, StatusBuffered, StatusRunning)
 	if !ok {
 		return nil
@@ -179,8 +180,8 @@ func (s *Store) Finish(ctx context.Context, id bson.RawValue, runID, status, err
 // the record can only be this request's (a run-now request's own run id),
 // also while pending. A record still buffered makes such a pending request
 // buffered; otherwise it does nothing while rec is not ended.
-func (s *Store) FromRecord(ctx context.Context, id bson.RawValue, rec jobs.RunDoc, mine bool, now time.Time) error {
-	if rec.Status == jobs.StatusBuffered && mine {
+func (s *Store) FromRecord(ctx context.Context, id bson.RawValue, rec record.RunDoc, mine bool, now time.Time) error {
+	if rec.Status == record.StatusBuffered && mine {
 		return s.Buffered(ctx, id, rec.ID, "its run record "+rec.ID+" waits on the job's lock", now)
 	}
 	if !recordEnded(rec.Status) {
@@ -214,7 +215,7 @@ func (s *Store) FromRecord(ctx context.Context, id bson.RawValue, rec jobs.RunDo
 
 // AlreadyRan marks a pending backfill request whose slot was decided
 // before by record rec.
-func (s *Store) AlreadyRan(ctx context.Context, id bson.RawValue, rec jobs.RunDoc, now time.Time) error {
+func (s *Store) AlreadyRan(ctx context.Context, id bson.RawValue, rec record.RunDoc, now time.Time) error {
 	why := fmt.Sprintf("slot already recorded %s (%s)", rec.Status, rec.ID)
 	set := append(s.final(StatusAlreadyRan, why, now), bson.E{Key: FieldRunID, Value: rec.ID})
 	return s.update(ctx, pending(id), set)
@@ -222,17 +223,17 @@ func (s *Store) AlreadyRan(ctx context.Context, id bson.RawValue, rec jobs.RunDo
 
 func recordEnded(status string) bool {
 	switch status {
-	case jobs.StatusRunning, jobs.StatusClaiming, jobs.StatusBuffered, "":
+	case record.StatusRunning, record.StatusClaiming, record.StatusBuffered, "":
 		return false
 	}
 	return true
 }
 
 // Record reads the run record with _id runID; nil, nil when there is none.
-func (s *Store) Record(ctx context.Context, runID string) (*jobs.RunDoc, error) {
-	ctx, cancel := context.WithTimeout(ctx, jobs.DefaultOpTimeout)
+func (s *Store) Record(ctx context.Context, runID string) (*record.RunDoc, error) {
+	ctx, cancel := context.WithTimeout(ctx, firepath.DefaultOpTimeout)
 	defer cancel()
-	var rec jobs.RunDoc
+	var rec record.RunDoc
 	err := s.runs.FindOne(ctx, bson.D{{Key: "_id", Value: runID}}).Decode(&rec)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
@@ -245,10 +246,10 @@ func (s *Store) Record(ctx context.Context, runID string) (*jobs.RunDoc, error) 
 
 // RecordAt reads the record of job at slot whatever its _id (a missed
 // range starting at slot); nil, nil when there is none.
-func (s *Store) RecordAt(ctx context.Context, job string, slot time.Time) (*jobs.RunDoc, error) {
-	ctx, cancel := context.WithTimeout(ctx, jobs.DefaultOpTimeout)
+func (s *Store) RecordAt(ctx context.Context, job string, slot time.Time) (*record.RunDoc, error) {
+	ctx, cancel := context.WithTimeout(ctx, firepath.DefaultOpTimeout)
 	defer cancel()
-	var rec jobs.RunDoc
+	var rec record.RunDoc
 	err := s.runs.FindOne(ctx, bson.D{{Key: "job_id", Value: job}, {Key: "scheduled_at", Value: slot}}).Decode(&rec)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
@@ -264,13 +265,13 @@ func (s *Store) RecordAt(ctx context.Context, job string, slot time.Time) (*jobs
 // unique (job_id, scheduled_at) index would refuse the run's record beside
 // it); the backfilled run's record then accounts for the slot. It reports
 // whether the record is gone.
-func (s *Store) ForgetMissed(ctx context.Context, rec jobs.RunDoc) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, jobs.DefaultOpTimeout)
+func (s *Store) ForgetMissed(ctx context.Context, rec record.RunDoc) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, firepath.DefaultOpTimeout)
 	defer cancel()
-	if rec.Status != jobs.StatusMissed || rec.Count != 1 {
+	if rec.Status != record.StatusMissed || rec.Count != 1 {
 		return false, nil
 	}
-	res, err := s.runs.DeleteOne(ctx, bson.D{{Key: "_id", Value: rec.ID}, {Key: "status", Value: jobs.StatusMissed}, {Key: "count", Value: int64(1)}})
+	res, err := s.runs.DeleteOne(ctx, bson.D{{Key: "_id", Value: rec.ID}, {Key: "status", Value: record.StatusMissed}, {Key: "count", Value: int64(1)}})
 	if err != nil {
 		return false, fmt.Errorf("delete missed record %s in %s: %w", rec.ID, s.runs.Name(), err)
 	}

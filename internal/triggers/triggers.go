@@ -21,7 +21,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -72,7 +72,7 @@ const (
 	// buffer_all, cancel_other: another run holds it), its record too;
 	// whichever replica takes it from the lock's buffer runs it and writes
 	// running, then the outcome (FieldReason says what it waits for).
-	StatusBuffered = jobs.StatusBuffered
+	StatusBuffered = record.StatusBuffered
 	// StatusRejected: the request is bad (its error says why); nothing ran.
 	StatusRejected = "rejected"
 	// StatusNotRun: the run could not be started (its error says why:

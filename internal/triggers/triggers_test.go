@@ -8,7 +8,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // A run-now run's scheduled_at is never a whole second (every cron slot
@@ -63,8 +63,8 @@ func TestReplaceAllReconcilesRunningRequest(t *testing.T) {
 	e := newEnv(t, 1)
 	ctx := context.Background()
 	runID := RunIDOf("dead")
-	if _, err := e.db.Collection(jobs.RunsCollection).InsertOne(ctx, jobs.RunDoc{ID: runID, JobID: "report",
-		ScheduledAt: time.Now().Truncate(time.Second).Add(7 * time.Millisecond), Status: jobs.StatusAbandoned,
+	if _, err := e.db.Collection(record.RunsCollection).InsertOne(ctx, record.RunDoc{ID: runID, JobID: "report",
+		ScheduledAt: time.Now().Truncate(time.Second).Add(7 * time.Millisecond), Status: record.StatusAbandoned,
 		Error: "lease passed", AbandonedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestReplaceAllReconcilesRunningRequest(t *testing.T) {
 	raw, _ := e.coll.FindOne(ctx, bson.D{{Key: "_id", Value: "dead"}}).Raw()
 	e.replicas[0].ReplaceAll([]bson.Raw{raw})
 	m := e.final(t, raw.Lookup("_id"))
-	if m[FieldStatus] != jobs.StatusAbandoned || m[FieldError] != "lease passed" {
+	if m[FieldStatus] != record.StatusAbandoned || m[FieldError] != "lease passed" {
 		t.Errorf("reconciled request %v: want abandoned with the record's error", m)
 	}
 	if n := len(e.runs("report")); n != 0 {

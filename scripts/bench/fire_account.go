@@ -8,7 +8,7 @@ import (
 )
 
 // arrival is one action request as the recording sink received it: the job
-// and slot from the JSON body the http action posts (jobs.Fire), the replica
+// and slot from the JSON body the http action posts (jobs.Run), the replica
 // that sent it, and the sink's clock when the request reached its handler.
 type arrival struct {
 	job      string

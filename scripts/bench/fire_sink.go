@@ -16,7 +16,7 @@ import (
 
 // sink is the recording HTTP server the daemons' http action posts to. It
 // records each request's arrival (its clock when the handler is entered)
-// with the job id, slot and instance from the JSON body (jobs.Fire), then
+// with the job id, slot and instance from the JSON body (jobs.Run), then
 // holds the answer for hold, to model an action that takes that long, and
 // answers 200.
 type sink struct {

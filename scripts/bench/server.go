@@ -23,7 +23,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/jobs"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -179,8 +179,8 @@ func startServerTarget(ctx context.Context, o serverSettings, label, jar string,
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
 	db := t.client.Database("bench_server")
-	t.runs = db.Collection(jobs.RunsCollection)
-	if err := jobs.EnsureIndexes(ctx, t.runs); err != nil {
+	t.runs = db.Collection(record.RunsCollection)
+	if err := record.EnsureIndexes(ctx, t.runs); err != nil {
 		t.close()
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}

@@ -1,0 +1,250 @@
+package firepath
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cronswap/cronswap/internal/actions"
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/schedule"
+)
+
+// dueRetriesLimit bounds the due retries one poll takes.
+const dueRetriesLimit = 100
+
+// retrier runs the next attempts of failed runs (RetryPolicy). The pending
+// attempt is state in job_runs (a record StatusRetrying with its
+// retry_at), so it survives this replica: the replica whose attempt failed
+// sets a local timer for retry_at, and every replica polls, at the sweep's
+// pace, for retries due longer ago than the claim grace (their writer
+// died, or its timer was lost with a restart). Which replica runs an
+// attempt is decided by ClaimRetry's conditional update.
+type retrier struct {
+	r     *Runner
+	store record.Store
+	poll  time.Duration
+
+	mu sync.Mutex
+	// timers are the local timers of attempts this replica scheduled;
+	// inflight the attempts being claimed or run here (by run id).
+	timers   map[string]*time.Timer
+	inflight map[string]bool
+	closed   bool
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newRetrier(r *Runner, store record.Store, poll time.Duration) *retrier {
+	t := &retrier{r: r, store: store, poll: poll, timers: map[string]*time.Timer{}, inflight: map[string]bool{},
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go t.loop()
+	return t
+}
+
+// schedule sets the local timer of the attempt after failed of run id
+// (d's slot), due at at.
+func (t *retrier) schedule(d schedule.Due, id string, failed int, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	if old := t.timers[id]; old != nil {
+		old.Stop()
+	}
+	t.timers[id] = time.AfterFunc(max(at.Sub(t.r.clock.Now()), 0), func() {
+		t.mu.Lock()
+		delete(t.timers, id)
+		t.mu.Unlock()
+		t.attempt(d.Schedule, id, d.Slot, failed+1, at)
+	})
+}
+
+func (t *retrier) loop() {
+	defer close(t.done)
+	tick := time.NewTicker(t.poll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-tick.C:
+			t.pollDue()
+		}
+	}
+}
+
+// pollDue takes the retries due longer ago than the claim grace: those
+// whose writer did not take them itself.
+func (t *retrier) pollDue() {
+	ctx, cancel := t.r.opCtx()
+	defer cancel()
+	docs, err := t.store.DueRetries(ctx, t.r.clock.Now().Add(-t.r.opts.ClaimGrace), dueRetriesLimit)
+	if err != nil {
+		t.r.log.Warn("could not look for due retries", "collection", record.RunsCollection, "error", err)
+		return
+	}
+	for _, doc := range docs {
+		if doc.Attempt < 1 {
+			t.giveUp(doc.ID, 0, doc.JobID, doc.ScheduledAt,
+				"damaged retry state: a retrying record without a valid attempt number; not retried")
+			continue
+		}
+		if t.r.opts.Lookup == nil {
+			t.r.log.Debug("a retry is due but this replica cannot look up schedules", "job_id", doc.JobID,
+				"scheduled_at", doc.ScheduledAt, "run_id", doc.ID)
+			continue
+		}
+		s, ok := t.r.opts.Lookup(doc.JobID)
+		if !ok {
+			t.r.log.Debug("a retry is due for a job this replica has not armed; left pending", "job_id", doc.JobID,
+				"scheduled_at", doc.ScheduledAt, "run_id", doc.ID)
+			continue
+		}
+		go t.attempt(s, doc.ID, doc.ScheduledAt.UTC(), doc.Attempt+1, doc.RetryAt)
+	}
+}
+
+// attempt claims attempt n of run id (s's slot) and runs it.
+func (t *retrier) attempt(s schedule.Schedule, id string, slot time.Time, n int, due time.Time) {
+	t.mu.Lock()
+	if t.closed || t.inflight[id] {
+		t.mu.Unlock()
+		return
+	}
+	t.inflight[id] = true
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		delete(t.inflight, id)
+		t.mu.Unlock()
+	}()
+	r := t.r
+	r.mu.Lock()
+	if r.stopping {
+		r.mu.Unlock()
+		return // the attempt stays pending in the database
+	}
+	r.running.Add(1)
+	r.mu.Unlock()
+	defer r.running.Done()
+
+	log := r.log.With("job_id", s.ID, "scheduled_at", slot, "run_id", id, "attempt", n)
+	spec, ok := r.opts.Registry.Lookup(s.ActionName())
+	if !ok {
+		log.Warn("a retry is due but the job's action is unknown here; left pending", "action", s.ActionName())
+		return
+	}
+	if !spec.Retry.Enabled() || n > spec.Retry.Attempts {
+		t.giveUp(id, n-1, s.ID, slot, fmt.Sprintf("not retried: action %s allows %d attempts now", s.ActionName(),
+			max(spec.Retry.Attempts, 1)))
+		return
+	}
+	d := schedule.Due{Schedule: s, Slot: slot}
+	if due.After(slot) {
+		d.Delay = due.Sub(slot) // lateness is counted from when the attempt was due
+	}
+	gctx, cancel := context.WithTimeout(r.ctx, r.startingDeadline(d))
+	release, err := r.gate.Acquire(gctx, s.Category)
+	cancel()
+	if err != nil {
+		log.Info("retry not admitted; left pending for the next poll", "error", err)
+		return
+	}
+	defer release()
+	ctx, cancel := r.opCtx()
+	lease, err := t.store.ClaimRetry(ctx, record.RetryClaim{JobID: s.ID, Slot: slot, RunID: id, Attempt: n, Overlap: spec.Overlap,
+		Instance: r.opts.InstanceID, Incarnation: r.opts.Incarnation, Now: r.clock.Now(), TTL: r.opts.TTL})
+	cancel()
+	switch {
+	case errors.Is(err, record.ErrRetryTaken):
+		log.Debug("retry claimed elsewhere", "error", err)
+		return
+	case errors.Is(err, record.ErrRetryLockLost):
+		log.Warn("retry not run: the job's lock was lost during the backoff; the slot is recorded failed", "error", err)
+		r.runEnded(s.ID, record.StatusFailed)
+		return
+	case errors.Is(err, record.ErrRetryReplaced):
+		log.Info("retry not run: a cancel_other fire replaced the slot during the backoff; the slot is recorded abandoned",
+			"error", err)
+		r.runEnded(s.ID, record.StatusAbandoned)
+		r.drainAfter(s.ID, spec) // the replacing fire, buffered on the lock just freed
+		return
+	case err != nil:
+		log.Warn("could not claim a retry; left pending", "error", err)
+		return
+	}
+	f := r.newFire(d, lease)
+	took, err := r.execute(log.With("fence", f.Fence), d, spec, f, &lease)
+	if r.opts.Done != nil {
+		r.opts.Done(f, err, took)
+	}
+	// The slot's lock was held through the backoff: the fires buffered
+	// behind it run once its last attempt ended.
+	r.drainAfter(s.ID, spec)
+}
+
+// giveUp ends a retrying record that is not to be retried as failed,
+// saying why (in the log too).
+func (t *retrier) giveUp(runID string, attempt int, jobID string, slot time.Time, why string) {
+	ctx, cancel := t.r.opCtx()
+	defer cancel()
+	err := t.store.GiveUpRetry(ctx, runID, attempt, why, t.r.clock.Now())
+	t.r.log.Warn("pending retry given up; the slot is recorded failed", "job_id", jobID, "scheduled_at", slot,
+		"run_id", runID, "reason", why, "error", err)
+	if err == nil {
+		t.r.runEnded(jobID, record.StatusFailed)
+	}
+}
+
+// close stops the timers and the poll; pending attempts stay in the
+// database for any replica.
+func (t *retrier) close() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.closed = true
+	for _, tm := range t.timers {
+		tm.Stop()
+	}
+	t.mu.Unlock()
+	close(t.stop)
+	<-t.done
+}
+
+// planRetry turns the end of a failed attempt of a job that retries into
+// StatusRetrying with the next attempt's time, while attempts remain.
+func (r *Runner) planRetry(spec actions.Action, l record.Lease, end *record.RunEnd) {
+	if r.retries == nil || l.Attempt == 0 || end.Status != record.StatusFailed || l.Attempt >= spec.Retry.Attempts {
+		return
+	}
+	end.Status = record.StatusRetrying
+	end.RetryAt = end.EndedAt.Add(spec.Retry.Delay(l.Attempt))
+	// The lock stays the slot's until the attempt is due plus a lease, at
+	// most what a healthy holder may write (farFuture, with room for skew).
+	end.HoldUntil = end.RetryAt.Add(r.opts.TTL)
+	if limit := end.EndedAt.Add(r.opts.TTL + max(r.opts.TTL, time.Minute)/2); end.HoldUntil.After(limit) {
+		end.HoldUntil = limit
+	}
+}
+
+// retriesLocal reports whether a fire of spec starts as attempt 1 of a
+// slot that may be retried.
+func (r *Runner) retriesLocal(spec actions.Action) bool {
+	return r.retries != nil && spec.Retry.Enabled()
+}
+
+// logRetry says when the next attempt is due.
+func logRetry(log *slog.Logger, l record.Lease, end record.RunEnd) {
+	log.Warn("run failed; retrying", "attempt", l.Attempt, "retry_at", end.RetryAt, "error", end.Error)
+}

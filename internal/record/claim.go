@@ -1,0 +1,270 @@
+package record
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cronswap/cronswap/jobs"
+)
+
+// Blackout names the blackout window a fire falls in: the fire is not run,
+// and its slot is recorded skipped with the window's id and reason.
+type Blackout struct {
+	ID     string
+	Reason string
+}
+
+// SkipError is the error a blackout's skipped record carries (what
+// `cronswap runs list` shows of a skipped record).
+func (b Blackout) SkipError() string {
+	return fmt.Sprintf("blackout %s: %s", b.ID, b.Reason)
+}
+
+// action is the action the buffered fire runs.
+func (b *BufferedRun) ActionName(jobID string) string {
+	if b.Action != "" {
+		return b.Action
+	}
+	return jobID
+}
+
+// BufferTake is who takes a buffered fire, and the lease it gets.
+type BufferTake struct {
+	// Instance and Incarnation name the taking replica and process.
+	Instance, Incarnation string
+	// Overlap is the policy the lease is held under (it takes the lock).
+	Overlap jobs.Overlap
+	// Clock is read for each step (the fire's start is stamped after the
+	// lock is taken, so never before the end of the run it follows).
+	Clock func() time.Time
+	// TTL is the lease length.
+	TTL time.Duration
+}
+
+// BufferedRun is a buffered fire taken by TakeBuffered: its lease (held,
+// renewed and ended like a claim's; Lease.OffSchedule for a run-now
+// request, whose RunID and Slot are its own) and what the fire named.
+type BufferedRun struct {
+	Lease Lease
+	// Action, Args and Category are what the fire named when it was due.
+	Action, Args, Category string
+}
+
+// ErrRetryTaken is returned by ClaimRetry when the attempt is not (or no
+// longer) to be claimed: another replica claimed it, or the record is not
+// retrying at that attempt any more.
+var ErrRetryTaken = errors.New("retry already claimed")
+
+// ErrRetryLockLost is returned by ClaimRetry when the slot's run no longer
+// held the job's lock when its attempt was claimed (taken over after its
+// lease, released by an operator): the attempt is recorded failed, not run.
+var ErrRetryLockLost = errors.New("the job's lock was lost during the backoff")
+
+// ErrRetryReplaced is returned by ClaimRetry when a cancel_other fire asked
+// the slot's run to stop during the backoff: the slot is recorded
+// abandoned (reason ReasonReplaced) and the lock freed for the fire
+// replacing it, which the caller then takes up.
+var ErrRetryReplaced = errors.New("replaced during the backoff")
+
+// RetryClaim asks for the next attempt of a slot whose record is
+// StatusRetrying at attempt Attempt-1.
+type RetryClaim struct {
+	JobID string
+	Slot  time.Time
+	// RunID is the record's _id; empty means RunID(JobID, Slot), a cron
+	// slot's.
+	RunID   string
+	Attempt int
+	Overlap jobs.Overlap
+	// Instance and Incarnation name this replica and process.
+	Instance    string
+	Incarnation string
+	// Now is the claimer's clock; TTL the lease length.
+	Now time.Time
+	TTL time.Duration
+}
+
+// ErrLockLost is returned by renewals and releases when the lock (or, for a
+// job whose overlap policy takes no lock, the run record) is no longer the
+// caller's: taken over after its lease, force-released by an operator, or
+// repaired as damaged.
+var ErrLockLost = errors.New("lock lost")
+
+// ErrUnreachable wraps the errors of a claim that could not reach the
+// database: the fire is not run (at most once beats at least once).
+var ErrUnreachable = errors.New("database unreachable")
+
+// ClaimResult says how a claim ended.
+type ClaimResult int
+
+// Claim results.
+const (
+	// Acquired: the claim won the slot and, under a policy that takes the
+	// lock, the job's lock (free, past its lease, or left by a previous
+	// incarnation of this instance).
+	Acquired ClaimResult = iota + 1
+	// Skipped: this claim won the slot, but a live run holds the lock
+	// (OverlapSkip) or a later slot of the job was claimed first: the
+	// slot is consumed and its record says skipped, with the reason.
+	Skipped
+	// AlreadyFired: the slot was claimed or skipped by someone else.
+	AlreadyFired
+	// Buffered: this claim won the slot while the job's lock was held (or
+	// other fires were waiting for it) under a policy that buffers: the
+	// fire waits on the lock, its record says buffered, and it runs when a
+	// replica takes the lock for it (TakeBuffered).
+	Buffered
+)
+
+// String returns the result as the lock_acquisitions_total label.
+func (r ClaimResult) String() string {
+	switch r {
+	case Acquired:
+		return "acquired"
+	case Skipped:
+		return "held"
+	case AlreadyFired:
+		return "already_fired"
+	case Buffered:
+		return "buffered"
+	}
+	return "error"
+}
+
+// ErrOutcomeUnknown is wrapped (with ErrUnreachable) in the Err of a claim
+// outcome when this replica's run record may have been written although
+// its answer was lost: the fire must not run, and the caller hands its
+// lease to Disown, which turns such a record into a missed one.
+var ErrOutcomeUnknown = errors.New("claim outcome unknown")
+
+// Lease is a won claim: what renewals, the end and the run record are
+// fenced by.
+type Lease struct {
+	JobID string
+	Slot  time.Time
+	// Instance and Incarnation name the replica and the process that won.
+	Instance    string
+	Incarnation string
+	// RunID is RunID(JobID, Slot); Fence is FenceOf(Slot).
+	RunID string
+	Fence int64
+	// Overlap is the claim's policy; under one that takes the lock, the
+	// lease holds the job's lock and renewals and the end are fenced by
+	// the lock's run_id.
+	Overlap jobs.Overlap
+	// Attempt is the attempt of the slot this lease runs (1 the first)
+	// when the job's action retries failed runs (RetryPolicy); 0 when it
+	// does not. Fence is then FenceOf(Slot)+Attempt-1 (AttemptFence).
+	Attempt int
+	// OffSchedule: the run is not a cron slot of the job
+	// (FireClaim.OffSchedule); its end does not move the lock's last slot.
+	OffSchedule bool
+}
+
+// FireClaim is one fire of a claim batch.
+type FireClaim struct {
+	JobID   string
+	Slot    time.Time // UTC cron slot
+	Overlap jobs.Overlap
+	// Check: this replica is not the job's owner: first look whether the
+	// slot is already recorded (one find for all Check fires of the batch)
+	// and insert only those that are not.
+	Check bool
+	// Action, Args and Category are what the fire names (the schedule's
+	// action, its args JSON and its dispatch category); a buffered fire's
+	// record keeps them, so that whichever replica runs it later runs the
+	// same.
+	Action, Args, Category string
+	// Blackout, when set, names the blackout window the fire falls in:
+	// its slot is recorded skipped with the window's id and reason, and
+	// it does not run (the outcome is Skipped, or AlreadyFired).
+	Blackout *Blackout
+	// RunID and Fence, when not empty, replace RunID(JobID, Slot) and
+	// FenceOf(Slot): the identity of an off-schedule run (OffSchedule).
+	RunID string
+	Fence int64
+	// OffSchedule marks a fire that is not the job's next cron slot (a
+	// triggered run, a backfilled slot): its claim neither requires a slot
+	// later than the lock's last slot nor moves it, and it takes the lock
+	// only while the lock's fence is below Fence, so fences still increase.
+	OffSchedule bool
+	// Buffer lets an OffSchedule fire wait on the job's lock like a cron
+	// fire under a policy that buffers (buffer_one, buffer_all,
+	// cancel_other): put on the lock's buffer (Buffered) instead of being
+	// skipped while a run holds it. Without it (a backfilled slot) such a
+	// fire is skipped, also while fires wait on the lock.
+	Buffer bool
+}
+
+// BatchClaim is one claim batch of a replica.
+type BatchClaim struct {
+	Fires    []FireClaim
+	Instance string
+	// Incarnation identifies this process (members): a lock held by this
+	// Instance under another incarnation is a previous life's and is
+	// taken over at once.
+	Incarnation string
+	// Now is the claimer's clock, for leases; TTL the lease length.
+	Now time.Time
+	TTL time.Duration
+}
+
+// ClaimOutcome answers one fire of a batch (same index as
+// BatchClaim.Fires).
+type ClaimOutcome struct {
+	// Result is Acquired, Skipped or AlreadyFired; zero when Err is set.
+	Result ClaimResult
+	// Lease is set when Result is Acquired.
+	Lease Lease
+	// Holder and HolderRunID name the live holder when Result is Skipped
+	// and it is known.
+	Holder      string
+	HolderRunID string
+	// Reason says why the fire was skipped (Result Skipped) or why the
+	// slot is already decided (AlreadyFired, when known).
+	Reason string
+	// CancelRunID names the holding run this fire asked to stop (Result
+	// Buffered under OverlapCancelOther), when it asked.
+	CancelRunID string
+	// Repaired lists the damage found and repaired in the lock document
+	// on the way (empty when none).
+	Repaired []string
+	// Err is set when there is no decision. errors.Is(Err, ErrUnreachable):
+	// the database could not be asked, or its answer was lost and could
+	// not be read back; errors.Is(Err, ErrOutcomeUnknown) additionally
+	// when this replica's record may have landed (the caller later calls
+	// Disown for Lease, which is then filled in). Otherwise the server
+	// refused (a claim error). With Err set this replica holds nothing and
+	// must not run the fire.
+	Err error
+}
+
+// RunEnd is the outcome of a run, written to its record.
+type RunEnd struct {
+	Status   string
+	EndedAt  time.Time
+	Error    string
+	ExitCode *int
+	// Stdout and Stderr are the tails of what the run printed (exec
+	// actions).
+	Stdout, Stderr string
+	// Reason is why the slot did not run, when Status is StatusMissed (the
+	// claim won but the action was not started); ReasonReplaced for a run
+	// a cancel_other fire stopped.
+	Reason string
+	// StartedAt is when the attempt started (kept in its attempts entry
+	// when Lease.Attempt is set).
+	StartedAt time.Time
+	// RetryAt, with Status StatusRetrying, is when the next attempt of the
+	// slot is due; HoldUntil is how long a lock-taking policy's lock stays
+	// held by the slot's run for it (RetryAt plus the lease).
+	RetryAt   time.Time
+	HoldUntil time.Time
+}
+
+// LeaseEnd is one run's end for EndBatch.
+type LeaseEnd struct {
+	Lease Lease
+	End   RunEnd
+}

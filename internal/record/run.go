@@ -1,0 +1,146 @@
+package record
+
+import (
+	"time"
+
+	"github.com/cronswap/cronswap/internal/notify"
+)
+
+// FieldBlackoutID is the job_runs field naming the blackout window a
+// skipped record's slot fell in.
+const FieldBlackoutID = "blackout_id"
+
+// Fields of a buffered job_runs record: what the fire named, so that
+// whichever replica runs it later runs the same action with the same args.
+const (
+	RunBufferedActionField   = "overlap_action"
+	RunBufferedArgsField     = "overlap_args"
+	RunBufferedCategoryField = "overlap_category"
+)
+
+// StatusBuffered marks the record of a fire whose slot is won while the
+// job's lock is held, under a policy that buffers: it becomes running when
+// a replica takes the lock for it (docs/locks.md, overlap policies).
+const StatusBuffered = "buffered"
+
+// ReasonReplaced is the RunEnd.Reason of a run stopped because a later
+// fire of its cancel_other job replaced it (recorded abandoned by design,
+// not by a fault).
+const ReasonReplaced = "replaced"
+
+// Run statuses, as recorded in job_runs and in a lock's last outcome.
+const (
+	StatusRunning = "running"
+	// StatusClaiming marks the record of a fire whose slot is won while
+	// its job's lock is being taken (overlap forbid): within the same
+	// claim batch it becomes running, or skipped when the lock is held. A
+	// record left claiming by a holder that died is swept abandoned.
+	StatusClaiming  = "claiming"
+	StatusSucceeded = "succeeded"
+	StatusFailed    = "failed"
+	StatusSkipped   = "skipped"
+	StatusAbandoned = "abandoned"
+	// StatusMissed marks a record of slots that did not run, with the
+	// reason in RunDoc.Reason (one of the Missed* reasons).
+	StatusMissed = "missed"
+)
+
+// RunDoc is one document of job_runs: one fire that was claimed or skipped.
+// Its _id, RunID(job, slot), admits one record per fire; (JobID,
+// ScheduledAt) is unique too.
+type RunDoc struct {
+	// ID is the run id, RunID(JobID, ScheduledAt) (the CRONSWAP_RUN_ID
+	// the action saw), or MissedID for a missed range.
+	ID          string    `bson:"_id" json:"run_id"`
+	JobID       string    `bson:"job_id" json:"job_id"`
+	ScheduledAt time.Time `bson:"scheduled_at" json:"scheduled_at"`
+	Instance    string    `bson:"instance" json:"instance"`
+	// Incarnation is the process of Instance that wrote the record.
+	Incarnation string    `bson:"incarnation,omitempty" json:"incarnation,omitempty"`
+	Fence       int64     `bson:"fence" json:"fence"`
+	Status      string    `bson:"status" json:"status"`
+	StartedAt   time.Time `bson:"started_at" json:"started_at"`
+	EndedAt     time.Time `bson:"ended_at,omitempty" json:"ended_at,omitzero"`
+	Error       string    `bson:"error,omitempty" json:"error,omitempty"`
+	// AbandonedAt is when the record was marked abandoned (its lease had
+	// passed without a renewal); EndedAt stays unset until the holder, if
+	// it comes back, writes its true end, with EndStatus (what the holder
+	// saw: succeeded, failed, ...) and EndError.
+	AbandonedAt time.Time `bson:"abandoned_at,omitempty" json:"abandoned_at,omitzero"`
+	EndStatus   string    `bson:"end_status,omitempty" json:"end_status,omitempty"`
+	EndError    string    `bson:"end_error,omitempty" json:"end_error,omitempty"`
+	// ExitCode is set for exec actions that ran and failed.
+	ExitCode *int `bson:"exit_code,omitempty" json:"exit_code,omitempty"`
+	// Stdout and Stderr are the tails (the last DefaultTailBytes, trimmed)
+	// of what an exec action printed; empty when it printed nothing.
+	Stdout string `bson:"stdout,omitempty" json:"stdout,omitempty"`
+	Stderr string `bson:"stderr,omitempty" json:"stderr,omitempty"`
+	// LeaseUntil is renewed with the lock while the run is running; a
+	// running record past it belongs to a dead holder and is marked
+	// abandoned by SweepExpired.
+	LeaseUntil time.Time `bson:"lease_until,omitempty" json:"lease_until,omitzero"`
+	// ExpireAt drives the TTL index (runs.retention after the run ended or
+	// was skipped).
+	ExpireAt time.Time `bson:"expire_at" json:"-"`
+
+	// Attempt is the slot's current (or last) attempt when its action
+	// retries (1 the first; 0: the action does not retry); Attempts lists
+	// the ended attempts; RetryAt, while Status is StatusRetrying, is when
+	// the next attempt is due (docs/retry.md).
+	Attempt  int          `bson:"attempt,omitempty" json:"attempt,omitempty"`
+	Attempts []AttemptDoc `bson:"attempts,omitempty" json:"attempts,omitempty"`
+	RetryAt  time.Time    `bson:"retry_at,omitempty" json:"retry_at,omitzero"`
+
+	// The fields below are set on missed records (Status StatusMissed)
+	// only. ScheduledAt is then the first missed slot of the range.
+
+	// LastScheduledAt is the last missed slot of the range (equal to
+	// ScheduledAt for one slot).
+	LastScheduledAt time.Time `bson:"last_scheduled_at,omitempty" json:"last_scheduled_at,omitzero"`
+	// Count is the number of slots in the range.
+	Count int64 `bson:"count,omitempty" json:"count,omitempty"`
+	// Reason says why the slots did not run (MissedNoReplica, ...), or,
+	// for a skipped record, why it was skipped.
+	Reason string `bson:"reason,omitempty" json:"reason,omitempty"`
+	// RecordedAt is when the record was written.
+	RecordedAt time.Time `bson:"recorded_at,omitempty" json:"recorded_at,omitzero"`
+	// BlackoutID is set on a skipped record whose slot fell in a blackout
+	// window (FieldBlackoutID): the window's _id; Reason is its reason.
+	BlackoutID string `bson:"blackout_id,omitempty" json:"blackout_id,omitempty"`
+
+	// Notice is the record's pending notification (failed, abandoned,
+	// missed), written by the same write as its status and removed by the
+	// notification relay once moved (package notify).
+	Notice *notify.Notice `bson:"notice,omitempty" json:"-"`
+}
+
+// StatusRetrying marks the record of a slot whose last attempt failed and
+// whose next attempt is due at its retry_at (RetryPolicy): the slot is
+// still undecided, and any replica may run the next attempt from then on.
+const StatusRetrying = "retrying"
+
+// Fields of job_runs that retries own (docs/retry.md).
+const (
+	// FieldAttempt is the record's current (or last) attempt, 1 the first.
+	FieldAttempt = "attempt"
+	// FieldAttempts lists every ended attempt of the slot, oldest first.
+	FieldAttempts = "attempts"
+	// FieldRetryAt is when the next attempt is due, while the record is
+	// StatusRetrying (lease_until says the same, for the index).
+	FieldRetryAt = "retry_at"
+)
+
+// AttemptDoc is one entry of a run record's attempts list: one ended
+// attempt of the slot.
+type AttemptDoc struct {
+	Attempt   int       `bson:"attempt" json:"attempt"`
+	Fence     int64     `bson:"fence" json:"fence"`
+	Instance  string    `bson:"instance" json:"instance"`
+	StartedAt time.Time `bson:"started_at,omitempty" json:"started_at,omitzero"`
+	EndedAt   time.Time `bson:"ended_at" json:"ended_at"`
+	// Status is what the attempt ended with: StatusRetrying when another
+	// attempt followed it, else the slot's final status.
+	Status   string `bson:"status" json:"status"`
+	Error    string `bson:"error,omitempty" json:"error,omitempty"`
+	ExitCode *int   `bson:"exit_code,omitempty" json:"exit_code,omitempty"`
+}

@@ -1,0 +1,55 @@
+package runstore
+
+import (
+	"time"
+
+	"github.com/cronswap/cronswap/internal/notify"
+	"github.com/cronswap/cronswap/internal/record"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// NoticeKind returns the notice kind (package notify's outbox) of a record
+// written with status and reason; false when it is not notified. A record
+// written with a notified status carries its notice, set by the same write.
+// Two reasons are left out because what caused them is not a failure, or
+// has a notice of its own: a run stopped by its job's cancel_other policy
+// for a later fire (ReasonReplaced: the policy doing what it was asked), and
+// a slot not run because its job is paused (MissedPaused: the pause's).
+func NoticeKind(status, reason string) (string, bool) {
+	switch {
+	case status == record.StatusFailed:
+		return notify.KindFailed, true
+	case status == record.StatusAbandoned && reason != record.ReasonReplaced:
+		return notify.KindAbandoned, true
+	case status == record.StatusMissed && reason != record.MissedPaused:
+		return notify.KindMissed, true
+	}
+	return "", false
+}
+
+// withNotice appends to set the outbox element of a record written with
+// status (and reason) at at, when it is notified.
+func withNotice(set bson.D, status, reason string, at time.Time) bson.D {
+	if kind, ok := NoticeKind(status, reason); ok {
+		return append(set, notify.Outbox(kind, at))
+	}
+	return set
+}
+
+// noticed tells the store's OnNotice hook (the local relay) that a write
+// carried notices.
+func (s *Store) noticed() {
+	if s.onNotice != nil {
+		s.onNotice()
+	}
+}
+
+// noticedEnds calls noticed when one of ends carried a notice.
+func (s *Store) noticedEnds(ends []record.LeaseEnd) {
+	for _, e := range ends {
+		if _, ok := NoticeKind(e.End.Status, e.End.Reason); ok {
+			s.noticed()
+			return
+		}
+	}
+}
