@@ -25,8 +25,6 @@ import (
 	"github.com/cronswap/cronswap/scheduler"
 )
 
-func TestMain(m *testing.M) { testmongo.Main(m, nil) }
-
 // logBuffer collects the daemon's JSON log records.
 type logBuffer struct {
 	mu  sync.Mutex
