@@ -3,10 +3,14 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -328,5 +332,103 @@ func TestEmbeddedServicesInOneProgram(t *testing.T) {
 	t.Logf("%d fires in the ledger; tick after the edit: %d slots, %d at odd seconds; ran on %v", len(byFire), len(slots), oddSeconds, ranOn)
 	if len(slots) < 20 {
 		t.Errorf("%d slots, want at least 20", len(slots))
+	}
+}
+
+// The example program (examples/embedded) is built and run against the
+// test server as a user would run it: it arms the schedule a mongosh
+// insert names, its Go handler runs every slot once (the reports it
+// writes against job_runs), it serves cronswap's API beside its own route,
+// and it stops cleanly on SIGINT.
+func TestExampleProgram(t *testing.T) {
+	uri, db := setup(t)
+	root, err := testmongo.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "embedded")
+	build := exec.Command("go", "build", "-race", "-o", bin, "./examples/embedded")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building examples/embedded: %v\n%s", err, out)
+	}
+	mongosh(t, uri, db.Name(), `db.schedules.insertOne({ _id: "daily_report", cron_expr: "@every 1s", job: "report", args: { region: "eu" } })`)
+
+	addr := freeLoopbackAddr(t)
+	logs := &syncBuffer{}
+	cmd := exec.Command(bin, "-mongo-uri", uri, "-database", db.Name(), "-instance-id", "example-1", "-listen", addr)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("example program's log:\n%s", logs.String())
+		}
+	})
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	waitFor(t, 60*time.Second, "the example's /readyz", func() bool { code, _ := get("/readyz"); return code == http.StatusOK })
+	if code, body := get("/hello"); code != http.StatusOK || !strings.Contains(body, "hello from example-1") {
+		t.Errorf("/hello = %d %q, want the program's own route", code, body)
+	}
+	var job apiSchedule
+	if code, body := get("/api/schedules/daily_report"); code != http.StatusOK || json.Unmarshal([]byte(body), &job) != nil || !job.Armed {
+		t.Errorf("/api/schedules/daily_report = %d %s, want the job armed", code, body)
+	}
+
+	type report struct {
+		ID       string `bson:"_id"`
+		Region   string `bson:"region"`
+		Instance string `bson:"instance"`
+	}
+	var reports []report
+	waitFor(t, 30*time.Second, "three reports", func() bool {
+		cur, err := db.Collection("reports").Find(context.Background(), bson.D{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reports = nil
+		if err := cur.All(context.Background(), &reports); err != nil {
+			t.Fatal(err)
+		}
+		return len(reports) >= 3
+	})
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		stopped = true
+		if err != nil {
+			t.Errorf("the example program exited with %v, want 0 after SIGINT", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the example program did not stop within 30 s of SIGINT")
+	}
+	succeeded := map[string]bool{}
+	for _, r := range embedRuns(t, db, bson.D{{Key: "job_id", Value: "daily_report"}}) {
+		if r.Status == "succeeded" {
+			succeeded["daily_report@"+r.Slot.UTC().Format(time.RFC3339)] = true
+		}
+	}
+	for _, r := range reports {
+		if r.Region != "eu" || r.Instance != "example-1" || !succeeded[r.ID] {
+			t.Errorf("report %+v: want region eu by example-1, its run recorded succeeded", r)
+		}
 	}
 }
