@@ -20,8 +20,8 @@ import (
 const DefaultShutdownGrace = 30 * time.Second
 
 // Options configure a Service. Every setting of the cronswap binary's
-// config file has a field here (docs/configuration.md names each key's
-// field); the zero value of a field is the documented default.
+// config file has a field here (docs/configuration.md, "In a Go program",
+// names each key's field); the zero value of a field is the key's default.
 type Options struct {
 	// InstanceID names this replica in locks, run records, its resume
 	// token and the members collection; required, and unique among the
