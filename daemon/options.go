@@ -14,11 +14,6 @@ import (
 	"github.com/cronswap/cronswap/internal/notify"
 )
 
-// DefaultShutdownGrace is how long Run waits, once its context ends, for
-// running handlers to return before it cancels their contexts
-// (Options.ShutdownGrace 0).
-const DefaultShutdownGrace = 30 * time.Second
-
 // Options configure a Service. Every setting of the cronswap binary's
 // config file has a field here (docs/configuration.md, "In a Go program",
 // names each key's field); the zero value of a field is the key's default.
@@ -82,8 +77,8 @@ type Options struct {
 	// handler's jobs.Policy.Catchup replaces it.
 	Catchup time.Duration
 	// ShutdownGrace is how long Run waits for running handlers once its
-	// context ends before it cancels them; 0 is DefaultShutdownGrace,
-	// negative cancels them at once.
+	// context ends before it cancels them; 0 is 30 seconds, negative
+	// cancels them at once.
 	ShutdownGrace time.Duration
 
 	// Notify sends failure notifications to webhooks; the zero value sends
@@ -167,7 +162,7 @@ func (o Options) withDefaults() Options {
 		o.Location = time.UTC
 	}
 	if o.ShutdownGrace == 0 {
-		o.ShutdownGrace = DefaultShutdownGrace
+		o.ShutdownGrace = firepath.DefaultShutdownGrace
 	}
 	if o.ShutdownGrace < 0 {
 		o.ShutdownGrace = 0

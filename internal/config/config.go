@@ -17,7 +17,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/cronswap/cronswap/changestream"
-	"github.com/cronswap/cronswap/daemon"
 	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/firepath"
 	"github.com/cronswap/cronswap/internal/notify"
@@ -241,7 +240,7 @@ func Default() Config {
 		Mongo:    Mongo{URI: DefaultMongoURI, Database: "cronswap"},
 		Timezone: "UTC",
 		HTTP:     HTTP{Listen: "127.0.0.1:9090"},
-		Shutdown: Shutdown{Grace: daemon.DefaultShutdownGrace},
+		Shutdown: Shutdown{Grace: firepath.DefaultShutdownGrace},
 		Location: time.UTC,
 	}
 }
