@@ -107,7 +107,10 @@ func NewRunner(opts RunnerOptions) *Runner {
 		r.ends = newBatcher(endBatchMax, endBatchesAtOnce, r.endBatch)
 		r.leases = newLeaseKeeper(r)
 	}
-	if opts.Store != nil && opts.Registry != nil && opts.Registry.AnyRetries() {
+	// The retrier exists whatever is registered yet (a Go program registers
+	// its handlers after the runner is built); it polls only while some
+	// registered action retries.
+	if opts.Store != nil && opts.Registry != nil {
 		if opts.RetryPoll <= 0 {
 			opts.RetryPoll = sweepInterval(opts.TTL)
 		}
