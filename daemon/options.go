@@ -92,9 +92,9 @@ type Options struct {
 	// Two services in one process need two registerers, or one wrapped
 	// per service (prometheus.WrapRegistererWith).
 	Registerer prometheus.Registerer
-	// HTTPToken, when not empty, is required (as a bearer token) on every
-	// path of HTTPHandler but /healthz and /readyz; the binary reads it
-	// from CRONSWAP_HTTP_TOKEN.
+	// HTTPToken, when not empty, is required (a bearer token, or the
+	// password of HTTP basic auth) on every path of HTTPHandler but
+	// /healthz and /readyz; the binary reads it from CRONSWAP_HTTP_TOKEN.
 	HTTPToken string
 	// Pprof serves the Go runtime's profiles under /debug/pprof/ on
 	// HTTPHandler; mount it on loopback only.
