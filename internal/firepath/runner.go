@@ -63,8 +63,7 @@ type Runner struct {
 	// flusher tries again at once instead of waiting out its backoff.
 	dbAnswered atomic.Bool
 
-	// retries runs further attempts of failed runs (nil: no action
-	// retries, or no store).
+	// retries runs further attempts of failed runs (nil: no store).
 	retries *retrier
 }
 
