@@ -92,6 +92,11 @@ type Options struct {
 	// Two services in one process need two registerers, or one wrapped
 	// per service (prometheus.WrapRegistererWith).
 	Registerer prometheus.Registerer
+	// HTTPAddr is the host:port at which the program serves HTTPHandler
+	// (at the root of its mux), recorded in the members collection so
+	// that `cronswap schedules list` and `get` can ask this instance what
+	// its engine holds; empty: none recorded.
+	HTTPAddr string
 	// HTTPToken, when not empty, is required (a bearer token, or the
 	// password of HTTP basic auth) on every path of HTTPHandler but
 	// /healthz and /readyz; the binary reads it from CRONSWAP_HTTP_TOKEN.

@@ -8,6 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/internal/history"
 	"github.com/cronswap/cronswap/internal/triggers"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
@@ -42,6 +43,7 @@ func newTriggerWatch(s *Service, store *triggers.Store) *triggerWatch {
 		Runner:    s.runner,
 		Store:     store,
 		Schedules: triggers.Schedules(s.db.Collection(schedule.CollectionName)),
+		FirstSeen: history.FirstSeenLookup(s.db.Collection(history.CollectionName)),
 		Location:  s.opts.Location,
 		Logger:    s.log.With("collection", triggers.CollectionName),
 	})

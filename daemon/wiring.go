@@ -46,7 +46,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics.Metrics, error) {
 }
 
 func (s *Service) newMembers() *members.Membership {
-	return members.New(s.db, members.Options{InstanceID: s.opts.InstanceID, Logger: s.log,
+	return members.New(s.db, members.Options{InstanceID: s.opts.InstanceID, Logger: s.log, HTTP: s.opts.HTTPAddr,
 		Unreachable: func(error) { s.awayOnce.Do(func() { close(s.away) }) }})
 }
 
@@ -120,7 +120,8 @@ func (s *Service) newHistory() *editHistory {
 }
 
 func (s *Service) newWatcher() *changestream.Watcher {
-	hooks := s.history.hook(watchHooks(s.metrics, &s.armedAt))
+	hooks := s.history.hook(watchHooks(s.metrics, &s.armedAt),
+		func() bool { return s.watcher.Status().Mode == changestream.ModePoll })
 	// The engine's timers start (startEngine) once it holds the schedules
 	// and this process holds its instance id.
 	hooks.Synced = func() { s.syncedOnce.Do(func() { close(s.synced) }) }

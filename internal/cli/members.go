@@ -26,9 +26,13 @@ type memberView struct {
 	LeaseLeftSeconds float64 `json:"lease_left_seconds"`
 	// Live is true while the lease has not passed.
 	Live bool `json:"live"`
-	// OwnedJobs counts the enabled schedules whose rendezvous owner among
-	// the live members is this member (0 when not live).
+	// OwnedJobs counts the jobs (admin.Store.JobIDs: enabled or not)
+	// whose rendezvous owner among the live members is this member
+	// (members.OwnedCounts; 0 when not live).
 	OwnedJobs int `json:"owned_jobs"`
+	// HTTP is the address the member's HTTP listener is bound to ("" when
+	// its daemon does not publish it).
+	HTTP string `json:"http"`
 }
 
 func newMemberView(m members.Member, now time.Time, owned int) memberView {
@@ -36,7 +40,7 @@ func newMemberView(m members.Member, now time.Time, owned int) memberView {
 		InstanceID: m.ID, Host: m.Host, PID: m.PID, Incarnation: m.Incarnation,
 		StartedAt: jsonTime(m.StartedAt, nil), HeartbeatAt: jsonTime(m.HeartbeatAt, nil), LeaseUntil: jsonTime(m.LeaseUntil, nil),
 		HeartbeatAgeSeconds: now.Sub(m.HeartbeatAt).Seconds(), LeaseLeftSeconds: m.LeaseUntil.Sub(now).Seconds(),
-		Live: m.LiveAt(now), OwnedJobs: owned,
+		Live: m.LiveAt(now), OwnedJobs: owned, HTTP: m.HTTP,
 	}
 }
 
@@ -48,7 +52,7 @@ func memberRow(v memberView) []string {
 		owned = "-"
 	}
 	return []string{v.InstanceID, v.Host, strconv.Itoa(v.PID), v.Incarnation,
-		(time.Duration(v.HeartbeatAgeSeconds * float64(time.Second))).Round(100 * time.Millisecond).String(), lease, owned}
+		(time.Duration(v.HeartbeatAgeSeconds * float64(time.Second))).Round(100 * time.Millisecond).String(), lease, owned, v.HTTP}
 }
 
 func membersCommand() *ucli.Command {
@@ -57,7 +61,7 @@ func membersCommand() *ucli.Command {
 		Usage: "show the replicas registered in members",
 		Subcommands: []*ucli.Command{{
 			Name: "list",
-			Usage: "list the members: instance, host, incarnation, heartbeat age, lease left and the enabled jobs " +
+			Usage: "list the members: instance, host, incarnation, heartbeat age, lease left and the jobs " +
 				"each live member owns (rendezvous hashing over the live members)",
 			Flags: dbFlags(),
 			Action: func(c *ucli.Context) error {
@@ -66,7 +70,7 @@ func membersCommand() *ucli.Command {
 					if err != nil {
 						return s.fail(err)
 					}
-					ids, err := s.store.EnabledScheduleIDs(ctx)
+					ids, err := s.store.JobIDs(ctx)
 					if err != nil {
 						return s.fail(err)
 					}
@@ -84,7 +88,7 @@ func membersCommand() *ucli.Command {
 					if isJSON(c) {
 						return writeJSON(c.App.Writer, views)
 					}
-					table(c.App.Writer, []string{"INSTANCE", "HOST", "PID", "INCARNATION", "HEARTBEAT AGE", "LEASE LEFT", "OWNED JOBS"}, rows)
+					table(c.App.Writer, []string{"INSTANCE", "HOST", "PID", "INCARNATION", "HEARTBEAT AGE", "LEASE LEFT", "OWNED JOBS", "HTTP"}, rows)
 					return nil
 				})
 			},

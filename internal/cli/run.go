@@ -53,6 +53,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	opts := daemonOptions(cfg, log)
 	opts.HTTPToken = os.Getenv(httpapi.EnvToken)
+	opts.HTTPAddr = ln.Addr().String()
 	opts.StartedLogAttrs = []slog.Attr{slog.String("mongo_uri", config.RedactURI(cfg.Mongo.URI)),
 		slog.String("http_listen", ln.Addr().String())}
 	s, err := daemon.New(client.Database(cfg.Mongo.Database), opts)

@@ -477,7 +477,7 @@ func (r *Runner) execute(log *slog.Logger, d schedule.Due, spec actions.Action, 
 // on record: abandoned if another replica had taken the run over.
 func (r *Runner) finish(log *slog.Logger, d schedule.Due, spec actions.Action, l record.Lease, status string, runErr error, out actions.Output,
 	startedAt, endedAt time.Time) string {
-	end := record.RunEnd{Status: status, EndedAt: endedAt, Stdout: out.Stdout, Stderr: out.Stderr, StartedAt: startedAt}
+	end := record.RunEnd{Status: status, EndedAt: endedAt, Stdout: out.Stdout, Stderr: out.Stderr, StartedAt: startedAt, ExitCode: out.ExitCode}
 	if runErr != nil {
 		end.Error = runErr.Error()
 	}

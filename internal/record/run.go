@@ -69,7 +69,7 @@ type RunDoc struct {
 	AbandonedAt time.Time `bson:"abandoned_at,omitempty" json:"abandoned_at,omitzero"`
 	EndStatus   string    `bson:"end_status,omitempty" json:"end_status,omitempty"`
 	EndError    string    `bson:"end_error,omitempty" json:"end_error,omitempty"`
-	// ExitCode is set for exec actions that ran and failed.
+	// ExitCode is set for exec actions that ran: 0 when they succeeded.
 	ExitCode *int `bson:"exit_code,omitempty" json:"exit_code,omitempty"`
 	// Stdout and Stderr are the tails (the last DefaultTailBytes, trimmed)
 	// of what an exec action printed; empty when it printed nothing.
