@@ -22,9 +22,11 @@ import (
 func exported(t *testing.T) map[string]bool {
 	t.Helper()
 	m := New()
-	m.RegisterGauges(Sources{Armed: func() int { return 0 }, TokenSavedAt: time.Now, ClaimLatency: func() time.Duration { return 0 },
+	if err := m.RegisterGauges(Sources{Armed: func() int { return 0 }, TokenSavedAt: time.Now, ClaimLatency: func() time.Duration { return 0 },
 		WatchState: func() string { return WatchStreaming }, LiveMembers: func() int { return 1 },
-		HeartbeatAge: func() time.Duration { return 0 }})
+		HeartbeatAge: func() time.Duration { return 0 }}); err != nil {
+		t.Fatal(err)
+	}
 	m.Preset(Known{Categories: []string{"c"}, MissedReasons: []string{"r"}, NotRunReasons: []string{"r"},
 		NotificationSinks: []string{"s"}, FullReloadReasons: []string{"r"}})
 	now := time.Now()
@@ -39,7 +41,7 @@ func exported(t *testing.T) map[string]bool {
 	m.ObserveEditToArmed(now, now)
 	m.ObserveEventApply(time.Millisecond)
 	m.ObserveClaimBatch(1, time.Millisecond)
-	families, err := m.Registry().Gather()
+	families, err := m.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,11 +75,13 @@ func TestPresetExportsEveryReasonFromTheStart(t *testing.T) {
 func TestAlertGauges(t *testing.T) {
 	m := New()
 	state := WatchLost
-	m.RegisterGauges(Sources{
+	if err := m.RegisterGauges(Sources{
 		WatchState:   func() string { return state },
 		LiveMembers:  func() int { return 3 },
 		HeartbeatAge: func() time.Duration { return 2500 * time.Millisecond },
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	for _, cur := range []string{WatchLost, WatchStreaming, WatchPolling} {
 		state = cur
 		got := scrape(t, m)

@@ -132,12 +132,24 @@ func FromEnv(ctx context.Context, r Resource) (*Tracing, error) {
 // Protocol is the OTLP protocol spans are exported with.
 func (t *Tracing) Protocol() string { return t.protocol }
 
-// Tracer returns the daemon's tracer; nil when t is nil (tracing off).
-func (t *Tracing) Tracer() trace.Tracer {
+// Provider returns the tracer provider; nil when t is nil (tracing off).
+func (t *Tracing) Provider() trace.TracerProvider {
 	if t == nil {
 		return nil
 	}
-	return t.provider.Tracer("github.com/cronswap/cronswap")
+	return t.provider
+}
+
+// Tracer returns the daemon's tracer; nil when t is nil (tracing off).
+func (t *Tracing) Tracer() trace.Tracer { return TracerOf(t.Provider()) }
+
+// TracerOf returns cronswap's tracer of tp; nil when tp is nil (tracing
+// off).
+func TracerOf(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		return nil
+	}
+	return tp.Tracer("github.com/cronswap/cronswap")
 }
 
 // Shutdown exports the spans still buffered and stops the exporter,
