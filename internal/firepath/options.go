@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/jobs"
@@ -206,6 +208,15 @@ type RunnerOptions struct {
 	// requests) this replica takes from a lock's buffer and runs, so that
 	// the request learns their outcome whichever replica buffered it.
 	Requests RequestReporter
+
+	// Tracer, when set, makes a trace of every fire (trace.go): its root
+	// span with the admission, claim, run and end write as children, a
+	// span per claim batch, the action handed the run's span. Nil traces
+	// nothing and costs nothing.
+	Tracer trace.Tracer
+	// ArmedBy, when set, returns the span of the schedule change that
+	// armed a job's timer, which the job's fires link to.
+	ArmedBy func(jobID string) (trace.SpanContext, bool)
 }
 
 // Clock is where the fire path reads "now" for leases and run times. Slots
