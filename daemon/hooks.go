@@ -32,8 +32,9 @@ func fireHooks(mx *metrics.Metrics, events *httpapi.Broker) firepath.Hooks {
 			mx.CountRun(id, status)
 			events.RunChanged(id, status)
 		},
-		NotRun: func(_ string, _ time.Time, reason string) { mx.CountFireNotRun(reason) },
-		Missed: func(_ string, reason string, n int64) { mx.CountMissedSlots(reason, n) },
+		NotRun:  func(_ string, _ time.Time, reason string) { mx.CountFireNotRun(reason) },
+		Missed:  func(_ string, reason string, n int64) { mx.CountMissedSlots(reason, n) },
+		Skipped: func(_ string, reason string) { mx.CountSkippedFire(reason) },
 	}
 }
 

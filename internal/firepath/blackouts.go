@@ -26,7 +26,7 @@ func (r *Runner) blackedOut(d schedule.Due, deadline time.Duration, check bool) 
 	log := r.log.With("job_id", id, "scheduled_at", slot, "blackout_id", b.ID)
 	if r.opts.Store == nil {
 		log.Info("fire skipped: inside a blackout window", "reason", b.Reason)
-		r.runEnded(id, record.StatusSkipped)
+		r.skipped(id, SkipBlackout)
 		return true
 	}
 	fc := claimRequest{FireClaim: record.FireClaim{JobID: id, Slot: slot, Check: check, Blackout: &b},
@@ -49,7 +49,7 @@ func (r *Runner) blackedOut(d schedule.Due, deadline time.Duration, check bool) 
 	case o.Result == record.Skipped:
 		r.dbAnswered.Store(true)
 		log.Info("fire skipped: inside a blackout window", "reason", b.Reason)
-		r.runEnded(id, record.StatusSkipped)
+		r.skipped(id, SkipBlackout)
 	default:
 		r.dbAnswered.Store(true)
 		log.Debug("fire in a blackout window already recorded elsewhere", "recorded", o.Reason)

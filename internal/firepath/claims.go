@@ -149,7 +149,7 @@ func (c *claimTry) settle(o record.ClaimOutcome) (record.Lease, bool) {
 		return record.Lease{}, false
 	case record.Skipped:
 		log.Info("fire skipped", "reason", o.Reason, "holder", o.Holder, "holder_run_id", o.HolderRunID)
-		r.runEnded(id, record.StatusSkipped)
+		r.skipped(id, SkipOverlap)
 		if spec.Overlap.Buffers() && o.Holder == "" {
 			r.drainSoon(id, spec.Overlap) // fires may wait on a lock no live run holds
 		}

@@ -195,7 +195,7 @@ func (r *Runner) RunOffSchedule(f OffScheduleFire) OffScheduleResult {
 		return OffScheduleResult{AlreadyFired: true, Error: o.Reason}
 	case record.Skipped:
 		log.Info("off-schedule run skipped", "reason", o.Reason, "holder", o.Holder, "holder_run_id", o.HolderRunID)
-		r.runEnded(id, record.StatusSkipped)
+		r.skipped(id, SkipOverlap)
 		if spec.Overlap.Buffers() && o.Holder == "" {
 			r.drainSoon(id, spec.Overlap) // fires may wait on a lock no live run holds
 		}

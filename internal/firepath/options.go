@@ -53,7 +53,21 @@ type Hooks struct {
 	// Missed is called for each missed record this replica wrote, with
 	// the number of slots it covers.
 	Missed func(jobID, reason string, slots int64)
+	// Skipped is called, after RunEnded, for a fire recorded skipped, with
+	// why (SkipReasons).
+	Skipped func(jobID, reason string)
 }
+
+// Reasons a fire is recorded skipped, as passed to Hooks.Skipped.
+const (
+	// SkipOverlap: the job's lock was held by a live run (overlap skip).
+	SkipOverlap = "overlap"
+	// SkipBlackout: the slot fell in a blackout window.
+	SkipBlackout = "blackout"
+)
+
+// SkipReasons lists every reason passed to Hooks.Skipped.
+var SkipReasons = []string{SkipOverlap, SkipBlackout}
 
 // Reasons a fire was not run, as passed to Hooks.NotRun. Those that are
 // also reasons of missed records are the same strings.

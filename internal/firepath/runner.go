@@ -399,6 +399,14 @@ func (r *Runner) notRun(id string, slot time.Time, reason string) {
 	}
 }
 
+// skipped ends a fire of job id recorded skipped for reason (SkipReasons).
+func (r *Runner) skipped(id, reason string) {
+	r.runEnded(id, record.StatusSkipped)
+	if r.opts.Hooks.Skipped != nil {
+		r.opts.Hooks.Skipped(id, reason)
+	}
+}
+
 func (r *Runner) runEnded(id, status string) {
 	if r.opts.Hooks.RunEnded != nil {
 		r.opts.Hooks.RunEnded(id, status)

@@ -27,7 +27,7 @@ func exported(t *testing.T) map[string]bool {
 		HeartbeatAge: func() time.Duration { return 0 }}); err != nil {
 		t.Fatal(err)
 	}
-	m.Preset(Known{Categories: []string{"c"}, MissedReasons: []string{"r"}, NotRunReasons: []string{"r"},
+	m.Preset(Known{Categories: []string{"c"}, MissedReasons: []string{"r"}, NotRunReasons: []string{"r"}, SkipReasons: []string{"r"},
 		NotificationSinks: []string{"s"}, FullReloadReasons: []string{"r"}})
 	now := time.Now()
 	m.CountChangeEvent("update")

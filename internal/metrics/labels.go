@@ -47,6 +47,9 @@ type Known struct {
 	// NotRunReasons are the reasons a fire is not run
 	// (cronswap_fires_not_run_total).
 	NotRunReasons []string
+	// SkipReasons are the reasons a fire is recorded skipped
+	// (cronswap_fires_skipped_total).
+	SkipReasons []string
 	// NotificationSinks are the configured webhooks' names
 	// (cronswap_notifications_total, every result).
 	NotificationSinks []string
@@ -71,6 +74,9 @@ func (m *Metrics) Preset(k Known) {
 	}
 	for _, r := range k.NotRunReasons {
 		m.FiresNotRun.WithLabelValues(r)
+	}
+	for _, r := range k.SkipReasons {
+		m.SkippedFires.WithLabelValues(r)
 	}
 	for _, r := range k.FullReloadReasons {
 		m.FullReloads.WithLabelValues(r)

@@ -48,12 +48,15 @@ func TestFireLatenessCategoryIsBounded(t *testing.T) {
 func TestPresetExportsEveryReasonFromTheStart(t *testing.T) {
 	m := New()
 	m.Preset(Known{MissedReasons: []string{"no_replica_running", "queue_full"}, NotRunReasons: []string{"shutting_down"},
+		SkipReasons: []string{"overlap", "blackout"},
 		NotificationSinks: []string{"ops"}, FullReloadReasons: []string{"lost_position"}})
 	got := scrape(t, m)
 	for _, k := range []string{
 		"cronswap_missed_slots_total,reason=no_replica_running",
 		"cronswap_missed_slots_total,reason=queue_full",
 		"cronswap_fires_not_run_total,reason=shutting_down",
+		"cronswap_fires_skipped_total,reason=overlap",
+		"cronswap_fires_skipped_total,reason=blackout",
 		"cronswap_full_reloads_total,reason=lost_position",
 		"cronswap_reloads_total,result=rejected",
 		"cronswap_notifications_total,result=delivered,sink=ops",

@@ -83,6 +83,9 @@ type Metrics struct {
 	// Notifications counts notification deliveries by sink and result
 	// (NotificationDelivered, NotificationFailed, NotificationGivenUp).
 	Notifications *prometheus.CounterVec
+	// SkippedFires counts the fires this replica recorded skipped, by
+	// reason (overlap, blackout).
+	SkippedFires *prometheus.CounterVec
 	// Triggers counts the outcomes this replica wrote on run-now and
 	// backfill requests, by outcome (the request's status: buffered and
 	// the final ones).
@@ -178,6 +181,8 @@ func NewOn(reg prometheus.Registerer, gather prometheus.Gatherer) (*Metrics, err
 			Help: "Fires claimed and won by this replica although another member owned the job (owner dead or stalled)."}),
 		Notifications: f.counterVec(prometheus.CounterOpts{Name: "notifications_total",
 			Help: "Notification deliveries by this replica, by sink and result (delivered, failed: to be retried, given_up)."}, "sink", "result"),
+		SkippedFires: f.counterVec(prometheus.CounterOpts{Name: "fires_skipped_total",
+			Help: "Fires this replica recorded skipped, by reason (overlap: the job's lock was held; blackout: inside a blackout window)."}, "reason"),
 		Triggers: f.counterVec(prometheus.CounterOpts{Name: "triggers_total",
 			Help: "Outcomes this replica wrote on run-now and backfill requests, by outcome (buffered, succeeded, failed, abandoned, skipped, missed, rejected, not_run, already_ran)."}, "outcome"),
 	}
@@ -349,6 +354,14 @@ func (m *Metrics) CountLockAcquisition(result string) {
 		return
 	}
 	m.LockAcquisitions.WithLabelValues(result).Inc()
+}
+
+// CountSkippedFire counts one fire recorded skipped, by reason.
+func (m *Metrics) CountSkippedFire(reason string) {
+	if m == nil {
+		return
+	}
+	m.SkippedFires.WithLabelValues(reason).Inc()
 }
 
 // CountFireNotRun counts one fire not run, by reason.
