@@ -258,8 +258,7 @@ func readEntry(n *yaml.Node, lineOffset int) Entry {
 		e.setID(n)
 		return e
 	}
-	var js bytes.Buffer
-	js.WriteByte('{')
+	doc := bson.D{}
 	seen := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
@@ -283,18 +282,13 @@ func readEntry(n *yaml.Node, lineOffset int) Entry {
 			e.Problems = append(e.Problems, err)
 			continue
 		}
-		if js.Len() > 1 {
-			js.WriteByte(',')
-		}
-		kj, _ := json.Marshal(key)
-		js.Write(kj)
-		js.WriteByte(':')
-		if err := writeJSON(&js, v); err != nil {
+		val, err := bsonValue(v)
+		if err != nil {
 			add(v.Line, "field %s: %v", key, err)
-			return e
+			continue
 		}
+		doc = append(doc, bson.E{Key: key, Value: val})
 	}
-	js.WriteByte('}')
 	if _, ok := e.lines[schedule.FieldID]; !ok {
 		add(n.Line, "no _id: every entry names its job (_id: daily_report)")
 	}
@@ -302,13 +296,54 @@ func readEntry(n *yaml.Node, lineOffset int) Entry {
 	if len(e.Problems) > 0 {
 		return e
 	}
-	var doc bson.Raw
-	if err := bson.UnmarshalExtJSON(js.Bytes(), false, &doc); err != nil {
+	raw, err := bson.Marshal(doc)
+	if err != nil {
 		e.Problems = append(e.Problems, &Problem{Line: e.Line, Msg: fmt.Sprintf("not a document: %v", err)})
 		return e
 	}
-	e.Doc = doc
+	e.Doc = raw
 	return e
+}
+
+// bsonValue is the BSON value of a field: a scalar as YAML reads it (a
+// string, an int32 or an int64 when it does not fit, a double, a bool,
+// null, a date); a mapping or a list as relaxed extended JSON, so that
+// {"$date": …} is a date again.
+func bsonValue(n *yaml.Node) (any, error) {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+		return n.Value, nil // the common case, without YAML's decoding
+	}
+	if n.Kind == yaml.ScalarNode {
+		var v any
+		if err := n.Decode(&v); err != nil {
+			return nil, fmt.Errorf("%q: %v", n.Value, err)
+		}
+		switch x := v.(type) {
+		case int:
+			if x >= math.MinInt32 && x <= math.MaxInt32 {
+				return int32(x), nil
+			}
+			return int64(x), nil
+		case uint64:
+			return nil, fmt.Errorf("%s is too large for an integer", n.Value)
+		case float64:
+			if n.Tag == "!!int" || integerText(n.Value) {
+				return nil, fmt.Errorf("%s is too large for an integer", n.Value)
+			}
+		}
+		return v, nil
+	}
+	var js bytes.Buffer
+	js.WriteString(`{"v":`)
+	if err := writeJSON(&js, n); err != nil {
+		return nil, err
+	}
+	js.WriteByte('}')
+	var doc bson.Raw
+	if err := bson.UnmarshalExtJSON(js.Bytes(), false, &doc); err != nil {
+		return nil, fmt.Errorf("not a value: %v", err)
+	}
+	return doc.Lookup("v"), nil
 }
 
 // setID sets e.ID from n's _id when it is a job id.

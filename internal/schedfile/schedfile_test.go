@@ -233,3 +233,64 @@ func TestWriterRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// heapInUse is the heap in use after a collection.
+func heapInUse() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+// Writing and reading a stream keep no memory per entry: what export
+// writes and apply reads may be a million schedules. (yaml.v3's Encoder
+// keeps about 2 KB per document of a stream, so the writer encodes each
+// document on its own.)
+func TestStreamsKeepNoMemoryPerEntry(t *testing.T) {
+	const n = 20000
+	pr, pw := io.Pipe()
+	go func() {
+		w, err := schedfile.NewWriter(pw, schedfile.FormatYAML)
+		if err != nil {
+			pw.CloseWithError(err)
+			return
+		}
+		var base uint64
+		for i := range n {
+			if i == 1000 {
+				base = heapInUse()
+			}
+			raw, _ := bson.Marshal(bson.D{{Key: "_id", Value: fmt.Sprintf("job_%07d", i)}, {Key: "cron_expr", Value: "0 9 * * *"},
+				{Key: "args", Value: bson.D{{Key: "n", Value: int32(i)}}}})
+			if err := w.Write(raw); err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+		}
+		if grown := int64(heapInUse()) - int64(base); grown > 8<<20 {
+			pw.CloseWithError(fmt.Errorf("the writer's heap grew by %d bytes over %d entries", grown, n-1000))
+			return
+		}
+		pw.CloseWithError(w.Close())
+	}()
+	r := schedfile.NewReader(pr, 0)
+	var base uint64
+	for i := 0; ; i++ {
+		if i == 1000 {
+			base = heapInUse()
+		}
+		_, err := r.Next()
+		if err == io.EOF {
+			if i != n {
+				t.Fatalf("read %d entries", i)
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if grown := int64(heapInUse()) - int64(base); grown > 8<<20 {
+		t.Fatalf("the reader's heap grew by %d bytes over %d entries", grown, n-1000)
+	}
+}

@@ -2,6 +2,7 @@ package schedfile
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"strconv"
@@ -22,18 +23,18 @@ const (
 type Writer struct {
 	w      *bufio.Writer
 	format string
-	yaml   *yaml.Encoder
 	n      int
+	// doc holds one YAML document at a time: yaml.v3's Encoder keeps
+	// memory for every document of a stream (2 KB each), so each document
+	// gets an encoder of its own and the separators are written here.
+	doc bytes.Buffer
 }
 
 // NewWriter returns a writer of format (FormatYAML or FormatJSON) to w.
 func NewWriter(w io.Writer, format string) (*Writer, error) {
 	fw := &Writer{w: bufio.NewWriterSize(w, 64<<10), format: format}
 	switch format {
-	case FormatYAML:
-		fw.yaml = yaml.NewEncoder(fw.w)
-		fw.yaml.SetIndent(2)
-	case FormatJSON:
+	case FormatYAML, FormatJSON:
 	default:
 		return nil, fmt.Errorf("format %q: want %s or %s", format, FormatYAML, FormatJSON)
 	}
@@ -90,8 +91,23 @@ func (w *Writer) Write(doc bson.Raw) error {
 		}
 		node.Content = append(node.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: f.Key}, v)
 	}
+	w.doc.Reset()
+	enc := yaml.NewEncoder(&w.doc)
+	enc.SetIndent(2)
+	if err := enc.Encode(node); err != nil {
+		return fmt.Errorf("schedule %v: %w", doc.Lookup(schedule.FieldID), err)
+	}
+	if err := enc.Close(); err != nil {
+		return err
+	}
+	if w.n > 0 {
+		if _, err := w.w.WriteString("---\n"); err != nil {
+			return err
+		}
+	}
 	w.n++
-	return w.yaml.Encode(node)
+	_, err := w.w.Write(w.doc.Bytes())
+	return err
 }
 
 // Close ends the file (a JSON array's closing bracket; "[]" when empty)
@@ -105,8 +121,6 @@ func (w *Writer) Close() error {
 		if _, err := w.w.WriteString(end); err != nil {
 			return err
 		}
-	} else if err := w.yaml.Close(); err != nil {
-		return err
 	}
 	return w.w.Flush()
 }
