@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/user"
 	"strconv"
 	"strings"
 	"time"
@@ -193,7 +192,7 @@ func applyCommand(stdin io.Reader) *ucli.Command {
 		Flags: dbFlags(append(fileFlags(),
 			&ucli.StringFlag{Name: "plan", Usage: "apply a plan saved by plan --out instead of a file: conditional on the state it was planned from"},
 			&ucli.StringFlag{Name: "message", Aliases: []string{"m"}, Usage: "why: written as update_message on every document written, so the edit history shows it"},
-			&ucli.StringFlag{Name: "by", EnvVars: []string{envUpdatedBy}, Usage: "who applies, written as updated_by (default: the user running the command)"},
+			&ucli.StringFlag{Name: "by", EnvVars: []string{envUpdatedBy}, Usage: "who applies, written as updated_by (default: user@host of the command)"},
 			&ucli.BoolFlag{Name: "force", Usage: "overwrite documents changed since they were planned instead of reporting a conflict"},
 		)...),
 		Action: func(c *ucli.Context) error {
@@ -233,19 +232,11 @@ func applyCommand(stdin io.Reader) *ucli.Command {
 }
 
 // updatedBy is who applies: --by, CRONSWAP_UPDATED_BY, else the user
-// running the command.
+// running the command as run-now names them (user@host).
 func updatedBy(c *ucli.Context) (string, error) {
 	by := strings.TrimSpace(c.String("by"))
 	if by == "" {
-		if u, err := user.Current(); err == nil {
-			by = u.Username
-		}
-	}
-	if by == "" {
-		by = os.Getenv("USER")
-	}
-	if by == "" {
-		return "", ucli.Exit("who applies is unknown: give --by NAME (or "+envUpdatedBy+"), written as updated_by", ExitUserError)
+		by = requester()
 	}
 	if len(by) > schedule.MaxNameBytes {
 		return "", ucli.Exit(fmt.Sprintf("--by: %d bytes, more than %d", len(by), schedule.MaxNameBytes), ExitUserError)

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,8 +83,9 @@ type Daemon struct {
 	// events feeds /api/events: the watcher's applied changes and this
 	// replica's run starts and ends.
 	events *httpapi.Broker
-	// httpToken is httpapi.EnvToken as read by New ("" when unset).
-	httpToken string
+	// page holds the listener's tokens and the status page's write
+	// connection (pageops.go).
+	page *pageOps
 }
 
 // New builds a daemon from cfg (already Finished): it checks the action
@@ -113,9 +113,13 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		return nil, fmt.Errorf("http listen %s: %w", cfg.HTTP.Listen, err)
 	}
 	d := &Daemon{cfg: cfg, log: log.With("instance_id", cfg.InstanceID), client: client, listener: ln, registry: registry,
-		synced: make(chan struct{}), away: make(chan struct{}), events: httpapi.NewBroker(httpapi.BrokerOptions{}),
-		httpToken: os.Getenv(httpapi.EnvToken)}
+		synced: make(chan struct{}), away: make(chan struct{}), events: httpapi.NewBroker(httpapi.BrokerOptions{})}
 	db := client.Database(cfg.Mongo.Database)
+	if d.page, err = newPageOps(cfg, registry, db, d.log); err != nil {
+		disconnect(client)
+		_ = ln.Close()
+		return nil, err
+	}
 
 	// The listener's address goes into the members document: the command
 	// line asks a live daemon what its engine holds (schedules list/get).
@@ -125,6 +129,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	d.blackouts = newBlackoutWatch(db, cfg, d.log)
 	if d.relay, err = newRelay(cfg, db, d.Engine, d.metrics, d.log); err != nil {
 		disconnect(client)
+		d.page.close()
 		_ = ln.Close()
 		return nil, err
 	}
@@ -205,25 +210,24 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		TokenSavedAt: func() time.Time { return d.watcher.Status().TokenSavedAt },
 		ClaimLatency: d.runner.LatencyEstimate,
 	})
-	d.server = &http.Server{
-		Handler: httpapi.New(httpapi.Options{
-			Schedules:       d.engine,
-			DefaultTimezone: cfg.Location.String(),
-			Ready:           func() bool { return d.watcher.Status().Ready },
-			Metrics:         d.metrics.Handler(),
-			Pprof:           cfg.HTTP.Pprof,
-			Status:          d.status,
-			Timelines:       timeline.NewReader(db, timeline.Options{Location: cfg.Location}),
-			FailurePauses:   d.failurePauses,
-			Location:        cfg.Location,
-			Host:            d.members.Self().Host,
-			Members:         d.members.Live,
-			Records:         httpapi.NewMongoRecords(db),
-			Events:          d.events,
-			Token:           d.httpToken,
-		}),
-		ReadHeaderTimeout: 5 * time.Second,
+	api := httpapi.Options{
+		Schedules:       d.engine,
+		DefaultTimezone: cfg.Location.String(),
+		Ready:           func() bool { return d.watcher.Status().Ready },
+		Metrics:         d.metrics.Handler(),
+		Pprof:           cfg.HTTP.Pprof,
+		Status:          d.status,
+		Timelines:       timeline.NewReader(db, timeline.Options{Location: cfg.Location}),
+		FailurePauses:   d.failurePauses,
+		Location:        cfg.Location,
+		Host:            d.members.Self().Host,
+		Members:         d.members.Live,
+		Records:         httpapi.NewMongoRecords(db),
+		Events:          d.events,
+		Logger:          d.log,
 	}
+	d.page.apply(&api)
+	d.server = &http.Server{Handler: httpapi.New(api), ReadHeaderTimeout: 5 * time.Second}
 	// Open event streams would hold the shutdown for its whole timeout.
 	d.server.RegisterOnShutdown(d.events.Close)
 	return d, nil
@@ -261,7 +265,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- d.server.Serve(d.listener) }()
-	if d.httpToken == "" && !config.IsLoopback(d.listener.Addr().String()) {
+	if !d.page.protected() && !config.IsLoopback(d.listener.Addr().String()) {
 		d.log.Warn("the HTTP listener is not on loopback and no token protects it",
 			"http_listen", d.listener.Addr().String(), "env", httpapi.EnvToken)
 	}
@@ -419,6 +423,7 @@ func (d *Daemon) close() {
 	d.closeOnce.Do(func() {
 		_ = d.listener.Close()
 		disconnect(d.client)
+		d.page.close()
 	})
 }
 
