@@ -62,7 +62,7 @@ func exportCommand() *ucli.Command {
 			if c.NArg() > 0 {
 				return ucli.Exit("export takes no argument: cronswap export > schedules.yaml", ExitUserError)
 			}
-			return connect(c, false, func(ctx context.Context, s *session) error {
+			return withSession(c, false, func(ctx context.Context, s *session) error {
 				w, err := schedfile.NewWriter(c.App.Writer, format)
 				if err != nil {
 					return ucli.Exit(err.Error(), ExitUserError)
@@ -131,7 +131,7 @@ func planCommand(stdin io.Reader) *ucli.Command {
 				return err
 			}
 			defer src.close()
-			return connect(c, false, func(ctx context.Context, s *session) error {
+			return withSession(c, false, func(ctx context.Context, s *session) error {
 				check, err := s.checkFile(c, src)
 				if err != nil {
 					return err
@@ -209,7 +209,7 @@ func applyCommand(stdin io.Reader) *ucli.Command {
 				return err
 			}
 			defer src.close()
-			return connect(c, false, func(ctx context.Context, s *session) error {
+			return withSession(c, false, func(ctx context.Context, s *session) error {
 				check, err := s.checkFile(c, src)
 				if err != nil {
 					return err

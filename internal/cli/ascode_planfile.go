@@ -208,7 +208,7 @@ func applyPlanFile(c *ucli.Context, meta admin.WriteMeta) error {
 	if _, err := outputFormat(c); err != nil {
 		return err
 	}
-	return connect(c, false, func(ctx context.Context, s *session) error {
+	return withSession(c, false, func(ctx context.Context, s *session) error {
 		check, err := openPlanFile(path)
 		if err != nil {
 			return ucli.Exit(err.Error(), ExitUserError)

@@ -54,15 +54,15 @@ func withDB(c *ucli.Context, fn func(ctx context.Context, s *session) error) err
 	if _, err := outputFormat(c); err != nil {
 		return err
 	}
-	return connect(c, true, fn)
+	return withSession(c, true, fn)
 }
 
-// connect is withDB without the check of --output (export's is yaml|json).
+// withSession is withDB without the check of --output (export's is yaml|json).
 // A bounded command has 10 × --timeout in all; one that is not (export,
 // plan and apply, whose work grows with the collection) gets a context
 // without deadline and bounds each of its round trips with
 // session.opTimeout.
-func connect(c *ucli.Context, bounded bool, fn func(ctx context.Context, s *session) error) error {
+func withSession(c *ucli.Context, bounded bool, fn func(ctx context.Context, s *session) error) error {
 	cfg, err := loadConfig(c)
 	if err != nil {
 		return err

@@ -63,8 +63,7 @@ type Runner struct {
 	// flusher tries again at once instead of waiting out its backoff.
 	dbAnswered atomic.Bool
 
-	// retries runs further attempts of failed runs (nil: no action
-	// retries, or no store).
+	// retries runs further attempts of failed runs (nil: no store).
 	retries *retrier
 }
 
@@ -107,7 +106,10 @@ func NewRunner(opts RunnerOptions) *Runner {
 		r.ends = newBatcher(endBatchMax, endBatchesAtOnce, r.endBatch)
 		r.leases = newLeaseKeeper(r)
 	}
-	if opts.Store != nil && opts.Registry != nil && opts.Registry.AnyRetries() {
+	// The retrier exists whatever is registered yet (a Go program registers
+	// its handlers after the runner is built); it polls only while some
+	// registered action retries.
+	if opts.Store != nil && opts.Registry != nil {
 		if opts.RetryPoll <= 0 {
 			opts.RetryPoll = sweepInterval(opts.TTL)
 		}
@@ -424,7 +426,9 @@ func (r *Runner) execute(log *slog.Logger, d schedule.Due, spec actions.Action, 
 		defer cancelT()
 	}
 	if lease != nil {
-		r.leases.hold(*lease, cancel)
+		// A run that takes a while to stop (kill_grace) is cancelled that
+		// much before its lease runs out, so it never outlives it.
+		r.leases.holdStopping(*lease, cancel, actions.StopGraceOf(spec.Handler))
 	}
 	startedAt := r.clock.Now()
 	if h := r.opts.Hooks.Dispatched; h != nil {
@@ -475,7 +479,8 @@ func (r *Runner) execute(log *slog.Logger, d schedule.Due, spec actions.Action, 
 // on record: abandoned if another replica had taken the run over.
 func (r *Runner) finish(log *slog.Logger, d schedule.Due, spec actions.Action, l record.Lease, status string, runErr error, out actions.Output,
 	startedAt, endedAt time.Time) string {
-	end := record.RunEnd{Status: status, EndedAt: endedAt, Stdout: out.Stdout, Stderr: out.Stderr, StartedAt: startedAt, ExitCode: out.ExitCode}
+	end := record.RunEnd{Status: status, EndedAt: endedAt, Stdout: out.Stdout, Stderr: out.Stderr, StartedAt: startedAt, ExitCode: out.ExitCode,
+		AnswerStatus: out.AnswerStatus, Answer: out.Answer}
 	if runErr != nil {
 		end.Error = runErr.Error()
 	}

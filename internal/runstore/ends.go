@@ -43,7 +43,8 @@ func (s *Store) endUpdate(e record.LeaseEnd) bson.D {
 	return bson.D{{Key: "$set", Value: set}}
 }
 
-// outputFields are the error, exit code and output tails of an end.
+// outputFields are the error, exit code, output tails and answer of an
+// end.
 func outputFields(end record.RunEnd, errorKey string) bson.D {
 	var d bson.D
 	if end.Error != "" {
@@ -57,6 +58,12 @@ func outputFields(end record.RunEnd, errorKey string) bson.D {
 	}
 	if end.Stderr != "" {
 		d = append(d, bson.E{Key: "stderr", Value: end.Stderr})
+	}
+	if end.AnswerStatus != 0 {
+		d = append(d, bson.E{Key: "answer_status", Value: end.AnswerStatus})
+	}
+	if end.Answer != "" {
+		d = append(d, bson.E{Key: "answer", Value: end.Answer})
 	}
 	return d
 }
