@@ -84,6 +84,9 @@ type daemonConfig struct {
 	Watch string
 	// Jobs is the YAML of the jobs: section; default has the example actions.
 	Jobs string
+	// HTTP is appended to the http: section (indented keys, e.g.
+	// "  tokens_file: /x\n").
+	HTTP string
 	// Listen is the HTTP listen address; default 127.0.0.1:0 (any free
 	// port).
 	Listen string
@@ -117,13 +120,13 @@ func writeConfig(t *testing.T, c daemonConfig) string {
 instance_id: %q
 http:
   listen: %s
-watch:
+%swatch:
   backoff_min: 50ms
   backoff_max: 1s
 %sshutdown:
   grace: 20s
 %s
-jobs:%s`, c.URI, c.Database, c.InstanceID, c.Listen, c.Watch, c.Extra, c.Jobs)
+jobs:%s`, c.URI, c.Database, c.InstanceID, c.Listen, c.HTTP, c.Watch, c.Extra, c.Jobs)
 	p := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -267,9 +269,12 @@ func copyFile(t *testing.T, src, dst string) {
 // (scripts/ui-test/contract.mjs): the served document is valid 3.1 and the
 // repository's file; every documented operation, called with its
 // examples, answers as documented; bad parameters answer 400 and an
-// unknown job 404 with the error schema; the event stream says hello; and,
-// since this daemon has an HTTP token, nothing but /healthz and /readyz
-// answers without it. The seeded jobs have run, so run fields and lock
+// unknown job 404 with the error schema; the page's actions (this daemon
+// has a write connection, and its token is an operator's) answer their
+// example bodies and refuse an unknown job, a form's body and another
+// origin as documented; the event stream says hello; and, since this
+// daemon has an HTTP token, nothing but /healthz and /readyz answers
+// without it. The seeded jobs have run, so run fields and lock
 // state are filled in.
 func TestOpenAPIContract(t *testing.T) {
 	u := needUITools(t)
@@ -277,7 +282,9 @@ func TestOpenAPIContract(t *testing.T) {
 	t.Setenv("CRONSWAP_HTTP_TOKEN", token)
 	uri, db := setup(t)
 	seedUIJobs(t, db)
-	d := startDaemon(t, writeConfig(t, daemonConfig{URI: uri, Database: db.Name(), InstanceID: "api-1", Jobs: uiJobsYAML}))
+	// A write connection, so that the page's actions answer as documented.
+	d := startDaemon(t, writeConfig(t, daemonConfig{URI: uri, Database: db.Name(), InstanceID: "api-1", Jobs: uiJobsYAML,
+		HTTP: fmt.Sprintf("  write_mongo_uri: %q\n", withAppName(dbURI(uri, db.Name()), "cronswap-page-contract"))}))
 	d.waitReady()
 	start := time.Now()
 	waitFor(t, 30*time.Second, "a run of seed-every-5s", func() bool { return succeededAfter(t, db, "seed-every-5s", start.Add(-5*time.Second)) })
@@ -401,4 +408,61 @@ func TestStatusPage100k(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestStatusPageActionsInBrowser drives the page's actions in headless
+// Chromium (scripts/ui-test/actions.mjs) against two daemons on one
+// database with the same tokens file (an operator, a viewer): ui-ops with
+// a write connection, ui-ro without. The operator runs a job now and sees
+// the run in its timeline, disables and enables it, and retimes it
+// through the form with the preview, after which the engine's next_run
+// follows; the viewer sees no action and its POST is refused; a
+// cross-origin form post with the operator's credentials is refused; and
+// ui-ro offers the operator no action.
+func TestStatusPageActionsInBrowser(t *testing.T) {
+	u := needUITools(t)
+	uri, db := setup(t)
+	seedUIJobs(t, db)
+	sum := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
+	const opToken, viewerToken = "operator-token-e2e", "viewer-token-e2e"
+	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(tokens, []byte(fmt.Sprintf("- name: alice\n  role: operator\n  sha256: %s\n- name: grafana\n  role: viewer\n  sha256: %s\n",
+		sum(opToken), sum(viewerToken))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The test server has no users: the write connection is the same
+	// server under an application name of its own.
+	writeURI := withAppName(dbURI(uri, db.Name()), "cronswap-page-e2e")
+	ops := startDaemon(t, writeConfig(t, daemonConfig{URI: uri, Database: db.Name(), InstanceID: "ui-ops", Jobs: uiJobsYAML,
+		HTTP: fmt.Sprintf("  tokens_file: %q\n  write_mongo_uri: %q\n", tokens, writeURI)}))
+	ro := startDaemon(t, writeConfig(t, daemonConfig{URI: uri, Database: db.Name(), InstanceID: "ui-ro", Jobs: uiJobsYAML,
+		HTTP: fmt.Sprintf("  tokens_file: %q\n", tokens)}))
+	ops.waitReady()
+	ro.waitReady()
+	screens := t.TempDir()
+	u.runUIScript(t, "actions.mjs", 4*time.Minute,
+		"CRONSWAP_UI_URL=http://"+ops.addr,
+		"CRONSWAP_UI_RO_URL=http://"+ro.addr,
+		"CRONSWAP_UI_OPERATOR=alice:"+opToken,
+		"CRONSWAP_UI_VIEWER=grafana:"+viewerToken,
+		"CRONSWAP_UI_MONGO_URI="+dbURI(uri, db.Name()),
+		"CRONSWAP_UI_MONGOSH="+mongoshPath(t),
+		"CRONSWAP_UI_JOB=seed-cleanup",
+		"CRONSWAP_UI_SCREENS="+screens,
+	)
+	if dir := os.Getenv(envUIScreens); dir != "" {
+		copyFile(t, filepath.Join(screens, "ui-actions.png"), filepath.Join(dir, "ui-actions.png"))
+	}
+}
+
+// withAppName adds an appName option to a connection string: a
+// connection of its own to the same server (the page's write connection
+// in the tests; the test server has no users to give it other
+// credentials).
+func withAppName(uri, name string) string {
+	sep := "?"
+	if strings.Contains(uri, "?") {
+		sep = "&"
+	}
+	return uri + sep + "appName=" + name
 }

@@ -1,8 +1,10 @@
 // Package cli defines cronswap's command line (urfave/cli/v2): run, init,
-// schedules, next, validate, token, locks, runs, members, explain, blackouts, run-now, backfill, version and completion.
+// schedules, next, validate, token, locks, runs, members, explain, blackouts, run-now, backfill,
+// export, plan, apply, version and completion.
 // Every command prints an aligned table for people or,
 // with --output json, JSON for scripts. Exit codes: 0 ok, 1 user error (bad
-// input, not found), 2 server unreachable.
+// input, not found), 2 server unreachable, 3 changes pending (plan, and an
+// apply that left conflicts).
 package cli
 
 import (
@@ -25,7 +27,7 @@ import (
 	"github.com/cronswap/cronswap/schedule"
 )
 
-// Exit codes.
+// Exit codes (and ExitChangesPending).
 const (
 	ExitOK          = 0
 	ExitUserError   = 1
@@ -86,6 +88,9 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			blackoutsCommand(),
 			runNowCommand(),
 			backfillCommand(),
+			exportCommand(),
+			planCommand(stdin),
+			applyCommand(stdin),
 			{
 				Name:  "version",
 				Usage: "print the version",
@@ -108,6 +113,13 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	err := app.Run(interspersed(app, args))
 	if err == nil {
 		return ExitOK
+	}
+	var pending changesPending
+	if errors.As(err, &pending) {
+		if pending.msg != "" {
+			fmt.Fprintln(stderr, "cronswap:", pending.msg)
+		}
+		return ExitChangesPending
 	}
 	var ec ucli.ExitCoder
 	if errors.As(err, &ec) {

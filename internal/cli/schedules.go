@@ -459,7 +459,7 @@ func schedulesEnable(name string, enabled bool) *ucli.Command {
 				return err
 			}
 			return withDB(c, func(ctx context.Context, s *session) error {
-				changed, err := s.store.SetEnabled(ctx, id, enabled)
+				changed, err := s.store.SetEnabled(ctx, id, enabled, "")
 				if notFound(err) {
 					return ucli.Exit(fmt.Sprintf("no schedule %q", id), ExitUserError)
 				}

@@ -62,13 +62,10 @@ func runNowCommand() *ucli.Command {
 				return ucli.Exit(fmt.Sprintf("--wait %s: must not be negative", wait), ExitUserError)
 			}
 			return withDB(c, func(ctx context.Context, s *session) error {
-				if _, err := s.store.Schedule(ctx, id); notFound(err) {
+				tid, err := s.store.RunNow(ctx, id, args, requester())
+				if notFound(err) {
 					return ucli.Exit(fmt.Sprintf("no schedule %q", id), ExitUserError)
-				} else if err != nil {
-					return s.fail(err)
 				}
-				coll := triggers.Collection(s.db)
-				tid, err := triggers.RunNow(ctx, coll, id, args, requester(), time.Now())
 				if err != nil {
 					return s.fail(err)
 				}

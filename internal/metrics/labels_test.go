@@ -48,7 +48,7 @@ func TestFireLatenessCategoryIsBounded(t *testing.T) {
 func TestPresetExportsEveryReasonFromTheStart(t *testing.T) {
 	m := New()
 	m.Preset(Known{MissedReasons: []string{"no_replica_running", "queue_full"}, NotRunReasons: []string{"shutting_down"},
-		SkipReasons: []string{"overlap", "blackout"},
+		SkipReasons:       []string{"overlap", "blackout"},
 		NotificationSinks: []string{"ops"}, FullReloadReasons: []string{"lost_position"}})
 	got := scrape(t, m)
 	for _, k := range []string{

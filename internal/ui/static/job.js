@@ -1,10 +1,12 @@
 // One job (#/jobs/<id>): the schedule as applied, its next runs with
 // daylight-saving shifts marked and its lock from
 // /api/schedules/{id}/detail; its timeline and the chart of its runs from
-// /api/schedules/{id}/timeline.
+// /api/schedules/{id}/timeline; the actions an operator may take
+// (actions.js).
 import { h, badge, zoned, fmtUTC, fmtMS, fmtInt } from './dom.js';
 import { getJSON } from './api.js';
 import { chart } from './chart.js';
+import { jobActions } from './actions.js';
 
 // Timeline windows, widest first. A timeline holds at most 1000 entries
 // and is cut at its end when the window has more, so a busy job's newest
@@ -125,13 +127,15 @@ function zoneNote(tz) {
   return `${utc ? 'In UTC' : `In ${tz}, with UTC beside when it differs`}; daylight-saving shifts marked.`;
 }
 
+function head(id, d) {
+  return h('div', { class: 'job-head' }, h('h1', { class: 'mono' }, id), badge(d.status, { testid: 'job-status' }));
+}
+
 function render(id, d, tl, win, narrowed) {
   const sc = d.schedule;
   const fp = sc.failure_pause;
   const next = zoned(d.next_run_local, sc.next_run);
   return [
-    h('div', { class: 'job-head' },
-      h('h1', { class: 'mono' }, id), badge(d.status, { testid: 'job-status' })),
     h('div', { class: 'cols' },
       h('section', { class: 'card' },
         h('h2', {}, 'Schedule as applied'),
@@ -169,8 +173,13 @@ function render(id, d, tl, win, narrowed) {
 export function jobView(id, stamp) {
   const body = h('div', { class: 'loading muted' }, 'Loading…');
   const msg = h('div', { class: 'alert', role: 'alert', hidden: true });
+  const top = h('div', {});
+  // The actions card stays in place across refreshes (what its form
+  // holds, and the focus, survive them).
+  const actions = jobActions(id, () => refresh());
+  actions.el.hidden = true;
   const el = h('div', { testid: 'job-page', 'data-job-id': id, class: 'view' },
-    h('p', { class: 'crumbs' }, h('a', { href: '#/schedules' }, '‹ Schedules')), msg, body);
+    h('p', { class: 'crumbs' }, h('a', { href: '#/schedules' }, '‹ Schedules')), msg, top, actions.el, body);
   let chosen = 1; // 24 hours
   let used = chosen;
   const win = h('select', { 'aria-label': 'Timeline window', class: 'win' },
@@ -196,8 +205,11 @@ export function jobView(id, stamp) {
     try {
       const [d, tl] = await Promise.all([getJSON(`api/schedules/${enc}/detail`), timeline(n)]);
       if (stopped || n !== seq) return;
+      top.replaceChildren(head(id, d));
       body.replaceChildren(...render(id, d, tl, win, used !== chosen ? WINDOWS[used].label : ''));
       body.className = '';
+      actions.el.hidden = false;
+      actions.update(d.schedule);
       msg.hidden = true;
       stamp();
     } catch (e) {
