@@ -199,8 +199,8 @@ func TestBoundedOplogH2(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dflt.Stop()
-	if s := readOplogStats(t, c, testmongo.ClientFor(t, dflt.URI)); s.MaxEntries != 100_000 {
-		t.Fatalf("default bound with an H2 file: %+v, want 100000 (the launcher's DEFAULT_H2_OPLOG_MAX_ENTRIES)", s)
+	if s := readOplogStats(t, c, testmongo.ClientFor(t, dflt.URI)); s.MaxEntries != 20_000 {
+		t.Fatalf("default bound with an H2 file: %+v, want 20000 (the launcher's DEFAULT_H2_OPLOG_MAX_ENTRIES)", s)
 	}
 }
 
