@@ -77,12 +77,12 @@ trap 'echo "run-local: terminated; stopping" >&2; cleanup; exit 143' TERM
 
 refuse_clean() {
 	if [[ -n "$clean" ]]; then
-		echo "run-local: --clean starts the test server empty, but $1; stop it (or unset CRONSWAP_MONGO_URI) first" >&2
+		echo "run-local: --clean: $1, so this script starts no test server to empty; nothing deleted" >&2
 		exit 2
 	fi
 }
 if [[ -n "${CRONSWAP_MONGO_URI:-}" ]]; then
-	refuse_clean "CRONSWAP_MONGO_URI names a server of your own"
+	refuse_clean "CRONSWAP_MONGO_URI names a server"
 	uri="$CRONSWAP_MONGO_URI"
 elif [[ "$port" != 0 ]] && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 	refuse_clean "something already listens on 127.0.0.1:$port"
