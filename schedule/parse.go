@@ -152,7 +152,7 @@ func ParseExprWith(expr string, loc *time.Location, opts ParseOptions) (sched cr
 		}
 	}
 	if sched.Next(now).IsZero() {
-		return nil, fmt.Errorf("%q never fires", expr)
+		return nil, fmt.Errorf("%q never fires (no fire within five years)", expr)
 	}
 	return sched, nil
 }
