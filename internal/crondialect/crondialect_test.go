@@ -297,8 +297,8 @@ func TestMonthDays(t *testing.T) {
 		{"0 0 * * 2#5", 5, nil},
 		{"0 0 * * MON#1", 2, []int{1}},
 		{"0 0 1,L * *", 2, []int{1, 28}},
-		{"0 0 L * 1#2", 2, []int{8, 28}},    // both restricted: either
-		{"0 0 ? * 1#2", 2, []int{8}},        // "?" is robfig's star: both
+		{"0 0 L * 1#2", 2, []int{8, 28}}, // both restricted: either
+		{"0 0 ? * 1#2", 2, []int{8}},     // "?" is robfig's star: both
 		{"0 0 1-7 * 1L", 2, []int{1, 2, 3, 4, 5, 6, 7, 22}},
 		{"0 0 */10 * 5L", 2, []int{1, 11, 21, 26}},
 		{"0 0 L * 1,3", 2, []int{1, 3, 8, 10, 15, 17, 22, 24, 28}},
