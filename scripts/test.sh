@@ -64,6 +64,8 @@ go test -race -count=1 -timeout 30m "$@" ./...
 # minimised for up to 60 s, which used 18 of the 20 s (docs/testing.md).
 step "fuzz: schedule.Decode over raw BSON (20 s)"
 go test -run '^$' -fuzz '^FuzzDecode$' -fuzztime 20s -fuzzminimizetime 100x ./schedule/
+step "fuzz: schedule.ParseExprWith over the cron dialect, with Next and Prev of what it accepts (20 s)"
+go test -run '^$' -fuzz '^FuzzParseExpr$' -fuzztime 20s -fuzzminimizetime 100x ./schedule/
 
 # Last, so that a violation does not hide the test results above.
 step "repository checks"
