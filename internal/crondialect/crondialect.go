@@ -271,3 +271,19 @@ func fieldValue(f Field, s string) (int, error) {
 	}
 	return v, nil
 }
+
+// Show returns expr (possibly with a CRON_TZ= or TZ= prefix, which it
+// keeps) with its H terms replaced by the values they take for jobID: what
+// a job's expression stands for, for people to read. It returns expr as it
+// is when expr has no H or cannot be read.
+func Show(expr, jobID string) string {
+	body, prefix := strings.TrimSpace(expr), ""
+	if first, rest, ok := strings.Cut(body, " "); ok && strings.Contains(first, "=") {
+		body, prefix = strings.TrimSpace(rest), first+" "
+	}
+	r, err := Resolve(body, jobID)
+	if err != nil || !r.Hashed {
+		return expr
+	}
+	return prefix + r.Concrete
+}
