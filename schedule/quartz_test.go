@@ -156,10 +156,10 @@ func quartzJar(t *testing.T) string {
 	return filepath.Join(dir, "scripts", "quartz-ref", "target", "quartz-ref.jar")
 }
 
-// quartzAnswers asks the reference for the fire times of every case.
-func quartzAnswers(t *testing.T, cases []quartzCase) []string {
-	t.Helper()
-	cmd := exec.Command("java", "-jar", quartzJar(t))
+// quartzAnswers asks the reference in jar for the fire times of every
+// case, one answer line per case.
+func quartzAnswers(jar string, cases []quartzCase) ([]string, error) {
+	cmd := exec.Command("java", "-jar", jar)
 	var in strings.Builder
 	for _, c := range cases {
 		fmt.Fprintf(&in, "%s\t%d\t%d\t%s\n", c.quartz, c.from.Unix(), quartzFires, c.zone)
@@ -168,7 +168,7 @@ func quartzAnswers(t *testing.T, cases []quartzCase) []string {
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("java -jar quartz-ref.jar: %v", err)
+		return nil, fmt.Errorf("java -jar %s: %w", jar, err)
 	}
 	var lines []string
 	sc := bufio.NewScanner(strings.NewReader(string(out)))
@@ -177,9 +177,9 @@ func quartzAnswers(t *testing.T, cases []quartzCase) []string {
 		lines = append(lines, sc.Text())
 	}
 	if len(lines) != len(cases) {
-		t.Fatalf("the reference answered %d lines for %d expressions", len(lines), len(cases))
+		return nil, fmt.Errorf("the reference answered %d lines for %d expressions", len(lines), len(cases))
 	}
-	return lines
+	return lines, nil
 }
 
 // TestDaysAgainstQuartz compares the next 200 fire times of 3,000 random
@@ -195,7 +195,42 @@ func TestDaysAgainstQuartz(t *testing.T) {
 	for i := range cases {
 		cases[i] = genQuartzCase(r)
 	}
-	answers := quartzAnswers(t, cases)
+	// The reference answers in its own process while this one computes
+	// its fire times.
+	jar := quartzJar(t)
+	answered := make(chan []string, 1)
+	refErr := make(chan error, 1)
+	go func() {
+		lines, err := quartzAnswers(jar, cases)
+		answered <- lines
+		refErr <- err
+	}()
+	type oursResult struct {
+		fires []time.Time
+		err   error
+	}
+	results := make([]oursResult, len(cases))
+	for i, c := range cases {
+		loc, err := LoadLocation(c.zone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sched, err := ParseExprWith(c.ours, loc, ParseOptions{})
+		if err != nil {
+			results[i].err = err
+			continue
+		}
+		for at := c.from; len(results[i].fires) < quartzFires; {
+			if at = sched.Next(at); at.IsZero() || !at.Before(quartzUntil) {
+				break
+			}
+			results[i].fires = append(results[i].fires, at)
+		}
+	}
+	answers := <-answered
+	if err := <-refErr; err != nil {
+		t.Fatal(err)
+	}
 	compared, horizon, failures := 0, 0, 0
 	for i, c := range cases {
 		verdict, want, ok := strings.Cut(answers[i], " ")
@@ -221,8 +256,7 @@ func TestDaysAgainstQuartz(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sched, err := ParseExprWith(c.ours, loc, ParseOptions{})
-		if err != nil {
+		if err := results[i].err; err != nil {
 			if len(quartz) > 0 && quartz[0].Sub(c.from) > searchYears*365*24*time.Hour {
 				horizon++ // documented: nothing within five years
 				continue
@@ -231,13 +265,7 @@ func TestDaysAgainstQuartz(t *testing.T) {
 			failures++
 			continue
 		}
-		var ours []time.Time
-		for at := c.from; len(ours) < quartzFires; {
-			if at = sched.Next(at); at.IsZero() || !at.Before(quartzUntil) {
-				break
-			}
-			ours = append(ours, at)
-		}
+		ours := results[i].fires
 		for k := range max(len(ours), len(quartz)) {
 			switch {
 			case k < len(ours) && k < len(quartz) && ours[k].Equal(quartz[k]):
