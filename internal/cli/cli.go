@@ -22,6 +22,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/cronswap/cronswap/internal/buildinfo"
+	"github.com/cronswap/cronswap/internal/calendar"
 	"github.com/cronswap/cronswap/internal/config"
 	"github.com/cronswap/cronswap/internal/crondialect"
 	"github.com/cronswap/cronswap/internal/logging"
@@ -87,6 +88,7 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			notificationsCommand(),
 			explainCommand(),
 			blackoutsCommand(),
+			calendarsCommand(),
 			runNowCommand(),
 			backfillCommand(),
 			exportCommand(),
@@ -206,6 +208,8 @@ func nextCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "dst", Usage: "daylight-saving mode, shift (the default) or plain, as the schedule's dst field"},
 			&ucli.StringFlag{Name: "from", Usage: "list the fire times after this instant, RFC 3339 (default now)"},
 			idFlag(),
+			&ucli.StringSliceFlag{Name: "exclude", Usage: "a calendar whose dates the job skips, as a schedule's exclude names it: its fires there are marked skipped (reads the calendars from the database: --config or --mongo-uri); repeat for more"},
+			&ucli.DurationFlag{Name: "timeout", Value: defaultTimeout, Usage: "with --exclude: how long to wait for the server (exit 2 when it cannot be reached)"},
 		),
 		Action: func(c *ucli.Context) error {
 			if c.NArg() != 1 {
@@ -236,21 +240,42 @@ func nextCommand() *ucli.Command {
 			if err != nil {
 				return ucli.Exit(err.Error(), ExitUserError)
 			}
-			times := []fireTime{}
-			for _, f := range schedule.Upcoming(sched, from, n) {
-				times = append(times, newFireTime(f, loc))
-			}
-			if isJSON(c) {
-				return writeJSON(c.App.Writer, times)
-			}
-			for _, ft := range times {
-				if ft.Mark == "" {
-					fmt.Fprintln(c.App.Writer, ft.At)
-				} else {
-					fmt.Fprintf(c.App.Writer, "%s  %s: %s\n", ft.At, ft.Mark, ft.Note)
+			fires := schedule.Upcoming(sched, from, n)
+			show := func(excluded []calendar.Calendar) error {
+				times := []fireTime{}
+				for _, f := range fires {
+					ft := newFireTime(f, loc)
+					for _, cal := range excluded {
+						if day, ok := cal.Holds(f.At, loc); ok {
+							ft.Mark, ft.Calendar = markSkipped, cal.Name
+							ft.Note = fmt.Sprintf("calendar:%s: %s is in calendar %q, so this slot is recorded skipped, not run", cal.Name, day, cal.Name)
+							break
+						}
+					}
+					times = append(times, ft)
 				}
+				if isJSON(c) {
+					return writeJSON(c.App.Writer, times)
+				}
+				for _, ft := range times {
+					if ft.Mark == "" {
+						fmt.Fprintln(c.App.Writer, ft.At)
+					} else {
+						fmt.Fprintf(c.App.Writer, "%s  %s: %s\n", ft.At, ft.Mark, ft.Note)
+					}
+				}
+				return nil
 			}
-			return nil
+			if names := c.StringSlice("exclude"); len(names) > 0 {
+				return withSession(c, true, func(ctx context.Context, s *session) error {
+					excluded, err := excludedBy(ctx, s, names)
+					if err != nil {
+						return err
+					}
+					return show(excluded)
+				})
+			}
+			return show(nil)
 		},
 	}
 }
@@ -331,6 +356,9 @@ type fireTime struct {
 	// Repeat: the second occurrence of a repeated wall time, run because
 	// the expression is not a fixed time.
 	Repeat bool `json:"repeat,omitempty"`
+	// Calendar is the excluded calendar that holds the fire's date
+	// (mark skipped).
+	Calendar string `json:"calendar,omitempty"`
 }
 
 // Marks of `next`, by what daylight saving did to a fire.
@@ -346,6 +374,9 @@ const (
 	markOnce = "once"
 	// markRepeat: the second occurrence of a repeated wall time, run.
 	markRepeat = "repeat"
+	// markSkipped: a slot on a date of an excluded calendar, recorded
+	// skipped with reason calendar:<name>, not run.
+	markSkipped = "skipped"
 )
 
 // newFireTime is f as `next` shows it, times in loc.
