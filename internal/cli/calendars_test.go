@@ -22,7 +22,7 @@ const holidaysICS = "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//cronswap//test/
 
 // TestCalendarsImportAndNextSkipsThem: an .ics file imported as a
 // calendar, listed and shown, and `next --exclude` marks the fires on its
-// dates skipped with the calendar's name.
+// dates excluded with the calendar's name.
 func TestCalendarsImportAndNextSkipsThem(t *testing.T) {
 	e := newEnv(t)
 	file := e.file("holidays.ics", holidaysICS)
@@ -52,7 +52,7 @@ func TestCalendarsImportAndNextSkipsThem(t *testing.T) {
 	}
 
 	// A daily 09:00 job excluding it: Christmas and the shutdown are
-	// marked skipped, the days around them are not.
+	// marked excluded, the days around them are not.
 	r = e.ok("next", "0 9 * * *", "--exclude", "us-holidays", "--from", "2027-12-23T00:00:00Z", "-n", "10", "-o", "json")
 	var fires []struct {
 		At       string `json:"at"`
@@ -64,7 +64,7 @@ func TestCalendarsImportAndNextSkipsThem(t *testing.T) {
 	}
 	var skipped []string
 	for _, f := range fires {
-		if f.Mark == "skipped" && f.Calendar == "us-holidays" {
+		if f.Mark == "excluded" && f.Calendar == "us-holidays" {
 			skipped = append(skipped, f.At[:10])
 		}
 	}
@@ -72,7 +72,7 @@ func TestCalendarsImportAndNextSkipsThem(t *testing.T) {
 		t.Fatalf("skipped %v of %+v", skipped, fires)
 	}
 	r = e.ok("next", "0 9 * * *", "--exclude", "us-holidays", "--from", "2027-11-24T12:00:00Z", "-n", "2")
-	if !strings.Contains(r.stdout, "2027-11-25T09:00:00Z  skipped: calendar:us-holidays: 2027-11-25 is in calendar \"us-holidays\"") {
+	if !strings.Contains(r.stdout, "2027-11-25T09:00:00Z  excluded: calendar:us-holidays: 2027-11-25 is in calendar \"us-holidays\"\n") {
 		t.Fatalf("next text: %v", r)
 	}
 	if r := e.run("next", "0 9 * * *", "--exclude", "nope"); r.code != cli.ExitUserError || !strings.Contains(r.stderr, "--exclude nope: no such calendar") {

@@ -208,7 +208,7 @@ func nextCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "dst", Usage: "daylight-saving mode, shift (the default) or plain, as the schedule's dst field"},
 			&ucli.StringFlag{Name: "from", Usage: "list the fire times after this instant, RFC 3339 (default now)"},
 			idFlag(),
-			&ucli.StringSliceFlag{Name: "exclude", Usage: "a calendar whose dates the job skips, as a schedule's exclude names it: its fires there are marked skipped (reads the calendars from the database: --config or --mongo-uri); repeat for more"},
+			&ucli.StringSliceFlag{Name: "exclude", Usage: "a calendar whose dates to mark: the fires on them are marked excluded (reads the calendars from the database: --config or --mongo-uri); repeat for more"},
 			&ucli.DurationFlag{Name: "timeout", Value: defaultTimeout, Usage: "with --exclude: how long to wait for the server (exit 2 when it cannot be reached)"},
 		),
 		Action: func(c *ucli.Context) error {
@@ -247,8 +247,8 @@ func nextCommand() *ucli.Command {
 					ft := newFireTime(f, loc)
 					for _, cal := range excluded {
 						if day, ok := cal.Holds(f.At, loc); ok {
-							ft.Mark, ft.Calendar = markSkipped, cal.Name
-							ft.Note = fmt.Sprintf("calendar:%s: %s is in calendar %q, so this slot is recorded skipped, not run", cal.Name, day, cal.Name)
+							ft.Mark, ft.Calendar = markExcluded, cal.Name
+							ft.Note = fmt.Sprintf("calendar:%s: %s is in calendar %q", cal.Name, day, cal.Name)
 							break
 						}
 					}
@@ -356,8 +356,8 @@ type fireTime struct {
 	// Repeat: the second occurrence of a repeated wall time, run because
 	// the expression is not a fixed time.
 	Repeat bool `json:"repeat,omitempty"`
-	// Calendar is the excluded calendar that holds the fire's date
-	// (mark skipped).
+	// Calendar is the calendar given with --exclude that holds the
+	// fire's date (mark excluded).
 	Calendar string `json:"calendar,omitempty"`
 }
 
@@ -374,9 +374,8 @@ const (
 	markOnce = "once"
 	// markRepeat: the second occurrence of a repeated wall time, run.
 	markRepeat = "repeat"
-	// markSkipped: a slot on a date of an excluded calendar, recorded
-	// skipped with reason calendar:<name>, not run.
-	markSkipped = "skipped"
+	// markExcluded: a slot on a date of a calendar given with --exclude.
+	markExcluded = "excluded"
 )
 
 // newFireTime is f as `next` shows it, times in loc.
