@@ -191,6 +191,14 @@ func TestDialectDSTDeterministic(t *testing.T) {
 			t.Fatal(err)
 		}
 		dom, dow := dayTermsFor(day)
+		// L-n and nW, n#k and nL (TestDialectDSTSameAsPlain takes every
+		// term of dayTermsFor).
+		dom = dom[:2]
+		if len(dow) > 2 {
+			dow = []string{dow[0], dow[2]}
+		} else {
+			dow = dow[:1]
+		}
 		// Fixed times over 100 days each way (they fire about monthly);
 		// wildcards and steps over two days (they fire all through the
 		// transition's day).
@@ -289,13 +297,13 @@ func merged(lists ...[]time.Time) []time.Time {
 // plain expressions, kept for the new terms: its activations are the
 // union of those of the two expressions with one day field each. And a
 // list fires on the union of its terms ("1,L" is "1" and "L"). Checked on
-// 200 random expressions over half a year, in UTC and in New York (shift
+// 120 random expressions over half a year, in UTC and in New York (shift
 // and plain).
 func TestDialectEitherDayMatches(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 11))
 	from := time.Date(2026, 12, 20, 0, 0, 0, 0, time.UTC)
 	to := from.AddDate(0, 6, 0)
-	for range 200 {
+	for range 120 {
 		tod, dom, dow := randomDayExpr(r)
 		_, dom2, dow2 := randomDayExpr(r)
 		for _, z := range []struct {

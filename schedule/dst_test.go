@@ -270,7 +270,7 @@ func checkDeterministic(t *testing.T, sched *dstSchedule, expr, zone string, at 
 	for d := -40 * time.Hour; d <= 40*time.Hour; d += 67 * time.Minute {
 		starts = append(starts, at.Add(d))
 	}
-	for d := -window; d <= window; d += 13*time.Hour + 7*time.Minute {
+	for d := -window; d <= window; d += window/60 + 7*time.Minute {
 		starts = append(starts, at.Add(d))
 	}
 	for _, x := range starts {
