@@ -186,7 +186,6 @@ func TestOperatorActionsInTheHistory(t *testing.T) {
 	}
 }
 
-
 // countJobLogs counts d's log lines with message msg about job id.
 func (d *daemon) countJobLogs(msg, id string) int {
 	d.mu.Lock()
