@@ -3,10 +3,11 @@
 # against the test server, end-to-end through the binary and mongosh) with
 # the race detector, in the daemon's module and in scripts/bench (a module of
 # its own), the deployment files' checks, then the repository checks.
-# Installs what the tests need first (the test server jar via Maven;
-# Debian's chromium, prometheus, prometheus-alertmanager and systemd via
-# apt-get when missing; mongosh and the browser-test packages via npm;
-# kubernetes-validate via pip into scripts/.venv; Go modules).
+# Installs what the tests need first (the test server jar and the cron
+# dialect's reference, Quartz, via Maven; Debian's chromium, prometheus,
+# prometheus-alertmanager and systemd via apt-get when missing; mongosh and
+# the browser-test packages via npm; kubernetes-validate via pip into
+# scripts/.venv; Go modules).
 #
 #   scripts/test.sh [extra go test flags...]
 #
@@ -18,8 +19,9 @@ cd "$root"
 
 step() { printf '\n== %s\n' "$*" >&2; }
 
-step "install: test server jar, Debian packages, mongosh and browser-test packages, kubernetes-validate, Go modules"
+step "install: test server jar, Quartz reference jar, Debian packages, mongosh and browser-test packages, kubernetes-validate, Go modules"
 scripts/mongo.sh build
+scripts/quartz.sh build
 # Debian packages the tests use, each installed when its program is
 # missing: chromium for the browser tests (e2e/ui_test.go; never a browser
 # downloaded by npm; CRONSWAP_CHROMIUM points them at another one),
@@ -101,6 +103,8 @@ fi
 # minimised for up to 60 s, which used 18 of the 20 s (docs/testing.md).
 step "fuzz: schedule.Decode over raw BSON (20 s)"
 go test -run '^$' -fuzz '^FuzzDecode$' -fuzztime 20s -fuzzminimizetime 100x ./schedule/
+step "fuzz: schedule.ParseExprWith over the cron dialect, with Next and Prev of what it accepts (20 s)"
+go test -run '^$' -fuzz '^FuzzParseExpr$' -fuzztime 20s -fuzzminimizetime 100x ./schedule/
 
 # Last, so that a violation does not hide the test results above.
 step "repository checks"
