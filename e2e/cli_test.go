@@ -3,8 +3,10 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -122,4 +124,78 @@ func TestCLIEditsReachTheDaemon(t *testing.T) {
 	}
 	cliOK(t, cfg, "schedules", "delete", "daily_report")
 	waitFor(t, 10*time.Second, "daily_report removed", func() bool { _, ok := d.schedules()["daily_report"]; return !ok })
+}
+
+// TestCLIShowsTheErrorsTheDaemonsSee: the README's `schedules set x --job
+// nosuchaction` is written with a warning naming the action, and `schedules
+// list`, `get` and their -o json show the error the daemon sees — from the
+// running daemon (asked over HTTP at the address in its members document,
+// even when the command's own config knows no actions), and after it
+// stopped from checking the document with the daemons' config.
+func TestCLIShowsTheErrorsTheDaemonsSee(t *testing.T) {
+	uri, db := setup(t)
+	cfg := writeConfig(t, daemonConfig{URI: uri, Database: db.Name()})
+	// A config for the command line alone: no actions to check with.
+	bare := filepath.Join(t.TempDir(), "cli.yaml")
+	if err := os.WriteFile(bare, []byte(fmt.Sprintf("mongo: {uri: %q, database: %q}\n", uri, db.Name())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const unknown = `unknown action "nosuchaction"`
+	d := startDaemon(t, cfg)
+	d.waitReady()
+
+	out, errOut, code := cli(t, cfg, "schedules", "set", "x", "--cron", "0 2 * * *", "--job", "nosuchaction")
+	if code != 0 || !strings.Contains(errOut, "warning: ") || !strings.Contains(errOut, unknown) || !strings.Contains(out, "created x") {
+		t.Fatalf("set with an unknown action: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	waitFor(t, 10*time.Second, "the daemon refusing x", func() bool {
+		s, ok := d.schedules()["x"]
+		return ok && !s.Armed && strings.Contains(s.LastError, unknown)
+	})
+	apiErr := d.schedules()["x"].LastError
+
+	type view struct {
+		ID             string   `json:"id"`
+		Error          string   `json:"error"`
+		NextRun        *string  `json:"next_run"`
+		CheckedBy      []string `json:"checked_by"`
+		ActionsChecked bool     `json:"actions_checked"`
+	}
+	check := func(when, config string, wantErr string, wantBy []string) {
+		t.Helper()
+		out, errOut, code := cli(t, config, "schedules", "list")
+		if code != 0 || !strings.Contains(out, wantErr) {
+			t.Errorf("%s: list: exit %d, want %q in\n%s", when, code, wantErr, out)
+		}
+		if len(wantBy) > 0 && !strings.Contains(errOut, "as the live daemons see them: "+strings.Join(wantBy, ", ")) ||
+			len(wantBy) == 0 && !strings.Contains(errOut, "no live daemon answered") {
+			t.Errorf("%s: list does not say which view it shows: %q", when, errOut)
+		}
+		if out := cliOK(t, config, "schedules", "get", "x"); !strings.Contains(out, "error: ") || !strings.Contains(out, wantErr) {
+			t.Errorf("%s: get x:\n%s", when, out)
+		}
+		var list []view
+		if err := json.Unmarshal([]byte(cliOK(t, config, "schedules", "list", "-o", "json")), &list); err != nil || len(list) != 1 {
+			t.Fatalf("%s: list -o json: %v %+v", when, err, list)
+		}
+		var one view
+		if err := json.Unmarshal([]byte(cliOK(t, config, "schedules", "get", "x", "-o", "json")), &one); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []view{list[0], one} {
+			if v.ID != "x" || v.Error != wantErr || v.NextRun != nil || !v.ActionsChecked || strings.Join(v.CheckedBy, ",") != strings.Join(wantBy, ",") {
+				t.Errorf("%s: -o json %+v, want error %q, no next run, checked by %v", when, v, wantErr, wantBy)
+			}
+		}
+	}
+	// The daemon's view, with and without actions in the command's config.
+	check("daemon running, bare config", bare, apiErr, []string{"e2e-1"})
+	check("daemon running, daemon's config", cfg, apiErr, []string{"e2e-1"})
+
+	d.signal(syscall.SIGTERM)
+	if err := d.wait(60 * time.Second); err != nil {
+		t.Fatalf("daemon exit: %v", err)
+	}
+	// No daemon: the command checks the document with the daemons' config.
+	check("no daemon, daemon's config", cfg, apiErr, nil)
 }

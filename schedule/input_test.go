@@ -131,3 +131,41 @@ func TestRefusedIDsHaveTheirOwnKeys(t *testing.T) {
 		t.Fatal("ShowKey changes a job id")
 	}
 }
+
+// TestCronExprLimitCountsTheWhiteSpace: cron_expr is at most MaxExprBytes
+// as written, before the white space around it is trimmed, so padding
+// cannot carry a 60 KB string into a schedule; white space alone is an
+// empty expression, said so. The decoder (the daemon's and the command
+// line's check) and ParseExpr (validate, next) agree.
+func TestCronExprLimitCountsTheWhiteSpace(t *testing.T) {
+	padded := strings.Repeat(" ", 60000) + "0 2 * * *"
+	blank := strings.Repeat(" ", 60000)
+	for _, c := range []struct {
+		name, expr string
+		want       []string
+	}{
+		{"padded past the limit", padded, []string{"60009 bytes, more than 256", "white space around it included"}},
+		{"padded just past the limit", strings.Repeat(" ", MaxExprBytes-8) + "0 2 * * *", []string{"257 bytes, more than 256"}},
+		{"white space only, long", blank, []string{"more than 256"}},
+		{"white space only", "   \t ", []string{"empty expression: 5 bytes of white space only"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			se := refusal(t, doc("pad", c.expr), FieldCronExpr)
+			_, perr := ParseExpr(c.expr, nil)
+			for _, want := range c.want {
+				if !strings.Contains(se.Error(), want) {
+					t.Errorf("Decode: %q does not say %q", se, want)
+				}
+				if perr == nil || !strings.Contains(perr.Error(), want) {
+					t.Errorf("ParseExpr: %v does not say %q", perr, want)
+				}
+			}
+		})
+	}
+	// Exactly the limit, white space included, is accepted and trimmed.
+	exact := strings.Repeat(" ", MaxExprBytes-9) + "0 2 * * *"
+	s, err := Decode(marshal(t, doc("pad", exact)))
+	if err != nil || s.CronExpr != "0 2 * * *" {
+		t.Fatalf("Decode(%d bytes) = %q, %v; want the trimmed expression", len(exact), s.CronExpr, err)
+	}
+}

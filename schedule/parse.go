@@ -73,12 +73,8 @@ func ParseExprWith(expr string, loc *time.Location, opts ParseOptions) (sched cr
 	if err != nil {
 		return nil, err
 	}
-	expr = strings.TrimSpace(expr)
-	if expr == "" {
-		return nil, errors.New(`empty expression (want e.g. "0 9 * * *", "*/10 * * * * *" or "@hourly")`)
-	}
-	if len(expr) > MaxExprBytes {
-		return nil, fmt.Errorf("expression is %d bytes, more than %d", len(expr), MaxExprBytes)
+	if expr, err = trimExpr(expr); err != nil {
+		return nil, err
 	}
 	if loc == nil {
 		loc = time.UTC
@@ -133,6 +129,25 @@ func ParseExprWith(expr string, loc *time.Location, opts ParseOptions) (sched cr
 		return nil, fmt.Errorf("%q never fires", expr)
 	}
 	return sched, nil
+}
+
+// trimExpr returns expr without the white space around it, after checking
+// its length as written: at most MaxExprBytes, the white space included, so
+// that padding cannot smuggle a long string past the limit. An expression
+// of white space only is refused as empty.
+func trimExpr(expr string) (string, error) {
+	const want = `(want e.g. "0 9 * * *", "*/10 * * * * *" or "@hourly")`
+	if len(expr) > MaxExprBytes {
+		return "", fmt.Errorf("expression is %d bytes, more than %d (white space around it included) %s", len(expr), MaxExprBytes, want)
+	}
+	trimmed := strings.TrimSpace(expr)
+	switch {
+	case expr == "":
+		return "", errors.New("empty expression " + want)
+	case trimmed == "":
+		return "", fmt.Errorf("empty expression: %d bytes of white space only %s", len(expr), want)
+	}
+	return trimmed, nil
 }
 
 // cutTZPrefix splits "CRON_TZ=Area/City rest" or "TZ=Area/City rest" into

@@ -209,7 +209,9 @@ func DecodeFields(raw bson.Raw) (s Schedule, err error) {
 	if !ok {
 		return s, invalid(id, FieldCronExpr, "is a malformed BSON string")
 	}
-	s.CronExpr = strings.TrimSpace(expr)
+	if s.CronExpr, err = trimExpr(expr); err != nil {
+		return s, invalid(id, FieldCronExpr, "%v", err)
+	}
 
 	// Unlike the other optional fields, enabled may not be null: a null
 	// left by a script that meant to pause the job must not arm it.

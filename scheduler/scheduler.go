@@ -371,10 +371,55 @@ func (e *Engine) jitterOf(s schedule.Schedule) time.Duration {
 
 // policyCheck runs Options.Policy.Check on s when s is enabled.
 func (e *Engine) policyCheck(s schedule.Schedule) error {
-	if !s.Enabled || e.opts.Policy == nil {
+	return checkPolicy(s, e.opts.Policy)
+}
+
+// PolicyError is a refusal by a Policy of a schedule whose own fields are
+// valid: one naming an action the configuration lacks, say. Its message is
+// the policy's own, so the engine's last error reads the same with or
+// without it; a caller that checks a schedule away from the daemons (the
+// command line) can tell it apart, since a Go program embedding the
+// engine may have a policy of its own.
+type PolicyError struct {
+	// Err is the policy's refusal.
+	Err error
+}
+
+func (e *PolicyError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the policy's refusal.
+func (e *PolicyError) Unwrap() error { return e.Err }
+
+// Check is the engine's whole check of one schedule as decoded by
+// schedule.DecodeFields, before it is armed: the expression parses in the
+// schedule's zone (def when it names none, nil meaning UTC) with its
+// daylight-saving mode and fires at least once, and, when the schedule is
+// enabled, p accepts it (nil: no policy). A refusal by p is a
+// *PolicyError; any other refusal wraps schedule.ErrInvalid. The engine
+// arms exactly the schedules Check accepts, so every writer of the
+// schedules collection (the command line's schedules set) checks with it
+// rather than with rules of its own.
+func Check(s schedule.Schedule, def *time.Location, p Policy) (cron.Schedule, error) {
+	sched, err := s.Parse(def)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPolicy(s, p); err != nil {
+		return nil, err
+	}
+	return sched, nil
+}
+
+// checkPolicy runs p.Check on s when s is enabled and p is set, its refusal
+// as a *PolicyError.
+func checkPolicy(s schedule.Schedule, p Policy) error {
+	if !s.Enabled || p == nil {
 		return nil
 	}
-	return e.opts.Policy.Check(s)
+	if err := p.Check(s); err != nil {
+		return &PolicyError{Err: err}
+	}
+	return nil
 }
 
 func (e *Engine) load(id string) *record {
@@ -415,22 +460,22 @@ type parseKey struct {
 // share one.
 type parseCache map[parseKey]cron.Schedule
 
-// check parses s in the engine's default zone, reusing cache when it holds
-// the expression (nil means no cache), and runs the policy's Check on it.
+// check is Check in the engine's default zone with its policy, reusing
+// cache when it holds the expression (nil means no cache).
 func (e *Engine) check(s schedule.Schedule, cache parseCache) (cron.Schedule, error) {
 	key := parseKey{s.CronExpr, s.Timezone, s.DST}
-	sched, ok := cache[key]
-	if !ok {
-		var err error
-		if sched, err = s.Parse(e.opts.Location); err != nil {
+	if sched, ok := cache[key]; ok {
+		if err := e.policyCheck(s); err != nil {
 			return nil, err
 		}
-		if cache != nil {
-			cache[key] = sched
-		}
+		return sched, nil
 	}
-	if err := e.policyCheck(s); err != nil {
+	sched, err := Check(s, e.opts.Location, e.opts.Policy)
+	if err != nil {
 		return nil, err
+	}
+	if cache != nil {
+		cache[key] = sched
 	}
 	return sched, nil
 }

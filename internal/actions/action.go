@@ -16,6 +16,9 @@ import (
 type Output struct {
 	Stdout string
 	Stderr string
+	// ExitCode is the program's exit status for an action that has one
+	// (exec: 0 on success); nil for the others.
+	ExitCode *int
 }
 
 // OutputHandler is an Action that also reports what a run printed. The

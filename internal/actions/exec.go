@@ -94,6 +94,8 @@ func (a *ExecAction) HandleOutput(ctx context.Context, f jobs.Run) (Output, erro
 	}
 	out := Output{Stdout: fileTail(stdout, n), Stderr: fileTail(stderr, n)}
 	if err == nil {
+		ok := 0
+		out.ExitCode = &ok
 		return out, nil
 	}
 	code := -1
@@ -101,6 +103,7 @@ func (a *ExecAction) HandleOutput(ctx context.Context, f jobs.Run) (Output, erro
 	if errors.As(err, &ee) {
 		code = ee.ExitCode()
 	}
+	out.ExitCode = &code
 	if ctx.Err() != nil {
 		err = fmt.Errorf("%w: %w", ctx.Err(), err)
 	}

@@ -102,7 +102,8 @@ func Indexes() []Index {
 // there, except for enabled, which must be a boolean when present) and the
 // values of dst ("shift" or "plain"), and refuses an "@every" period that
 // is not whole seconds or is zero (schedule.EveryExprPattern and
-// EveryValidPattern), so a mongosh typo like `cron_expr: 0800`,
+// EveryValidPattern) and a cron_expr of white space only, so a mongosh
+// typo like `cron_expr: 0800`, `cron_expr: " "`,
 // `@every -5m`, `enabled: null` or `dst: "plian"` is refused at write time.
 // Whether the expression parses is still the daemon's check (last known good).
 func SchedulesValidator() bson.D {
@@ -121,10 +122,13 @@ func SchedulesValidator() bson.D {
 		{Key: "required", Value: bson.A{schedule.FieldID, schedule.FieldCronExpr}},
 		{Key: "properties", Value: bson.D{
 			{Key: schedule.FieldID, Value: str(schedule.MaxIDBytes)},
-			{Key: schedule.FieldCronExpr, Value: append(str(schedule.MaxExprBytes), bson.E{Key: "anyOf", Value: bson.A{
-				bson.D{{Key: "not", Value: bson.D{{Key: "pattern", Value: schedule.EveryExprPattern}}}},
-				bson.D{{Key: "pattern", Value: schedule.EveryValidPattern}},
-			}})},
+			// At most MaxExprBytes as written (white space included, as the
+			// decoder counts), not white space only.
+			{Key: schedule.FieldCronExpr, Value: append(str(schedule.MaxExprBytes), bson.E{Key: "pattern", Value: `\S`},
+				bson.E{Key: "anyOf", Value: bson.A{
+					bson.D{{Key: "not", Value: bson.D{{Key: "pattern", Value: schedule.EveryExprPattern}}}},
+					bson.D{{Key: "pattern", Value: schedule.EveryValidPattern}},
+				}})},
 			{Key: schedule.FieldEnabled, Value: bson.D{{Key: "bsonType", Value: "bool"}}},
 			{Key: schedule.FieldTimezone, Value: optional("string")},
 			{Key: schedule.FieldJob, Value: optional("string")},

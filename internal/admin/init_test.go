@@ -221,7 +221,7 @@ func TestSchedulesValidatorRefusesBadEveryPeriods(t *testing.T) {
 	if len(rule) == 0 || !slices.ContainsFunc(rule, func(e bson.E) bool { return e.Key == "anyOf" }) {
 		t.Fatalf("cron_expr rule %v has no anyOf clause for @every", rule)
 	}
-	for _, bad := range []string{"@every -5s", "@every 0s", "@every 1ns", "@every 1.5s", "@every 500ms", "@every -5m"} {
+	for _, bad := range []string{"   ", "\t", "@every -5s", "@every 0s", "@every 1ns", "@every 1.5s", "@every 500ms", "@every -5m"} {
 		if matches(rule, bad) {
 			t.Errorf("cron_expr %q passes the validator", bad)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
+	"github.com/cronswap/cronswap/scheduler"
 )
 
 // ErrNotFound is wrapped when the named schedule, lock, run or token does not exist.
@@ -23,17 +24,59 @@ var ErrNotFound = errors.New("not found")
 
 // Store runs the command line's reads and edits on one database.
 type Store struct {
-	db  *mongo.Database
-	now func() time.Time
+	db    *mongo.Database
+	now   func() time.Time
+	rules Rules
 }
 
-// NewStore returns a store over db.
+// NewStore returns a store over db that checks schedules with the zero
+// Rules (UTC, actions not checked).
 func NewStore(db *mongo.Database) *Store {
 	return &Store{db: db, now: time.Now}
 }
 
-// ScheduleDoc is one raw document of schedules with what schedule.Decode
-// made of it.
+// WithRules returns a copy of the store that checks the schedules it reads
+// and writes with r.
+func (s *Store) WithRules(r Rules) *Store {
+	c := *s
+	c.rules = r
+	return &c
+}
+
+// Rules are the daemons' rules for a schedules document, as a command
+// applies them away from the daemons: the same decoding and the same check
+// (Check), given what the command knows of the configuration.
+type Rules struct {
+	// Location is the zone of the schedules that name none: the config's
+	// timezone (nil: UTC).
+	Location *time.Location
+	// Actions, when set, is the configuration's action registry (the
+	// daemons' policy): a schedule naming an action it lacks is refused
+	// with a *scheduler.PolicyError. Nil when the command was given no
+	// configuration: then actions are not checked.
+	Actions scheduler.Policy
+}
+
+// Check decodes raw and checks it as a daemon does before arming it:
+// schedule.DecodeFields, then scheduler.Check in r's zone with r's
+// actions. A refusal of the document's own fields wraps
+// schedule.ErrInvalid; an action r.Actions lacks is a
+// *scheduler.PolicyError. The returned schedule holds the fields read
+// before an error.
+func (r Rules) Check(raw bson.Raw) (schedule.Schedule, error) {
+	s, err := schedule.DecodeFields(raw)
+	if err != nil {
+		return s, err
+	}
+	_, err = scheduler.Check(s, r.Location, r.Actions)
+	return s, err
+}
+
+// ActionsChecked reports whether r checks a schedule's action.
+func (r Rules) ActionsChecked() bool { return r.Actions != nil }
+
+// ScheduleDoc is one raw document of schedules with what the store's
+// Rules made of it.
 type ScheduleDoc struct {
 	// ID is the job id (a rendering of the _id when it is not a valid id).
 	ID string
@@ -42,7 +85,9 @@ type ScheduleDoc struct {
 	// Schedule is the decoded schedule; valid only when Err is nil, though
 	// the fields read before the error are filled in.
 	Schedule schedule.Schedule
-	// Err is the document's validation error, nil when valid.
+	// Err is the document's validation error under the store's Rules, nil
+	// when valid; a *scheduler.PolicyError when only its action is unknown
+	// (then Schedule is complete).
 	Err error
 }
 
@@ -64,9 +109,9 @@ func (d ScheduleDoc) Field(name string) string {
 	return strings.TrimSuffix(strings.TrimPrefix(string(js), `{"v":`), "}")
 }
 
-func decodeDoc(raw bson.Raw) ScheduleDoc {
-	s, err := schedule.Decode(raw)
-	return ScheduleDoc{ID: s.ID, Raw: raw, Schedule: s, Err: err}
+func (s *Store) decodeDoc(raw bson.Raw) ScheduleDoc {
+	sc, err := s.rules.Check(raw)
+	return ScheduleDoc{ID: sc.ID, Raw: raw, Schedule: sc, Err: err}
 }
 
 // Schedules returns every document of schedules, sorted by _id.
@@ -78,7 +123,7 @@ func (s *Store) Schedules(ctx context.Context) ([]ScheduleDoc, error) {
 	defer cur.Close(ctx)
 	out := []ScheduleDoc{}
 	for cur.Next(ctx) {
-		out = append(out, decodeDoc(append(bson.Raw(nil), cur.Current...)))
+		out = append(out, s.decodeDoc(append(bson.Raw(nil), cur.Current...)))
 	}
 	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("read %s: %w", schedule.CollectionName, err)
@@ -95,13 +140,15 @@ func (s *Store) Schedule(ctx context.Context, id string) (ScheduleDoc, error) {
 	if err != nil {
 		return ScheduleDoc{}, fmt.Errorf("read schedule %q: %w", id, err)
 	}
-	return decodeDoc(raw), nil
+	return s.decodeDoc(raw), nil
 }
 
 // ScheduleEdit is what `schedules set` changes. Nil fields are left as
 // they are; a pointer to "" removes the field.
 type ScheduleEdit struct {
-	CronExpr string
+	// CronExpr is the new expression, trimmed; required to create a
+	// schedule.
+	CronExpr *string
 	Timezone *string
 	Job      *string
 	Category *string
@@ -112,15 +159,36 @@ type ScheduleEdit struct {
 	Args bson.Raw
 }
 
-// SetSchedule validates the edit against the stored document (the result
-// must be a valid schedule, with the same rules as the daemon) and then
-// upserts it, setting updated_at. An invalid result is refused with an error
-// wrapping schedule.ErrInvalid and nothing is written. It reports whether
-// the document was created.
-func (s *Store) SetSchedule(ctx context.Context, id string, e ScheduleEdit) (created bool, err error) {
+// SetResult is what SetSchedule did.
+type SetResult struct {
+	// Created is true when the document did not exist.
+	Created bool
+	// Warning is the store's Rules' refusal of the schedule's action (a
+	// *scheduler.PolicyError), written anyway: a Go program embedding
+	// cronswap may register an action the configuration lacks. Nil when
+	// the action is known or actions are not checked.
+	Warning error
+}
+
+// ErrNeedsExpression is wrapped by SetSchedule when the schedule does not
+// exist and the edit has no expression to create it with.
+var ErrNeedsExpression = errors.New("a new schedule needs a cron expression")
+
+// SetSchedule checks the document the edit makes of the stored one (or of
+// none) with the store's Rules, the daemons' own, and then writes only the
+// fields the edit sets or removes, setting updated_at. An invalid result is
+// refused with an error wrapping schedule.ErrInvalid and nothing is
+// written; an action the Rules do not know is written, with the refusal
+// as SetResult.Warning. A missing schedule is created only by an edit with
+// an expression (else an error wrapping ErrNeedsExpression and
+// ErrNotFound).
+func (s *Store) SetSchedule(ctx context.Context, id string, e ScheduleEdit) (SetResult, error) {
 	now := s.now().UTC()
-	set := bson.D{{Key: schedule.FieldCronExpr, Value: e.CronExpr}}
+	set := bson.D{}
 	unset := bson.D{}
+	if e.CronExpr != nil {
+		set = append(set, bson.E{Key: schedule.FieldCronExpr, Value: *e.CronExpr})
+	}
 	for _, f := range []struct {
 		name string
 		v    *string
@@ -138,31 +206,46 @@ func (s *Store) SetSchedule(ctx context.Context, id string, e ScheduleEdit) (cre
 	}
 	set = append(set, bson.E{Key: schedule.FieldUpdatedAt, Value: now})
 
-	// Validate what the document will be, not only the flags: a stored
-	// time zone or job applies to the new expression too.
+	// Check what the document will be, not only the edit: a stored time
+	// zone or job applies to the new expression too.
 	var old bson.Raw
 	if d, err := s.Schedule(ctx, id); err == nil {
 		old = d.Raw
 	} else if !errors.Is(err, ErrNotFound) {
-		return false, err
+		return SetResult{}, err
+	}
+	if old == nil && e.CronExpr == nil {
+		return SetResult{}, fmt.Errorf("schedule %q: %w (%w)", id, ErrNeedsExpression, ErrNotFound)
 	}
 	merged, err := mergeDoc(id, old, set, unset)
 	if err != nil {
-		return false, err
+		return SetResult{}, err
 	}
-	if _, err := schedule.Decode(merged); err != nil {
-		return false, err
+	var res SetResult
+	if _, err := s.rules.Check(merged); err != nil {
+		var pe *scheduler.PolicyError
+		if !errors.As(err, &pe) {
+			return SetResult{}, err
+		}
+		res.Warning = err
 	}
 
 	update := bson.D{{Key: "$set", Value: set}}
 	if len(unset) > 0 {
 		update = append(update, bson.E{Key: "$unset", Value: unset})
 	}
-	res, err := s.db.Collection(schedule.CollectionName).UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update, options.UpdateOne().SetUpsert(true))
+	// Only an edit that can create the document upserts: one without an
+	// expression must not create a schedule without one.
+	ur, err := s.db.Collection(schedule.CollectionName).UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update,
+		options.UpdateOne().SetUpsert(e.CronExpr != nil))
 	if err != nil {
-		return false, fmt.Errorf("write schedule %q: %w", id, err)
+		return SetResult{}, fmt.Errorf("write schedule %q: %w", id, err)
 	}
-	return res.UpsertedCount > 0, nil
+	if ur.MatchedCount == 0 && ur.UpsertedCount == 0 {
+		return SetResult{}, fmt.Errorf("schedule %q (deleted meanwhile): %w (%w)", id, ErrNeedsExpression, ErrNotFound)
+	}
+	res.Created = ur.UpsertedCount > 0
+	return res, nil
 }
 
 // mergeDoc applies $set/$unset of top-level fields to old (nil: a new

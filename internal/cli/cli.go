@@ -202,7 +202,7 @@ func nextCommand() *ucli.Command {
 		Usage:     "print the next fire times of a cron expression (no database needed)",
 		ArgsUsage: "EXPR",
 		Flags: append(ignoredCommonFlags(), outputFlag(),
-			&ucli.IntFlag{Name: "n", Value: 5, Usage: "how many fire times"},
+			&ucli.IntFlag{Name: "n", Value: 5, Usage: "how many fire times, 1 to 1000"},
 			&ucli.StringFlag{Name: "tz", Usage: "IANA time zone of the expression (default UTC)"},
 			&ucli.StringFlag{Name: "dst", Usage: "daylight-saving mode, shift (the default) or plain, as the schedule's dst field"},
 			&ucli.StringFlag{Name: "from", Usage: "list the fire times after this instant, RFC 3339 (default now)"},

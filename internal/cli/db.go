@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
@@ -12,8 +13,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 
+	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/admin"
 	"github.com/cronswap/cronswap/internal/config"
+	"github.com/cronswap/cronswap/schedule"
 )
 
 // defaultTimeout bounds how long a command waits for the server before it
@@ -33,6 +36,13 @@ type session struct {
 	db    *mongo.Database
 	store *admin.Store
 	uri   string // redacted, for messages
+	// rules are the daemons' rules for a schedules document as this
+	// command knows them: the config's zone, and its actions when the
+	// command was given a config file. The store checks with them.
+	rules admin.Rules
+	// configFile is the config file given (--config or CRONSWAP_CONFIG);
+	// "" when none.
+	configFile string
 }
 
 // withDB loads the config, connects (failing with ExitUnreachable when the
@@ -49,7 +59,10 @@ func withDB(c *ucli.Context, fn func(ctx context.Context, s *session) error) err
 	if timeout <= 0 {
 		return ucli.Exit(fmt.Sprintf("--timeout %s: must be positive", timeout), ExitUserError)
 	}
-	s := &session{cfg: cfg, uri: config.RedactURI(cfg.Mongo.URI)}
+	s := &session{cfg: cfg, uri: config.RedactURI(cfg.Mongo.URI), configFile: c.String("config")}
+	if s.rules, err = scheduleRules(cfg, s.configFile); err != nil {
+		return err
+	}
 	client, err := mongo.Connect(options.Client().ApplyURI(cfg.Mongo.URI).
 		SetAppName("cronswap-cli").
 		SetServerSelectionTimeout(timeout).
@@ -69,11 +82,30 @@ func withDB(c *ucli.Context, fn func(ctx context.Context, s *session) error) err
 		return s.fail(err)
 	}
 	s.db = client.Database(cfg.Mongo.Database)
-	s.store = admin.NewStore(s.db)
+	s.store = admin.NewStore(s.db).WithRules(s.rules)
 	// Generous, but bounded: a server that hangs mid-command is unreachable too.
 	opCtx, opCancel := context.WithTimeout(ctx, 10*timeout)
 	defer opCancel()
 	return fn(opCtx, s)
+}
+
+// scheduleRules returns the rules a command checks schedules with: the
+// config's zone, and, when a config file with actions was given, its
+// actions (the registry the daemons build from it, which is their
+// policy). Without a file, or with one that defines no action (a file for
+// the command line alone: no daemon runs without actions), there are no
+// actions to know, so none is checked.
+func scheduleRules(cfg config.Config, configFile string) (admin.Rules, error) {
+	r := admin.Rules{Location: cfg.Location}
+	if configFile == "" || len(cfg.Jobs) == 0 {
+		return r, nil
+	}
+	reg, err := actions.FromDefinitions(cfg.Jobs)
+	if err != nil {
+		return r, ucli.Exit(fmt.Sprintf("config %s: %v", configFile, err), ExitUserError)
+	}
+	r.Actions = reg
+	return r, nil
 }
 
 // fail turns a database error into the command's exit: 2 when the server
@@ -114,26 +146,22 @@ func initCommand() *ucli.Command {
 				}
 				w := c.App.Writer
 				fmt.Fprintf(w, "database %s\n", rep.Database)
-				for _, name := range admin.Collections() {
-					state := "exists"
-					for _, cr := range rep.CreatedCollections {
-						if cr == name {
-							state = "created"
-						}
+				state := func(name string, created []string) string {
+					if slices.Contains(created, name) {
+						return "created"
 					}
-					fmt.Fprintf(w, "collection %-14s %s\n", name, state)
+					return "exists"
+				}
+				var rows [][]string
+				for _, name := range admin.Collections() {
+					rows = append(rows, []string{"collection", name, state(name, rep.CreatedCollections)})
 				}
 				for _, ix := range admin.Indexes() {
 					full := ix.Collection + "." + ix.Name()
-					state := "exists"
-					for _, cr := range rep.CreatedIndexes {
-						if cr == full {
-							state = "created"
-						}
-					}
-					fmt.Fprintf(w, "index %-33s %s\n", full, state)
+					rows = append(rows, []string{"index", full, state(full, rep.CreatedIndexes)})
 				}
-				fmt.Fprintf(w, "validator schedules %s\n", rep.Validator)
+				rows = append(rows, []string{"validator", schedule.CollectionName, rep.Validator})
+				table(w, []string{"KIND", "NAME", "STATE"}, rows)
 				if rep.Notice != "" {
 					fmt.Fprintf(c.App.ErrWriter, "notice: %s\n", rep.Notice)
 				}

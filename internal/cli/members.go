@@ -29,6 +29,9 @@ type memberView struct {
 	// OwnedJobs counts the enabled schedules whose rendezvous owner among
 	// the live members is this member (0 when not live).
 	OwnedJobs int `json:"owned_jobs"`
+	// HTTP is the address the member's HTTP listener is bound to ("" when
+	// its daemon does not publish it).
+	HTTP string `json:"http"`
 }
 
 func newMemberView(m members.Member, now time.Time, owned int) memberView {
@@ -36,7 +39,7 @@ func newMemberView(m members.Member, now time.Time, owned int) memberView {
 		InstanceID: m.ID, Host: m.Host, PID: m.PID, Incarnation: m.Incarnation,
 		StartedAt: jsonTime(m.StartedAt, nil), HeartbeatAt: jsonTime(m.HeartbeatAt, nil), LeaseUntil: jsonTime(m.LeaseUntil, nil),
 		HeartbeatAgeSeconds: now.Sub(m.HeartbeatAt).Seconds(), LeaseLeftSeconds: m.LeaseUntil.Sub(now).Seconds(),
-		Live: m.LiveAt(now), OwnedJobs: owned,
+		Live: m.LiveAt(now), OwnedJobs: owned, HTTP: m.HTTP,
 	}
 }
 
@@ -48,7 +51,7 @@ func memberRow(v memberView) []string {
 		owned = "-"
 	}
 	return []string{v.InstanceID, v.Host, strconv.Itoa(v.PID), v.Incarnation,
-		(time.Duration(v.HeartbeatAgeSeconds * float64(time.Second))).Round(100 * time.Millisecond).String(), lease, owned}
+		(time.Duration(v.HeartbeatAgeSeconds * float64(time.Second))).Round(100 * time.Millisecond).String(), lease, owned, v.HTTP}
 }
 
 func membersCommand() *ucli.Command {
@@ -84,7 +87,7 @@ func membersCommand() *ucli.Command {
 					if isJSON(c) {
 						return writeJSON(c.App.Writer, views)
 					}
-					table(c.App.Writer, []string{"INSTANCE", "HOST", "PID", "INCARNATION", "HEARTBEAT AGE", "LEASE LEFT", "OWNED JOBS"}, rows)
+					table(c.App.Writer, []string{"INSTANCE", "HOST", "PID", "INCARNATION", "HEARTBEAT AGE", "LEASE LEFT", "OWNED JOBS", "HTTP"}, rows)
 					return nil
 				})
 			},

@@ -298,9 +298,20 @@ func runsList() *ucli.Command {
 				return ucli.Exit(fmt.Sprintf("--limit %d: want at least 1", n), ExitUserError)
 			}
 			return withDB(c, func(ctx context.Context, s *session) error {
-				runs, err := s.store.Runs(ctx, c.String("job"), int64(c.Int("limit")))
+				job := c.String("job")
+				runs, err := s.store.Runs(ctx, job, int64(c.Int("limit")))
 				if err != nil {
 					return s.fail(err)
+				}
+				if job != "" && len(runs) == 0 {
+					// No records: say so when there is no such job either.
+					_, err := s.store.Schedule(ctx, job)
+					if notFound(err) {
+						return ucli.Exit(fmt.Sprintf("no job %q: no schedule and no run records (records are kept for runs.retention after they end)", job), ExitUserError)
+					}
+					if err != nil {
+						return s.fail(err)
+					}
 				}
 				if isJSON(c) {
 					views := make([]runView, len(runs))
@@ -354,16 +365,16 @@ func runsGet() *ucli.Command {
 // writeRun prints one run record: a field per line, then the output tails
 // verbatim, each line indented.
 func writeRun(w io.Writer, r record.RunDoc) {
-	exit := ""
-	if r.ExitCode != nil {
-		exit = strconv.Itoa(*r.ExitCode)
-	}
 	fields := [][2]string{
 		{"RUN ID", r.ID}, {"JOB", r.JobID}, {"SCHEDULED AT", rfc3339(r.ScheduledAt, nil)}, {"STATUS", r.Status},
 		{"INSTANCE", r.Instance}, {"FENCE", strconv.FormatInt(r.Fence, 10)}, {"STARTED", rfc3339(r.StartedAt, nil)},
 		{"ENDED", rfc3339(r.EndedAt, nil)}, {"TOOK", runTook(r)}, {"LEASE UNTIL", rfc3339(r.LeaseUntil, nil)},
-		{"EXIT CODE", exit}, {"ERROR", r.Error},
 	}
+	// Only an action that has an exit code (exec) records one.
+	if r.ExitCode != nil {
+		fields = append(fields, [2]string{"EXIT CODE", strconv.Itoa(*r.ExitCode)})
+	}
+	fields = append(fields, [2]string{"ERROR", r.Error})
 	if r.BlackoutID != "" {
 		fields = append(fields, [][2]string{{"BLACKOUT", r.BlackoutID}, {"REASON", r.Reason}}...)
 	}

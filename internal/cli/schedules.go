@@ -15,6 +15,7 @@ import (
 	"github.com/cronswap/cronswap/internal/admin"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
+	"github.com/cronswap/cronswap/scheduler"
 )
 
 // setExample is shown with every refusal of `schedules set`.
@@ -37,16 +38,26 @@ type scheduleView struct {
 	Category  string          `json:"category"`
 	Args      json.RawMessage `json:"args"`
 	UpdatedAt *string         `json:"updated_at"`
-	// NextRun is computed locally from the expression; null when disabled or invalid.
+	// NextRun is the next run the live daemons have armed (CheckedBy), else
+	// computed here from the expression; null when disabled or not armed.
 	NextRun *string `json:"next_run"`
 	// LastRun is the scheduled time of the newest run record (or the
 	// lock's last slot); LastStatus its status.
 	LastRun      *string `json:"last_run"`
 	LastStatus   string  `json:"last_status"`
 	LastRunError string  `json:"last_run_error"`
-	// Error is the document's own validation error ("" when valid): the
-	// daemon keeps the last valid timer armed and reports the same error.
+	// Error is the error the daemons see ("" when none): their engines'
+	// last error for the job when a live daemon answered (CheckedBy), else
+	// the document's error under this command's own check with the
+	// daemons' rules (its action checked only with a config file:
+	// ActionsChecked). A daemon keeps the last valid timer armed meanwhile.
 	Error string `json:"error"`
+	// CheckedBy names the live daemons whose engines Error and NextRun
+	// come from; empty when this command checked the document itself.
+	CheckedBy []string `json:"checked_by"`
+	// ActionsChecked is true when Error covers the job's action: the
+	// daemons said, or this command had the config's actions.
+	ActionsChecked bool `json:"actions_checked"`
 	// FailurePause is set while the job is paused after consecutive
 	// failed slots (job_pauses) until `schedules resume`.
 	FailurePause *failurePauseView `json:"failure_pause,omitempty"`
@@ -54,12 +65,16 @@ type scheduleView struct {
 	loc *time.Location
 }
 
-// view builds the scheduleView of d, with run information from runs/locks.
+// view builds the scheduleView of d as this command checks it, with run
+// information from runs/locks (nil locks: no run information).
 func (s *session) view(ctx context.Context, d admin.ScheduleDoc, locks map[string]record.LockDoc, now time.Time) (scheduleView, error) {
-	v := scheduleView{ID: d.ID, Args: json.RawMessage("null"), loc: s.cfg.Location}
+	v := scheduleView{ID: d.ID, Args: json.RawMessage("null"), loc: s.cfg.Location,
+		CheckedBy: []string{}, ActionsChecked: s.rules.ActionsChecked()}
 	v.ID, v.InvalidID = schedule.RefusedID(d.ID)
 	sc := d.Schedule
-	if d.Err == nil {
+	// A schedule refused only for its action is whole: show it as it is.
+	var policy *scheduler.PolicyError
+	if d.Err == nil || errors.As(d.Err, &policy) {
 		v.CronExpr, v.Timezone, v.Enabled, v.Job, v.Category = sc.CronExpr, sc.Timezone, sc.Enabled, sc.Job, sc.Category
 		v.DST = dstName(sc.DST)
 		if sc.Args != "" {
@@ -71,8 +86,11 @@ func (s *session) view(ctx context.Context, d admin.ScheduleDoc, locks map[strin
 				v.loc = loc
 			}
 		}
-		if sched, err := sc.Parse(s.cfg.Location); err == nil && sc.Enabled {
+		if sched, err := sc.Parse(s.cfg.Location); err == nil && sc.Enabled && d.Err == nil {
 			v.NextRun = jsonTime(sched.Next(now), v.loc)
+		}
+		if d.Err != nil {
+			v.Error = d.Err.Error() // not armed by daemons with these actions
 		}
 	} else {
 		// Show what the document holds, as far as it can be read.
@@ -191,6 +209,7 @@ func schedulesList() *ucli.Command {
 				if err != nil {
 					return s.fail(err)
 				}
+				dv := askDaemons(ctx, s, "")
 				now := time.Now()
 				views := make([]scheduleView, 0, len(docs))
 				for _, d := range docs {
@@ -198,6 +217,7 @@ func schedulesList() *ucli.Command {
 					if err != nil {
 						return s.fail(err)
 					}
+					v.seen(dv)
 					views = append(views, v)
 				}
 				if isJSON(c) {
@@ -208,6 +228,7 @@ func schedulesList() *ucli.Command {
 					rows[i] = v.row()
 				}
 				table(c.App.Writer, scheduleHeader(), rows)
+				fmt.Fprintln(c.App.ErrWriter, dv.checkedBy(s))
 				return nil
 			})
 		},
@@ -238,6 +259,8 @@ func schedulesGet() *ucli.Command {
 				if err != nil {
 					return s.fail(err)
 				}
+				dv := askDaemons(ctx, s, id)
+				v.seen(dv)
 				if isJSON(c) {
 					return writeJSON(c.App.Writer, v)
 				}
@@ -254,7 +277,15 @@ func schedulesGet() *ucli.Command {
 				if v.UpdatedAt != nil {
 					upd = *v.UpdatedAt
 				}
-				rows = append(rows, []string{"dst:", v.DST}, []string{"job:", v.Job}, []string{"category:", v.Category}, []string{"args:", args}, []string{"updated at:", upd})
+				checked := dv.checkedBy(s)
+				switch {
+				case len(v.CheckedBy) > 0:
+					checked = "daemons " + strings.Join(v.CheckedBy, ", ")
+				case len(dv.answers) > 0:
+					checked = "no live daemon holds it yet: " + s.localCheck()
+				}
+				rows = append(rows, []string{"dst:", v.DST}, []string{"job:", v.Job}, []string{"category:", v.Category}, []string{"args:", args},
+					[]string{"updated at:", upd}, []string{"checked by:", checked})
 				table(c.App.Writer, []string{"FIELD", "VALUE"}, rows)
 				return nil
 			})
@@ -265,12 +296,12 @@ func schedulesGet() *ucli.Command {
 func schedulesSet() *ucli.Command {
 	return &ucli.Command{
 		Name:      "set",
-		Usage:     "create or change a schedule (validated before anything is written; sets updated_at)",
+		Usage:     "create or change a schedule: only the fields given change (checked with the daemons' rules before anything is written; sets updated_at)",
 		ArgsUsage: "ID",
 		Flags: dbFlags(
-			&ucli.StringFlag{Name: "cron", Usage: `cron expression, e.g. "0 9 * * 1-5", "*/30 * * * * *", "@hourly" (required)`},
+			&ucli.StringFlag{Name: "cron", Usage: fmt.Sprintf(`cron expression, e.g. "0 9 * * 1-5", "*/30 * * * * *", "@hourly"; at most %d bytes (required to create a schedule)`, schedule.MaxExprBytes)},
 			&ucli.StringFlag{Name: "tz", Usage: `IANA time zone, e.g. Asia/Seoul ("" removes it: the config's default applies)`},
-			&ucli.StringFlag{Name: "job", Usage: `name of the action in the config's jobs ("" removes it: the ID is the action)`},
+			&ucli.StringFlag{Name: "job", Usage: `name of the action in the config's jobs ("" removes it: the ID is the action); checked against the config's actions when --config is given`},
 			&ucli.StringFlag{Name: "category", Usage: `dispatch category ("" removes it)`},
 			&ucli.StringFlag{Name: "dst", Usage: `daylight saving: shift (a time the clocks skip runs right after the jump, a fixed time the clocks repeat runs once) or plain (skipped times do not run, repeated ones run at each occurrence); "" removes it, back to shift`},
 			&ucli.StringFlag{Name: "args", Usage: `JSON object handed to the action, e.g. '{"region":"eu"}'`},
@@ -286,20 +317,19 @@ func schedulesSet() *ucli.Command {
 			if _, err := outputFormat(c); err != nil {
 				return err
 			}
-			if !c.IsSet("cron") {
-				return refuse("--cron is missing")
-			}
-			edit := admin.ScheduleEdit{CronExpr: strings.TrimSpace(c.String("cron"))}
+			var edit admin.ScheduleEdit
 			// Check the flags before connecting, so the message names the flag.
 			if err := checkSetFlags(c, id, &edit); err != nil {
 				return refuse("%v", err)
 			}
 			return withDB(c, func(ctx context.Context, s *session) error {
-				created, err := s.store.SetSchedule(ctx, id, edit)
-				if errors.Is(err, schedule.ErrInvalid) {
+				res, err := s.store.SetSchedule(ctx, id, edit)
+				switch {
+				case errors.Is(err, admin.ErrNeedsExpression):
+					return refuse("no schedule %q yet, and --cron is required to create one", id)
+				case errors.Is(err, schedule.ErrInvalid):
 					return refuse("%v", err)
-				}
-				if err != nil {
+				case err != nil:
 					return s.fail(err)
 				}
 				d, err := s.store.Schedule(ctx, id)
@@ -310,18 +340,28 @@ func schedulesSet() *ucli.Command {
 				if err != nil {
 					return s.fail(err)
 				}
+				warning := ""
+				if res.Warning != nil {
+					warning = fmt.Sprintf("%v — written anyway: daemons running %s will not arm it (one armed before keeps "+
+						"its last valid timing), unless a Go program embedding cronswap registers that action", res.Warning, s.configFile)
+					fmt.Fprintln(c.App.ErrWriter, "cronswap: warning:", warning)
+				}
 				if isJSON(c) {
 					return writeJSON(c.App.Writer, struct {
-						Created bool `json:"created"`
+						Created bool   `json:"created"`
+						Warning string `json:"warning,omitempty"`
 						scheduleView
-					}{created, v})
+					}{res.Created, warning, v})
 				}
 				verb := "updated"
-				if created {
+				if res.Created {
 					verb = "created"
 				}
 				next := "none (disabled)"
-				if v.NextRun != nil {
+				switch {
+				case res.Warning != nil:
+					next = "none (its action is not in the config)"
+				case v.NextRun != nil:
 					next = *v.NextRun
 				}
 				fmt.Fprintf(c.App.Writer, "%s %s: %q, next run %s\n", verb, id, v.CronExpr, next)
@@ -331,8 +371,9 @@ func schedulesSet() *ucli.Command {
 	}
 }
 
-// checkSetFlags validates the flags of `schedules set` on their own and
-// fills edit. The stored document is checked again, merged, by the store.
+// checkSetFlags checks the flags of `schedules set` on their own and fills
+// edit; only the flags given are set. The document they make of the stored
+// one is checked again, whole, by the store.
 func checkSetFlags(c *ucli.Context, id string, edit *admin.ScheduleEdit) error {
 	if id == "" || len(id) > schedule.MaxIDBytes {
 		return fmt.Errorf("job ID %q: want 1 to %d bytes", id, schedule.MaxIDBytes)
@@ -361,8 +402,18 @@ func checkSetFlags(c *ucli.Context, id string, edit *admin.ScheduleEdit) error {
 		}
 		edit.DST = &v
 	}
-	if _, err := schedule.ParseExprWith(edit.CronExpr, loc, opts); err != nil {
-		return fmt.Errorf("--cron %q: %w", edit.CronExpr, err)
+	if c.IsSet("cron") {
+		// As given: the length limit counts the white space around it,
+		// as the daemons count it in the document.
+		expr := c.String("cron")
+		if _, err := schedule.ParseExprWith(expr, loc, opts); err != nil {
+			if len(expr) > schedule.MaxExprBytes {
+				return fmt.Errorf("--cron: %w", err)
+			}
+			return fmt.Errorf("--cron %q: %w", expr, err)
+		}
+		expr = strings.TrimSpace(expr)
+		edit.CronExpr = &expr
 	}
 	for _, f := range []struct {
 		name string
@@ -382,6 +433,9 @@ func checkSetFlags(c *ucli.Context, id string, edit *admin.ScheduleEdit) error {
 			return fmt.Errorf("--args %s: not a JSON object: %v", c.String("args"), err)
 		}
 		edit.Args = doc
+	}
+	if e := *edit; e.CronExpr == nil && e.Timezone == nil && e.DST == nil && e.Job == nil && e.Category == nil && e.Args == nil {
+		return errors.New("nothing to change: give at least one of --cron, --tz, --dst, --job, --category, --args")
 	}
 	return nil
 }

@@ -111,7 +111,7 @@ func TestRepoConfigYAML(t *testing.T) {
 			Overlap: jobs.OverlapSkip,
 		},
 		"warm_cache": {
-			HTTP:    &actions.HTTPSettings{URL: "http://127.0.0.1:8080/hooks/warm", Method: "POST"},
+			HTTP:    &actions.HTTPSettings{URL: "http://127.0.0.1:9090/healthz", Method: "GET"},
 			Timeout: 10 * time.Second,
 			Overlap: jobs.OverlapSkip,
 		},

@@ -117,7 +117,9 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		httpToken: os.Getenv(httpapi.EnvToken)}
 	db := client.Database(cfg.Mongo.Database)
 
-	d.members = members.New(db, members.Options{InstanceID: cfg.InstanceID, Logger: d.log,
+	// The listener's address goes into the members document: the command
+	// line asks a live daemon what its engine holds (schedules list/get).
+	d.members = members.New(db, members.Options{InstanceID: cfg.InstanceID, Logger: d.log, HTTP: ln.Addr().String(),
 		Unreachable: func(error) { d.awayOnce.Do(func() { close(d.away) }) }})
 	d.metrics = metrics.New()
 	d.blackouts = newBlackoutWatch(db, cfg, d.log)

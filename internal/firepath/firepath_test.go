@@ -283,7 +283,8 @@ func TestFirePathRecordsExecExitAndStderr(t *testing.T) {
 	}
 	waitPIDGone(t, pidfile, 10*time.Second, "the timed-out action's sleep grandchild to be gone")
 	got = e.runDocs(t, "ok")
-	if len(got) != 1 || got[0].Status != record.StatusSucceeded || got[0].ExitCode != nil || got[0].Error != "" {
+	// A succeeded exec run records its exit code too: 0.
+	if len(got) != 1 || got[0].Status != record.StatusSucceeded || got[0].ExitCode == nil || *got[0].ExitCode != 0 || got[0].Error != "" {
 		t.Fatalf("ok: %+v", got)
 	}
 	if l := e.lock(t, "fails"); l.LastOutcome != record.StatusFailed || l.State != record.LockFree {
@@ -305,7 +306,7 @@ func TestFirePathRecordsExecStdoutTail(t *testing.T) {
 	r.Fire(dueAt("quiet", slot))
 
 	got := e.runDocs(t, "chatty")
-	if len(got) != 1 || got[0].Status != record.StatusSucceeded || got[0].ExitCode != nil {
+	if len(got) != 1 || got[0].Status != record.StatusSucceeded || got[0].ExitCode == nil || *got[0].ExitCode != 0 {
 		t.Fatalf("chatty: %+v", got)
 	}
 	// The last 16 bytes are 11 a's, " end" and the newline, which is trimmed.

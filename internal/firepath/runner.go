@@ -358,7 +358,7 @@ func ScheduleOf(ctx context.Context) (schedule.Schedule, bool) {
 // over.
 func (r *Runner) finish(log *slog.Logger, f *fire, end record.RunEnd, runErr error, out actions.Output) string {
 	l := f.lease
-	end.Stdout, end.Stderr = out.Stdout, out.Stderr
+	end.Stdout, end.Stderr, end.ExitCode = out.Stdout, out.Stderr, out.ExitCode
 	if runErr != nil {
 		end.Error = runErr.Error()
 	}

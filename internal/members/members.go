@@ -90,6 +90,11 @@ type Member struct {
 	Machine string `bson:"machine,omitempty" json:"-"`
 	// Incarnation is random and new at every start of a process.
 	Incarnation string `bson:"incarnation" json:"incarnation"`
+	// HTTP is the address the process's HTTP listener is bound to
+	// (host:port, e.g. "127.0.0.1:9090" or "[::]:9090"), so that the
+	// command line can ask a live daemon what its engine holds; empty when
+	// unknown.
+	HTTP string `bson:"http,omitempty" json:"http,omitempty"`
 	// StartedAt is when this incarnation registered.
 	StartedAt time.Time `bson:"started_at" json:"started_at"`
 	// HeartbeatAt is the member's last heartbeat.

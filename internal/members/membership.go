@@ -21,6 +21,9 @@ type Options struct {
 	InstanceID string
 	// Host is the host name recorded (default os.Hostname()).
 	Host string
+	// HTTP is the address of this process's HTTP listener, recorded as
+	// Member.HTTP (empty: none recorded).
+	HTTP string
 	// Heartbeat is the period of the heartbeat write (default
 	// DefaultHeartbeat).
 	Heartbeat time.Duration
@@ -95,7 +98,7 @@ func New(db *mongo.Database, opts Options) *Membership {
 		opts.Now = time.Now
 	}
 	self := Member{ID: opts.InstanceID, Host: opts.Host, PID: os.Getpid(), Machine: machineID(),
-		Incarnation: newIncarnation()}
+		Incarnation: newIncarnation(), HTTP: opts.HTTP}
 	return &Membership{coll: Collection(db), opts: opts, self: self,
 		selfID: self.ID, selfIncarnation: self.Incarnation,
 		log: opts.Logger.With("host", self.Host, "incarnation", self.Incarnation)}
@@ -275,7 +278,7 @@ func (m *Membership) beat(ctx context.Context) error {
 	res, err := m.coll.UpdateOne(bctx,
 		bson.D{{Key: "_id", Value: d.ID}, {Key: "incarnation", Value: d.Incarnation}},
 		bson.D{{Key: "$set", Value: bson.D{
-			{Key: "host", Value: d.Host}, {Key: "pid", Value: d.PID}, {Key: "machine", Value: d.Machine},
+			{Key: "host", Value: d.Host}, {Key: "pid", Value: d.PID}, {Key: "machine", Value: d.Machine}, {Key: "http", Value: d.HTTP},
 			{Key: "started_at", Value: d.StartedAt}, {Key: "heartbeat_at", Value: d.HeartbeatAt},
 			{Key: "lease_until", Value: d.LeaseUntil}, {Key: "expire_at", Value: d.ExpireAt},
 		}}},

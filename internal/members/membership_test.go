@@ -323,3 +323,27 @@ func TestEnsureIndexesTTL(t *testing.T) {
 	}
 	t.Fatalf("no %s among %v", TTLIndex, specs)
 }
+
+// The member document carries the HTTP address given in Options, from the
+// join on and through a heartbeat that writes the document again, so that
+// the command line can ask the daemon what its engine holds.
+func TestMemberDocumentCarriesTheHTTPAddress(t *testing.T) {
+	db := newDB(t)
+	m := New(db, Options{InstanceID: "r1", HTTP: "127.0.0.1:9090", Heartbeat: 50 * time.Millisecond, Logger: quiet})
+	if err := m.Join(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := readDoc(t, db, "r1"); !ok || d.HTTP != "127.0.0.1:9090" {
+		t.Fatalf("after Join: %+v", d)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() { _ = m.Run(ctx) }()
+	if _, err := Collection(db).DeleteOne(ctxFor(t, 10*time.Second), bson.D{{Key: "_id", Value: "r1"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the document written again with its HTTP address", func() bool {
+		d, ok := readDoc(t, db, "r1")
+		return ok && d.HTTP == "127.0.0.1:9090"
+	})
+}

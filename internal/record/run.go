@@ -82,7 +82,7 @@ type RunDoc struct {
 	// was observed, and the run ended after EndedAfter (docs/locks.md).
 	EndObserved bool      `bson:"end_observed,omitempty" json:"end_observed,omitempty"`
 	EndedAfter  time.Time `bson:"ended_after,omitempty" json:"ended_after,omitzero"`
-	// ExitCode is set for exec actions that ran and failed.
+	// ExitCode is set for exec actions that ran: 0 when they succeeded.
 	ExitCode *int `bson:"exit_code,omitempty" json:"exit_code,omitempty"`
 	// Stdout and Stderr are the tails (the last DefaultTailBytes, trimmed)
 	// of what an exec action printed; empty when it printed nothing.
