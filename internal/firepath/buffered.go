@@ -148,10 +148,10 @@ func (r *Runner) takeBuffered(f *fire, then func(claimAnswer)) {
 // handled its request returned from RunOffSchedule long before.
 func (r *Runner) report(f *fire) {
 	l := f.lease
-	if !f.kind.reports || !l.OffSchedule || r.opts.Requests == nil {
+	if !f.kind.reports || !l.OffSchedule || r.opts.Requests == nil || f.result == nil {
 		return
 	}
-	res := f.result
+	res := *f.result
 	res.Lease = l
 	ctx, cancel := r.opCtx()
 	defer cancel()

@@ -50,7 +50,7 @@ func (r *Runner) fireClaim(f *fire) record.FireClaim {
 		fc.Buffer = f.mayWait && o.Buffers()
 	}
 	if o.Buffers() && (!fc.OffSchedule || fc.Buffer) {
-		fc.Schedule = f.due.Schedule
+		fc.Schedule = &f.due.Schedule
 	}
 	return fc
 }

@@ -151,8 +151,17 @@ type fire struct {
 	won          bool
 	claimWait    time.Duration
 	claimRetried bool
-	result       OffScheduleResult
-	done         func()
+	// result, when set, is how the fire ended, for a caller or a request
+	// waiting to learn it (an off-schedule run, a buffered fire).
+	result *OffScheduleResult
+	done   func()
+}
+
+// tell records how f ended, when someone waits to learn it.
+func (f *fire) tell(res OffScheduleResult) {
+	if f.result != nil {
+		*f.result = res
+	}
 }
 
 // jobID is the fire's job.
@@ -185,7 +194,7 @@ func (r *Runner) slotFire(d schedule.Due, deadline time.Duration) *fire {
 // waited for.
 func (r *Runner) bufferedFire(jobID string, overlap jobs.Overlap, admitted bool) *fire {
 	return &fire{kind: kindBuffered, due: schedule.Due{Schedule: schedule.Schedule{ID: jobID}}, overlap: overlap,
-		admitted: admitted, owner: true}
+		admitted: admitted, owner: true, result: &OffScheduleResult{}}
 }
 
 // retryFire is attempt n of run runID, the slot of s, due at due; it may

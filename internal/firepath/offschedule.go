@@ -103,9 +103,10 @@ func (r *Runner) RunOffSchedule(of OffScheduleFire) OffScheduleResult {
 	// Its lateness and deadline count from when it was offered.
 	d := schedule.Due{Schedule: of.Schedule, Slot: of.Slot.UTC(), Delay: of.Offered.Sub(of.Slot)}
 	f := &fire{kind: kindOffSchedule, due: d, deadline: deadline, startBy: of.Offered.Add(deadline),
-		owner: r.owns(of.Schedule.ID), runID: of.RunID, mayWait: of.Buffer, started: of.Started}
+		owner: r.owns(of.Schedule.ID), runID: of.RunID, mayWait: of.Buffer, started: of.Started,
+		result: &OffScheduleResult{}}
 	r.startWait(f)
-	return f.result
+	return *f.result
 }
 
 // offScheduleStatus is the status execute recorded for a run that ended

@@ -138,14 +138,14 @@ func (r *Runner) resolve(f *fire) bool {
 		now := r.clock.Now()
 		r.finish(log, f, record.RunEnd{Status: record.StatusFailed, StartedAt: now, EndedAt: now}, err, actions.Output{})
 		r.runEnded(f.jobID(), record.StatusFailed)
-		f.result = OffScheduleResult{Ran: true, Status: record.StatusFailed, Error: err.Error(), Lease: f.lease}
+		f.tell(OffScheduleResult{Ran: true, Status: record.StatusFailed, Error: err.Error(), Lease: f.lease})
 		r.report(f)
 		r.done(r.newRun(f.due, f.lease), err, 0)
 	case f.kind.notRun == leavePending:
 		log.Warn("fire names an action unknown here; left pending", "action", name)
 	default:
 		log.Error("fire names an unknown action", "action", name)
-		f.result = OffScheduleResult{NotRun: NotRunUnknownAction, Error: err.Error()}
+		f.tell(OffScheduleResult{NotRun: NotRunUnknownAction, Error: err.Error()})
 		r.done(r.newRun(f.due, f.lease), err, 0)
 	}
 	return false
@@ -217,8 +217,8 @@ func (r *Runner) notStarted(f *fire, reason, msg string) {
 			f.logger(r.log).Info(msg, "reason", reason)
 		}
 		r.notRun(f.jobID(), f.due.Slot, reason)
-		if f.result.NotRun == "" {
-			f.result = OffScheduleResult{NotRun: reason, Error: msg}
+		if f.result != nil && f.result.NotRun == "" {
+			f.tell(OffScheduleResult{NotRun: reason, Error: msg})
 		}
 	case leavePending:
 		if msg != "" {
@@ -288,6 +288,9 @@ func (r *Runner) claimed(f *fire, a claimAnswer) {
 // settle handles the answer a of f's claim; true when f won it and is to
 // run.
 func (r *Runner) settle(f *fire, a claimAnswer) bool {
+	if a.Err == nil && a.ended == "" && a.Result == record.Acquired && len(a.Repaired) == 0 && f.owner {
+		return true // the common case: nothing to log
+	}
 	log := f.logger(r.log)
 	id := f.jobID()
 	switch {
@@ -316,7 +319,7 @@ func (r *Runner) settle(f *fire, a claimAnswer) bool {
 		reason := notRunReason(a.Err)
 		log.Warn("fire not run: could not claim it", "reason", r.dropReason(f, reason), "error", a.Err)
 		if f.kind.notRun == tellCaller {
-			f.result = OffScheduleResult{NotRun: reason, Error: a.Err.Error()}
+			f.tell(OffScheduleResult{NotRun: reason, Error: a.Err.Error()})
 		}
 		r.notStarted(f, reason, "")
 		return false
@@ -334,7 +337,7 @@ func (r *Runner) settle(f *fire, a claimAnswer) bool {
 	switch a.Result {
 	case record.AlreadyFired:
 		log.Debug("fire claimed elsewhere", "reason", a.Reason)
-		f.result = OffScheduleResult{AlreadyFired: true, Error: a.Reason}
+		f.tell(OffScheduleResult{AlreadyFired: true, Error: a.Reason})
 		if f.kind.notRun == recordMissed && (f.claimRetried || r.late(f)) {
 			// An earlier try may have been refused without an answer, or
 			// the answer came after the deadline: if no replica recorded
@@ -345,14 +348,14 @@ func (r *Runner) settle(f *fire, a claimAnswer) bool {
 	case record.Skipped:
 		log.Info("fire skipped", "reason", a.Reason, "holder", a.Holder, "holder_run_id", a.HolderRunID)
 		r.runEnded(id, record.StatusSkipped)
-		f.result = OffScheduleResult{Status: record.StatusSkipped, Error: a.Reason}
+		f.tell(OffScheduleResult{Status: record.StatusSkipped, Error: a.Reason})
 		if f.blackout == nil && f.action.Overlap.Buffers() && a.Holder == "" {
 			r.drainSoon(id, f.action.Overlap) // fires may wait on a lock no live run holds
 		}
 		return false
 	case record.Buffered:
 		r.bufferedClaim(log, id, f.action.Overlap, a.ClaimOutcome)
-		f.result = OffScheduleResult{Status: record.StatusBuffered, Error: a.Reason, Lease: a.Lease}
+		f.tell(OffScheduleResult{Status: record.StatusBuffered, Error: a.Reason, Lease: a.Lease})
 		return false
 	}
 	if f.kind.graced && !f.owner {
@@ -385,10 +388,11 @@ func (r *Runner) run(f *fire) {
 	}
 	run := r.newRun(f.due, f.lease)
 	took, err := r.execute(f.logger(r.log), f, run, &f.lease)
-	f.result = OffScheduleResult{Ran: true, Lease: f.lease, Status: offScheduleStatus(err)}
+	res := OffScheduleResult{Ran: true, Lease: f.lease, Status: offScheduleStatus(err)}
 	if err != nil {
-		f.result.Error = err.Error()
+		res.Error = err.Error()
 	}
+	f.tell(res)
 	r.report(f)
 	r.done(run, err, took)
 }

@@ -401,7 +401,7 @@ func (r *Runner) finish(log *slog.Logger, f *fire, end record.RunEnd, runErr err
 func (r *Runner) missClaimed(f *fire, reason, why string) {
 	l := f.lease
 	r.notRun(l.JobID, l.Slot, reason)
-	f.result = OffScheduleResult{Status: record.StatusMissed, NotRun: reason, Error: why, Lease: l}
+	f.tell(OffScheduleResult{Status: record.StatusMissed, NotRun: reason, Error: why, Lease: l})
 	end := record.LeaseEnd{Lease: l, End: record.RunEnd{Status: record.StatusMissed, EndedAt: r.clock.Now(), Reason: reason,
 		Error: why}}
 	err := r.ends.submit(end)

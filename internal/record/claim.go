@@ -173,7 +173,7 @@ type FireClaim struct {
 	// category, ...): a buffered fire's record keeps it (RunScheduleField),
 	// so that whichever replica runs it later runs the same. Set only for
 	// fires that may wait on the lock.
-	Schedule schedule.Schedule
+	Schedule *schedule.Schedule
 	// Blackout, when set, names the blackout window the fire falls in:
 	// its slot is recorded skipped with the window's id and reason, and
 	// it does not run (the outcome is Skipped, or AlreadyFired).

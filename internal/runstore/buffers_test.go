@@ -19,7 +19,8 @@ import (
 )
 
 func policy(o jobs.Overlap, job string, slot time.Time) record.FireClaim {
-	return record.FireClaim{JobID: job, Slot: slot, Overlap: o, Schedule: dueUnder(job, slot)}
+	s := dueUnder(job, slot)
+	return record.FireClaim{JobID: job, Slot: slot, Overlap: o, Schedule: &s}
 }
 
 // dueUnder is a schedule with every field set, as a fire at slot came due

@@ -46,6 +46,10 @@ func (c *claimer) bufferAll(ctx context.Context, fs []toBuffer) (again []int) {
 		i, d := b.i, b.d
 		l := c.leases[i]
 		f := c.b.Fires[i]
+		var category string
+		if f.Schedule != nil {
+			category = f.Schedule.Category
+		}
 		recs = append(recs, mongo.NewUpdateOneModel().
 			SetFilter(bson.D{{Key: "_id", Value: l.RunID}, {Key: "claim", Value: l.Token},
 				{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{record.StatusClaiming, record.StatusBuffered}}}}}).
@@ -72,7 +76,7 @@ func (c *claimer) bufferAll(ctx context.Context, fs []toBuffer) (again []int) {
 				{Key: "by", Value: l.RunID}, {Key: "at", Value: c.b.Now}}})
 		}
 		c.pushed[i] = true
-		entry := record.BufferEntry{RunID: l.RunID, Slot: l.Slot, Category: f.Schedule.Category, At: c.b.Now, By: l.Instance, OffSchedule: l.OffSchedule}
+		entry := record.BufferEntry{RunID: l.RunID, Slot: l.Slot, Category: category, At: c.b.Now, By: l.Instance, OffSchedule: l.OffSchedule}
 		update := bson.D{{Key: "$push", Value: bson.D{{Key: record.LockBufferField, Value: entry}}}, {Key: "$set", Value: set}}
 		if !l.OffSchedule {
 			update = append(update, bson.E{Key: "$max", Value: bson.D{{Key: "last_slot", Value: l.Slot}}})
