@@ -15,7 +15,9 @@ import (
 // and fence come from, its deadline, and what follows its run. Kinds
 // differ in these data only; every fire goes through Runner.start.
 type fireKind struct {
-	name string
+	// name is the kind in logs (fire=<name>); noun what they call a fire
+	// of the kind ("off-schedule run claimed elsewhere").
+	name, noun string
 	// claims says what the fire claims.
 	claims claimSource
 	// withoutStore: a runner without a store runs the fire unclaimed
@@ -96,17 +98,17 @@ const (
 var (
 	// kindSlot is a cron slot, as the engine fires it (also a catch-up
 	// fire: the same, with a longer deadline).
-	kindSlot = &fireKind{name: "slot", claims: claimInBatch, withoutStore: true, graced: true, blackouts: true,
+	kindSlot = &fireKind{name: "slot", noun: "fire", claims: claimInBatch, withoutStore: true, graced: true, blackouts: true,
 		pauses: true, retryClaim: true, lateAfterClaim: true, notRun: recordMissed, attempts: true, drain: drainInline}
 	// kindOffSchedule is a run asked for through triggers: run-now or a
 	// backfilled slot.
-	kindOffSchedule = &fireKind{name: "off_schedule", claims: claimInBatch, graced: true, lateAfterClaim: true,
+	kindOffSchedule = &fireKind{name: "off_schedule", noun: "off-schedule run", claims: claimInBatch, graced: true, lateAfterClaim: true,
 		notRun: tellCaller, drain: drainAsync}
 	// kindBuffered is a fire taken from its job's lock's buffer.
-	kindBuffered = &fireKind{name: "buffered", claims: claimFromBuffer, notRun: leavePending, attempts: true,
+	kindBuffered = &fireKind{name: "buffered", noun: "buffered fire", claims: claimFromBuffer, notRun: leavePending, attempts: true,
 		drain: drainNone, reports: true}
 	// kindRetry is a further attempt of a failed slot.
-	kindRetry = &fireKind{name: "retry", claims: claimAttempt, notRun: leavePending, drain: drainInline}
+	kindRetry = &fireKind{name: "retry", noun: "retry", claims: claimAttempt, notRun: leavePending, drain: drainInline}
 )
 
 // fire is one fire of any kind on its way through the fire path.

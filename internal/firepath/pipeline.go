@@ -46,7 +46,7 @@ func (r *Runner) start(f *fire) {
 		// The slot is recorded skipped through the claim batch, without
 		// waiting for admission; nothing runs.
 		if r.opts.Store == nil {
-			f.logger(r.log).Info("fire skipped", "reason", f.blackout.SkipError())
+			f.logger(r.log).Info("fire skipped: inside a blackout window", "blackout_id", f.blackout.ID, "reason", f.blackout.Reason)
 			r.runEnded(f.jobID(), record.StatusSkipped)
 			r.exit(f)
 			return
@@ -134,7 +134,7 @@ func (r *Runner) resolve(f *fire) bool {
 	log := f.logger(r.log)
 	switch {
 	case f.won:
-		log.Error("fire names an unknown action", "action", name)
+		log.Error(f.kind.noun+" names an unknown action", "action", name)
 		now := r.clock.Now()
 		r.finish(log, f, record.RunEnd{Status: record.StatusFailed, StartedAt: now, EndedAt: now}, err, actions.Output{})
 		r.runEnded(f.jobID(), record.StatusFailed)
@@ -142,9 +142,9 @@ func (r *Runner) resolve(f *fire) bool {
 		r.report(f)
 		r.done(r.newRun(f.due, f.lease), err, 0)
 	case f.kind.notRun == leavePending:
-		log.Warn("fire names an action unknown here; left pending", "action", name)
+		log.Warn(f.kind.noun+" names an action unknown here; left pending", "action", name)
 	default:
-		log.Error("fire names an unknown action", "action", name)
+		log.Error(f.kind.noun+" names an unknown action", "action", name)
 		f.tell(OffScheduleResult{NotRun: NotRunUnknownAction, Error: err.Error()})
 		r.done(r.newRun(f.due, f.lease), err, 0)
 	}
@@ -317,14 +317,14 @@ func (r *Runner) settle(f *fire, a claimAnswer) bool {
 			r.leases.disown(l)
 		}
 		reason := notRunReason(a.Err)
-		log.Warn("fire not run: could not claim it", "reason", r.dropReason(f, reason), "error", a.Err)
+		log.Warn(f.kind.noun+" not run: could not claim it", "reason", r.dropReason(f, reason), "error", a.Err)
 		if f.kind.notRun == tellCaller {
 			f.tell(OffScheduleResult{NotRun: reason, Error: a.Err.Error()})
 		}
 		r.notStarted(f, reason, "")
 		return false
 	case a.ended != "":
-		log.Warn("fire not run: its claim recorded it "+a.ended, "error", a.why)
+		log.Warn(f.kind.noun+" not run: its claim recorded it "+a.ended, "error", a.why)
 		r.runEnded(id, a.ended)
 		if a.freed {
 			r.followUp(f) // the fire replacing it waits on the lock just freed
@@ -336,7 +336,7 @@ func (r *Runner) settle(f *fire, a claimAnswer) bool {
 	}
 	switch a.Result {
 	case record.AlreadyFired:
-		log.Debug("fire claimed elsewhere", "reason", a.Reason)
+		log.Debug(f.kind.noun+" claimed elsewhere", "reason", a.Reason)
 		f.tell(OffScheduleResult{AlreadyFired: true, Error: a.Reason})
 		if f.kind.notRun == recordMissed && (f.claimRetried || r.late(f)) {
 			// An earlier try may have been refused without an answer, or
@@ -346,7 +346,11 @@ func (r *Runner) settle(f *fire, a claimAnswer) bool {
 		}
 		return false
 	case record.Skipped:
-		log.Info("fire skipped", "reason", a.Reason, "holder", a.Holder, "holder_run_id", a.HolderRunID)
+		if b := f.blackout; b != nil {
+			log.Info("fire skipped: inside a blackout window", "blackout_id", b.ID, "reason", b.Reason)
+		} else {
+			log.Info(f.kind.noun+" skipped", "reason", a.Reason, "holder", a.Holder, "holder_run_id", a.HolderRunID)
+		}
 		r.runEnded(id, record.StatusSkipped)
 		f.tell(OffScheduleResult{Status: record.StatusSkipped, Error: a.Reason})
 		if f.blackout == nil && f.action.Overlap.Buffers() && a.Holder == "" {
