@@ -4,20 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
 )
-
-// laterOf returns the later of a and b.
-func laterOf(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
 
 // ErrCancelledByOverlap is the cause of a run stopped because a later
 // fire of its cancel_other job replaced it; the run is recorded abandoned.

@@ -199,3 +199,11 @@ var errClaimTooLate = errors.New("starting deadline passed before the claim coul
 // minClaimBudget is the least time a claim batch is given, even for
 // fires about to pass their deadline: one round trip and a read-back.
 const minClaimBudget = 200 * time.Millisecond
+
+// laterOf returns the later of a and b.
+func laterOf(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
