@@ -38,6 +38,9 @@ var fiveEntries = []string{
 
 const msgHistoryCaughtUp = "schedule history recording: stream caught up"
 
+// editsOnly matches the edits of the history, not the jobs' first sightings.
+var editsOnly = bson.D{{Key: "op", Value: bson.D{{Key: "$ne", Value: history.OpFirstSeen}}}}
+
 // historyOutcomes counts the daemon's history writes of job id: written,
 // and already recorded (by another replica, or earlier).
 func (d *daemon) historyOutcomes(id string) (written, duplicate int) {
@@ -144,8 +147,18 @@ func TestHistoryThreeReplicasFiveEditsOnceEach(t *testing.T) {
 	if got := historyOf(t, db, "daily_report"); strings.Join(got, "\n") != strings.Join(fiveEntries, "\n") {
 		t.Fatalf("history after five edits:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(fiveEntries, "\n"))
 	}
-	if n, _ := db.Collection(history.CollectionName).CountDocuments(context.Background(), bson.D{}); n != 5 {
+	if n, _ := db.Collection(history.CollectionName).CountDocuments(context.Background(), editsOnly); n != 5 {
 		t.Fatalf("%d entries in %s, want 5", n, history.CollectionName)
+	}
+	// Beside the edits, one first sighting per job, from the first full
+	// read of whichever replica wrote first (the jobs predate the daemons).
+	for _, id := range []string{"daily_report", "other"} {
+		if s, ok, err := history.ReadFirstSeen(context.Background(), db.Collection(history.CollectionName), id); err != nil || !ok || s.Source != history.SourceRead {
+			t.Errorf("first sighting of %s: %+v, %v, %v; want one from a read", id, s, ok, err)
+		}
+	}
+	if n, _ := db.Collection(history.CollectionName).CountDocuments(context.Background(), bson.D{{Key: "op", Value: history.OpFirstSeen}}); n != 2 {
+		t.Errorf("%d first sightings, want one per job", n)
 	}
 
 	// h1 restarts after its token from before the edits: it replays them.
@@ -170,7 +183,7 @@ func TestHistoryThreeReplicasFiveEditsOnceEach(t *testing.T) {
 	if w, dup := h1.historyOutcomes("daily_report"); w+dup != 0 {
 		t.Errorf("restarted h1 recorded %d entries (%d already there) from its replay, want none", w+dup, dup)
 	}
-	if n, _ := db.Collection(history.CollectionName).CountDocuments(context.Background(), bson.D{}); n != 5 {
+	if n, _ := db.Collection(history.CollectionName).CountDocuments(context.Background(), editsOnly); n != 5 {
 		t.Fatalf("%d entries after the replay, want 5", n)
 	}
 

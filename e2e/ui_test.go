@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/testmongo"
 )
@@ -127,12 +128,13 @@ const uiJobsYAML = `
 `
 
 // uiSeedIDs are the jobs the browser test seeds (the ids browser.mjs expects).
-var uiSeedIDs = []string{"seed-every-5s", "seed-billing", "seed-cleanup", "seed-broken"}
+var uiSeedIDs = []string{"seed-every-5s", "seed-billing", "seed-cleanup", "seed-broken", "seed-paused"}
 
 // seedUIJobs inserts the browser tests' jobs: seed-every-5s runs every
 // 5 s (category reports), seed-billing daily in Europe/Berlin (billing),
-// seed-cleanup weekly in America/New_York (cleanup), and seed-broken
-// (reports), which browser.mjs breaks with a bad edit.
+// seed-cleanup weekly in America/New_York (cleanup), seed-broken
+// (reports), which browser.mjs breaks with a bad edit, and seed-paused
+// (cleanup, enabled: false), a job all the same.
 func seedUIJobs(t *testing.T, db *mongo.Database) {
 	t.Helper()
 	doc := func(id, expr, tz, category string) bson.D {
@@ -148,6 +150,7 @@ func seedUIJobs(t *testing.T, db *mongo.Database) {
 		doc("seed-billing", "0 0 6 * * *", "Europe/Berlin", "billing"),
 		doc("seed-cleanup", "0 15 3 * * 0", "America/New_York", "cleanup"),
 		doc("seed-broken", "0 0 12 * * *", "", "reports"),
+		append(doc("seed-paused", "0 0 1 * * *", "", "cleanup"), bson.E{Key: "enabled", Value: false}),
 	)
 }
 
@@ -162,11 +165,15 @@ func succeededAfter(t *testing.T, db *mongo.Database, job string, t0 time.Time) 
 // (scripts/ui-test/browser.mjs) against a daemon that has really missed
 // slots and really run: the seeded every-5-seconds job runs, every
 // daemon is killed, two of its slots pass with none running, and the
-// restarted daemon records them missed and runs the next slot. The
-// script then checks the page loads cleanly, lists the jobs, shows a
-// mongosh edit within 2 s and a bad edit's error on its row, filters by
-// category, and shows the run and the missed slot on the job page; it
-// takes the screenshots that CRONSWAP_UI_SCREENSHOTS asks to keep.
+// restarted daemon records them missed and runs the next slot; a second
+// replica then joins, so that the jobs' ownership is split. The script
+// then checks the page's first paint (loading, never "offline"), that it
+// loads cleanly, that each member's owned jobs equal `cronswap members
+// list`'s, that it lists the jobs, shows a mongosh edit within 2 s and a
+// bad edit's error on its row, filters by category, shows a `cronswap
+// run-now` as the job's last run, and shows the run and the missed slot
+// on the job page; it takes the screenshots that CRONSWAP_UI_SCREENSHOTS
+// asks to keep.
 func TestStatusPageInBrowser(t *testing.T) {
 	u := needUITools(t)
 	uri, db := setup(t)
@@ -185,6 +192,20 @@ func TestStatusPageInBrowser(t *testing.T) {
 		return succeededAfter(t, db, "seed-every-5s", decided.Add(10*time.Second))
 	})
 
+	// A second replica: ui-1 owns some of the jobs, not all.
+	live := []members.Member{{ID: "ui-1"}, {ID: "ui-2"}}
+	if owned := members.OwnedCounts(uiSeedIDs, live)["ui-1"]; owned == 0 || owned == len(uiSeedIDs) {
+		t.Fatalf("ui-1 would own %d of the %d seeded jobs: pick instance ids that split them", owned, len(uiSeedIDs))
+	}
+	d2 := startDaemon(t, writeConfig(t, daemonConfig{URI: uri, Database: db.Name(), InstanceID: "ui-2", Jobs: uiJobsYAML}))
+	d2.waitReady()
+	waitFor(t, 60*time.Second, "both replicas live in ui-1's overview", func() bool {
+		var ov struct {
+			Members []struct{} `json:"members"`
+		}
+		return d.get("/api/overview", &ov) == http.StatusOK && len(ov.Members) == 2
+	})
+
 	screens := t.TempDir()
 	resFile := filepath.Join(t.TempDir(), "result.json")
 	u.runUIScript(t, "browser.mjs", 3*time.Minute,
@@ -192,6 +213,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 		"CRONSWAP_UI_MONGO_URI="+dbURI(uri, db.Name()),
 		"CRONSWAP_UI_MONGOSH="+mongoshPath(t),
 		"CRONSWAP_UI_INSTANCE=ui-1",
+		"CRONSWAP_UI_CLI="+binary,
+		"CRONSWAP_UI_CONFIG="+cfg,
 		"CRONSWAP_UI_JOBS="+strings.Join(uiSeedIDs, ","),
 		"CRONSWAP_UI_SCREENS="+screens,
 		"CRONSWAP_UI_RESULT="+resFile,

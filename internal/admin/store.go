@@ -419,14 +419,10 @@ func (s *Store) Run(ctx context.Context, runID string) (record.RunDoc, error) {
 	return r, nil
 }
 
-// LastRun returns the newest run record of job id; ok is false when there
-// is none.
+// LastRun returns the last run of job id (record.LastRun, as the daemon's
+// status page shows it); ok is false when there is none.
 func (s *Store) LastRun(ctx context.Context, id string) (r record.RunDoc, ok bool, err error) {
-	runs, err := s.Runs(ctx, id, 1)
-	if err != nil || len(runs) == 0 {
-		return r, false, err
-	}
-	return runs[0], true, nil
+	return record.LastRun(ctx, s.db.Collection(record.RunsCollection), id)
 }
 
 // Token is one stored resume token.
@@ -495,12 +491,13 @@ func (s *Store) History(ctx context.Context, id string, limit int64) ([]history.
 	return history.List(ctx, s.db.Collection(history.CollectionName), id, limit)
 }
 
-// EnabledScheduleIDs returns the _id of every enabled schedule (enabled
-// absent counts as true), reading only the ids: about 30 bytes a schedule
-// on the wire, 3 MB for 100,000.
-func (s *Store) EnabledScheduleIDs(ctx context.Context) ([]string, error) {
-	cur, err := s.db.Collection(schedule.CollectionName).Find(ctx,
-		bson.D{{Key: schedule.FieldEnabled, Value: bson.D{{Key: "$ne", Value: false}}}},
+// JobIDs returns the id of every job: the _id of every schedules
+// document that is a job id (schedule.DecodeID), enabled or not, valid or
+// not — the jobs whose owners members.OwnedCounts counts, as the daemon's
+// overview does over its engine. It reads only the ids: about 30 bytes a
+// schedule on the wire, 3 MB for 100,000.
+func (s *Store) JobIDs(ctx context.Context) ([]string, error) {
+	cur, err := s.db.Collection(schedule.CollectionName).Find(ctx, bson.D{},
 		options.Find().SetProjection(bson.D{{Key: schedule.FieldID, Value: 1}}).SetBatchSize(10000))
 	if err != nil {
 		return nil, fmt.Errorf("read the ids of %s: %w", schedule.CollectionName, err)
@@ -508,7 +505,7 @@ func (s *Store) EnabledScheduleIDs(ctx context.Context) ([]string, error) {
 	defer cur.Close(context.WithoutCancel(ctx))
 	var ids []string
 	for cur.Next(ctx) {
-		if id, ok := cur.Current.Lookup(schedule.FieldID).StringValueOK(); ok {
+		if id, err := schedule.DecodeID(cur.Current.Lookup(schedule.FieldID)); err == nil {
 			ids = append(ids, id)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/cronswap/cronswap/internal/history"
 	"github.com/cronswap/cronswap/internal/timeline"
 )
 
@@ -65,6 +66,12 @@ func printTimeline(c *ucli.Context, tl timeline.Timeline) {
 			fmt.Fprintf(w, "  %s .. %s  %s\n", rfc3339(s.From, nil), rfc3339(s.To, nil), segmentText(s))
 		}
 	}
+	if tl.Schedule != nil && tl.Schedule.Error != "" {
+		fmt.Fprintf(w, "schedule now refused by the daemons: %s\n", tl.Schedule.Error)
+	}
+	if f := tl.FirstSeen; f != nil {
+		fmt.Fprintf(w, "first seen %s (%s): no slot before it is expected\n", f.At.UTC().Format(historyTimeLayout), history.HowSeen(f.Source))
+	}
 	if p := tl.FailurePause; p != nil {
 		fmt.Fprintf(w, "paused after failures since %s: %s (`cronswap schedules resume %s` clears it)\n",
 			rfc3339(p.PausedAt, nil), p.Note, tl.JobID)
@@ -91,7 +98,7 @@ func segmentText(s timeline.Segment) string {
 	case !s.Exists:
 		return "no schedule document"
 	}
-	out := fmt.Sprintf("%q in %s", s.CronExpr, s.Timezone)
+	out := fmt.Sprintf("%s in %s", s.ExprText(), s.Timezone)
 	if s.DST != "" {
 		out += ", dst " + s.DST
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cronswap/cronswap/internal/cli"
 	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/schedule"
 )
 
 // update rewrites the golden files under testdata/ (explain, next) from the output.
@@ -160,5 +161,93 @@ func TestExplainBadInputAndExitCodes(t *testing.T) {
 	r := run(t, "explain", "a", "--mongo-uri", "mongodb://"+closedPort(t)+"/?directConnection=true", "--timeout", "300ms")
 	if r.code != cli.ExitUnreachable || !strings.Contains(r.stderr, "cannot reach MongoDB") {
 		t.Errorf("explain with the server unreachable: %v; want exit 2", r)
+	}
+}
+
+// insertFirstSeen stores job id's first sighting at at, in the stored
+// format of the edit history (not through the package that writes it).
+func insertFirstSeen(t *testing.T, e *env, id string, at time.Time, source string) {
+	t.Helper()
+	insertDocs(t, e.db.Collection("schedule_history"), bson.D{
+		{Key: "_id", Value: "first_seen/" + id}, {Key: "job_id", Value: id}, {Key: "op", Value: "first_seen"},
+		{Key: "at", Value: at}, {Key: "source", Value: source}, {Key: "instance", Value: "host-a"}, {Key: "recorded_at", Value: at},
+	})
+}
+
+// A job first seen at 02:30:00.123 whose insert is not in the history (no
+// replica recorded it) expects no slot before its sighting: the timeline
+// lists 03:00 to 06:00 only, and says where it begins and why.
+func TestExplainStartsAtTheFirstSighting(t *testing.T) {
+	e := newEnv(t)
+	seen := time.Date(2026, 3, 1, 2, 30, 0, 123e6, time.UTC)
+	insertDocs(t, e.db.Collection("schedules"), bson.D{{Key: "_id", Value: "fresh"}, {Key: "cron_expr", Value: "0 * * * *"}, {Key: "updated_at", Value: seen}})
+	insertFirstSeen(t, e, "fresh", seen, "insert")
+	var tl struct {
+		FirstSeen *struct {
+			At     time.Time `json:"at"`
+			Source string    `json:"source"`
+		} `json:"first_seen"`
+		Entries []struct {
+			Kind  string    `json:"kind"`
+			At    time.Time `json:"at"`
+			Count int       `json:"count"`
+		} `json:"entries"`
+	}
+	e.okJSON(&tl, "explain", "fresh", "--from", "2026-03-01T00:00:00Z", "--to", "2026-03-01T06:00:00Z")
+	if len(tl.Entries) != 1 || !tl.Entries[0].At.Equal(seen.Truncate(time.Hour).Add(time.Hour)) || tl.Entries[0].Count != 4 {
+		t.Errorf("entries %+v, want one no_record stretch from 03:00, 4 slots", tl.Entries)
+	}
+	if tl.FirstSeen == nil || !tl.FirstSeen.At.Equal(seen) || tl.FirstSeen.Source != "insert" {
+		t.Errorf("first_seen %+v, want %s from its insert", tl.FirstSeen, seen)
+	}
+	r := e.ok("explain", "fresh", "--from", "2026-03-01T00:00:00Z", "--to", "2026-03-01T06:00:00Z")
+	for _, want := range []string{
+		"first seen 2026-03-01T02:30:00.123Z (when its document was inserted): no slot before it is expected\n",
+		"2026-03-01T03:00:00Z  no_record  4      unrecorded, 4 slots to 2026-03-01T06:00:00Z\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("explain lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "T02:00:00Z  no_record") || strings.Contains(r.stdout, "T00:00:00Z  no_record") {
+		t.Errorf("explain lists slots before the first sighting:\n%s", r.stdout)
+	}
+}
+
+// A numeric cron_expr reads as the daemon reads it: the stored value (5)
+// and the decoder's error, word for word, not "" and "empty expression".
+func TestExplainShowsTheDaemonsDecodeError(t *testing.T) {
+	e := newEnv(t)
+	doc := bson.D{{Key: "_id", Value: "num"}, {Key: "cron_expr", Value: int32(5)}}
+	insertDocs(t, e.db.Collection("schedules"), doc)
+	raw, err := bson.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, daemonErr := schedule.DecodeFields(raw)
+	if daemonErr == nil || !strings.Contains(daemonErr.Error(), "must be a string, not an int32") {
+		t.Fatalf("the daemon's decoder says %v", daemonErr)
+	}
+	r := e.ok("explain", "num", "--from", "2026-03-01T00:00:00Z", "--to", "2026-03-01T06:00:00Z")
+	for _, want := range []string{
+		"schedule now refused by the daemons: " + daemonErr.Error() + "\n",
+		"  2026-03-01T00:00:00Z .. 2026-03-01T06:00:00Z  5 in UTC: " + daemonErr.Error() + "\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("explain lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, `""`) || strings.Contains(r.stdout, "empty") {
+		t.Errorf("explain shows an empty expression:\n%s", r.stdout)
+	}
+	var tl struct {
+		Schedule struct {
+			CronExpr string `json:"cron_expr"`
+			Error    string `json:"error"`
+		} `json:"schedule"`
+	}
+	e.okJSON(&tl, "explain", "num", "--from", "2026-03-01T00:00:00Z", "--to", "2026-03-01T06:00:00Z")
+	if tl.Schedule.CronExpr != "5" || tl.Schedule.Error != daemonErr.Error() {
+		t.Errorf("schedule %+v, want cron_expr 5 and the daemon's error", tl.Schedule)
 	}
 }

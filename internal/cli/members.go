@@ -26,8 +26,9 @@ type memberView struct {
 	LeaseLeftSeconds float64 `json:"lease_left_seconds"`
 	// Live is true while the lease has not passed.
 	Live bool `json:"live"`
-	// OwnedJobs counts the enabled schedules whose rendezvous owner among
-	// the live members is this member (0 when not live).
+	// OwnedJobs counts the jobs (admin.Store.JobIDs: enabled or not)
+	// whose rendezvous owner among the live members is this member
+	// (members.OwnedCounts; 0 when not live).
 	OwnedJobs int `json:"owned_jobs"`
 	// HTTP is the address the member's HTTP listener is bound to ("" when
 	// its daemon does not publish it).
@@ -60,7 +61,7 @@ func membersCommand() *ucli.Command {
 		Usage: "show the replicas registered in members",
 		Subcommands: []*ucli.Command{{
 			Name: "list",
-			Usage: "list the members: instance, host, incarnation, heartbeat age, lease left and the enabled jobs " +
+			Usage: "list the members: instance, host, incarnation, heartbeat age, lease left and the jobs " +
 				"each live member owns (rendezvous hashing over the live members)",
 			Flags: dbFlags(),
 			Action: func(c *ucli.Context) error {
@@ -69,7 +70,7 @@ func membersCommand() *ucli.Command {
 					if err != nil {
 						return s.fail(err)
 					}
-					ids, err := s.store.EnabledScheduleIDs(ctx)
+					ids, err := s.store.JobIDs(ctx)
 					if err != nil {
 						return s.fail(err)
 					}

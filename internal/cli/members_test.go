@@ -12,8 +12,10 @@ import (
 )
 
 // members list shows every member with its heartbeat age and lease, and
-// counts for each live member the enabled schedules it owns by rendezvous
-// hashing over the live members; a dead member owns nothing.
+// counts for each live member the jobs it owns by rendezvous hashing over
+// the live members (members.OwnedCounts over every job, enabled or not,
+// valid or not, as the daemon's overview counts); a dead member owns
+// nothing, and a document whose _id is not a job id is no job.
 func TestMembersList(t *testing.T) {
 	e := newEnv(t)
 	now := time.Now()
@@ -29,26 +31,30 @@ func TestMembersList(t *testing.T) {
 		t.Fatal(err)
 	}
 	var scheds []any
-	var enabled []string
+	var jobIDs []string
 	for i := range 300 {
 		id := fmt.Sprintf("job-%03d", i)
 		d := bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: "@hourly"}}
-		switch i % 3 {
+		switch i % 4 {
 		case 0:
 			d = append(d, bson.E{Key: "enabled", Value: false})
 		case 1:
 			d = append(d, bson.E{Key: "enabled", Value: true})
-			enabled = append(enabled, id)
+		case 2:
+			d = bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: "not cron"}}
 		default: // enabled absent: enabled
-			enabled = append(enabled, id)
 		}
+		jobIDs = append(jobIDs, id)
 		scheds = append(scheds, d)
 	}
+	// Not jobs: an _id that is not a string, one too long.
+	scheds = append(scheds, bson.D{{Key: "_id", Value: int32(7)}, {Key: "cron_expr", Value: "@hourly"}},
+		bson.D{{Key: "_id", Value: strings.Repeat("x", 1000)}, {Key: "cron_expr", Value: "@hourly"}})
 	if _, err := e.db.Collection("schedules").InsertMany(ctx(t), scheds); err != nil {
 		t.Fatal(err)
 	}
 	live := []members.Member{docs[0].(members.Member), docs[1].(members.Member)}
-	want := members.OwnedCounts(enabled, live)
+	want := members.OwnedCounts(jobIDs, live)
 
 	var views []map[string]any
 	e.okJSON(&views, "members", "list")
@@ -80,8 +86,8 @@ func TestMembersList(t *testing.T) {
 			t.Errorf("row %v", v)
 		}
 	}
-	if total != len(enabled) {
-		t.Errorf("owned jobs sum to %d, want the %d enabled schedules", total, len(enabled))
+	if total != len(jobIDs) {
+		t.Errorf("owned jobs sum to %d, want the %d jobs", total, len(jobIDs))
 	}
 
 	r := e.ok("members", "list")

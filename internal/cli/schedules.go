@@ -13,7 +13,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/internal/admin"
-	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
@@ -41,8 +40,8 @@ type scheduleView struct {
 	// NextRun is the next run the live daemons have armed (CheckedBy), else
 	// computed here from the expression; null when disabled or not armed.
 	NextRun *string `json:"next_run"`
-	// LastRun is the scheduled time of the newest run record (or the
-	// lock's last slot); LastStatus its status.
+	// LastRun is the scheduled time of the job's last run (record.LastRun,
+	// as the daemon's status page shows it); LastStatus its status.
 	LastRun      *string `json:"last_run"`
 	LastStatus   string  `json:"last_status"`
 	LastRunError string  `json:"last_run_error"`
@@ -65,9 +64,9 @@ type scheduleView struct {
 	loc *time.Location
 }
 
-// view builds the scheduleView of d as this command checks it, with run
-// information from runs/locks (nil locks: no run information).
-func (s *session) view(ctx context.Context, d admin.ScheduleDoc, locks map[string]record.LockDoc, now time.Time) (scheduleView, error) {
+// view builds the scheduleView of d as this command checks it, with its
+// last run (record.LastRun).
+func (s *session) view(ctx context.Context, d admin.ScheduleDoc, now time.Time) (scheduleView, error) {
 	v := scheduleView{ID: d.ID, Args: json.RawMessage("null"), loc: s.cfg.Location,
 		CheckedBy: []string{}, ActionsChecked: s.rules.ActionsChecked()}
 	v.ID, v.InvalidID = schedule.RefusedID(d.ID)
@@ -107,17 +106,9 @@ func (s *session) view(ctx context.Context, d admin.ScheduleDoc, locks map[strin
 	if err != nil {
 		return v, err
 	}
-	lock, locked := locks[d.ID]
-	switch {
-	case locked && lock.State == record.LockRunning:
-		v.LastRun = jsonTime(lock.LastSlot, v.loc)
-		v.LastStatus = record.StatusRunning
-	case ok:
+	if ok {
 		v.LastRun = jsonTime(run.ScheduledAt, v.loc)
 		v.LastStatus, v.LastRunError = run.Status, run.Error
-	case locked:
-		v.LastRun = jsonTime(lock.LastSlot, v.loc)
-		v.LastStatus = lock.LastOutcome
 	}
 	return s.withFailurePause(ctx, v)
 }
@@ -161,18 +152,6 @@ func scheduleHeader() []string {
 	return []string{"ID", "EXPR", "TZ", "ENABLED", "NEXT RUN", "LAST RUN", "STATUS", "ERROR"}
 }
 
-func (s *session) lockMap(ctx context.Context) (map[string]record.LockDoc, error) {
-	locks, err := s.store.Locks(ctx)
-	if err != nil {
-		return nil, err
-	}
-	m := make(map[string]record.LockDoc, len(locks))
-	for _, l := range locks {
-		m[l.JobID] = l
-	}
-	return m, nil
-}
-
 func schedulesCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "schedules",
@@ -205,15 +184,11 @@ func schedulesList() *ucli.Command {
 				if err != nil {
 					return s.fail(err)
 				}
-				locks, err := s.lockMap(ctx)
-				if err != nil {
-					return s.fail(err)
-				}
 				dv := askDaemons(ctx, s, "")
 				now := time.Now()
 				views := make([]scheduleView, 0, len(docs))
 				for _, d := range docs {
-					v, err := s.view(ctx, d, locks, now)
+					v, err := s.view(ctx, d, now)
 					if err != nil {
 						return s.fail(err)
 					}
@@ -251,11 +226,7 @@ func schedulesGet() *ucli.Command {
 				if err != nil {
 					return s.fail(err)
 				}
-				locks, err := s.lockMap(ctx)
-				if err != nil {
-					return s.fail(err)
-				}
-				v, err := s.view(ctx, d, locks, time.Now())
+				v, err := s.view(ctx, d, time.Now())
 				if err != nil {
 					return s.fail(err)
 				}
@@ -336,7 +307,7 @@ func schedulesSet() *ucli.Command {
 				if err != nil {
 					return s.fail(err)
 				}
-				v, err := s.view(ctx, d, nil, time.Now())
+				v, err := s.view(ctx, d, time.Now())
 				if err != nil {
 					return s.fail(err)
 				}

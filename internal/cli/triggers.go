@@ -11,6 +11,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/cronswap/cronswap/internal/history"
 	"github.com/cronswap/cronswap/internal/timeline"
 	"github.com/cronswap/cronswap/internal/triggers"
 	"github.com/cronswap/cronswap/schedule"
@@ -154,6 +155,8 @@ func backfillCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "from", Required: true, Usage: "start of the range: RFC 3339, now, or relative like -2h, -7d"},
 			&ucli.StringFlag{Name: "to", Required: true, Usage: "end of the range (at most now): RFC 3339, now, or relative like -30m"},
 			&ucli.BoolFlag{Name: "dry-run", Usage: "list the slots that would run; request nothing"},
+			&ucli.BoolFlag{Name: "before-first-seen", Usage: "also run slots at or before the job's first sighting in the edit history " +
+				"(refused without it: the job did not exist then, as far as the history knows)"},
 		),
 		Action: func(c *ucli.Context) error {
 			id, err := oneID(c, "cronswap backfill daily_report --from -48h --to now --dry-run")
@@ -185,14 +188,19 @@ func backfillCommand() *ucli.Command {
 					}
 					return ucli.Exit(err.Error(), ExitUserError)
 				}
-				v := backfillView{JobID: id, From: from, To: to, DryRun: c.Bool("dry-run"), Slots: plan}
-				for _, p := range plan {
-					if p.Wanted() {
-						v.Wanted++
+				before := c.Bool("before-first-seen")
+				if !before {
+					seen, ok, err := history.ReadFirstSeen(ctx, s.db.Collection(history.CollectionName), id)
+					if err != nil {
+						return s.fail(err)
+					}
+					if err := triggers.CheckFirstSeen(id, triggers.WantedSlots(plan), seen, ok); err != nil {
+						return ucli.Exit(err.Error(), ExitUserError)
 					}
 				}
+				v := backfillView{JobID: id, From: from, To: to, DryRun: c.Bool("dry-run"), Slots: plan, Wanted: len(triggers.WantedSlots(plan))}
 				if !v.DryRun {
-					if v.Requested, err = triggers.RequestBackfill(ctx, triggers.Collection(s.db), id, plan, requester(), now); err != nil {
+					if v.Requested, err = triggers.RequestBackfill(ctx, triggers.Collection(s.db), id, plan, requester(), before, now); err != nil {
 						return s.fail(err)
 					}
 				}

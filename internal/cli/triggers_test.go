@@ -109,3 +109,59 @@ func TestBackfillPlansAndRequests(t *testing.T) {
 		}
 	}
 }
+
+// A job first seen a minute ago: backfill --from -3m refuses (also as a
+// dry run), naming the sighting's time and the flag, and requests
+// nothing; from after the sighting it requests only later slots; with
+// --before-first-seen it requests the earlier slots too, marked so that
+// the daemons let them through.
+func TestBackfillRefusesSlotsBeforeTheFirstSighting(t *testing.T) {
+	e := newEnv(t)
+	e.ok("schedules", "set", "young", "--cron", "*/20 * * * * *")
+	seen := time.Now().UTC().Add(-time.Minute).Truncate(time.Millisecond)
+	insertFirstSeen(t, e, "young", seen, "insert")
+	for _, dry := range []bool{true, false} {
+		args := []string{"backfill", "young", "--from", "-3m", "--to", "now"}
+		if dry {
+			args = append(args, "--dry-run")
+		}
+		r := e.run(args...)
+		if r.code != cli.ExitUserError || !strings.Contains(r.stderr, "first seen at "+seen.Format("2006-01-02T15:04:05.000Z07:00")) ||
+			!strings.Contains(r.stderr, "--before-first-seen") || r.stdout != "" {
+			t.Errorf("%q: %v, want exit 1 naming the first sighting and --before-first-seen", args, r)
+		}
+	}
+	if n := e.count(triggers.CollectionName); n != 0 {
+		t.Fatalf("a refused backfill wrote %d requests", n)
+	}
+	var plan struct {
+		Requested int                     `json:"requested"`
+		Slots     []triggers.BackfillSlot `json:"slots"`
+	}
+	e.okJSON(&plan, "backfill", "young", "--from", seen.Add(time.Second).Format(time.RFC3339), "--to", "now")
+	for _, s := range plan.Slots {
+		if !s.Slot.After(seen) {
+			t.Errorf("slot %s offered from after the sighting %s", s.Slot, seen)
+		}
+	}
+	if plan.Requested == 0 || plan.Requested != len(plan.Slots) {
+		t.Errorf("from after the sighting: %+v", plan)
+	}
+	e.okJSON(&plan, "backfill", "young", "--from", "-3m", "--to", "now", "--before-first-seen")
+	if plan.Requested < 3 {
+		t.Fatalf("--before-first-seen: %+v, want the slots before the sighting requested", plan)
+	}
+	cur, err := e.db.Collection(triggers.CollectionName).Find(ctx(t), bson.D{{Key: "slot", Value: bson.D{{Key: "$lte", Value: seen}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []bson.M
+	if err := cur.All(ctx(t), &docs); err != nil || len(docs) < 3 {
+		t.Fatalf("requests before the sighting: %d (%v)", len(docs), err)
+	}
+	for _, d := range docs {
+		if d[triggers.FieldBeforeFirstSeen] != true {
+			t.Errorf("request %v lacks %s: true", d["_id"], triggers.FieldBeforeFirstSeen)
+		}
+	}
+}

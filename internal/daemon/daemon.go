@@ -182,7 +182,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	d.history = newEditHistory(db.Collection(history.CollectionName),
 		eventSink{Sink: NewEngineSink(d.engine, d.log, d.metrics), events: d.events},
 		cfg.InstanceID, cfg.Runs.Retention, d.log)
-	hooks := d.history.hook(watchHooks(d.metrics, &d.armedAt))
+	hooks := d.history.hook(watchHooks(d.metrics, &d.armedAt), func() bool { return d.watcher.Status().Mode == changestream.ModePoll })
 	// The engine's timers start once it holds the schedules: filling a
 	// running engine costs robfig a re-sort per job (about 6x slower at
 	// 100,000 jobs); an empty engine has nothing to fire meanwhile.

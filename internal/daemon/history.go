@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -18,12 +19,13 @@ const historyFlushTimeout = 5 * time.Second
 
 // editHistory wires the edit history into the watcher: the recorder wraps
 // the engine's sink and follows the watcher's hooks, the writer stores
-// what it records. Retention is runs.retention, so the history covers at
-// least the runs it explains.
+// the edits it records and sightings the jobs' first sightings. Retention
+// is runs.retention, so the history covers at least the runs it explains.
 type editHistory struct {
-	coll     *mongo.Collection
-	writer   *history.Writer
-	recorder *history.Recorder
+	coll      *mongo.Collection
+	writer    *history.Writer
+	sightings *history.Sightings
+	recorder  *history.Recorder
 }
 
 func newEditHistory(coll *mongo.Collection, sink changestream.Sink, instance string, retention time.Duration, log *slog.Logger) *editHistory {
@@ -31,12 +33,24 @@ func newEditHistory(coll *mongo.Collection, sink changestream.Sink, instance str
 		retention = record.DefaultRetention
 	}
 	w := history.NewWriter(coll, history.WriterOptions{Logger: log})
-	return &editHistory{coll: coll, writer: w,
-		recorder: history.NewRecorder(sink, w, history.RecorderOptions{Instance: instance, Retention: retention, Logger: log})}
+	s := history.NewSightings(coll, history.SightingsOptions{Instance: instance, Retention: retention, Logger: log})
+	return &editHistory{coll: coll, writer: w, sightings: s,
+		recorder: history.NewRecorder(sink, w, history.RecorderOptions{Instance: instance, Retention: retention, Logger: log, Sightings: s})}
 }
 
-// hook adds the recorder to the watcher's hooks, after what they already do.
-func (h *editHistory) hook(hooks changestream.Hooks) changestream.Hooks {
+// hook adds the recorder to the watcher's hooks, after what they already
+// do. polling reports whether the watcher polls (no change stream): a
+// full reload is then the collection as it is, and its jobs are sighted.
+func (h *editHistory) hook(hooks changestream.Hooks, polling func() bool) changestream.Hooks {
+	reload := hooks.FullReload
+	hooks.FullReload = func(reason string, changed []string) {
+		if reload != nil {
+			reload(reason, changed)
+		}
+		if polling() {
+			h.recorder.ReadIsCurrent()
+		}
+	}
 	event := hooks.Event
 	hooks.Event = func(ev changestream.EventInfo) {
 		if event != nil {
@@ -54,15 +68,20 @@ func (h *editHistory) hook(hooks changestream.Hooks) changestream.Hooks {
 	return hooks
 }
 
-// run creates the collection's indexes and writes entries until stop is
-// called; stop waits at most historyFlushTimeout for the queue.
+// run creates the collection's indexes and writes entries and sightings
+// until stop is called; stop waits at most historyFlushTimeout for the
+// queues.
 func (h *editHistory) run(log *slog.Logger) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go ensureIndexes(ctx, h.coll.Name(), func(ctx context.Context) error { return history.EnsureIndexes(ctx, h.coll) }, log)
+	var wg sync.WaitGroup
+	wg.Go(func() { h.writer.Run(ctx) })
+	wg.Go(func() { h.sightings.Run(ctx) })
 	done := make(chan struct{})
-	go func() { defer close(done); h.writer.Run(ctx) }()
+	go func() { defer close(done); wg.Wait() }()
 	return func() {
 		h.writer.Close()
+		h.sightings.Close()
 		t := time.NewTimer(historyFlushTimeout)
 		defer t.Stop()
 		select {

@@ -8,6 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/internal/history"
 	"github.com/cronswap/cronswap/internal/triggers"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
@@ -41,6 +42,7 @@ func newTriggerWatch(d *Daemon, db *mongo.Database, store *triggers.Store) *trig
 		Runner:    d.runner,
 		Store:     store,
 		Schedules: triggers.Schedules(db.Collection(schedule.CollectionName)),
+		FirstSeen: history.FirstSeenLookup(db.Collection(history.CollectionName)),
 		Location:  d.cfg.Location,
 		Logger:    d.log.With("collection", triggers.CollectionName),
 	})

@@ -234,3 +234,23 @@ func truncatePath(node any, path []string, size int) any {
 	}
 	return node
 }
+
+// Revert returns the document before a change, given the document after
+// it (nil: an empty document) and the change's Changes as Diff lists
+// them: every field's Before is put back, and a field without one (it did
+// not exist before) is removed.
+func Revert(after bson.Raw, changes []Change) (bson.Raw, error) {
+	set, removed := bson.D{}, bson.A{}
+	for _, c := range changes {
+		if c.Before.IsZero() {
+			removed = append(removed, c.Field)
+		} else {
+			set = append(set, bson.E{Key: c.Field, Value: c.Before})
+		}
+	}
+	desc, err := bson.Marshal(bson.D{{Key: "updatedFields", Value: set}, {Key: "removedFields", Value: removed}})
+	if err != nil {
+		return nil, fmt.Errorf("revert a change: %w", err)
+	}
+	return ApplyUpdate(after, desc)
+}

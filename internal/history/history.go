@@ -35,6 +35,14 @@
 // recorded either: their intermediate steps are unknown, and the
 // before/after each replica would compute depends on when it read the
 // collection. Replicas that were streaming at the time record those events.
+//
+// # First sightings
+//
+// Beside the edits, the collection keeps one entry per job saying when a
+// replica first saw it (Sighting, kept by Sightings): the job's insert
+// event, or the first full read that contained it. It does not expire
+// while the job exists, so a timeline or a backfill can start no earlier
+// than the job, whatever the retention of the edits.
 package history
 
 import (
@@ -123,7 +131,13 @@ func EnsureIndexes(ctx context.Context, coll *mongo.Collection) error {
 	return nil
 }
 
-// List returns the newest entries of job jobID in coll, newest first (by
+// EditsOf is the filter of job jobID's edits in CollectionName: its
+// entries, without its first sighting (OpFirstSeen).
+func EditsOf(jobID string) bson.D {
+	return bson.D{{Key: "job_id", Value: jobID}, {Key: "op", Value: bson.D{{Key: "$ne", Value: OpFirstSeen}}}}
+}
+
+// List returns the newest edits of job jobID in coll, newest first (by
 // At, then by ID, which orders events of the same instant), at most limit
 // (<= 0: all).
 func List(ctx context.Context, coll *mongo.Collection, jobID string, limit int64) ([]Entry, error) {
@@ -131,7 +145,7 @@ func List(ctx context.Context, coll *mongo.Collection, jobID string, limit int64
 	if limit > 0 {
 		opts.SetLimit(limit)
 	}
-	cur, err := coll.Find(ctx, bson.D{{Key: "job_id", Value: jobID}}, opts)
+	cur, err := coll.Find(ctx, EditsOf(jobID), opts)
 	if err != nil {
 		return nil, fmt.Errorf("read %s of job %q: %w", coll.Name(), jobID, err)
 	}

@@ -17,6 +17,18 @@ type Queue interface {
 	Enqueue(e Entry) bool
 }
 
+// SightingQueue receives what a Recorder sees of jobs appearing and
+// disappearing; *Sightings is the real one. No method may block.
+type SightingQueue interface {
+	// Inserted: job jobID's document was inserted at at.
+	Inserted(jobID string, at time.Time)
+	// Deleted: job jobID's document was deleted at at.
+	Deleted(jobID string, at time.Time)
+	// Present: the collection held exactly these jobs at at (ids, or when
+	// ids is nil the string _ids of docs, which are not modified later).
+	Present(ids []string, docs []bson.Raw, at time.Time)
+}
+
 // RecorderOptions configures a Recorder.
 type RecorderOptions struct {
 	// Instance names this replica in Entry.Instance.
@@ -28,6 +40,10 @@ type RecorderOptions struct {
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Sightings, if set, is told of every insert and delete event, and of
+	// the collection after each full reload once it is exact (CaughtUp,
+	// or ReadIsCurrent in poll mode).
+	Sightings SightingQueue
 }
 
 // Recorder turns the change events a watcher applies into history entries.
@@ -49,6 +65,9 @@ type Recorder struct {
 	// exact is true once the stream caught up after the last full reload:
 	// docs are then exactly the documents before the next event.
 	exact bool
+	// unsighted is true from a full reload until the collection it left
+	// was handed to Sightings.
+	unsighted bool
 }
 
 // NewRecorder returns a recorder wrapping sink and sending entries to q.
@@ -71,18 +90,44 @@ func (r *Recorder) ReplaceAll(docs []bson.Raw) []string {
 	if r.exact {
 		r.opts.Logger.Debug("schedule history paused until the stream catches up after a full reload", "documents", len(docs))
 	}
-	r.exact = false
+	r.exact, r.unsighted = false, true
 	return changed
 }
 
 // CaughtUp tells the recorder that the stream applied every event
 // committed before now (Hooks.Idle): its documents are exact from here on.
 func (r *Recorder) CaughtUp() {
+	r.sight()
 	if r.exact {
 		return
 	}
 	r.exact = true
 	r.opts.Logger.Debug("schedule history recording: stream caught up")
+}
+
+// ReadIsCurrent tells the recorder that the last full reload is the
+// collection as it is now, with no stream behind it whose events it may
+// already hold (poll mode: Hooks.FullReload). Edits are still not
+// recorded (a poll sees no events), but the jobs it holds are sighted.
+func (r *Recorder) ReadIsCurrent() { r.sight() }
+
+// sight hands the collection the last full reload left, with the events
+// applied since, to Sightings, once per full reload.
+func (r *Recorder) sight() {
+	if !r.unsighted || r.opts.Sightings == nil {
+		return
+	}
+	r.unsighted = false
+	at := r.opts.Now()
+	if r.docs == nil {
+		r.opts.Sightings.Present(nil, r.reloaded, at)
+		return
+	}
+	ids := make([]string, 0, len(r.docs))
+	for id := range r.docs {
+		ids = append(ids, id)
+	}
+	r.opts.Sightings.Present(ids, nil, at)
 }
 
 // Observe takes one applied change event (Hooks.Event): it updates the
@@ -108,6 +153,17 @@ func (r *Recorder) observe(ev bson.Raw) (Entry, bool) {
 	jobID := eventJobID(ev)
 	if jobID == "" {
 		return Entry{}, false // not a job's document (no string _id)
+	}
+	now := r.opts.Now()
+	if r.opts.Sightings != nil {
+		// Whether exact or not: an insert or a delete is one whatever the
+		// replica read before it, and the writes are conditional on time.
+		switch op {
+		case OpInsert:
+			r.opts.Sightings.Inserted(jobID, eventTime(ev, now))
+		case OpDelete:
+			r.opts.Sightings.Deleted(jobID, eventTime(ev, now))
+		}
 	}
 	r.index()
 	before := r.docs[jobID]
@@ -147,7 +203,6 @@ func (r *Recorder) observe(ev bson.Raw) (Entry, bool) {
 	if len(changes) == 0 && (op == OpUpdate || op == OpReplace) {
 		return Entry{}, false
 	}
-	now := r.opts.Now()
 	at := eventTime(ev, now)
 	e := Entry{ID: id, JobID: jobID, At: at, Op: op, Changes: changes, Instance: r.opts.Instance,
 		RecordedAt: now.UTC(), ExpireAt: at.Add(r.opts.Retention)}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -187,5 +189,55 @@ func TestRecordersOfTwoReplicasAgree(t *testing.T) {
 	ea.RecordedAt, eb.RecordedAt = time.Time{}, time.Time{}
 	if fmt.Sprint(ea) != fmt.Sprint(eb) {
 		t.Fatalf("replicas disagree on event 3:\n a %+v\n b %+v", ea, eb)
+	}
+}
+
+// memSightings records what a Recorder hands to its SightingQueue.
+type memSightings struct{ seen []string }
+
+func (m *memSightings) Inserted(id string, at time.Time) {
+	m.seen = append(m.seen, "insert "+id+" "+at.Sub(wall0).String())
+}
+
+func (m *memSightings) Deleted(id string, at time.Time) {
+	m.seen = append(m.seen, "delete "+id+" "+at.Sub(wall0).String())
+}
+
+func (m *memSightings) Present(ids []string, docs []bson.Raw, at time.Time) {
+	if ids == nil {
+		ids = jobIDs(docs)
+	}
+	sort.Strings(ids)
+	m.seen = append(m.seen, "present "+strings.Join(ids, ",")+" "+at.Sub(wall0).String())
+}
+
+// The recorder hands every insert and delete event to the sightings, also
+// while it records no edits (after a full reload, before the stream caught
+// up), and the collection once per full reload, when it is exact: at the
+// first CaughtUp after the reload, with the events applied since (or, in
+// poll mode, at ReadIsCurrent).
+func TestRecorderSightings(t *testing.T) {
+	m := &memSightings{}
+	r := NewRecorder(&nopSink{}, &memQueue{}, RecorderOptions{Instance: "r1", Retention: time.Hour,
+		Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return wall0.Add(time.Hour) }, Sightings: m})
+	r.ReplaceAll([]bson.Raw{raw(t, bson.D{{Key: "_id", Value: "a"}, {Key: "cron_expr", Value: "@daily"}}),
+		raw(t, bson.D{{Key: "_id", Value: 7}, {Key: "cron_expr", Value: "@daily"}})})
+	r.Observe(ev(t, 1, "insert", "b", full(t, bson.D{{Key: "_id", Value: "b"}, {Key: "cron_expr", Value: "@daily"}})))
+	r.Observe(ev(t, 2, "delete", "a"))
+	r.Observe(ev(t, 3, "update", "b", upd(t, bson.D{{Key: "enabled", Value: false}})))
+	r.CaughtUp()
+	r.CaughtUp() // no full reload since: nothing more
+	r.Observe(ev(t, 4, "insert", "c", full(t, bson.D{{Key: "_id", Value: "c"}, {Key: "cron_expr", Value: "@daily"}})))
+	r.ReplaceAll([]bson.Raw{raw(t, bson.D{{Key: "_id", Value: "c"}, {Key: "cron_expr", Value: "@daily"}})})
+	r.ReadIsCurrent()
+	r.ReadIsCurrent()
+	want := []string{
+		"insert b 1s", "delete a 2s",
+		"present b 1h0m0s",
+		"insert c 4s",
+		"present c 1h0m0s",
+	}
+	if strings.Join(m.seen, "\n") != strings.Join(want, "\n") {
+		t.Errorf("sightings:\n%s\nwant:\n%s", strings.Join(m.seen, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"encoding/base64"
 	"net/http"
 	"testing"
 
@@ -52,6 +53,42 @@ func TestTokenAuth(t *testing.T) {
 	for name, c := range cases {
 		if res := authGet(t, f, "/api/status", c.set); res.StatusCode != c.want {
 			t.Errorf("%s: %d, want %d", name, res.StatusCode, c.want)
+		}
+	}
+}
+
+// The authentication scheme is case-insensitive (RFC 9110 section 11.1):
+// "bearer", "BEARER", "basic" are the same schemes as "Bearer" and
+// "Basic"; one or more spaces may follow the scheme. A scheme only
+// starting with a known one, or a known one with no credentials, is
+// refused.
+func TestTokenAuthSchemeCaseInsensitive(t *testing.T) {
+	f := newFixture(t, func(o *httpapi.Options) { o.Token = "s3cret" })
+	basic := base64.StdEncoding.EncodeToString([]byte("anyone:s3cret"))
+	cases := map[string]int{
+		"Bearer s3cret":      http.StatusOK,
+		"bearer s3cret":      http.StatusOK,
+		"BEARER s3cret":      http.StatusOK,
+		"bEaReR s3cret":      http.StatusOK,
+		"Bearer   s3cret":    http.StatusOK,
+		"Basic " + basic:     http.StatusOK,
+		"basic " + basic:     http.StatusOK,
+		"BASIC " + basic:     http.StatusOK,
+		"basic  " + basic:    http.StatusOK,
+		"bearer s3cre":       http.StatusUnauthorized,
+		"bearers3cret":       http.StatusUnauthorized,
+		"Bearerx s3cret":     http.StatusUnauthorized,
+		"bearer":             http.StatusUnauthorized,
+		"bearer ":            http.StatusUnauthorized,
+		"s3cret":             http.StatusUnauthorized,
+		"Token s3cret":       http.StatusUnauthorized,
+		"basic s3cret":       http.StatusUnauthorized,
+		"Basic " + basic[1:]: http.StatusUnauthorized,
+	}
+	for header, want := range cases {
+		res := authGet(t, f, "/api/status", func(r *http.Request) { r.Header.Set("Authorization", header) })
+		if res.StatusCode != want {
+			t.Errorf("Authorization: %q = %d, want %d", header, res.StatusCode, want)
 		}
 	}
 }

@@ -54,18 +54,17 @@ func (a *api) serveDetail(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such schedule armed or rejected: " + id})
 		return
 	}
-	one := []Schedule{FromStatus(st, a.o.DefaultTimezone)}
-	withFailurePauses(r.Context(), a.o.FailurePauses, one)
-	d := Detail{Schedule: one[0], Status: RowStatus(one[0]), NextRuns: a.upcoming(st),
-		NextRunLocal: localTime(st.NextRun, one[0].Timezone, a.o.Location)}
-	if a.o.Records != nil && !one[0].InvalidID {
+	sc := a.schedule(r.Context(), st)
+	d := Detail{Schedule: sc, Status: RowStatus(sc), NextRuns: a.upcoming(st),
+		NextRunLocal: localTime(st.NextRun, sc.Timezone, a.o.Location)}
+	if a.o.Records != nil && !sc.InvalidID {
 		lock, err := a.o.Records.Lock(r.Context(), id)
 		if err != nil {
 			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 			return
 		}
 		d.Lock = lockOf(lock)
-		rows := []Row{{Schedule: one[0]}}
+		rows := []Row{{Schedule: sc}}
 		if err := a.withRecords(r.Context(), rows, []string{id}); err != nil {
 			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 			return

@@ -109,6 +109,18 @@ func (a *api) snapshot(ctx context.Context) ([]scheduler.Status, []Schedule) {
 	return list, out
 }
 
+// schedule returns the API form of one job of the engine, with its
+// failure pause and its owner among the live members (none when they
+// cannot be read).
+func (a *api) schedule(ctx context.Context, st scheduler.Status) Schedule {
+	one := []Schedule{FromStatus(st, a.o.DefaultTimezone)}
+	withFailurePauses(ctx, a.o.FailurePauses, one)
+	if live, err := a.liveMembers(ctx); err == nil {
+		withOwners(one, live)
+	}
+	return one[0]
+}
+
 // Schedule is one element of /api/schedules (and the body of
 // /api/schedules/{id}): fields of the job's schedule.Schedule, then the
 // engine's state of the job. Job, category and dst are left out when empty
@@ -148,6 +160,11 @@ type Schedule struct {
 	// failed slots (its fires are not run until `cronswap schedules
 	// resume`).
 	FailurePause *FailurePause `json:"failure_pause,omitempty"`
+	// Owner is the instance id of the live member that owns the job
+	// (members.Owner: it claims the job's fires at once, the others after
+	// the claim grace); "" when no live member is known, and for a refused
+	// document whose _id is not a job id.
+	Owner string `json:"owner"`
 }
 
 // FromStatus converts an engine status to its API form; defaultTZ is shown
@@ -227,6 +244,9 @@ func newMux(a *api) (http.Handler, []string) {
 	})
 	mux.HandleFunc("GET /api/schedules", func(w http.ResponseWriter, r *http.Request) {
 		_, out := a.snapshot(r.Context())
+		if live, err := a.liveMembers(r.Context()); err == nil {
+			withOwners(out, live)
+		}
 		writeJSON(w, http.StatusOK, out)
 	})
 	mux.HandleFunc("GET /api/schedules/{id}", func(w http.ResponseWriter, r *http.Request) {
@@ -235,9 +255,7 @@ func newMux(a *api) (http.Handler, []string) {
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such schedule armed or rejected: " + r.PathValue("id")})
 			return
 		}
-		one := []Schedule{FromStatus(s, o.DefaultTimezone)}
-		withFailurePauses(r.Context(), o.FailurePauses, one)
-		writeJSON(w, http.StatusOK, one[0])
+		writeJSON(w, http.StatusOK, a.schedule(r.Context(), s))
 	})
 	mux.HandleFunc("GET /api/schedules/{id}/timeline", func(w http.ResponseWriter, r *http.Request) {
 		serveTimeline(w, r, o.Timelines)

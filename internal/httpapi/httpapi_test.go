@@ -167,7 +167,7 @@ func TestReadyzWithoutReadyFunc(t *testing.T) {
 	}
 }
 
-var scheduleFields = []string{"id", "cron_expr", "timezone", "enabled", "armed", "next_run", "last_error"}
+var scheduleFields = []string{"id", "cron_expr", "timezone", "enabled", "armed", "next_run", "last_error", "owner"}
 
 func TestSchedulesList(t *testing.T) {
 	f := newFixture(t, nil)

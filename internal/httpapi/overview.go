@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/internal/members"
-	"github.com/cronswap/cronswap/scheduler"
 )
 
 // CountsMaxAge is how long the overview's counts over job_runs are reused:
@@ -50,7 +49,8 @@ type OverviewMember struct {
 	HeartbeatAt         time.Time `json:"heartbeat_at"`
 	HeartbeatAgeSeconds float64   `json:"heartbeat_age_seconds"`
 	LeaseUntil          time.Time `json:"lease_until"`
-	// OwnedJobs is how many of the known jobs it owns (members.Owner).
+	// OwnedJobs is how many of the jobs it owns (members.OwnedCounts
+	// over every job, enabled or not: what `cronswap members list` shows).
 	OwnedJobs int `json:"owned_jobs"`
 	// Self is true for the replica that answered.
 	Self bool `json:"self"`
@@ -110,7 +110,7 @@ func (a *api) serveOverview(w http.ResponseWriter, r *http.Request) {
 func (a *api) overview(ctx context.Context) (Overview, error) {
 	now := a.now().UTC()
 	st := a.o.Status()
-	statuses, all := a.snapshot(ctx)
+	_, all := a.snapshot(ctx)
 	ov := Overview{GeneratedAt: now, InstanceID: st.InstanceID, Host: a.o.Host, WatchMode: st.WatchMode, Ready: st.Ready,
 		LastEventAt: st.LastEventAt, TokenSavedAt: st.TokenSavedAt, Members: []OverviewMember{},
 		Jobs: countJobs(all), FiresLastHour: map[string]int64{}}
@@ -118,7 +118,7 @@ func (a *api) overview(ctx context.Context) (Overview, error) {
 		age := now.Sub(*st.TokenSavedAt).Seconds()
 		ov.TokenAgeSeconds = &age
 	}
-	if err := a.withMembers(ctx, &ov, statuses, now); err != nil {
+	if err := a.withMembers(ctx, &ov, all, now); err != nil {
 		return Overview{}, err
 	}
 	if a.o.Records != nil {
@@ -131,20 +131,15 @@ func (a *api) overview(ctx context.Context) (Overview, error) {
 	return ov, nil
 }
 
-// withMembers fills the live members of ov and the jobs each owns.
-func (a *api) withMembers(ctx context.Context, ov *Overview, statuses []scheduler.Status, now time.Time) error {
-	if a.o.Members == nil {
-		return nil
-	}
-	live, err := a.o.Members(ctx)
+// withMembers fills the live members of ov and how many of the jobs of
+// all each owns (members.OwnedCounts over jobIDs: the count `cronswap
+// members list` shows).
+func (a *api) withMembers(ctx context.Context, ov *Overview, all []Schedule, now time.Time) error {
+	live, err := a.liveMembers(ctx)
 	if err != nil {
 		return err
 	}
-	ids := make([]string, 0, len(statuses))
-	for _, s := range statuses {
-		ids = append(ids, s.ID)
-	}
-	owned := members.OwnedCounts(ids, live)
+	owned := members.OwnedCounts(jobIDs(all), live)
 	for _, m := range live {
 		ov.Members = append(ov.Members, OverviewMember{InstanceID: m.ID, Host: m.Host, PID: m.PID, Incarnation: m.Incarnation,
 			HeartbeatAt: m.HeartbeatAt.UTC(), HeartbeatAgeSeconds: now.Sub(m.HeartbeatAt).Seconds(),

@@ -15,8 +15,8 @@ import (
 // Records reads the fire path's records (job_runs, job_locks) for the
 // overview, the schedules table and the job page (*MongoRecords is one).
 type Records interface {
-	// LastRuns returns the last claimed run of each of ids that has one,
-	// by job id.
+	// LastRuns returns the last run (record.LastRun) of each of ids that
+	// has one, by job id.
 	LastRuns(ctx context.Context, ids []string) (map[string]LastRun, error)
 	// MissedSince returns, by job id, how many slots the missed records
 	// of jobs (all of them when ids is nil) with scheduled_at at or after
@@ -29,12 +29,14 @@ type Records interface {
 	Lock(ctx context.Context, id string) (*record.LockDoc, error)
 }
 
-// LastRun is a job's last claimed run, as the schedules table and the job
-// page show it.
+// LastRun is a job's last run (record.LastRun: of its records whose action
+// started, the one with the latest scheduled_at), as the schedules table
+// and the job page show it.
 type LastRun struct {
-	// RunID is the run's id (jobs.RunID of the job and slot).
+	// RunID is the run's id: record.RunID of the job and slot, or
+	// trigger/<request id> for a run-now.
 	RunID string `json:"run_id"`
-	// ScheduledAt is the run's slot.
+	// ScheduledAt is the run's slot (a run-now's: its request time).
 	ScheduledAt time.Time `json:"scheduled_at"`
 	// Status is the run record's status (jobs.StatusSucceeded, ...).
 	Status string `json:"status"`
@@ -58,41 +60,16 @@ func NewMongoRecords(db *mongo.Database) *MongoRecords {
 	return &MongoRecords{locks: locks, runs: runs}
 }
 
-// LastRuns implements Records with two reads: the locks of ids (their
-// last_slot is the last claimed slot), then the run records of those
-// slots by _id (jobs.RunID).
+// LastRuns implements Records with record.LastRuns, the one definition of
+// a job's last run.
 func (m *MongoRecords) LastRuns(ctx context.Context, ids []string) (map[string]LastRun, error) {
-	out := map[string]LastRun{}
-	if len(ids) == 0 {
-		return out, nil
-	}
-	var locks []record.LockDoc
-	cur, err := m.locks.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+	runs, err := record.LastRuns(ctx, m.runs, ids)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", m.locks.Name(), err)
+		return nil, err
 	}
-	if err := cur.All(ctx, &locks); err != nil {
-		return nil, fmt.Errorf("read %s: %w", m.locks.Name(), err)
-	}
-	runIDs := make([]string, 0, len(locks))
-	for _, l := range locks {
-		if !l.LastSlot.IsZero() {
-			runIDs = append(runIDs, record.RunID(l.JobID, l.LastSlot))
-		}
-	}
-	if len(runIDs) == 0 {
-		return out, nil
-	}
-	var runs []record.RunDoc
-	cur, err = m.runs.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: runIDs}}}})
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", m.runs.Name(), err)
-	}
-	if err := cur.All(ctx, &runs); err != nil {
-		return nil, fmt.Errorf("read %s: %w", m.runs.Name(), err)
-	}
-	for _, r := range runs {
-		out[r.JobID] = lastRunOf(r)
+	out := make(map[string]LastRun, len(runs))
+	for id, r := range runs {
+		out[id] = lastRunOf(r)
 	}
 	return out, nil
 }

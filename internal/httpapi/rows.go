@@ -72,7 +72,8 @@ type Row struct {
 	// NextRunLocal is the next run in the job's zone (RFC 3339 with its
 	// offset); nil when not armed.
 	NextRunLocal *string `json:"next_run_local"`
-	// LastRun is the job's last claimed run; nil when none is recorded.
+	// LastRun is the job's last run (record.LastRun); nil when none is
+	// recorded.
 	LastRun *LastRun `json:"last_run"`
 	// MissedLastDay is how many slots of the job were recorded missed in
 	// the last 24 hours.
@@ -274,6 +275,11 @@ func (a *api) rows(ctx context.Context, rq rowQuery) (Rows, error) {
 		out.Items = append(out.Items, a.row(c.s, c.next))
 		if !c.s.InvalidID {
 			ids = append(ids, c.s.ID)
+		}
+	}
+	if live, err := a.liveMembers(ctx); err == nil {
+		for i := range out.Items {
+			out.Items[i].Owner = ownerOf(out.Items[i].Schedule, live)
 		}
 	}
 	return out, a.withRecords(ctx, out.Items, ids)

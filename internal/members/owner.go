@@ -58,7 +58,11 @@ func mix64(x uint64) uint64 {
 }
 
 // OwnedCounts returns, for each member of live, how many of jobIDs it
-// owns (by instance id).
+// owns (by instance id). It is the one count of owned jobs: the daemon's
+// overview and `cronswap members list` both call it, over the same set of
+// jobs — every schedules document whose _id is a job id, enabled or not
+// (a paused job's run-now is claimed first by its owner too) and valid or
+// not — so that they agree.
 func OwnedCounts(jobIDs []string, live []Member) map[string]int {
 	out := make(map[string]int, len(live))
 	for _, m := range live {

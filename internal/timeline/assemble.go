@@ -11,6 +11,7 @@ import (
 
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
+	"github.com/cronswap/cronswap/scheduler"
 )
 
 // Record is one document of job_runs: a run, a skip or a missed-slot
@@ -59,6 +60,9 @@ type Input struct {
 	// Cut, when not zero, ends the timeline before it (exclusive): the
 	// range held more records than were read.
 	Cut time.Time
+	// FirstSeen, when set, is the job's first sighting: slots at or before
+	// it are matched with records but never listed as no_record.
+	FirstSeen *FirstSeen
 }
 
 // Assemble builds the timeline from its inputs; it reads nothing.
@@ -66,7 +70,8 @@ func Assemble(in Input) Timeline {
 	if in.Location == nil {
 		in.Location = time.UTC
 	}
-	tl := Timeline{JobID: in.JobID, From: in.From.UTC(), To: in.To.UTC(), Segments: Segments(in.Current, in.Edits, in.From, in.To, in.EditsCutBefore)}
+	tl := Timeline{JobID: in.JobID, From: in.From.UTC(), To: in.To.UTC(), FirstSeen: in.FirstSeen,
+		Segments: Segments(in.JobID, in.Current, in.Edits, in.From, in.To, in.EditsCutBefore)}
 	if in.Current.Exists {
 		cur := in.Current.Timing
 		if cur.Timezone == "" {
@@ -177,11 +182,15 @@ func expectedSlots(in Input, segs []Segment, bySlot map[int64]int, matched []boo
 			run = nil
 		}
 	}
+	var notBefore time.Time // slots at or before it are not expected
+	if in.FirstSeen != nil {
+		notBefore = in.FirstSeen.At
+	}
 	for si, seg := range segs {
-		if !seg.Exists || !seg.Enabled {
+		if !seg.Exists || !seg.Enabled || seg.Error != "" {
 			continue
 		}
-		sched, err := compile(seg.Timing, in.Location)
+		sched, err := compile(in.JobID, seg.Timing, in.Location)
 		if err != nil {
 			segs[si].Error = err.Error()
 			continue
@@ -219,6 +228,9 @@ func expectedSlots(in Input, segs []Segment, bySlot map[int64]int, matched []boo
 					flush()
 					t = lastOf(missed[mi])
 					continue walk
+				}
+				if !at.After(notBefore) {
+					continue // before the job was first seen: not expected
 				}
 				reason := NoRecordUnrecorded
 				if at.After(in.Now) {
@@ -261,23 +273,13 @@ func lastOf(r Record) time.Time {
 	return r.ScheduledAt
 }
 
-// compile parses a segment's schedule as the daemon arms it, in loc when it
-// names no zone.
-func compile(t Timing, loc *time.Location) (cron.Schedule, error) {
-	s := schedule.Schedule{CronExpr: t.CronExpr, Timezone: t.Timezone, Enabled: t.Enabled}
-	mode, err := schedule.ParseDSTMode(t.DST)
-	if err != nil {
-		return nil, err
-	}
-	if mode == schedule.DSTShift {
-		return s.Parse(loc)
-	}
-	if t.Timezone != "" {
-		if loc, err = schedule.LoadLocation(t.Timezone); err != nil {
-			return nil, err
-		}
-	}
-	return schedule.ParseExprWith(t.CronExpr, loc, schedule.ParseOptions{DST: mode})
+// compile parses job jobID's schedule of a segment as the daemon arms it
+// (scheduler.Check, with the engine's error; no action policy: the
+// timeline does not know the daemons' configuration), in loc when it names
+// no zone.
+func compile(jobID string, t Timing, loc *time.Location) (cron.Schedule, error) {
+	s := schedule.Schedule{ID: jobID, CronExpr: t.CronExpr, Timezone: t.Timezone, Enabled: t.Enabled, DST: schedule.DSTMode(t.DST)}
+	return scheduler.Check(s, loc, nil)
 }
 
 func recordEntry(r Record) Entry {

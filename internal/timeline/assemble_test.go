@@ -40,8 +40,8 @@ func TestSegmentsAcrossAnEdit(t *testing.T) {
 		Changes: []FieldChange{{Field: "cron_expr", Before: str("0 * * * *"), After: str("30 * * * *")}}}
 	// An edit of a field that is not timing does not split.
 	other := Edit{ID: "e2", At: t0.Add(4 * time.Hour), Op: "update",
-		Changes: []FieldChange{{Field: "args", Before: str("x"), After: str("y")}}}
-	segs := Segments(hourly("30 * * * *"), []Edit{other, edit}, from, to, time.Time{})
+		Changes: []FieldChange{{Field: "args.region", Before: str("x"), After: str("y")}}}
+	segs := Segments("j", hourly("30 * * * *"), []Edit{other, edit}, from, to, time.Time{})
 	if len(segs) != 2 {
 		t.Fatalf("segments %+v, want 2", segs)
 	}
@@ -82,7 +82,7 @@ func TestSegmentsInsertDisableDelete(t *testing.T) {
 		{At: h(8), Op: "delete", Changes: []FieldChange{{Field: "cron_expr", Before: str("0 * * * *")},
 			{Field: "timezone", Before: str("Asia/Kolkata")}, {Field: "enabled", Before: boolean(true)}}},
 	}
-	segs := Segments(State{Known: true}, edits, from, to, time.Time{})
+	segs := Segments("j", State{Known: true}, edits, from, to, time.Time{})
 	type want struct {
 		from, to int
 		exists   bool
@@ -164,7 +164,7 @@ func TestCollapse(t *testing.T) {
 func TestOffScheduleAndEditSplit(t *testing.T) {
 	from, to := t0, t0.Add(4*time.Hour)
 	recs := []Record{{ID: "r", ScheduledAt: t0.Add(90 * time.Minute), Status: "succeeded"}}
-	ed := Edit{At: t0.Add(150 * time.Minute), Op: "update", Changes: []FieldChange{{Field: "args", Before: str("a"), After: str("b")}}, UpdatedBy: "alice"}
+	ed := Edit{At: t0.Add(150 * time.Minute), Op: "update", Changes: []FieldChange{{Field: "args.region", Before: str("a"), After: str("b")}}, UpdatedBy: "alice"}
 	tl := Assemble(Input{JobID: "j", From: from, To: to, Now: to, Current: hourly("0 * * * *"), Records: recs, Edits: []Edit{ed}})
 	var got []string
 	for _, e := range tl.Entries {
@@ -176,7 +176,7 @@ func TestOffScheduleAndEditSplit(t *testing.T) {
 	if !tl.Entries[1].OffSchedule {
 		t.Errorf("run at 01:30 of an hourly job not marked off schedule")
 	}
-	if s := tl.Entries[3].Summary(); s != `update args "a" → "b", by alice` {
+	if s := tl.Entries[3].Summary(); s != `update args.region "a" → "b", by alice` {
 		t.Errorf("edit summary %q", s)
 	}
 }

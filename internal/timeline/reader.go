@@ -67,6 +67,13 @@ func (r *Reader) Build(ctx context.Context, id string, from, to time.Time) (Time
 	if in.Records, in.Cut, err = r.records(ctx, id, from, to); err != nil {
 		return Timeline{}, err
 	}
+	seen, ok, err := history.ReadFirstSeen(ctx, r.db.Collection(r.hist), id)
+	if err != nil {
+		return Timeline{}, err
+	}
+	if ok {
+		in.FirstSeen = &FirstSeen{At: seen.At, Source: seen.Source}
+	}
 	if !in.Current.Exists && len(in.Edits) == 0 && len(in.Records) == 0 {
 		known, err := r.anything(ctx, id)
 		if err != nil {
@@ -93,27 +100,7 @@ func (r *Reader) current(ctx context.Context, id string) (State, error) {
 	if err != nil {
 		return State{}, fmt.Errorf("read schedule %q from %s: %w", id, schedule.CollectionName, err)
 	}
-	return State{Exists: true, Known: true, Timing: timingOf(raw)}, nil
-}
-
-// timingOf reads the timing fields of a schedules document as the decoder
-// does: absent cron_expr, timezone and dst are empty, absent enabled true.
-func timingOf(raw bson.Raw) Timing {
-	t := Timing{Enabled: true}
-	str := func(name string) string {
-		if v, err := raw.LookupErr(name); err == nil {
-			if s, ok := v.StringValueOK(); ok {
-				return s
-			}
-		}
-		return ""
-	}
-	t.CronExpr, t.Timezone, t.DST = str(schedule.FieldCronExpr), str(schedule.FieldTimezone), str(schedule.FieldDST)
-	if v, err := raw.LookupErr(schedule.FieldEnabled); err == nil {
-		b, ok := v.BooleanOK()
-		t.Enabled = ok && b
-	}
-	return t
+	return StateOf(raw), nil
 }
 
 // historyDoc is one document of the edit history as this package reads it.
@@ -134,7 +121,7 @@ type historyDoc struct {
 func (r *Reader) edits(ctx context.Context, id string, from time.Time) (out []Edit, cutBefore time.Time, err error) {
 	coll := r.db.Collection(r.hist)
 	cur, err := coll.Find(ctx,
-		bson.D{{Key: "job_id", Value: id}, {Key: "at", Value: bson.D{{Key: "$gte", Value: from}}}},
+		append(history.EditsOf(id), bson.E{Key: "at", Value: bson.D{{Key: "$gte", Value: from}}}),
 		options.Find().SetSort(bson.D{{Key: "at", Value: -1}, {Key: "_id", Value: -1}}).SetLimit(MaxEdits+1))
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("read edits of %q from %s: %w", id, r.hist, err)

@@ -1,11 +1,13 @@
 package timeline
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/cronswap/cronswap/internal/history"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -36,33 +38,72 @@ const (
 	opDelete = "delete"
 )
 
-// State is a job's timing at one moment: whether its document existed and,
-// if so, its Timing. Known is false for a moment older than the history
-// read.
+// State is a job's schedules document at one moment: whether it existed
+// and, if so, its Timing as the daemon decodes it. Known is false for a
+// moment older than the history read.
 type State struct {
 	Exists bool
 	Known  bool
 	Timing Timing
+	// doc is the document (as read, or as reconstructed from the edits);
+	// nil for a State built from a Timing alone.
+	doc bson.Raw
 }
 
-// timingFields are the document fields that decide the slots.
-var timingFields = map[string]bool{
-	schedule.FieldCronExpr: true,
-	schedule.FieldTimezone: true,
-	schedule.FieldEnabled:  true,
-	schedule.FieldDST:      true,
+// StateOf is the state of an existing schedules document: its Timing and,
+// when the daemon would refuse the document, Timing.Error with the
+// daemon's own words (schedule.DecodeFields, the decoder the daemon arms
+// jobs with).
+func StateOf(doc bson.Raw) State {
+	return State{Exists: true, Known: true, Timing: timingOf(doc), doc: doc}
+}
+
+// same reports whether two states expect the same slots and say the same.
+func same(a, b State) bool {
+	return a.Exists == b.Exists && a.Known == b.Known && a.Timing == b.Timing
+}
+
+// document is the state's document; for a State that has none, one built
+// from its Timing (a State made from a Timing alone), or only the _id when
+// the document does not exist (the base on which a delete's before values,
+// or those of an edit of a document thought absent, are put back).
+func (st State) document(jobID string) bson.Raw {
+	if st.doc != nil {
+		return st.doc
+	}
+	d := bson.D{{Key: schedule.FieldID, Value: jobID}}
+	if st.Exists {
+		t := st.Timing
+		d = append(d, bson.E{Key: schedule.FieldCronExpr, Value: t.CronExpr})
+		if t.Timezone != "" {
+			d = append(d, bson.E{Key: schedule.FieldTimezone, Value: t.Timezone})
+		}
+		if t.DST != "" {
+			d = append(d, bson.E{Key: schedule.FieldDST, Value: t.DST})
+		}
+		if !t.Enabled {
+			d = append(d, bson.E{Key: schedule.FieldEnabled, Value: false})
+		}
+	}
+	raw, err := bson.Marshal(d)
+	if err != nil {
+		return nil
+	}
+	return raw
 }
 
 // Segments reconstructs the schedules in force over [from, to], oldest
-// first, from the schedule as it is now (current) and the edits since from
-// (any order; edits after to count too, since current is as of now). It
-// walks backwards from current: the schedule before an edit is the one
-// after it with the edit's "before" values put back; an insert had no
+// first, from job jobID's document as it is now (current) and the edits
+// since from (any order; edits after to count too, since current is as of
+// now). It walks backwards from current: the document before an edit is
+// the one after it with the edit's "before" values put back (every field,
+// so a document the daemon refused is refused here too); an insert had no
 // document before it; a delete had the document its "before" values
-// describe. Edits that change no timing field do not split a segment.
-// truncatedBefore, when not zero, is the time of the oldest edit read when
-// older ones were left unread: before it the schedule is unknown.
-func Segments(current State, edits []Edit, from, to time.Time, truncatedBefore time.Time) []Segment {
+// describe. Edits that change neither the timing nor whether the daemon
+// accepts the document do not split a segment. truncatedBefore, when not
+// zero, is the time of the oldest edit read when older ones were left
+// unread: before it the schedule is unknown.
+func Segments(jobID string, current State, edits []Edit, from, to time.Time, truncatedBefore time.Time) []Segment {
 	sorted := append([]Edit(nil), edits...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].At.After(sorted[j].At) })
 
@@ -76,8 +117,9 @@ func Segments(current State, edits []Edit, from, to time.Time, truncatedBefore t
 		if !e.At.After(from) {
 			break
 		}
-		before := stateBefore(state, e)
-		if before == state {
+		before := stateBefore(jobID, state, e)
+		if same(before, state) {
+			state.doc = before.doc // the fields other than the timing changed
 			continue
 		}
 		spans = append(spans, span{start: e.At, state: state})
@@ -120,56 +162,60 @@ func newSegment(from, to time.Time, st State) Segment {
 }
 
 // stateBefore is the state before edit e, given the state after it.
-func stateBefore(after State, e Edit) State {
-	switch e.Op {
-	case opInsert:
+func stateBefore(jobID string, after State, e Edit) State {
+	if e.Op == opInsert {
 		return State{Known: true}
-	case opDelete:
-		st := State{Exists: true, Known: true, Timing: Timing{Enabled: true}}
-		applyBefore(&st.Timing, e.Changes)
+	}
+	base := after
+	if e.Op == opDelete || !after.Exists {
+		// A delete's before values are the whole document; an update of a
+		// document thought absent means the history is incomplete: take
+		// the edit's before values on a fresh document.
+		base = State{Known: after.Known || e.Op == opDelete}
+	}
+	changes := make([]history.Change, len(e.Changes))
+	for i, c := range e.Changes {
+		changes[i] = history.Change{Field: c.Field, Before: c.Before, After: c.After}
+	}
+	doc, err := history.Revert(base.document(jobID), changes)
+	if err != nil {
+		st := after
+		st.Timing.Error = fmt.Sprintf("schedule unknown: the edit %s cannot be reverted: %v", e.ID, err)
 		return st
 	}
-	st := after
-	if !st.Exists {
-		// An update of a document thought absent: the history is
-		// incomplete; take the edit's before values on a fresh document.
-		st = State{Exists: true, Known: after.Known, Timing: Timing{Enabled: true}}
-	}
-	applyBefore(&st.Timing, e.Changes)
+	st := StateOf(doc)
+	st.Known = base.Known || after.Known
 	return st
 }
 
-// applyBefore puts the before values of the timing fields of changes into t.
-func applyBefore(t *Timing, changes []FieldChange) {
-	for _, c := range changes {
-		if !timingFields[c.Field] {
-			continue
-		}
-		v := c.Before
-		absent := v.Type == 0 || v.Type == bson.TypeNull
-		switch c.Field {
-		case schedule.FieldCronExpr:
-			t.CronExpr = ""
-			if s, ok := v.StringValueOK(); ok {
-				t.CronExpr = s
-			}
-		case schedule.FieldTimezone:
-			t.Timezone = ""
-			if s, ok := v.StringValueOK(); ok {
-				t.Timezone = s
-			}
-		case schedule.FieldDST:
-			t.DST = ""
-			if s, ok := v.StringValueOK(); ok {
-				t.DST = s
-			}
-		case schedule.FieldEnabled:
-			t.Enabled = true
-			if b, ok := v.BooleanOK(); ok {
-				t.Enabled = b
-			} else if !absent {
-				t.Enabled = false // not a boolean: the decoder refuses it, nothing is armed
-			}
-		}
+// timingOf reads the timing fields of a schedules document with the
+// daemon's decoder. A document it refuses keeps its values as stored (a
+// string as it is, any other value as relaxed extended JSON, so a number
+// shows as 5, not as "") and the decoder's error.
+func timingOf(doc bson.Raw) Timing {
+	s, err := schedule.DecodeFields(doc)
+	if err == nil {
+		return Timing{CronExpr: s.CronExpr, Timezone: s.Timezone, Enabled: s.Enabled, DST: string(s.DST)}
 	}
+	t := Timing{Enabled: true, Error: err.Error()}
+	field := func(name string) (string, bool) {
+		v, err := doc.LookupErr(name)
+		if err != nil || v.Type == bson.TypeNull {
+			return "", true
+		}
+		if str, ok := v.StringValueOK(); ok {
+			return str, true
+		}
+		return valueText(v), false
+	}
+	var isString bool
+	t.CronExpr, isString = field(schedule.FieldCronExpr)
+	t.exprNotString = !isString
+	t.Timezone, _ = field(schedule.FieldTimezone)
+	t.DST, _ = field(schedule.FieldDST)
+	if v, err := doc.LookupErr(schedule.FieldEnabled); err == nil {
+		b, ok := v.BooleanOK()
+		t.Enabled = ok && b
+	}
+	return t
 }

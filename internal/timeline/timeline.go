@@ -91,11 +91,17 @@ type Timeline struct {
 	// failed slots (job_pauses): its fires are recorded missed, reason
 	// paused, until `cronswap schedules resume`.
 	FailurePause *record.PauseDoc `json:"failure_pause,omitempty"`
+	// FirstSeen is the job's first sighting, when the history has one:
+	// no slot at or before it is expected.
+	FirstSeen *FirstSeen `json:"first_seen,omitempty"`
 }
 
 // Timing is the part of a schedules document that decides its slots.
 type Timing struct {
-	// CronExpr is the expression; empty when the document had none.
+	// CronExpr is the expression as the daemon reads it; empty when the
+	// document had none. A value that is not a string is shown as relaxed
+	// extended JSON (a number 5 as "5"), with Error saying why the daemon
+	// refuses it.
 	CronExpr string `json:"cron_expr"`
 	// Timezone is the document's zone, or the daemon's default zone when
 	// the document names none.
@@ -105,6 +111,24 @@ type Timing struct {
 	// DST is the document's daylight-saving mode ("plain", or empty for
 	// the default shift).
 	DST string `json:"dst,omitempty"`
+	// Error says why this schedule expects no slots: the error the daemon
+	// reports for the document (schedule.DecodeFields, then
+	// scheduler.Check in its zone), or, on a segment, that the schedule is
+	// older than the edit history read.
+	Error string `json:"error,omitempty"`
+
+	// exprNotString is true when CronExpr is the rendering of a value
+	// that is not a string.
+	exprNotString bool
+}
+
+// ExprText is CronExpr for people: quoted when it is a string, as stored
+// otherwise (5, not "5").
+func (t Timing) ExprText() string {
+	if t.exprNotString {
+		return t.CronExpr
+	}
+	return strconv.Quote(t.CronExpr)
 }
 
 // Segment is a stretch of the range with one schedule in force.
@@ -116,12 +140,22 @@ type Segment struct {
 	// Exists is false while the job had no document (before it was
 	// inserted, after it was deleted) or its schedule is unknown.
 	Exists bool `json:"exists"`
-	// Timing is the schedule in force, when Exists.
+	// Timing is the schedule in force, when Exists; its Error says why
+	// the segment expects no slots though the document existed (the
+	// daemon refuses it) or that its schedule is unknown.
 	Timing
-	// Error says why the segment expects no slots though the document
-	// existed and was enabled (an expression that does not parse, an
-	// unknown zone, or a schedule older than the history read).
-	Error string `json:"error,omitempty"`
+}
+
+// FirstSeen is where a job's timeline begins: the job's first sighting in
+// the edit history (history.Sighting). No slot at or before it is listed
+// as expected (unrecorded, future); records and edits are listed as ever.
+type FirstSeen struct {
+	// At is when a replica first saw the job's document.
+	At time.Time `json:"at"`
+	// Source is "insert" (At is when the document was inserted) or
+	// "read" (At is the first full read that found it; the job may be
+	// older).
+	Source string `json:"source"`
 }
 
 // Entry is one line of a timeline.

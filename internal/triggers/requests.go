@@ -159,11 +159,23 @@ func PlanBackfill(ctx context.Context, db *mongo.Database, sched schedule.Schedu
 	return plan, nil
 }
 
+// WantedSlots are the slots of plan that RequestBackfill asks for.
+func WantedSlots(plan []BackfillSlot) []time.Time {
+	var out []time.Time
+	for _, p := range plan {
+		if p.Wanted() {
+			out = append(out, p.Slot)
+		}
+	}
+	return out
+}
+
 // RequestBackfill inserts one backfill request per wanted slot of plan,
 // oldest first (the daemons offer them in that order, at a bounded rate),
 // and returns how many it inserted; a request that appeared meanwhile is
-// left as it is.
-func RequestBackfill(ctx context.Context, coll *mongo.Collection, job string, plan []BackfillSlot, by string, now time.Time) (int, error) {
+// left as it is. beforeFirstSeen marks the requests FieldBeforeFirstSeen
+// (the caller was told to run slots from before the job's first sighting).
+func RequestBackfill(ctx context.Context, coll *mongo.Collection, job string, plan []BackfillSlot, by string, beforeFirstSeen bool, now time.Time) (int, error) {
 	var docs []any
 	for _, p := range plan {
 		if !p.Wanted() {
@@ -173,6 +185,9 @@ func RequestBackfill(ctx context.Context, coll *mongo.Collection, job string, pl
 			{Key: FieldSlot, Value: p.Slot}, {Key: FieldRequestedAt, Value: now}}
 		if by != "" {
 			d = append(d, bson.E{Key: FieldRequestedBy, Value: by})
+		}
+		if beforeFirstSeen {
+			d = append(d, bson.E{Key: FieldBeforeFirstSeen, Value: true})
 		}
 		docs = append(docs, d)
 	}
@@ -198,7 +213,7 @@ func RequestBackfill(ctx context.Context, coll *mongo.Collection, job string, pl
 					}
 				}
 			}
-			more, err := RequestBackfill(ctx, coll, job, rest, by, now)
+			more, err := RequestBackfill(ctx, coll, job, rest, by, beforeFirstSeen, now)
 			return i + more, err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/internal/firepath"
+	"github.com/cronswap/cronswap/internal/history"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 )
@@ -42,6 +43,11 @@ type Options struct {
 	// disabled; an error wrapping ErrNoJob when there is none, one wrapping
 	// schedule.ErrInvalid when its document is bad.
 	Schedules func(ctx context.Context, jobID string) (schedule.Schedule, error)
+	// FirstSeen returns the job's first sighting (history.ReadFirstSeen;
+	// ok false when there is none). A backfill request of a slot at or
+	// before it is refused (CheckFirstSeen) unless it says
+	// FieldBeforeFirstSeen. Nil checks nothing.
+	FirstSeen func(ctx context.Context, jobID string) (seen history.Sighting, ok bool, err error)
 	// Location is the default time zone of expressions (config timezone).
 	Location *time.Location
 	// Logger receives the log (default slog.Default()).
@@ -308,7 +314,18 @@ func (s *Sink) run(req Request, seen time.Time) {
 		sched.Args = req.Args
 	}
 	if req.Backfill() {
-		if err := s.checkSlot(sched, req.Slot); err != nil {
+		err := s.checkSlot(sched, req.Slot)
+		if err == nil && !req.BeforeFirstSeen && s.opts.FirstSeen != nil {
+			fctx, cancel := context.WithTimeout(context.Background(), firepath.DefaultOpTimeout)
+			seen, ok, ferr := s.opts.FirstSeen(fctx, req.JobID)
+			cancel()
+			if ferr != nil {
+				log.Warn("trigger not handled: could not read the job's first sighting", "error", ferr)
+				return // left pending, as when the schedule cannot be read
+			}
+			err = CheckFirstSeen(req.JobID, []time.Time{req.Slot}, seen, ok)
+		}
+		if err != nil {
 			log.Warn("backfill refused", "scheduled_at", req.Slot, "error", err)
 			s.write(req, "reject", s.opts.Store.Reject(s.ctx(), req.ID, err.Error(), time.Now()))
 			return

@@ -2,6 +2,7 @@ package triggers
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/firepath"
+	"github.com/cronswap/cronswap/internal/history"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/runstore"
 	"github.com/cronswap/cronswap/internal/testmongo"
@@ -90,7 +92,8 @@ func (e *env) addReplica(t *testing.T, inst string, reg *actions.Registry, owner
 		Store: runstore.New(locks, runs, runstore.Options{Instance: inst, Logger: log}), TTL: e.ttl,
 		Owns: func(string) bool { return owner }, Requests: store})
 	s := NewSink(Options{Runner: r, Store: store,
-		Schedules: Schedules(e.db.Collection(schedule.CollectionName)), Logger: log, BackfillInterval: 50 * time.Millisecond})
+		Schedules: Schedules(e.db.Collection(schedule.CollectionName)), FirstSeen: history.FirstSeenLookup(e.db.Collection(history.CollectionName)),
+		Logger: log, BackfillInterval: 50 * time.Millisecond})
 	t.Cleanup(func() { r.Shutdown(10 * time.Second); s.Close() })
 	e.replicas = append(e.replicas, s)
 	e.runners = append(e.runners, r)
@@ -242,6 +245,8 @@ func TestRunNowBadRequests(t *testing.T) {
 		{bson.D{{Key: "_id", Value: "b8"}, {Key: "job_id", Value: "noaction"}}, "unknown action"},
 		{bson.D{{Key: "_id", Value: "b9"}, {Key: "job_id", Value: "report"}, {Key: "requested_at", Value: 5}}, "must be a date"},
 		{bson.D{{Key: "_id", Value: 10}, {Key: "job_id", Value: "report"}}, "string or an ObjectId"},
+		{bson.D{{Key: "_id", Value: "b11"}, {Key: "job_id", Value: "report"}, {Key: "slot", Value: time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)},
+			{Key: FieldBeforeFirstSeen, Value: "yes"}}, "field before_first_seen: must be a boolean"},
 	}
 	for _, c := range cases {
 		m := e.final(t, e.insert(t, c.doc))
@@ -372,5 +377,45 @@ func TestBackfillSlotsOfOneJobDoNotSkipEachOther(t *testing.T) {
 		if want := base.Add(time.Duration(i) * time.Hour); !f.Slot.Equal(want) {
 			t.Errorf("run %d at %v, want %v (oldest first)", i, f.Slot, want)
 		}
+	}
+}
+
+// A backfill request inserted by hand (as with mongosh) of a slot before
+// the job's first sighting is refused by the daemons' own check, with the
+// sighting's time in its error; the same request with before_first_seen:
+// true runs, as does a slot after the sighting.
+func TestBackfillBeforeTheFirstSightingIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2)
+	base := time.Now().UTC().Truncate(time.Hour).Add(-3 * time.Hour)
+	slot := func(i int) time.Time { return base.Add(time.Duration(i) * time.Hour) }
+	seen := slot(1).Add(1500 * time.Millisecond)
+	if _, err := e.db.Collection(history.CollectionName).InsertOne(context.Background(), bson.D{
+		{Key: "_id", Value: history.FirstSeenID("every")}, {Key: "job_id", Value: "every"}, {Key: "op", Value: history.OpFirstSeen},
+		{Key: "at", Value: seen}, {Key: "source", Value: history.SourceInsert}}); err != nil {
+		t.Fatal(err)
+	}
+	req := func(id string, i int, extra ...bson.E) bson.M {
+		d := append(bson.D{{Key: "_id", Value: id}, {Key: "job_id", Value: "every"}, {Key: "slot", Value: slot(i)}}, extra...)
+		return e.final(t, e.insert(t, d))
+	}
+	for _, i := range []int{0, 1} {
+		m := req(fmt.Sprintf("before-%d", i), i)
+		if m[FieldStatus] != StatusRejected || !strings.Contains(m[FieldError].(string), "first seen at "+seen.Format("2006-01-02T15:04:05.000Z07:00")) {
+			t.Errorf("slot %d, before the sighting: %v, want rejected naming the sighting", i, m)
+		}
+	}
+	if got := e.runs("every"); len(got) != 0 {
+		t.Fatalf("slots before the sighting ran: %+v", got)
+	}
+	if m := req("flagged", 0, bson.E{Key: FieldBeforeFirstSeen, Value: true}); m[FieldStatus] != record.StatusSucceeded {
+		t.Errorf("slot 0 with %s: %v, want succeeded", FieldBeforeFirstSeen, m)
+	}
+	if m := req("after", 2); m[FieldStatus] != record.StatusSucceeded {
+		t.Errorf("slot 2, after the sighting: %v, want succeeded", m)
+	}
+	e.idle(t)
+	if got := e.runs("every"); len(got) != 2 {
+		t.Errorf("ran %d slots, want 2 (0 with the flag, and 2)", len(got))
 	}
 }

@@ -122,6 +122,9 @@ type Request struct {
 	RequestedBy string
 	// Slot is the backfilled slot; zero for a run-now request.
 	Slot time.Time
+	// BeforeFirstSeen: the backfill may run a slot from before the job's
+	// first sighting (FieldBeforeFirstSeen, CheckFirstSeen).
+	BeforeFirstSeen bool
 	// Status is the outcome so far ("" pending).
 	Status string
 	// RunID is the run id written by the daemon that runs it.
@@ -246,6 +249,13 @@ func Decode(raw bson.Raw) (r Request, err error) {
 			return r, invalid(key, FieldSlot, "must be a date (a cron slot of the job), not %s", v.Type)
 		}
 		r.Slot = t.UTC()
+	}
+	if v, err := raw.LookupErr(FieldBeforeFirstSeen); err == nil && v.Type != bson.TypeNull {
+		b, ok := v.BooleanOK()
+		if !ok {
+			return r, invalid(key, FieldBeforeFirstSeen, "must be a boolean, not %s", v.Type)
+		}
+		r.BeforeFirstSeen = b
 	}
 	if !r.Backfill() && strings.Contains(key, "@") {
 		return r, invalid(key, FieldID, "may not contain \"@\" (cron run ids do)")

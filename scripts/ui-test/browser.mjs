@@ -3,13 +3,20 @@
 //
 //   - the page loads with no console error, no page error, no failed
 //     request and no HTTP answer ≥ 400, and its event stream is live;
-//   - the overview shows this replica and the job counts;
+//   - its first paint, with every API answer held back, says it is
+//     loading and does not say "offline" (nor does the page at any later
+//     point: the daemon stays up), and the schedules view's first paint
+//     shows no empty table;
+//   - the overview shows this replica and the job counts, and each live
+//     member's owned jobs equal what `cronswap members list` says;
 //   - the schedules table lists the seeded jobs;
 //   - a mongosh edit of one job's cron_expr appears in its row within 2 s,
 //     without a reload (the time is measured from just before the update
 //     inside mongosh to the first frame that shows it, and printed);
 //   - a bad cron_expr edit shows its error on that job's row;
 //   - filtering by category shows only that category's jobs;
+//   - after `cronswap run-now` of a job, its row and its job page show
+//     that run (run id trigger/<request>) as the last run;
 //   - the job page shows a run and a missed slot in its timeline, its next
 //     runs and its chart;
 //   - screenshots of the overview and the job page at 1280×800.
@@ -20,8 +27,11 @@
 //   CRONSWAP_UI_MONGOSH     mongosh (default: mongosh on PATH)
 //   CRONSWAP_UI_INSTANCE    the daemon's instance id, expected in the members table
 //   CRONSWAP_UI_SCREENS     directory for the screenshots (default .run/ui-screens)
-//   CRONSWAP_UI_EDIT_JOB, CRONSWAP_UI_BAD_JOB, CRONSWAP_UI_RUN_JOB: the jobs
-//     edited, broken and opened (defaults seed-billing, seed-broken, seed-every-5s)
+//   CRONSWAP_UI_CLI         the cronswap binary, for run-now and members list (required)
+//   CRONSWAP_UI_CONFIG      its --config (required)
+//   CRONSWAP_UI_EDIT_JOB, CRONSWAP_UI_BAD_JOB, CRONSWAP_UI_RUN_JOB, CRONSWAP_UI_RUN_NOW_JOB:
+//     the jobs edited, broken, opened and run now (defaults seed-billing,
+//     seed-broken, seed-every-5s, seed-cleanup)
 //   CRONSWAP_UI_JOBS        comma-separated ids the table must list
 //   CRONSWAP_UI_RESULT      file to write the measurements to as JSON (optional)
 //   CRONSWAP_CHROMIUM       the browser (default /usr/bin/chromium)
@@ -30,7 +40,7 @@
 // Exit status 0 when every check passed; else 1 with every failure listed.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { env, baseURL, launch, newContext, watchProblems, tid, row, mongosh, Failures } from './lib.mjs';
+import { env, baseURL, launch, newContext, watchProblems, tid, row, mongosh, cronswap, Gate, painted, Failures } from './lib.mjs';
 
 const base = baseURL();
 const mongoURI = env('CRONSWAP_UI_MONGO_URI');
@@ -40,7 +50,10 @@ const screens = env('CRONSWAP_UI_SCREENS', '.run/ui-screens');
 const editJob = env('CRONSWAP_UI_EDIT_JOB', 'seed-billing');
 const badJob = env('CRONSWAP_UI_BAD_JOB', 'seed-broken');
 const runJob = env('CRONSWAP_UI_RUN_JOB', 'seed-every-5s');
-const seeded = env('CRONSWAP_UI_JOBS', 'seed-every-5s,seed-billing,seed-cleanup,seed-broken').split(',');
+const runNowJob = env('CRONSWAP_UI_RUN_NOW_JOB', 'seed-cleanup');
+const cliPath = env('CRONSWAP_UI_CLI');
+const cliConfig = env('CRONSWAP_UI_CONFIG');
+const seeded = env('CRONSWAP_UI_JOBS', 'seed-every-5s,seed-billing,seed-cleanup,seed-broken,seed-paused').split(',');
 // The issue's requirement: a mongosh edit shows up within 2 s.
 const editDeadlineMs = 2000;
 // Deadlines of conditions that have no stated requirement: generous.
@@ -55,6 +68,16 @@ const ctx = await newContext(browser);
 const page = await ctx.newPage();
 page.setDefaultTimeout(settle);
 const watch = watchProblems(page);
+// Every text the live indicator shows, from the parse of the page on:
+// "offline" must never be among them (the daemon stays up).
+await page.addInitScript(() => {
+  window.__liveStates = [];
+  new MutationObserver(() => {
+    const el = document.getElementById('live-status');
+    const text = el && el.textContent.trim();
+    if (text && window.__liveStates[window.__liveStates.length - 1] !== text) window.__liveStates.push(text);
+  }).observe(document, { childList: true, subtree: true, characterData: true });
+});
 
 const js = (v) => JSON.stringify(v);
 const editScript = (id, expr) =>
@@ -70,18 +93,35 @@ async function edit(id, expr) {
   return r.t0;
 }
 
-await fail.step('page loads: redirect to /ui/, overview, live event stream', async () => {
+let loaded = false;
+await fail.step('page loads: redirect to /ui/, first paint loading and not offline, then overview, live event stream', async () => {
+  // Hold every API answer (the event stream too) until the first paint
+  // has been looked at.
+  const gate = new Gate(page);
+  await gate.close();
   const resp = await page.goto(`${base}/`, { waitUntil: 'load' });
   const url = new URL(page.url());
   fail.check(url.pathname === '/ui/', `GET / ended at ${page.url()}, want /ui/`);
   fail.check(resp && resp.ok(), `the page answered ${resp && resp.status()}`);
+  await painted(page);
+  const first = await page.evaluate(() => ({
+    live: document.getElementById('live-status').textContent.trim(),
+    loading: !!document.querySelector('[data-testid="overview"] .loading'),
+    members: document.querySelectorAll('[data-testid="member-row"]').length,
+  }));
+  console.error(`first paint (${gate.held} API requests held): indicator "${first.live}", loading ${first.loading}`);
+  fail.check(gate.held > 0, 'no API request was held: the first paint was not looked at before the answers');
+  fail.check(first.live !== 'offline', `first paint: the indicator says "${first.live}" before the event stream answered`);
+  fail.check(first.loading && first.members === 0, `first paint: overview loading ${first.loading}, ${first.members} member rows`);
+  await gate.open();
   await page.locator(tid('overview')).waitFor();
   await page.locator(`${tid('live-status')}:text-is("live")`).waitFor();
   // Mark the document: a reload would lose the mark.
   await page.evaluate(() => { window.__cronswapNoReload = true; });
+  loaded = true;
 });
 
-if (fail.list.length) {
+if (!loaded) {
   // Nothing else can pass without the page.
   watch.stop();
   for (const p of watch.problems) fail.check(false, p);
@@ -105,9 +145,43 @@ await fail.step('overview: this replica and the counts', async () => {
   await page.screenshot({ path: join(screens, 'ui-overview.png') });
 });
 
-await fail.step('schedules table lists the seeded jobs', async () => {
+await fail.step('overview: owned jobs of each live member as `cronswap members list` counts them', async () => {
+  const cli = JSON.parse(await cronswap(cliPath, cliConfig, ['members', 'list', '-o', 'json']));
+  const live = cli.filter((m) => m.live);
+  const shown = await page.locator(tid('member-row')).evaluateAll((rs) => rs.map((r) => ({
+    id: r.getAttribute('data-instance'), owned: r.querySelector('[data-testid="member-owned"]').textContent.trim(),
+  })));
+  console.error(`owned jobs: page ${JSON.stringify(shown)}, members list ${JSON.stringify(live.map((m) => [m.instance_id, m.owned_jobs]))}`);
+  fail.check(shown.length === live.length && live.length >= 2, `the page lists ${shown.length} live members, members list ${live.length} (want ≥ 2)`);
+  for (const m of live) {
+    const s = shown.find((x) => x.id === m.instance_id);
+    fail.check(s && s.owned === String(m.owned_jobs), `${m.instance_id}: the page says ${s && s.owned} owned jobs, members list ${m.owned_jobs}`);
+  }
+  if (instance) {
+    const self = live.find((m) => m.instance_id === instance);
+    fail.check(self && self.owned_jobs > 0 && self.owned_jobs < seeded.length,
+      `${instance} owns ${self && self.owned_jobs} of ${seeded.length} jobs: want some, not all`);
+  }
+});
+
+await fail.step('schedules table: first paint loading, then lists the seeded jobs', async () => {
+  const gate = new Gate(page);
+  await gate.close();
   await page.locator(tid('nav-schedules')).click();
   await page.locator(tid('schedules-table')).waitFor();
+  await painted(page);
+  const first = await page.evaluate(() => ({
+    loading: !!document.querySelector('[data-testid="rows-loading"]'),
+    rows: document.querySelectorAll('[data-testid="schedule-row"]').length,
+    total: document.querySelector('[data-testid="rows-total"]').textContent.trim(),
+    empty: document.querySelector('[data-testid="schedules-table"] tbody').textContent.includes('No job matches'),
+    live: document.getElementById('live-status').textContent.trim(),
+  }));
+  fail.check(gate.held > 0, 'no API request was held for the schedules view');
+  fail.check(first.loading && first.rows === 0 && !first.empty && first.total === '…',
+    `schedules first paint: loading ${first.loading}, ${first.rows} rows, empty ${first.empty}, total "${first.total}"`);
+  fail.check(first.live === 'live', `schedules first paint: the indicator says "${first.live}"`);
+  await gate.open();
   for (const id of seeded) await page.locator(row(id)).waitFor();
   const total = (await page.locator(tid('rows-total')).textContent()).replace(/\D/g, '');
   fail.check(total === String(seeded.length), `rows-total says ${total}, want ${seeded.length}`);
@@ -159,6 +233,23 @@ await fail.step('filter by category', async () => {
   await page.waitForFunction(([s, n]) => document.querySelectorAll(s).length === n, [tid('schedule-row'), seeded.length]);
 });
 
+await fail.step(`run-now of ${runNowJob}: its row and its job page show it as the last run`, async () => {
+  const cell = `${row(runNowJob)} ${tid('cell-last-run')}`;
+  await page.locator(cell).waitFor();
+  const before = await page.locator(cell).getAttribute('data-run-id');
+  const res = JSON.parse(await cronswap(cliPath, cliConfig, ['run-now', runNowJob, '--wait', '60s', '-o', 'json']));
+  fail.check(res.status === 'succeeded' && res.run_id.startsWith('trigger/'), `run-now: ${JSON.stringify(res)}`);
+  console.error(`run-now of ${runNowJob}: ${res.run_id} ${res.status} (last run before: ${before || 'none'})`);
+  // The run's event reaches this page when this replica ran it, the 10 s
+  // refresh when the other did.
+  await page.locator(`${cell}[data-run-id="${res.run_id}"]`).waitFor();
+  fail.check((await page.locator(cell).textContent()).includes('run now'), `row ${runNowJob}: the last run is not marked run now`);
+  await page.locator(`${row(runNowJob)} ${tid('cell-id')} a`).click();
+  await page.locator(`${tid('job-page')}[data-job-id="${runNowJob}"] ${tid('job-last-run')}[data-run-id="${res.run_id}"]`).waitFor();
+  await page.locator(tid('nav-schedules')).click();
+  await page.locator(row(runJob)).waitFor();
+});
+
 await fail.step(`job page of ${runJob}: a run, a missed slot, next runs, chart`, async () => {
   await page.locator(`${row(runJob)} ${tid('cell-id')} a, a${row(runJob)} ${tid('cell-id')}, ${row(runJob)} a${tid('cell-id')}`).first().click();
   const jp = page.locator(`${tid('job-page')}[data-job-id="${runJob}"]`);
@@ -186,6 +277,9 @@ await fail.step(`job page of ${runJob}: a run, a missed slot, next runs, chart`,
   await page.screenshot({ path: join(screens, 'ui-job.png') });
 });
 
+const liveStates = await page.evaluate(() => window.__liveStates);
+console.error(`the live indicator said: ${liveStates.join(' → ')}`);
+fail.check(liveStates.length > 0 && !liveStates.includes('offline'), `the live indicator said ${liveStates.join(' → ')}; never "offline" while the daemon is up`);
 watch.stop();
 for (const p of watch.problems) fail.check(false, p);
 result.problems = watch.problems.length;

@@ -73,15 +73,12 @@ function CSS_escape(s) {
 }
 
 /**
- * mongosh runs one --eval against uri (which names the database) and
- * returns its stdout; it rejects on a non-zero exit.
+ * run starts path with args and environment env, and returns its stdout;
+ * it rejects on a non-zero exit, with what it printed.
  */
-export function mongosh(path, uri, evalJS) {
+export function run(path, args, env = process.env) {
   return new Promise((resolve, reject) => {
-    const p = spawn(path, [uri, '--quiet', '--norc', '--eval', evalJS], {
-      env: { ...process.env, MONGOSH_SKIP_NODE_VERSION_CHECK: '1' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const p = spawn(path, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     p.stdout.on('data', (d) => { out += d; });
@@ -89,9 +86,63 @@ export function mongosh(path, uri, evalJS) {
     p.on('error', reject);
     p.on('close', (code) => {
       if (code === 0) resolve(out);
-      else reject(new Error(`mongosh --eval ${evalJS}: exit ${code}\n${out}${err}`));
+      else reject(new Error(`${path} ${args.join(' ')}: exit ${code}\n${out}${err}`));
     });
   });
+}
+
+/**
+ * mongosh runs one --eval against uri (which names the database) and
+ * returns its stdout; it rejects on a non-zero exit.
+ */
+export function mongosh(path, uri, evalJS) {
+  return run(path, [uri, '--quiet', '--norc', '--eval', evalJS], { ...process.env, MONGOSH_SKIP_NODE_VERSION_CHECK: '1' });
+}
+
+/**
+ * cronswap runs the command line (path) with args and --config config,
+ * the database as the config names it (the CRONSWAP_* overrides of the
+ * environment removed), and returns its stdout.
+ */
+export function cronswap(path, config, args) {
+  const env = { ...process.env };
+  for (const k of ['CRONSWAP_MONGO_URI', 'CRONSWAP_CONFIG', 'CRONSWAP_INSTANCE_ID']) delete env[k];
+  return run(path, [...args, '--config', config], env);
+}
+
+/**
+ * Gate holds every request of page to the daemon's API until open() —
+ * so that a test can look at what the page paints before any answer.
+ */
+export class Gate {
+  constructor(page) {
+    this.page = page;
+    this.held = 0;
+    this.pending = [];
+    this.released = new Promise((r) => { this.release = r; });
+  }
+
+  /** close starts holding the API requests. */
+  async close() {
+    await this.page.route('**/api/**', (route) => {
+      this.held++;
+      const p = this.released.then(() => route.continue());
+      this.pending.push(p);
+      return p;
+    });
+  }
+
+  /** open lets the held requests go on and stops holding new ones. */
+  async open() {
+    this.release();
+    await Promise.all(this.pending);
+    await this.page.unroute('**/api/**');
+  }
+}
+
+/** painted resolves after the page's next two animation frames: what it shows has been painted. */
+export function painted(page) {
+  return page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
 }
 
 /** median of a list of numbers. */

@@ -24,6 +24,8 @@ function stamp() {
 function route() {
   const hash = location.hash || '#/';
   if (view && view.stop) view.stop();
+  // The stamp is the shown view's: a new view has no data yet.
+  updatedEl.textContent = '';
   let next;
   let m;
   if ((m = /^#\/jobs\/(.+)$/.exec(hash))) {
@@ -62,8 +64,14 @@ const onRun = coalescer(() => {
   if (view && view.onRun) view.onRun(ids);
 }, 1000);
 
+// The indicator says "connecting…" until the stream first opens or fails
+// (index.html), so the first paint never claims "offline"; then "live"
+// while it is open, "offline" while the browser reconnects.
 function setLive(on) {
-  liveEl.textContent = on ? 'live' : 'offline';
+  const state = on ? 'live' : 'offline';
+  liveEl.textContent = state;
+  liveEl.setAttribute('data-state', state);
+  liveEl.classList.remove('connecting');
   liveEl.classList.toggle('on', on);
   liveEl.classList.toggle('offline', !on);
 }

@@ -14,6 +14,10 @@ function niceMax(v) {
   return 10 * p;
 }
 
+// minSpan is the narrowest x axis: its ticks (a quarter of it apart) then
+// fall on distinct whole seconds.
+const minSpan = 60e3;
+
 // clock formats t as UTC hh:mm, or hh:mm:ss when the axis spans less than
 // an hour.
 function clock(t, span) {
@@ -56,15 +60,21 @@ export function chart(entries, from, to) {
   });
   // The x axis spans the runs (with a margin), not the whole window: a
   // day's window with the runs of the last minute would squeeze them
-  // into one column.
+  // into one column. It spans at least minSpan, or its tick labels (whole
+  // seconds) would repeat.
   let x0 = new Date(from).getTime();
   let x1 = new Date(to).getTime();
   if (pts.length > 0) {
     const first = pts[0].at;
     const last = pts[pts.length - 1].at;
-    const pad = Math.max((last - first) * 0.05, 1000);
+    const pad = Math.max((last - first) * 0.05, (minSpan - (last - first)) / 2, 1000);
     x0 = Math.max(x0, first - pad);
     x1 = Math.min(x1, last + pad);
+    if (x1 - x0 < minSpan) {
+      // Clamped by an end of the window: widen on the other side.
+      if (x1 === new Date(to).getTime()) x0 = Math.max(new Date(from).getTime(), x1 - minSpan);
+      else x1 = Math.min(new Date(to).getTime(), x0 + minSpan);
+    }
   }
   if (!(x1 > x0)) x1 = x0 + 1;
   const ymax = niceMax(Math.max(0, ...pts.flatMap((p) => [p.duration ?? 0, p.lateness ?? 0])));

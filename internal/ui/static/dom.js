@@ -54,6 +54,19 @@ export function fmtLocal(s) {
   return `${m[1]} ${m[2]} ${m[3] === 'Z' ? '+00:00' : m[3]}`;
 }
 
+/**
+ * zoned renders a time of a job's zone: local is RFC 3339 with the zone's
+ * offset, utc the same instant in UTC. It returns the text in the zone and
+ * the UTC text to show beside it, or null for the UTC text when the offset
+ * is zero (a job in UTC, or in a zone at UTC then), so that no time is
+ * printed twice.
+ */
+export function zoned(local, utc) {
+  if (!local) return { local: fmtUTC(utc), utc: null };
+  if (/(?:Z|[+-]00:00)$/.test(local)) return { local: fmtUTC(local), utc: null };
+  return { local: fmtLocal(local), utc: fmtUTC(utc) };
+}
+
 /** fmtSeconds renders a number of seconds as "4 s", "3 min 5 s", "2 h 10 min" or "3 d 4 h". */
 export function fmtSeconds(sec) {
   if (sec === null || sec === undefined || Number.isNaN(sec)) return '—';

@@ -2,7 +2,7 @@
 // daylight-saving shifts marked and its lock from
 // /api/schedules/{id}/detail; its timeline and the chart of its runs from
 // /api/schedules/{id}/timeline.
-import { h, badge, fmtLocal, fmtUTC, fmtMS, fmtInt } from './dom.js';
+import { h, badge, zoned, fmtUTC, fmtMS, fmtInt } from './dom.js';
 import { getJSON } from './api.js';
 import { chart } from './chart.js';
 
@@ -92,21 +92,42 @@ function timelineTable(tl) {
 }
 
 function nextRuns(list) {
+  if ((list || []).length === 0) return h('p', { testid: 'next-runs', class: 'muted' }, 'None: the job is not armed.');
   return h('ol', { testid: 'next-runs', class: 'next-runs' },
-    (list || []).length === 0 ? h('li', { class: 'muted' }, 'none (not armed)') :
-      list.map((f) => {
-        const dst = f.shifted || f.repeat || !!f.note;
-        return h('li', { testid: 'next-run', class: dst ? 'dst' : null },
-          h('span', {}, fmtLocal(f.at_local)), ' ', h('span', { class: 'sub' }, fmtUTC(f.at)),
-          f.shifted ? h('span', { class: 'tag dst-tag' }, 'shifted') : null,
-          f.repeat ? h('span', { class: 'tag dst-tag' }, 'repeated hour') : null,
-          f.note ? h('div', { class: 'sub' }, f.note) : null);
-      }));
+    list.map((f) => {
+      const dst = f.shifted || f.repeat || !!f.note;
+      const z = zoned(f.at_local, f.at);
+      return h('li', { testid: 'next-run', class: dst ? 'dst' : null },
+        h('span', {}, z.local), z.utc ? [' ', h('span', { class: 'sub' }, z.utc)] : null,
+        f.shifted ? h('span', { class: 'tag dst-tag' }, 'shifted') : null,
+        f.repeat ? h('span', { class: 'tag dst-tag' }, 'repeated hour') : null,
+        f.note ? h('div', { class: 'sub' }, f.note) : null);
+    }));
+}
+
+// lastRun shows the job's last run (docs/http.md: the newest of its
+// records that ran, a run-now as well as a cron slot), as the schedules
+// table does.
+function lastRun(lr) {
+  if (!lr) return 'none';
+  const runNow = lr.run_id.startsWith('trigger/');
+  return [badge(lr.status), ' ', runNow ? `run now, requested ${fmtUTC(lr.scheduled_at)}` : `slot ${fmtUTC(lr.scheduled_at)}`,
+    lr.started_at ? `, started ${fmtUTC(lr.started_at)}` : '',
+    lr.instance_id ? [' on ', h('span', { class: 'mono' }, lr.instance_id)] : null,
+    h('div', { class: 'sub mono' }, lr.run_id)];
+}
+
+// zoneNote says how the job's times read: in its zone, with UTC beside
+// when the zone is not at UTC.
+function zoneNote(tz) {
+  const utc = !tz || tz === 'UTC' || tz === 'Etc/UTC';
+  return `${utc ? 'In UTC' : `In ${tz}, with UTC beside when it differs`}; daylight-saving shifts marked.`;
 }
 
 function render(id, d, tl, win, narrowed) {
   const sc = d.schedule;
   const fp = sc.failure_pause;
+  const next = zoned(d.next_run_local, sc.next_run);
   return [
     h('div', { class: 'job-head' },
       h('h1', { class: 'mono' }, id), badge(d.status, { testid: 'job-status' })),
@@ -121,14 +142,15 @@ function render(id, d, tl, win, narrowed) {
           kv('Armed', sc.armed ? 'yes' : 'no'),
           kv('Action', sc.job || id),
           kv('Category', sc.category || '—'),
-          kv('Next run', sc.next_run ? `${fmtLocal(d.next_run_local)} (${fmtUTC(sc.next_run)})` : '—'),
-          kv('Last run', d.last_run ? [badge(d.last_run.status), ` ${fmtUTC(d.last_run.scheduled_at)} on `, h('span', { class: 'mono' }, d.last_run.instance_id || '?')] : 'none'),
+          kv('Owner', sc.owner || '—', { testid: 'job-owner', class: 'mono', title: 'the live member that claims its fires first' }),
+          kv('Next run', sc.next_run ? (next.utc ? `${next.local} (${next.utc})` : next.local) : '—'),
+          kv('Last run', lastRun(d.last_run), { testid: 'job-last-run', 'data-run-id': d.last_run ? d.last_run.run_id : '' }),
           kv('Last error', sc.last_error || '', { testid: 'job-error', class: 'err' }),
           fp ? kv('Paused after failures', `${fp.failures} failed slots since ${fmtUTC(fp.paused_at)}: ${fp.note}`, { class: 'warn-text' }) : null,
           kv('Lock', lockState(d.lock), { testid: 'lock-state' }))),
       h('section', { class: 'card' },
         h('h2', {}, 'Next runs'),
-        h('p', { class: 'muted small' }, `In ${sc.timezone || 'the job’s zone'}, then UTC; daylight-saving shifts marked.`),
+        h('p', { class: 'muted small', testid: 'zone-note' }, zoneNote(sc.timezone)),
         nextRuns(d.next_runs))),
     h('section', { class: 'card' },
       h('h2', {}, 'Runs: duration and start lateness'),
@@ -181,6 +203,7 @@ export function jobView(id, stamp) {
       if (stopped || n !== seq) return;
       msg.textContent = e.status === 404 ? `No job ${id} is known to this daemon.` : `Could not read job ${id}: ${e.message}`;
       msg.hidden = false;
+      if (body.className.includes('loading')) { body.replaceChildren(); body.className = ''; }
     }
   }
   const mine = (ids) => ids.has('') || ids.has(id);

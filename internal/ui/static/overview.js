@@ -64,7 +64,9 @@ function render(o) {
             h('td', { class: 'num' }, m.pid ?? '—'),
             h('td', {}, `${fmtSeconds(m.heartbeat_age_seconds)} ago`),
             h('td', {}, fmtUTC(m.lease_until)),
-            h('td', { class: 'num' }, fmtInt(m.owned_jobs))))))),
+            h('td', { class: 'num', testid: 'member-owned' }, fmtInt(m.owned_jobs)))))),
+      h('p', { class: 'muted small' }, 'Owned jobs: the jobs, enabled or not, whose fires the member claims first ',
+        '(rendezvous hashing over the live members), as ', h('code', {}, 'cronswap members list'), ' counts them.')),
   ];
 }
 
@@ -88,6 +90,7 @@ export function overviewView(stamp) {
       if (stopped || n !== seq) return;
       msg.textContent = `Could not read the overview: ${e.message}`;
       msg.hidden = false;
+      if (body.className.includes('loading')) { body.replaceChildren(); body.className = ''; }
     }
   }
   return {

@@ -1,7 +1,7 @@
 // The schedules table (#/schedules): one page of rows from
 // /api/schedule-rows, filtered, sorted and paged by the server, so the DOM
 // holds one page however many jobs there are.
-import { h, badge, fmtLocal, fmtUTC, fmtInt, ago, jobHref, debounce } from './dom.js';
+import { h, badge, zoned, fmtUTC, fmtInt, ago, jobHref, debounce } from './dom.js';
 import { getJSON } from './api.js';
 
 const STATUSES = ['armed', 'paused', 'disabled', 'error', 'unarmed', 'missed'];
@@ -10,14 +10,29 @@ const COLUMNS = [
   { key: 'cron_expr', label: 'Expression · zone', sort: 'cron_expr' },
   { key: 'category', label: 'Category', sort: 'category' },
   { key: 'status', label: 'Status', sort: 'status' },
+  { key: 'owner', label: 'Owner' },
   { key: 'next_run', label: 'Next run', sort: 'next_run' },
   { key: 'last_run', label: 'Last run' },
   { key: 'last_error', label: 'Last error' },
 ];
 
+// lastRunCell shows a job's last run (docs/http.md: the newest of its
+// records that ran, a run-now as well as a cron slot): its status, when it
+// started, a mark for a run-now, and the replica that ran it.
+function lastRunCell(lr, now) {
+  if (!lr) return h('td', { testid: 'cell-last-run' }, h('span', { class: 'muted' }, 'none'));
+  const runNow = lr.run_id.startsWith('trigger/');
+  const title = `run ${lr.run_id}; ${runNow ? 'requested' : 'slot'} ${fmtUTC(lr.scheduled_at)}` +
+    (lr.started_at ? `, started ${fmtUTC(lr.started_at)}` : '');
+  return h('td', { testid: 'cell-last-run', 'data-run-id': lr.run_id },
+    badge(lr.status), ' ', h('span', { title }, ago(lr.started_at || lr.scheduled_at, now)),
+    runNow ? h('span', { class: 'tag' }, 'run now') : null,
+    lr.instance_id ? h('div', { class: 'sub mono' }, lr.instance_id) : null);
+}
+
 function rowOf(r, now) {
   const missed = (r.missed_last_day || 0) > 0;
-  const lr = r.last_run;
+  const next = zoned(r.next_run_local, r.next_run);
   return h('tr', {
     testid: 'schedule-row', 'data-job-id': r.id, 'data-status': r.status,
     class: [r.status === 'error' ? 'row-error' : '', missed ? 'row-missed' : ''],
@@ -32,13 +47,11 @@ function rowOf(r, now) {
   h('td', { testid: 'cell-status' },
     badge(r.status, r.failure_pause ? { title: r.failure_pause.note } : {}),
     missed ? h('div', { class: 'sub warn-text' }, `${fmtInt(r.missed_last_day)} missed, 24 h`) : null),
+  h('td', { testid: 'cell-owner', class: 'mono' }, r.owner || h('span', { class: 'muted' }, '—')),
   h('td', { testid: 'cell-next-run' },
-    r.next_run ? [h('div', {}, fmtLocal(r.next_run_local)), h('div', { class: 'sub' }, fmtUTC(r.next_run))] :
+    r.next_run ? [h('div', {}, next.local), next.utc ? h('div', { class: 'sub' }, next.utc) : null] :
       h('span', { class: 'muted' }, '—')),
-  h('td', { testid: 'cell-last-run' },
-    lr ? [badge(lr.status), ' ', h('span', { title: fmtUTC(lr.scheduled_at) }, ago(lr.scheduled_at, now)),
-      lr.instance_id ? h('div', { class: 'sub mono' }, lr.instance_id) : null] :
-      h('span', { class: 'muted' }, 'none')),
+  lastRunCell(r.last_run, now),
   h('td', { testid: 'cell-error', class: 'err', title: r.last_error || null }, r.last_error || ''));
 }
 
@@ -56,10 +69,12 @@ export function schedulesView(state, stamp) {
     h('option', { value: '' }, 'Any status'),
     STATUSES.map((s) => h('option', { value: s }, s === 'missed' ? 'missed a slot (24 h)' : s)));
   status.value = state.status;
-  const prev = h('button', { type: 'button', testid: 'page-prev' }, '‹ Prev');
-  const next = h('button', { type: 'button', testid: 'page-next' }, 'Next ›');
+  // Until the first answer the table says it is loading: no empty table,
+  // no count, no pager.
+  const prev = h('button', { type: 'button', testid: 'page-prev', disabled: true }, '‹ Prev');
+  const next = h('button', { type: 'button', testid: 'page-next', disabled: true }, 'Next ›');
   const info = h('span', { testid: 'page-info', class: 'page-info' }, '');
-  const total = h('span', { testid: 'rows-total' }, '');
+  const total = h('span', { testid: 'rows-total' }, '…');
   const msg = h('div', { class: 'alert', role: 'alert', hidden: true });
   const heads = COLUMNS.map((c) => {
     if (!c.sort) return h('th', { scope: 'col' }, c.label);
@@ -72,7 +87,8 @@ export function schedulesView(state, stamp) {
     });
     return h('th', { scope: 'col', 'data-sort': c.sort }, btn);
   });
-  const tbody = h('tbody', {});
+  const tbody = h('tbody', {},
+    h('tr', { testid: 'rows-loading' }, h('td', { colspan: COLUMNS.length, class: 'muted empty' }, 'Loading…')));
   const table = h('table', { class: 'grid schedules', testid: 'schedules-table' },
     h('thead', {}, h('tr', {}, heads)), tbody);
   const el = h('div', { class: 'view' },
@@ -83,6 +99,7 @@ export function schedulesView(state, stamp) {
   let seq = 0;
   let stopped = false;
   let lastTotal = 0;
+  let loaded = false;
 
   function showSort() {
     for (const th of heads) {
@@ -128,6 +145,7 @@ export function schedulesView(state, stamp) {
       tbody.replaceChildren(...(res.items.length ? res.items.map((r) => rowOf(r, now))
         : [h('tr', {}, h('td', { colspan: COLUMNS.length, class: 'muted empty' }, 'No job matches.'))]));
       lastTotal = res.total;
+      loaded = true;
       total.textContent = fmtInt(res.total);
       const first = res.total === 0 ? 0 : res.offset + 1;
       const last = res.offset + res.items.length;
@@ -140,6 +158,9 @@ export function schedulesView(state, stamp) {
       if (stopped || n !== seq) return;
       msg.textContent = `Could not read the schedules: ${e.message}`;
       msg.hidden = false;
+      if (!loaded) {
+        tbody.replaceChildren(h('tr', {}, h('td', { colspan: COLUMNS.length, class: 'muted empty' }, 'Not loaded.')));
+      }
     }
   }
 

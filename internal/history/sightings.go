@@ -1,0 +1,371 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/schedule"
+)
+
+// DefaultSightingsBatch is the most sighting writes one bulk write sends
+// (a full read that finds many jobs without a sighting, after an upgrade).
+const DefaultSightingsBatch = 500
+
+// SightingsOptions configures Sightings; zero fields take the defaults.
+type SightingsOptions struct {
+	// Instance names this replica in what it writes.
+	Instance string
+	// Retention is how long a deleted job's sighting is kept; it must be
+	// positive.
+	Retention time.Duration
+	// QueueSize bounds the insert and delete events waiting to be written
+	// (default DefaultQueueSize).
+	QueueSize int
+	// Batch is DefaultSightingsBatch when zero.
+	Batch int
+	// RetryMin and RetryMax bound the wait between two attempts of a
+	// failed write (defaults DefaultRetryMin, DefaultRetryMax).
+	RetryMin, RetryMax time.Duration
+	// Logger receives the logs (default slog.Default()).
+	Logger *slog.Logger
+	// Now is the clock of recorded_at (default time.Now).
+	Now func() time.Time
+}
+
+// Sightings keeps the first-sighting entries of the jobs (Sighting) in
+// the history collection, in the background: the watcher's goroutine hands
+// over what it saw without waiting (Inserted, Deleted, Present), and Run
+// writes it, retrying a failed write until it works.
+//
+// What it writes: a job's insert event, or a full read that contains a job
+// with no live sighting, stores the sighting (the first write wins; every
+// write is conditional, see seenModel and goneModel); a delete event, or a
+// full read without a job that has a live sighting, marks it deleted, so
+// that it expires a retention later. Run reads the live sightings once, at
+// the first full read it handles, and keeps them in memory: a later full
+// read (a resync, a poll) writes only for jobs that appeared or
+// disappeared, so an idle daemon sends nothing, and a deployment that had
+// no sightings gets one per job at its first start, never again.
+type Sightings struct {
+	coll *mongo.Collection
+	opts SightingsOptions
+
+	mu      sync.Mutex
+	pending []sightingOp
+	events  int // Inserted and Deleted ops in pending
+	closed  bool
+	wake    chan struct{}
+
+	// Owned by Run: the jobs this replica believes have a live sighting;
+	// nil until the first full read read them.
+	live map[string]bool
+}
+
+// sightingOp is one thing seen, in the order the watcher saw it.
+type sightingOp struct {
+	kind sightingKind
+	job  string
+	at   time.Time
+	// A full read: its job ids, or its documents (read on Run's goroutine).
+	ids  []string
+	docs []bson.Raw
+}
+
+type sightingKind int
+
+const (
+	sightInserted sightingKind = iota
+	sightDeleted
+	sightPresent
+)
+
+// NewSightings returns the keeper of the sightings in coll; call Run.
+func NewSightings(coll *mongo.Collection, opts SightingsOptions) *Sightings {
+	if opts.QueueSize <= 0 {
+		opts.QueueSize = DefaultQueueSize
+	}
+	if opts.Batch <= 0 {
+		opts.Batch = DefaultSightingsBatch
+	}
+	if opts.RetryMin <= 0 {
+		opts.RetryMin = DefaultRetryMin
+	}
+	if opts.RetryMax < opts.RetryMin {
+		opts.RetryMax = max(DefaultRetryMax, opts.RetryMin)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Sightings{coll: coll, opts: opts, wake: make(chan struct{}, 1)}
+}
+
+// Inserted hands over a job's insert event at at (its time).
+func (s *Sightings) Inserted(jobID string, at time.Time) {
+	s.push(sightingOp{kind: sightInserted, job: jobID, at: at})
+}
+
+// Deleted hands over a job's delete event at at.
+func (s *Sightings) Deleted(jobID string, at time.Time) {
+	s.push(sightingOp{kind: sightDeleted, job: jobID, at: at})
+}
+
+// Present hands over the whole collection as it was at at: the job ids,
+// or (ids nil) the documents, which must not be modified later.
+func (s *Sightings) Present(ids []string, docs []bson.Raw, at time.Time) {
+	s.push(sightingOp{kind: sightPresent, ids: ids, docs: docs, at: at})
+}
+
+// push queues op without blocking. A full read replaces a full read queued
+// right before it (the newer one says all the older one did); an event
+// that does not fit the queue is dropped and logged.
+func (s *Sightings) push(op sightingOp) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	switch {
+	case op.kind == sightPresent && len(s.pending) > 0 && s.pending[len(s.pending)-1].kind == sightPresent:
+		s.pending[len(s.pending)-1] = op
+	case op.kind != sightPresent && s.events >= s.opts.QueueSize:
+		s.opts.Logger.Warn("first-sighting queue full; event dropped", "collection", s.coll.Name(), "job_id", op.job)
+		return
+	default:
+		if op.kind != sightPresent {
+			s.events++
+		}
+		s.pending = append(s.pending, op)
+	}
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Close ends the queue: Run returns once what is queued is written.
+func (s *Sightings) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// next takes the oldest queued op; ok is false when there is none, and
+// closed says whether none will come.
+func (s *Sightings) next() (op sightingOp, ok, closed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) == 0 {
+		return op, false, s.closed
+	}
+	op = s.pending[0]
+	s.pending[0] = sightingOp{}
+	s.pending = s.pending[1:]
+	if op.kind != sightPresent {
+		s.events--
+	}
+	return op, true, s.closed
+}
+
+// Run writes what is queued until Close was called and the queue is
+// written, or ctx ends (what is still queued then is lost, and logged).
+func (s *Sightings) Run(ctx context.Context) {
+	for {
+		op, ok, closed := s.next()
+		if !ok {
+			if closed {
+				return
+			}
+			select {
+			case <-s.wake:
+				continue
+			case <-ctx.Done():
+				s.abandon(0)
+				return
+			}
+		}
+		if !s.retry(ctx, op) {
+			s.abandon(1)
+			return
+		}
+	}
+}
+
+func (s *Sightings) abandon(taken int) {
+	s.mu.Lock()
+	n := taken + len(s.pending)
+	s.mu.Unlock()
+	if n > 0 {
+		s.opts.Logger.Warn("first sightings not written before shutdown", "collection", s.coll.Name(), "pending", n)
+	}
+}
+
+// retry applies op until it is done; false when ctx ended first.
+func (s *Sightings) retry(ctx context.Context, op sightingOp) bool {
+	wait := s.opts.RetryMin
+	for attempt := 1; ; attempt++ {
+		err := s.apply(ctx, op)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		s.opts.Logger.Warn("writing first sightings failed; retrying", "collection", s.coll.Name(), "job_id", op.job,
+			"attempt", attempt, "retry_in", wait, "error", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		wait = min(2*wait, s.opts.RetryMax)
+	}
+}
+
+// apply writes one op; an error means try again (it is idempotent).
+func (s *Sightings) apply(ctx context.Context, op sightingOp) error {
+	now := s.opts.Now()
+	switch op.kind {
+	case sightInserted:
+		if _, err := s.write(ctx, []mongo.WriteModel{seenModel(op.job, op.at, SourceInsert, s.opts.Instance, now)}); err != nil {
+			return err
+		}
+		if s.live != nil {
+			s.live[op.job] = true
+		}
+		s.opts.Logger.Debug("first sighting: insert", "collection", s.coll.Name(), "job_id", op.job, "at", op.at)
+	case sightDeleted:
+		matched, err := s.write(ctx, []mongo.WriteModel{goneModel(op.job, op.at, s.opts.Retention)})
+		if err != nil {
+			return err
+		}
+		// Unmatched: another replica marked it already, or the sighting
+		// is of a later life of the job, or was taken after this delete
+		// (a full read racing it). The job stays live here, so that the
+		// next full read without it marks it, if still needed.
+		if matched > 0 && s.live != nil {
+			delete(s.live, op.job)
+		}
+		s.opts.Logger.Debug("first sighting: delete", "collection", s.coll.Name(), "job_id", op.job, "at", op.at, "matched", matched)
+	case sightPresent:
+		return s.present(ctx, op)
+	}
+	return nil
+}
+
+// present reconciles the live sightings with a full read taken at op.at.
+func (s *Sightings) present(ctx context.Context, op sightingOp) error {
+	if s.live == nil {
+		live, err := readLive(ctx, s.coll)
+		if err != nil {
+			return err
+		}
+		s.live = live
+	}
+	ids := op.ids
+	if ids == nil {
+		ids = jobIDs(op.docs)
+	}
+	now := s.opts.Now()
+	here := make(map[string]bool, len(ids))
+	var seen, gone []string
+	for _, id := range ids {
+		here[id] = true
+		if !s.live[id] {
+			seen = append(seen, id)
+		}
+	}
+	for id := range s.live {
+		if !here[id] {
+			gone = append(gone, id)
+		}
+	}
+	for len(seen) > 0 {
+		n := min(len(seen), s.opts.Batch)
+		models := make([]mongo.WriteModel, n)
+		for i, id := range seen[:n] {
+			models[i] = seenModel(id, op.at, SourceRead, s.opts.Instance, now)
+		}
+		if _, err := s.write(ctx, models); err != nil {
+			return err
+		}
+		for _, id := range seen[:n] {
+			s.live[id] = true
+		}
+		s.opts.Logger.Info("first sightings recorded from a full read", "collection", s.coll.Name(), "jobs", n, "at", op.at)
+		seen = seen[n:]
+	}
+	for len(gone) > 0 {
+		n := min(len(gone), s.opts.Batch)
+		models := make([]mongo.WriteModel, n)
+		for i, id := range gone[:n] {
+			models[i] = goneModel(id, op.at, s.opts.Retention)
+		}
+		if _, err := s.write(ctx, models); err != nil {
+			return err
+		}
+		for _, id := range gone[:n] {
+			delete(s.live, id)
+		}
+		s.opts.Logger.Info("first sightings of jobs a full read no longer found marked deleted", "collection", s.coll.Name(), "jobs", n, "at", op.at)
+		gone = gone[n:]
+	}
+	return nil
+}
+
+// write sends models as one unordered bulk write and returns how many
+// documents matched or were upserted. A duplicate key (a live sighting
+// another replica or an earlier write stored) is done; another write
+// error is logged and dropped; anything else is returned, to retry.
+func (s *Sightings) write(ctx context.Context, models []mongo.WriteModel) (int64, error) {
+	res, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	var n int64
+	if res != nil {
+		n = res.MatchedCount + res.UpsertedCount
+	}
+	if err == nil {
+		return n, nil
+	}
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
+		return n, err
+	}
+	for _, we := range bwe.WriteErrors {
+		if we.Code != codeDuplicateKey {
+			s.opts.Logger.Warn("first sighting refused by the server; dropped", "collection", s.coll.Name(),
+				"error", we.Message, "code", we.Code)
+		}
+	}
+	return n, nil
+}
+
+// jobIDs are the job ids of a full read's documents (string _ids only, as
+// the recorder takes them).
+func jobIDs(docs []bson.Raw) []string {
+	out := make([]string, 0, len(docs))
+	for _, d := range docs {
+		if v, err := d.LookupErr("_id"); err == nil && v.Type == bson.TypeString {
+			if id, err := schedule.DecodeID(v); err == nil {
+				out = append(out, id)
+			}
+		}
+	}
+	return out
+}

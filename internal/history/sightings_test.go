@@ -1,0 +1,220 @@
+package history
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/internal/testmongo"
+)
+
+// writeCounter counts the update and find commands sent to the history
+// collection, by the client they were sent from.
+type writeCounter struct {
+	mu      sync.Mutex
+	updates int
+	finds   int
+}
+
+func (c *writeCounter) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		coll, _ := e.Command.Lookup(e.CommandName).StringValueOK()
+		if coll != CollectionName {
+			return
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		switch e.CommandName {
+		case "update":
+			c.updates++
+		case "find":
+			c.finds++
+		}
+	}}
+}
+
+func (c *writeCounter) counts() (updates, finds int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.updates, c.finds
+}
+
+// replica is one replica's Sightings over its own client (so its
+// commands can be counted), running until the test ends.
+type replica struct {
+	s      *Sightings
+	counts *writeCounter
+}
+
+func startReplica(t *testing.T, dbName, instance string) replica {
+	t.Helper()
+	wc := &writeCounter{}
+	client, err := mongo.Connect(options.Client().ApplyURI(testmongo.Shared(t).URI).SetMonitor(wc.monitor()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewSightings(client.Database(dbName).Collection(CollectionName),
+		SightingsOptions{Instance: instance, Retention: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	t.Cleanup(func() {
+		s.Close()
+		<-done
+		cancel()
+		_ = client.Disconnect(context.Background())
+	})
+	return replica{s: s, counts: wc}
+}
+
+// sightingOf reads job's entry (ok false: none).
+func sightingOf(t *testing.T, coll *mongo.Collection, job string) (Sighting, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, ok, err := ReadFirstSeen(ctx, coll, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, ok
+}
+
+// waitSighting waits until job's entry satisfies cond.
+func waitSighting(t *testing.T, coll *mongo.Collection, job, what string, cond func(Sighting, bool) bool) Sighting {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s, ok := sightingOf(t, coll, job)
+		if cond(s, ok) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sighting of %s: %+v (exists %v), want %s", job, s, ok, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// drained hands replica r a sentinel insert and waits for it: everything
+// queued before it has been written.
+func drained(t *testing.T, coll *mongo.Collection, r replica, n int) {
+	t.Helper()
+	job := "sentinel-" + r.s.opts.Instance + "-" + string(rune('a'+n))
+	r.s.Inserted(job, wall0)
+	waitSighting(t, coll, job, "written", func(_ Sighting, ok bool) bool { return ok })
+}
+
+// A deployment without sightings gets one per job from its first full
+// read, written once: the same replica's next full read, and another
+// replica's first, write nothing for those jobs. Insert and delete events
+// of three replicas, one of them replaying old events late, leave one
+// entry per job that follows the job's latest life: deleted (expiring a
+// retention later), created again (a new sighting, no expiry).
+func TestSightingsOncePerJobAcrossReplicasAndLives(t *testing.T) {
+	db := testmongo.NewDatabase(t, testmongo.Client(t))
+	coll := db.Collection(CollectionName)
+	at := func(minutes int) time.Time { return wall0.Add(time.Duration(minutes) * time.Minute) }
+
+	// An edit of job a from before the upgrade: not a sighting, and the
+	// sightings leave it alone.
+	if _, err := coll.InsertOne(context.Background(), Entry{ID: "8200000000000001", JobID: "a", At: at(-60), Op: OpUpdate,
+		Changes: []Change{}, ExpireAt: at(600)}); err != nil {
+		t.Fatal(err)
+	}
+
+	r1 := startReplica(t, db.Name(), "r1")
+	r1.s.Present([]string{"a", "b", "c"}, nil, at(0))
+	for _, job := range []string{"a", "b", "c"} {
+		s := waitSighting(t, coll, job, "seen by the read at 0", func(s Sighting, ok bool) bool { return ok })
+		if !s.At.Equal(at(0)) || s.Source != SourceRead || s.Instance != "r1" || !s.DeletedAt.IsZero() {
+			t.Errorf("%s after the upgrade's first read: %+v", job, s)
+		}
+	}
+	if u, f := r1.counts.counts(); u != 1 || f != 1 {
+		t.Errorf("first read: %d updates, %d finds; want one bulk update (three jobs) and one find", u, f)
+	}
+
+	// The same replica reads the same jobs again (a resync): no write.
+	r1.s.Present([]string{"c", "b", "a"}, nil, at(10))
+	drained(t, coll, r1, 0)
+	if u, f := r1.counts.counts(); u != 2 || f != 1 {
+		t.Errorf("after a second read: %d updates, %d finds; want only the sentinel's update", u, f)
+	}
+	// A second replica starts: one find, no write for jobs that have one.
+	r2 := startReplica(t, db.Name(), "r2")
+	r2.s.Present(nil, docsOf(t, "a", "b", "c", "sentinel-r1-a"), at(20))
+	drained(t, coll, r2, 0)
+	if u, f := r2.counts.counts(); u != 1 || f != 1 {
+		t.Errorf("second replica's first read: %d updates, %d finds; want the sentinel's update and one find", u, f)
+	}
+	if s, _ := sightingOf(t, coll, "a"); !s.At.Equal(at(0)) || s.Instance != "r1" {
+		t.Errorf("a after the second replica's read: %+v, want r1's sighting at 0", s)
+	}
+
+	// a is deleted at 30 and created again at 40; both replicas see both
+	// events; r3 replays a's old life late (its insert at -5, delete at 30)
+	// after the new life was written.
+	for _, r := range []replica{r1, r2} {
+		r.s.Deleted("a", at(30))
+	}
+	del := waitSighting(t, coll, "a", "deleted at 30", func(s Sighting, ok bool) bool { return ok && !s.DeletedAt.IsZero() })
+	if !del.DeletedAt.Equal(at(30)) {
+		t.Errorf("a deleted: %+v", del)
+	}
+	var expire struct {
+		ExpireAt time.Time `bson:"expire_at"`
+	}
+	if err := coll.FindOne(context.Background(), bson.D{{Key: "_id", Value: FirstSeenID("a")}}).Decode(&expire); err != nil ||
+		!expire.ExpireAt.Equal(at(30).Add(time.Hour)) {
+		t.Errorf("a deleted: expire_at %v (%v), want a retention after the delete", expire.ExpireAt, err)
+	}
+	for _, r := range []replica{r2, r1} {
+		r.s.Inserted("a", at(40))
+	}
+	waitSighting(t, coll, "a", "a new sighting at 40", func(s Sighting, ok bool) bool { return ok && s.At.Equal(at(40)) })
+	r3 := startReplica(t, db.Name(), "r3")
+	r3.s.Inserted("a", at(-5))
+	r3.s.Deleted("a", at(30))
+	drained(t, coll, r3, 0)
+	drained(t, coll, r1, 1)
+	a := waitSighting(t, coll, "a", "the new life", func(s Sighting, ok bool) bool { return ok })
+	if !a.At.Equal(at(40)) || a.Source != SourceInsert || !a.DeletedAt.IsZero() {
+		t.Errorf("a after its new life and a late replay of the old one: %+v", a)
+	}
+	if err := coll.FindOne(context.Background(), bson.D{{Key: "_id", Value: FirstSeenID("a")},
+		{Key: "expire_at", Value: bson.D{{Key: "$exists", Value: true}}}}).Err(); err == nil {
+		t.Errorf("a's new sighting still expires")
+	}
+
+	// A full read without c (deleted while no replica streamed): marked
+	// deleted at the read.
+	r1.s.Present([]string{"a", "b"}, nil, at(50))
+	c := waitSighting(t, coll, "c", "deleted by the read at 50", func(s Sighting, ok bool) bool { return ok && !s.DeletedAt.IsZero() })
+	if !c.DeletedAt.Equal(at(50)) || !c.At.Equal(at(0)) {
+		t.Errorf("c after a read without it: %+v", c)
+	}
+
+	n, err := coll.CountDocuments(context.Background(), bson.D{})
+	if err != nil || n != 1+3+4 { // the edit, a, b, c and four sentinels
+		t.Errorf("%d documents (%v), want the edit, three jobs' sightings and four sentinels", n, err)
+	}
+	edits, err := List(context.Background(), coll, "a", 0)
+	if err != nil || len(edits) != 1 || edits[0].ID != "8200000000000001" {
+		t.Errorf("List of a = %+v (%v), want its edit only, not its sighting", edits, err)
+	}
+}
+
+func docsOf(t *testing.T, ids ...string) []bson.Raw {
+	out := make([]bson.Raw, len(ids))
+	for i, id := range ids {
+		out[i] = raw(t, bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: "0 * * * *"}})
+	}
+	return out
+}
