@@ -9,7 +9,7 @@ RUN go mod download
 COPY . .
 ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath \
-      -ldflags "-s -w -X github.com/cronswap/cronswap/internal/cli.Version=${VERSION}" \
+      -ldflags "-s -w -X github.com/cronswap/cronswap/internal/buildinfo.Version=${VERSION}" \
       -o /out/cronswap .
 
 FROM alpine:3.20

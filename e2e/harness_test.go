@@ -136,9 +136,16 @@ func startDaemon(t *testing.T, cfgPath string) *daemon {
 // and log level (level; startDaemon's is debug).
 func startDaemonBinary(t *testing.T, bin, cfgPath, level string) *daemon {
 	t.Helper()
+	return startDaemonEnv(t, bin, cfgPath, level)
+}
+
+// startDaemonEnv is startDaemonBinary with variables (NAME=value) added
+// to the daemon's environment.
+func startDaemonEnv(t *testing.T, bin, cfgPath, level string, env ...string) *daemon {
+	t.Helper()
 	d := &daemon{t: t, cfgPath: cfgPath, done: make(chan struct{})}
 	d.cmd = exec.Command(bin, "run", "--config", cfgPath, "--log-format", "json", "--log-level", level)
-	d.cmd.Env = append(os.Environ(), "CRONSWAP_MONGO_URI=", "CRONSWAP_CONFIG=", "CRONSWAP_INSTANCE_ID=")
+	d.cmd.Env = append(append(os.Environ(), "CRONSWAP_MONGO_URI=", "CRONSWAP_CONFIG=", "CRONSWAP_INSTANCE_ID="), env...)
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stderr, err := d.cmd.StderrPipe()
 	if err != nil {

@@ -3,10 +3,6 @@ package actions
 import (
 	"errors"
 	"fmt"
-	"net/http"
-	"net/url"
-	"os/exec"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -22,8 +18,10 @@ import (
 // into a registry.
 type Definition struct {
 	// Exec configures an exec action: the program and its arguments, run
-	// without a shell unless they name one.
-	Exec []string `yaml:"exec"`
+	// without a shell unless they name one. ExecSettings hold the rest of
+	// its settings, keys of the action itself.
+	Exec         []string `yaml:"exec"`
+	ExecSettings `yaml:",inline"`
 	// HTTP configures an http action.
 	HTTP *HTTPSettings `yaml:"http"`
 	// Timeout bounds each run; 0 is none.
@@ -54,14 +52,6 @@ type Definition struct {
 	Notify *notify.Route `yaml:"notify"`
 }
 
-// HTTPSettings configure an http action: the URL the fire is sent to as a
-// JSON body, and the method (default POST). The URL must be absolute, with
-// scheme http or https and a host; the method one of HTTPMethods.
-type HTTPSettings struct {
-	URL    string `yaml:"url"`
-	Method string `yaml:"method"`
-}
-
 // actionKind is one kind of action: which settings of a Definition select
 // it, and how they are checked and turned into an Action.
 type actionKind struct {
@@ -72,6 +62,9 @@ type actionKind struct {
 	// build checks the kind's settings in d and returns the action; its
 	// error says what is wrong with them.
 	build func(d Definition) (jobs.Handler, error)
+	// start checks what only the daemon's machine can tell about the
+	// action build returned for d, and readies it to run there (Start).
+	start func(d Definition, h jobs.Handler, s *starter) error
 }
 
 // actionKinds is the table of action kinds, keyed by the Definition key
@@ -88,61 +81,21 @@ var actionKinds = map[string]actionKind{
 			case d.Exec[0] == "":
 				return nil, errors.New("exec[0] (the program) is empty")
 			}
-			return &ExecAction{Argv: append([]string(nil), d.Exec...)}, nil
+			return d.ExecSettings.action(d.Exec)
 		},
+		start: startExec,
 	},
 	"http": {
 		usage: "http (url, method)",
 		given: func(d Definition) bool { return d.HTTP != nil },
 		build: func(d Definition) (jobs.Handler, error) {
-			if err := checkURL(d.HTTP.URL); err != nil {
-				return nil, err
+			if keys := d.ExecSettings.given(); len(keys) > 0 {
+				return nil, fmt.Errorf("%s: exec settings, and this action is http (headers go in http.headers)", strings.Join(keys, ", "))
 			}
-			if err := checkMethod(d.HTTP.Method); err != nil {
-				return nil, err
-			}
-			return &HTTPAction{URL: d.HTTP.URL, Method: d.HTTP.Method}, nil
+			return d.HTTP.action()
 		},
+		start: startHTTP,
 	},
-}
-
-// urlExample is shown with every refusal of an http action's url.
-const urlExample = `(e.g. url: "https://hooks.example.com/cron/report")`
-
-// checkURL refuses an http action's url unless it is an absolute http or
-// https URL with a host.
-func checkURL(raw string) error {
-	if strings.TrimSpace(raw) == "" {
-		return fmt.Errorf("http.url is empty: give an absolute http or https URL %s", urlExample)
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return fmt.Errorf("http.url %q is not a URL: %w %s", raw, err, urlExample)
-	}
-	switch {
-	case !strings.EqualFold(u.Scheme, "http") && !strings.EqualFold(u.Scheme, "https"):
-		return fmt.Errorf("http.url %q: the scheme must be http or https, not %q %s", raw, u.Scheme, urlExample)
-	case u.Opaque != "" || u.Hostname() == "":
-		return fmt.Errorf("http.url %q has no host %s", raw, urlExample)
-	}
-	return nil
-}
-
-// HTTPMethods are the methods an http action may use; the fire goes in the
-// request body, as JSON.
-var HTTPMethods = []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodGet}
-
-// checkMethod refuses an http action's method unless it is empty (POST) or
-// one of HTTPMethods.
-func checkMethod(m string) error {
-	switch {
-	case m == "" || slices.Contains(HTTPMethods, m):
-		return nil
-	case slices.Contains(HTTPMethods, strings.ToUpper(m)):
-		return fmt.Errorf("http.method %q: methods are upper case, write %q", m, strings.ToUpper(m))
-	default:
-		return fmt.Errorf("http.method %q: want one of %s, or leave it out for POST", m, strings.Join(HTTPMethods, ", "))
-	}
 }
 
 // kindNames returns the action kinds' keys, sorted.
@@ -211,34 +164,4 @@ func (d Definition) Action() (Action, error) {
 func (d Definition) Validate() error {
 	_, err := d.Action()
 	return err
-}
-
-// CheckPrograms reports the first exec action, in name order, whose program
-// cannot be found as exec would find it when the job fires: a name with a
-// slash must be an executable file (a relative one, relative to the
-// current directory); a bare name must be an executable file in one of
-// PATH's directories. The error names the job and the program. It checks
-// the machine it runs on, so only the daemon calls it, at start, and not
-// the commands that only read the configuration (validate, schedules, ...),
-// which must work where the programs are not installed.
-func CheckPrograms(defs map[string]Definition) error {
-	names := make([]string, 0, len(defs))
-	for name := range defs {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		argv := defs[name].Exec
-		if len(argv) == 0 || argv[0] == "" {
-			continue // no exec action, or one Validate refuses
-		}
-		if _, err := exec.LookPath(argv[0]); err != nil {
-			hint := "install it, or give its absolute path"
-			if !strings.Contains(argv[0], "/") {
-				hint = "install it in a directory of the daemon's PATH, or give its absolute path"
-			}
-			return fmt.Errorf("job %q: exec program %q: %w (%s, e.g. exec: [\"/usr/local/bin/report\", \"--daily\"])", name, argv[0], err, hint)
-		}
-	}
-	return nil
 }

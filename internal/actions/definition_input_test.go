@@ -70,8 +70,8 @@ func TestCheckPrograms(t *testing.T) {
 		"sh":   {Exec: []string{"sh", "-c", "true"}},
 		"hook": hook,
 	}
-	if err := CheckPrograms(ok); err != nil {
-		t.Fatalf("CheckPrograms refused installed programs: %v", err)
+	if err := checkPrograms(ok); err != nil {
+		t.Fatalf("checkPrograms refused installed programs: %v", err)
 	}
 	for _, c := range []struct {
 		name string
@@ -84,9 +84,9 @@ func TestCheckPrograms(t *testing.T) {
 		{"a_directory", []string{dir}, []string{`job "a_directory"`}},
 	} {
 		defs := map[string]Definition{"abs": ok["abs"], "hook": hook, c.name: {Exec: c.argv}}
-		err := CheckPrograms(defs)
+		err := checkPrograms(defs)
 		if err == nil {
-			t.Errorf("%s: CheckPrograms accepted %q", c.name, c.argv)
+			t.Errorf("%s: checkPrograms accepted %q", c.name, c.argv)
 			continue
 		}
 		for _, w := range c.want {
@@ -96,11 +96,11 @@ func TestCheckPrograms(t *testing.T) {
 		}
 		// The same program fails the same way when the job fires.
 		if runErr := exec.Command(c.argv[0]).Run(); runErr == nil {
-			t.Errorf("%s: %q runs, but CheckPrograms refused it", c.name, c.argv[0])
+			t.Errorf("%s: %q runs, but checkPrograms refused it", c.name, c.argv[0])
 		}
 	}
 	// A missing program is found at start whatever its job is named.
-	err := CheckPrograms(map[string]Definition{"z": {Exec: []string{"/nonexistent/z"}}, "a": {Exec: []string{"/nonexistent/a"}}})
+	err := checkPrograms(map[string]Definition{"z": {Exec: []string{"/nonexistent/z"}}, "a": {Exec: []string{"/nonexistent/a"}}})
 	if err == nil || !strings.Contains(err.Error(), `job "a"`) || !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("two missing programs: %v, want the first by name, wrapping the lookup error", err)
 	}

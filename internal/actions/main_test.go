@@ -25,6 +25,10 @@ type helperReport struct {
 	// Env holds every CRONSWAP_* variable, all values in order of appearance
 	// (more than one value would mean a duplicated variable).
 	Env map[string][]string `json:"env"`
+	// All holds every variable of the environment, all values.
+	All map[string][]string `json:"all"`
+	// Dir is the working directory.
+	Dir string `json:"dir"`
 }
 
 // parentArg as os.Args[1] turns the test binary into a parent that runs
@@ -59,12 +63,14 @@ func parentMain(pidfile string) int {
 }
 
 func helperMain(out string, argv []string) int {
-	rep := helperReport{Argv: argv, Env: map[string][]string{}}
+	rep := helperReport{Argv: argv, Env: map[string][]string{}, All: map[string][]string{}}
+	rep.Dir, _ = os.Getwd()
 	if rep.Argv == nil {
 		rep.Argv = []string{}
 	}
 	for _, kv := range os.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
+		rep.All[k] = append(rep.All[k], v)
 		if strings.HasPrefix(k, "CRONSWAP_") {
 			rep.Env[k] = append(rep.Env[k], v)
 		}

@@ -2,6 +2,7 @@ package actions
 
 import (
 	"fmt"
+	"net/http"
 	"sort"
 	"sync"
 	"time"
@@ -39,6 +40,9 @@ type Action struct {
 type Registry struct {
 	mu      sync.RWMutex
 	actions map[string]Action
+	// client is the http client of the actions built by FromDefinitions
+	// (nil for a registry from NewRegistry).
+	client *http.Client
 }
 
 // NewRegistry returns an empty registry.
@@ -54,14 +58,14 @@ func FromDefinitions(defs map[string]Definition) (*Registry, error) {
 	}
 	sort.Strings(names)
 	r := NewRegistry()
-	client := NewHTTPClient()
+	r.client = NewHTTPClient()
 	for _, name := range names {
 		s, err := defs[name].Action()
 		if err != nil {
 			return nil, fmt.Errorf("job %q: %w", name, err)
 		}
 		if h, ok := s.Handler.(*HTTPAction); ok && h.Client == nil {
-			h.Client = client
+			h.Client = r.client
 		}
 		r.Register(name, s)
 	}

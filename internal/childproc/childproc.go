@@ -13,6 +13,8 @@ package childproc
 import (
 	"context"
 	"os/exec"
+	"syscall"
+	"time"
 )
 
 // CommandContext is exec.CommandContext whose cancellation kills the
@@ -22,4 +24,17 @@ func CommandContext(ctx context.Context, name string, arg ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, name, arg...)
 	cmd.Cancel = func() error { return KillGroup(cmd) }
 	return cmd
+}
+
+// StopGracefully changes how cancelling cmd (a CommandContext not yet
+// started) stops it: its process group gets SIGTERM, and a program that
+// has not exited grace later is SIGKILLed (Wait returns then; KillGroup
+// after Wait ends what is left of the group). A grace of 0 or less keeps
+// the immediate SIGKILL of the group.
+func StopGracefully(cmd *exec.Cmd, grace time.Duration) {
+	if grace <= 0 {
+		return
+	}
+	cmd.Cancel = func() error { return SignalGroup(cmd, syscall.SIGTERM) }
+	cmd.WaitDelay = grace
 }

@@ -13,13 +13,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 	"time"
 
 	"github.com/robfig/cron/v3"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/cronswap/cronswap/internal/buildinfo"
 	"github.com/cronswap/cronswap/internal/config"
 	"github.com/cronswap/cronswap/internal/daemon"
 	"github.com/cronswap/cronswap/internal/logging"
@@ -32,9 +32,6 @@ const (
 	ExitUserError   = 1
 	ExitUnreachable = 2
 )
-
-// Version is set at build time with -ldflags "-X github.com/cronswap/cronswap/internal/cli.Version=v1.2.3".
-var Version = "dev"
 
 // commonFlags are the flags of every command that reads the configuration
 // or talks to the server (see ignoredCommonFlags for next and validate).
@@ -99,9 +96,9 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 						return err
 					}
 					if isJSON(c) {
-						return writeJSON(c.App.Writer, map[string]string{"version": version()})
+						return writeJSON(c.App.Writer, map[string]string{"version": buildinfo.String()})
 					}
-					fmt.Fprintln(c.App.Writer, "cronswap", version())
+					fmt.Fprintln(c.App.Writer, "cronswap", buildinfo.String())
 					return nil
 				},
 			},
@@ -127,16 +124,6 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stderr, "cronswap:", err)
 	return ExitUserError
-}
-
-func version() string {
-	if Version != "dev" {
-		return Version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return Version
 }
 
 // loadConfig reads the config named by --config and applies --mongo-uri and

@@ -592,7 +592,9 @@ func TestRunsGet(t *testing.T) {
 			StartedAt: at, EndedAt: at.Add(2 * time.Second), Error: "exit status 3 (exit 3): boom", ExitCode: &code,
 			Stdout: "heartbeat heartbeat at 09:00\nsecond line", Stderr: "boom"},
 		record.RunDoc{ID: "run-quiet", JobID: "q", ScheduledAt: at, Status: record.StatusSucceeded, StartedAt: at, EndedAt: at},
-		record.RunDoc{ID: "run-ok", JobID: "q", ScheduledAt: at.Add(time.Minute), Status: record.StatusSucceeded, StartedAt: at, EndedAt: at, ExitCode: new(int)})
+		record.RunDoc{ID: "run-ok", JobID: "q", ScheduledAt: at.Add(time.Minute), Status: record.StatusSucceeded, StartedAt: at, EndedAt: at, ExitCode: new(int)},
+		record.RunDoc{ID: "run-http", JobID: "hook", ScheduledAt: at, Status: record.StatusFailed, StartedAt: at, EndedAt: at,
+			Error: "http action hook: POST https://h/ answered 503 Service Unavailable: busy", AnswerStatus: 503, Answer: "{\"error\": \"busy\",\n \"retry\": true}"})
 
 	r := e.ok("runs", "get", "run-x")
 	for _, want := range []string{
@@ -611,6 +613,21 @@ func TestRunsGet(t *testing.T) {
 	}
 	if r := e.ok("runs", "get", "run-ok"); !strings.Contains(r.stdout, "STATUS        succeeded\n") || !strings.Contains(r.stdout, "EXIT CODE     0\n") {
 		t.Errorf("runs get of a succeeded exec run:\n%s", r.stdout)
+	}
+
+	// An http action's answer: its status among the fields, its body
+	// after the output tails; none for the others.
+	if r := e.ok("runs", "get", "run-http"); !strings.Contains(r.stdout, "ANSWER STATUS  503\n") ||
+		!strings.Contains(r.stdout, "ANSWER:\n  {\"error\": \"busy\",\n   \"retry\": true}\n") {
+		t.Errorf("runs get of an http run:\n%s", r.stdout)
+	}
+	if strings.Contains(r.stdout, "ANSWER") {
+		t.Errorf("runs get of an exec run shows an answer:\n%s", r.stdout)
+	}
+	var answered map[string]any
+	e.okJSON(&answered, "runs", "get", "run-http")
+	if answered["answer_status"] != float64(503) || answered["answer"] != "{\"error\": \"busy\",\n \"retry\": true}" {
+		t.Errorf("runs get -o json of an http run: %v", answered)
 	}
 
 	var got, listed map[string]any

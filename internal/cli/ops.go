@@ -118,6 +118,10 @@ type runView struct {
 	// Stdout and Stderr are the tails of what an exec action printed.
 	Stdout string `json:"stdout"`
 	Stderr string `json:"stderr"`
+	// AnswerStatus and Answer are an http action's answer: its status and
+	// the first bytes of its body; left out when there was none.
+	AnswerStatus int    `json:"answer_status,omitempty"`
+	Answer       string `json:"answer,omitempty"`
 	// The fields of a missed record (status missed), left out otherwise:
 	// the range's last slot, its number of slots, why they did not run
 	// and when the record was written.
@@ -140,6 +144,7 @@ func newRunView(r record.RunDoc) runView {
 		RunID: r.ID, JobID: r.JobID, ScheduledAt: jsonTime(r.ScheduledAt, nil), Instance: r.Instance,
 		Fence: r.Fence, Status: r.Status, StartedAt: jsonTime(r.StartedAt, nil), EndedAt: jsonTime(r.EndedAt, nil),
 		LeaseUntil: jsonTime(r.LeaseUntil, nil), Error: r.Error, ExitCode: r.ExitCode, Stdout: r.Stdout, Stderr: r.Stderr,
+		AnswerStatus: r.AnswerStatus, Answer: r.Answer,
 		LastScheduledAt: jsonTime(r.LastScheduledAt, nil), Count: r.Count, Reason: r.Reason,
 		RecordedAt: jsonTime(r.RecordedAt, nil), BlackoutID: r.BlackoutID,
 		Attempt: r.Attempt, Attempts: r.Attempts, RetryAt: jsonTime(r.RetryAt, nil),
@@ -336,7 +341,7 @@ func runsList() *ucli.Command {
 func runsGet() *ucli.Command {
 	return &ucli.Command{
 		Name:      "get",
-		Usage:     "show one run record in full, with the tails of its stdout and stderr",
+		Usage:     "show one run record in full, with the tails of its stdout and stderr (an http action: its answer)",
 		ArgsUsage: "RUN_ID",
 		Flags:     dbFlags(),
 		Action: func(c *ucli.Context) error {
@@ -363,7 +368,7 @@ func runsGet() *ucli.Command {
 }
 
 // writeRun prints one run record: a field per line, then the output tails
-// verbatim, each line indented.
+// (and an http action's answer) verbatim, each line indented.
 func writeRun(w io.Writer, r record.RunDoc) {
 	fields := [][2]string{
 		{"RUN ID", r.ID}, {"JOB", r.JobID}, {"SCHEDULED AT", rfc3339(r.ScheduledAt, nil)}, {"STATUS", r.Status},
@@ -373,6 +378,10 @@ func writeRun(w io.Writer, r record.RunDoc) {
 	// Only an action that has an exit code (exec) records one.
 	if r.ExitCode != nil {
 		fields = append(fields, [2]string{"EXIT CODE", strconv.Itoa(*r.ExitCode)})
+	}
+	// Only an http action that got an answer records one.
+	if r.AnswerStatus != 0 {
+		fields = append(fields, [2]string{"ANSWER STATUS", strconv.Itoa(r.AnswerStatus)})
 	}
 	fields = append(fields, [2]string{"ERROR", r.Error})
 	if r.BlackoutID != "" {
@@ -392,7 +401,11 @@ func writeRun(w io.Writer, r record.RunDoc) {
 		fmt.Fprintf(tw, "%s\t%s\n", f[0], v)
 	}
 	_ = tw.Flush()
-	for _, out := range [][2]string{{"STDOUT", r.Stdout}, {"STDERR", r.Stderr}} {
+	outputs := [][2]string{{"STDOUT", r.Stdout}, {"STDERR", r.Stderr}}
+	if r.AnswerStatus != 0 {
+		outputs = append(outputs, [2]string{"ANSWER", r.Answer})
+	}
+	for _, out := range outputs {
 		if out[1] == "" {
 			fmt.Fprintf(w, "%s: -\n", out[0])
 			continue

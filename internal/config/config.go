@@ -409,6 +409,9 @@ func (c *Config) Finish() error {
 				return fmt.Errorf("jobs.%s.notify: %w", name, err)
 			}
 		}
+		if err := c.checkAction(d); err != nil {
+			return fmt.Errorf("jobs.%s: %w", name, err)
+		}
 		// Show the effective policy (the empty one is the default).
 		overlap, _ := jobs.ParseOverlap(string(d.Overlap))
 		d.Overlap = overlap
@@ -448,17 +451,36 @@ func validateCategories(cats map[string]Category) error {
 // (appName=me@corp) after a host:port then hides the hosts too, the price of
 // never showing a raw password.
 func RedactURI(uri string) string {
-	prefix, rest := "", uri
-	if scheme, after, ok := strings.Cut(uri, "://"); ok {
-		prefix, rest = scheme+"://", after
+	prefix, user, _, host, ok := splitURICredentials(uri)
+	if !ok {
+		return uri
 	}
-	at := strings.LastIndexByte(rest, '@')
+	return prefix + user + ":xxxxx" + host
+}
+
+// URIPassword returns the password of a MongoDB connection string, the
+// part RedactURI masks; "" when it has none. The daemon redacts it from
+// what runs capture.
+func URIPassword(uri string) string {
+	_, _, pass, _, _ := splitURICredentials(uri)
+	return pass
+}
+
+// splitURICredentials splits uri around its password (RedactURI's rule):
+// prefix ("scheme://"), user, password, and the rest from the '@' on; ok
+// is false when it has no password.
+func splitURICredentials(uri string) (prefix, user, pass, rest string, ok bool) {
+	body := uri
+	if scheme, after, found := strings.Cut(uri, "://"); found {
+		prefix, body = scheme+"://", after
+	}
+	at := strings.LastIndexByte(body, '@')
 	if at < 0 {
-		return uri
+		return "", "", "", "", false
 	}
-	user, _, hasPass := strings.Cut(rest[:at], ":")
-	if !hasPass {
-		return uri
+	user, pass, ok = strings.Cut(body[:at], ":")
+	if !ok {
+		return "", "", "", "", false
 	}
-	return prefix + user + ":xxxxx" + rest[at:]
+	return prefix, user, pass, body[at:], true
 }

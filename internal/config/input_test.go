@@ -54,7 +54,7 @@ func TestConfigLoadDoesNotNeedThePrograms(t *testing.T) {
 	if err != nil {
 		t.Fatalf("config with a program not installed here: %v", err)
 	}
-	if err := actions.CheckPrograms(cfg.Jobs); err == nil || !strings.Contains(err.Error(), `job "report"`) {
-		t.Fatalf("CheckPrograms = %v, want the missing program named", err)
+	if _, err := actions.Start(cfg.Jobs, actions.Host{}); err == nil || !strings.Contains(err.Error(), `job "report"`) {
+		t.Fatalf("actions.Start = %v, want the missing program named", err)
 	}
 }

@@ -89,18 +89,16 @@ type Daemon struct {
 }
 
 // New builds a daemon from cfg (already Finished): it checks the action
-// definitions and that every exec action's program exists
-// (jobs.CheckPrograms), creates the client (without waiting for the
+// definitions against this machine (actions.Start: programs, variables,
+// secret and TLS files), creates the client (without waiting for the
 // server) and listens on the HTTP address, then creates the parts in the
 // order they depend on each other. Nothing runs until Run. On error nothing is left
 // open.
 func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
-	registry, err := actions.FromDefinitions(cfg.Jobs)
+	// Only the daemon runs the actions, so only it requires their
+	// programs, variables and files to be there.
+	registry, err := actions.Start(cfg.Jobs, actionHost(cfg))
 	if err != nil {
-		return nil, err
-	}
-	// Only the daemon runs the programs, so only it requires them to exist.
-	if err := actions.CheckPrograms(cfg.Jobs); err != nil {
 		return nil, err
 	}
 	client, err := Connect(cfg)
@@ -496,4 +494,15 @@ func timePtr(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+// actionHost is what the configured actions learn of the daemon at start:
+// its own secrets (the listener's token, the database password)
+// and the webhooks' variables, redacted from what runs capture and never
+// inherited by a program.
+func actionHost(cfg config.Config) actions.Host {
+	return actions.Host{
+		Secrets:   []string{os.Getenv(httpapi.EnvToken), config.URIPassword(cfg.Mongo.URI)},
+		SecretEnv: cfg.NotifyEnvRefs(),
+	}
 }

@@ -374,6 +374,13 @@ func TestFirePathRecordsHTTPOutcome(t *testing.T) {
 	if got := e.runDocs(t, "slow")[0].Error; !strings.Contains(got, "deadline exceeded") {
 		t.Errorf("slow error %q", got)
 	}
+	// The answer is on the record, as an exec action's output is: its
+	// status and body, on success and failure; none when none came.
+	for id, want := range map[string][2]any{"ok": {204, ""}, "broken": {502, "upstream down"}, "slow": {0, ""}} {
+		if got := e.runDocs(t, id)[0]; got.AnswerStatus != want[0] || got.Answer != want[1] {
+			t.Errorf("%s: answer %d %q, want %d %q", id, got.AnswerStatus, got.Answer, want[0], want[1])
+		}
+	}
 }
 
 // With the database unreachable at fire time the action does not run; the

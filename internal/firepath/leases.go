@@ -72,9 +72,13 @@ type leaseKeeper struct {
 type heldLease struct {
 	lease  record.Lease
 	cancel context.CancelCauseFunc
-	// deadline cancels the run when its lease has run out locally; it is
-	// pushed back by each renewal that lands.
+	// deadline cancels the run when its lease has run out locally (less
+	// grace); it is pushed back by each renewal that lands.
 	deadline *time.Timer
+	// grace is how long the run may take to stop once cancelled (an exec
+	// action's kill_grace): the deadline comes that much earlier, so the
+	// run has stopped when the lease runs out.
+	grace time.Duration
 }
 
 func newLeaseKeeper(r *Runner) *leaseKeeper {
@@ -88,8 +92,14 @@ func newLeaseKeeper(r *Runner) *leaseKeeper {
 // lease was written by a claim sent no earlier than now, so it lasts at
 // least TTL from now by the local clock.
 func (k *leaseKeeper) hold(l record.Lease, cancel context.CancelCauseFunc) {
-	h := &heldLease{lease: l, cancel: cancel}
-	h.deadline = time.AfterFunc(k.r.opts.TTL-k.margin, func() { k.ranOut(h) })
+	k.holdStopping(l, cancel, 0)
+}
+
+// holdStopping is hold for a run that may take up to grace to stop once
+// cancelled (actions.StopGraceOf): its local deadline is grace earlier.
+func (k *leaseKeeper) holdStopping(l record.Lease, cancel context.CancelCauseFunc, grace time.Duration) {
+	h := &heldLease{lease: l, cancel: cancel, grace: grace}
+	h.deadline = time.AfterFunc(k.r.opts.TTL-k.margin-grace, func() { k.ranOut(h) })
 	k.mu.Lock()
 	k.held[l.RunID] = h
 	k.mu.Unlock()
@@ -346,7 +356,7 @@ func (k *leaseKeeper) renew(hs []*heldLease) {
 		// The renewal was sent at sent: the lease lasts TTL from then.
 		k.mu.Lock()
 		if k.held[h.lease.RunID] == h {
-			h.deadline.Reset(time.Until(sent.Add(ttl - k.margin)))
+			h.deadline.Reset(time.Until(sent.Add(ttl - k.margin - h.grace)))
 		}
 		k.mu.Unlock()
 	}

@@ -292,7 +292,9 @@ func (r *Runner) execute(log *slog.Logger, f *fire, run jobs.Run, lease *record.
 		defer cancelT()
 	}
 	if lease != nil {
-		r.leases.hold(*lease, cancel)
+		// A run that takes a while to stop (kill_grace) is cancelled that
+		// much before its lease runs out, so it never outlives it.
+		r.leases.holdStopping(*lease, cancel, actions.StopGraceOf(spec.Handler))
 	}
 	startedAt := r.clock.Now()
 	if h := r.opts.Hooks.Dispatched; h != nil {
@@ -359,6 +361,7 @@ func ScheduleOf(ctx context.Context) (schedule.Schedule, bool) {
 func (r *Runner) finish(log *slog.Logger, f *fire, end record.RunEnd, runErr error, out actions.Output) string {
 	l := f.lease
 	end.Stdout, end.Stderr, end.ExitCode = out.Stdout, out.Stderr, out.ExitCode
+	end.AnswerStatus, end.Answer = out.AnswerStatus, out.Answer
 	if runErr != nil {
 		end.Error = runErr.Error()
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -253,6 +255,49 @@ func TestRunnerCancelsAtLocalLeaseDeadline(t *testing.T) {
 	}
 	if ended.Load() != record.StatusAbandoned {
 		t.Fatalf("run ended %v, want abandoned", ended.Load())
+	}
+}
+
+// A run that takes a while to stop (an exec action's kill_grace) is
+// cancelled that much before its local lease deadline: a program that
+// ignores SIGTERM is SIGKILLed by the time the lease runs out, not a
+// kill_grace after it.
+func TestRunnerStopsAGracefulRunBeforeItsLeaseRunsOut(t *testing.T) {
+	t.Parallel()
+	store := newMemStore()
+	store.renew = func(ctx context.Context, _ []record.Lease) ([]record.Lease, error) {
+		<-ctx.Done() // the database does not answer
+		return nil, ctx.Err()
+	}
+	const ttl, grace = 3 * time.Second, 1500 * time.Millisecond
+	reg := actions.NewRegistry()
+	started := filepath.Join(t.TempDir(), "started")
+	reg.Register("a", actions.Action{Handler: &actions.ExecAction{KillGrace: grace,
+		Argv: []string{"sh", "-c", `trap '' TERM; touch "$1"; sleep 60`, "sh", started}}})
+	ended := make(chan string, 1)
+	r := memRunner(t, store, reg, "r1", func(o *RunnerOptions) {
+		o.TTL = ttl
+		o.Hooks.RunEnded = func(_, status string) { ended <- status }
+	})
+	// The lease is written by the claim, after this: it ends after
+	// fired+ttl by the local clock.
+	fired := time.Now()
+	go r.Fire(memDue("j", fired))
+	status := <-ended
+	took := time.Since(fired)
+	if _, err := os.Stat(started); err != nil {
+		t.Fatalf("the program never started: %v", err)
+	}
+	if status != record.StatusAbandoned {
+		t.Errorf("run ended %s, want abandoned (its lease ran out)", status)
+	}
+	// Cancelled at ttl - margin - grace (1.35 s), SIGKILLed a grace later
+	// (2.85 s); without the earlier deadline it would be killed at 4.35 s.
+	if limit := ttl + 500*time.Millisecond; took > limit {
+		t.Errorf("the program ended %v after the fire, past its %v lease (limit %v): the kill grace ran past it", took, ttl, limit)
+	}
+	if took < ttl-localLeaseMargin(ttl)-grace {
+		t.Errorf("the run ended after %v, before its deadline", took)
 	}
 }
 

@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/cronswap/cronswap/internal/secret"
 )
 
 // Route says where the notices of a job go: the configuration's notify
@@ -87,6 +88,14 @@ func (w Webhook) Validate() error {
 	if w.Method != "" && !slices.Contains(WebhookMethods, strings.ToUpper(w.Method)) {
 		return fmt.Errorf("webhook %s: method %q: want one of %s", w.Name, w.Method, strings.Join(WebhookMethods, ", "))
 	}
+	if err := secret.CheckSyntax(w.URL); err != nil {
+		return fmt.Errorf("webhook %s: url: %w", w.Name, err)
+	}
+	for k, v := range w.Headers {
+		if err := secret.CheckSyntax(v); err != nil {
+			return fmt.Errorf("webhook %s: headers.%s: %w", w.Name, k, err)
+		}
+	}
 	raw, _, _ := w.Expand(func(string) (string, bool) { return "x", true })
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -110,33 +119,35 @@ func (r Route) CheckEnv(lookup func(string) (string, bool)) error {
 	return nil
 }
 
-// envRef matches ${NAME}.
-var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
-
 // Expand returns the URL and headers with every ${NAME} replaced by
-// lookup(NAME); a name lookup does not know is an error naming it.
+// lookup(NAME) (the rule of package secret); a name lookup does not know
+// is an error naming it.
 func (w Webhook) Expand(lookup func(string) (string, bool)) (string, map[string]string, error) {
-	var missing []string
-	expand := func(s string) string {
-		return envRef.ReplaceAllStringFunc(s, func(m string) string {
-			name := envRef.FindStringSubmatch(m)[1]
-			v, ok := lookup(name)
-			if !ok {
-				missing = append(missing, name)
-			}
-			return v
-		})
-	}
-	u := expand(w.URL)
+	x := secret.NewExpander(lookup)
+	u := x.Expand(w.URL)
 	h := make(map[string]string, len(w.Headers))
 	for k, v := range w.Headers {
-		h[k] = expand(v)
+		h[k] = x.Expand(v)
 	}
-	if len(missing) > 0 {
-		slices.Sort(missing)
-		return "", nil, fmt.Errorf("environment variable %s not set", strings.Join(slices.Compact(missing), ", "))
+	if err := x.Err(); err != nil {
+		return "", nil, err
 	}
 	return u, h, nil
+}
+
+// EnvRefs returns the environment variables the route's webhooks name
+// (${NAME} in a URL or header value), sorted: secrets the daemon holds,
+// which a program it starts does not inherit.
+func (r Route) EnvRefs() []string {
+	var names []string
+	for _, w := range r.Webhooks {
+		names = append(names, secret.Refs(w.URL)...)
+		for _, v := range w.Headers {
+			names = append(names, secret.Refs(v)...)
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 // Settings is the notify section of the configuration: the global route

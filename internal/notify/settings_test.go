@@ -30,6 +30,8 @@ func TestSettingsValidate(t *testing.T) {
 		{Settings{Route: Route{Webhooks: []Webhook{{Name: "x", URL: "ftp://h/"}}}}, "http or https"},
 		{Settings{Route: Route{Webhooks: []Webhook{{Name: "x", URL: ok.URL, Method: "GET"}}}}, "method"},
 		{Settings{Route: Route{Webhooks: []Webhook{{Name: "x", URL: "https://${NOTIFY_UNSET_VAR_FOR_TEST}/"}}}}, ""},
+		{Settings{Route: Route{Webhooks: []Webhook{{Name: "x", URL: ok.URL, Headers: map[string]string{"A": "Bearer ${TOK"}}}}}, "headers.A: \"${TOK\" does not start a ${NAME} reference"},
+		{Settings{Route: Route{Webhooks: []Webhook{{Name: "x", URL: "https://h/${A-B}"}}}}, "url: \"${A-B}\" does not start"},
 		{Settings{Route: Route{On: []string{"exploded"}}}, "unknown kind"},
 		{Settings{Backoff: -1}, "backoff"},
 		{Settings{MaxAttempts: -1}, "max_attempts"},
@@ -48,6 +50,17 @@ func TestRouteCheckEnv(t *testing.T) {
 	}
 	if err := r.CheckEnv(func(string) (string, bool) { return "v", true }); err != nil {
 		t.Fatalf("CheckEnv with TOK: %v", err)
+	}
+}
+
+// The variables a route names are the secrets a child never inherits.
+func TestRouteEnvRefs(t *testing.T) {
+	r := Route{Webhooks: []Webhook{
+		{Name: "a", URL: "https://h/${URL_TOK}", Headers: map[string]string{"X": "${HDR_TOK} ${URL_TOK}"}},
+		{Name: "b", URL: "https://h/", Headers: map[string]string{"Y": "literal"}},
+	}}
+	if got := strings.Join(r.EnvRefs(), ","); got != "HDR_TOK,URL_TOK" {
+		t.Errorf("EnvRefs = %q", got)
 	}
 }
 

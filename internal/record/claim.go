@@ -254,6 +254,10 @@ type RunEnd struct {
 	// Stdout and Stderr are the tails of what the run printed (exec
 	// actions).
 	Stdout, Stderr string
+	// AnswerStatus and Answer are an http action's answer (0 and "":
+	// none).
+	AnswerStatus int
+	Answer       string
 	// Reason is why the slot did not run, when Status is StatusMissed (the
 	// claim won but the action was not started); ReasonReplaced for a run
 	// a cancel_other fire stopped.

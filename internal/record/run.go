@@ -88,6 +88,11 @@ type RunDoc struct {
 	// of what an exec action printed; empty when it printed nothing.
 	Stdout string `bson:"stdout,omitempty" json:"stdout,omitempty"`
 	Stderr string `bson:"stderr,omitempty" json:"stderr,omitempty"`
+	// AnswerStatus and Answer are an http action's answer: its status
+	// code and the first bytes of its body (DefaultTailBytes, trimmed),
+	// secrets redacted; absent when there was no answer.
+	AnswerStatus int    `bson:"answer_status,omitempty" json:"answer_status,omitempty"`
+	Answer       string `bson:"answer,omitempty" json:"answer,omitempty"`
 	// LeaseUntil is renewed with the lock while the run is running; a
 	// running record past it belongs to a dead holder and is marked
 	// abandoned by SweepExpired.
@@ -163,4 +168,6 @@ type AttemptDoc struct {
 	Status   string `bson:"status" json:"status"`
 	Error    string `bson:"error,omitempty" json:"error,omitempty"`
 	ExitCode *int   `bson:"exit_code,omitempty" json:"exit_code,omitempty"`
+	// AnswerStatus is an http action's answer status in this attempt.
+	AnswerStatus int `bson:"answer_status,omitempty" json:"answer_status,omitempty"`
 }

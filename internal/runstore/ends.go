@@ -55,7 +55,8 @@ func observedFields(end record.RunEnd) bson.D {
 	return bson.D{{Key: "end_observed", Value: true}, {Key: "ended_after", Value: end.After}}
 }
 
-// outputFields are the error, exit code and output tails of an end.
+// outputFields are the error, exit code, output tails and answer of an
+// end.
 func outputFields(end record.RunEnd, errorKey string) bson.D {
 	var d bson.D
 	if end.Error != "" {
@@ -69,6 +70,12 @@ func outputFields(end record.RunEnd, errorKey string) bson.D {
 	}
 	if end.Stderr != "" {
 		d = append(d, bson.E{Key: "stderr", Value: end.Stderr})
+	}
+	if end.AnswerStatus != 0 {
+		d = append(d, bson.E{Key: "answer_status", Value: end.AnswerStatus})
+	}
+	if end.Answer != "" {
+		d = append(d, bson.E{Key: "answer", Value: end.Answer})
 	}
 	return d
 }

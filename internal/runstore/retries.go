@@ -31,6 +31,9 @@ func (s *Store) attemptEndUpdate(e record.LeaseEnd, set bson.D) bson.D {
 	if end.ExitCode != nil {
 		entry = append(entry, bson.E{Key: "exit_code", Value: *end.ExitCode})
 	}
+	if end.AnswerStatus != 0 {
+		entry = append(entry, bson.E{Key: "answer_status", Value: end.AnswerStatus})
+	}
 	set = append(set, bson.E{Key: record.FieldAttempt, Value: e.Lease.Attempt})
 	if end.Status == record.StatusRetrying {
 		set = append(set, bson.E{Key: record.FieldRetryAt, Value: end.RetryAt}, bson.E{Key: "lease_until", Value: end.RetryAt})
@@ -78,8 +81,8 @@ func (s *Store) ClaimRetry(ctx context.Context, c record.RetryClaim) (record.Lea
 			{Key: "expire_at", Value: until.Add(s.retention)},
 		}},
 		{Key: "$unset", Value: bson.D{{Key: "ended_at", Value: ""}, {Key: "error", Value: ""}, {Key: "exit_code", Value: ""},
-			{Key: "stdout", Value: ""}, {Key: "stderr", Value: ""}, {Key: record.FieldRetryAt, Value: ""},
-			{Key: "end_observed", Value: ""}, {Key: "ended_after", Value: ""}}},
+			{Key: "stdout", Value: ""}, {Key: "stderr", Value: ""}, {Key: "answer_status", Value: ""}, {Key: "answer", Value: ""},
+			{Key: record.FieldRetryAt, Value: ""}, {Key: "end_observed", Value: ""}, {Key: "ended_after", Value: ""}}},
 	}
 	for wait := retryFirst; ; wait = min(2*wait, retryMax) {
 		res, err := s.runs.UpdateOne(ctx, filter, update)

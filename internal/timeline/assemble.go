@@ -28,6 +28,9 @@ type Record struct {
 	EndedAt     time.Time `bson:"ended_at"`
 	Error       string    `bson:"error"`
 	ExitCode    *int      `bson:"exit_code"`
+	// AnswerStatus and Answer are an http action's answer.
+	AnswerStatus int    `bson:"answer_status"`
+	Answer       string `bson:"answer"`
 	// Attempt is the slot's current or last attempt, for an action that
 	// retries (jobs.FieldAttempt); 0 otherwise.
 	Attempt int `bson:"attempt"`
@@ -312,6 +315,7 @@ func recordEntry(r Record) Entry {
 			e.DurationMS = &d
 		}
 		e.Error, e.ExitCode = r.Error, r.ExitCode
+		e.AnswerStatus, e.Answer = r.AnswerStatus, r.Answer
 		e.Attempt = r.Attempt
 		if r.Status == record.StatusBuffered {
 			e.Reason = r.Reason // which run it waits for

@@ -246,3 +246,23 @@ func TestDSTSlotStandsAlone(t *testing.T) {
 		t.Errorf("the shifted slot has no note: %+v", tl.Entries[1])
 	}
 }
+
+// An http action's answer reaches its run entry and its summary, as an
+// exec action's exit code does.
+func TestRunEntryCarriesTheAnswer(t *testing.T) {
+	recs := []Record{{ID: "r", ScheduledAt: t0.Add(time.Hour), Status: "failed", Instance: "a", Fence: 3,
+		Error: "http action j: POST https://h/ answered 503 Service Unavailable: busy", AnswerStatus: 503, Answer: "busy"}}
+	tl := Assemble(Input{JobID: "j", From: t0, To: t0.Add(time.Hour), Now: t0.Add(2 * time.Hour), Current: hourly("0 * * * *"), Records: recs})
+	var run Entry
+	for _, e := range tl.Entries {
+		if e.Kind == KindRun {
+			run = e
+		}
+	}
+	if run.AnswerStatus != 503 || run.Answer != "busy" {
+		t.Fatalf("run entry %+v", run)
+	}
+	if s := run.Summary(); !strings.Contains(s, "fence 3, answered 503, error: http action j") {
+		t.Errorf("summary %q", s)
+	}
+}

@@ -191,6 +191,10 @@ type Entry struct {
 	// Error and ExitCode are a failed or abandoned run's.
 	Error    string `json:"error,omitempty"`
 	ExitCode *int   `json:"exit_code,omitempty"`
+	// AnswerStatus and Answer are an http action's answer: its status and
+	// the first bytes of its body, secrets redacted.
+	AnswerStatus int    `json:"answer_status,omitempty"`
+	Answer       string `json:"answer,omitempty"`
 	// Reason says why a slot did not run: the skip's reason (which run
 	// held the lock), the missed record's reason, or a no-record reason
 	// (future, unrecorded).
@@ -242,6 +246,9 @@ func (e Entry) Summary() string {
 		}
 		if e.ExitCode != nil {
 			add("exit %d", *e.ExitCode)
+		}
+		if e.AnswerStatus != 0 {
+			add("answered %d", e.AnswerStatus)
 		}
 		if e.Error != "" {
 			add("error: %s", e.Error)

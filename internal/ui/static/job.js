@@ -47,6 +47,7 @@ function entryDetails(e) {
       if (e.started_at) d.push(`started ${fmtMS(new Date(e.started_at) - new Date(e.at))} late`);
       if (e.attempt) d.push(`attempt ${e.attempt}`);
       if (e.exit_code !== undefined && e.exit_code !== null) d.push(`exit ${e.exit_code}`);
+      if (e.answer_status) d.push(h('span', { testid: 'answer', title: e.answer || null }, `answered ${e.answer_status}`));
       if (e.error) d.push(h('span', { class: 'err' }, e.error));
       break;
     }
