@@ -51,13 +51,18 @@ func trigFinal(t *testing.T, db *mongo.Database, id any) triggers.Doc {
 	return doc
 }
 
-// trigSettled waits until every daemon has handled run runID: run it, or
-// (after its claim grace) found it claimed elsewhere.
+// trigSettled waits until every daemon has handled run runID: run it,
+// dropped it when the replica that took it said so, or (after its claim
+// grace) found it claimed elsewhere.
 func trigSettled(t *testing.T, ds []*daemon, runID string) {
 	t.Helper()
 	for _, d := range ds {
 		d.waitLog("run "+runID+" handled", func(l logLine) bool {
-			return l.str("run_id") == runID && (l.str("msg") == "run started" || l.str("msg") == "off-schedule run claimed elsewhere")
+			switch l.str("msg") {
+			case "run started", "off-schedule run claimed elsewhere", "trigger taken by another replica":
+				return l.str("run_id") == runID
+			}
+			return false
 		})
 	}
 }

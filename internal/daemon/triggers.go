@@ -45,6 +45,9 @@ func newTriggerWatch(d *Daemon, db *mongo.Database, store *triggers.Store) *trig
 		FirstSeen: history.FirstSeenLookup(db.Collection(history.CollectionName)),
 		Location:  d.cfg.Location,
 		Logger:    d.log.With("collection", triggers.CollectionName),
+		// The runner's owner: the other replicas put a request aside for
+		// the claim grace and drop it once the owner took it.
+		Owns: d.members.Owns,
 	})
 	wait := triggersMaxAwait
 	if ri := d.cfg.Watch.ResyncInterval; ri != nil && *ri > 0 && *ri < wait {

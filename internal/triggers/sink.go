@@ -10,6 +10,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/cronswap/cronswap/internal/batch"
 	"github.com/cronswap/cronswap/internal/firepath"
 	"github.com/cronswap/cronswap/internal/history"
 	"github.com/cronswap/cronswap/internal/record"
@@ -17,18 +18,20 @@ import (
 )
 
 // DefaultBackfillInterval is the least time between two backfilled slots
-// a replica offers to the fire path (5 a second): a backfill of a long
-// range does not flood the claim path, the job's lock or the action.
+// of one job that a replica offers to the fire path (5 a second per job):
+// a backfill of a long range does not flood the job's lock or its action.
 const DefaultBackfillInterval = 200 * time.Millisecond
 
-// maxSlotBumps bounds how often a run-now request's scheduled_at is moved
-// past another record of the same millisecond.
-const maxSlotBumps = 5
+// DefaultMaxInFlight bounds the requests a replica handles at once (each
+// one waits in the fire path for its claim grace, its claim, its run and
+// its end); the others wait in the replica's queue, which costs memory,
+// not a goroutine.
+const DefaultMaxInFlight = 512
 
 // ErrNoJob is returned by a Schedules lookup for a job without a schedule.
 var ErrNoJob = errors.New("no such job")
 
-// Runner runs an off-schedule fire (jobs.Runner is one).
+// Runner runs an off-schedule fire (firepath.Runner is one).
 type Runner interface {
 	RunOffSchedule(f firepath.OffScheduleFire) firepath.OffScheduleResult
 }
@@ -41,12 +44,14 @@ type Options struct {
 	Store *Store
 	// Schedules returns the job's schedule, also when it is paused or
 	// disabled; an error wrapping ErrNoJob when there is none, one wrapping
-	// schedule.ErrInvalid when its document is bad.
+	// schedule.ErrInvalid when its document is bad. Schedules(coll) batches
+	// the lookups.
 	Schedules func(ctx context.Context, jobID string) (schedule.Schedule, error)
 	// FirstSeen returns the job's first sighting (history.ReadFirstSeen;
 	// ok false when there is none). A backfill request of a slot at or
 	// before it is refused (CheckFirstSeen) unless it says
-	// FieldBeforeFirstSeen. Nil checks nothing.
+	// FieldBeforeFirstSeen. The sink batches its calls: one per job asked
+	// for meanwhile, at most 2 batches at once. Nil checks nothing.
 	FirstSeen func(ctx context.Context, jobID string) (seen history.Sighting, ok bool, err error)
 	// Location is the default time zone of expressions (config timezone).
 	Location *time.Location
@@ -55,29 +60,64 @@ type Options struct {
 	// BackfillInterval: default DefaultBackfillInterval.
 	BackfillInterval time.Duration
 	// Deadline is how long after a replica saw a request its run may
-	// still start (jobs.DefaultOffScheduleDeadline when 0).
+	// still start (firepath.DefaultOffScheduleDeadline when 0).
 	Deadline time.Duration
+	// MaxInFlight bounds the requests handled at once: default
+	// DefaultMaxInFlight.
+	MaxInFlight int
+	// Owns reports whether this replica owns a job (the runner's
+	// firepath.RunnerOptions.Owns). The owner claims a request at once; the
+	// other replicas put it aside for ClaimGrace before a worker takes it
+	// up, so that the owner's running write reaches them first and they
+	// drop it. Nil: every job is owned.
+	Owns func(jobID string) bool
+	// ClaimGrace is how long a request of a job this replica does not own
+	// is put aside: default firepath.DefaultClaimGrace, the runner's own
+	// (which waits out any rest, longer on a slow database).
+	ClaimGrace time.Duration
 }
 
-// Sink is the changestream.Sink of the triggers collection: every pending
-// request it is handed (an insert, or found by a full read at start and at
-// each resync) is run through Runner on a goroutine of its own; backfill
-// requests are offered oldest first, one per BackfillInterval. A request
-// being handled is not started again when its document comes back (the
-// daemon's own outcome writes do). Its methods return at once.
+// Sink is the changestream.Sink of the triggers collection. Every request
+// it is handed (an insert, or found by a full read at start and at each
+// resync) becomes a task in its queue: a pending request is run through
+// Runner, a malformed one rejected, a running one (at a full read)
+// reconciled with its run record. At most MaxInFlight tasks are handled
+// at once, each on a worker goroutine; the store batches their database
+// requests. Backfill requests are offered per job, oldest slot first, one
+// slot of a job at a time and at most one per BackfillInterval. A request
+// of a job this replica does not own waits ClaimGrace before it is queued.
+// A request is handled once at a time: its document coming back (the
+// daemons' own writes do) starts nothing, and a waiting request that
+// another replica took meanwhile (it says running, buffered or how its run
+// ended) is dropped. Its methods return at once.
 type Sink struct {
 	opts Options
 	log  *slog.Logger
 
-	mu       sync.Mutex
-	inflight map[string]bool
-	queue    []Request // backfill requests waiting for their turn
-	// backfilling holds the jobs with a backfilled slot being offered.
-	backfilling map[string]bool
-	closed      bool
-	wake        chan struct{}
-	stop        chan struct{}
-	wg          sync.WaitGroup
+	mu sync.Mutex
+	// open holds the requests being handled or queued, by requestKey.
+	open map[string]*task
+	// ready is the queue of tasks waiting for a worker, oldest first.
+	ready []*task
+	// workers is the number of worker goroutines.
+	workers int
+	// backfills holds the queued backfill requests per job.
+	backfills map[string]*jobBackfill
+	// slots holds, per job with run-now runs being claimed here, the
+	// scheduled_at values (Unix ms) in use (reserveSlot).
+	slots  map[string]*jobSlots
+	closed bool
+	// wg counts the workers and the writes they left to the store.
+	wg sync.WaitGroup
+	// firstSeen batches the calls of Options.FirstSeen (nil without it).
+	firstSeen *batch.Batcher[string, firstSeenAnswer]
+}
+
+// firstSeenAnswer is one job's first sighting as Options.FirstSeen gave it.
+type firstSeenAnswer struct {
+	seen history.Sighting
+	ok   bool
+	err  error
 }
 
 // NewSink returns a sink; Close stops it.
@@ -91,21 +131,69 @@ func NewSink(opts Options) *Sink {
 	if opts.Location == nil {
 		opts.Location = time.UTC
 	}
-	s := &Sink{opts: opts, log: opts.Logger, inflight: map[string]bool{}, backfilling: map[string]bool{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
-	s.wg.Add(1)
-	go s.pace()
+	if opts.Deadline <= 0 {
+		opts.Deadline = firepath.DefaultOffScheduleDeadline
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = DefaultMaxInFlight
+	}
+	if opts.ClaimGrace <= 0 {
+		opts.ClaimGrace = firepath.DefaultClaimGrace
+	}
+	s := &Sink{opts: opts, log: opts.Logger, open: map[string]*task{}, backfills: map[string]*jobBackfill{},
+		slots: map[string]*jobSlots{}}
+	if opts.FirstSeen != nil {
+		s.firstSeen = batch.New(storeBatchMax, readBatchesAtOnce, s.firstSeenBatch)
+	}
 	return s
+}
+
+// firstSeenBatch asks Options.FirstSeen once per job of jobIDs.
+func (s *Sink) firstSeenBatch(jobIDs []string) []firstSeenAnswer {
+	byJob := map[string]firstSeenAnswer{}
+	out := make([]firstSeenAnswer, len(jobIDs))
+	for i, job := range jobIDs {
+		a, ok := byJob[job]
+		if !ok {
+			ctx, cancel := context.WithTimeout(context.Background(), firepath.DefaultOpTimeout)
+			a.seen, a.ok, a.err = s.opts.FirstSeen(ctx, job)
+			cancel()
+			byJob[job] = a
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// checkFirstSeen applies CheckFirstSeen to backfill request req; err is
+// the refusal, lookupErr a failed lookup (nothing decided).
+func (s *Sink) checkFirstSeen(req Request) (err, lookupErr error) {
+	if s.firstSeen == nil || req.BeforeFirstSeen {
+		return nil, nil
+	}
+	a, cerr := s.firstSeen.Submit(s.ctx(), req.JobID)
+	if cerr == nil {
+		cerr = a.err
+	}
+	if cerr != nil {
+		return nil, cerr
+	}
+	return CheckFirstSeen(req.JobID, []time.Time{req.Slot}, a.seen, a.ok), nil
 }
 
 // Close stops taking requests and waits for those being handled to have
 // their outcome written (call it after the runner's Shutdown, which ends
-// their runs). Requests left pending are handled by another replica or at
-// the next start.
+// their runs). Requests still queued are left pending, for another replica
+// or the next start.
 func (s *Sink) Close() {
 	s.mu.Lock()
 	if !s.closed {
 		s.closed = true
-		close(s.stop)
+		for _, q := range s.backfills {
+			if q.timer != nil {
+				q.timer.Stop()
+			}
+		}
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
@@ -143,148 +231,77 @@ func (s *Sink) ReplaceAll(docs []bson.Raw) []string {
 	return nil
 }
 
-// take starts handling one request document; full says it comes from a
-// full read (running requests are reconciled then).
+// take queues the handling of one request document; full says it comes
+// from a full read (running requests are reconciled then).
 func (s *Sink) take(doc bson.Raw, full bool) {
 	seen := time.Now()
 	req, err := Decode(doc)
+	if req.ID.Type == 0 {
+		if err != nil {
+			s.log.Warn("trigger refused: no _id to write the error on", "error", err)
+		}
+		return
+	}
+	key := requestKey(req.ID)
 	if err != nil {
 		if Final(req.Status) {
 			return
 		}
 		s.log.Warn("trigger refused", "trigger_id", req.Key, "error", err)
-		if req.ID.Type == 0 {
-			return // no _id to write the error on
-		}
-		s.start(req.Key+"\x00bad", func() { s.write(req, "reject", s.opts.Store.Reject(s.ctx(), req.ID, err.Error(), time.Now())) })
+		s.add(&task{key: key, req: req, step: stepReject, why: err.Error(), seen: seen})
 		return
 	}
 	switch {
-	case Final(req.Status):
-		return
-	case req.Status == StatusRunning || req.Status == StatusBuffered:
-		// Its run's replica writes the outcome; a full read also looks
-		// whether the run ended without one (its replica died).
-		if full {
-			s.start(req.Key, func() { s.reconcile(req) })
+	case takenElsewhere(req.Status):
+		if s.drop(key) {
+			s.log.Debug("trigger taken by another replica", "trigger_id", req.Key, "job_id", req.JobID, "run_id", req.RunID,
+				"status", req.Status)
 		}
+		if full && !Final(req.Status) {
+			// Its run's replica writes the outcome; a full read also looks
+			// whether the run ended without one (its replica died).
+			s.add(&task{key: key, req: req, step: stepReconcile, seen: seen})
+		}
+		return
+	case Final(req.Status):
+		// Refused or not run by another replica: this one may still run
+		// it, as it was handed it before (its task stays).
 		return
 	}
 	if req.RequestedAt.IsZero() {
 		req.RequestedAt = seen
 	}
-	if req.Backfill() {
-		s.mu.Lock()
-		if !s.closed && !s.inflight[req.Key] {
-			s.inflight[req.Key] = true
-			s.queue = append(s.queue, req)
-			s.signal()
-		}
-		s.mu.Unlock()
+	s.add(&task{key: key, req: req, step: stepRun, seen: seen})
+}
+
+// handle runs t's step; the request is forgotten when it is done, unless
+// the step put it back for later.
+func (s *Sink) handle(t *task) {
+	again := false
+	switch t.step {
+	case stepReject:
+		s.write(t.req, StatusRejected, s.opts.Store.Reject(s.ctx(), t.req.ID, t.why, time.Now()))
+	case stepReconcile:
+		s.reconcile(t.req)
+	case stepRun:
+		again = s.run(t)
+	case stepUnknownAction:
+		s.unknownAction(t)
+	}
+	if again {
 		return
 	}
-	s.start(req.Key, func() { s.run(req, seen) })
-}
-
-// idle reports whether no request is being handled or waiting.
-func (s *Sink) idle() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.inflight) == 0 && len(s.queue) == 0
-}
-
-// start runs fn on a goroutine of its own unless key is being handled.
-func (s *Sink) start(key string, fn func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed || s.inflight[key] {
-		return
+	if s.open[t.key] == t {
+		delete(s.open, t.key)
 	}
-	s.inflight[key] = true
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer s.done(key)
-		fn()
-	}()
-}
-
-func (s *Sink) done(key string) {
-	s.mu.Lock()
-	delete(s.inflight, key)
-	s.mu.Unlock()
-}
-
-// pace offers the queued backfill requests, oldest first, one per
-// BackfillInterval, and one job's one at a time: the next slot of a job is
-// offered once the previous one ended, so that under a policy that takes
-// the lock the slots of a backfill run one after another instead of
-// skipping each other.
-func (s *Sink) pace() {
-	defer s.wg.Done()
-	var last time.Time
-	for {
-		s.mu.Lock()
-		var req Request
-		ok := false
-		for i, q := range s.queue {
-			if !s.backfilling[q.JobID] {
-				req, ok = q, true
-				s.queue = append(s.queue[:i:i], s.queue[i+1:]...)
-				s.backfilling[q.JobID] = true
-				break
-			}
-		}
-		s.mu.Unlock()
-		if !ok {
-			select {
-			case <-s.wake:
-				continue
-			case <-s.stop:
-				return
-			}
-		}
-		if wait := time.Until(last.Add(s.opts.BackfillInterval)); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-s.stop:
-				t.Stop()
-				s.done(req.Key)
-				return
-			}
-		}
-		last = time.Now()
-		offered := last
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer s.signal()
-			defer s.backfilled(req.JobID)
-			defer s.done(req.Key)
-			s.run(req, offered)
-		}()
-	}
-}
-
-// backfilled marks job's backfilled slot ended.
-func (s *Sink) backfilled(job string) {
-	s.mu.Lock()
-	delete(s.backfilling, job)
-	s.mu.Unlock()
-}
-
-// signal wakes the pacer.
-func (s *Sink) signal() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
+	s.backfillDone(t)
 }
 
 // ctx is the context of the store's operations, each of which bounds
-// itself by jobs.DefaultOpTimeout: not tied to the sink's life, so
-// outcomes are still written at shutdown.
+// itself: not tied to the sink's life, so outcomes are still written at
+// shutdown.
 func (s *Sink) ctx() context.Context { return context.Background() }
 
 func (s *Sink) write(req Request, what string, err error) {
@@ -293,56 +310,62 @@ func (s *Sink) write(req Request, what string, err error) {
 	}
 }
 
-// run handles a pending request seen at seen.
-func (s *Sink) run(req Request, seen time.Time) {
+// run handles a pending request; it reports whether the request was put
+// back for a later try.
+func (s *Sink) run(t *task) bool {
+	req, seen := t.req, t.seen
 	log := s.log.With("trigger_id", req.Key, "job_id", req.JobID)
-	sctx, cancel := context.WithTimeout(context.Background(), firepath.DefaultOpTimeout)
-	sched, err := s.opts.Schedules(sctx, req.JobID)
-	cancel()
+	sched, err := s.opts.Schedules(s.ctx(), req.JobID)
 	switch {
 	case errors.Is(err, ErrNoJob) || errors.Is(err, schedule.ErrInvalid):
 		log.Warn("trigger refused", "error", err)
-		s.write(req, "reject", s.opts.Store.Reject(s.ctx(), req.ID, err.Error(), time.Now()))
-		return
+		s.write(req, StatusRejected, s.opts.Store.Reject(s.ctx(), req.ID, err.Error(), time.Now()))
+		return false
 	case err != nil:
+		if s.retry(t) {
+			log.Warn("trigger waits: could not read the job's schedule", "error", err, "retry", t.retries)
+			return true
+		}
 		// Left pending: the next full read (resync, restart) or another
 		// replica handles it.
 		log.Warn("trigger not handled: could not read the job's schedule", "error", err)
-		return
+		return false
 	}
 	if req.HasArgs {
 		sched.Args = req.Args
 	}
 	if req.Backfill() {
 		err := s.checkSlot(sched, req.Slot)
-		if err == nil && !req.BeforeFirstSeen && s.opts.FirstSeen != nil {
-			fctx, cancel := context.WithTimeout(context.Background(), firepath.DefaultOpTimeout)
-			seen, ok, ferr := s.opts.FirstSeen(fctx, req.JobID)
-			cancel()
-			if ferr != nil {
-				log.Warn("trigger not handled: could not read the job's first sighting", "error", ferr)
-				return // left pending, as when the schedule cannot be read
+		if err == nil {
+			var lookupErr error
+			if err, lookupErr = s.checkFirstSeen(req); lookupErr != nil {
+				if s.retry(t) {
+					log.Warn("trigger waits: could not read the job's first sighting", "error", lookupErr, "retry", t.retries)
+					return true
+				}
+				log.Warn("trigger not handled: could not read the job's first sighting", "error", lookupErr)
+				return false // left pending, as when the schedule cannot be read
 			}
-			err = CheckFirstSeen(req.JobID, []time.Time{req.Slot}, seen, ok)
 		}
 		if err != nil {
 			log.Warn("backfill refused", "scheduled_at", req.Slot, "error", err)
-			s.write(req, "reject", s.opts.Store.Reject(s.ctx(), req.ID, err.Error(), time.Now()))
-			return
+			s.write(req, StatusRejected, s.opts.Store.Reject(s.ctx(), req.ID, err.Error(), time.Now()))
+			return false
 		}
 	}
 	forgot := false
 	for bump := 0; ; bump++ {
 		f := firepath.OffScheduleFire{Schedule: sched, Offered: seen, Deadline: s.opts.Deadline,
 			Started: func(l record.Lease) {
-				// Beside the action, not before it: the write never delays
-				// the start, and written after the end it matches nothing.
-				now := time.Now()
-				s.wg.Add(1) // run's own count keeps the group open
-				go func() {
+				// Beside the action, not before it: the write goes with the
+				// next batch and never delays the start; written after the
+				// end it matches nothing. The worker's count keeps the group
+				// open until it is added.
+				s.wg.Add(1)
+				s.opts.Store.StartedLater(req.ID, l, time.Now(), func(err error) {
 					defer s.wg.Done()
-					s.write(req, record.StatusRunning, s.opts.Store.Started(s.ctx(), req.ID, l, now))
-				}()
+					s.write(req, StatusRunning, err)
+				})
 			}}
 		if req.Backfill() {
 			f.RunID, f.Slot = record.RunID(req.JobID, req.Slot), req.Slot
@@ -350,31 +373,46 @@ func (s *Sink) run(req Request, seen time.Time) {
 			// A run-now request waits on the job's lock under a policy
 			// that buffers; a backfilled slot does not (backfill paces
 			// one slot per job at a time instead).
-			f.RunID, f.Slot, f.Buffer = RunIDOf(req.Key), RunSlot(req.Key, req.RequestedAt, bump), true
+			f.RunID, f.Buffer = RunIDOf(req.Key), true
+			f.Slot, bump = s.reserveSlot(req, bump)
 		}
 		res := s.opts.Runner.RunOffSchedule(f)
+		if !req.Backfill() {
+			// Every outcome but a refusal before the claim leaves a record
+			// at f.Slot: this run's, or another's (AlreadyFired).
+			s.releaseSlot(req.JobID, f.Slot, res.NotRun == "")
+		}
 		switch {
 		case res.Status == record.StatusBuffered:
 			// Whichever replica takes it from the lock's buffer writes
-			// the rest (jobs.RequestReporter: Store.BufferedStarted,
+			// the rest (firepath.RequestReporter: Store.BufferedStarted,
 			// BufferedEnded).
 			log.Info("trigger buffered", "run_id", f.RunID, "scheduled_at", f.Slot, "reason", res.Error)
 			s.write(req, res.Status, s.opts.Store.Buffered(s.ctx(), req.ID, f.RunID, res.Error, time.Now()))
-			return
+			return false
 		case res.Ran || res.Status == record.StatusSkipped:
 			log.Info("trigger ended", "run_id", f.RunID, "status", res.Status)
 			s.write(req, res.Status, s.opts.Store.Finish(s.ctx(), req.ID, f.RunID, res.Status, res.Error, time.Now()))
-			return
-		case res.NotRun == firepath.NotRunShuttingDown || res.NotRun == firepath.NotRunUnreachable:
+			return false
+		case res.NotRun == firepath.NotRunShuttingDown:
 			log.Warn("trigger not run; left pending for another replica or the next start", "reason", res.NotRun, "error", res.Error)
-			return
+			return false
+		case res.NotRun == firepath.NotRunUnreachable:
+			if s.retry(t) {
+				log.Warn("trigger waits: the database did not answer its claim", "error", res.Error, "retry", t.retries)
+				return true
+			}
+			log.Warn("trigger not run; left pending for another replica or the next start", "reason", res.NotRun, "error", res.Error)
+			return false
 		case res.NotRun == firepath.NotRunUnknownAction:
-			s.unknownAction(log, req, f.RunID, res.Error)
-			return
+			// Refused once a replica that has the action had its chance.
+			t.step, t.runID, t.why = stepUnknownAction, f.RunID, res.Error
+			s.later(t, unknownActionWait)
+			return true
 		case res.NotRun != "":
 			log.Warn("trigger not run", "reason", res.NotRun, "error", res.Error)
-			s.write(req, StatusNotRun, s.opts.Store.NotRun(s.ctx(), req.ID, res.NotRun+": "+res.Error, time.Now()))
-			return
+			s.notRun(req, f.RunID, res.NotRun+": "+res.Error)
+			return false
 		}
 		// Already fired: by another replica for this request, or (a
 		// backfill) before; or another record has the run's scheduled_at.
@@ -382,41 +420,40 @@ func (s *Sink) run(req Request, seen time.Time) {
 		rec, err := s.opts.Store.Record(ctx, f.RunID)
 		if err != nil {
 			log.Warn("trigger claimed elsewhere; could not read its record", "run_id", f.RunID, "error", err)
-			return
+			return false
 		}
 		if rec != nil {
-			if req.Backfill() {
-				// This request's run if the request says so; else the slot
-				// was decided before.
+			if req.Backfill() && !ranFor(*rec, req) {
+				// The slot was decided before the request.
 				s.write(req, rec.Status, s.opts.Store.FromRecord(ctx, req.ID, *rec, false, time.Now()))
 				s.write(req, StatusAlreadyRan, s.opts.Store.AlreadyRan(ctx, req.ID, *rec, time.Now()))
 			} else {
 				s.write(req, rec.Status, s.opts.Store.FromRecord(ctx, req.ID, *rec, true, time.Now()))
 			}
-			return // a run still running: its replica writes the outcome
+			return false // a run still running: its replica writes the outcome
 		}
 		if !req.Backfill() {
 			if bump < maxSlotBumps {
 				continue // another record of the same millisecond: the next one
 			}
-			s.write(req, StatusNotRun, s.opts.Store.NotRun(ctx, req.ID, "no free scheduled_at for the run's record", time.Now()))
-			return
+			s.notRun(req, f.RunID, "no free scheduled_at for the run's record")
+			return false
 		}
 		other, err := s.opts.Store.RecordAt(ctx, req.JobID, req.Slot)
 		switch {
 		case err != nil:
 			log.Warn("backfill: could not read the slot's record", "scheduled_at", req.Slot, "error", err)
-			return
+			return false
 		case other == nil:
 			if bump < maxSlotBumps {
 				continue // gone in between: try again
 			}
-			return
+			return false
 		case other.Status == record.StatusMissed && !forgot:
 			ok, err := s.opts.Store.ForgetMissed(ctx, *other)
 			if err != nil {
 				log.Warn("backfill: could not replace the slot's missed record", "scheduled_at", req.Slot, "error", err)
-				return
+				return false
 			}
 			if ok {
 				forgot = true
@@ -431,9 +468,36 @@ func (s *Sink) run(req Request, seen time.Time) {
 			}
 			log.Warn("backfill not run", "scheduled_at", req.Slot, "error", why)
 			s.write(req, StatusNotRun, s.opts.Store.NotRun(ctx, req.ID, why, time.Now()))
+			return false
+		}
+	}
+}
+
+// ranFor reports whether run record rec is the run of backfill request
+// req rather than an earlier decision of its slot: it started once the
+// request was asked for.
+func ranFor(rec record.RunDoc, req Request) bool {
+	return !rec.StartedAt.IsZero() && !rec.StartedAt.Before(req.RequestedAt)
+}
+
+// notRun marks req not run, with why, unless its run has a record by now
+// (another replica took it): then the record's outcome is the request's.
+// Another replica that runs it later still writes its outcome over
+// not_run.
+func (s *Sink) notRun(req Request, runID, why string) {
+	ctx := s.ctx()
+	if !req.Backfill() {
+		rec, err := s.opts.Store.Record(ctx, runID)
+		if err != nil {
+			s.log.Warn("trigger not run; could not read its record", "trigger_id", req.Key, "job_id", req.JobID, "run_id", runID, "error", err)
+			return
+		}
+		if rec != nil {
+			s.write(req, rec.Status, s.opts.Store.FromRecord(ctx, req.ID, *rec, true, time.Now()))
 			return
 		}
 	}
+	s.write(req, StatusNotRun, s.opts.Store.NotRun(ctx, req.ID, why, time.Now()))
 }
 
 // unknownActionWait is how long a replica whose config lacks the job's
@@ -444,23 +508,18 @@ const unknownActionWait = firepath.DefaultClaimGrace + time.Second
 // unknownAction refuses a request whose job's action this replica does not
 // have, unless another replica ran it meanwhile (a run's outcome, which
 // may also come after the refusal, wins over it).
-func (s *Sink) unknownAction(log *slog.Logger, req Request, runID, why string) {
-	t := time.NewTimer(unknownActionWait)
-	select {
-	case <-t.C:
-	case <-s.stop:
-		t.Stop()
-		return
-	}
-	rec, err := s.opts.Store.Record(s.ctx(), runID)
+func (s *Sink) unknownAction(t *task) {
+	req := t.req
+	log := s.log.With("trigger_id", req.Key, "job_id", req.JobID)
+	rec, err := s.opts.Store.Record(s.ctx(), t.runID)
 	switch {
 	case err != nil:
-		log.Warn("trigger not handled: could not read its record", "run_id", runID, "error", err)
+		log.Warn("trigger not handled: could not read its record", "run_id", t.runID, "error", err)
 	case rec != nil:
 		s.write(req, rec.Status, s.opts.Store.FromRecord(s.ctx(), req.ID, *rec, true, time.Now()))
 	default:
-		log.Warn("trigger refused", "reason", firepath.NotRunUnknownAction, "error", why)
-		s.write(req, StatusRejected, s.opts.Store.Reject(s.ctx(), req.ID, why, time.Now()))
+		log.Warn("trigger refused", "reason", firepath.NotRunUnknownAction, "error", t.why)
+		s.write(req, StatusRejected, s.opts.Store.Reject(s.ctx(), req.ID, t.why, time.Now()))
 	}
 }
 

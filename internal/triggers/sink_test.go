@@ -91,7 +91,7 @@ func (e *env) addReplica(t *testing.T, inst string, reg *actions.Registry, owner
 	r := firepath.NewRunner(firepath.RunnerOptions{Registry: reg, InstanceID: inst, Logger: log,
 		Store: runstore.New(locks, runs, runstore.Options{Instance: inst, Logger: log}), TTL: e.ttl,
 		Owns: func(string) bool { return owner }, Requests: store})
-	s := NewSink(Options{Runner: r, Store: store,
+	s := NewSink(Options{Runner: r, Store: store, Owns: func(string) bool { return owner },
 		Schedules: Schedules(e.db.Collection(schedule.CollectionName)), FirstSeen: history.FirstSeenLookup(e.db.Collection(history.CollectionName)),
 		Logger: log, BackfillInterval: 50 * time.Millisecond})
 	t.Cleanup(func() { r.Shutdown(10 * time.Second); s.Close() })

@@ -2,7 +2,7 @@
 // a job now (`db.triggers.insertOne({job_id: "daily_report"})`, `cronswap
 // run-now`) or to run again the cron slots of a range that did not run
 // (`cronswap backfill`). The daemons see each request through a change
-// stream (Sink), run it through the fire path (jobs.Runner.RunOffSchedule)
+// stream (Sink), run it through the fire path (firepath.Runner.RunOffSchedule)
 // exactly once across replicas, and write the outcome back on the request.
 // Requests are data, never code: a request names a job whose action is
 // defined in the config, and hands it args as JSON.
@@ -270,8 +270,10 @@ func RunIDOf(key string) string { return RunIDPrefix + key }
 // t (the time the daemon saw it when t is zero): t to the millisecond,
 // moved off a whole second (every cron slot is one) by an offset taken from
 // the request's key, so that no cron slot's record and few other requests
-// of the job share it; bump (0, 1, ...) moves it further, past a record
-// that had it.
+// of the job share it; bump (0, 1, ...) moves it further, past records
+// that had it, by a step of 1 to slotStepMax ms also taken from the key
+// (never onto a whole second), so that requests of the job asked for in
+// the same millisecond part at their first bump.
 func RunSlot(key string, t time.Time, bump int) time.Time {
 	t = t.UTC().Truncate(time.Millisecond)
 	if t.Nanosecond() == 0 {
@@ -279,14 +281,21 @@ func RunSlot(key string, t time.Time, bump int) time.Time {
 		_, _ = h.Write([]byte(key))
 		t = t.Add(time.Duration(1+h.Sum32()%999) * time.Millisecond)
 	}
+	h := fnv.New32()
+	_, _ = h.Write([]byte(key))
+	step := time.Duration(1+h.Sum32()%slotStepMax) * time.Millisecond
 	for range bump {
-		t = t.Add(time.Millisecond)
+		t = t.Add(step)
 		if t.Nanosecond() == 0 {
 			t = t.Add(time.Millisecond)
 		}
 	}
 	return t
 }
+
+// slotStepMax is the largest step, in milliseconds, by which RunSlot
+// moves a run-now request's scheduled_at past another record.
+const slotStepMax = 31
 
 // Indexes returns the indexes of CollectionName beyond _id: a TTL index on
 // expire_at, which a request gets with its final status (pending and

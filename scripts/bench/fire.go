@@ -56,6 +56,9 @@ type fireSettings struct {
 	compare string
 	// preset is the -preset name applied ("" none).
 	preset string
+	// overlap is the fire action's overlap policy ("" the daemon's
+	// default); the triggers benchmark sets it.
+	overlap string
 
 	// serverJVM are extra JVM options of the test server (-server-jvm-args),
 	// serverArgs extra arguments of its launcher (-server-args).

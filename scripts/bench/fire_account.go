@@ -7,12 +7,14 @@ import (
 	"time"
 )
 
-// arrival is one action request as the recording sink received it: the job
-// and slot from the JSON body the http action posts (jobs.Run), the replica
-// that sent it, and the sink's clock when the request reached its handler.
+// arrival is one action request as the recording sink received it: the job,
+// slot and run id from the JSON body the http action posts (jobs.Run), the
+// replica that sent it, and the sink's clock when the request reached its
+// handler.
 type arrival struct {
 	job      string
 	slot     time.Time
+	runID    string
 	instance string
 	at       time.Time
 }

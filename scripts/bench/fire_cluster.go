@@ -35,7 +35,8 @@ func startFireCluster(ctx context.Context, o fireSettings, serverURI, dbName, si
 		c.proxies = append(c.proxies, px)
 		id := fmt.Sprintf("bench-fire-%d", i+1)
 		c.instances = append(c.instances, id)
-		cfg := fireDaemonConfig{uri: px.URI(serverURI), database: dbName, instanceID: id, sinkURL: sinkURL, workers: o.workers, pprof: o.pprof}
+		cfg := fireDaemonConfig{uri: px.URI(serverURI), database: dbName, instanceID: id, sinkURL: sinkURL, workers: o.workers, pprof: o.pprof,
+			overlap: o.overlap}
 		logPath := filepath.Join(logDir, fmt.Sprintf("%s-%s.log", id, tag))
 		binary := replicaBinary(o.binary, i)
 		if binary != o.binary {

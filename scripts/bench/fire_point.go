@@ -357,6 +357,8 @@ type fireDaemonConfig struct {
 	workers                            int
 	// pprof serves the daemon's runtime profiles on its listener (-pprof).
 	pprof bool
+	// overlap is the fire action's overlap policy ("" the default).
+	overlap string
 }
 
 func (c fireDaemonConfig) yaml() string {
@@ -380,6 +382,9 @@ jobs:
     http:
       url: %q
 `, c.uri, c.database, c.instanceID, c.listen, pprof, fireAction, c.sinkURL)
+	if c.overlap != "" {
+		s += fmt.Sprintf("    overlap: %s\n", c.overlap)
+	}
 	if c.workers > 0 {
 		s += fmt.Sprintf("workers: %d\n", c.workers)
 	}

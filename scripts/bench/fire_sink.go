@@ -43,6 +43,7 @@ type sink struct {
 type fireBody struct {
 	JobID       string    `json:"job_id"`
 	ScheduledAt time.Time `json:"scheduled_at"`
+	RunID       string    `json:"run_id"`
 	InstanceID  string    `json:"instance_id"`
 }
 
@@ -88,7 +89,7 @@ func (s *sink) handle(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("bench sink: %v", err), http.StatusBadRequest)
 		return
 	}
-	s.arrivals = append(s.arrivals, arrival{job: b.JobID, slot: b.ScheduledAt, instance: b.InstanceID, at: at})
+	s.arrivals = append(s.arrivals, arrival{job: b.JobID, slot: b.ScheduledAt, runID: b.RunID, instance: b.InstanceID, at: at})
 	if s.perSlot != nil {
 		key := b.ScheduledAt.UnixNano()
 		if s.perSlot[key] == nil {

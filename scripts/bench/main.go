@@ -26,7 +26,9 @@
 // "bench fire [flags]" is the fire-path benchmark instead (fire.go,
 // scripts/bench-fire.sh): N jobs due in the same second, R replicas.
 // "bench server [flags]" compares builds of the test server side by side
-// (server.go).
+// (server.go). "bench triggers [flags]" floods the triggers collection with
+// run-now or backfill requests across replicas (triggers.go,
+// scripts/bench-triggers.sh).
 //
 // It is a module of its own (its plotting library stays out of the daemon's
 // go.mod) and runs from the repository root, where -out is relative to.
@@ -69,6 +71,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "server" {
 		os.Exit(serverMain(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "triggers" {
+		os.Exit(triggersMain(os.Args[2:]))
 	}
 	var (
 		o     settings
