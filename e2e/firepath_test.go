@@ -1,6 +1,6 @@
 package e2e
 
-// The fire path at scale (issue 12): bursts across replicas, a replica
+// The fire path at scale: bursts across replicas, a replica
 // killed just before a burst, a database outage, and dropped indexes. What
 // ran is known from the action itself — an http action posting to a
 // recording server on 127.0.0.1, or an exec action appending to a file —

@@ -1,6 +1,6 @@
 package e2e
 
-// A run never outlives its lease (issue 12): a holder SIGKILLed mid-run
+// A run never outlives its lease: a holder SIGKILLed mid-run
 // takes its exec child with it, and a holder frozen (SIGSTOP) past its
 // lease stops its child the moment it resumes; the records tell the truth
 // (abandoned, abandoned_at, and the real end — never one back-dated to the

@@ -7,7 +7,7 @@ import (
 	"github.com/robfig/cron/v3"
 )
 
-// DSTSchedule is a cron expression in a time zone whose UTC offset changes
+// dstSchedule is a cron expression in a time zone whose UTC offset changes
 // (daylight saving, or a zone moving across the date line), with the
 // DSTShift semantics: every wall time the expression names fires once, at
 // an instant that follows from the expression and the zone's rules alone,
@@ -34,15 +34,15 @@ import (
 //     occurrences, on real elapsed time.
 //
 // Next(t) is the least activation after t and Prev(t) the greatest at or
-// before t, both whole seconds; DSTSchedule therefore works with anything
+// before t, both whole seconds; dstSchedule therefore works with anything
 // that searches a schedule with Next. Each call looks only at the zone
 // period (the stretch of time with one UTC offset) that contains t and, near
 // a transition, its neighbours: in the middle of a period it costs about
 // what robfig's SpecSchedule.Next does.
 //
-// ParseExpr returns a *DSTSchedule for a cron expression in a zone with
+// ParseExpr returns a *dstSchedule for a cron expression in a zone with
 // transitions, unless asked for DSTPlain.
-type DSTSchedule struct {
+type dstSchedule struct {
 	loc *time.Location
 	// civil has the expression's fields in UTC: a clock that never jumps,
 	// on which the wall times of the expression are read off. A wall time
@@ -65,11 +65,11 @@ const maxJump = 26 * 3600
 // maxPeriods bounds how many zone periods one Next or Prev looks through.
 const maxPeriods = 200
 
-func newDSTSchedule(spec *cron.SpecSchedule) *DSTSchedule {
+func newDSTSchedule(spec *cron.SpecSchedule) *dstSchedule {
 	civil := *spec
 	civil.Location = time.UTC
 	single := func(b uint64) bool { return bits.OnesCount64(b&^starBit) == 1 }
-	return &DSTSchedule{
+	return &dstSchedule{
 		loc:   spec.Location,
 		civil: civil,
 		fixed: single(spec.Second) && single(spec.Minute) && single(spec.Hour),
@@ -77,11 +77,11 @@ func newDSTSchedule(spec *cron.SpecSchedule) *DSTSchedule {
 }
 
 // Location returns the time zone the expression is read in.
-func (d *DSTSchedule) Location() *time.Location { return d.loc }
+func (d *dstSchedule) Location() *time.Location { return d.loc }
 
 // FixedTime reports whether the expression names a single second, minute
 // and hour, so that a repeated wall time fires only once.
-func (d *DSTSchedule) FixedTime() bool { return d.fixed }
+func (d *dstSchedule) FixedTime() bool { return d.fixed }
 
 // period is a stretch of time with one UTC offset, [start, end) in Unix
 // seconds; the first period has no start, the last no end.
@@ -91,7 +91,7 @@ type period struct {
 	off              int64 // seconds east of UTC
 }
 
-func (d *DSTSchedule) periodAt(u int64) period {
+func (d *dstSchedule) periodAt(u int64) period {
 	t := time.Unix(u, 0).In(d.loc)
 	_, off := t.Zone()
 	p := period{off: int64(off)}
@@ -118,7 +118,7 @@ func (d *DSTSchedule) periodAt(u int64) period {
 
 // changeWithin returns the first instant in (a, b] whose offset is not off,
 // or b when the offset at b is off; the offset at a is off.
-func (d *DSTSchedule) changeWithin(a, b, off int64) int64 {
+func (d *dstSchedule) changeWithin(a, b, off int64) int64 {
 	if d.offsetAt(b) == off {
 		return b
 	}
@@ -132,14 +132,14 @@ func (d *DSTSchedule) changeWithin(a, b, off int64) int64 {
 	return b
 }
 
-func (d *DSTSchedule) offsetAt(u int64) int64 {
+func (d *dstSchedule) offsetAt(u int64) int64 {
 	_, off := time.Unix(u, 0).In(d.loc).Zone()
 	return int64(off)
 }
 
 // civilNext returns the first wall time of the expression after wall time
 // c; false when there is none within robfig's horizon of five years.
-func (d *DSTSchedule) civilNext(c int64) (int64, bool) {
+func (d *dstSchedule) civilNext(c int64) (int64, bool) {
 	n := d.civil.Next(time.Unix(c, 0).UTC())
 	if n.IsZero() {
 		return 0, false
@@ -149,7 +149,7 @@ func (d *DSTSchedule) civilNext(c int64) (int64, bool) {
 
 // civilPrev returns the last wall time of the expression at or before wall
 // time c; false when there is none within five years.
-func (d *DSTSchedule) civilPrev(c int64) (int64, bool) {
+func (d *dstSchedule) civilPrev(c int64) (int64, bool) {
 	s := &d.civil
 	t := time.Unix(c, 0).UTC()
 	limit := t.Year() - 5
@@ -212,7 +212,7 @@ func dayMatches(s *cron.SpecSchedule, t time.Time) bool {
 
 // Next returns the first activation after t, in t's location, or the zero
 // time when there is none within five years.
-func (d *DSTSchedule) Next(t time.Time) time.Time {
+func (d *dstSchedule) Next(t time.Time) time.Time {
 	u := t.Unix()
 	p := d.periodAt(u)
 	c := u + p.off // the wall time of t, to the second
@@ -251,7 +251,7 @@ func (d *DSTSchedule) Next(t time.Time) time.Time {
 
 // Prev returns the last activation at or before t, in t's location, or the
 // zero time when there is none within five years.
-func (d *DSTSchedule) Prev(t time.Time) time.Time {
+func (d *dstSchedule) Prev(t time.Time) time.Time {
 	u := t.Unix()
 	p := d.periodAt(u)
 	c := u + p.off
@@ -284,7 +284,7 @@ func (d *DSTSchedule) Prev(t time.Time) time.Time {
 // gapHasSlot reports whether the expression names a wall time the clocks
 // skip at the start of p, coming from offset prevOff < p.off: one of
 // [p.start+prevOff, p.start+p.off).
-func (d *DSTSchedule) gapHasSlot(p period, prevOff int64) bool {
+func (d *dstSchedule) gapHasSlot(p period, prevOff int64) bool {
 	g, ok := d.civilNext(p.start + prevOff - 1)
 	return ok && g < p.start+p.off
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // BenchmarkNext compares robfig's SpecSchedule.Next (plain) with
-// DSTSchedule.Next (shift) for a daily and an every-minute expression, in
+// dstSchedule.Next (shift) for a daily and an every-minute expression, in
 // UTC (where ParseExpr keeps robfig's schedule) and in America/New_York,
 // from an instant in the middle of a zone period and from one inside the
 // repeated hour of a transition.

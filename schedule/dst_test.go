@@ -179,14 +179,14 @@ func TestDSTShift(t *testing.T) {
 	for _, c := range dstCases {
 		t.Run(c.name, func(t *testing.T) {
 			sched := parseIn(t, c.expr, c.zone, ParseOptions{})
-			if _, ok := sched.(*DSTSchedule); !ok {
-				t.Fatalf("%q in %s parsed to %T, want *DSTSchedule", c.expr, c.zone, sched)
+			if _, ok := sched.(*dstSchedule); !ok {
+				t.Fatalf("%q in %s parsed to %T, want *dstSchedule", c.expr, c.zone, sched)
 			}
 			var want []time.Time
 			for _, w := range c.want {
 				want = append(want, rfc(t, w))
 			}
-			loc := sched.(*DSTSchedule).Location()
+			loc := sched.(*dstSchedule).Location()
 			if got := nextN(sched, rfc(t, c.from), len(want)); !same(got, want) {
 				t.Fatalf("%q in %s from %s:\ngot%s\nwant%s", c.expr, c.zone, c.from, show(got, loc), show(want, loc))
 			}
@@ -218,7 +218,7 @@ func TestDSTDeterministic(t *testing.T) {
 	for _, tr := range transitions {
 		at := rfc(t, tr.at)
 		for _, expr := range exprs {
-			sched := parseIn(t, expr, tr.zone, ParseOptions{}).(*DSTSchedule)
+			sched := parseIn(t, expr, tr.zone, ParseOptions{}).(*dstSchedule)
 			// The reference: every activation from two days before
 			// to two days after.
 			lo, hi := at.Add(-48*time.Hour), at.Add(48*time.Hour)
@@ -328,14 +328,14 @@ func TestDSTWhichType(t *testing.T) {
 		opts       ParseOptions
 		want       string
 	}{
-		{"0 9 * * *", "America/New_York", ParseOptions{}, "*schedule.DSTSchedule"},
-		{"@daily", "Europe/Berlin", ParseOptions{DST: DSTShift}, "*schedule.DSTSchedule"},
-		{"CRON_TZ=Europe/Berlin 0 9 * * *", "UTC", ParseOptions{}, "*schedule.DSTSchedule"},
+		{"0 9 * * *", "America/New_York", ParseOptions{}, "*schedule.dstSchedule"},
+		{"@daily", "Europe/Berlin", ParseOptions{DST: DSTShift}, "*schedule.dstSchedule"},
+		{"CRON_TZ=Europe/Berlin 0 9 * * *", "UTC", ParseOptions{}, "*schedule.dstSchedule"},
 		{"0 9 * * *", "UTC", ParseOptions{}, "*cron.SpecSchedule"},
 		{"0 9 * * *", "Etc/GMT+5", ParseOptions{}, "*cron.SpecSchedule"},
 		{"CRON_TZ=UTC 0 9 * * *", "Europe/Berlin", ParseOptions{}, "*cron.SpecSchedule"},
 		{"0 9 * * *", "America/New_York", ParseOptions{DST: DSTPlain}, "*cron.SpecSchedule"},
-		{"@every 1h", "America/New_York", ParseOptions{}, "schedule.Every"},
+		{"@every 1h", "America/New_York", ParseOptions{}, "schedule.everySchedule"},
 	}
 	for _, c := range cases {
 		if got := fmt.Sprintf("%T", parseIn(t, c.expr, c.zone, c.opts)); got != c.want {
@@ -355,7 +355,7 @@ func TestDSTQuietPeriods(t *testing.T) {
 		for _, expr := range exprs {
 			sched := parseIn(t, expr, zone, ParseOptions{})
 			robfig := parseIn(t, expr, zone, ParseOptions{DST: DSTPlain})
-			d, ok := sched.(*DSTSchedule)
+			d, ok := sched.(*dstSchedule)
 			if !ok {
 				t.Fatalf("%q in %s: %T", expr, zone, sched)
 			}

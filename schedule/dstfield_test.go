@@ -44,7 +44,7 @@ func TestDecodeDSTField(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, isSpec := sched.(*cron.SpecSchedule)
-			_, isDST := sched.(*DSTSchedule)
+			_, isDST := sched.(*dstSchedule)
 			if isSpec != (c.want == DSTPlain) || isDST != (c.want == "") {
 				t.Fatalf("Parse gave %T for dst %q", sched, c.want)
 			}

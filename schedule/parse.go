@@ -18,7 +18,7 @@ type DSTMode string
 const (
 	// DSTShift, the default, makes every wall time of the expression
 	// count once, the same on every replica and however the computation
-	// starts (see DSTSchedule):
+	// starts (see dstSchedule):
 	//   - a wall time the clocks skip fires at the first instant after the
 	//     jump (02:30 on a day that goes from 02:00 to 03:00 fires at
 	//     03:00), once however many skipped wall times fall there, and not
@@ -66,7 +66,7 @@ type ParseOptions struct {
 //
 // "@every" compiles to Every, on a grid that ignores time zones. Any other
 // expression in a zone whose UTC offset ever changes compiles, under
-// DSTShift, to a *DSTSchedule; in a zone without changes, or under
+// DSTShift, to a *dstSchedule; in a zone without changes, or under
 // DSTPlain, to robfig's *cron.SpecSchedule.
 func ParseExprWith(expr string, loc *time.Location, opts ParseOptions) (sched cron.Schedule, err error) {
 	mode, err := ParseDSTMode(string(opts.DST))
@@ -100,7 +100,7 @@ func ParseExprWith(expr string, loc *time.Location, opts ParseOptions) (sched cr
 		if err != nil {
 			return nil, err
 		}
-		return Every{Period: d}, nil
+		return everySchedule{period: d}, nil
 	}
 	defer func() {
 		if r := recover(); r != nil {

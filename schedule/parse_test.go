@@ -107,7 +107,7 @@ func TestEveryAccepted(t *testing.T) {
 			t.Errorf("%q: %v", c.expr, err)
 			continue
 		}
-		if ev, ok := sched.(Every); !ok || ev.Period != c.want {
+		if ev, ok := sched.(everySchedule); !ok || ev.period != c.want {
 			t.Errorf("%q parsed to %#v, want Every{%s}", c.expr, sched, c.want)
 		}
 	}

@@ -138,6 +138,8 @@ type Error struct {
 	Reason string
 }
 
+// Error renders the refusal as `schedule "<id>": field <field>: <reason>`,
+// leaving out the parts that are empty.
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("schedule")
@@ -443,38 +445,38 @@ func ParseExpr(expr string, loc *time.Location) (cron.Schedule, error) {
 	return ParseExprWith(expr, loc, ParseOptions{})
 }
 
-// Every is the schedule of an "@every <duration>" expression. robfig's
+// everySchedule is the schedule of an "@every <duration>" expression. robfig's
 // ConstantDelaySchedule counts from whenever it is asked (now + delay), so two
 // replicas, or one daemon before and after a restart, would disagree on the
-// activation times. Every instead fires on a fixed grid: the multiples of
-// Period since the Unix epoch (1970-01-01T00:00:00Z), whatever the time zone.
+// activation times. everySchedule instead fires on a fixed grid: the
+// multiples of period since the Unix epoch (1970-01-01T00:00:00Z), whatever the time zone.
 // "@every 1h" fires on the hour, "@every 30s" at :00 and :30 of each minute,
 // "@every 7s" at the Unix times divisible by 7. So the scheduled time of a
 // fire follows from the expression alone: every replica, started whenever,
 // computes the same activations. ParseExpr accepts periods from MinEvery to
 // MaxEvery in whole seconds.
-type Every struct {
-	// Period is the distance between activations, a whole number of
+type everySchedule struct {
+	// period is the distance between activations, a whole number of
 	// seconds; a value built by hand below one second counts as one
 	// second, and fractions of a second are dropped.
-	Period time.Duration
+	period time.Duration
 }
 
-func (s Every) seconds() int64 {
-	if p := int64(s.Period / time.Second); p > 0 {
+func (s everySchedule) seconds() int64 {
+	if p := int64(s.period / time.Second); p > 0 {
 		return p
 	}
 	return 1
 }
 
 // Next returns the first grid point strictly after t, in t's location.
-func (s Every) Next(t time.Time) time.Time {
+func (s everySchedule) Next(t time.Time) time.Time {
 	p := s.seconds()
 	return time.Unix((floorDiv(t.Unix(), p)+1)*p, 0).In(t.Location())
 }
 
 // Prev returns the last grid point at or before t, in t's location.
-func (s Every) Prev(t time.Time) time.Time {
+func (s everySchedule) Prev(t time.Time) time.Time {
 	p := s.seconds()
 	return time.Unix(floorDiv(t.Unix(), p)*p, 0).In(t.Location())
 }

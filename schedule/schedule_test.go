@@ -264,8 +264,8 @@ func TestEvery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev, ok := sched.(Every)
-	if !ok || ev.Period != 30*time.Second {
+	ev, ok := sched.(everySchedule)
+	if !ok || ev.period != 30*time.Second {
 		t.Fatalf("@every 30s parsed to %#v", sched)
 	}
 	// Two replicas asking at different instants get the same activation.
@@ -286,10 +286,10 @@ func TestEvery(t *testing.T) {
 		t.Fatal("@every 10ms accepted")
 	}
 	from := time.Date(2024, 5, 10, 12, 0, 1, 500, time.UTC)
-	if got := (Every{Period: 10 * time.Millisecond}).Next(from); !got.Equal(time.Date(2024, 5, 10, 12, 0, 2, 0, time.UTC)) {
+	if got := (everySchedule{period: 10 * time.Millisecond}).Next(from); !got.Equal(time.Date(2024, 5, 10, 12, 0, 2, 0, time.UTC)) {
 		t.Fatalf("Every{10ms}.Next = %s", got)
 	}
-	if (Every{}).Next(from).Sub(from) > time.Second {
+	if (everySchedule{}).Next(from).Sub(from) > time.Second {
 		t.Fatal("zero Every is not a one-second grid")
 	}
 }

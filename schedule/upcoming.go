@@ -44,7 +44,7 @@ func (w WallTime) MarshalText() ([]byte, error) {
 }
 
 // Fire is one upcoming activation of a schedule, with what daylight saving
-// did to it. Only a *DSTSchedule carries more than At; for every other
+// did to it. Only a *dstSchedule carries more than At; for every other
 // schedule the other fields are zero.
 type Fire struct {
 	// At is the instant of the fire, in the location of Upcoming's from.
@@ -78,7 +78,7 @@ type Fire struct {
 // as Fire values (for `cronswap next`). It stops early when sched fires no
 // more.
 func Upcoming(sched cron.Schedule, from time.Time, n int) []Fire {
-	d, _ := sched.(*DSTSchedule)
+	d, _ := sched.(*dstSchedule)
 	out := make([]Fire, 0, max(n, 0))
 	for t := from; len(out) < n; {
 		if t = sched.Next(t); t.IsZero() {
@@ -94,7 +94,7 @@ func Upcoming(sched cron.Schedule, from time.Time, n int) []Fire {
 }
 
 // annotate fills in what the transitions around f.At did to it.
-func (d *DSTSchedule) annotate(f *Fire) {
+func (d *dstSchedule) annotate(f *Fire) {
 	u := f.At.Unix()
 	p := d.periodAt(u)
 	w := u + p.off

@@ -78,12 +78,12 @@ func TestUpcoming(t *testing.T) {
 			}
 		})
 	}
-	// Not a DSTSchedule: bare instants.
-	got := Upcoming(Every{Period: time.Hour}, rfc(t, "2027-11-07T05:30:00Z"), 2)
+	// Not a dstSchedule: bare instants.
+	got := Upcoming(everySchedule{period: time.Hour}, rfc(t, "2027-11-07T05:30:00Z"), 2)
 	if len(got) != 2 || !got[0].At.Equal(rfc(t, "2027-11-07T06:00:00Z")) || got[0].Note != "" {
 		t.Fatalf("Upcoming(@every 1h) = %+v", got)
 	}
-	if got := Upcoming(Every{Period: time.Hour}, time.Now(), 0); len(got) != 0 {
+	if got := Upcoming(everySchedule{period: time.Hour}, time.Now(), 0); len(got) != 0 {
 		t.Fatalf("n = 0 gave %+v", got)
 	}
 	js, err := json.Marshal(struct{ A, B WallTime }{A: WallTime{2027, 3, 14, 2, 30, 0}})

@@ -95,8 +95,8 @@
 // Status.NextRun names the next slot not yet dispatched and Status.Delay the
 // delay. The bound is part of the job's timing: changing it re-arms the job.
 //
-// "@every" expressions are compiled by the schedule package into
-// schedule.Every, whose activations lie on a grid of multiples of the period
+// "@every" expressions are compiled by the schedule package into a
+// schedule whose activations lie on a grid of multiples of the period
 // since the Unix epoch (robfig's own ConstantDelaySchedule counts from
 // whenever it is asked, which no two replicas would agree on). For those the
 // slot is simply now truncated to the grid.

@@ -385,6 +385,7 @@ type PolicyError struct {
 	Err error
 }
 
+// Error returns the policy's own message.
 func (e *PolicyError) Error() string { return e.Err.Error() }
 
 // Unwrap returns the policy's refusal.

@@ -78,6 +78,14 @@ for pkg in ./jobs ./internal/actions ./internal/record ./internal/runstore ./int
 		violation "package $pkg depends on internal/config (see: go list -deps $pkg); the fire path must not import the config loader"
 	fi
 done
+# The public API stays small and documented: exported names per public
+# package within budget, every exported name and package with a doc comment.
+# The counts go to stderr with the rest of the log; the violations are kept.
+api_problems="$(mktemp)"
+if ! go run ./internal/tools/apicheck >&2 2>"$api_problems"; then
+	violation "the public API is over budget or undocumented (go run ./internal/tools/apicheck):" "$(cat "$api_problems")"
+fi
+rm -f "$api_problems"
 # No compiled binaries: *.test files, or ELF, Mach-O or PE executables.
 binaries=""
 while IFS= read -r -d '' f; do
@@ -97,6 +105,10 @@ fi
 # Nothing refers to files outside the repository.
 if outside="$(git grep -nE '\.\./shared' -- . || true)" && [[ -n "$outside" ]]; then
 	violation "tracked files refer to a shared directory beside the repository, which no clone has:" "$outside"
+fi
+# Code and docs say what they do, not which issue asked for it.
+if cited="$(git grep -n -i -E '\bissue [0-9]+\b|#[0-9]{2}\b' -- '*.go' '*.md' || true)" && [[ -n "$cited" ]]; then
+	violation "Go files or docs cite issue numbers (say what, not which issue):" "$cited"
 fi
 if [[ $failed -ne 0 ]]; then
 	exit 1

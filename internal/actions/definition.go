@@ -132,31 +132,45 @@ func (d Definition) Action() (Action, error) {
 	if err != nil {
 		return Action{}, err
 	}
-	switch {
-	case d.Timeout < 0:
-		return Action{}, fmt.Errorf("timeout %s: must not be negative", d.Timeout)
-	case d.Catchup != nil && *d.Catchup < 0:
-		return Action{}, fmt.Errorf("catchup %s: must be 0 (off) or positive", *d.Catchup)
-	case d.Jitter < 0:
-		return Action{}, fmt.Errorf("jitter %s: must not be negative", d.Jitter)
-	case d.StartingDeadline < 0:
-		return Action{}, fmt.Errorf("starting_deadline %s: must be positive (or 0 for the default)", d.StartingDeadline)
+	var retry jobs.RetryPolicy
+	if d.Retry != nil {
+		retry = *d.Retry
 	}
-	overlap, err := jobs.ParseOverlap(string(d.Overlap))
+	policy, err := CheckPolicy(jobs.Policy{Timeout: d.Timeout, Overlap: d.Overlap, Jitter: d.Jitter, StartingDeadline: d.StartingDeadline,
+		Catchup: d.Catchup, Retry: retry, PauseAfterFailures: d.PauseAfterFailures})
 	if err != nil {
 		return Action{}, err
 	}
-	var retry jobs.RetryPolicy
-	if d.Retry != nil {
-		if err := d.Retry.Validate(); err != nil {
-			return Action{}, err
-		}
-		retry = *d.Retry
+	return Action{Handler: action, Policy: policy}, nil
+}
+
+// CheckPolicy checks a run policy — a configured action's, or a Go
+// handler's (daemon.Service.Handle) — and returns it with its overlap
+// policy resolved (empty: the default; forbid: skip). Its error names the
+// setting as the config file does, without naming the job.
+func CheckPolicy(p jobs.Policy) (jobs.Policy, error) {
+	switch {
+	case p.Timeout < 0:
+		return p, fmt.Errorf("timeout %s: must not be negative", p.Timeout)
+	case p.Catchup != nil && *p.Catchup < 0:
+		return p, fmt.Errorf("catchup %s: must be 0 (off) or positive", *p.Catchup)
+	case p.Jitter < 0:
+		return p, fmt.Errorf("jitter %s: must not be negative", p.Jitter)
+	case p.StartingDeadline < 0:
+		return p, fmt.Errorf("starting_deadline %s: must be positive (or 0 for the default)", p.StartingDeadline)
 	}
-	if d.PauseAfterFailures < 0 {
-		return Action{}, fmt.Errorf("pause_after_failures %d: must be 0 (never) or positive", d.PauseAfterFailures)
+	overlap, err := jobs.ParseOverlap(string(p.Overlap))
+	if err != nil {
+		return p, err
 	}
-	return Action{Handler: action, Policy: jobs.Policy{Timeout: d.Timeout, Overlap: overlap, Jitter: d.Jitter, StartingDeadline: d.StartingDeadline, Catchup: d.Catchup, Retry: retry, PauseAfterFailures: d.PauseAfterFailures}}, nil
+	p.Overlap = overlap
+	if err := p.Retry.Validate(); err != nil {
+		return p, err
+	}
+	if p.PauseAfterFailures < 0 {
+		return p, fmt.Errorf("pause_after_failures %d: must be 0 (never) or positive", p.PauseAfterFailures)
+	}
+	return p, nil
 }
 
 // Validate reports what is wrong with d (nil when it defines an action),

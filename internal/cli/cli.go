@@ -21,7 +21,6 @@ import (
 
 	"github.com/cronswap/cronswap/internal/buildinfo"
 	"github.com/cronswap/cronswap/internal/config"
-	"github.com/cronswap/cronswap/internal/daemon"
 	"github.com/cronswap/cronswap/internal/logging"
 	"github.com/cronswap/cronswap/schedule"
 )
@@ -175,7 +174,7 @@ func runCommand() *ucli.Command {
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
-			if err := daemon.Run(ctx, cfg, log); err != nil {
+			if err := runDaemon(ctx, cfg, log); err != nil {
 				return ucli.Exit(err.Error(), ExitUserError)
 			}
 			return nil

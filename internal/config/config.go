@@ -240,7 +240,7 @@ func Default() Config {
 		Mongo:    Mongo{URI: DefaultMongoURI, Database: "cronswap"},
 		Timezone: "UTC",
 		HTTP:     HTTP{Listen: "127.0.0.1:9090"},
-		Shutdown: Shutdown{Grace: 30 * time.Second},
+		Shutdown: Shutdown{Grace: firepath.DefaultShutdownGrace},
 		Location: time.UTC,
 	}
 }

@@ -15,9 +15,9 @@ import (
 )
 
 // Under a backlog, what waits on the fire path is bounded by entries, not
-// by goroutines or by the rate at which fires arrive (issue 12: RSS grew
-// to gigabytes with 100,000 schedules and a database that could not keep
-// up).
+// by goroutines or by the rate at which fires arrive (when it was not, RSS
+// grew to gigabytes with 100,000 schedules and a database that could not
+// keep up).
 
 // A submitted fire waiting for its claim batch holds no goroutine: with
 // the claims stalled, thousands of fires wait as queue entries, and they

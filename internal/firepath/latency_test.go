@@ -13,7 +13,7 @@ import (
 	"github.com/cronswap/cronswap/jobs"
 )
 
-// The claim-latency estimate (issue 12): claim budgets and the
+// The claim-latency estimate: claim budgets and the
 // non-owner's grace follow what the database's claim batches take.
 
 // The estimate is the 90th percentile of the recent batches; none before

@@ -80,6 +80,10 @@ const (
 	// gets 1 s, an hourly or daily one 5 minutes — room for a database
 	// failover or a short outage, not for a run hours late.
 	MaxDefaultStartingDeadline = 5 * time.Minute
+	// DefaultShutdownGrace is how long a shutdown lets running actions
+	// finish before it cancels them (Runner.Shutdown's grace) when none is
+	// set: config shutdown.grace, daemon.Options.ShutdownGrace.
+	DefaultShutdownGrace = 30 * time.Second
 	// DefaultClaimRetry is the first wait before a claim that could not
 	// reach the database is tried again (the daemon's setting of
 	// RunnerOptions.ClaimRetry).

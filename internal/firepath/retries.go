@@ -78,8 +78,12 @@ func (t *retrier) loop() {
 }
 
 // pollDue takes the retries due longer ago than the claim grace: those
-// whose writer did not take them itself.
+// whose writer did not take them itself. It reads nothing while no
+// registered action retries.
 func (t *retrier) pollDue() {
+	if !t.r.opts.Registry.AnyRetries() {
+		return
+	}
 	ctx, cancel := t.r.opCtx()
 	defer cancel()
 	docs, err := t.store.DueRetries(ctx, t.r.clock.Now().Add(-t.r.opts.ClaimGrace), dueRetriesLimit)

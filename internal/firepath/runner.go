@@ -63,8 +63,7 @@ type Runner struct {
 	// flusher tries again at once instead of waiting out its backoff.
 	dbAnswered atomic.Bool
 
-	// retries runs further attempts of failed runs (nil: no action
-	// retries, or no store).
+	// retries runs further attempts of failed runs (nil: no store).
 	retries *retrier
 	// stalls tells when this process stalled (stallWatch).
 	stalls stalls
@@ -111,7 +110,10 @@ func NewRunner(opts RunnerOptions) *Runner {
 		r.ends = newBatcher(endBatchMax, endBatchesAtOnce, r.endBatch)
 		r.leases = newLeaseKeeper(r)
 	}
-	if opts.Store != nil && opts.Registry != nil && opts.Registry.AnyRetries() {
+	// The retrier exists whatever is registered yet (a Go program registers
+	// its handlers after the runner is built); it polls only while some
+	// registered action retries.
+	if opts.Store != nil && opts.Registry != nil {
 		if opts.RetryPoll <= 0 {
 			opts.RetryPoll = sweepInterval(opts.TTL)
 		}

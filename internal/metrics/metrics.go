@@ -8,6 +8,7 @@
 package metrics
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 
@@ -29,7 +30,10 @@ const (
 
 // Metrics holds every cronswap metric. Create it with New.
 type Metrics struct {
-	reg *prometheus.Registry
+	// reg holds the metrics; gather serves them at Handler (nil: not
+	// served here).
+	reg    prometheus.Registerer
+	gather prometheus.Gatherer
 
 	// ChangeEvents counts change events applied, by operation.
 	ChangeEvents *prometheus.CounterVec
@@ -95,14 +99,31 @@ type Sources struct {
 }
 
 // New creates the metrics on a fresh registry that also carries the Go
-// runtime and process collectors. The gauges read from the parts they
-// describe are added by RegisterGauges once those parts exist.
+// runtime and process collectors, and serves that registry at Handler: the
+// cronswap binary's /metrics. The gauges read from the parts they describe
+// are added by RegisterGauges once those parts exist.
 func New() *Metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	f := factory{reg}
+	m, err := NewOn(reg, reg)
+	if err != nil {
+		panic(err) // a fresh registry holds no cronswap metric yet
+	}
+	return m
+}
+
+// NewOn creates the metrics on reg, a registerer the caller owns (a
+// service embedding cronswap), without the Go runtime and process
+// collectors, which are reg's owner's to add. Handler serves gather (nil:
+// Handler is nil, and the owner serves reg itself). It fails when reg
+// already holds a cronswap metric, such as another instance's in the same
+// process: give each its own registerer, or wrap one with
+// prometheus.WrapRegistererWith and a label telling them apart.
+func NewOn(reg prometheus.Registerer, gather prometheus.Gatherer) (*Metrics, error) {
+	f := &factory{reg: reg}
 	m := &Metrics{
-		reg: reg,
+		reg:    reg,
+		gather: gather,
 		ChangeEvents: f.counterVec(prometheus.CounterOpts{Name: "change_events_total",
 			Help: "Change events applied, by operation."}, "operation"),
 		Reloads: f.counterVec(prometheus.CounterOpts{Name: "reloads_total",
@@ -146,19 +167,23 @@ func New() *Metrics {
 		Triggers: f.counterVec(prometheus.CounterOpts{Name: "triggers_total",
 			Help: "Outcomes this replica wrote on run-now and backfill requests, by outcome (buffered, succeeded, failed, abandoned, skipped, missed, rejected, not_run, already_ran)."}, "outcome"),
 	}
-	return m
+	if f.err != nil {
+		return nil, fmt.Errorf("register the cronswap metrics: %w", f.err)
+	}
+	return m, nil
 }
 
 // RegisterGauges adds the gauges read from src at scrape time. Call it once,
-// after the parts src reads from were created.
-func (m *Metrics) RegisterGauges(src Sources) {
-	reg := m.reg
+// after the parts src reads from were created. It fails when the registerer
+// already holds one of them (see NewOn).
+func (m *Metrics) RegisterGauges(src Sources) error {
+	f := &factory{reg: m.reg}
 	if src.Armed != nil {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "schedules_armed",
+		f.register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "schedules_armed",
 			Help: "Jobs with an armed timer."}, func() float64 { return float64(src.Armed()) }))
 	}
 	if src.TokenSavedAt != nil {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "resume_token_age_seconds",
+		f.register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "resume_token_age_seconds",
 			Help: "Seconds since the resume token was last saved (0 before the first save)."}, func() float64 {
 			t := src.TokenSavedAt()
 			if t.IsZero() {
@@ -168,19 +193,27 @@ func (m *Metrics) RegisterGauges(src Sources) {
 		}))
 	}
 	if src.ClaimLatency != nil {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "claim_latency_estimate_seconds",
+		f.register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "claim_latency_estimate_seconds",
 			Help: "The claim-latency estimate: 90th percentile of the recent claim batches' durations (0 while there is none)."},
 			func() float64 { return src.ClaimLatency().Seconds() }))
 	}
+	if f.err != nil {
+		return fmt.Errorf("register the cronswap gauges: %w", f.err)
+	}
+	return nil
 }
 
-// Registry returns the registry the metrics live on, to register more
-// collectors or to gather in tests.
-func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+// Gatherer returns what Handler serves (nil when it serves nothing), to
+// gather the metrics in tests.
+func (m *Metrics) Gatherer() prometheus.Gatherer { return m.gather }
 
-// Handler serves the metrics in the Prometheus text format.
+// Handler serves the metrics in the Prometheus text format; nil when the
+// metrics were created on a registerer without a gatherer (NewOn).
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+	if m.gather == nil {
+		return nil
+	}
+	return promhttp.HandlerFor(m.gather, promhttp.HandlerOpts{Registry: m.reg})
 }
 
 // ObserveEditToArmed records the time from a write to its timer being armed.
@@ -276,26 +309,37 @@ func (m *Metrics) CountFireNotRun(reason string) {
 	m.FiresNotRun.WithLabelValues(reason).Inc()
 }
 
-type factory struct{ reg prometheus.Registerer }
+// factory creates metrics in the cronswap namespace and registers them,
+// keeping the first registration error.
+type factory struct {
+	reg prometheus.Registerer
+	err error
+}
 
-func (f factory) counter(o prometheus.CounterOpts) prometheus.Counter {
+func (f *factory) register(c prometheus.Collector) {
+	if err := f.reg.Register(c); err != nil && f.err == nil {
+		f.err = err
+	}
+}
+
+func (f *factory) counter(o prometheus.CounterOpts) prometheus.Counter {
 	o.Namespace = Namespace
 	c := prometheus.NewCounter(o)
-	f.reg.MustRegister(c)
+	f.register(c)
 	return c
 }
 
-func (f factory) counterVec(o prometheus.CounterOpts, labels ...string) *prometheus.CounterVec {
+func (f *factory) counterVec(o prometheus.CounterOpts, labels ...string) *prometheus.CounterVec {
 	o.Namespace = Namespace
 	c := prometheus.NewCounterVec(o, labels)
-	f.reg.MustRegister(c)
+	f.register(c)
 	return c
 }
 
-func (f factory) histogram(o prometheus.HistogramOpts) prometheus.Histogram {
+func (f *factory) histogram(o prometheus.HistogramOpts) prometheus.Histogram {
 	o.Namespace = Namespace
 	h := prometheus.NewHistogram(o)
-	f.reg.MustRegister(h)
+	f.register(h)
 	return h
 }
 

@@ -1,9 +1,13 @@
 package metrics
 
 import (
+	"errors"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func scrape(t *testing.T, m *Metrics) map[string]float64 {
@@ -20,8 +24,10 @@ func scrape(t *testing.T, m *Metrics) map[string]float64 {
 func TestMetricsMoveAndParse(t *testing.T) {
 	saved := time.Now().Add(-3 * time.Second)
 	m := New()
-	m.RegisterGauges(Sources{Armed: func() int { return 7 }, TokenSavedAt: func() time.Time { return saved },
-		ClaimLatency: func() time.Duration { return 1500 * time.Millisecond }})
+	if err := m.RegisterGauges(Sources{Armed: func() int { return 7 }, TokenSavedAt: func() time.Time { return saved },
+		ClaimLatency: func() time.Duration { return 1500 * time.Millisecond }}); err != nil {
+		t.Fatal(err)
+	}
 	m.CountChangeEvent("update")
 	m.CountReload(ReloadApplied)
 	m.CountReload(ReloadRejected)
@@ -100,7 +106,7 @@ func TestClaimBatchBuckets(t *testing.T) {
 	m.ObserveClaimBatch(1, time.Millisecond)
 	m.ObserveClaimBatch(700, 40*time.Millisecond)
 	m.ObserveClaimBatch(100000, 3*time.Second)
-	families, err := m.Registry().Gather()
+	families, err := m.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,4 +133,71 @@ func TestClaimBatchBuckets(t *testing.T) {
 			t.Errorf("claim_batch_seconds bucket le=%g: %d, want %d", le, got, want)
 		}
 	}
+}
+
+// NewOn puts the metrics on the caller's registerer, without the runtime
+// collectors New adds; Handler serves the caller's gatherer, or is nil
+// without one; a second instance on the same registerer is refused with an
+// error (not a panic), and a wrapped registerer tells two apart.
+func TestNewOnRegistersOnTheCallersRegisterer(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewOn(reg, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RegisterGauges(Sources{Armed: func() int { return 3 }}); err != nil {
+		t.Fatal(err)
+	}
+	m.CountRun("report", "succeeded")
+	got := scrape(t, m)
+	if got["cronswap_runs_total,job_id=report,status=succeeded"] != 1 || got["cronswap_schedules_armed"] != 3 {
+		t.Errorf("cronswap metrics not served from the caller's registry: %v", got)
+	}
+	for key := range got {
+		if strings.HasPrefix(key, "go_") || strings.HasPrefix(key, "process_") {
+			t.Errorf("NewOn added a runtime collector to the caller's registry: %s", key)
+		}
+	}
+
+	_, err = NewOn(reg, reg)
+	var already prometheus.AlreadyRegisteredError
+	if !errors.As(err, &already) {
+		t.Errorf("a second instance on the same registerer: err = %v, want AlreadyRegisteredError", err)
+	}
+	if err := m.RegisterGauges(Sources{Armed: func() int { return 3 }}); !errors.As(err, &already) {
+		t.Errorf("gauges registered twice: err = %v, want AlreadyRegisteredError", err)
+	}
+	shared := prometheus.NewRegistry()
+	for _, id := range []string{"web-1", "web-2"} {
+		w, err := NewOn(prometheus.WrapRegistererWith(prometheus.Labels{"instance_id": id}, shared), shared)
+		if err != nil {
+			t.Fatalf("instance %s on a wrapped registerer: %v", id, err)
+		}
+		w.CountRun("report", "failed")
+	}
+	if n := seriesCount(shared, "cronswap_runs_total"); n != 2 {
+		t.Errorf("two wrapped instances: %d runs_total series, want 2", n)
+	}
+
+	alone, err := NewOn(prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alone.Handler() != nil || alone.Gatherer() != nil {
+		t.Error("without a gatherer, Handler must be nil (the owner serves its registry)")
+	}
+}
+
+// seriesCount is the number of series of the metric family name in g.
+func seriesCount(g prometheus.Gatherer, name string) int {
+	families, err := g.Gather()
+	if err != nil {
+		return -1
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			return len(f.GetMetric())
+		}
+	}
+	return 0
 }

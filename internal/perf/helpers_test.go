@@ -15,7 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/changestream"
-	"github.com/cronswap/cronswap/internal/daemon"
+	"github.com/cronswap/cronswap/internal/schedulesink"
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
@@ -26,7 +26,7 @@ func TestMain(m *testing.M) { testmongo.Main(m, nil) }
 // decodeAll decodes like the daemon's sink, dropping documents without a
 // usable id.
 func decodeAll(docs []bson.Raw) []scheduler.Item {
-	items := daemon.DecodeAll(docs)
+	items := schedulesink.DecodeAll(docs)
 	kept := items[:0]
 	for _, it := range items {
 		if it.Err == nil || it.Schedule.ID != "" {
@@ -39,7 +39,7 @@ func decodeAll(docs []bson.Raw) []scheduler.Item {
 // engineSink is the daemon's own sink, without metrics, as the watcher
 // takes it.
 func engineSink(engine *scheduler.Engine) changestream.Sink {
-	return daemon.NewEngineSink(engine, quietLogger(), nil)
+	return schedulesink.New(engine, quietLogger(), nil)
 }
 
 // infoLogger is what the daemon logs with: info level, JSON, here discarded

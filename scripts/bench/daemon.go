@@ -77,9 +77,9 @@ type logRecord struct {
 // triggers' watcher's.
 func (r logRecord) schedulesWatcher() bool { return r.Collection == "" || r.Collection == "schedules" }
 
-// Log messages the bench keys on (scheduler/scheduler.go, changestream/watcher.go, internal/daemon).
+// Log messages the bench keys on (scheduler/scheduler.go, changestream/watcher.go, daemon/).
 const (
-	// msgSinkReplaced is the daemon's sink (internal/daemon/sink.go)
+	// msgSinkReplaced is the daemon's sink (internal/schedulesink/sink.go)
 	// logging the decode/engine split of a full reload or warm start,
 	// just before the watcher's record of it.
 	msgSinkReplaced = "schedules replaced"

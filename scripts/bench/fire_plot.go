@@ -32,7 +32,8 @@ type latSeries struct {
 	dashed bool
 }
 
-// plotTargets are the issue's p99 targets per N (ms), drawn as crosses.
+// plotTargets are the fire path's p99 start-lateness targets per N (ms),
+// drawn as crosses.
 var plotTargets = map[int]float64{1000: 250, 10000: 1000, 100000: 10000}
 
 // plotFireLateness draws the p99 start lateness against N: one colour per
@@ -152,7 +153,7 @@ func plotFireLateness(path, title string, series []latSeries) error {
 		sc.Shape = draw.CrossGlyph{}
 		sc.Radius = vg.Points(5)
 		p.Add(sc)
-		p.Legend.Add("target p99 (issue 12)", sc)
+		p.Legend.Add("target p99", sc)
 		entries++
 	}
 	p.Y.Min, p.Y.Max = math.Floor(lo), math.Ceil(hi)+0.25*float64(entries) // head room for the legend

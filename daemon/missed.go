@@ -1,0 +1,195 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/schedule"
+)
+
+// decidedAtStart is the latest decided slot of each job, as the database
+// said just before this daemon's engine started (so none of it is this
+// daemon's own doing). ok is false when it could not be read.
+type decidedAtStart struct {
+	mu    sync.Mutex
+	slots map[string]time.Time
+	// asked holds the jobs whose decided slot was asked for.
+	asked map[string]bool
+	ok    bool
+}
+
+// decidedReadTimeout bounds the start-up read of the decided slots; the
+// engine waits for it.
+const decidedReadTimeout = 10 * time.Second
+
+// slots gives the runner the slot sequence of an armed job.
+func (s *Service) slots(id string) (record.NextFunc, bool) {
+	next, ok := s.engine.NextFunc(id)
+	return next, ok
+}
+
+// readDecided reads the decided slots of the armed jobs (runstore.Store
+// DecidedSlots). A failure is logged: the start-up gaps are then not
+// looked for.
+func (s *Service) readDecided() {
+	var ids []string
+	for _, st := range s.engine.List() {
+		if st.Armed {
+			ids = append(ids, st.ID)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), decidedReadTimeout)
+	defer cancel()
+	slots, err := s.store.DecidedSlots(ctx, ids, time.Now())
+	s.decided.mu.Lock()
+	defer s.decided.mu.Unlock()
+	if err != nil {
+		s.log.Warn("could not read the decided slots; slots missed while no replica ran are not recorded this time",
+			"collection", record.LocksCollection, "error", err)
+		return
+	}
+	s.decided.asked = make(map[string]bool, len(ids))
+	for _, id := range ids {
+		s.decided.asked[id] = true
+	}
+	s.decided.slots, s.decided.ok = slots, true
+}
+
+// firesFromWait bounds the wait for the engine's timers to start before
+// the start-up gaps are computed.
+const firesFromWait = 10 * time.Second
+
+// recordStartupGaps finds, for each armed job, the slots since its last
+// decided one that no replica ran and that neither this engine nor the
+// catch-up will run, and hands them to the runner to be recorded missed
+// (no_replica_running, or outside_catchup_window for those older than the
+// job's catch-up window). catchUp are the slots the catch-up offers.
+func (s *Service) recordStartupGaps(ctx context.Context, now time.Time, catchUp []schedule.Due) {
+	s.decided.mu.Lock()
+	decided, asked, ok := s.decided.slots, s.decided.asked, s.decided.ok
+	s.decided.mu.Unlock()
+	if !ok {
+		return
+	}
+	offered := make(map[string]time.Time, len(catchUp))
+	for _, c := range catchUp {
+		offered[c.Schedule.ID] = c.Slot
+	}
+	retention := s.opts.Retention
+	if retention <= 0 {
+		retention = record.DefaultRetention
+	}
+	waitUntil := time.Now().Add(firesFromWait)
+	for _, st := range s.engine.List() {
+		if !st.Armed || !asked[st.ID] {
+			continue // armed after the engine started: its fires say what happened
+		}
+		// A job that never fired anywhere is due since its document was
+		// written (as the catch-up counts it); without updated_at there is
+		// no telling since when.
+		last, ok := decided[st.ID]
+		if !ok && st.UpdatedAt.IsZero() {
+			continue
+		}
+		var from time.Time
+		var delay time.Duration
+		for {
+			var ok bool
+			if from, delay, ok = s.engine.FiresFrom(st.ID); ok || time.Now().After(waitUntil) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		next, ok := s.engine.NextFunc(st.ID)
+		if from.IsZero() || !ok {
+			continue // disarmed or re-armed meanwhile: its fires say what happened
+		}
+		notBefore := now.Add(-retention)
+		if st.UpdatedAt.After(notBefore) {
+			notBefore = st.UpdatedAt
+		}
+		for _, m := range startupGaps(st.ID, gapInput{
+			decided: last, notBefore: notBefore, firesFrom: from, delay: delay,
+			catchUp: offered[st.ID], window: s.catchupFor(st.ActionName()), now: now, next: next,
+		}, s.log) {
+			s.log.Info("start-up: slots missed while no replica ran", "job_id", m.JobID, "scheduled_at", m.From,
+				"last_scheduled_at", m.To, "count", m.Count, "reason", m.Reason)
+			s.runner.RecordMissed(st.Schedule, delay, m)
+		}
+	}
+}
+
+// gapInput is what the start-up gap of one job is computed from.
+type gapInput struct {
+	// decided is the latest decided slot; the gap starts after it.
+	decided time.Time
+	// notBefore: slots before it are not in the gap (the schedule was not
+	// in force, or the record would already be past its retention).
+	notBefore time.Time
+	// firesFrom and delay: this engine fires the slots s with s+delay
+	// after firesFrom; the gap ends before them.
+	firesFrom time.Time
+	delay     time.Duration
+	// catchUp is the slot the catch-up offers (zero: none); the gap ends
+	// before it.
+	catchUp time.Time
+	// window is the job's catch-up window (0: off); slots older than it
+	// at now are outside it.
+	window time.Duration
+	now    time.Time
+	next   record.NextFunc
+}
+
+// startupGaps returns the missed ranges of one job's start-up gap: every
+// slot after the decided one (and not before notBefore) that this engine
+// does not fire and the catch-up does not offer, collapsed into at most two
+// ranges — the slots older than the catch-up window
+// (outside_catchup_window) and the others (no_replica_running).
+func startupGaps(id string, in gapInput, log *slog.Logger) []record.MissedRange {
+	hi := in.firesFrom.Add(-in.delay)
+	if !in.catchUp.IsZero() && !in.catchUp.After(hi) {
+		hi = in.catchUp.Add(-time.Nanosecond)
+	}
+	lo := in.decided
+	if b := in.notBefore.Add(-time.Nanosecond); b.After(lo) {
+		lo = b
+	}
+	if !hi.After(lo) {
+		return nil
+	}
+	type part struct {
+		after, through time.Time
+		reason         string
+	}
+	parts := []part{{lo, hi, record.MissedNoReplica}}
+	if in.window > 0 {
+		// The catch-up offers only slots s with now-s <= window.
+		cut := in.now.Add(-in.window).Add(-time.Nanosecond)
+		switch {
+		case !cut.After(lo):
+		case !cut.Before(hi):
+			parts = []part{{lo, hi, record.MissedOutsideCatchup}}
+		default:
+			parts = []part{{lo, cut, record.MissedOutsideCatchup}, {cut, hi, record.MissedNoReplica}}
+		}
+	}
+	var out []record.MissedRange
+	for _, p := range parts {
+		first, last, n, complete := record.CountSlots(in.next, p.after, p.through)
+		if !complete {
+			log.Warn("start-up: gap too long to walk; recording its first slots only", "job_id", id,
+				"scheduled_at", first, "last_scheduled_at", last, "count", n, "reason", p.reason)
+		}
+		if n > 0 {
+			out = append(out, record.MissedRange{JobID: id, From: first.UTC(), To: last.UTC(), Count: n, Reason: p.reason})
+		}
+	}
+	return out
+}

@@ -1,0 +1,128 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/internal/actions"
+	"github.com/cronswap/cronswap/internal/firepath"
+	"github.com/cronswap/cronswap/internal/httpapi"
+	"github.com/cronswap/cronswap/internal/members"
+	"github.com/cronswap/cronswap/internal/metrics"
+	"github.com/cronswap/cronswap/internal/notify"
+	"github.com/cronswap/cronswap/internal/runstore"
+	"github.com/cronswap/cronswap/scheduler"
+)
+
+// Service is one cronswap instance running inside a Go program: the
+// watchers of the schedules, blackouts and triggers collections, the
+// engine, the exactly-once fire path, the membership, the edit history and
+// the notification relay, on the program's own database. Create it with
+// New, register handlers with Handle, then call Run.
+type Service struct {
+	opts Options
+	db   *mongo.Database
+	log  *slog.Logger
+
+	// mu guards started: Handle may not race Run.
+	mu      sync.Mutex
+	started bool
+
+	registry  *actions.Registry
+	members   *members.Membership
+	metrics   *metrics.Metrics
+	store     *runstore.Store
+	runner    *firepath.Runner
+	engine    *scheduler.Engine
+	watcher   *changestream.Watcher
+	history   *editHistory
+	blackouts *blackoutWatch // blackouts.go
+	triggers  *triggerWatch  // triggers.go
+	relay     *notify.Relay  // nil when no webhook is configured
+	// events feeds /api/events: the watcher's applied changes and this
+	// replica's run starts and ends.
+	events *httpapi.Broker
+	http   http.Handler
+	// decided holds what the store said was decided per job just before
+	// the engine started (see readDecided).
+	decided decidedAtStart
+
+	armedAt    atomic.Int64  // unix nanoseconds of the engine's last Applied hook (see watchHooks)
+	synced     chan struct{} // closed by the watcher's first full sync
+	syncedOnce sync.Once
+	away       chan struct{} // closed when joining the members first fails to reach the database
+	awayOnce   sync.Once
+}
+
+// New builds a service on db, the database holding the schedules and the
+// collections cronswap keeps beside them. It checks opts, creates the
+// parts in the order they depend on each other, and starts nothing: no
+// goroutine runs and nothing is read until Run.
+func New(db *mongo.Database, opts Options) (*Service, error) {
+	if db == nil {
+		return nil, errors.New("daemon: New needs a database")
+	}
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("daemon options: %w", err)
+	}
+	s := newService(db, opts.withDefaults())
+	var err error
+	if s.metrics, err = newMetrics(s.opts.Registerer); err != nil {
+		return nil, err
+	}
+	s.members = s.newMembers()
+	s.blackouts = newBlackoutWatch(db, s.opts, s.log)
+	s.relay = s.newRelay()
+	s.store = s.newStore()
+	requests := s.newRequests()
+	s.runner = s.newRunner(requests)
+	s.triggers = newTriggerWatch(s, requests)
+	s.engine = s.newEngine()
+	s.history = s.newHistory()
+	s.watcher = s.newWatcher()
+	if err := s.registerGauges(); err != nil {
+		return nil, err
+	}
+	s.http = s.newHTTPHandler()
+	return s, nil
+}
+
+// HTTPHandler serves the instance's HTTP surface: /api (the status API and
+// its OpenAPI document), /ui (the status page), /metrics, /healthz and
+// /readyz, and /debug/pprof/ with Options.Pprof. Nothing listens unless the
+// program serves it, on its own server or mux (mux.Handle("/", h), or one
+// mux.Handle per path prefix). Options.HTTPToken protects every path but
+// the health checks.
+func (s *Service) HTTPHandler() http.Handler { return s.http }
+
+// Run runs the instance until ctx ends or a part fails, then shuts down in
+// order: no new fires; running handlers get Options.ShutdownGrace, then
+// their contexts end; the resume token is saved; the instance leaves the
+// members collection. Before it reads or fires anything it joins the
+// members: a second live process with this InstanceID is refused, and an
+// instance whose membership another process takes over stops. It returns
+// the failure that ended it, nil once ctx ended. Run may be called once;
+// the database client stays the caller's to disconnect after it returns.
+func (s *Service) Run(ctx context.Context) error {
+	s.mu.Lock()
+	started := s.started
+	s.started = true
+	s.mu.Unlock()
+	if started {
+		return errors.New("daemon: Run called twice")
+	}
+	stopBackground := s.startBackground()
+	defer stopBackground()
+	s.logStarted()
+	p := s.startParts()
+	runErr := p.wait(ctx)
+	return s.shutdown(p, runErr)
+}

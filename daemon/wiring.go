@@ -1,0 +1,177 @@
+package daemon
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/internal/actions"
+	"github.com/cronswap/cronswap/internal/firepath"
+	"github.com/cronswap/cronswap/internal/history"
+	"github.com/cronswap/cronswap/internal/httpapi"
+	"github.com/cronswap/cronswap/internal/members"
+	"github.com/cronswap/cronswap/internal/metrics"
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/internal/runstore"
+	"github.com/cronswap/cronswap/internal/schedulesink"
+	"github.com/cronswap/cronswap/internal/timeline"
+	"github.com/cronswap/cronswap/internal/triggers"
+	"github.com/cronswap/cronswap/resumetoken"
+	"github.com/cronswap/cronswap/schedule"
+	"github.com/cronswap/cronswap/scheduler"
+)
+
+// The constructors of New, one per part, in the order New calls them: each
+// uses only the parts built before it (the runner asks the engine, built
+// after it, only once fires arrive, which the engine sends).
+
+func newService(db *mongo.Database, opts Options) *Service {
+	return &Service{opts: opts, db: db, log: opts.Logger.With("instance_id", opts.InstanceID),
+		registry: actions.NewRegistry(),
+		synced:   make(chan struct{}), away: make(chan struct{}),
+		events: httpapi.NewBroker(httpapi.BrokerOptions{})}
+}
+
+// newMetrics creates the metrics on the caller's registerer, or on a
+// registry of their own with the runtime collectors.
+func newMetrics(reg prometheus.Registerer) (*metrics.Metrics, error) {
+	if reg == nil {
+		return metrics.New(), nil
+	}
+	gather, _ := reg.(prometheus.Gatherer)
+	return metrics.NewOn(reg, gather)
+}
+
+func (s *Service) newMembers() *members.Membership {
+	return members.New(s.db, members.Options{InstanceID: s.opts.InstanceID, Logger: s.log, HTTP: s.opts.HTTPAddr,
+		Unreachable: func(error) { s.awayOnce.Do(func() { close(s.away) }) }})
+}
+
+func (s *Service) newStore() *runstore.Store {
+	locks, runs := record.Collections(s.db)
+	return runstore.New(locks, runs,
+		runstore.Options{Retention: s.opts.Retention, Instance: s.opts.InstanceID, Logger: s.log, OnNotice: s.wakeRelay})
+}
+
+// newRequests is the store of the run-now and backfill requests' outcomes:
+// written by the triggers sink for the runs it starts, and by the runner
+// for the run-now requests it takes from a lock's buffer (whichever
+// replica buffered them).
+func (s *Service) newRequests() *triggers.Store {
+	_, runs := record.Collections(s.db)
+	return triggers.NewStore(triggers.Collection(s.db), runs, s.opts.Retention, s.opts.InstanceID).
+		WithOutcomes(s.metrics.CountTrigger)
+}
+
+func (s *Service) newRunner(requests *triggers.Store) *firepath.Runner {
+	return firepath.NewRunner(firepath.RunnerOptions{
+		Registry:   s.registry,
+		InstanceID: s.opts.InstanceID,
+		// A lock held under this instance id by another incarnation is a
+		// previous life's (a second live one is refused by the membership).
+		Incarnation:      s.members.Self().Incarnation,
+		Logger:           s.log,
+		Store:            s.store,
+		TTL:              s.opts.LockTTL,
+		Workers:          s.opts.Workers,
+		Categories:       s.opts.Categories,
+		Hooks:            fireHooks(s.metrics, s.events),
+		QueueLimit:       s.opts.QueueLimit,
+		Slots:            s.slots,
+		StartingDeadline: s.opts.StartingDeadline,
+		CatchupWindow:    s.catchupFor,
+		ClaimRetry:       firepath.DefaultClaimRetry,
+		// The owner of a job among the live members claims its fires at
+		// once; the others after the grace (owner dead or stalled).
+		Owns: s.members.Owns,
+		// A fire inside a blackout window is recorded skipped, not run.
+		Blackout: s.blackouts.match,
+		// A retry another replica left pending runs the schedule armed here.
+		Lookup:   s.lookup,
+		Requests: requests,
+	})
+}
+
+func (s *Service) newEngine() *scheduler.Engine {
+	return scheduler.New(scheduler.Options{
+		Location: s.opts.Location,
+		// Submit: a fire waiting for its claim batch holds no goroutine.
+		// Fire lateness is observed by the fire path when a worker takes
+		// the fire (fireHooks), not here.
+		Fire:   s.runner.Submit,
+		Logger: s.log,
+		// The registry is the handlers' policy: a schedule naming no
+		// registered handler is refused, a handler's jitter delays each
+		// slot by a fixed per-job amount.
+		Policy: s.registry,
+		// When the job was armed, before the engine logged it: the end of
+		// the event-apply measure (watchHooks).
+		Hooks: scheduler.Hooks{Applied: func(string, scheduler.Outcome) { s.armedAt.Store(time.Now().UnixNano()) }},
+	})
+}
+
+func (s *Service) newHistory() *editHistory {
+	return newEditHistory(s.db.Collection(history.CollectionName),
+		eventSink{Sink: schedulesink.New(s.engine, s.log, s.metrics), events: s.events},
+		s.opts.InstanceID, s.opts.Retention, s.log)
+}
+
+func (s *Service) newWatcher() *changestream.Watcher {
+	hooks := s.history.hook(watchHooks(s.metrics, &s.armedAt),
+		func() bool { return s.watcher.Status().Mode == changestream.ModePoll })
+	// The engine's timers start (startEngine) once it holds the schedules
+	// and this process holds its instance id.
+	hooks.Synced = func() { s.syncedOnce.Do(func() { close(s.synced) }) }
+	return changestream.New(s.opts.watch(changestream.Options{
+		ID:     s.opts.InstanceID,
+		Feed:   changestream.NewMongoFeed(s.db.Collection(schedule.CollectionName), getMoreWait(s.opts.ResyncInterval)),
+		Tokens: resumetoken.NewMongoStore(s.db.Collection(resumetoken.CollectionName)),
+		Sink:   s.history.recorder,
+		// Every watcher's lines name its collection (schedules,
+		// blackouts, triggers).
+		Logger: s.log.With("collection", schedule.CollectionName),
+		Hooks:  hooks,
+		State:  stateStore(s.opts, s.db),
+	}))
+}
+
+func (s *Service) registerGauges() error {
+	return s.metrics.RegisterGauges(metrics.Sources{
+		Armed:        s.engine.Len,
+		TokenSavedAt: func() time.Time { return s.watcher.Status().TokenSavedAt },
+		ClaimLatency: s.runner.LatencyEstimate,
+	})
+}
+
+func (s *Service) newHTTPHandler() http.Handler {
+	return httpapi.New(httpapi.Options{
+		Schedules:       s.engine,
+		DefaultTimezone: s.opts.Location.String(),
+		Ready:           func() bool { return s.watcher.Status().Ready },
+		Metrics:         s.metrics.Handler(),
+		Pprof:           s.opts.Pprof,
+		Status:          s.status,
+		Timelines:       timeline.NewReader(s.db, timeline.Options{Location: s.opts.Location}),
+		FailurePauses:   s.failurePauses,
+		Location:        s.opts.Location,
+		Host:            s.members.Self().Host,
+		Members:         s.members.Live,
+		Records:         httpapi.NewMongoRecords(s.db),
+		Events:          s.events,
+		Token:           s.opts.HTTPToken,
+	})
+}
+
+// getMoreWait is how long an idle change stream's getMore waits on the
+// server: changestream.DefaultMaxAwait, but no longer than a configured
+// resync interval, since a resync (and the drift report after it) runs
+// between two round trips of the stream.
+func getMoreWait(resync time.Duration) time.Duration {
+	if resync > 0 && resync < changestream.DefaultMaxAwait {
+		return resync
+	}
+	return changestream.DefaultMaxAwait
+}

@@ -1,0 +1,37 @@
+package cli
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/cronswap/cronswap/internal/actions"
+	"github.com/cronswap/cronswap/internal/config"
+)
+
+// `cronswap run` refuses to start when an exec action's program is
+// missing, naming the job and the program, instead of failing at its first
+// fire; it does so before it connects (the URI points nowhere).
+func TestRunRefusesAMissingProgram(t *testing.T) {
+	cfg := config.Default()
+	cfg.Mongo.URI = "mongodb://127.0.0.1:1/"
+	cfg.InstanceID = "programs-test"
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	cfg.Jobs = map[string]actions.Definition{
+		"ok":     {Exec: []string{"sh", "-c", "true"}},
+		"report": {Exec: []string{"/opt/reports/bin/daily-report", "--all"}},
+	}
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	err := runDaemon(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if err == nil {
+		t.Fatal("run accepted a job whose program does not exist")
+	}
+	for _, w := range []string{`job "report"`, "/opt/reports/bin/daily-report"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not say %q", err, w)
+		}
+	}
+}

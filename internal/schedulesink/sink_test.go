@@ -1,0 +1,211 @@
+package schedulesink
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/schedule"
+	"github.com/cronswap/cronswap/scheduler"
+)
+
+// A refused document whose _id is not a string is tracked apart from the
+// job whose id equals the _id's rendering: refusing it, listing it and
+// deleting it, one event at a time or by full reloads, leave that job armed.
+func TestSinkKeepsNonStringIDsApartFromJobIDs(t *testing.T) {
+	objID := bson.D{{Key: "tenant", Value: "x"}, {Key: "n", Value: int32(1)}}
+	rendering := `{"tenant": "x","n": {"$numberInt":"1"}}`
+	marshal := func(d bson.D) bson.Raw {
+		t.Helper()
+		b, err := bson.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	refusedDoc := marshal(bson.D{{Key: "_id", Value: objID}, {Key: "cron_expr", Value: "@hourly"}})
+	jobDoc := marshal(bson.D{{Key: "_id", Value: rendering}, {Key: "cron_expr", Value: "0 9 * * *"}})
+	deleteID := marshal(bson.D{{Key: "_id", Value: objID}}).Lookup("_id")
+
+	for _, order := range []string{"job first", "refused first"} {
+		t.Run(order, func(t *testing.T) {
+			engine := scheduler.New(scheduler.Options{Logger: slog.New(slog.DiscardHandler)})
+			sink := New(engine, slog.New(slog.DiscardHandler), nil)
+			if order == "job first" {
+				sink.Upsert(jobDoc)
+				sink.Upsert(refusedDoc)
+			} else {
+				sink.Upsert(refusedDoc)
+				sink.Upsert(jobDoc)
+			}
+			armed := func(when string) {
+				t.Helper()
+				st, ok := engine.Get(rendering)
+				if !ok || !st.Armed || st.LastError != "" || st.CronExpr != "0 9 * * *" {
+					t.Fatalf("%s: job %s = %+v, %t; want armed, without error", when, rendering, st, ok)
+				}
+			}
+			armed("both documents applied")
+			if n := len(engine.List()); n != 2 {
+				t.Fatalf("engine knows %d entries, want the job and the refused document", n)
+			}
+			st, ok := engine.Get(schedule.RefusedKey(rendering))
+			if !ok || st.Armed || !strings.Contains(st.LastError, "must be a string job id") {
+				t.Fatalf("refused document = %+v, %t; want listed unarmed with its error", st, ok)
+			}
+
+			sink.Delete(deleteID)
+			armed("refused document deleted")
+			if _, ok := engine.Get(schedule.RefusedKey(rendering)); ok || len(engine.List()) != 1 {
+				t.Fatalf("refused document still listed after its delete (%d entries)", len(engine.List()))
+			}
+			// A second delete of the same _id (a replayed event) is a no-op.
+			sink.Delete(deleteID)
+			armed("delete replayed")
+
+			// Full reloads: with both documents, then without the refused one.
+			sink.ReplaceAll([]bson.Raw{jobDoc, refusedDoc})
+			armed("full reload with both")
+			if _, ok := engine.Get(schedule.RefusedKey(rendering)); !ok {
+				t.Fatal("full reload did not list the refused document")
+			}
+			sink.ReplaceAll([]bson.Raw{jobDoc})
+			armed("full reload without the refused document")
+			if n := len(engine.List()); n != 1 {
+				t.Fatalf("engine knows %d entries after the reload, want 1", n)
+			}
+		})
+	}
+
+	// Deleting the job itself still disarms it.
+	engine := scheduler.New(scheduler.Options{Logger: slog.New(slog.DiscardHandler)})
+	sink := New(engine, slog.New(slog.DiscardHandler), nil)
+	sink.Upsert(jobDoc)
+	sink.Upsert(refusedDoc)
+	sink.Delete(marshal(bson.D{{Key: "_id", Value: rendering}}).Lookup("_id"))
+	if _, ok := engine.Get(rendering); ok {
+		t.Fatal("job still known after its own delete")
+	}
+	if _, ok := engine.Get(schedule.RefusedKey(rendering)); !ok {
+		t.Fatal("the job's delete also cleared the refused document")
+	}
+}
+
+// The parallel decode gives what decoding one by one gives, in order.
+func TestDecodeAllMatchesSequentialDecode(t *testing.T) {
+	var docs []bson.Raw
+	for i := range 2500 {
+		var expr any = fmt.Sprintf("%d 9 * * *", i%60)
+		if i%7 == 0 {
+			expr = i // refused by type; a bad expression is the engine's to refuse
+		}
+		b, err := bson.Marshal(bson.D{{Key: "_id", Value: fmt.Sprintf("job%04d", i)}, {Key: "cron_expr", Value: expr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, b)
+	}
+	got := DecodeAll(docs)
+	refused := 0
+	if len(got) != len(docs) {
+		t.Fatalf("%d items for %d documents", len(got), len(docs))
+	}
+	for i, d := range docs {
+		want, wantErr := schedule.DecodeFields(d)
+		if got[i].Schedule != want || (got[i].Err == nil) != (wantErr == nil) {
+			t.Fatalf("item %d = %+v, %v; want %+v, %v", i, got[i].Schedule, got[i].Err, want, wantErr)
+		}
+		if got[i].Err != nil {
+			refused++
+		}
+	}
+	if refused != (len(docs)+6)/7 {
+		t.Fatalf("%d documents refused, want %d", refused, (len(docs)+6)/7)
+	}
+}
+
+// The sink leaves parsing to the engine: an unparsable expression or an
+// unknown zone is still refused, with the job keeping its last known good
+// timer and the error naming the field.
+func TestSinkRefusesBadExpressionThroughTheEngine(t *testing.T) {
+	engine := scheduler.New(scheduler.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	sink := New(engine, nil, nil)
+	doc := func(expr, tz string) bson.Raw {
+		d := bson.D{{Key: "_id", Value: "j"}, {Key: "cron_expr", Value: expr}}
+		if tz != "" {
+			d = append(d, bson.E{Key: "timezone", Value: tz})
+		}
+		b, err := bson.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	sink.Upsert(doc("0 9 * * *", ""))
+	for _, bad := range []struct{ expr, tz, field string }{{"0 25 * * *", "", "cron_expr"}, {"0 9 * * *", "Mars/Base", "timezone"}} {
+		sink.Upsert(doc(bad.expr, bad.tz))
+		st, ok := engine.Get("j")
+		if !ok || !st.Armed || st.CronExpr != "0 9 * * *" || !strings.Contains(st.LastError, "field "+bad.field) {
+			t.Fatalf("after %+v: %+v", bad, st)
+		}
+	}
+}
+
+// ReplaceAll logs how a full reload divided its time between decoding and
+// the engine: at info level when something changed, at debug level when the
+// snapshot matched the engine.
+func TestSinkLogsTheDecodeEngineSplit(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	engine := scheduler.New(scheduler.Options{Logger: slog.New(slog.DiscardHandler)})
+	sink := New(engine, log, nil)
+	var docs []bson.Raw
+	for i := range 3 {
+		b, err := bson.Marshal(bson.D{{Key: "_id", Value: fmt.Sprintf("j%d", i)}, {Key: "cron_expr", Value: "0 9 * * *"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, b)
+	}
+	if changed := sink.ReplaceAll(docs); len(changed) != 3 {
+		t.Fatalf("first ReplaceAll changed %v", changed)
+	}
+	if changed := sink.ReplaceAll(docs); len(changed) != 0 {
+		t.Fatalf("second ReplaceAll changed %v", changed)
+	}
+	type record struct {
+		Level     string `json:"level"`
+		Msg       string `json:"msg"`
+		Documents int    `json:"documents"`
+		Changed   int    `json:"changed"`
+		Decode    *int64 `json:"decode"` // nanoseconds
+		Engine    *int64 `json:"engine"`
+	}
+	var recs []record
+	for line := range strings.Lines(buf.String()) {
+		var rec record
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Msg == msgSchedulesReplaced {
+			recs = append(recs, rec)
+		}
+	}
+	if len(recs) != 2 {
+		t.Fatalf("%d %q records, want 2:\n%s", len(recs), msgSchedulesReplaced, buf.String())
+	}
+	for i, want := range []struct {
+		level   string
+		changed int
+	}{{"INFO", 3}, {"DEBUG", 0}} {
+		r := recs[i]
+		if r.Level != want.level || r.Documents != 3 || r.Changed != want.changed || r.Decode == nil || r.Engine == nil || *r.Decode < 0 || *r.Engine <= 0 {
+			t.Errorf("record %d: %+v, want level %s, 3 documents, %d changed, a decode and engine duration", i, r, want.level, want.changed)
+		}
+	}
+}

@@ -1,0 +1,5 @@
+package counted
+
+func TestHelperNotCounted() {}
+
+type Undocumented struct{}

@@ -1,0 +1,4 @@
+package docless
+
+// Fine is documented; the package is not.
+func Fine() {}

@@ -1,0 +1,3 @@
+package e2e
+
+func Undocumented() {}
