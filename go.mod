@@ -3,10 +3,12 @@ module github.com/cronswap/cronswap
 go 1.26.0
 
 require (
+	github.com/arran4/golang-ical v0.3.4
 	github.com/lmittmann/tint v1.2.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/common v0.72.0
 	github.com/robfig/cron/v3 v3.0.1
+	github.com/teambition/rrule-go v1.8.2
 	github.com/urfave/cli/v2 v2.27.7
 	go.mongodb.org/mongo-driver/v2 v2.10.0
 	go.yaml.in/yaml/v3 v3.0.6

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/firepath"
@@ -97,10 +98,21 @@ type Options struct {
 	// that `cronswap schedules list` and `get` can ask this instance what
 	// its engine holds; empty: none recorded.
 	HTTPAddr string
-	// HTTPToken, when not empty, is required (a bearer token, or the
-	// password of HTTP basic auth) on every path of HTTPHandler but
-	// /healthz and /readyz; the binary reads it from CRONSWAP_HTTP_TOKEN.
+	// HTTPToken, when not empty, is an operator's token: with it (or
+	// HTTPTokensFile), every path of HTTPHandler but /healthz and /readyz
+	// requires a token (a bearer token, or the password of HTTP basic
+	// auth); the binary reads it from CRONSWAP_HTTP_TOKEN.
 	HTTPToken string
+	// HTTPTokensFile names a file of named tokens with their roles,
+	// viewer or operator (config http.tokens_file, docs/http.md); New
+	// refuses one it cannot read.
+	HTTPTokensFile string
+	// PageDatabase, when set, is the database the status page's actions
+	// write through (run now, disable, enable, resume, retime, for an
+	// operator's token): the same database as New's, on a client with
+	// credentials of its own (config http.write_mongo_uri). Nil leaves the
+	// page read-only. Its client stays the caller's.
+	PageDatabase *mongo.Database
 	// Pprof serves the Go runtime's profiles under /debug/pprof/ on
 	// HTTPHandler; mount it on loopback only.
 	Pprof bool

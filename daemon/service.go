@@ -91,7 +91,9 @@ func New(db *mongo.Database, opts Options) (*Service, error) {
 	if err := s.registerGauges(); err != nil {
 		return nil, err
 	}
-	s.http = s.newHTTPHandler()
+	if s.http, err = s.newHTTPHandler(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -99,8 +101,9 @@ func New(db *mongo.Database, opts Options) (*Service, error) {
 // its OpenAPI document), /ui (the status page), /metrics, /healthz and
 // /readyz, and /debug/pprof/ with Options.Pprof. Nothing listens unless the
 // program serves it, on its own server or mux (mux.Handle("/", h), or one
-// mux.Handle per path prefix). Options.HTTPToken protects every path but
-// the health checks.
+// mux.Handle per path prefix). Options.HTTPToken and HTTPTokensFile
+// protect every path but the health checks; with Options.PageDatabase an
+// operator's token may act from the status page.
 func (s *Service) HTTPHandler() http.Handler { return s.http }
 
 // Run runs the instance until ctx ends or a part fails, then shuts down in

@@ -146,8 +146,8 @@ func (s *Service) registerGauges() error {
 	})
 }
 
-func (s *Service) newHTTPHandler() http.Handler {
-	return httpapi.New(httpapi.Options{
+func (s *Service) newHTTPHandler() (http.Handler, error) {
+	o := httpapi.Options{
 		Schedules:       s.engine,
 		DefaultTimezone: s.opts.Location.String(),
 		Ready:           func() bool { return s.watcher.Status().Ready },
@@ -161,8 +161,11 @@ func (s *Service) newHTTPHandler() http.Handler {
 		Members:         s.members.Live,
 		Records:         httpapi.NewMongoRecords(s.db),
 		Events:          s.events,
-		Token:           s.opts.HTTPToken,
-	})
+	}
+	if err := s.pageOptions(&o); err != nil {
+		return nil, err
+	}
+	return httpapi.New(o), nil
 }
 
 // getMoreWait is how long an idle change stream's getMore waits on the

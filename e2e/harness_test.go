@@ -84,6 +84,9 @@ type daemonConfig struct {
 	Watch string
 	// Jobs is the YAML of the jobs: section; default has the example actions.
 	Jobs string
+	// HTTP is appended to the http: section (indented keys, e.g.
+	// "  tokens_file: /x\n").
+	HTTP string
 }
 
 const defaultJobs = `
@@ -111,13 +114,13 @@ func writeConfig(t *testing.T, c daemonConfig) string {
 instance_id: %q
 http:
   listen: 127.0.0.1:0
-watch:
+%swatch:
   backoff_min: 50ms
   backoff_max: 1s
 %sshutdown:
   grace: 20s
 %s
-jobs:%s`, c.URI, c.Database, c.InstanceID, c.Watch, c.Extra, c.Jobs)
+jobs:%s`, c.URI, c.Database, c.InstanceID, c.HTTP, c.Watch, c.Extra, c.Jobs)
 	p := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"os"
@@ -15,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/internal/testmongo"
 )
@@ -41,67 +45,219 @@ func TestRunLocalStopsOnSignal(t *testing.T) {
 	})
 }
 
+// TestRunLocalKeepsDataAcrossRestarts runs scripts/run-local.sh, edits a
+// schedule and adds one, stops it (SIGINT) and starts it again: the test
+// server kept the edits in its data file, the daemon arms them and resumes
+// its change stream from the token it stored before the restart. Then
+// `run-local.sh --clean` starts empty again: the example schedules only, as
+// first added; the arguments after --clean still go to `cronswap run`.
+func TestRunLocalKeepsDataAcrossRestarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the daemon and starts a test server three times; skipped with -short")
+	}
+	root, err := testmongo.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(root, "scripts", "run-local.sh")
+	env := newRunLocalEnv(t)
+	uri := "mongodb://127.0.0.1:" + env.mongoPort + "/"
+	type job struct {
+		ID       string `bson:"_id" json:"id"`
+		CronExpr string `bson:"cron_expr" json:"cron_expr"`
+	}
+	// jobs reads the schedules from the database and from the daemon, which
+	// must agree, and returns them.
+	jobs := func(r *runLocal) map[string]string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		client := testmongo.ClientFor(t, uri)
+		var docs []job
+		cur, err := client.Database("cronswap").Collection("schedules").Find(ctx, bson.D{})
+		if err == nil {
+			err = cur.All(ctx, &docs)
+		}
+		if err != nil {
+			r.fail("reading the schedules: %v", err)
+		}
+		_ = client.Disconnect(ctx)
+		inDB := map[string]string{}
+		for _, d := range docs {
+			inDB[d.ID] = d.CronExpr
+		}
+		var armed map[string]string
+		deadline := time.Now().Add(30 * time.Second)
+		for !equalMaps(inDB, armed) {
+			if time.Now().After(deadline) {
+				r.fail("the daemon shows %v, the database holds %v", armed, inDB)
+			}
+			time.Sleep(50 * time.Millisecond)
+			resp, err := http.Get("http://" + env.httpAddr + "/api/schedules")
+			if err != nil {
+				continue
+			}
+			var list []job
+			err = json.NewDecoder(resp.Body).Decode(&list)
+			resp.Body.Close()
+			if err != nil {
+				continue
+			}
+			armed = map[string]string{}
+			for _, j := range list {
+				armed[j.ID] = j.CronExpr
+			}
+		}
+		return inDB
+	}
+	examples := map[string]string{"daily_report": "0 9 * * *", "heartbeat": "*/10 * * * * *", "warm_cache": "*/15 * * * *"}
+
+	first := startRunLocal(t, root, env, false, "bash", script)
+	first.waitReady()
+	if got := jobs(first); !equalMaps(got, examples) {
+		first.fail("a first run holds %v, want the examples %v", got, examples)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := testmongo.ClientFor(t, uri)
+	schedules := client.Database("cronswap").Collection("schedules")
+	if _, err := schedules.UpdateOne(ctx, bson.D{{Key: "_id", Value: "daily_report"}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "cron_expr", Value: "0 8 * * *"}, {Key: "updated_at", Value: time.Now()}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := schedules.InsertOne(ctx, bson.D{{Key: "_id", Value: "nightly_ping"}, {Key: "cron_expr", Value: "0 2 * * *"},
+		{Key: "job", Value: "heartbeat"}, {Key: "updated_at", Value: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	edited := map[string]string{"daily_report": "0 8 * * *", "heartbeat": "*/10 * * * * *", "warm_cache": "*/15 * * * *", "nightly_ping": "0 2 * * *"}
+	if got := jobs(first); !equalMaps(got, edited) {
+		first.fail("after the edits: %v, want %v", got, edited)
+	}
+	_ = client.Disconnect(ctx)
+	first.interrupt()
+	if _, err := os.Stat(filepath.Join(env.runDir, "mongo.h2")); err != nil {
+		t.Errorf("the test server's data file: %v", err)
+	}
+
+	again := startRunLocal(t, root, env, false, "bash", script)
+	again.waitReady()
+	if got := jobs(again); !equalMaps(got, edited) {
+		again.fail("run again: %v, want the edits kept %v", got, edited)
+	}
+	waitFor(t, 30*time.Second, "the daemon's schedules watcher resuming from its stored token", func() bool {
+		return strings.Contains(again.out.String(), "resuming change stream from stored token")
+	})
+	if strings.Contains(again.out.String(), "server refused the stored resume token") {
+		again.fail("the restarted test server refused the daemon's resume token")
+	}
+	again.interrupt()
+
+	clean := startRunLocal(t, root, env, false, "bash", script, "--clean", "--log-format", "json")
+	clean.waitReady()
+	if got := jobs(clean); !equalMaps(got, examples) {
+		clean.fail("run with --clean: %v, want only the examples %v", got, examples)
+	}
+	if !strings.Contains(clean.out.String(), `"msg":"cronswap started"`) {
+		clean.fail("--log-format json after --clean did not reach `cronswap run`")
+	}
+	clean.interrupt()
+}
+
 // testRunLocalSignal runs argv (which starts scripts/run-local.sh; with
 // printsPid, a wrapper that prints "run-local pid N" first) and checks that
 // SIGINT to the script stops everything it started.
 func testRunLocalSignal(t *testing.T, root string, printsPid bool, argv ...string) {
-	runDir := t.TempDir()
-	httpAddr := freeLoopbackAddr(t)
-	_, mongoPort, _ := net.SplitHostPort(freeLoopbackAddr(t))
+	env := newRunLocalEnv(t)
+	r := startRunLocal(t, root, env, printsPid, argv...)
+	r.waitReady()
+	r.interrupt()
+}
 
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir = root
-	cmd.Env = append(withoutEnv(os.Environ(), "CRONSWAP_MONGO_URI", "CRONSWAP_CONFIG", "CRONSWAP_INSTANCE_ID"),
-		"CRONSWAP_RUN_DIR="+runDir,
-		"CRONSWAP_MONGO_PORT="+mongoPort,
-		"CRONSWAP_HTTP_LISTEN="+httpAddr,
+// runLocalEnv is where a test's scripts/run-local.sh runs: its own run
+// directory and free loopback ports, the same for each start.
+type runLocalEnv struct {
+	runDir, httpAddr, mongoPort string
+}
+
+func newRunLocalEnv(t *testing.T) runLocalEnv {
+	_, mongoPort, _ := net.SplitHostPort(freeLoopbackAddr(t))
+	return runLocalEnv{runDir: t.TempDir(), httpAddr: freeLoopbackAddr(t), mongoPort: mongoPort}
+}
+
+// runLocal is one start of scripts/run-local.sh.
+type runLocal struct {
+	t      *testing.T
+	env    runLocalEnv
+	cmd    *exec.Cmd
+	out    *syncBuffer
+	script int // the script's pid
+	exited chan struct{}
+	// daemon and server are the pids of the daemon and the test server it
+	// started, found by waitReady.
+	daemon, server []int
+}
+
+// startRunLocal runs argv (which starts scripts/run-local.sh; with
+// printsPid, a wrapper that prints "run-local pid N" first) in env; whatever
+// happens, nothing it started outlives the test.
+func startRunLocal(t *testing.T, root string, env runLocalEnv, printsPid bool, argv ...string) *runLocal {
+	t.Helper()
+	r := &runLocal{t: t, env: env, out: &syncBuffer{}, exited: make(chan struct{})}
+	r.cmd = exec.Command(argv[0], argv[1:]...)
+	r.cmd.Dir = root
+	r.cmd.Env = append(withoutEnv(os.Environ(), "CRONSWAP_MONGO_URI", "CRONSWAP_CONFIG", "CRONSWAP_INSTANCE_ID"),
+		"CRONSWAP_RUN_DIR="+env.runDir,
+		"CRONSWAP_MONGO_PORT="+env.mongoPort,
+		"CRONSWAP_HTTP_LISTEN="+env.httpAddr,
 		"MONGOSH_SKIP_NODE_VERSION_CHECK=1",
 	)
 	// Its own process group, so that nothing but the kill below reaches it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var out syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
+	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	script := cmd.Process.Pid
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	r.script = r.cmd.Process.Pid
+	go func() { _ = r.cmd.Wait(); close(r.exited) }()
 	if printsPid {
 		deadline := time.Now().Add(30 * time.Second)
-		for script == cmd.Process.Pid {
-			for _, line := range strings.Split(out.String(), "\n") {
+		for r.script == r.cmd.Process.Pid {
+			for _, line := range strings.Split(r.out.String(), "\n") {
 				if n, err := strconv.Atoi(strings.TrimPrefix(line, "run-local pid ")); err == nil && n > 0 {
-					script = n
+					r.script = n
 				}
 			}
 			if time.Now().After(deadline) {
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-				t.Fatalf("no pid of run-local.sh printed within 30s:\n%s", out.String())
+				_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+				t.Fatalf("no pid of run-local.sh printed within 30s:\n%s", r.out.String())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-
-	// Whatever happens, leave no process behind.
-	var started []int
 	t.Cleanup(func() {
-		left := append(started, script, cmd.Process.Pid)
-		left = append(left, descendants(script)...)
-		left = append(left, findProcs(func(p proc) bool { return strings.Contains(p.cmdline, runDir) })...)
+		left := append(append([]int{r.script, r.cmd.Process.Pid}, r.daemon...), r.server...)
+		left = append(left, descendants(r.script)...)
+		left = append(left, findProcs(func(p proc) bool { return strings.Contains(p.cmdline, env.runDir) })...)
 		for _, pid := range left {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		<-exited
+		<-r.exited
 	})
-	fail := func(format string, args ...any) {
-		t.Helper()
-		t.Fatalf(format+"\n--- run-local.sh output:\n%s", append(args, out.String())...)
-	}
+	return r
+}
 
+func (r *runLocal) fail(format string, args ...any) {
+	r.t.Helper()
+	r.t.Fatalf(format+"\n--- run-local.sh output:\n%s", append(args, r.out.String())...)
+}
+
+// waitReady waits until the daemon answers /readyz, and finds the daemon
+// and the test server the script started.
+func (r *runLocal) waitReady() {
+	r.t.Helper()
 	client := &http.Client{Timeout: 2 * time.Second}
 	ready := func() bool {
-		resp, err := client.Get("http://" + httpAddr + "/readyz")
+		resp, err := client.Get("http://" + r.env.httpAddr + "/readyz")
 		if err != nil {
 			return false
 		}
@@ -112,12 +268,12 @@ func testRunLocalSignal(t *testing.T, root string, printsPid bool, argv ...strin
 	deadline := time.Now().Add(5 * time.Minute)
 	for !ready() {
 		select {
-		case <-exited:
-			fail("run-local.sh exited before the daemon was ready")
+		case <-r.exited:
+			r.fail("run-local.sh exited before the daemon was ready")
 		default:
 		}
 		if time.Now().After(deadline) {
-			fail("daemon not ready at %s within 5m", httpAddr)
+			r.fail("daemon not ready at %s within 5m", r.env.httpAddr)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -125,25 +281,30 @@ func testRunLocalSignal(t *testing.T, root string, printsPid bool, argv ...strin
 	// The daemon is the script's child (or a grandchild, under `go run`); the
 	// test server runs in a session of its own, from a copy of its jar in the
 	// run directory.
-	var daemon []int
-	for _, pid := range descendants(script) {
+	for _, pid := range descendants(r.script) {
 		if p, ok := readProc(pid); ok && filepath.Base(p.argv0()) == "cronswap" {
-			daemon = append(daemon, pid)
+			r.daemon = append(r.daemon, pid)
 		}
 	}
-	server := findProcs(func(p proc) bool {
-		return strings.Contains(p.cmdline, "mongo-server.jar") && strings.Contains(p.cmdline, runDir)
+	r.server = findProcs(func(p proc) bool {
+		return strings.Contains(p.cmdline, "mongo-server.jar") && strings.Contains(p.cmdline, r.env.runDir)
 	})
-	if len(daemon) != 1 || len(server) != 1 {
-		fail("want one daemon and one test server started by run-local.sh, found daemon %v, server %v", daemon, server)
+	if len(r.daemon) != 1 || len(r.server) != 1 {
+		r.fail("want one daemon and one test server started by run-local.sh, found daemon %v, server %v", r.daemon, r.server)
 	}
-	started = append(daemon, server...)
-	t.Logf("run-local.sh pid %d, daemon pid %d, test server pid %d", script, daemon[0], server[0])
+	r.t.Logf("run-local.sh pid %d, daemon pid %d, test server pid %d", r.script, r.daemon[0], r.server[0])
+}
 
-	if err := syscall.Kill(script, syscall.SIGINT); err != nil {
-		t.Fatal(err)
+// interrupt sends SIGINT to the script's pid only — not to its process
+// group — and checks that the daemon and the test server it started are
+// gone, and the script with them.
+func (r *runLocal) interrupt() {
+	r.t.Helper()
+	if err := syscall.Kill(r.script, syscall.SIGINT); err != nil {
+		r.t.Fatal(err)
 	}
-	deadline = time.Now().Add(60 * time.Second)
+	started := append(append([]int(nil), r.daemon...), r.server...)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var alive []int
 		for _, pid := range started {
@@ -155,18 +316,18 @@ func testRunLocalSignal(t *testing.T, root string, printsPid bool, argv ...strin
 			break
 		}
 		if time.Now().After(deadline) {
-			fail("60s after SIGINT to run-local.sh (pid %d), still running: %v (daemon %d, test server %d)",
-				script, alive, daemon[0], server[0])
+			r.fail("60s after SIGINT to run-local.sh (pid %d), still running: %v (daemon %v, test server %v)",
+				r.script, alive, r.daemon, r.server)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	select {
-	case <-exited:
+	case <-r.exited:
 	case <-time.After(30 * time.Second):
-		fail("run-local.sh (pid %d) still running 30s after its children stopped", script)
+		r.fail("run-local.sh (pid %d) still running 30s after its children stopped", r.script)
 	}
-	if left := findProcs(func(p proc) bool { return strings.Contains(p.cmdline, runDir) }); len(left) > 0 {
-		fail("processes started by run-local.sh still running: %v", left)
+	if left := findProcs(func(p proc) bool { return strings.Contains(p.cmdline, r.env.runDir) }); len(left) > 0 {
+		r.fail("processes started by run-local.sh still running: %v", left)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,6 +23,7 @@ import (
 	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/testmongo"
+	"github.com/cronswap/cronswap/internal/triggers"
 )
 
 // Environment of the browser tests (docs/testing.md).
@@ -267,9 +270,12 @@ func copyFile(t *testing.T, src, dst string) {
 // (scripts/ui-test/contract.mjs): the served document is valid 3.1 and the
 // repository's file; every documented operation, called with its
 // examples, answers as documented; bad parameters answer 400 and an
-// unknown job 404 with the error schema; the event stream says hello; and,
-// since this daemon has an HTTP token, nothing but /healthz and /readyz
-// answers without it. The seeded jobs have run, so run fields and lock
+// unknown job 404 with the error schema; the page's actions (this daemon
+// has a write connection, and its token is an operator's) answer their
+// example bodies and refuse an unknown job, a form's body and another
+// origin as documented; the event stream says hello; and, since this
+// daemon has an HTTP token, nothing but /healthz and /readyz answers
+// without it. The seeded jobs have run, so run fields and lock
 // state are filled in.
 func TestOpenAPIContract(t *testing.T) {
 	u := needUITools(t)
@@ -277,15 +283,40 @@ func TestOpenAPIContract(t *testing.T) {
 	t.Setenv("CRONSWAP_HTTP_TOKEN", token)
 	uri, db := setup(t)
 	seedUIJobs(t, db)
-	d := startDaemon(t, writeConfig(t, daemonConfig{URI: uri, Database: db.Name(), InstanceID: "api-1", Jobs: uiJobsYAML}))
+	// A write connection, so that the page's actions answer as documented.
+	d := startDaemon(t, writeConfig(t, daemonConfig{URI: uri, Database: db.Name(), InstanceID: "api-1", Jobs: uiJobsYAML,
+		HTTP: fmt.Sprintf("  write_mongo_uri: %q\n", withAppName(dbURI(uri, db.Name()), "cronswap-page-contract"))}))
 	d.waitReady()
 	start := time.Now()
 	waitFor(t, 30*time.Second, "a run of seed-every-5s", func() bool { return succeededAfter(t, db, "seed-every-5s", start.Add(-5*time.Second)) })
+	seedOperations(t, db, "seed-every-5s")
 	out := u.runUIScript(t, "contract.mjs", 2*time.Minute,
 		"CRONSWAP_UI_URL=http://"+d.addr,
 		"CRONSWAP_UI_TOKEN="+token,
 	)
 	t.Logf("contract: %s", strings.TrimSpace(out))
+}
+
+// seedOperations gives job id one operation of each kind in its
+// timeline, as mongosh would write them: a run-now request, a backfill
+// request of one slot (refused by the daemons: from before the job's first
+// sighting) and a resume after failures, each naming who.
+func seedOperations(t *testing.T, db *mongo.Database, id string) {
+	t.Helper()
+	now := time.Now().UTC()
+	slot := now.Add(-time.Hour).Truncate(time.Minute)
+	if _, err := db.Collection(triggers.CollectionName).InsertMany(testCtx(t), []any{
+		bson.D{{Key: "job_id", Value: id}, {Key: "requested_at", Value: now}, {Key: "requested_by", Value: "contract"}},
+		bson.D{{Key: "_id", Value: triggers.BackfillIDPrefix + record.RunID(id, slot)}, {Key: "job_id", Value: id},
+			{Key: "slot", Value: slot}, {Key: "requested_at", Value: now}, {Key: "requested_by", Value: "contract"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Collection(record.PausesCollection).InsertOne(testCtx(t), bson.D{{Key: "_id", Value: id},
+		{Key: "state", Value: record.PauseStateResumed}, {Key: "paused_at", Value: now.Add(-time.Minute)},
+		{Key: "resumed_at", Value: now}, {Key: "resumed_by", Value: "contract"}, {Key: "updated_at", Value: now}}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // seedBulk inserts n schedules bulk-000000 … in batches with insertMany:
@@ -401,4 +432,61 @@ func TestStatusPage100k(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestStatusPageActionsInBrowser drives the page's actions in headless
+// Chromium (scripts/ui-test/actions.mjs) against two daemons on one
+// database with the same tokens file (an operator, a viewer): ui-ops with
+// a write connection, ui-ro without. The operator runs a job now and sees
+// the run in its timeline, disables and enables it, and retimes it
+// through the form with the preview, after which the engine's next_run
+// follows; the viewer sees no action and its POST is refused; a
+// cross-origin form post with the operator's credentials is refused; and
+// ui-ro offers the operator no action.
+func TestStatusPageActionsInBrowser(t *testing.T) {
+	u := needUITools(t)
+	uri, db := setup(t)
+	seedUIJobs(t, db)
+	sum := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
+	const opToken, viewerToken = "operator-token-e2e", "viewer-token-e2e"
+	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(tokens, []byte(fmt.Sprintf("- name: alice\n  role: operator\n  sha256: %s\n- name: grafana\n  role: viewer\n  sha256: %s\n",
+		sum(opToken), sum(viewerToken))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The test server has no users: the write connection is the same
+	// server under an application name of its own.
+	writeURI := withAppName(dbURI(uri, db.Name()), "cronswap-page-e2e")
+	ops := startDaemon(t, writeConfig(t, daemonConfig{URI: uri, Database: db.Name(), InstanceID: "ui-ops", Jobs: uiJobsYAML,
+		HTTP: fmt.Sprintf("  tokens_file: %q\n  write_mongo_uri: %q\n", tokens, writeURI)}))
+	ro := startDaemon(t, writeConfig(t, daemonConfig{URI: uri, Database: db.Name(), InstanceID: "ui-ro", Jobs: uiJobsYAML,
+		HTTP: fmt.Sprintf("  tokens_file: %q\n", tokens)}))
+	ops.waitReady()
+	ro.waitReady()
+	screens := t.TempDir()
+	u.runUIScript(t, "actions.mjs", 4*time.Minute,
+		"CRONSWAP_UI_URL=http://"+ops.addr,
+		"CRONSWAP_UI_RO_URL=http://"+ro.addr,
+		"CRONSWAP_UI_OPERATOR=alice:"+opToken,
+		"CRONSWAP_UI_VIEWER=grafana:"+viewerToken,
+		"CRONSWAP_UI_MONGO_URI="+dbURI(uri, db.Name()),
+		"CRONSWAP_UI_MONGOSH="+mongoshPath(t),
+		"CRONSWAP_UI_JOB=seed-cleanup",
+		"CRONSWAP_UI_SCREENS="+screens,
+	)
+	if dir := os.Getenv(envUIScreens); dir != "" {
+		copyFile(t, filepath.Join(screens, "ui-actions.png"), filepath.Join(dir, "ui-actions.png"))
+	}
+}
+
+// withAppName adds an appName option to a connection string: a
+// connection of its own to the same server (the page's write connection
+// in the tests; the test server has no users to give it other
+// credentials).
+func withAppName(uri, name string) string {
+	sep := "?"
+	if strings.Contains(uri, "?") {
+		sep = "&"
+	}
+	return uri + sep + "appName=" + name
 }

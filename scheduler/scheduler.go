@@ -14,6 +14,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/cronswap/cronswap/internal/crondialect"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -450,10 +451,12 @@ func (e *Engine) store(sh *shard, id string, r *record) {
 }
 
 // parseKey is what a parsed expression depends on besides the engine's
-// default zone.
+// default zone: the job id too when the expression has H, whose values
+// are hashed from it.
 type parseKey struct {
 	expr, tz string
 	dst      schedule.DSTMode
+	hashID   string
 }
 
 // parseCache maps expressions already parsed by one Sync to their schedule.
@@ -464,7 +467,10 @@ type parseCache map[parseKey]cron.Schedule
 // check is Check in the engine's default zone with its policy, reusing
 // cache when it holds the expression (nil means no cache).
 func (e *Engine) check(s schedule.Schedule, cache parseCache) (cron.Schedule, error) {
-	key := parseKey{s.CronExpr, s.Timezone, s.DST}
+	key := parseKey{expr: s.CronExpr, tz: s.Timezone, dst: s.DST}
+	if crondialect.UsesHash(s.CronExpr) {
+		key.hashID = s.ID
+	}
 	if sched, ok := cache[key]; ok {
 		if err := e.policyCheck(s); err != nil {
 			return nil, err

@@ -3,12 +3,15 @@
 #
 #   scripts/mongo.sh build                      build scripts/mongo-server/target/mongo-server.jar if missing/outdated
 #   scripts/mongo.sh start [--port 27017] [--h2 FILE] [extra launcher flags...]
-#                                               start in the background; pid in .run/mongo.pid, URI in .run/mongo.uri
+#                                               start in the background; pid in .run/mongo.pid, URI in .run/mongo.uri;
+#                                               with --h2 the data and oplog live in FILE and survive a restart
+#                                               (scripts/run-local.sh keeps .run/mongo.h2)
 #   scripts/mongo.sh stop                       stop it (SIGTERM, then SIGKILL after 15s)
 #   scripts/mongo.sh status                     print URI and pid if running (exit 1 if not)
 #   scripts/mongo.sh run [flags...]             run in the foreground (Ctrl-C / stdin EOF stops it)
 #   scripts/mongo.sh uri                        print the URI of the running server
 #
+# Launcher flags (scripts/mongo-server/README.md): --oplog-max-entries N, --ttl-monitor-secs S, --raw, --log-level L.
 # Logs of a background server go to .run/mongo.log. CRONSWAP_RUN_DIR moves .run elsewhere (a second
 # instance, a test). Needs JDK 17+ and Maven 3.8+ (Maven Central) for the build.
 set -euo pipefail

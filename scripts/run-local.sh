@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
 # Run the cronswap daemon locally, ready for a mongosh edit.
 #
-#   scripts/run-local.sh [extra `cronswap run` flags...]
+#   scripts/run-local.sh [--clean] [extra `cronswap run` flags...]
 #
 # Builds the binary into .run/cronswap (use it for the CLI), starts the
-# project's test server (in memory) unless CRONSWAP_MONGO_URI is set or
-# something already listens on the port, adds the example schedules (only
-# those missing, so your edits survive a re-run), and runs the daemon with
-# ./config.yaml until you stop it. Ctrl-C, or SIGINT/SIGTERM to this script's
-# pid, stops the daemon and the test server this script started.
+# project's test server unless CRONSWAP_MONGO_URI is set or something already
+# listens on the port, adds the example schedules (only those missing, so your
+# edits survive a re-run), and runs the daemon with ./config.yaml until you
+# stop it. Ctrl-C, or SIGINT/SIGTERM to this script's pid, stops the daemon and
+# the test server this script started.
+#
+# The test server keeps its data in .run/mongo.h2 (in the run directory), so
+# a re-run finds your edits, run records and the daemon's resume token where
+# you left them. --clean deletes that file first: the server starts empty
+# (and only the example schedules are added). --clean needs the test server to
+# be this script's to start: it refuses when a server is already running or
+# CRONSWAP_MONGO_URI is set.
 #
 # Environment:
 #   CRONSWAP_MONGO_URI    use this server; no test server is started
 #   CRONSWAP_MONGO_PORT   port of the test server (default 27017; 0 = any free port)
 #   CRONSWAP_HTTP_LISTEN  the daemon's status listener (default 127.0.0.1:9090, as in config.yaml)
-#   CRONSWAP_RUN_DIR      where the binary, the test server's pid file and logs go (default .run)
+#   CRONSWAP_RUN_DIR      where the binary, the test server's data file, pid file and logs go (default .run)
 set -euo pipefail
 # A non-interactive shell starts a background job (`run-local.sh &` in a
 # script) with SIGINT ignored, and bash cannot trap a signal ignored at
@@ -28,6 +35,16 @@ fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
+clean=""
+run_args=()
+for arg in "$@"; do
+	if [[ "$arg" == --clean ]]; then
+		clean=1
+	else
+		run_args+=("$arg")
+	fi
+done
+
 run_dir="${CRONSWAP_RUN_DIR:-$root/.run}"
 mkdir -p "$run_dir"
 run_dir="$(cd "$run_dir" && pwd)"
@@ -35,7 +52,8 @@ export CRONSWAP_RUN_DIR="$run_dir" # scripts/mongo.sh keeps its pid file there
 port="${CRONSWAP_MONGO_PORT:-27017}"
 http_listen="${CRONSWAP_HTTP_LISTEN:-127.0.0.1:9090}"
 bin="$run_dir/cronswap"
-database=cronswap # as in config.yaml
+data_file="$run_dir/mongo.h2" # the test server's data (H2 file), kept from run to run
+database=cronswap              # as in config.yaml
 
 started_server=""
 daemon_pid=""
@@ -57,17 +75,32 @@ trap cleanup EXIT
 trap 'echo "run-local: interrupted; stopping" >&2; cleanup; exit 130' INT
 trap 'echo "run-local: terminated; stopping" >&2; cleanup; exit 143' TERM
 
+refuse_clean() {
+	if [[ -n "$clean" ]]; then
+		echo "run-local: --clean: $1, so this script starts no test server to empty; nothing deleted" >&2
+		exit 2
+	fi
+}
 if [[ -n "${CRONSWAP_MONGO_URI:-}" ]]; then
+	refuse_clean "CRONSWAP_MONGO_URI names a server"
 	uri="$CRONSWAP_MONGO_URI"
 elif [[ "$port" != 0 ]] && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+	refuse_clean "something already listens on 127.0.0.1:$port"
 	uri="mongodb://127.0.0.1:$port/"
 	echo "run-local: something already listens on 127.0.0.1:$port; using it" >&2
 elif uri="$(scripts/mongo.sh uri 2>/dev/null)"; then
+	refuse_clean "a test server already runs from $run_dir"
 	# started by someone else from this run directory: theirs to stop
 	echo "run-local: using the test server already running from $run_dir at $uri" >&2
 else
+	if [[ -n "$clean" ]]; then
+		echo "run-local: --clean: deleting $data_file" >&2
+		rm -f "$data_file"
+	elif [[ -f "$data_file" ]]; then
+		echo "run-local: the test server keeps its data in $data_file (--clean starts empty)" >&2
+	fi
 	started_server=1
-	uri="$(scripts/mongo.sh start --port "$port")"
+	uri="$(scripts/mongo.sh start --port "$port" --h2 "$data_file")"
 fi
 
 if [[ ! -x scripts/node_modules/.bin/mongosh ]]; then
@@ -104,7 +137,7 @@ export CRONSWAP_MONGO_URI="$uri"
 # The daemon runs in the background and this script waits for it: a signal
 # to the script then interrupts the wait at once and the traps stop
 # everything (bash runs no trap while a foreground child is running).
-"$bin" run --config config.yaml --http-listen "$http_listen" "$@" &
+"$bin" run --config config.yaml --http-listen "$http_listen" "${run_args[@]+"${run_args[@]}"}" &
 daemon_pid=$!
 status=0
 wait "$daemon_pid" || status=$?

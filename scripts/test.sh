@@ -3,9 +3,9 @@
 # against the test server, end-to-end through the binary and mongosh) with
 # the race detector, in the daemon's module and in scripts/bench (a module of
 # its own), then the repository checks. Installs what the tests need first
-# (the test server jar via Maven, Debian's chromium via apt-get when
-# /usr/bin/chromium is missing, mongosh and the browser-test packages via
-# npm, Go modules).
+# (the test server jar and the cron dialect's reference, Quartz, via Maven,
+# Debian's chromium via apt-get when /usr/bin/chromium is missing, mongosh
+# and the browser-test packages via npm, Go modules).
 #
 #   scripts/test.sh [extra go test flags...]
 #
@@ -17,8 +17,9 @@ cd "$root"
 
 step() { printf '\n== %s\n' "$*" >&2; }
 
-step "install: test server jar, chromium, mongosh and browser-test packages, Go modules"
+step "install: test server jar, Quartz reference jar, chromium, mongosh and browser-test packages, Go modules"
 scripts/mongo.sh build
+scripts/quartz.sh build
 # The browser tests (e2e/ui_test.go) drive Debian's chromium, never a
 # browser downloaded by npm. CRONSWAP_CHROMIUM points them at another one.
 if [[ -n "${CRONSWAP_CHROMIUM:-}" ]]; then
@@ -63,6 +64,8 @@ go test -race -count=1 -timeout 30m "$@" ./...
 # minimised for up to 60 s, which used 18 of the 20 s (docs/testing.md).
 step "fuzz: schedule.Decode over raw BSON (20 s)"
 go test -run '^$' -fuzz '^FuzzDecode$' -fuzztime 20s -fuzzminimizetime 100x ./schedule/
+step "fuzz: schedule.ParseExprWith over the cron dialect, with Next and Prev of what it accepts (20 s)"
+go test -run '^$' -fuzz '^FuzzParseExpr$' -fuzztime 20s -fuzzminimizetime 100x ./schedule/
 
 # Last, so that a violation does not hide the test results above.
 step "repository checks"

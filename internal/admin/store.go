@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/cronswap/cronswap/internal/history"
+	"github.com/cronswap/cronswap/internal/jobhistory"
 	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/resumetoken"
@@ -157,12 +157,21 @@ type ScheduleEdit struct {
 	DST *string
 	// Args is the new args object; nil leaves it.
 	Args bson.Raw
+	// By, when not empty, names who edits: written as updated_by, so the
+	// edit history names them (Author.By). Empty leaves updated_by as it
+	// is.
+	By string
+	// MustExist refuses to create the schedule: an edit of a job with no
+	// document is an error wrapping ErrNotFound, even with an expression.
+	MustExist bool
 }
 
 // SetResult is what SetSchedule did.
 type SetResult struct {
 	// Created is true when the document did not exist.
 	Created bool
+	// Schedule is the document as written, decoded.
+	Schedule schedule.Schedule
 	// Warning is the store's Rules' refusal of the schedule's action (a
 	// *scheduler.PolicyError), written anyway: a Go program embedding
 	// cronswap may register an action the configuration lacks. Nil when
@@ -174,16 +183,27 @@ type SetResult struct {
 // exist and the edit has no expression to create it with.
 var ErrNeedsExpression = errors.New("a new schedule needs a cron expression")
 
-// SetSchedule checks the document the edit makes of the stored one (or of
-// none) with the store's Rules, the daemons' own, and then writes only the
-// fields the edit sets or removes, setting updated_at. An invalid result is
-// refused with an error wrapping schedule.ErrInvalid and nothing is
-// written; an action the Rules do not know is written, with the refusal
-// as SetResult.Warning. A missing schedule is created only by an edit with
-// an expression (else an error wrapping ErrNeedsExpression and
-// ErrNotFound).
-func (s *Store) SetSchedule(ctx context.Context, id string, e ScheduleEdit) (SetResult, error) {
-	now := s.now().UTC()
+// CheckedEdit is what the document of a schedule becomes under an edit,
+// as CheckEdit found it.
+type CheckedEdit struct {
+	// Schedule is the document after the edit, decoded.
+	Schedule schedule.Schedule
+	// Created is true when there is no document yet: the edit creates it.
+	Created bool
+	// Warning is the Rules' refusal of the schedule's action (a
+	// *scheduler.PolicyError): the edit may be written all the same (see
+	// SetResult.Warning).
+	Warning error
+
+	set, unset bson.D
+}
+
+// CheckEdit checks the document the edit makes of the stored one (or of
+// none) with the store's Rules, the daemons' own, without writing: an
+// invalid result is an error wrapping schedule.ErrInvalid; a missing
+// schedule and an edit without an expression is an error wrapping
+// ErrNeedsExpression and ErrNotFound. SetSchedule writes what it checks.
+func (s *Store) CheckEdit(ctx context.Context, id string, e ScheduleEdit) (CheckedEdit, error) {
 	set := bson.D{}
 	unset := bson.D{}
 	if e.CronExpr != nil {
@@ -204,7 +224,6 @@ func (s *Store) SetSchedule(ctx context.Context, id string, e ScheduleEdit) (Set
 	if e.Args != nil {
 		set = append(set, bson.E{Key: schedule.FieldArgs, Value: e.Args})
 	}
-	set = append(set, bson.E{Key: schedule.FieldUpdatedAt, Value: now})
 
 	// Check what the document will be, not only the edit: a stored time
 	// zone or job applies to the new expression too.
@@ -212,40 +231,59 @@ func (s *Store) SetSchedule(ctx context.Context, id string, e ScheduleEdit) (Set
 	if d, err := s.Schedule(ctx, id); err == nil {
 		old = d.Raw
 	} else if !errors.Is(err, ErrNotFound) {
-		return SetResult{}, err
+		return CheckedEdit{}, err
+	}
+	if old == nil && e.MustExist {
+		return CheckedEdit{}, fmt.Errorf("schedule %q: %w", id, ErrNotFound)
 	}
 	if old == nil && e.CronExpr == nil {
-		return SetResult{}, fmt.Errorf("schedule %q: %w (%w)", id, ErrNeedsExpression, ErrNotFound)
+		return CheckedEdit{}, fmt.Errorf("schedule %q: %w (%w)", id, ErrNeedsExpression, ErrNotFound)
 	}
 	merged, err := mergeDoc(id, old, set, unset)
 	if err != nil {
-		return SetResult{}, err
+		return CheckedEdit{}, err
 	}
-	var res SetResult
-	if _, err := s.rules.Check(merged); err != nil {
+	c := CheckedEdit{Created: old == nil, set: set, unset: unset}
+	if c.Schedule, err = s.rules.Check(merged); err != nil {
 		var pe *scheduler.PolicyError
 		if !errors.As(err, &pe) {
-			return SetResult{}, err
+			return CheckedEdit{}, err
 		}
-		res.Warning = err
+		c.Warning = err
 	}
+	return c, nil
+}
 
-	update := bson.D{{Key: "$set", Value: set}}
-	if len(unset) > 0 {
-		update = append(update, bson.E{Key: "$unset", Value: unset})
+// SetSchedule checks the edit as CheckEdit does and then writes only the
+// fields the edit sets or removes, with the stamp of Author{By: e.By}
+// (updated_at; updated_by when the edit names who; no update_message).
+// An invalid result is refused with an error
+// wrapping schedule.ErrInvalid and nothing is written; an action the
+// Rules do not know is written, with the refusal as SetResult.Warning. A
+// missing schedule is created only by an edit with an expression (else an
+// error wrapping ErrNeedsExpression and ErrNotFound).
+func (s *Store) SetSchedule(ctx context.Context, id string, e ScheduleEdit) (SetResult, error) {
+	c, err := s.CheckEdit(ctx, id, e)
+	if err != nil {
+		return SetResult{}, err
 	}
+	set, unset := Author{By: e.By}.stamp(s.now().UTC())
+	set = append(append(bson.D{}, c.set...), set...)
+	unset = append(append(bson.D{}, c.unset...), unset...)
 	// Only an edit that can create the document upserts: one without an
 	// expression must not create a schedule without one.
-	ur, err := s.db.Collection(schedule.CollectionName).UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update,
-		options.UpdateOne().SetUpsert(e.CronExpr != nil))
+	ur, err := s.db.Collection(schedule.CollectionName).UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, setUnset(set, unset),
+		options.UpdateOne().SetUpsert(e.CronExpr != nil && !e.MustExist))
 	if err != nil {
 		return SetResult{}, fmt.Errorf("write schedule %q: %w", id, err)
 	}
 	if ur.MatchedCount == 0 && ur.UpsertedCount == 0 {
+		if e.MustExist {
+			return SetResult{}, fmt.Errorf("schedule %q (deleted meanwhile): %w", id, ErrNotFound)
+		}
 		return SetResult{}, fmt.Errorf("schedule %q (deleted meanwhile): %w (%w)", id, ErrNeedsExpression, ErrNotFound)
 	}
-	res.Created = ur.UpsertedCount > 0
-	return res, nil
+	return SetResult{Created: ur.UpsertedCount > 0, Schedule: c.Schedule, Warning: c.Warning}, nil
 }
 
 // mergeDoc applies $set/$unset of top-level fields to old (nil: a new
@@ -299,9 +337,11 @@ func (s *Store) DeleteSchedule(ctx context.Context, id string) error {
 	return nil
 }
 
-// SetEnabled pauses (false) or resumes (true) job id, setting updated_at. It
-// reports whether the document changed (false: it already was so).
-func (s *Store) SetEnabled(ctx context.Context, id string, enabled bool) (changed bool, err error) {
+// SetEnabled pauses (false) or resumes (true) job id, with the stamp of
+// Author{By: by} (updated_at; updated_by when by is not empty; no
+// update_message). It reports whether the document changed (false: it
+// already was so).
+func (s *Store) SetEnabled(ctx context.Context, id string, enabled bool, by string) (changed bool, err error) {
 	coll := s.db.Collection(schedule.CollectionName)
 	// Leave an already paused/resumed document (and its updated_at) alone,
 	// so the daemon sees no event for a no-op.
@@ -313,10 +353,9 @@ func (s *Store) SetEnabled(ctx context.Context, id string, enabled bool) (change
 	} else {
 		filter = append(filter, bson.E{Key: schedule.FieldEnabled, Value: bson.D{{Key: "$ne", Value: false}}})
 	}
-	res, err := coll.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{
-		{Key: schedule.FieldEnabled, Value: enabled},
-		{Key: schedule.FieldUpdatedAt, Value: s.now().UTC()},
-	}}})
+	set, unset := Author{By: by}.stamp(s.now().UTC())
+	set = append(bson.D{{Key: schedule.FieldEnabled, Value: enabled}}, set...)
+	res, err := coll.UpdateOne(ctx, filter, setUnset(set, unset))
 	if err != nil {
 		return false, fmt.Errorf("set enabled=%t on schedule %q: %w", enabled, id, err)
 	}
@@ -485,10 +524,11 @@ func (s *Store) ResetTokens(ctx context.Context, id string) (int64, error) {
 	return res.DeletedCount, nil
 }
 
-// History returns the newest edit-history entries of job id, newest first,
-// at most limit (see history.List).
-func (s *Store) History(ctx context.Context, id string, limit int64) ([]history.Entry, error) {
-	return history.List(ctx, s.db.Collection(history.CollectionName), id, limit)
+// History returns the newest items of job id's history, newest first, at
+// most limit: the edits of its schedule and the operations recorded
+// elsewhere (see jobhistory.List).
+func (s *Store) History(ctx context.Context, id string, limit int) ([]jobhistory.Item, error) {
+	return jobhistory.List(ctx, s.db, id, limit)
 }
 
 // JobIDs returns the id of every job: the _id of every schedules

@@ -43,6 +43,9 @@ type session struct {
 	// configFile is the config file given (--config or CRONSWAP_CONFIG);
 	// "" when none.
 	configFile string
+	// opTimeout bounds a command (10 × --timeout), or each round trip of
+	// one that connect does not bound as a whole.
+	opTimeout time.Duration
 }
 
 // withDB loads the config, connects (failing with ExitUnreachable when the
@@ -51,6 +54,15 @@ func withDB(c *ucli.Context, fn func(ctx context.Context, s *session) error) err
 	if _, err := outputFormat(c); err != nil {
 		return err
 	}
+	return withSession(c, true, fn)
+}
+
+// withSession is withDB without the check of --output (export's is yaml|json).
+// A bounded command has 10 × --timeout in all; one that is not (export,
+// plan and apply, whose work grows with the collection) gets a context
+// without deadline and bounds each of its round trips with
+// session.opTimeout.
+func withSession(c *ucli.Context, bounded bool, fn func(ctx context.Context, s *session) error) error {
 	cfg, err := loadConfig(c)
 	if err != nil {
 		return err
@@ -59,7 +71,8 @@ func withDB(c *ucli.Context, fn func(ctx context.Context, s *session) error) err
 	if timeout <= 0 {
 		return ucli.Exit(fmt.Sprintf("--timeout %s: must be positive", timeout), ExitUserError)
 	}
-	s := &session{cfg: cfg, uri: config.RedactURI(cfg.Mongo.URI), configFile: c.String("config")}
+	// Generous, but bounded: a server that hangs mid-command is unreachable too.
+	s := &session{cfg: cfg, uri: config.RedactURI(cfg.Mongo.URI), configFile: c.String("config"), opTimeout: 10 * timeout}
 	if s.rules, err = scheduleRules(cfg, s.configFile); err != nil {
 		return err
 	}
@@ -83,8 +96,10 @@ func withDB(c *ucli.Context, fn func(ctx context.Context, s *session) error) err
 	}
 	s.db = client.Database(cfg.Mongo.Database)
 	s.store = admin.NewStore(s.db).WithRules(s.rules)
-	// Generous, but bounded: a server that hangs mid-command is unreachable too.
-	opCtx, opCancel := context.WithTimeout(ctx, 10*timeout)
+	if !bounded {
+		return fn(ctx, s)
+	}
+	opCtx, opCancel := context.WithTimeout(ctx, s.opTimeout)
 	defer opCancel()
 	return fn(opCtx, s)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/daemon"
@@ -52,6 +53,20 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	opts := daemonOptions(cfg, log)
 	opts.HTTPToken = os.Getenv(httpapi.EnvToken)
 	opts.HTTPAddr = ln.Addr().String()
+	// The status page's actions write through a connection of their own.
+	if uri := cfg.HTTP.WriteMongoURI; uri != "" {
+		page, err := mongo.Connect(options.Client().SetAppName("cronswap-page").
+			SetServerSelectionTimeout(5 * time.Second).SetConnectTimeout(5 * time.Second).ApplyURI(uri))
+		if err != nil {
+			return fmt.Errorf("http.write_mongo_uri: %w", clientError(uri, err))
+		}
+		defer disconnect(page)
+		opts.PageDatabase = page.Database(cfg.Mongo.Database)
+		if uri == cfg.Mongo.URI {
+			log.Warn("http.write_mongo_uri is the daemon's own connection: give the page's writes credentials of their own (docs/operations.md)",
+				"instance_id", cfg.InstanceID)
+		}
+	}
 	opts.StartedLogAttrs = []slog.Attr{slog.String("mongo_uri", config.RedactURI(cfg.Mongo.URI)),
 		slog.String("http_listen", ln.Addr().String())}
 	s, err := daemon.New(client.Database(cfg.Mongo.Database), opts)
@@ -65,7 +80,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return err
 		}
 	}
-	if opts.HTTPToken == "" && !config.IsLoopback(ln.Addr().String()) {
+	if opts.HTTPToken == "" && opts.HTTPTokensFile == "" && !config.IsLoopback(ln.Addr().String()) {
 		log.Warn("the HTTP listener is not on loopback and no token protects it",
 			"instance_id", cfg.InstanceID, "http_listen", ln.Addr().String(), "env", httpapi.EnvToken)
 	}
@@ -91,7 +106,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 // daemonOptions are the embedding package's options for cfg (Finished):
 // every setting of the config file but the connection, the listener and
-// the actions, which runDaemon handles.
+// the actions, which runDaemon handles (and the page's write connection).
 func daemonOptions(cfg config.Config, log *slog.Logger) daemon.Options {
 	watch := cfg.Watch.Apply(changestream.Options{})
 	grace := cfg.Shutdown.Grace
@@ -118,6 +133,7 @@ func daemonOptions(cfg config.Config, log *slog.Logger) daemon.Options {
 		ShutdownGrace:    grace,
 		Notify:           notifications(cfg),
 		Pprof:            cfg.HTTP.Pprof,
+		HTTPTokensFile:   cfg.HTTP.TokensFile,
 	}
 }
 
@@ -164,12 +180,12 @@ func disconnect(client *mongo.Client) {
 }
 
 // actionHost is what the configured actions learn of the daemon at start:
-// its own secrets (the listener's token, the database password) and the
+// its own secrets (the listener's token, the database passwords) and the
 // webhooks' variables, redacted from what runs capture and never inherited
 // by a program.
 func actionHost(cfg config.Config) actions.Host {
 	return actions.Host{
-		Secrets:   []string{os.Getenv(httpapi.EnvToken), config.URIPassword(cfg.Mongo.URI)},
+		Secrets:   []string{os.Getenv(httpapi.EnvToken), config.URIPassword(cfg.Mongo.URI), config.URIPassword(cfg.HTTP.WriteMongoURI)},
 		SecretEnv: cfg.NotifyEnvRefs(),
 	}
 }

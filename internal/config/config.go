@@ -30,6 +30,8 @@ const (
 	EnvConfig     = "CRONSWAP_CONFIG"
 	EnvMongoURI   = "CRONSWAP_MONGO_URI"
 	EnvInstanceID = "CRONSWAP_INSTANCE_ID"
+	// EnvWriteMongoURI overrides http.write_mongo_uri.
+	EnvWriteMongoURI = "CRONSWAP_HTTP_WRITE_MONGO_URI"
 )
 
 // DefaultMongoURI is used when neither the file, the environment nor a flag
@@ -194,6 +196,15 @@ type HTTP struct {
 	// /debug/pprof/ on the listener; off by default, and refused unless
 	// Listen is a loopback address (profiles show the process's memory).
 	Pprof bool `yaml:"pprof"`
+	// TokensFile names a file of named tokens with their roles, viewer or
+	// operator (httpapi.LoadTokens); "" for none. CRONSWAP_HTTP_TOKEN
+	// stays an operator's token beside them.
+	TokensFile string `yaml:"tokens_file"`
+	// WriteMongoURI is the connection the status page's actions write
+	// through, with credentials of their own (the operators' rights, not
+	// the daemon's); "" (the default) leaves the page read-only. The
+	// database is mongo.database.
+	WriteMongoURI string `yaml:"write_mongo_uri"`
 }
 
 // validate checks that pprof is only served on a loopback listener.
@@ -272,6 +283,9 @@ func Load(path string) (Config, error) {
 	}
 	if v := os.Getenv(EnvInstanceID); v != "" {
 		cfg.InstanceID = v
+	}
+	if v := os.Getenv(EnvWriteMongoURI); v != "" {
+		cfg.HTTP.WriteMongoURI = v
 	}
 	if err := cfg.Finish(); err != nil {
 		if path != "" {

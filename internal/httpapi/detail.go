@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/internal/record"
-	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
 
@@ -85,11 +84,7 @@ func (a *api) upcoming(st scheduler.Status) []NextRun {
 	if err != nil {
 		return out
 	}
-	for _, f := range schedule.Upcoming(sched, a.now().In(loc), upcomingCount) {
-		out = append(out, NextRun{At: f.At.UTC(), AtLocal: f.At.In(loc).Format(time.RFC3339),
-			Shifted: f.Shifted, Repeat: f.Repeat, Note: f.Note})
-	}
-	return out
+	return nextRuns(sched, loc, a.now(), upcomingCount)
 }
 
 // lockOf shows lock; nil for none.

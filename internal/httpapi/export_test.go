@@ -5,6 +5,6 @@ func Routes(o Options) []string {
 	if o.Events == nil {
 		o.Events = NewBroker(BrokerOptions{})
 	}
-	_, p := newMux(&api{o: o})
+	_, p := newMux(&api{o: o, creds: credentials(o)})
 	return p
 }

@@ -2,15 +2,17 @@
 // views over HTTP: /healthz, /readyz, /api/status, /api/schedules,
 // /api/schedules/{id}, /api/schedules/{id}/timeline, the status page's
 // /api/overview, /api/schedule-rows, /api/schedules/{id}/detail and
-// /api/events (server-sent events), the OpenAPI document of them all at
-// /api/openapi.json and, when configured, /metrics and the runtime profiles
-// under /debug/pprof/. See docs/http.md.
+// /api/events (server-sent events), the page's actions (POST run-now,
+// enable, disable, resume, retime, for an operator's token), the OpenAPI
+// document of them all at /api/openapi.json and, when configured, /metrics
+// and the runtime profiles under /debug/pprof/. See docs/http.md.
 package httpapi
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/pprof"
 	"time"
@@ -85,9 +87,23 @@ type Options struct {
 	// Events feeds /api/events; nil serves a stream with the hello event
 	// only.
 	Events *Broker
-	// Token, when not empty, is required on every path but /healthz and
-	// /readyz (RequireToken).
+	// Token, when not empty, is an operator's token named EnvToken
+	// (CRONSWAP_HTTP_TOKEN). With Token or Tokens, every path but
+	// /healthz and /readyz requires one of them.
 	Token string
+	// Tokens are the named tokens of the tokens file (LoadTokens), each
+	// with its role.
+	Tokens []Credential
+	// Operator carries out the page's actions (POST run-now, enable,
+	// disable, resume, retime) for an operator's token; nil leaves the
+	// page read-only, saying WritesOff.
+	Operator Operator
+	// WritesOff says why there is no Operator, for the page.
+	WritesOff string
+	// EditChecker serves the retime form's preview; nil answers 404.
+	EditChecker EditChecker
+	// Logger logs the page's actions; nil logs nothing.
+	Logger *slog.Logger
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }
@@ -96,6 +112,8 @@ type Options struct {
 type api struct {
 	o      Options
 	counts countCache
+	// creds are the listener's tokens (credentials(o)).
+	creds []Credential
 }
 
 func (a *api) now() time.Time { return a.o.Now() }
@@ -188,8 +206,8 @@ func FromStatus(st scheduler.Status, defaultTZ string) Schedule {
 }
 
 // New returns the HTTP handler. A nil Schedules serves an empty list, a nil
-// Status a zero status, a nil Ready never ready; with a Token every path
-// but the probes requires it.
+// Status a zero status, a nil Ready never ready; with a Token or Tokens
+// every path but the probes requires one of them.
 func New(o Options) http.Handler {
 	if o.Schedules == nil {
 		o.Schedules = noSchedules{}
@@ -203,8 +221,9 @@ func New(o Options) http.Handler {
 	if o.Events == nil {
 		o.Events = NewBroker(BrokerOptions{})
 	}
-	mux, _ := newMux(&api{o: o})
-	return RequireToken(o.Token, mux)
+	a := &api{o: o, creds: credentials(o)}
+	mux, _ := newMux(a)
+	return authenticate(a.creds, mux)
 }
 
 // router is a ServeMux that remembers its patterns (the route test
@@ -270,6 +289,15 @@ func newMux(a *api) (http.Handler, []string) {
 		o.Events.serve(w, r, o.Status().InstanceID)
 	})
 	mux.HandleFunc("GET /api/openapi.json", serveOpenAPI)
+	// The page's actions (docs/http.md#the-pages-actions): an operator's
+	// token, a write connection, same origin, a JSON body.
+	mux.HandleFunc("GET /api/session", a.serveSession)
+	mux.HandleFunc("GET /api/schedules/{id}/preview", a.servePreview)
+	mux.HandleFunc("POST /api/schedules/{id}/run-now", a.serveRunNow)
+	mux.HandleFunc("POST /api/schedules/{id}/enable", a.serveEnabled(true))
+	mux.HandleFunc("POST /api/schedules/{id}/disable", a.serveEnabled(false))
+	mux.HandleFunc("POST /api/schedules/{id}/resume", a.serveResume)
+	mux.HandleFunc("POST /api/schedules/{id}/retime", a.serveRetime)
 	// The status page (internal/ui) at /ui/; / sends a browser there.
 	mux.Handle("GET /ui/", http.StripPrefix("/ui", ui.Handler()))
 	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))

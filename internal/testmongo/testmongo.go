@@ -64,8 +64,10 @@ var ErrExternal = errors.New("testmongo: server is external (" + EnvURI + "), it
 type Options struct {
 	// Port to listen on (127.0.0.1); 0 picks a free port. Restart keeps the port of the first start.
 	Port int
-	// H2File makes the server keep its data and oplog in this MVStore file, so they survive Restart.
-	// Empty: in memory (Restart then starts empty, and old resume tokens get ChangeStreamHistoryLost).
+	// H2File makes the server keep its data and oplog in this MVStore file, so they survive Restart (the oplog
+	// then has the launcher's default bound, scripts/mongo-server/README.md; ExtraArgs may set
+	// --oplog-max-entries). Empty: in memory (Restart then starts empty, and old resume tokens get
+	// ChangeStreamHistoryLost).
 	H2File string
 	// Raw runs mongo-java-server without the launcher's compatibility layer (library event shapes, no
 	// postBatchResumeToken, no awaitData, findAndModify invisible to change streams). For comparisons only.

@@ -12,6 +12,10 @@
 //     parameter and an unknown query parameter answer 400 where 400 is
 //     documented, an unknown job answers 404 where 404 is documented, each
 //     with a body valid against its schema;
+//   - the page's actions (POST, with an operator's token and the daemon's
+//     write connection): each, sent its documented example body, answers
+//     its documented success; an unknown job 404, a body that is not JSON
+//     415, a request from another origin 403, each with the error schema;
 //   - /api/events answers text/event-stream and sends the hello event;
 //   - with CRONSWAP_UI_TOKEN set (the daemon started with that
 //     CRONSWAP_HTTP_TOKEN): without credentials every path but /healthz and
@@ -45,15 +49,18 @@ const mustDocument = [
   ['get', '/api/schedules'], ['get', '/api/schedules/{id}'], ['get', '/api/schedules/{id}/timeline'],
   ['get', '/api/schedules/{id}/detail'], ['get', '/api/overview'], ['get', '/api/schedule-rows'],
   ['get', '/api/events'], ['get', '/api/openapi.json'],
+  ['get', '/api/session'], ['get', '/api/schedules/{id}/preview'], ['post', '/api/schedules/{id}/run-now'],
+  ['post', '/api/schedules/{id}/disable'], ['post', '/api/schedules/{id}/enable'], ['post', '/api/schedules/{id}/resume'],
+  ['post', '/api/schedules/{id}/retime'],
 ];
 
 const mismatches = [];
 const bad = (m) => { mismatches.push(m); console.error(`MISMATCH ${m}`); };
 let calls = 0;
 
-async function get(path, { headers = auth, redirect = 'manual', signal } = {}) {
+async function get(path, { headers = auth, redirect = 'manual', signal, method = 'GET', body } = {}) {
   calls++;
-  return fetch(base + path, { headers, redirect, signal });
+  return fetch(base + path, { method, headers, redirect, signal, body });
 }
 
 // 1. The document: served, equal to the repository's, valid 3.1.
@@ -126,19 +133,23 @@ function buildPath(path, params, over = {}) {
   return qs ? `${out}?${qs}` : out;
 }
 
-/** check calls url and compares the answer with op's documented responses. */
-async function check(label, op, url, wantStatus) {
+/**
+ * check calls url (GET, or what req says) and compares the answer with
+ * op's documented responses.
+ */
+async function check(label, op, url, wantStatus, req = {}) {
+  const method = req.method || 'GET';
   let resp;
   try {
-    resp = await get(url);
+    resp = await get(url, req.method ? req : {});
   } catch (e) {
-    bad(`${label} GET ${url}: ${e.message}`);
+    bad(`${label} ${method} ${url}: ${e.message}`);
     return;
   }
   const status = String(resp.status);
   const ctype = (resp.headers.get('content-type') || '').split(';')[0].trim();
   const body = await resp.text();
-  const where = `${label} GET ${url} → ${status}`;
+  const where = `${label} ${method} ${url} → ${status}`;
   if (wantStatus && status !== String(wantStatus)) {
     bad(`${where}, want ${wantStatus}: ${body.slice(0, 200)}`);
     return;
@@ -218,16 +229,48 @@ async function checkEvents(op) {
   }
 }
 
+/**
+ * checkPost sends a page action its documented example body (as the
+ * page does: JSON, same origin), then the refusals it documents.
+ */
+async function checkPost(path, op, params) {
+  const media = op.requestBody?.content?.['application/json'];
+  if (!media) {
+    bad(`POST ${path}: no application/json request body documented`);
+    return;
+  }
+  const example = JSON.stringify(media.example ?? {});
+  const json = { ...auth, 'Content-Type': 'application/json', Accept: 'application/json' };
+  const post = (headers, body = example) => ({ method: 'POST', headers, body });
+  const ok = Object.keys(op.responses || {}).filter((st) => /^2\d\d$/.test(st)).sort()[0];
+  if (!ok) bad(`POST ${path}: no 2xx response documented`);
+  await check('example', op, buildPath(path, params), ok, post(json));
+  if (op.responses?.['404']) {
+    await check('unknown job', op, buildPath(path, params, { id: 'no-such-job-in-the-contract-test' }), 404, post(json));
+  }
+  if (op.responses?.['415']) {
+    await check('a form\'s body', op, buildPath(path, params), 415, post({ ...auth, 'Content-Type': 'text/plain' }, 'a=1'));
+  }
+  if (op.responses?.['403']) {
+    await check('another origin', op, buildPath(path, params), 403, post({ ...json, Origin: 'http://another.example' }));
+  }
+  if (token && op.responses?.['401'] === undefined) bad(`POST ${path}: 401 not documented though the daemon requires a token`);
+}
+
 // 3. Every documented operation with its examples, then its error answers.
 for (const [path, item] of Object.entries(deref.paths || {})) {
   for (const m of methods) {
     const op = item[m];
     if (!op) continue;
-    if (m !== 'get') {
-      bad(`${m.toUpperCase()} ${path}: only GET is expected in this read-only API`);
+    const params = [...(item.parameters || []), ...(op.parameters || [])];
+    if (m === 'post') {
+      await checkPost(path, op, params);
       continue;
     }
-    const params = [...(item.parameters || []), ...(op.parameters || [])];
+    if (m !== 'get') {
+      bad(`${m.toUpperCase()} ${path}: only GET and the page's actions (POST) are expected`);
+      continue;
+    }
     if (path === '/api/events') {
       await checkEvents(op);
       continue;

@@ -20,3 +20,42 @@ export async function getJSON(path, signal) {
   }
   return r.json();
 }
+
+/**
+ * postJSON sends body as JSON to an API path (the page's actions) and
+ * returns the answer's JSON; it throws with the server's error message on
+ * a non-2xx answer. The JSON body is what the daemon requires of a write:
+ * no cross-site form can send one.
+ */
+export async function postJSON(path, body = {}) {
+  const r = await fetch(url(path), {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Accept: 'application/json' },
+    body: JSON.stringify(body),
+    cache: 'no-store',
+  });
+  let data = null;
+  try { data = await r.json(); } catch { /* not JSON */ }
+  if (!r.ok) {
+    const e = new Error((data && data.error) || `HTTP ${r.status}`);
+    e.status = r.status;
+    throw e;
+  }
+  return data;
+}
+
+let session = null;
+
+/**
+ * getSession returns who the page acts as and whether it may offer its
+ * actions ({user, role, can_write, read_only}), read once per page load.
+ */
+export function getSession() {
+  if (!session) {
+    session = getJSON('api/session').catch((e) => {
+      session = null;
+      return { user: '', role: '', can_write: false, read_only: `read-only: ${e.message}` };
+    });
+  }
+  return session;
+}

@@ -1,10 +1,12 @@
 // One job (#/jobs/<id>): the schedule as applied, its next runs with
 // daylight-saving shifts marked and its lock from
 // /api/schedules/{id}/detail; its timeline and the chart of its runs from
-// /api/schedules/{id}/timeline.
+// /api/schedules/{id}/timeline; the actions an operator may take
+// (actions.js).
 import { h, badge, zoned, fmtUTC, fmtMS, fmtInt } from './dom.js';
 import { getJSON } from './api.js';
 import { chart } from './chart.js';
+import { jobActions } from './actions.js';
 
 // Timeline windows, widest first. A timeline holds at most 1000 entries
 // and is cut at its end when the window has more, so a busy job's newest
@@ -16,6 +18,13 @@ const WINDOWS = [
   { from: '-1h', label: '1 hour' },
   { from: '-10m', label: '10 minutes' },
 ];
+
+// What an operation entry's op reads as (docs/time.md#json).
+const OPERATIONS = {
+  run_now: 'run now',
+  backfill: 'backfill',
+  resume_after_failures: 'resume after failures',
+};
 
 function kv(label, value, attrs = {}) {
   return h('div', { class: 'kv' }, h('dt', {}, label), h('dd', attrs, value));
@@ -60,9 +69,22 @@ function entryDetails(e) {
     case 'edit':
       d.push(e.op || 'edit');
       if (e.updated_by) d.push(`by ${e.updated_by}`);
+      if (e.update_message) d.push(h('q', { class: 'message', testid: 'edit-message' }, e.update_message));
       for (const c of e.changes || []) {
         d.push(h('span', { class: 'change' }, h('code', {}, c.field), ' ', h('code', {}, json(c.before)), ' → ', h('code', {}, json(c.after))));
       }
+      break;
+    case 'operation':
+      d.push(OPERATIONS[e.op] || e.op);
+      if (e.by) d.push(`by ${e.by}`);
+      if (e.run_id) d.push(h('span', { class: 'mono' }, e.run_id));
+      if (e.args) d.push(h('span', {}, 'args ', h('code', {}, JSON.stringify(e.args))));
+      if (e.slots) {
+        const s = e.slots;
+        const counts = Object.keys(s.statuses || {}).sort().map((k) => `${fmtInt(s.statuses[k])} ${k}`).join(', ');
+        d.push(`${fmtInt(s.count)} slot${s.count === 1 ? '' : 's'} ${fmtUTC(s.first)} → ${fmtUTC(s.last)}${counts ? `: ${counts}` : ''}`);
+      }
+      if (e.error) d.push(h('span', { class: 'err' }, e.error));
       break;
     case 'no_record':
       d.push(`${fmtInt(e.count || 1)} slot${(e.count || 1) === 1 ? '' : 's'}${e.last ? ` to ${fmtUTC(e.last)}` : ''}`);
@@ -125,13 +147,15 @@ function zoneNote(tz) {
   return `${utc ? 'In UTC' : `In ${tz}, with UTC beside when it differs`}; daylight-saving shifts marked.`;
 }
 
+function head(id, d) {
+  return h('div', { class: 'job-head' }, h('h1', { class: 'mono' }, id), badge(d.status, { testid: 'job-status' }));
+}
+
 function render(id, d, tl, win, narrowed) {
   const sc = d.schedule;
   const fp = sc.failure_pause;
   const next = zoned(d.next_run_local, sc.next_run);
   return [
-    h('div', { class: 'job-head' },
-      h('h1', { class: 'mono' }, id), badge(d.status, { testid: 'job-status' })),
     h('div', { class: 'cols' },
       h('section', { class: 'card' },
         h('h2', {}, 'Schedule as applied'),
@@ -169,8 +193,13 @@ function render(id, d, tl, win, narrowed) {
 export function jobView(id, stamp) {
   const body = h('div', { class: 'loading muted' }, 'Loading…');
   const msg = h('div', { class: 'alert', role: 'alert', hidden: true });
+  const top = h('div', {});
+  // The actions card stays in place across refreshes (what its form
+  // holds, and the focus, survive them).
+  const actions = jobActions(id, () => refresh());
+  actions.el.hidden = true;
   const el = h('div', { testid: 'job-page', 'data-job-id': id, class: 'view' },
-    h('p', { class: 'crumbs' }, h('a', { href: '#/schedules' }, '‹ Schedules')), msg, body);
+    h('p', { class: 'crumbs' }, h('a', { href: '#/schedules' }, '‹ Schedules')), msg, top, actions.el, body);
   let chosen = 1; // 24 hours
   let used = chosen;
   const win = h('select', { 'aria-label': 'Timeline window', class: 'win' },
@@ -196,8 +225,11 @@ export function jobView(id, stamp) {
     try {
       const [d, tl] = await Promise.all([getJSON(`api/schedules/${enc}/detail`), timeline(n)]);
       if (stopped || n !== seq) return;
+      top.replaceChildren(head(id, d));
       body.replaceChildren(...render(id, d, tl, win, used !== chosen ? WINDOWS[used].label : ''));
       body.className = '';
+      actions.el.hidden = false;
+      actions.update(d.schedule);
       msg.hidden = true;
       stamp();
     } catch (e) {

@@ -1,8 +1,10 @@
 // The schedules table (#/schedules): one page of rows from
 // /api/schedule-rows, filtered, sorted and paged by the server, so the DOM
-// holds one page however many jobs there are.
+// holds one page however many jobs there are; for an operator, each row's
+// run-now and disable / enable (actions.js).
 import { h, badge, zoned, fmtUTC, fmtInt, ago, jobHref, debounce } from './dom.js';
-import { getJSON } from './api.js';
+import { getJSON, getSession } from './api.js';
+import { runAction, runNowText, enabledText, readOnlyNote } from './actions.js';
 
 const STATUSES = ['armed', 'paused', 'disabled', 'error', 'unarmed', 'missed'];
 const COLUMNS = [
@@ -30,7 +32,26 @@ function lastRunCell(lr, now) {
     lr.instance_id ? h('div', { class: 'sub mono' }, lr.instance_id) : null);
 }
 
-function rowOf(r, now) {
+// actionsCell holds a row's actions (an operator's page only): run now
+// and disable / enable; out shows their outcome above the table.
+function actionsCell(r, session, out, done) {
+  if (r.invalid_id) return h('td', { testid: 'cell-actions' });
+  const enc = encodeURIComponent(r.id);
+  const run = h('button', { type: 'button', testid: 'row-run-now', class: 'small-btn' }, 'Run now');
+  run.addEventListener('click', async () => {
+    if (await runAction(out, `Run ${r.id} now`, `api/schedules/${enc}/run-now`, {}, runNowText)) done();
+  });
+  const toggle = h('button', { type: 'button', testid: 'row-toggle', class: 'small-btn', 'data-action': r.enabled ? 'disable' : 'enable' },
+    r.enabled ? 'Disable' : 'Enable');
+  toggle.addEventListener('click', async () => {
+    const verb = r.enabled ? 'disable' : 'enable';
+    if (await runAction(out, `${verb[0].toUpperCase()}${verb.slice(1)} ${r.id}`, `api/schedules/${enc}/${verb}`, {},
+      (res) => enabledText(res, session.user))) done();
+  });
+  return h('td', { testid: 'cell-actions', class: 'row-actions' }, run, toggle);
+}
+
+function rowOf(r, now, act) {
   const missed = (r.missed_last_day || 0) > 0;
   const next = zoned(r.next_run_local, r.next_run);
   return h('tr', {
@@ -52,7 +73,8 @@ function rowOf(r, now) {
     r.next_run ? [h('div', {}, next.local), next.utc ? h('div', { class: 'sub' }, next.utc) : null] :
       h('span', { class: 'muted' }, '—')),
   lastRunCell(r.last_run, now),
-  h('td', { testid: 'cell-error', class: 'err', title: r.last_error || null }, r.last_error || ''));
+  h('td', { testid: 'cell-error', class: 'err', title: r.last_error || null }, r.last_error || ''),
+  act ? act(r) : null);
 }
 
 /** schedulesView is the #/schedules view; state (filters, sort, page) outlives it. */
@@ -76,6 +98,10 @@ export function schedulesView(state, stamp) {
   const info = h('span', { testid: 'page-info', class: 'page-info' }, '');
   const total = h('span', { testid: 'rows-total' }, '…');
   const msg = h('div', { class: 'alert', role: 'alert', hidden: true });
+  const outcome = h('p', { class: 'outcome', testid: 'table-outcome', role: 'status', hidden: true });
+  const note = h('div', {});
+  let session = null;
+  let act = null;
   const heads = COLUMNS.map((c) => {
     if (!c.sort) return h('th', { scope: 'col' }, c.label);
     const btn = h('button', { type: 'button', class: 'sort', testid: `sort-${c.sort}` }, c.label, h('span', { class: 'arrow' }));
@@ -89,12 +115,26 @@ export function schedulesView(state, stamp) {
   });
   const tbody = h('tbody', {},
     h('tr', { testid: 'rows-loading' }, h('td', { colspan: COLUMNS.length, class: 'muted empty' }, 'Loading…')));
+  const headRow = h('tr', {}, heads);
   const table = h('table', { class: 'grid schedules', testid: 'schedules-table' },
-    h('thead', {}, h('tr', {}, heads)), tbody);
+    h('thead', {}, headRow), tbody);
   const el = h('div', { class: 'view' },
     h('h1', {}, 'Schedules ', h('span', { class: 'count' }, total, ' jobs')),
     h('div', { class: 'controls' }, search, category, status, h('span', { class: 'spacer' }), prev, info, next),
-    msg, table);
+    note, msg, outcome, table);
+
+  // An operator's page gets a column of actions; any other says why not.
+  async function withSession() {
+    if (session) return;
+    session = await getSession();
+    if (session.can_write) {
+      headRow.appendChild(h('th', { scope: 'col', class: 'actions-col' }, 'Actions'));
+      table.classList.add('with-actions');
+      act = (r) => actionsCell(r, session, outcome, () => refresh());
+    } else {
+      note.replaceChildren(readOnlyNote(session));
+    }
+  }
 
   let seq = 0;
   let stopped = false;
@@ -132,6 +172,7 @@ export function schedulesView(state, stamp) {
     p.set('offset', String(state.offset));
     p.set('limit', String(state.limit));
     try {
+      await withSession();
       const res = await getJSON(`api/schedule-rows?${p}`);
       if (stopped || n !== seq) return;
       if (res.items.length === 0 && res.total > 0 && state.offset > 0) {
@@ -142,8 +183,8 @@ export function schedulesView(state, stamp) {
       }
       setCategories(res.categories || []);
       const now = Date.now();
-      tbody.replaceChildren(...(res.items.length ? res.items.map((r) => rowOf(r, now))
-        : [h('tr', {}, h('td', { colspan: COLUMNS.length, class: 'muted empty' }, 'No job matches.'))]));
+      tbody.replaceChildren(...(res.items.length ? res.items.map((r) => rowOf(r, now, act))
+        : [h('tr', {}, h('td', { colspan: COLUMNS.length + (act ? 1 : 0), class: 'muted empty' }, 'No job matches.'))]));
       lastTotal = res.total;
       loaded = true;
       total.textContent = fmtInt(res.total);

@@ -30,6 +30,8 @@ import de.bwaldvogel.mongo.oplog.Oplog;
  * MongoDB 6.0's, replacing the library's {@code CollectionBackedOplog}:
  *
  * <ul>
+ * <li>an entry for each write the server applied, and for nothing it refused: the collections report their writes
+ * as they apply them ({@link CommittedWrites}); the library's own reports of what a command attempted are ignored;</li>
  * <li>events carry {@code _id} (resume token), {@code operationType} (insert, update, replace, delete, drop,
  * invalidate), {@code clusterTime}, {@code wallTime}, {@code ns}, {@code documentKey: {_id}}, and, for updates,
  * {@code updateDescription};</li>
@@ -45,7 +47,8 @@ import de.bwaldvogel.mongo.oplog.Oplog;
  *
  * Resume tokens look like {@code {_data: "<16 hex ts><8 hex oplog id><2 hex type><2 hex invalidate>"}}; they are
  * opaque to clients. The oplog id is random per oplog (kept in the H2 file with the data), so a token from an earlier
- * in-memory server run is "history lost" (286), like a token that fell off a real oplog.
+ * in-memory server run is "history lost" (286), like a token that fell off a real oplog. With a bound on its entries
+ * the oplog drops its oldest ones as a real server's capped oplog does, in memory and in the H2 file alike.
  */
 final class ChangeStreamOplog implements Oplog {
 
@@ -61,16 +64,16 @@ final class ChangeStreamOplog implements Oplog {
     private final Clock clock;
     private final SecureRandom random = new SecureRandom();
 
-    /**
-     * System property (set by the launcher's {@code --oplog-max-entries}) bounding the in-memory oplog: past that many
-     * entries the oldest tenth is dropped, as a real server's capped oplog drops its oldest entries, and a stream or a
-     * resume token from before the oldest entry left gets 286 (ChangeStreamHistoryLost). 0 or unset: keep every entry
-     * (the tests' default). With a file backend the oplog is never truncated.
-     */
-    static final String MAX_ENTRIES_PROPERTY = "cronswap.oplogMaxEntries";
+    /** The collection, in the {@code local} database, that keeps a persisted oplog's id ({@link #META_ID}). */
+    static final String META_COLLECTION = "oplog.meta";
+    private static final String META_ID = "oplog";
 
     private final Object lock = new Object();
-    /** See {@link #MAX_ENTRIES_PROPERTY}; 0: unbounded. */
+    /**
+     * The most entries kept; 0: unbounded. Past it the oldest tenth is dropped (also from {@link #collection} when
+     * persisted), as a real server's capped oplog drops its oldest entries, and a stream or a resume token from
+     * before the oldest entry left gets 286 (ChangeStreamHistoryLost).
+     */
     private final int maxEntries;
     /**
      * Whether entries are also written to {@link #collection}: with a file backend, so that they survive a restart;
@@ -92,36 +95,72 @@ final class ChangeStreamOplog implements Oplog {
     private long sequence;
     private boolean closed;
 
-    ChangeStreamOplog(MongoBackend backend, MongoCollection<Document> collection, CursorRegistry cursorRegistry,
-                      boolean persist) {
+    /**
+     * Opens the oplog of backend in {@code local.oplog.rs}: with persist, the entries a file backend kept there are
+     * read back (and the collection is written from then on); maxEntries bounds it (0: unbounded).
+     */
+    static ChangeStreamOplog open(MongoBackend backend, CursorRegistry cursorRegistry, boolean persist,
+                                  int maxEntries) {
+        MongoDatabase local = backend.resolveDatabase("local");
+        return new ChangeStreamOplog(backend, resolveOrCreate(local, "oplog.rs"),
+            persist ? resolveOrCreate(local, META_COLLECTION) : null, cursorRegistry, persist, maxEntries);
+    }
+
+    @SuppressWarnings("unchecked")
+    private static MongoCollection<Document> resolveOrCreate(MongoDatabase database, String name) {
+        MongoCollection<?> collection = database.resolveCollection(name, false);
+        if (collection == null) {
+            collection = database.createCollectionOrThrowIfExists(name);
+        }
+        return (MongoCollection<Document>) collection;
+    }
+
+    private ChangeStreamOplog(MongoBackend backend, MongoCollection<Document> collection,
+                              MongoCollection<Document> meta, CursorRegistry cursorRegistry, boolean persist,
+                              int maxEntries) {
         this.backend = backend;
         this.persist = persist;
         this.collection = collection;
         this.cursorRegistry = cursorRegistry;
         this.clock = backend.getClock();
-        this.maxEntries = persist ? 0 : Math.max(0, Integer.getInteger(MAX_ENTRIES_PROPERTY, 0));
+        this.maxEntries = Math.max(0, maxEntries);
         List<Document> existing = new ArrayList<>();
         collection.queryAll().forEach(existing::add);
         existing.sort((a, b) -> Long.compareUnsigned(ts(a), ts(b)));
-        Document first = existing.isEmpty() ? null : existing.get(0);
-        long min = first == null ? 0 : ts(first);
-        long max = first == null ? 0 : ts(existing.get(existing.size() - 1));
         synchronized (lock) {
             entries.addAll(existing);
-            if (first == null) {
+            if (existing.isEmpty()) {
                 oplogId = random.nextInt();
                 lastTs = clock.instant().getEpochSecond() << 32;
                 append(new Document("op", "n").append("ns", "")
                     .append("o", new Document("msg", "initiating set").append("oplogId", oplogId)));
                 firstTs = lastTs;
             } else {
-                Object o = first.get("o");
-                Object id = o instanceof Document ? ((Document) o).get("oplogId") : null;
-                oplogId = id instanceof Number ? ((Number) id).intValue() : random.nextInt();
-                lastTs = max;
-                firstTs = min;
+                oplogId = storedOplogId(meta, existing.get(0));
+                lastTs = ts(existing.get(existing.size() - 1));
+                truncate();
+                firstTs = ts(entries.get(0));
             }
         }
+        if (meta != null && !meta.handleQueryAsStream(new Document("_id", META_ID)).findAny().isPresent()) {
+            meta.addDocument(new Document("_id", META_ID).append("oplogId", oplogId));
+        }
+    }
+
+    /**
+     * The id of a persisted oplog: kept in {@link #META_COLLECTION}, since a bounded oplog drops its first entry;
+     * a file written before that collection existed has it in its first entry ("initiating set").
+     */
+    private int storedOplogId(MongoCollection<Document> meta, Document first) {
+        Object id = null;
+        if (meta != null) {
+            id = meta.handleQueryAsStream(new Document("_id", META_ID)).findFirst()
+                .map(document -> document.get("oplogId")).orElse(null);
+        }
+        if (id == null && first.get("o") instanceof Document) {
+            id = ((Document) first.get("o")).get("oplogId");
+        }
+        return id instanceof Number ? ((Number) id).intValue() : random.nextInt();
     }
 
     // ---------------------------------------------------------------- writing
@@ -148,52 +187,85 @@ final class ChangeStreamOplog implements Oplog {
                 collection.addDocument(entry);
             }
             entries.add(entry);
-            if (maxEntries > 0 && entries.size() > maxEntries) {
-                entries.subList(0, entries.size() - maxEntries + maxEntries / 10).clear();
+            lastTs = ts;
+            if (truncate()) {
                 firstTs = ts(entries.get(0));
             }
-            lastTs = ts;
             sequence++;
             lock.notifyAll();
         }
     }
 
+    /**
+     * Past {@link #maxEntries}, drops the oldest entries down to nine tenths of it (from the collection too when
+     * persisted); call with {@link #lock} held. Whether it dropped any.
+     */
+    private boolean truncate() {
+        if (maxEntries == 0 || entries.size() <= maxEntries) {
+            return false;
+        }
+        List<Document> dropped = entries.subList(0, entries.size() - maxEntries + maxEntries / 10);
+        if (persist) {
+            dropped.forEach(collection::removeDocument);
+        }
+        dropped.clear();
+        return true;
+    }
+
+    /** An insert (or upsert) the server applied: document as it was added. */
+    void recordInsert(String namespace, Document document) {
+        append(new Document("op", "i")
+            .append("ns", namespace)
+            .append("o", document.cloneDeeply())
+            .append("o2", new Document("_id", document.get("_id"))));
+    }
+
+    /**
+     * An update the server applied to one document: update is the update operators or replacement it was given (null
+     * if unknown: then a replacement by the post-image), postImage the document as it is now.
+     */
+    void recordUpdate(String namespace, Document update, Document postImage) {
+        Document copy = postImage.cloneDeeply();
+        append(new Document("op", "u")
+            .append("ns", namespace)
+            .append("o", update != null ? update.cloneDeeply() : copy)
+            .append("o2", new Document("_id", postImage.get("_id")))
+            .append("postImage", copy));
+    }
+
+    /** A delete the server applied. */
+    void recordDelete(String namespace, Object id) {
+        append(new Document("op", "d").append("ns", namespace).append("o", new Document("_id", id)));
+    }
+
+    /**
+     * {@code {cronswapOplogStats: 1}}: the number of entries kept in memory and, when persisted, in
+     * {@code local.oplog.rs}; the bound (0: none); the oldest and newest timestamps.
+     */
+    Document stats() {
+        synchronized (lock) {
+            Document stats = new Document("entries", entries.size()).append("maxEntries", maxEntries)
+                .append("firstTs", new BsonTimestamp(firstTs)).append("lastTs", new BsonTimestamp(lastTs));
+            if (persist) {
+                stats.append("persisted", collection.count());
+            }
+            return stats;
+        }
+    }
+
+    // The library reports what a write command attempted (every document of an insert, also the refused ones; none
+    // of a multi-update that failed part-way): events come from CommittedWrites instead, as each write is applied.
+
     @Override
     public void handleInsert(String namespace, List<Document> documents) {
-        if (isOplog(namespace)) {
-            return;
-        }
-        for (Document document : documents) {
-            append(new Document("op", "i")
-                .append("ns", namespace)
-                .append("o", document.cloneDeeply())
-                .append("o2", new Document("_id", document.get("_id"))));
-        }
     }
 
     @Override
     public void handleUpdate(String namespace, Document selector, Document update, List<Object> modifiedIds) {
-        if (isOplog(namespace)) {
-            return;
-        }
-        for (Object id : modifiedIds) {
-            Document postImage = lookup(namespace, id);
-            append(new Document("op", "u")
-                .append("ns", namespace)
-                .append("o", update.cloneDeeply())
-                .append("o2", new Document("_id", id))
-                .append("postImage", postImage == null ? null : postImage.cloneDeeply()));
-        }
     }
 
     @Override
     public void handleDelete(String namespace, Document query, List<Object> deletedIds) {
-        if (isOplog(namespace)) {
-            return;
-        }
-        for (Object id : deletedIds) {
-            append(new Document("op", "d").append("ns", namespace).append("o", new Document("_id", id)));
-        }
     }
 
     @Override

@@ -1,12 +1,15 @@
 package cronswap.testmongo;
 
 import java.time.Clock;
+import java.time.Instant;
+import java.util.ArrayList;
 import java.util.Collection;
 import java.util.List;
 import java.util.Locale;
 import java.util.Optional;
 import java.util.Set;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.ReadWriteLock;
 import java.util.concurrent.locks.ReentrantReadWriteLock;
 import java.util.stream.Collectors;
@@ -30,10 +33,15 @@ import io.netty.channel.Channel;
  * <li>{@code getMore} on a change stream waits for new events up to {@code maxTimeMS} (default 1 s) like an awaitData
  * cursor, instead of returning an empty batch at once (which makes drivers spin);</li>
  * <li>change-stream replies carry {@code cursor.postBatchResumeToken};</li>
- * <li>{@code findAndModify} (findOneAndUpdate/Replace/Delete) writes oplog entries, so it shows up in change streams;</li>
  * <li>writes are serialised, so oplog order is apply order, and durable before they are acknowledged (H2);</li>
+ * <li>an insert's {@code n} counts the documents inserted (the library counts those it was given), and an ordered
+ * update command stops at its first failed statement, as a server's does (the library goes on);</li>
+ * <li>TTL indexes delete expired documents when {@link #expireTtl} runs (the launcher's TTL monitor);</li>
  * <li>{@code hello} is answered like {@code isMaster}.</li>
  * </ul>
+ *
+ * The events themselves come from the collections as they apply writes ({@link CommittedWrites}), findAndModify's
+ * and the TTL monitor's included.
  */
 final class CompatBackend implements MongoBackend {
 
@@ -42,6 +50,9 @@ final class CompatBackend implements MongoBackend {
         ChangeStreamOplog changeStreamOplog();
 
         CursorRegistry cursors();
+
+        /** The names of the databases the backend holds. */
+        Set<String> databaseNames();
 
         /** Makes acknowledged writes durable (H2: commit the MVStore), so a killed server keeps them. */
         default void afterWrite() {
@@ -56,6 +67,9 @@ final class CompatBackend implements MongoBackend {
     private final MongoBackend delegate;
     private final Internals internals;
     private final ReadWriteLock lock = new ReentrantReadWriteLock();
+    /** TTL monitor passes run and documents they deleted, for serverStatus's {@code metrics.ttl}. */
+    private final AtomicLong ttlPasses = new AtomicLong();
+    private final AtomicLong ttlDeleted = new AtomicLong();
 
     CompatBackend(MongoBackend delegate) {
         this.delegate = delegate;
@@ -87,13 +101,19 @@ final class CompatBackend implements MongoBackend {
                 return getMore(channel, databaseName, command, query);
             case "cronswapquerystats":
                 return queryStats(databaseName, String.valueOf(query.get(command)));
+            case "serverstatus":
+                return getServerStatus();
+            case "cronswapoplogstats":
+                return internals.changeStreamOplog().stats().append("ok", 1.0);
+            case "insert":
+                return write(() -> countInserted(query, delegate.handleCommand(channel, databaseName, command, query)));
+            case "update":
+                return write(() -> update(channel, databaseName, command, query));
             case "aggregate":
                 if (isChangeStream(query)) {
                     return changeStreamAggregate(channel, databaseName, command, query);
                 }
                 return delegate.handleCommand(channel, databaseName, command, query);
-            case "findandmodify":
-                return write(() -> findAndModify(channel, databaseName, command, query));
             default:
                 if (WRITE_COMMANDS.contains(name)) {
                     return write(() -> delegate.handleCommand(channel, databaseName, command, query));
@@ -204,74 +224,122 @@ final class CompatBackend implements MongoBackend {
         }
     }
 
+    /** A write command's {@code ordered}: true unless false is given, as on a server. */
+    private static boolean ordered(Document query) {
+        return !Boolean.FALSE.equals(query.get("ordered"));
+    }
+
     /**
-     * The library's findAndModify bypasses the oplog; find the target first, run it, then record what happened.
+     * Sets an insert reply's {@code n} to the documents inserted: the library counts every document it was given. An
+     * ordered insert stops at its first error, an unordered one skips the failed documents.
      */
-    private Document findAndModify(Channel channel, String databaseName, String command, Document query) {
-        String collectionName = String.valueOf(query.get(command));
-        String namespace = databaseName + "." + collectionName;
-        Document filter = query.get("query") instanceof Document ? (Document) query.get("query") : new Document();
-        Document before = findFirst(databaseName, collectionName, filter, query.get("sort"));
-        Document beforeCopy = before == null ? null : before.cloneDeeply();
-        boolean upsert = Boolean.TRUE.equals(query.get("upsert"));
-        Set<Object> idsBefore = before == null && upsert ? ids(databaseName, collectionName) : Set.of();
+    private static Document countInserted(Document query, Document response) {
+        Object errors = response.get("writeErrors");
+        if (!(errors instanceof List) || ((List<?>) errors).isEmpty()) {
+            return response;
+        }
+        List<?> writeErrors = (List<?>) errors;
+        int given = ((List<?>) query.get("documents")).size();
+        int inserted = given - writeErrors.size();
+        if (ordered(query) && writeErrors.get(0) instanceof Document) {
+            inserted = ((Number) ((Document) writeErrors.get(0)).get("index")).intValue();
+        }
+        response.put("n", inserted);
+        return response;
+    }
 
-        Document response = delegate.handleCommand(channel, databaseName, command, query);
-
-        ChangeStreamOplog oplog = internals.changeStreamOplog();
-        boolean remove = Boolean.TRUE.equals(query.get("remove"))
-            || (query.get("remove") instanceof Number && ((Number) query.get("remove")).intValue() != 0);
-        if (remove) {
-            if (beforeCopy != null) {
-                oplog.handleDelete(namespace, filter, List.of(beforeCopy.get("_id")));
-            }
-        } else if (query.get("update") instanceof Document) {
-            Document update = (Document) query.get("update");
-            if (beforeCopy != null) {
-                Object id = beforeCopy.get("_id");
-                Document after = oplog.lookup(namespace, id);
-                if (after != null && !after.equals(beforeCopy)) {
-                    oplog.handleUpdate(namespace, filter, update, List.of(id));
-                }
-            } else if (upsert) {
-                // the upserted document need not match the filter: find the one that is new
-                MongoCollection<?> collection = delegate.resolveDatabase(databaseName).resolveCollection(collectionName, false);
-                if (collection != null) {
-                    List<Document> inserted = collection.queryAllAsStream()
-                        .filter(document -> !idsBefore.contains(document.get("_id")))
-                        .map(Document::cloneDeeply)
-                        .collect(Collectors.toList());
-                    if (!inserted.isEmpty()) {
-                        oplog.handleInsert(namespace, inserted);
+    /**
+     * An update command. The library applies every statement even after one failed; an ordered command is run one
+     * statement at a time here and stops at its first error, as a server's does.
+     */
+    @SuppressWarnings("unchecked")
+    private Document update(Channel channel, String databaseName, String command, Document query) {
+        List<Document> updates = (List<Document>) query.get("updates");
+        if (!ordered(query) || updates == null || updates.size() < 2) {
+            return delegate.handleCommand(channel, databaseName, command, query);
+        }
+        int n = 0;
+        int modified = 0;
+        List<Document> upserted = new ArrayList<>();
+        List<Document> writeErrors = new ArrayList<>();
+        for (int i = 0; i < updates.size() && writeErrors.isEmpty(); i++) {
+            Document single = query.clone();
+            single.put("updates", List.of(updates.get(i)));
+            Document reply = delegate.handleCommand(channel, databaseName, command, single);
+            n += ((Number) reply.getOrDefault("n", 0)).intValue();
+            modified += ((Number) reply.getOrDefault("nModified", 0)).intValue();
+            for (String field : List.of("upserted", "writeErrors")) {
+                if (reply.get(field) instanceof List) {
+                    for (Object entry : (List<?>) reply.get(field)) {
+                        Document indexed = ((Document) entry).clone();
+                        indexed.put("index", i);
+                        (field.equals("upserted") ? upserted : writeErrors).add(indexed);
                     }
                 }
             }
         }
+        Document response = new Document("n", n).append("nModified", modified);
+        if (!upserted.isEmpty()) {
+            response.put("upserted", upserted);
+        }
+        if (!writeErrors.isEmpty()) {
+            response.put("writeErrors", writeErrors);
+        }
+        response.put("ok", 1.0);
         return response;
     }
 
-    private Set<Object> ids(String databaseName, String collectionName) {
-        MongoCollection<?> collection = delegate.resolveDatabase(databaseName).resolveCollection(collectionName, false);
-        if (collection == null) {
-            return Set.of();
+    /**
+     * One pass of a TTL monitor, as a real server's runs every 60 s: in every collection with a TTL index (an index on
+     * one field with {@code expireAfterSeconds}), deletes the documents whose field is a date (or an array holding
+     * one) more than expireAfterSeconds in the past. The deletes are ordinary ones: change streams see them. Counted
+     * in serverStatus's {@code metrics.ttl}; returns the number of documents deleted.
+     */
+    int expireTtl() {
+        lock.writeLock().lock();
+        try {
+            int deleted = 0;
+            for (String databaseName : internals.databaseNames()) {
+                MongoDatabase database = delegate.resolveDatabase(databaseName);
+                MongoCollection<?> catalogue = database.resolveCollection("system.indexes", false);
+                if (catalogue == null) {
+                    continue;
+                }
+                List<Document> ttlIndexes = catalogue
+                    .handleQueryAsStream(new Document("expireAfterSeconds", new Document("$exists", true)))
+                    .collect(Collectors.toList());
+                for (Document index : ttlIndexes) {
+                    deleted += expire(database, index);
+                }
+            }
+            if (deleted > 0) {
+                internals.afterWrite();
+            }
+            ttlDeleted.addAndGet(deleted);
+            ttlPasses.incrementAndGet();
+            return deleted;
+        } finally {
+            lock.writeLock().unlock();
         }
-        return collection.queryAllAsStream().map(document -> document.get("_id")).collect(Collectors.toSet());
     }
 
-    private Document findFirst(String databaseName, String collectionName, Document filter, Object sort) {
-        MongoDatabase database = delegate.resolveDatabase(databaseName);
+    /** Deletes the documents the TTL index (its description in system.indexes) has expired. */
+    private int expire(MongoDatabase database, Document index) {
+        Object key = index.get("key");
+        Object seconds = index.get("expireAfterSeconds");
+        Object namespace = index.get("ns");
+        if (!(key instanceof Document) || ((Document) key).size() != 1 || !(seconds instanceof Number)
+            || !(namespace instanceof String)) {
+            return 0; // a server ignores expireAfterSeconds on a compound index
+        }
+        String collectionName = ((String) namespace).substring(database.getDatabaseName().length() + 1);
         MongoCollection<?> collection = database.resolveCollection(collectionName, false);
         if (collection == null) {
-            return null;
+            return 0;
         }
-        Document queryObject = new Document("query", filter);
-        if (sort != null) {
-            queryObject.put("orderby", sort);
-        }
-        for (Document document : collection.handleQuery(queryObject, 0, 1)) {
-            return document;
-        }
-        return null;
+        String field = ((Document) key).keySet().iterator().next();
+        Instant cutoff = getClock().instant().minusMillis((long) (((Number) seconds).doubleValue() * 1000));
+        return collection.deleteDocuments(new Document(field, new Document("$lt", cutoff)), 0);
     }
 
     // ---------------------------------------------------------------- plain delegation
@@ -299,9 +367,16 @@ final class CompatBackend implements MongoBackend {
         return delegate.getCurrentOperations(query);
     }
 
+    /** The library's serverStatus, with {@code metrics.ttl} ({@code passes}, {@code deletedDocuments}) as a server's. */
     @Override
     public Document getServerStatus() {
-        return delegate.getServerStatus();
+        Document status = delegate.getServerStatus();
+        Object metrics = status.get("metrics");
+        if (metrics instanceof Document) {
+            ((Document) metrics).put("ttl", new Document("passes", ttlPasses.get())
+                .append("deletedDocuments", ttlDeleted.get()));
+        }
+        return status;
     }
 
     @Override

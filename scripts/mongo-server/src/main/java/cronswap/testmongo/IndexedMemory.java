@@ -11,8 +11,10 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.Supplier;
 
 import de.bwaldvogel.mongo.MongoCollection;
+import de.bwaldvogel.mongo.backend.ArrayFilters;
 import de.bwaldvogel.mongo.backend.CollectionOptions;
 import de.bwaldvogel.mongo.backend.CursorRegistry;
 import de.bwaldvogel.mongo.backend.Index;
@@ -20,12 +22,14 @@ import de.bwaldvogel.mongo.backend.IndexKey;
 import de.bwaldvogel.mongo.backend.KeyValue;
 import de.bwaldvogel.mongo.backend.QueryResult;
 import de.bwaldvogel.mongo.backend.ValueComparator;
+import de.bwaldvogel.mongo.backend.memory.MemoryBackend;
 import de.bwaldvogel.mongo.backend.memory.MemoryCollection;
 import de.bwaldvogel.mongo.backend.memory.MemoryDatabase;
 import de.bwaldvogel.mongo.backend.memory.index.MemoryUniqueIndex;
 import de.bwaldvogel.mongo.bson.Document;
 import de.bwaldvogel.mongo.bson.ObjectId;
 import de.bwaldvogel.mongo.exception.DuplicateKeyError;
+import de.bwaldvogel.mongo.oplog.Oplog;
 import de.bwaldvogel.mongo.wire.bson.BsonEncoder;
 import io.netty.buffer.ByteBuf;
 import io.netty.buffer.Unpooled;
@@ -51,6 +55,41 @@ import io.netty.buffer.Unpooled;
  */
 final class IndexedMemory {
     private IndexedMemory() {
+    }
+
+    /** The in-memory backend: {@link Database}s and a {@link ChangeStreamOplog} kept in memory only. */
+    static final class Backend extends MemoryBackend implements CompatBackend.Internals {
+        private final int oplogMaxEntries;
+
+        /** oplogMaxEntries bounds the oplog (0: unbounded). */
+        Backend(int oplogMaxEntries) {
+            this.oplogMaxEntries = oplogMaxEntries;
+        }
+
+        @Override
+        public MemoryDatabase openOrCreateDatabase(String databaseName) {
+            return new Database(databaseName, getCursorRegistry(), this::changeStreamOplog);
+        }
+
+        @Override
+        protected Oplog createOplog() {
+            return ChangeStreamOplog.open(this, getCursorRegistry(), false, oplogMaxEntries);
+        }
+
+        @Override
+        public ChangeStreamOplog changeStreamOplog() {
+            return oplog instanceof ChangeStreamOplog ? (ChangeStreamOplog) oplog : null;
+        }
+
+        @Override
+        public CursorRegistry cursors() {
+            return getCursorRegistry();
+        }
+
+        @Override
+        public Set<String> databaseNames() {
+            return Set.copyOf(listDatabaseNames());
+        }
     }
 
     /** A filter value no index can look up. */
@@ -209,15 +248,26 @@ final class IndexedMemory {
         return keys.stream().noneMatch(k -> k.getKey().contains("."));
     }
 
-    /** A database whose collections plan queries over {@link Lookup} indexes and build non-unique indexes. */
+    /**
+     * A database whose collections plan queries over {@link Lookup} indexes, build non-unique indexes and report
+     * their committed writes to the oplog ({@link CommittedWrites}).
+     */
     static final class Database extends MemoryDatabase {
-        Database(String name, CursorRegistry cursors) {
+        private final Supplier<ChangeStreamOplog> oplog;
+
+        Database(String name, CursorRegistry cursors, Supplier<ChangeStreamOplog> oplog) {
             super(name, cursors);
+            this.oplog = oplog;
+        }
+
+        /** The backend's oplog; null while the superclass constructor opens the system collections. */
+        private ChangeStreamOplog oplog() {
+            return oplog == null ? null : oplog.get();
         }
 
         @Override
         protected MemoryCollection openOrCreateCollection(String collectionName, CollectionOptions options) {
-            return new IndexedCollection(this, collectionName, options, cursorRegistry);
+            return new IndexedCollection(this, collectionName, options, cursorRegistry, this::oplog);
         }
 
         @Override
@@ -239,7 +289,10 @@ final class IndexedMemory {
         }
     }
 
-    /** A collection whose queries start from the smallest candidate set its indexes offer. */
+    /**
+     * A collection whose queries start from the smallest candidate set its indexes offer, and whose writes reach the
+     * oplog when they are applied ({@link CommittedWrites}).
+     */
     static final class IndexedCollection extends MemoryCollection {
         /** Queries served by a scan of the whole collection, queries served from index candidates. */
         private final AtomicLong scans = new AtomicLong();
@@ -247,8 +300,45 @@ final class IndexedMemory {
         /** Documents the matcher was given: the whole collection for a scan, the candidates otherwise. */
         private final AtomicLong examined = new AtomicLong();
 
-        IndexedCollection(Database database, String name, CollectionOptions options, CursorRegistry cursors) {
+        private final CommittedWrites committed;
+
+        IndexedCollection(Database database, String name, CollectionOptions options, CursorRegistry cursors,
+                          Supplier<ChangeStreamOplog> oplog) {
             super(database, name, options, cursors);
+            committed = new CommittedWrites(this, oplog);
+        }
+
+        @Override
+        public synchronized void addDocument(Document document) {
+            super.addDocument(document);
+            committed.inserted(document);
+        }
+
+        @Override
+        protected void removeDocument(Integer position) {
+            Document document = getDocument(position);
+            super.removeDocument(position);
+            committed.deleted(document);
+        }
+
+        @Override
+        protected void handleUpdate(Integer position, Document oldDocument, Document newDocument) {
+            super.handleUpdate(position, oldDocument, newDocument);
+            committed.updated(newDocument);
+        }
+
+        @Override
+        public synchronized Document updateDocuments(Document selector, Document updateQuery, ArrayFilters arrayFilters,
+                                                     boolean isMulti, boolean isUpsert, Oplog oplog) {
+            return committed.applying(updateQuery,
+                () -> super.updateDocuments(selector, updateQuery, arrayFilters, isMulti, isUpsert, oplog));
+        }
+
+        @Override
+        public synchronized Document findAndModify(Document query) {
+            Object update = query.get("update");
+            return committed.applying(update instanceof Document ? (Document) update : null,
+                () -> super.findAndModify(query));
         }
 
         /**

@@ -6,21 +6,17 @@ import java.io.PrintStream;
 import java.net.InetSocketAddress;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 
 import de.bwaldvogel.mongo.MongoBackend;
-import de.bwaldvogel.mongo.MongoCollection;
-import de.bwaldvogel.mongo.MongoDatabase;
 import de.bwaldvogel.mongo.MongoServer;
 import de.bwaldvogel.mongo.MongoVersion;
-import de.bwaldvogel.mongo.backend.CursorRegistry;
 import de.bwaldvogel.mongo.backend.h2.H2Backend;
 import de.bwaldvogel.mongo.backend.memory.MemoryBackend;
-import de.bwaldvogel.mongo.backend.memory.MemoryDatabase;
-import de.bwaldvogel.mongo.bson.Document;
-import de.bwaldvogel.mongo.oplog.Oplog;
 import de.bwaldvogel.mongo.wire.MongoDatabaseHandler;
 import de.bwaldvogel.mongo.wire.MongoExceptionHandler;
 import de.bwaldvogel.mongo.wire.MongoWireMessageEncoder;
@@ -46,21 +42,36 @@ import io.netty.util.concurrent.EventExecutor;
  *
  * <pre>
  * java -jar mongo-server.jar [--port N] [--host 127.0.0.1] [--h2 FILE] [--server-version 6.0] [--wire-version N]
- *                            [--raw] [--ignore-stdin] [--log-level warn]
+ *                            [--raw] [--ignore-stdin] [--log-level warn] [--oplog-max-entries N] [--ttl-monitor-secs S]
  * </pre>
  *
  * Prints exactly one line, {@code mongodb://HOST:PORT/}, to stdout once it accepts connections, then runs until
  * stdin reaches EOF (unless {@code --ignore-stdin}) or it gets SIGTERM/SIGINT. Logs go to stderr.
- * {@code --raw} runs the library unchanged (its own oplog, no compatibility layer) apart from the version.
+ * {@code --raw} runs the library unchanged (its own oplog, no compatibility layer, no TTL monitor) apart from the
+ * version.
  */
 public final class Launcher {
 
     private Launcher() {
     }
 
+    /**
+     * The oplog bound of a server with an H2 file unless {@code --oplog-max-entries} says otherwise: a file kept from
+     * run to run must not grow without end. The daemon of scripts/run-local.sh writes about 0.7 entries a second, so
+     * this keeps about 8 hours of its history (a stopped daemon writes none: it resumes from its token after any
+     * pause), for tens of megabytes of heap and file (20,000 entries of job_runs-sized writes: about 70 MB of heap
+     * with the records themselves). In memory the default is no bound, as the tests want.
+     */
+    static final int DEFAULT_H2_OPLOG_MAX_ENTRIES = 20_000;
+
+    /** Seconds between two passes of the TTL monitor, as a real server's {@code ttlMonitorSleepSecs}. */
+    static final int DEFAULT_TTL_MONITOR_SECS = 60;
+
     private static final String USAGE = "usage: java -jar mongo-server.jar [--port N (0 = any free port; default 0)] "
-        + "[--host 127.0.0.1] [--h2 FILE] [--server-version 6.0] [--wire-version N] [--raw] [--ignore-stdin] [--oplog-max-entries N (in memory: keep the newest N entries; default all)] "
-        + "[--log-level warn]";
+        + "[--host 127.0.0.1] [--h2 FILE] [--server-version 6.0] [--wire-version N] [--raw] [--ignore-stdin] "
+        + "[--oplog-max-entries N (keep the newest N entries, 0 = all; default " + DEFAULT_H2_OPLOG_MAX_ENTRIES
+        + " with --h2, all in memory)] [--ttl-monitor-secs S (seconds between TTL passes, 0 = none; default "
+        + DEFAULT_TTL_MONITOR_SECS + ")] [--log-level warn]";
 
     /** Entry point. */
     public static void main(String[] args) throws Exception {
@@ -72,6 +83,8 @@ public final class Launcher {
         boolean raw = false;
         boolean ignoreStdin = false;
         String logLevel = null;
+        Integer oplogMaxEntries = null;
+        int ttlMonitorSecs = DEFAULT_TTL_MONITOR_SECS;
         for (int i = 0; i < args.length; i++) {
             String arg = args[i];
             String value = null;
@@ -100,9 +113,10 @@ public final class Launcher {
                     logLevel = value != null ? value : next(args, ++i, arg);
                     break;
                 case "--oplog-max-entries":
-                    // read by ChangeStreamOplog (in memory only)
-                    System.setProperty(ChangeStreamOplog.MAX_ENTRIES_PROPERTY,
-                        String.valueOf(Integer.parseInt(value != null ? value : next(args, ++i, arg))));
+                    oplogMaxEntries = nonNegative(arg, value != null ? value : next(args, ++i, arg));
+                    break;
+                case "--ttl-monitor-secs":
+                    ttlMonitorSecs = nonNegative(arg, value != null ? value : next(args, ++i, arg));
                     break;
                 case "--raw":
                     raw = true;
@@ -128,7 +142,11 @@ public final class Launcher {
         }
 
         Version version = Version.parse(serverVersion, wireVersion);
-        Server server = raw ? new RawServer(h2File, version) : new CompatServer(h2File, version);
+        if (oplogMaxEntries == null) {
+            oplogMaxEntries = h2File != null ? DEFAULT_H2_OPLOG_MAX_ENTRIES : 0;
+        }
+        Server server = raw ? new RawServer(h2File, version)
+            : new CompatServer(h2File, version, oplogMaxEntries, ttlMonitorSecs);
         InetSocketAddress address;
         try {
             address = server.start(new InetSocketAddress(host, port));
@@ -182,6 +200,21 @@ public final class Launcher {
         } catch (IOException e) {
             // treat like EOF
         }
+    }
+
+    private static int nonNegative(String flag, String value) {
+        try {
+            int n = Integer.parseInt(value);
+            if (n >= 0) {
+                return n;
+            }
+        } catch (NumberFormatException e) {
+            // below
+        }
+        System.err.println(flag + " needs a number of 0 or more, not " + value);
+        System.err.println(USAGE);
+        System.exit(2);
+        return 0;
     }
 
     private static String next(String[] args, int i, String flag) {
@@ -263,21 +296,26 @@ public final class Launcher {
 
     /**
      * The library's wire handlers behind our own netty bootstrap: each connection gets its own handler thread (as
-     * mongod has), so a change-stream getMore that waits for events blocks only its own connection.
+     * mongod has), so a change-stream getMore that waits for events blocks only its own connection. A TTL monitor
+     * thread deletes expired documents every ttlMonitorSecs.
      */
     static final class CompatServer implements Server {
-        private final MongoBackend backend;
+        private final CompatBackend backend;
+        private final int ttlMonitorSecs;
+        private ScheduledExecutorService ttlMonitor;
         private EventLoopGroup bossGroup;
         private EventLoopGroup workerGroup;
         private ChannelGroup channelGroup;
         private Channel serverChannel;
         private final AtomicLong connections = new AtomicLong();
 
-        CompatServer(String h2File, Version version) {
-            MongoBackend inner = h2File != null ? new H2CompatBackend(h2File) : new MemoryCompatBackend();
+        CompatServer(String h2File, Version version, int oplogMaxEntries, int ttlMonitorSecs) {
+            MongoBackend inner = h2File != null ? new H2Storage(h2File, oplogMaxEntries)
+                : new IndexedMemory.Backend(oplogMaxEntries);
             inner.version(version);
             inner.enableOplog();
             backend = new CompatBackend(inner);
+            this.ttlMonitorSecs = ttlMonitorSecs;
         }
 
         @Override
@@ -311,11 +349,31 @@ public final class Launcher {
                     }
                 });
             serverChannel = bootstrap.bind().syncUninterruptibly().channel();
+            if (ttlMonitorSecs > 0) {
+                ttlMonitor = Executors.newSingleThreadScheduledExecutor(runnable -> {
+                    Thread thread = new Thread(runnable, "ttl-monitor");
+                    thread.setDaemon(true);
+                    return thread;
+                });
+                ttlMonitor.scheduleWithFixedDelay(this::expireTtl, ttlMonitorSecs, ttlMonitorSecs, TimeUnit.SECONDS);
+            }
             return (InetSocketAddress) serverChannel.localAddress();
+        }
+
+        private void expireTtl() {
+            try {
+                backend.expireTtl();
+            } catch (RuntimeException e) {
+                // as a server's TTL monitor: log, and try again next time
+                System.err.println("mongo-server: TTL monitor: " + e);
+            }
         }
 
         @Override
         public void stop() {
+            if (ttlMonitor != null) {
+                ttlMonitor.shutdownNow();
+            }
             if (serverChannel != null) {
                 serverChannel.close().syncUninterruptibly();
             }
@@ -329,76 +387,6 @@ public final class Launcher {
                 workerGroup.shutdownGracefully(0, 2, TimeUnit.SECONDS);
             }
             backend.close();
-        }
-    }
-
-    private static ChangeStreamOplog createChangeStreamOplog(MongoBackend backend, CursorRegistry cursors,
-                                                             boolean persist) {
-        MongoDatabase local = backend.resolveDatabase("local");
-        @SuppressWarnings("unchecked")
-        MongoCollection<Document> collection = (MongoCollection<Document>) local.resolveCollection("oplog.rs", false);
-        if (collection == null) {
-            @SuppressWarnings("unchecked")
-            MongoCollection<Document> created =
-                (MongoCollection<Document>) local.createCollectionOrThrowIfExists("oplog.rs");
-            collection = created;
-        }
-        return new ChangeStreamOplog(backend, collection, cursors, persist);
-    }
-
-    /** In-memory backend with a {@link ChangeStreamOplog}. */
-    static final class MemoryCompatBackend extends MemoryBackend implements CompatBackend.Internals {
-        @Override
-        public MemoryDatabase openOrCreateDatabase(String databaseName) {
-            return new IndexedMemory.Database(databaseName, getCursorRegistry());
-        }
-
-        @Override
-        protected Oplog createOplog() {
-            return createChangeStreamOplog(this, getCursorRegistry(), false);
-        }
-
-        @Override
-        public ChangeStreamOplog changeStreamOplog() {
-            return oplog instanceof ChangeStreamOplog ? (ChangeStreamOplog) oplog : null;
-        }
-
-        @Override
-        public CursorRegistry cursors() {
-            return getCursorRegistry();
-        }
-    }
-
-    /** H2 (MVStore file) backend with a {@link ChangeStreamOplog}; the oplog is persisted with the data. */
-    static final class H2CompatBackend extends H2Backend implements CompatBackend.Internals {
-        H2CompatBackend(String file) {
-            super(file);
-        }
-
-        @Override
-        protected Oplog createOplog() {
-            return createChangeStreamOplog(this, getCursorRegistry(), true);
-        }
-
-        @Override
-        public ChangeStreamOplog changeStreamOplog() {
-            return oplog instanceof ChangeStreamOplog ? (ChangeStreamOplog) oplog : null;
-        }
-
-        @Override
-        public CursorRegistry cursors() {
-            return getCursorRegistry();
-        }
-
-        @Override
-        public void afterWrite() {
-            commit();
-        }
-
-        @Override
-        public void close() {
-            commit();
-            super.close();
         }
     }
 }
