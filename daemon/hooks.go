@@ -13,6 +13,7 @@ import (
 	"github.com/cronswap/cronswap/internal/httpapi"
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/internal/tracing"
 )
 
 // fireHooks reports the fire path's events as metrics, and the starts and
@@ -21,8 +22,8 @@ import (
 // job's planned jitter delay), so jitter does not show as lateness.
 func fireHooks(mx *metrics.Metrics, events *httpapi.Broker) firepath.Hooks {
 	return firepath.Hooks{
-		Dispatched: func(id, category string, due, at time.Time) {
-			mx.ObserveFireLateness(category, due, at, "")
+		Dispatched: func(ctx context.Context, id, category string, due, at time.Time) {
+			mx.ObserveFireLateness(category, due, at, tracing.TraceID(ctx))
 			events.RunChanged(id, record.StatusRunning)
 		},
 		Claimed:       func(_ string, result string) { mx.CountLockAcquisition(result) },

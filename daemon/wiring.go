@@ -92,6 +92,10 @@ func (s *Service) newRunner(requests *triggers.Store) *firepath.Runner {
 		// A retry another replica left pending runs the schedule armed here.
 		Lookup:   s.lookup,
 		Requests: requests,
+		// Each fire is a trace, linked to the schedule change that armed
+		// its job.
+		Tracer:  s.tracer,
+		ArmedBy: s.edits.armedBy,
 	})
 }
 

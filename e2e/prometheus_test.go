@@ -22,6 +22,7 @@ import (
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/testmongo"
+	"github.com/cronswap/cronswap/internal/tracing/tracingtest"
 )
 
 // The shipped alert rules (deploy/prometheus/alerts.yaml) evaluated by a
@@ -472,4 +473,49 @@ func TestPrometheusHealthyRunKeepsEveryAlertInactive(t *testing.T) {
 	if v, ok := p.value(`histogram_quantile(0.99, sum by (le) (rate(cronswap_fire_lateness_seconds_bucket{category="none"}[1m])))`); !ok || v <= 0 {
 		t.Errorf("no start lateness of the every-second job in Prometheus (%v, %v)", v, ok)
 	}
+}
+
+// A traced daemon's fire lateness carries its trace as an exemplar, which
+// Prometheus (exemplar storage on) keeps when it scrapes in OpenMetrics:
+// the exemplar's trace_id names a trace the OTLP receiver got, and that
+// trace's root is the fire.
+func TestPrometheusKeepsLatenessExemplars(t *testing.T) {
+	uri, db := setup(t)
+	rcv, endpoint := tracingtest.HTTP(t)
+	insert(t, db, sched("heartbeat", "* * * * * *"))
+	d := startDaemonEnv(t, binary, writeConfig(t, daemonConfig{URI: uri, Database: db.Name(), Listen: freeAddr(t)}), "info",
+		"OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint, "OTEL_BSP_SCHEDULE_DELAY=100")
+	d.waitReady()
+	p := startPrometheus(t, []string{d.addr}, "")
+	var traceID string
+	waitFor(t, 60*time.Second, "an exemplar of the lateness histogram in Prometheus", func() bool {
+		var data []struct {
+			Exemplars []struct {
+				Labels map[string]string `json:"labels"`
+			} `json:"exemplars"`
+		}
+		now := time.Now()
+		q := fmt.Sprintf("/api/v1/query_exemplars?query=%s&start=%d&end=%d",
+			url.QueryEscape(`cronswap_fire_lateness_seconds_bucket{job="cronswap"}`), now.Add(-time.Minute).Unix(), now.Unix()+1)
+		if err := p.api(q, &data); err != nil {
+			t.Fatal(err)
+		}
+		for _, series := range data {
+			for _, e := range series.Exemplars {
+				if id := e.Labels[metrics.ExemplarTraceID]; id != "" {
+					traceID = id
+					return true
+				}
+			}
+		}
+		return false
+	})
+	waitFor(t, 30*time.Second, "the exemplar's trace at the receiver", func() bool {
+		for _, s := range rcv.Spans() {
+			if s.TraceID == traceID && s.Name == "cronswap.fire" && s.Attributes["job_id"] == "heartbeat" {
+				return true
+			}
+		}
+		return false
+	})
 }

@@ -1,6 +1,7 @@
 package firepath
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -30,10 +31,11 @@ const NotRunPaused = record.MissedPaused
 // are called synchronously and must be quick.
 type Hooks struct {
 	// Dispatched is called when a fire's action starts (after its claim),
-	// with the schedule's category, when the fire was due (its slot plus
+	// with the action's context (holding the run's span when the fire is
+	// traced), the schedule's category, when the fire was due (its slot plus
 	// its planned jitter, schedule.Due.At) and the time; at minus due is
 	// the fire's start lateness.
-	Dispatched func(jobID, category string, due, at time.Time)
+	Dispatched func(ctx context.Context, jobID, category string, due, at time.Time)
 	// Claimed is called after each claim with its result (ClaimResult's
 	// String, or "error").
 	Claimed func(jobID string, result string)

@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/notify"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/runstore"
 	"github.com/cronswap/cronswap/jobs"
-	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 func (e *fireEnv) pause(t *testing.T, job string) (record.PauseDoc, bool) {

@@ -492,7 +492,9 @@ func TestRunnerFireTakesEverythingFromTheDue(t *testing.T) {
 	reg := actions.NewRegistry()
 	reg.Register("report", actions.Action{Handler: jobs.HandlerFunc(func(_ context.Context, f jobs.Run) error { got <- f; return nil })})
 	r := NewRunner(RunnerOptions{Registry: reg, InstanceID: "a", Logger: slog.New(slog.DiscardHandler),
-		Hooks: Hooks{Dispatched: func(id, category string, due, at time.Time) { dispatched <- dispatch{id, category, due, at} }}})
+		Hooks: Hooks{Dispatched: func(_ context.Context, id, category string, due, at time.Time) {
+			dispatched <- dispatch{id, category, due, at}
+		}}})
 	defer r.Shutdown(time.Second)
 
 	slot := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)

@@ -3,9 +3,10 @@ package runstore
 import (
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/cronswap/cronswap/internal/notify"
 	"github.com/cronswap/cronswap/internal/record"
-	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // NoticeKind returns the notice kind (package notify's outbox) of a record

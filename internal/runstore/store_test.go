@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/record"
-	"github.com/cronswap/cronswap/internal/testmongo"
-	"github.com/cronswap/cronswap/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/internal/testmongo"
+	"github.com/cronswap/cronswap/jobs"
 )
 
 // storeEnv is a database of the test server with job_locks and job_runs.
@@ -538,8 +539,8 @@ func TestInspectLockHealthy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v := inspectLock(raw, now, 10*time.Second); len(v.damage) > 0 {
-			t.Errorf("%s: damage %q, want none", name, v.damage)
+		if v := record.InspectLock(raw, now, 10*time.Second); len(v.Damage) > 0 {
+			t.Errorf("%s: damage %q, want none", name, v.Damage)
 		}
 	}
 	for name, doc := range damagedLocks(now) {
@@ -547,7 +548,7 @@ func TestInspectLockHealthy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v := inspectLock(raw, now, 10*time.Second); len(v.damage) == 0 {
+		if v := record.InspectLock(raw, now, 10*time.Second); len(v.Damage) == 0 {
 			t.Errorf("%s: no damage found", name)
 		}
 	}
@@ -622,6 +623,57 @@ func TestRenewBatch(t *testing.T) {
 	lost, err = a.RenewBatch(ctx, leases, now.Add(time.Second), 10*time.Second)
 	if err != nil || len(lost) != 2 || lost[0].JobID != "f1" || lost[1].JobID != "p2" {
 		t.Fatalf("renew after losses: lost %+v, %v; want f1 and p2", lost, err)
+	}
+}
+
+// Two acquisitions of one run id, its records dropped in between (a
+// db.dropDatabase() while the second claimer was cut off): the first
+// holder's renewal and end match only its own acquisition's token, so its
+// renewal reports the run lost, its end lands nowhere, and the second
+// holder renews and ends its own run.
+func TestAcquisitionTokenAfterDroppedRecords(t *testing.T) {
+	t.Parallel()
+	e := newStoreEnv(t)
+	ctx := testCtx(t)
+	a, b := e.replica("a", "a1"), e.replica("b", "b1")
+	const ttl = 10 * time.Second
+	for _, fire := range []func(string, time.Time) record.FireClaim{forbid, allow} {
+		job := fire("j", base).Overlap
+		f := fire(string(job), base)
+		oa := a.claimOne(t, f, base, record.Acquired)
+		if err := e.db.Drop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ob := b.claimOne(t, f, base.Add(time.Second), record.Acquired)
+		if ob.Lease.RunID != oa.Lease.RunID || ob.Lease.Fence != oa.Lease.Fence || ob.Lease.Token == oa.Lease.Token {
+			t.Fatalf("%s: second acquisition %+v after %+v: want the same run id and fence, another token", job, ob.Lease, oa.Lease)
+		}
+		now := base.Add(2 * time.Second)
+		if lost, err := a.RenewBatch(ctx, []record.Lease{oa.Lease}, now, ttl); err != nil || len(lost) != 1 {
+			t.Fatalf("%s: first holder's renewal lost %v, %v; want its lease lost", job, lost, err)
+		}
+		if lost, err := b.RenewBatch(ctx, []record.Lease{ob.Lease}, now, ttl); err != nil || len(lost) != 0 {
+			t.Fatalf("%s: second holder's renewal lost %v, %v; want none", job, lost, err)
+		}
+		errs := a.EndBatch(ctx, []record.LeaseEnd{{Lease: oa.Lease, End: record.RunEnd{Status: record.StatusFailed, EndedAt: now}}})
+		if !errors.Is(errs[0], record.ErrLockLost) {
+			t.Fatalf("%s: first holder's end: %v, want ErrLockLost", job, errs[0])
+		}
+		if r := e.run(t, ob.Lease.RunID); r.Status != record.StatusRunning || r.Instance != "b" {
+			t.Fatalf("%s: after the first holder's end the record is %+v: want b's, running", job, r)
+		}
+		if job.TakesLock() {
+			if l := e.lock(t, string(job)); l.State != record.LockRunning || l.Holder != "b" || l.Claim != ob.Lease.Token {
+				t.Fatalf("%s: lock %+v: want still held by b's acquisition", job, l)
+			}
+		}
+		end := now.Add(time.Second)
+		if errs := b.EndBatch(ctx, []record.LeaseEnd{{Lease: ob.Lease, End: record.RunEnd{Status: record.StatusSucceeded, EndedAt: end}}}); errs[0] != nil {
+			t.Fatalf("%s: second holder's end: %v", job, errs[0])
+		}
+		if r := e.run(t, ob.Lease.RunID); r.Status != record.StatusSucceeded || r.Instance != "b" || !r.EndedAt.Equal(end) {
+			t.Fatalf("%s: record %+v: want b's end", job, r)
+		}
 	}
 }
 
