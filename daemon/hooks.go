@@ -13,7 +13,7 @@ import (
 	"github.com/cronswap/cronswap/internal/httpapi"
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/internal/record"
-	"github.com/cronswap/cronswap/internal/tracing"
+	"github.com/cronswap/cronswap/internal/tracecontext"
 )
 
 // fireHooks reports the fire path's events as metrics, and the starts and
@@ -23,7 +23,7 @@ import (
 func fireHooks(mx *metrics.Metrics, events *httpapi.Broker) firepath.Hooks {
 	return firepath.Hooks{
 		Dispatched: func(ctx context.Context, id, category string, due, at time.Time) {
-			mx.ObserveFireLateness(category, due, at, tracing.TraceID(ctx))
+			mx.ObserveFireLateness(category, due, at, tracecontext.TraceID(ctx))
 			events.RunChanged(id, record.StatusRunning)
 		},
 		Claimed:       func(_ string, result string) { mx.CountLockAcquisition(result) },

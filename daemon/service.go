@@ -20,7 +20,7 @@ import (
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/internal/notify"
 	"github.com/cronswap/cronswap/internal/runstore"
-	"github.com/cronswap/cronswap/internal/tracing"
+	"github.com/cronswap/cronswap/internal/tracecontext"
 	"github.com/cronswap/cronswap/scheduler"
 )
 
@@ -81,7 +81,7 @@ func New(db *mongo.Database, opts Options) (*Service, error) {
 		return nil, fmt.Errorf("daemon options: %w", err)
 	}
 	s := newService(db, opts.withDefaults())
-	s.tracer = tracing.TracerOf(s.opts.TracerProvider)
+	s.tracer = tracecontext.TracerOf(s.opts.TracerProvider)
 	s.edits = newEditSpans(s.tracer)
 	var err error
 	if s.metrics, err = newMetrics(s.opts.Registerer); err != nil {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/internal/buildinfo"
-	"github.com/cronswap/cronswap/internal/tracing"
+	"github.com/cronswap/cronswap/internal/tracecontext"
 	"github.com/cronswap/cronswap/jobs"
 )
 
@@ -54,11 +54,11 @@ var runFields = []runField{
 	// The W3C trace context of the run's span, when tracing is on: the
 	// action's own spans continue the fire's trace.
 	{header: "Traceparent", env: "TRACEPARENT", value: func(ctx context.Context, _ jobs.Run) (string, bool) {
-		v := tracing.CarrierOf(ctx).TraceParent
+		v := tracecontext.CarrierOf(ctx).TraceParent
 		return v, v != ""
 	}},
 	{header: "Tracestate", env: "TRACESTATE", value: func(ctx context.Context, _ jobs.Run) (string, bool) {
-		v := tracing.CarrierOf(ctx).TraceState
+		v := tracecontext.CarrierOf(ctx).TraceState
 		return v, v != ""
 	}},
 }

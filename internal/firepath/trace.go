@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/cronswap/cronswap/internal/tracing"
+	"github.com/cronswap/cronswap/internal/tracecontext"
 )
 
 // Span names of a fire's trace (RunnerOptions.Tracer; docs/operations.md,
@@ -98,11 +98,11 @@ func (f *fire) traceID() string {
 
 // carrier is the W3C trace context of f's root span, written with its end
 // (the notice it causes continues the trace); zero when f is not traced.
-func (f *fire) carrier() tracing.Carrier {
+func (f *fire) carrier() tracecontext.Carrier {
 	if f.trace == nil {
-		return tracing.Carrier{}
+		return tracecontext.Carrier{}
 	}
-	return tracing.CarrierOf(f.trace.ctx)
+	return tracecontext.CarrierOf(f.trace.ctx)
 }
 
 // traceBatch starts the span of a claim batch carrying reqs[sent], and

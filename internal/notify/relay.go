@@ -21,7 +21,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/cronswap/cronswap/internal/tracing"
+	"github.com/cronswap/cronswap/internal/tracecontext"
 )
 
 // HeaderID is the request header carrying the notification's id, by which
@@ -467,7 +467,7 @@ type claimed struct {
 	payload  string
 	attempts int32
 	// trace is the notice's trace context.
-	trace tracing.Carrier
+	trace tracecontext.Carrier
 }
 
 // claim takes one due notification (oldest due first), hiding it for the
@@ -488,7 +488,7 @@ func (r *Relay) claim(ctx context.Context) (c claimed, ok bool, err error) {
 		return c, false, fmt.Errorf("claim a notification in %s: %w", r.o.Notifications.Name(), err)
 	}
 	c = claimed{id: idString(raw), idv: raw.Lookup("_id"), jobID: str(raw, "job_id"), sink: str(raw, "sink"), payload: str(raw, "payload"),
-		trace: tracing.Carrier{TraceParent: str(raw, "traceparent"), TraceState: str(raw, "tracestate")}}
+		trace: tracecontext.Carrier{TraceParent: str(raw, "traceparent"), TraceState: str(raw, "tracestate")}}
 	if v, err := raw.LookupErr("attempts"); err == nil {
 		n, _ := v.AsInt64OK()
 		c.attempts = int32(n)

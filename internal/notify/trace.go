@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/cronswap/cronswap/internal/tracing"
+	"github.com/cronswap/cronswap/internal/tracecontext"
 )
 
 // SpanDeliver is the name of a delivery's span.
@@ -19,7 +19,7 @@ func (r *Relay) startDelivery(ctx context.Context, c claimed) trace.Span {
 	if r.o.Tracer == nil {
 		return nil
 	}
-	_, span := r.o.Tracer.Start(tracing.ContextWith(context.WithoutCancel(ctx), c.trace), SpanDeliver,
+	_, span := r.o.Tracer.Start(tracecontext.ContextWith(context.WithoutCancel(ctx), c.trace), SpanDeliver,
 		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("job_id", c.jobID), attribute.String("cronswap.notification.id", c.id),
 			attribute.String("cronswap.notification.sink", c.sink), attribute.Int("cronswap.notification.attempt", int(c.attempts))))

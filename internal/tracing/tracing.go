@@ -1,10 +1,12 @@
 // Package tracing sets up OpenTelemetry tracing from the standard OTEL_*
-// environment variables (OTLP over HTTP or gRPC, the official Go SDK), and
-// carries a trace context to the actions (W3C trace context).
+// environment variables (OTLP over HTTP or gRPC, the official Go SDK): the
+// cronswap binary's tracer provider. The daemon's parts see only the
+// OpenTelemetry API (package tracecontext), so a Go program embedding
+// cronswap brings its own provider and none of the SDK.
 //
 // Tracing is off unless configured: FromEnv returns a nil *Tracing, and
-// every part of the daemon given a nil *Tracing (or a nil trace.Tracer)
-// creates no span at all, so the fire path pays nothing for it.
+// every part of the daemon given a nil provider creates no span at all,
+// so the fire path pays nothing for it.
 package tracing
 
 import (
@@ -17,10 +19,11 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/cronswap/cronswap/internal/tracecontext"
 )
 
 // The environment variables FromEnv reads itself; the exporter reads the
@@ -141,16 +144,7 @@ func (t *Tracing) Provider() trace.TracerProvider {
 }
 
 // Tracer returns the daemon's tracer; nil when t is nil (tracing off).
-func (t *Tracing) Tracer() trace.Tracer { return TracerOf(t.Provider()) }
-
-// TracerOf returns cronswap's tracer of tp; nil when tp is nil (tracing
-// off).
-func TracerOf(tp trace.TracerProvider) trace.Tracer {
-	if tp == nil {
-		return nil
-	}
-	return tp.Tracer("github.com/cronswap/cronswap")
-}
+func (t *Tracing) Tracer() trace.Tracer { return tracecontext.TracerOf(t.Provider()) }
 
 // Shutdown exports the spans still buffered and stops the exporter,
 // within ctx. Nil does nothing.
@@ -166,44 +160,3 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 
 // get returns the environment variable k, trimmed.
 func get(k string) string { return strings.TrimSpace(os.Getenv(k)) }
-
-// propagator is the W3C trace context: traceparent and tracestate.
-var propagator = propagation.TraceContext{}
-
-// Carrier is the trace context of a span as the actions are told it: the
-// W3C traceparent and tracestate values.
-type Carrier struct {
-	TraceParent string
-	TraceState  string
-}
-
-// CarrierOf returns the trace context of ctx's span; zero when ctx holds no
-// valid span.
-func CarrierOf(ctx context.Context) Carrier {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return Carrier{}
-	}
-	m := propagation.MapCarrier{}
-	propagator.Inject(ctx, m)
-	return Carrier{TraceParent: m.Get("traceparent"), TraceState: m.Get("tracestate")}
-}
-
-// ContextWith returns ctx with the remote span context c carries, for a
-// span to continue a trace written down elsewhere (a notification's fire);
-// ctx unchanged when c carries none.
-func ContextWith(ctx context.Context, c Carrier) context.Context {
-	if c.TraceParent == "" {
-		return ctx
-	}
-	return propagator.Extract(ctx, propagation.MapCarrier{"traceparent": c.TraceParent, "tracestate": c.TraceState})
-}
-
-// TraceID returns the trace id of ctx's span as hex, "" when it holds none:
-// the trace_id of a fire's log lines and exemplars.
-func TraceID(ctx context.Context) string {
-	sc := trace.SpanContextFromContext(ctx)
-	if !sc.HasTraceID() {
-		return ""
-	}
-	return sc.TraceID().String()
-}
