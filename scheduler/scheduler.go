@@ -15,6 +15,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/cronswap/cronswap/internal/crondialect"
+	"github.com/cronswap/cronswap/internal/lifetime"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -156,6 +157,12 @@ type Status struct {
 	// Delay is the job's jitter delay: the fire for slot NextRun is
 	// dispatched at NextRun+Delay. Zero without jitter.
 	Delay time.Duration
+	// Ended says why the job fires no more although its schedule is valid
+	// and enabled: lifetime.ReasonAfterEnd once its end_at has passed,
+	// lifetime.ReasonMaxRuns once a claim found its run count at
+	// max_runs (End); empty otherwise. An ended job has no NextRun and is
+	// not Armed.
+	Ended string
 }
 
 // Engine arms and re-arms cron timers for jobs. Its methods are safe for
@@ -253,7 +260,7 @@ type shard struct {
 }
 
 // record is the engine's state of one job. Invariant: entry != 0 exactly
-// when valid && cur.Enabled.
+// when valid && cur.Enabled && ended == "".
 type record struct {
 	// cur is the last valid schedule, or the latest bad one while no valid
 	// schedule was ever applied.
@@ -267,6 +274,14 @@ type record struct {
 	// jitter is the jitter bound cur was armed with (part of its timing)
 	// and delay the resulting dispatch delay; zero without jitter.
 	jitter, delay time.Duration
+	// ended is why the job was disarmed by End (its run count reached
+	// max_runs); empty while it is not. A changed timing arms it again.
+	ended string
+	// pending is the latest schedule of the job that was decoded but
+	// refused (by the parse or the policy), while no later document
+	// replaced it: Recheck applies it again when what the policy checks
+	// may have changed (a calendar it names appeared).
+	pending *schedule.Schedule
 }
 
 // New returns an engine configured by opts. Call Start to run its timers.
@@ -543,11 +558,15 @@ func (e *Engine) reload(s schedule.Schedule, how apply) (Outcome, bool) {
 		e.log.Warn("scheduler: schedule without job id ignored", "cron_expr", s.CronExpr)
 		return Rejected, false
 	}
-	jitter := e.jitterOf(s)
-
 	sh := e.shardOf(s.ID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	return e.reloadLocked(sh, s, how)
+}
+
+// reloadLocked is reload with the lock of sh, the job's shard, held.
+func (e *Engine) reloadLocked(sh *shard, s schedule.Schedule, how apply) (Outcome, bool) {
+	jitter := e.jitterOf(s)
 	old := e.load(s.ID)
 
 	if old != nil && old.valid && old.cur.Timing() == s.Timing() && old.jitter == jitter {
@@ -557,7 +576,7 @@ func (e *Engine) reload(s schedule.Schedule, how apply) (Outcome, bool) {
 			return Rejected, e.rejectLocked(s.ID, old, &s, err)
 		}
 		r := *old
-		r.cur, r.err = s, ""
+		r.cur, r.err, r.pending = s, "", nil
 		if r.fire != nil {
 			r.fire.cur.Store(&r.cur) // the next fire carries the new fields
 		}
@@ -577,6 +596,9 @@ func (e *Engine) reload(s schedule.Schedule, how apply) (Outcome, bool) {
 	if err != nil {
 		return Rejected, e.rejectLocked(s.ID, old, &s, err)
 	}
+	// Only the slots the job's lifetime lets run are armed (a plain
+	// schedule is armed as parsed).
+	sched = lifetimeOf(s).Bound(sched)
 
 	r := &record{cur: s, valid: true, sched: sched, jitter: jitter, delay: JitterDelay(s.ID, jitter)}
 	if old != nil {
@@ -616,7 +638,11 @@ func (e *Engine) reload(s schedule.Schedule, how apply) (Outcome, bool) {
 			attrs = append(attrs, slog.String("timezone", s.Timezone))
 		}
 		if r.entry != 0 {
-			attrs = append(attrs, slog.String("next_run", e.showTime(r.nextRun(e.now()), s.Timezone)))
+			if next := r.nextRun(e.now()); next.IsZero() {
+				attrs = append(attrs, slog.String("ended", lifetime.ReasonAfterEnd))
+			} else {
+				attrs = append(attrs, slog.String("next_run", e.showTime(next, s.Timezone)))
+			}
 			if r.delay > 0 {
 				attrs = append(attrs, slog.Duration("jitter_delay", r.delay))
 			}
@@ -666,6 +692,7 @@ func (e *Engine) rejectLocked(id string, old *record, bad *schedule.Schedule, er
 		r.slots = old.slots
 	}
 	r.err = err.Error()
+	r.pending = bad // nil for a document that could not be decoded: nothing to apply again
 	e.store(e.shardOf(id), id, &r)
 	changed := old == nil || old.err != r.err || old.cur != r.cur
 	lvl := slog.LevelWarn
@@ -870,10 +897,15 @@ func (r *record) status(id string, now time.Time) Status {
 		LastError: r.err,
 		Armed:     r.entry != 0,
 		Delay:     r.delay,
+		Ended:     r.ended,
 	}
 	st.ID = id
 	if r.entry != 0 {
 		st.NextRun = r.nextRun(now)
+		if st.NextRun.IsZero() && lifetimeOf(r.cur).Over(now) {
+			// The entry fires no more: its end_at has passed.
+			st.Armed, st.Ended = false, lifetime.ReasonAfterEnd
+		}
 	}
 	return st
 }
