@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/internal/actions"
+	"github.com/cronswap/cronswap/internal/batch"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
@@ -39,8 +40,8 @@ type Runner struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 
-	claims *batcher[claimRequest, record.ClaimOutcome]
-	ends   *batcher[record.LeaseEnd, error]
+	claims *batch.Batcher[claimRequest, record.ClaimOutcome]
+	ends   *batch.Batcher[record.LeaseEnd, error]
 	leases *leaseKeeper
 	// latency is the claim-latency estimate, fed by the claim batches.
 	latency claimLatency
@@ -106,8 +107,8 @@ func NewRunner(opts RunnerOptions) *Runner {
 		ctx:  ctx, cancel: cancel, stop: make(chan struct{}), watch: newStallWatch()}
 	r.stalls = r.watch
 	if opts.Store != nil {
-		r.claims = newBatcher(claimBatchMax, claimBatchesAtOnce, r.claimBatch)
-		r.ends = newBatcher(endBatchMax, endBatchesAtOnce, r.endBatch)
+		r.claims = batch.New(claimBatchMax, claimBatchesAtOnce, r.claimBatch)
+		r.ends = batch.New(endBatchMax, endBatchesAtOnce, r.endBatch)
 		r.leases = newLeaseKeeper(r)
 	}
 	// The retrier exists whatever is registered yet (a Go program registers
@@ -384,7 +385,7 @@ func (r *Runner) finish(log *slog.Logger, f *fire, end record.RunEnd, runErr err
 			"ended_after", end.After, "observed_at", end.EndedAt)
 	}
 	status := end.Status
-	err := r.ends.submit(record.LeaseEnd{Lease: l, End: end})
+	err := r.endInBatch(record.LeaseEnd{Lease: l, End: end})
 	switch {
 	case err == nil:
 		r.afterEnd(log, f, end)
@@ -409,7 +410,7 @@ func (r *Runner) missClaimed(f *fire, reason, why string) {
 	f.tell(OffScheduleResult{Status: record.StatusMissed, NotRun: reason, Error: why, Lease: l})
 	end := record.LeaseEnd{Lease: l, End: record.RunEnd{Status: record.StatusMissed, EndedAt: r.clock.Now(), Reason: reason,
 		Error: why}}
-	err := r.ends.submit(end)
+	err := r.endInBatch(end)
 	switch {
 	case errors.Is(err, record.ErrLockLost):
 		// Taken over meanwhile: the record says abandoned.
@@ -423,6 +424,15 @@ func (r *Runner) missClaimed(f *fire, reason, why string) {
 }
 
 // endBatch writes a batch of ends.
+// endInBatch writes end in the next end batch and returns what the store
+// answered for it. Its wait is bounded by the batch, not by a context: a
+// batch is given the operation timeout (endBatch), and a run's end is
+// written however the rest of the runner is ending.
+func (r *Runner) endInBatch(end record.LeaseEnd) error {
+	err, _ := r.ends.Submit(context.Background(), end) // a Background wait never ends early
+	return err
+}
+
 func (r *Runner) endBatch(ends []record.LeaseEnd) []error {
 	ctx, cancel := r.opCtx()
 	defer cancel()
