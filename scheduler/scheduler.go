@@ -168,6 +168,8 @@ type Engine struct {
 	mu    sync.RWMutex
 	jobs  map[string]*record // guarded by mu; records are never modified once stored
 	armed int                // guarded by mu
+	// version counts the records stored (Version); written under mu.
+	version atomic.Uint64
 
 	// life serialises Start, Stop and Sync; started is guarded by it.
 	life    sync.Mutex
@@ -435,6 +437,7 @@ func (e *Engine) load(id string) *record {
 func (e *Engine) store(sh *shard, id string, r *record) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.version.Add(1)
 	if old := e.jobs[id]; old != nil && old.entry != 0 {
 		e.armed--
 		sh.armed--
@@ -836,6 +839,14 @@ func (e *Engine) List() []Status {
 	}
 	return out
 }
+
+// Version returns a number that changes whenever the engine's jobs change:
+// a job added, replaced, rejected or removed. While it stays the same,
+// List returns the same jobs in the same state, except for their NextRun,
+// which follows the clock; so a reader that derives something from List
+// (the status page's table) may keep it until Version changes. A Version
+// read before a List is never newer than that List.
+func (e *Engine) Version() uint64 { return e.version.Load() }
 
 // Get returns the status of job id, and false when the job is unknown.
 func (e *Engine) Get(id string) (Status, bool) {
