@@ -42,6 +42,7 @@ func (s *Service) newRelay() *notify.Relay {
 		Settings:  settings,
 		Retention: s.opts.Retention,
 		Logger:    s.log,
+		Tracer:    s.tracer,
 		Hooks: notify.Hooks{
 			Delivered: func(sink string) { s.metrics.CountNotification(sink, true, false) },
 			Failed:    func(sink string, gaveUp bool) { s.metrics.CountNotification(sink, false, gaveUp) },

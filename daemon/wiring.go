@@ -92,6 +92,10 @@ func (s *Service) newRunner(requests *triggers.Store) *firepath.Runner {
 		// A retry another replica left pending runs the schedule armed here.
 		Lookup:   s.lookup,
 		Requests: requests,
+		// Each fire is a trace, linked to the schedule change that armed
+		// its job.
+		Tracer:  s.tracer,
+		ArmedBy: s.edits.armedBy,
 	})
 }
 
@@ -109,13 +113,16 @@ func (s *Service) newEngine() *scheduler.Engine {
 		Policy: s.registry,
 		// When the job was armed, before the engine logged it: the end of
 		// the event-apply measure (watchHooks).
-		Hooks: scheduler.Hooks{Applied: func(string, scheduler.Outcome) { s.armedAt.Store(time.Now().UnixNano()) }},
+		Hooks: scheduler.Hooks{Applied: func(id string, o scheduler.Outcome) {
+			s.armedAt.Store(time.Now().UnixNano())
+			s.edits.applied(id, o)
+		}},
 	})
 }
 
 func (s *Service) newHistory() *editHistory {
 	return newEditHistory(s.db.Collection(history.CollectionName),
-		eventSink{Sink: schedulesink.New(s.engine, s.log, s.metrics), events: s.events},
+		eventSink{Sink: s.edits.sink(schedulesink.New(s.engine, s.log, s.metrics)), events: s.events},
 		s.opts.InstanceID, s.opts.Retention, s.log)
 }
 
@@ -143,6 +150,9 @@ func (s *Service) registerGauges() error {
 		Armed:        s.engine.Len,
 		TokenSavedAt: func() time.Time { return s.watcher.Status().TokenSavedAt },
 		ClaimLatency: s.runner.LatencyEstimate,
+		WatchState:   func() string { return watchState(s.watcher.Status()) },
+		LiveMembers:  func() int { return len(s.members.LiveView()) },
+		HeartbeatAge: s.members.HeartbeatAge,
 	})
 }
 

@@ -14,7 +14,7 @@ import (
 // (RunnerOptions.ClaimRetry) while the fire can still start in time, when
 // its kind says so.
 func (r *Runner) claimInBatch(f *fire, then func(claimAnswer)) {
-	req := claimRequest{FireClaim: r.fireClaim(f), startBy: f.startBy}
+	req := claimRequest{FireClaim: r.fireClaim(f), startBy: f.startBy, trace: f.trace}
 	if f.claimWait == 0 {
 		f.claimWait = r.opts.ClaimRetry
 	}
@@ -88,6 +88,9 @@ func (r *Runner) claimAgain(f *fire, o record.ClaimOutcome, then func(claimAnswe
 type claimRequest struct {
 	record.FireClaim
 	startBy time.Time
+	// trace is the fire's (nil: not traced): its claim's span is linked to
+	// the span of the batch that carries it.
+	trace *fireTrace
 }
 
 // claimBatch claims a batch of fires in one store call, after checking
@@ -133,11 +136,13 @@ func (r *Runner) claimBatch(reqs []claimRequest) []record.ClaimOutcome {
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
 	r.leases.beforeClaim(ctx)
+	batchSpan := r.traceBatch(reqs, sent)
 	start := r.clock.Now()
 	got := r.opts.Store.ClaimBatch(ctx, record.BatchClaim{Fires: fires, Instance: r.opts.InstanceID,
 		Incarnation: r.opts.Incarnation, Now: r.clock.Now(), TTL: r.opts.TTL})
 	end := r.clock.Now()
 	took := end.Sub(start)
+	endSpan(batchSpan, nil)
 	r.latency.observe(end, took)
 	if h := r.opts.Hooks.ClaimBatch; h != nil {
 		h(len(fires), took)

@@ -157,6 +157,8 @@ type fire struct {
 	// waiting to learn it (an off-schedule run, a buffered fire).
 	result *OffScheduleResult
 	done   func()
+	// trace is the fire's trace; nil when it is not traced.
+	trace *fireTrace
 }
 
 // tell records how f ended, when someone waits to learn it.
@@ -180,6 +182,9 @@ func (f *fire) logger(log *slog.Logger) *slog.Logger {
 	}
 	if f.kind != kindSlot {
 		log = log.With("fire", f.kind.name)
+	}
+	if id := f.traceID(); id != "" {
+		log = log.With("trace_id", id)
 	}
 	return log
 }

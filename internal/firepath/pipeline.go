@@ -24,6 +24,7 @@ import (
 // start takes f through the fire path; f.done, if set, is called once f is
 // finished.
 func (r *Runner) start(f *fire) {
+	r.traceFire(f)
 	if !r.enter() {
 		r.notStarted(f, NotRunShuttingDown, "shutting down; fire not started")
 		f.finish()
@@ -47,7 +48,7 @@ func (r *Runner) start(f *fire) {
 		// waiting for admission; nothing runs.
 		if r.opts.Store == nil {
 			f.logger(r.log).Info("fire skipped: inside a blackout window", "blackout_id", f.blackout.ID, "reason", f.blackout.Reason)
-			r.runEnded(f.jobID(), record.StatusSkipped)
+			r.skipped(f.jobID(), SkipBlackout)
 			r.exit(f)
 			return
 		}
@@ -108,6 +109,7 @@ func (r *Runner) exit(f *fire) {
 
 // finish calls f.done once.
 func (f *fire) finish() {
+	f.endTrace()
 	if f.done != nil {
 		done := f.done
 		f.done = nil
@@ -162,7 +164,9 @@ func (r *Runner) admit(f *fire) bool {
 		defer cancel()
 	}
 	// Shutdown closes the gate, which wakes every waiter.
+	span := r.childSpan(f, SpanAdmission)
 	release, err := r.gate.Acquire(ctx, f.due.Schedule.Category)
+	endSpan(span, err)
 	if err == nil {
 		f.release = release
 		return true
@@ -258,6 +262,13 @@ type claimAnswer struct {
 // claim claims f as its kind says and continues with claimed.
 func (r *Runner) claim(f *fire) {
 	then := func(a claimAnswer) { r.claimed(f, a) }
+	if f.trace != nil {
+		f.trace.claim = r.childSpan(f, SpanClaim)
+		then = func(a claimAnswer) {
+			endClaimSpan(f.trace.claim, a)
+			r.claimed(f, a)
+		}
+	}
 	switch f.kind.claims {
 	case claimInBatch:
 		r.claimInBatch(f, then)
@@ -351,7 +362,11 @@ func (r *Runner) settle(f *fire, a claimAnswer) bool {
 		} else {
 			log.Info(f.kind.noun+" skipped", "reason", a.Reason, "holder", a.Holder, "holder_run_id", a.HolderRunID)
 		}
-		r.runEnded(id, record.StatusSkipped)
+		if f.blackout != nil {
+			r.skipped(id, SkipBlackout)
+		} else {
+			r.skipped(id, SkipOverlap)
+		}
 		f.tell(OffScheduleResult{Status: record.StatusSkipped, Error: a.Reason})
 		if f.blackout == nil && f.action.Overlap.Buffers() && a.Holder == "" {
 			r.drainSoon(id, f.action.Overlap) // fires may wait on a lock no live run holds

@@ -12,6 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/batch"
 	"github.com/cronswap/cronswap/internal/record"
@@ -259,6 +262,14 @@ func (r *Runner) notRun(id string, slot time.Time, reason string) {
 	}
 }
 
+// skipped ends a fire of job id recorded skipped for reason (SkipReasons).
+func (r *Runner) skipped(id, reason string) {
+	r.runEnded(id, record.StatusSkipped)
+	if r.opts.Hooks.Skipped != nil {
+		r.opts.Hooks.Skipped(id, reason)
+	}
+}
+
 func (r *Runner) runEnded(id, status string) {
 	if r.opts.Hooks.RunEnded != nil {
 		r.opts.Hooks.RunEnded(id, status)
@@ -299,9 +310,16 @@ func (r *Runner) execute(log *slog.Logger, f *fire, run jobs.Run, lease *record.
 		// much before its lease runs out, so it never outlives it.
 		r.leases.holdStopping(*lease, cancel, actions.StopGraceOf(spec.Handler))
 	}
+	// The action runs in the run's span: an exec program, an http
+	// request and a Go handler are handed its context.
+	span := r.childSpan(f, SpanRun)
+	if span != nil {
+		span.SetAttributes(attribute.String("cronswap.run_id", run.RunID), attribute.Int64("cronswap.fence", run.Fence))
+		ctx = trace.ContextWithSpan(ctx, span)
+	}
 	startedAt := r.clock.Now()
 	if h := r.opts.Hooks.Dispatched; h != nil {
-		h(run.JobID, f.due.At(), r.clock.Now())
+		h(ctx, run.JobID, f.due.Schedule.Category, f.due.At(), r.clock.Now())
 	}
 	log.Info("run started", "action", f.due.Schedule.ActionName())
 	out, err := runSafely(ctx, spec.Handler, run)
@@ -329,6 +347,10 @@ func (r *Runner) execute(log *slog.Logger, f *fire, run jobs.Run, lease *record.
 		err = fmt.Errorf("%w: %w", errShutdown, err)
 	case err != nil:
 		status = record.StatusFailed
+	}
+	if span != nil {
+		span.SetAttributes(attribute.String("cronswap.status", status))
+		endSpan(span, err)
 	}
 	if lease != nil {
 		end.Status = status
@@ -385,7 +407,11 @@ func (r *Runner) finish(log *slog.Logger, f *fire, end record.RunEnd, runErr err
 			"ended_after", end.After, "observed_at", end.EndedAt)
 	}
 	status := end.Status
+	c := f.carrier()
+	end.TraceParent, end.TraceState = c.TraceParent, c.TraceState
+	span := r.childSpan(f, SpanEnd)
 	err := r.endInBatch(record.LeaseEnd{Lease: l, End: end})
+	endSpan(span, err)
 	switch {
 	case err == nil:
 		r.afterEnd(log, f, end)
@@ -408,8 +434,9 @@ func (r *Runner) missClaimed(f *fire, reason, why string) {
 	l := f.lease
 	r.notRun(l.JobID, l.Slot, reason)
 	f.tell(OffScheduleResult{Status: record.StatusMissed, NotRun: reason, Error: why, Lease: l})
+	c := f.carrier()
 	end := record.LeaseEnd{Lease: l, End: record.RunEnd{Status: record.StatusMissed, EndedAt: r.clock.Now(), Reason: reason,
-		Error: why}}
+		Error: why, TraceParent: c.TraceParent, TraceState: c.TraceState}}
 	err := r.endInBatch(end)
 	switch {
 	case errors.Is(err, record.ErrLockLost):

@@ -115,6 +115,11 @@ type Notice struct {
 	At time.Time `bson:"at"`
 	// Note is a free text added to the notification (the pause note).
 	Note string `bson:"note,omitempty"`
+	// TraceParent and TraceState are the W3C trace context of the span
+	// that caused the event (a traced fire's), when tracing is on: the
+	// deliveries' spans continue that trace.
+	TraceParent string `bson:"traceparent,omitempty"`
+	TraceState  string `bson:"tracestate,omitempty"`
 }
 
 // NewNotice returns the notice of an event of kind at at (at truncated to
@@ -127,6 +132,14 @@ func NewNotice(kind string, at time.Time) Notice {
 // the $set (or the inserted document) of the write that records the event.
 func Outbox(kind string, at time.Time) bson.E {
 	return bson.E{Key: OutboxField, Value: NewNotice(kind, at)}
+}
+
+// TracedOutbox is Outbox for an event caused in the trace whose W3C
+// context is traceparent and tracestate (Outbox when traceparent is "").
+func TracedOutbox(kind string, at time.Time, traceparent, tracestate string) bson.E {
+	n := NewNotice(kind, at)
+	n.TraceParent, n.TraceState = traceparent, tracestate
+	return bson.E{Key: OutboxField, Value: n}
 }
 
 // PauseNotice returns the OutboxField element to add to the $set of the

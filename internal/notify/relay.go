@@ -19,6 +19,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/cronswap/cronswap/internal/tracecontext"
 )
 
 // HeaderID is the request header carrying the notification's id, by which
@@ -90,6 +93,10 @@ type Options struct {
 	Now    func() time.Time
 	Logger *slog.Logger
 	Hooks  Hooks
+	// Tracer, when set, makes a span of each delivery, in the trace of
+	// the event that caused the notification (its notice's trace
+	// context) when it has one. nil: no span.
+	Tracer trace.Tracer
 }
 
 // Relay moves notices from the outbox documents to the notifications
@@ -330,6 +337,7 @@ func noticeOf(raw bson.Raw) (Notice, error) {
 	if nv, err := doc.LookupErr("note"); err == nil {
 		n.Note, _ = nv.StringValueOK()
 	}
+	n.TraceParent, n.TraceState = str(bson.Raw(doc), "traceparent"), str(bson.Raw(doc), "tracestate")
 	return n, nil
 }
 
@@ -420,7 +428,8 @@ func (r *Relay) plan(src Source, raw bson.Raw) ([]any, Clear, error) {
 			return nil, Clear{}, fmt.Errorf("encode notification %s: %w", nid, err)
 		}
 		docs = append(docs, Doc{ID: nid, Kind: n.Kind, JobID: jobID, Sink: w.Name, Source: src.Name(), SourceID: id,
-			At: n.At, Payload: string(body), Status: StatusPending, NextAttemptAt: now, CreatedAt: now})
+			At: n.At, Payload: string(body), Status: StatusPending, NextAttemptAt: now, CreatedAt: now,
+			TraceParent: n.TraceParent, TraceState: n.TraceState})
 	}
 	r.o.Logger.Debug("notice moved", "collection", src.Name(), "_id", id, "job_id", jobID, "kind", n.Kind, "sinks", len(docs))
 	return docs, clear, nil
@@ -449,6 +458,8 @@ type claimed struct {
 	sink     string
 	payload  string
 	attempts int32
+	// trace is the notice's trace context.
+	trace tracecontext.Carrier
 }
 
 // claim takes one due notification (oldest due first), hiding it for the
@@ -468,7 +479,8 @@ func (r *Relay) claim(ctx context.Context) (c claimed, ok bool, err error) {
 	if err != nil {
 		return c, false, fmt.Errorf("claim a notification in %s: %w", r.o.Notifications.Name(), err)
 	}
-	c = claimed{id: idString(raw), idv: raw.Lookup("_id"), jobID: str(raw, "job_id"), sink: str(raw, "sink"), payload: str(raw, "payload")}
+	c = claimed{id: idString(raw), idv: raw.Lookup("_id"), jobID: str(raw, "job_id"), sink: str(raw, "sink"), payload: str(raw, "payload"),
+		trace: tracecontext.Carrier{TraceParent: str(raw, "traceparent"), TraceState: str(raw, "tracestate")}}
 	if v, err := raw.LookupErr("attempts"); err == nil {
 		n, _ := v.AsInt64OK()
 		c.attempts = int32(n)
@@ -491,6 +503,8 @@ func (r *Relay) deliver(ctx context.Context, c claimed) error {
 		}
 	}
 	permanent := sendErr != nil
+	span := r.startDelivery(ctx, c)
+	defer func() { endDelivery(span, sendErr) }()
 	if sendErr == nil {
 		// A delivery under way is finished (within Timeout) even when
 		// the relay is stopping: one cut off after the sink took it

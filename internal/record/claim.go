@@ -279,6 +279,11 @@ type RunEnd struct {
 	// due under: the record keeps it (RunScheduleField) for whichever
 	// replica runs the next attempt.
 	Schedule *schedule.Schedule
+	// TraceParent and TraceState are the W3C trace context of the fire's
+	// span when tracing is on: a notice the end carries (failed,
+	// abandoned, missed) carries it too, so that its deliveries continue
+	// the fire's trace.
+	TraceParent, TraceState string
 }
 
 // LeaseEnd is one run's end for EndBatch.

@@ -21,7 +21,7 @@ func (s *Store) endUpdate(e record.LeaseEnd) bson.D {
 		{Key: "ended_at", Value: end.EndedAt},
 		{Key: "expire_at", Value: end.EndedAt.Add(s.retention)},
 	}
-	set = withNotice(set, end.Status, end.Reason, end.EndedAt)
+	set = withTracedNotice(set, end.Status, end.Reason, end.EndedAt, end.TraceParent, end.TraceState)
 	set = append(set, outputFields(end, "error")...)
 	set = append(set, observedFields(end)...)
 	if end.Reason == record.ReasonReplaced {

@@ -35,8 +35,14 @@ func NoticeKind(status, reason string) (string, bool) {
 // withNotice appends to set the outbox element of a record written with
 // status (and reason) at at, when it is notified.
 func withNotice(set bson.D, status, reason string, at time.Time) bson.D {
+	return withTracedNotice(set, status, reason, at, "", "")
+}
+
+// withTracedNotice is withNotice for an event of the trace whose W3C
+// context is traceparent and tracestate.
+func withTracedNotice(set bson.D, status, reason string, at time.Time, traceparent, tracestate string) bson.D {
 	if kind, ok := NoticeKind(status, reason); ok {
-		return append(set, notify.Outbox(kind, at))
+		return append(set, notify.TracedOutbox(kind, at, traceparent, tracestate))
 	}
 	return set
 }
