@@ -22,10 +22,11 @@ import (
 // different batches. The sink never sends such fires together
 // (Sink.reserveSlot); this checks the fire path through the Runner.
 //
-// It fails on the fire path as it is: the claim's read-back of the records
-// after a duplicate key maps each (job_id, scheduled_at) to one fire of
-// the batch, so the others find no record, insert again and end with a
-// claim error ("duplicate key but no record to be read").
+// It failed while the claim's read-back of the records after a duplicate
+// key mapped each (job_id, scheduled_at) to one fire of the batch: the
+// others found no record, inserted again and ended with a claim error
+// ("duplicate key but no record to be read"). The store's own test is
+// runstore's TestClaimBatchOffScheduleFiresSharingASlot.
 func TestFirePathOffScheduleFiresSharingAScheduledAt(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1)
