@@ -62,7 +62,7 @@ func (s *Service) newStore() *runstore.Store {
 // replica buffered them).
 func (s *Service) newRequests() *triggers.Store {
 	_, runs := record.Collections(s.db)
-	return triggers.NewStore(triggers.Collection(s.db), runs, s.opts.Retention, s.opts.InstanceID).
+	return triggers.NewStore(triggers.Collection(s.db), runs, s.store, s.opts.Retention, s.opts.InstanceID).
 		WithOutcomes(s.metrics.CountTrigger)
 }
 

@@ -84,6 +84,11 @@ type RetryClaim struct {
 // repaired as damaged.
 var ErrLockLost = errors.New("lock lost")
 
+// ErrLockChanged answers an operator's release of a lock
+// (runstore.Store.ReleaseLock) that is no longer held with the fence the
+// operator saw: released or acquired again since it was read.
+var ErrLockChanged = errors.New("the lock changed since it was read")
+
 // ErrUnreachable wraps the errors of a claim that could not reach the
 // database: the fire is not run (at most once beats at least once).
 var ErrUnreachable = errors.New("database unreachable")
