@@ -89,8 +89,8 @@ func New(db *mongo.Database, opts Options) (*Service, error) {
 	}
 	s.members = s.newMembers()
 	s.blackouts = newBlackoutWatch(db, s.opts, s.log)
+	s.store = s.newStore() // its OnNotice wakes the relay built next
 	s.relay = s.newRelay()
-	s.store = s.newStore()
 	requests := s.newRequests()
 	s.runner = s.newRunner(requests)
 	s.triggers = newTriggerWatch(s, requests)

@@ -31,7 +31,7 @@ import (
 func newService(db *mongo.Database, opts Options) *Service {
 	return &Service{opts: opts, db: db, log: opts.Logger.With("instance_id", opts.InstanceID),
 		registry: actions.NewRegistry(),
-		synced:   make(chan struct{}), away: make(chan struct{}),
+		synced:   make(chan struct{}), away: make(chan struct{}), decided: decidedAtStart{read: make(chan struct{})},
 		events: httpapi.NewBroker(httpapi.BrokerOptions{})}
 }
 
@@ -62,7 +62,7 @@ func (s *Service) newStore() *runstore.Store {
 // replica buffered them).
 func (s *Service) newRequests() *triggers.Store {
 	_, runs := record.Collections(s.db)
-	return triggers.NewStore(triggers.Collection(s.db), runs, s.opts.Retention, s.opts.InstanceID).
+	return triggers.NewStore(triggers.Collection(s.db), runs, s.store, s.opts.Retention, s.opts.InstanceID).
 		WithOutcomes(s.metrics.CountTrigger)
 }
 

@@ -120,6 +120,12 @@ for pkg in ./jobs ./internal/actions ./internal/record ./internal/runstore ./int
 		violation "package $pkg depends on internal/config (see: go list -deps $pkg); the fire path must not import the config loader"
 	fi
 done
+# job_runs, job_locks and job_pauses have one writer, internal/runstore:
+# no other package makes a write call on a handle of them (what counts as
+# one: go doc ./internal/tools/writecheck Check).
+if ! writes="$(go run ./internal/tools/writecheck 2>&1)"; then
+	violation "a package other than internal/runstore writes the fire path's collections (go run ./internal/tools/writecheck):" "$writes"
+fi
 # The public API stays small and documented: exported names per public
 # package within budget, every exported name and package with a doc comment.
 # The counts go to stderr with the rest of the log; the violations are kept.

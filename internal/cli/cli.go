@@ -47,8 +47,8 @@ func commonFlags() []ucli.Flag {
 	}
 }
 
-// ignoredCommonFlags are commonFlags, hidden, for next and validate: they
-// read no configuration, talk to no server and log nothing, so their help
+// ignoredCommonFlags are commonFlags, hidden, for validate: it reads no
+// configuration, talks to no server and logs nothing, so its help
 // does not list these flags, but they still accept and ignore them, so that
 // a script passing --config to every command keeps working.
 func ignoredCommonFlags() []ucli.Flag {
@@ -200,9 +200,11 @@ func runCommand() *ucli.Command {
 func nextCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "next",
-		Usage:     "print the next fire times of a cron expression (no database needed)",
+		Usage:     "print the next fire times of a cron expression (no database needed, but for --exclude)",
 		ArgsUsage: "EXPR",
-		Flags: append(ignoredCommonFlags(), outputFlag(),
+		// --config and --mongo-uri are listed: --exclude reads the
+		// calendars from the database they name.
+		Flags: append(commonFlags(), outputFlag(),
 			&ucli.IntFlag{Name: "n", Value: 5, Usage: "how many fire times, 1 to 1000"},
 			&ucli.StringFlag{Name: "tz", Usage: "IANA time zone of the expression (default UTC)"},
 			&ucli.StringFlag{Name: "dst", Usage: "daylight-saving mode, shift (the default) or plain, as the schedule's dst field"},

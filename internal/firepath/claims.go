@@ -18,7 +18,7 @@ func (r *Runner) claimInBatch(f *fire, then func(claimAnswer)) {
 	if f.claimWait == 0 {
 		f.claimWait = r.opts.ClaimRetry
 	}
-	ok := r.claims.enqueue(req, r.opts.QueueLimit, func(o record.ClaimOutcome) {
+	answered := func(o record.ClaimOutcome) {
 		if h := r.opts.Hooks.Claimed; h != nil {
 			if o.Err != nil {
 				h(req.JobID, "error")
@@ -32,7 +32,10 @@ func (r *Runner) claimInBatch(f *fire, then func(claimAnswer)) {
 			return
 		}
 		then(claimAnswer{ClaimOutcome: o})
-	})
+	}
+	// The answer is taken on a goroutine of its own: the batch's goroutine
+	// answers the other fires of the batch meanwhile.
+	ok := r.claims.TryEnqueue(req, r.opts.QueueLimit, func(o record.ClaimOutcome) { go answered(o) })
 	if !ok {
 		then(claimAnswer{notQueued: true})
 	}
@@ -197,7 +200,7 @@ func (r *Runner) waitForEnds(reqs []claimRequest) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), last.Sub(r.clock.Now()))
 	defer cancel()
-	r.ends.waitFewer(ctx, endBacklog)
+	r.ends.WaitFewer(ctx, endBacklog)
 }
 
 // errClaimTooLate answers a fire whose starting deadline passed while it

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cronswap/cronswap/internal/actions"
+	"github.com/cronswap/cronswap/internal/batch"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
@@ -42,8 +43,8 @@ type Runner struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 
-	claims *batcher[claimRequest, record.ClaimOutcome]
-	ends   *batcher[record.LeaseEnd, error]
+	claims *batch.Batcher[claimRequest, record.ClaimOutcome]
+	ends   *batch.Batcher[record.LeaseEnd, error]
 	leases *leaseKeeper
 	// latency is the claim-latency estimate, fed by the claim batches.
 	latency claimLatency
@@ -109,8 +110,8 @@ func NewRunner(opts RunnerOptions) *Runner {
 		ctx:  ctx, cancel: cancel, stop: make(chan struct{}), watch: newStallWatch()}
 	r.stalls = r.watch
 	if opts.Store != nil {
-		r.claims = newBatcher(claimBatchMax, claimBatchesAtOnce, r.claimBatch)
-		r.ends = newBatcher(endBatchMax, endBatchesAtOnce, r.endBatch)
+		r.claims = batch.New(claimBatchMax, claimBatchesAtOnce, r.claimBatch)
+		r.ends = batch.New(endBatchMax, endBatchesAtOnce, r.endBatch)
 		r.leases = newLeaseKeeper(r)
 	}
 	// The retrier exists whatever is registered yet (a Go program registers
@@ -409,7 +410,7 @@ func (r *Runner) finish(log *slog.Logger, f *fire, end record.RunEnd, runErr err
 	c := f.carrier()
 	end.TraceParent, end.TraceState = c.TraceParent, c.TraceState
 	span := r.childSpan(f, SpanEnd)
-	err := r.ends.submit(record.LeaseEnd{Lease: l, End: end})
+	err := r.endInBatch(record.LeaseEnd{Lease: l, End: end})
 	endSpan(span, err)
 	switch {
 	case err == nil:
@@ -436,7 +437,7 @@ func (r *Runner) missClaimed(f *fire, reason, why string) {
 	c := f.carrier()
 	end := record.LeaseEnd{Lease: l, End: record.RunEnd{Status: record.StatusMissed, EndedAt: r.clock.Now(), Reason: reason,
 		Error: why, TraceParent: c.TraceParent, TraceState: c.TraceState}}
-	err := r.ends.submit(end)
+	err := r.endInBatch(end)
 	switch {
 	case errors.Is(err, record.ErrLockLost):
 		// Taken over meanwhile: the record says abandoned.
@@ -450,6 +451,15 @@ func (r *Runner) missClaimed(f *fire, reason, why string) {
 }
 
 // endBatch writes a batch of ends.
+// endInBatch writes end in the next end batch and returns what the store
+// answered for it. Its wait is bounded by the batch, not by a context: a
+// batch is given the operation timeout (endBatch), and a run's end is
+// written however the rest of the runner is ending.
+func (r *Runner) endInBatch(end record.LeaseEnd) error {
+	err, _ := r.ends.Submit(context.Background(), end) // a Background wait never ends early
+	return err
+}
+
 func (r *Runner) endBatch(ends []record.LeaseEnd) []error {
 	ctx, cancel := r.opCtx()
 	defer cancel()

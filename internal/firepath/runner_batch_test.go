@@ -58,9 +58,7 @@ func TestRunnerClaimsABurstInBatches(t *testing.T) {
 	}
 	// The first batches are held until every other fire waits behind them.
 	waitUntil(t, "the first batches out and the other fires waiting", func() bool {
-		r.claims.mu.Lock()
-		defer r.claims.mu.Unlock()
-		return int(held.Load())+len(r.claims.pending) == n
+		return int(held.Load())+r.claims.Waiting() == n
 	})
 	close(first)
 	wg.Wait()
@@ -258,6 +256,53 @@ func TestRunnerCancelsAtLocalLeaseDeadline(t *testing.T) {
 	}
 }
 
+// A lease counts from when its claim was sent, not from when the answer
+// arrived: a claim whose answer took the whole TTL leaves a lease that has
+// already run out by the time the run starts, and the run is cancelled at
+// once instead of a TTL later. (Counting from the answer, the run would
+// go on for a minute while another replica could take the lease.)
+func TestRunnerCountsTheLeaseFromTheClaimSent(t *testing.T) {
+	t.Parallel()
+	clock := &manualClock{now: time.Now()}
+	store := newMemStore()
+	const ttl = time.Minute
+	store.beforeClaim = func(record.BatchClaim) { clock.Add(ttl) } // the answer comes a TTL later
+	store.renew = func(ctx context.Context, _ []record.Lease) ([]record.Lease, error) {
+		<-ctx.Done() // the database does not answer
+		return nil, ctx.Err()
+	}
+	reg := actions.NewRegistry()
+	cancelled := make(chan error, 1)
+	reg.Register("a", actions.Action{Handler: jobs.HandlerFunc(func(ctx context.Context, _ jobs.Run) error {
+		<-ctx.Done()
+		cancelled <- context.Cause(ctx)
+		return ctx.Err()
+	})})
+	ended := make(chan string, 1)
+	r := memRunner(t, store, reg, "r1", func(o *RunnerOptions) {
+		o.TTL, o.Clock = ttl, clock
+		o.Hooks.RunEnded = func(_, status string) { ended <- status }
+	})
+	go r.Fire(memDue("j", clock.Now())) // Fire returns when the run has ended
+	select {
+	case status := <-ended:
+		if status != record.StatusAbandoned {
+			t.Fatalf("run ended %s, want abandoned", status)
+		}
+	case <-time.After(ttl / 6): // before the first renewal is even due
+		t.Fatal("the run went on with a lease that ran out while its claim was answered")
+	}
+	// The action may not have started at all; if it did, the lease's end
+	// is what stopped it.
+	select {
+	case cause := <-cancelled:
+		if !errors.Is(cause, record.ErrLockLost) {
+			t.Fatalf("cancelled by %v, want the lease running out", cause)
+		}
+	default:
+	}
+}
+
 // A run that takes a while to stop (an exec action's kill_grace) is
 // cancelled that much before its local lease deadline: a program that
 // ignores SIGTERM is SIGKILLed by the time the lease runs out, not a
@@ -396,13 +441,13 @@ func TestRunnerBoundsFiresWaitingForAClaim(t *testing.T) {
 		wg.Go(func() { r.Fire(memDue(fmt.Sprintf("j%d", i), slot)) })
 	}
 	waitUntil(t, "every fire held in a batch, waiting, or refused", func() bool {
-		return int(held.Load())+r.claims.waiting()+int(full.Load()) == n
+		return int(held.Load())+r.claims.Waiting()+int(full.Load()) == n
 	})
-	if w := r.claims.waiting(); w > limit {
+	if w := r.claims.Waiting(); w > limit {
 		t.Fatalf("%d fires wait for a claim, want at most %d", w, limit)
 	}
 	if full.Load() == 0 {
-		t.Fatalf("no fire refused as queue_full with %d held and %d waiting", held.Load(), r.claims.waiting())
+		t.Fatalf("no fire refused as queue_full with %d held and %d waiting", held.Load(), r.claims.Waiting())
 	}
 	close(release)
 	wg.Wait()

@@ -29,6 +29,7 @@
 package notify
 
 import (
+	"context"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -43,6 +44,52 @@ const OutboxField = "notice"
 // read (wrong types), with what is wrong; the bad notice is removed so it
 // is not read again.
 const NoticeErrorField = "notice_error"
+
+// Source is an outbox collection, one whose documents carry notices
+// (OutboxField): the relay reads the notices through it and has it clear
+// those it dealt with. The code that owns the collection's writes
+// implements it (the run records' store for job_runs and job_pauses), so
+// the relay writes no outbox document itself.
+type Source interface {
+	// Name is the collection's name: the notifications' Doc.Source.
+	Name() string
+	// Notices returns up to limit documents that carry a notice
+	// (PendingNotices). Its errors name the collection.
+	Notices(ctx context.Context, limit int64) ([]bson.Raw, error)
+	// ClearNotices applies clears (Clear.Update) in one write. Its errors
+	// name the collection.
+	ClearNotices(ctx context.Context, clears []Clear) error
+}
+
+// PendingNotices is the filter of the outbox documents that carry a
+// notice, which the sparse OutboxIndex serves.
+func PendingNotices() bson.D {
+	return bson.D{{Key: OutboxField + ".kind", Value: bson.D{{Key: "$exists", Value: true}}}}
+}
+
+// Clear is what becomes of one outbox document's notice once the relay
+// dealt with it: removed, only while the document still carries that same
+// notice (a newer one written meanwhile stays); or, when it could not be
+// read (Bad), removed with why under NoticeErrorField.
+type Clear struct {
+	// ID is the outbox document's _id.
+	ID bson.RawValue
+	// Notice is the notice moved (its Kind and At identify it).
+	Notice Notice
+	// Bad, when not empty, says why the notice could not be read.
+	Bad string
+}
+
+// Update returns the conditional update of c's document that applies c.
+func (c Clear) Update() (filter, update bson.D) {
+	if c.Bad != "" {
+		return bson.D{{Key: "_id", Value: c.ID}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: NoticeErrorField, Value: c.Bad}}},
+				{Key: "$unset", Value: bson.D{{Key: OutboxField, Value: ""}}}}
+	}
+	return bson.D{{Key: "_id", Value: c.ID}, {Key: OutboxField + ".kind", Value: c.Notice.Kind}, {Key: OutboxField + ".at", Value: c.Notice.At}},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: OutboxField, Value: ""}}}}
+}
 
 // Notice kinds: what happened.
 const (

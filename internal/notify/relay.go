@@ -67,8 +67,9 @@ type Options struct {
 	// Notifications is the notifications collection (Collection).
 	Notifications *mongo.Collection
 	// Sources are the outbox collections whose documents may carry a
-	// notice under OutboxField (job_runs; a pause collection).
-	Sources []*mongo.Collection
+	// notice under OutboxField (job_runs; a pause collection), each
+	// read and cleared through the code that writes it.
+	Sources []Source
 	// Instance names this replica in claims and logs.
 	Instance string
 	// Route returns the route of a job's notices (its action's own, or
@@ -260,16 +261,11 @@ func (r *Relay) deliverDue(ctx context.Context) error {
 // outbox documents costs one find, one insertMany and one bulkWrite; a
 // pass moves at most moveBatches batches and leaves the rest to the next
 // pass, which it schedules at once.
-func (r *Relay) move(ctx context.Context, src *mongo.Collection) error {
+func (r *Relay) move(ctx context.Context, src Source) error {
 	for range moveBatches {
-		cur, err := src.Find(ctx, bson.D{{Key: OutboxField + ".kind", Value: bson.D{{Key: "$exists", Value: true}}}},
-			options.Find().SetLimit(moveLimit))
+		raws, err := src.Notices(ctx, moveLimit)
 		if err != nil {
-			return fmt.Errorf("read notices in %s: %w", src.Name(), err)
-		}
-		var raws []bson.Raw
-		if err := cur.All(ctx, &raws); err != nil {
-			return fmt.Errorf("read notices in %s: %w", src.Name(), err)
+			return err // it names the collection
 		}
 		if err := r.moveDocs(ctx, src, raws); err != nil {
 			return err
@@ -293,10 +289,10 @@ func (r *Relay) soon(at time.Time) {
 
 // moveDocs moves the notices of the outbox documents raws of src: one
 // insertMany of their notifications (a duplicate key: moved already), then
-// one bulkWrite removing the notices (and marking the bad ones).
-func (r *Relay) moveDocs(ctx context.Context, src *mongo.Collection, raws []bson.Raw) error {
+// one write of src removing the notices (and marking the bad ones).
+func (r *Relay) moveDocs(ctx context.Context, src Source, raws []bson.Raw) error {
 	var docs []any
-	var clears []mongo.WriteModel
+	var clears []Clear
 	for _, raw := range raws {
 		d, clear, err := r.plan(src, raw)
 		if err != nil {
@@ -312,8 +308,8 @@ func (r *Relay) moveDocs(ctx context.Context, src *mongo.Collection, raws []bson
 		}
 	}
 	if len(clears) > 0 {
-		if _, err := src.BulkWrite(ctx, clears, options.BulkWrite().SetOrdered(false)); err != nil {
-			return fmt.Errorf("clear %d notices in %s: %w", len(clears), src.Name(), err)
+		if err := src.ClearNotices(ctx, clears); err != nil {
+			return err // it names the collection
 		}
 	}
 	return nil
@@ -390,20 +386,16 @@ type Payload struct {
 }
 
 // plan returns the notifications of the notice of one outbox document and
-// the write that removes the notice (for a bad notice: that removes it and
-// sets NoticeErrorField, after logging it with the document's _id).
-func (r *Relay) plan(src *mongo.Collection, raw bson.Raw) ([]any, mongo.WriteModel, error) {
+// what becomes of the notice (for a bad notice: removed with its error,
+// after logging it with the document's _id).
+func (r *Relay) plan(src Source, raw bson.Raw) ([]any, Clear, error) {
 	id, idv := idString(raw), raw.Lookup("_id")
 	n, err := noticeOf(raw)
 	if err != nil {
 		r.o.Logger.Error("bad notice: not sent", "collection", src.Name(), "_id", id, "error", err)
-		return nil, mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: idv}}).
-			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: NoticeErrorField, Value: err.Error()}}},
-				{Key: "$unset", Value: bson.D{{Key: OutboxField, Value: ""}}}}), nil
+		return nil, Clear{ID: idv, Bad: err.Error()}, nil
 	}
-	clear := mongo.NewUpdateOneModel().
-		SetFilter(bson.D{{Key: "_id", Value: idv}, {Key: OutboxField + ".kind", Value: n.Kind}, {Key: OutboxField + ".at", Value: n.At}}).
-		SetUpdate(bson.D{{Key: "$unset", Value: bson.D{{Key: OutboxField, Value: ""}}}})
+	clear := Clear{ID: idv, Notice: n}
 	jobID := str(raw, "job_id")
 	if jobID == "" && n.Kind == KindPaused {
 		jobID = id // a pause document keyed by the job
@@ -433,7 +425,7 @@ func (r *Relay) plan(src *mongo.Collection, raw bson.Raw) ([]any, mongo.WriteMod
 		}
 		body, err := json.Marshal(p)
 		if err != nil {
-			return nil, nil, fmt.Errorf("encode notification %s: %w", nid, err)
+			return nil, Clear{}, fmt.Errorf("encode notification %s: %w", nid, err)
 		}
 		docs = append(docs, Doc{ID: nid, Kind: n.Kind, JobID: jobID, Sink: w.Name, Source: src.Name(), SourceID: id,
 			At: n.At, Payload: string(body), Status: StatusPending, NextAttemptAt: now, CreatedAt: now,

@@ -103,6 +103,11 @@ type RetryClaim struct {
 // repaired as damaged.
 var ErrLockLost = errors.New("lock lost")
 
+// ErrLockChanged answers an operator's release of a lock
+// (runstore.Store.ReleaseLock) that is no longer held with the fence the
+// operator saw: released or acquired again since it was read.
+var ErrLockChanged = errors.New("the lock changed since it was read")
+
 // ErrUnreachable wraps the errors of a claim that could not reach the
 // database: the fire is not run (at most once beats at least once).
 var ErrUnreachable = errors.New("database unreachable")
@@ -177,6 +182,11 @@ type Lease struct {
 	// OffSchedule: the run is not a cron slot of the job
 	// (FireClaim.OffSchedule); its end does not move the lock's last slot.
 	OffSchedule bool
+	// Until is the lease_until the acquisition wrote: its Now (by the
+	// claimer's clock, taken before the request went out) plus its TTL.
+	// Every Store method that acquires a lease sets it; the holder's
+	// local deadline counts from it, not from when the answer arrived.
+	Until time.Time
 }
 
 // FireClaim is one fire of a claim batch.

@@ -62,7 +62,7 @@ func (s *Store) ClaimBatch(ctx context.Context, b record.BatchClaim) []record.Cl
 		slot := f.Slot.UTC()
 		c.leases[i] = record.Lease{JobID: f.JobID, Slot: slot, Instance: b.Instance, Incarnation: b.Incarnation,
 			RunID: record.RunID(f.JobID, slot), Fence: record.FenceOf(slot), Overlap: f.Overlap,
-			Token: c.nonce + "." + strconv.Itoa(i)}
+			Token: c.nonce + "." + strconv.Itoa(i), Until: b.Now.Add(b.TTL)}
 		if f.OffSchedule {
 			c.leases[i].RunID, c.leases[i].Fence, c.leases[i].OffSchedule = f.RunID, f.Fence, true
 		}
@@ -94,13 +94,15 @@ func claimNonce() string {
 	return hex.EncodeToString(b[:])
 }
 
-// runKey is the (job, slot) of a record, to match records read back.
+// runKey is the (job, slot) of a record, to match records read back: the
+// slot in milliseconds, as the database stores and compares it (the unique
+// (job_id, scheduled_at) index).
 type runKey struct {
 	job  string
 	slot int64
 }
 
-func keyOf(l record.Lease) runKey { return runKey{l.JobID, l.Slot.UnixNano()} }
+func keyOf(l record.Lease) runKey { return runKey{l.JobID, l.Slot.UnixMilli()} }
 
 // check answers the Check fires already recorded (one find for all of
 // them) and returns the fires left to insert.
@@ -152,16 +154,19 @@ func recordedReason(r *runSeen) string {
 
 // readRuns reads back the records of the fires idx by _id, and with
 // bySlot, for those not found so, by (job, slot) (a missed record of the
-// slot has another _id), retrying while ctx allows. found[i] is the record
-// of fire i, nil when there is none.
+// slot, or another off-schedule run of it, has another _id), retrying
+// while ctx allows. found[i] is the record of fire i — its own, else the
+// one record of its (job, slot) — nil when there is none. Several fires of
+// one batch may share a (job, slot) (off-schedule runs with their own run
+// ids): a record of the slot answers each of them that has none of its own.
 func (c *claimer) readRuns(ctx context.Context, idx []int, bySlot bool) (map[int]*runSeen, error) {
 	ids := make(bson.A, 0, len(idx))
-	byKey := make(map[runKey]int, len(idx))
+	byKey := make(map[runKey][]int, len(idx))
 	byID := make(map[string]int, len(idx))
 	for _, i := range idx {
 		l := c.leases[i]
 		ids = append(ids, l.RunID)
-		byKey[keyOf(l)] = i
+		byKey[keyOf(l)] = append(byKey[keyOf(l)], i)
 		byID[l.RunID] = i
 	}
 	found := make(map[int]*runSeen, len(idx))
@@ -185,8 +190,8 @@ func (c *claimer) readRuns(ctx context.Context, idx []int, bySlot bool) (map[int
 			jobSeen[l.JobID] = true
 			jobs = append(jobs, l.JobID)
 		}
-		if !slotSeen[l.Slot.UnixNano()] {
-			slotSeen[l.Slot.UnixNano()] = true
+		if !slotSeen[l.Slot.UnixMilli()] {
+			slotSeen[l.Slot.UnixMilli()] = true
 			slots = append(slots, l.Slot)
 		}
 	}
@@ -198,10 +203,11 @@ func (c *claimer) readRuns(ctx context.Context, idx []int, bySlot bool) (map[int
 }
 
 // findRuns reads the records matching filter (one find, retried while
-// ctx allows) into found, by the fire whose run id or (job, slot) they
-// have (an off-schedule run's record may have another replica's slot); a
-// record under the fire's own id wins over another of the same slot.
-func (c *claimer) findRuns(ctx context.Context, filter bson.D, byID map[string]int, byKey map[runKey]int, found map[int]*runSeen) error {
+// ctx allows) into found: a record goes to the fire whose run id it has,
+// and to every fire of its (job, slot) (an off-schedule run's record may
+// have another run id, or another replica's); a record under the fire's
+// own id wins over another of the same slot.
+func (c *claimer) findRuns(ctx context.Context, filter bson.D, byID map[string]int, byKey map[runKey][]int, found map[int]*runSeen) error {
 	proj := options.Find().SetProjection(bson.D{{Key: "job_id", Value: 1}, {Key: "scheduled_at", Value: 1},
 		{Key: "instance", Value: 1}, {Key: "incarnation", Value: 1}, {Key: "status", Value: 1}, {Key: "claim", Value: 1}})
 	var docs []runSeen
@@ -218,15 +224,14 @@ func (c *claimer) findRuns(ctx context.Context, filter bson.D, byID map[string]i
 	}
 	for k := range docs {
 		d := &docs[k]
-		i, ok := byID[d.ID]
-		if !ok {
-			i, ok = byKey[runKey{d.JobID, d.ScheduledAt.UnixNano()}]
-		}
-		if !ok {
-			continue // another job's record of one of the slots
-		}
-		if prev := found[i]; prev == nil || d.ID == c.leases[i].RunID {
+		if i, ok := byID[d.ID]; ok {
 			found[i] = d
+		}
+		// Records of other jobs at one of the slots match no key.
+		for _, i := range byKey[runKey{d.JobID, d.ScheduledAt.UnixMilli()}] {
+			if prev := found[i]; prev == nil || prev.ID != c.leases[i].RunID {
+				found[i] = d
+			}
 		}
 	}
 	return nil

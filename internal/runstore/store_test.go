@@ -221,6 +221,61 @@ func TestClaimBatchDuplicateFireInBatch(t *testing.T) {
 	}
 }
 
+// Off-schedule fires of one job sharing a scheduled_at, each with its own
+// run id, in one batch: the unique (job_id, scheduled_at) index admits one
+// record, so one is acquired and every other is told the slot is taken,
+// naming the record that holds it — under a policy taking the lock and
+// under allow, and for a slot a missed record already holds.
+func TestClaimBatchOffScheduleFiresSharingASlot(t *testing.T) {
+	t.Parallel()
+	e := newStoreEnv(t)
+	a := e.replica("a", "a1")
+	sharing := func(job string, o jobs.Overlap, slot time.Time, n int) []record.FireClaim {
+		fires := make([]record.FireClaim, n)
+		for i := range fires {
+			fires[i] = record.FireClaim{JobID: job, Slot: slot, Overlap: o, OffSchedule: true,
+				RunID: fmt.Sprintf("%s/run%02d", job, i), Fence: slot.UnixMilli()}
+		}
+		return fires
+	}
+	slot := base.Add(123 * time.Millisecond)
+	for _, o := range []jobs.Overlap{jobs.OverlapAllow, jobs.OverlapSkip} {
+		job := "shared-" + string(o)
+		fires := sharing(job, o, slot, 20)
+		won := ""
+		for i, out := range a.claim(t, base, 10*time.Second, fires...) {
+			switch {
+			case out.Err != nil:
+				t.Errorf("%s fire %d: %v", o, i, out.Err)
+			case out.Result == record.Acquired && won == "":
+				won = out.Lease.RunID
+			case out.Result == record.AlreadyFired:
+			default:
+				t.Errorf("%s fire %d: %+v, want one acquired and the others already fired", o, i, out)
+			}
+		}
+		if won == "" {
+			t.Fatalf("%s: no fire acquired", o)
+		}
+		for i, out := range a.claim(t, base, 10*time.Second, fires...) {
+			if out.Err != nil || out.Result != record.AlreadyFired || !strings.Contains(out.Reason, won) {
+				t.Errorf("%s fire %d again: %+v, want already fired by %s", o, i, out, won)
+			}
+		}
+	}
+	// The slot is a missed record's (another _id): every fire is told so.
+	t1 := base.Add(time.Hour)
+	if _, err := e.runs.InsertOne(testCtx(t), record.RunDoc{ID: record.MissedID("m", t1), JobID: "m", ScheduledAt: t1, LastScheduledAt: t1,
+		Count: 1, Status: record.StatusMissed, Reason: record.MissedNoReplica}); err != nil {
+		t.Fatal(err)
+	}
+	for i, out := range a.claim(t, t1, 10*time.Second, sharing("m", jobs.OverlapAllow, t1, 20)...) {
+		if out.Err != nil || out.Result != record.AlreadyFired || !strings.Contains(out.Reason, record.MissedID("m", t1)) {
+			t.Errorf("fire %d of a missed slot: %+v, want already fired by the missed record", i, out)
+		}
+	}
+}
+
 // Check fires (the replica is not the job's owner) look first: a recorded
 // slot is not inserted again, an unrecorded one is claimed as usual.
 func TestClaimBatchCheck(t *testing.T) {
