@@ -106,7 +106,9 @@ func (s *Service) startParts() *parts {
 	}()
 	go func() {
 		defer close(p.catchUpDone)
-		ready := func() bool { return p.isJoined() && s.watcher.Status().Ready && s.blackouts.ready() && s.calendars.ready() }
+		ready := func() bool {
+			return p.isJoined() && s.watcher.Status().Ready && s.blackouts.ready() && s.calendars.ready()
+		}
 		runCatchUp(watchCtx, s.engine, ready, s.catchupFor,
 			func(due schedule.Due) { s.runner.FireCatchUp(due, s.catchupFor(due.Schedule.ActionName())) },
 			s.log, s.recordStartupGaps)
