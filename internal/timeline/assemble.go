@@ -215,6 +215,7 @@ func expectedSlots(in Input, segs []Segment, bySlot map[int64]int, matched []boo
 			segs[si].Error = err.Error()
 			continue
 		}
+		life := seg.lifetimeOf()
 		t := seg.From
 		if si == 0 {
 			t = t.Add(-time.Nanosecond) // the first segment includes From
@@ -255,6 +256,9 @@ func expectedSlots(in Input, segs []Segment, bySlot map[int64]int, matched []boo
 				reason := NoRecordUnrecorded
 				if at.After(in.Now) {
 					reason = NoRecordFuture
+				}
+				if why := life.Why(at); why != "" {
+					reason = why // the daemon does not fire it
 				}
 				for bi < len(breaks) && breaks[bi].Before(at) {
 					if run != nil && breaks[bi].After(*run.Last) {
