@@ -157,3 +157,57 @@ func TestExcludedCalendarSkipsTodayLive(t *testing.T) {
 		t.Errorf("holiday ran on a date of the calendar it excludes: %v", ran)
 	}
 }
+
+// Three replicas race on a job that fires every second with max_runs 5:
+// the action's ledger holds exactly 5 runs, never 6; the slots after are
+// recorded skipped as max_runs reached (one per replica at most, as each
+// learns of it), and every replica shows the job ended.
+func TestMaxRunsAcrossThreeReplicas(t *testing.T) {
+	uri, db := setup(t)
+	ledger := filepath.Join(t.TempDir(), "ledger")
+	jobsYAML := fmt.Sprintf(`
+  tick:
+    exec: ["sh", "-c", "echo \"$CRONSWAP_RUN_ID\" >> %s"]
+    overlap: allow
+`, ledger)
+	insert(t, db, bson.D{{Key: "_id", Value: "five"}, {Key: "cron_expr", Value: "@every 1s"}, {Key: "job", Value: "tick"},
+		{Key: "max_runs", Value: int32(5)}})
+	var replicas []*daemon
+	for i := 1; i <= 3; i++ {
+		cfg := writeConfig(t, daemonConfig{URI: uri, Database: db.Name(), InstanceID: fmt.Sprintf("max-%d", i), Jobs: jobsYAML})
+		replicas = append(replicas, startDaemon(t, cfg))
+	}
+	for _, d := range replicas {
+		d.waitReady()
+	}
+	for _, d := range replicas {
+		waitFor(t, 30*time.Second, d.addr+" shows five ended", func() bool {
+			s := d.schedules()["five"]
+			return s.Ended == lifetime.ReasonMaxRuns && !s.Armed && s.NextRun == nil
+		})
+	}
+	ran := boLedger(t, ledger)
+	if len(ran) != 5 {
+		t.Fatalf("the action ran %d slots, want exactly 5: %v", len(ran), ran)
+	}
+	for id, n := range ran {
+		if n != 1 {
+			t.Errorf("%s ran %d times", id, n)
+		}
+	}
+	capped := 0
+	for _, r := range boRuns(t, db, "five", time.Time{}) {
+		switch {
+		case r.Status == record.StatusSucceeded:
+		case r.Status == record.StatusSkipped && r.Reason == lifetime.ReasonMaxRuns:
+			capped++
+		case r.Status == record.StatusMissed:
+			// not decided within its starting deadline (a loaded machine): not run
+		default:
+			t.Errorf("five: %+v, want succeeded or skipped as max_runs reached", r)
+		}
+	}
+	if capped < 1 || capped > 3 {
+		t.Errorf("%d slots skipped as max_runs reached, want 1 to 3 (one per replica at most)", capped)
+	}
+}
