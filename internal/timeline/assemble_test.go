@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/internal/lifetime"
 )
 
 var t0 = time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
@@ -289,6 +291,18 @@ func TestLifetimeSaysWhyASlotDoesNotRun(t *testing.T) {
 		"after end_at@07:00-10:00"
 	if strings.Join(got, " ") != want {
 		t.Errorf("entries\n%s\nwant\n%s", strings.Join(got, " "), want)
+	}
+
+	// max_runs 2: after the slot skipped as max_runs reached the daemons
+	// disarmed the job, and the slots after it say so.
+	cur = hourly("0 * * * *")
+	cur.Timing.MaxRuns = 2
+	recs := []Record{{ID: "j@0", ScheduledAt: h(0), Status: "succeeded"}, {ID: "j@1", ScheduledAt: h(1), Status: "succeeded"},
+		{ID: "j@2", ScheduledAt: h(2), Status: "skipped", Reason: lifetime.ReasonMaxRuns}}
+	tl = Assemble(Input{JobID: "j", From: from, To: h(5), Now: h(5).Add(time.Minute), Current: cur, Records: recs})
+	last := tl.Entries[len(tl.Entries)-1]
+	if last.Kind != KindNoRecord || last.Reason != lifetime.ReasonMaxRuns || !last.At.Equal(h(3)) || last.Count != 3 {
+		t.Errorf("after the max_runs skip: %+v, want 3 slots from 03:00 with reason %q", last, lifetime.ReasonMaxRuns)
 	}
 
 	// end_at set at 05:30 (it was absent): the slots after it are not

@@ -65,7 +65,8 @@ const (
 	NoRecordUnrecorded = "unrecorded"
 	// The lifetime's reasons (lifetime.Lifetime.Why: before start_at,
 	// after end_at, paused until …) replace these for a slot outside the
-	// schedule's lifetime: the daemon does not fire it.
+	// schedule's lifetime, and lifetime.ReasonMaxRuns for a slot after
+	// one skipped as max_runs reached: the daemons do not fire it.
 )
 
 // ErrNotFound is wrapped when a job has no schedule document, no record in
