@@ -107,7 +107,7 @@ func (c *calendarWatch) match(s schedule.Schedule, slot time.Time) (record.Exclu
 			return record.CalendarExclusion(name, problem), true
 		}
 		if d, ok := cal.Holds(slot, zone); ok {
-			return record.CalendarExclusion(name, fmt.Sprintf("%s is in calendar %q", d, name)), true
+			return record.CalendarExclusion(name, cal.Why(d)), true
 		}
 	}
 	return record.Exclusion{}, false
