@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/cronswap/cronswap/internal/httpapi"
 	"github.com/cronswap/cronswap/internal/lifetime"
 	"github.com/cronswap/cronswap/internal/record"
 )
@@ -46,6 +48,12 @@ func TestEndAtInThePastStopsFiringLive(t *testing.T) {
 			s := d.schedules()["ending"]
 			return s.Ended == lifetime.ReasonAfterEnd && !s.Armed && s.NextRun == nil && s.LastError == ""
 		})
+		// The page's table says so too, and filters on it.
+		var rows httpapi.Rows
+		if code := d.get("/api/schedule-rows?status=ended", &rows); code != http.StatusOK || len(rows.Items) != 1 ||
+			rows.Items[0].ID != "ending" || rows.Items[0].Status != httpapi.StatusEnded {
+			t.Errorf("%s: rows with status ended: %d %+v, want ending alone", d.addr, code, rows.Items)
+		}
 	}
 	// Condition, not a sleep: going runs 4 more slots meanwhile.
 	waitFor(t, 20*time.Second, "going to run 4 slots after the edit", func() bool {
