@@ -104,10 +104,13 @@ func (k *leaseKeeper) hold(l record.Lease, cancel context.CancelCauseFunc) {
 // cancelled (actions.StopGraceOf): its local deadline is grace earlier.
 func (k *leaseKeeper) holdStopping(l record.Lease, cancel context.CancelCauseFunc, grace time.Duration) {
 	h := &heldLease{lease: l, cancel: cancel, grace: grace, at: k.localDeadline(l, grace)}
-	h.deadline = time.AfterFunc(h.at.Sub(k.r.clock.Now()), func() { k.ranOut(h) })
+	// Kept before its timer starts: a lease already run out (a claim
+	// answered late) fires the timer at once, and ranOut cancels only a
+	// lease it finds kept.
 	k.mu.Lock()
+	defer k.mu.Unlock()
 	k.held[l.RunID] = h
-	k.mu.Unlock()
+	h.deadline = time.AfterFunc(h.at.Sub(k.r.clock.Now()), func() { k.ranOut(h) })
 }
 
 // localDeadline is when a run holding l, which takes up to grace to stop,
