@@ -10,7 +10,6 @@ import (
 
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/history"
-	"github.com/cronswap/cronswap/internal/record"
 )
 
 // historyFlushTimeout bounds how long shutdown waits for queued history
@@ -29,9 +28,6 @@ type editHistory struct {
 }
 
 func newEditHistory(coll *mongo.Collection, sink changestream.Sink, instance string, retention time.Duration, log *slog.Logger) *editHistory {
-	if retention <= 0 {
-		retention = record.DefaultRetention
-	}
 	w := history.NewWriter(coll, history.WriterOptions{Logger: log})
 	s := history.NewSightings(coll, history.SightingsOptions{Instance: instance, Retention: retention, Logger: log})
 	return &editHistory{coll: coll, writer: w, sightings: s,

@@ -91,9 +91,6 @@ func (s *Service) recordStartupGaps(ctx context.Context, now time.Time, catchUp 
 		offered[c.Schedule.ID] = c.Slot
 	}
 	retention := s.opts.Retention
-	if retention <= 0 {
-		retention = record.DefaultRetention
-	}
 	waitUntil := time.Now().Add(firesFromWait)
 	for _, st := range s.engine.List() {
 		if !st.Armed || !asked[st.ID] {

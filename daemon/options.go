@@ -14,6 +14,7 @@ import (
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/firepath"
 	"github.com/cronswap/cronswap/internal/notify"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // Options configure a Service. Every setting of the cronswap binary's
@@ -57,8 +58,8 @@ type Options struct {
 	// a run lasts; past it another replica may take the lock over. 0 is 10
 	// minutes; anything else must be at least 3 seconds.
 	LockTTL time.Duration
-	// Retention is how long run records and edit history are kept; 0 is
-	// 30 days.
+	// Retention is how long run records, ended run-now and backfill
+	// requests, edit history and notifications are kept; 0 is 30 days.
 	Retention time.Duration
 	// Workers bounds the handlers running at once in this instance; 0 is
 	// no bound.
@@ -177,8 +178,14 @@ type Webhook struct {
 	Headers map[string]string
 }
 
-// withDefaults returns o with its nil logger and location set.
+// withDefaults returns o with its unset fields that every part reads the
+// same way set: logger, location, shutdown grace and retention (every
+// record the daemon writes, run records, requests, edits, notifications,
+// expires after the one retention).
 func (o Options) withDefaults() Options {
+	if o.Retention <= 0 {
+		o.Retention = record.DefaultRetention
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
