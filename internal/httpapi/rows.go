@@ -24,9 +24,9 @@ const (
 	StatusPaused   = "paused"
 	// StatusEnded: the job's lifetime is over (end_at passed, max_runs
 	// reached): its schedule is valid, it fires no more (Schedule.Ended).
-	StatusEnded = "ended"
-	StatusArmed = "armed"
-	StatusUnarmed  = "unarmed"
+	StatusEnded   = "ended"
+	StatusArmed   = "armed"
+	StatusUnarmed = "unarmed"
 	// FilterMissed is the status filter of rows with a missed slot in the
 	// last day (not a status of its own).
 	FilterMissed = "missed"
