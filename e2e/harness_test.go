@@ -346,7 +346,15 @@ func mongosh(t *testing.T, uri, db, eval string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, mongoshPath(t), dbURI(uri, db), "--quiet", "--norc", "--eval", eval)
+	// mongosh gives up finding the server after 2 s by default: on a
+	// loaded machine the test server may take longer to answer.
+	target := dbURI(uri, db)
+	if strings.Contains(target, "?") {
+		target += "&serverSelectionTimeoutMS=30000"
+	} else {
+		target += "?serverSelectionTimeoutMS=30000"
+	}
+	cmd := exec.CommandContext(ctx, mongoshPath(t), target, "--quiet", "--norc", "--eval", eval)
 	cmd.Env = append(os.Environ(), "MONGOSH_SKIP_NODE_VERSION_CHECK=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
