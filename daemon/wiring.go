@@ -135,6 +135,9 @@ func (s *Service) newWatcher() *changestream.Watcher {
 		Logger: s.log.With("collection", schedule.CollectionName),
 		Hooks:  hooks,
 		State:  stateStore(s.opts, s.db),
+		// The state file holds the documents the edit history keeps
+		// (the before-images of the next edits): one copy of them.
+		StateDocs: s.history.recorder.Documents,
 	}))
 }
 

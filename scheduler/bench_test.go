@@ -91,7 +91,7 @@ func syncOnce(b *testing.B, items []Item) time.Duration {
 	e := benchEngine(Options{})
 	b.StartTimer()
 	t0 := time.Now()
-	st := e.Sync(items)
+	st := syncItems(e, items)
 	d := time.Since(t0)
 	b.StopTimer()
 	if st.Added != len(items) || e.Len() != len(items) {
@@ -173,7 +173,7 @@ func BenchmarkResyncUnchanged(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
-		st := e.Sync(items)
+		st := syncItems(e, items)
 		ds = append(ds, time.Since(t0))
 		if st.Unchanged != n || len(st.Changed) != 0 {
 			b.Fatalf("resync: %d unchanged, %d changed", st.Unchanged, len(st.Changed))
@@ -215,7 +215,7 @@ func BenchmarkBaselineAddFunc(b *testing.B) {
 func armedEngine(b *testing.B, n int) *Engine {
 	b.Helper()
 	e := benchEngine(Options{})
-	if st := e.Sync(benchItems(n)); st.Added != n {
+	if st := syncItems(e, benchItems(n)); st.Added != n {
 		b.Fatalf("Sync added %d of %d", st.Added, n)
 	}
 	return e
@@ -349,7 +349,7 @@ func BenchmarkHeapPerJob(b *testing.B) {
 		items := benchItems(n)
 		var m0, m1 runtime.MemStats
 		runtime.ReadMemStats(&m0)
-		e.Sync(items)
+		syncItems(e, items)
 		runtime.ReadMemStats(&m1)
 		allocs = append(allocs, float64(m1.Mallocs-m0.Mallocs)/n)
 		items = nil
@@ -416,7 +416,7 @@ func BenchmarkFireLateness(b *testing.B) {
 		for i := range items {
 			items[i] = Item{Schedule: schedule.Schedule{ID: benchID(i), CronExpr: spec, Enabled: true}}
 		}
-		e.Sync(items)
+		syncItems(e, items)
 		if !time.Now().Before(slotAt) {
 			b.Fatalf("loading %d jobs took past their slot %s; the machine is too loaded", n, slotAt)
 		}
@@ -468,7 +468,7 @@ func BenchmarkShards(b *testing.B) {
 				e := benchEngine(Options{Shards: shards})
 				idle = append(idle, float64(int64(memInUse())-int64(before))/1024)
 				t0 := time.Now()
-				e.Sync(items)
+				syncItems(e, items)
 				syncMS = append(syncMS, ms(time.Since(t0)))
 				ds := make([]time.Duration, 0, edits)
 				for i := range edits {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"iter"
 	"log/slog"
 	"slices"
 	"strings"
@@ -168,9 +169,11 @@ type Engine struct {
 	jobs  map[string]*record // guarded by mu; records are never modified once stored
 	armed int                // guarded by mu
 
-	// life serialises Start, Stop and Sync; started is guarded by it.
+	// life serialises Start, Stop and Sync; started and syncs are guarded
+	// by it.
 	life    sync.Mutex
 	started bool
+	syncs   uint64 // Syncs begun; the current one's number marks what it lists
 
 	// robfig operations, for tests proving that idempotent reloads do not
 	// touch robfig.
@@ -264,6 +267,9 @@ type record struct {
 	// jitter is the jitter bound cur was armed with (part of its timing)
 	// and delay the resulting dispatch delay; zero without jitter.
 	jitter, delay time.Duration
+	// gen is the Sync (Engine.syncs) that last listed the job; 0 when
+	// none did. A Sync removes the jobs it did not mark.
+	gen uint64
 }
 
 // New returns an engine configured by opts. Call Start to run its timers.
@@ -500,6 +506,9 @@ type apply struct {
 	// removeInline takes a replaced or removed job's robfig entry out
 	// before returning instead of through the retired queue (see retire).
 	removeInline bool
+	// gen marks the records stored as listed by that Sync (record.gen);
+	// 0 outside a Sync.
+	gen uint64
 }
 
 // applyOne is how Reload and Remove apply one edit: logged at info, the
@@ -545,10 +554,11 @@ func (e *Engine) reload(s schedule.Schedule, how apply) (Outcome, bool) {
 		// The same timing parses to the same schedule: only the policy's
 		// check (the action may have changed) is left to do.
 		if err := e.policyCheck(s); err != nil {
-			return Rejected, e.rejectLocked(s.ID, old, &s, err)
+			return Rejected, e.rejectLocked(s.ID, old, &s, err, how.gen)
 		}
 		r := *old
 		r.cur, r.err = s, ""
+		r.mark(how.gen)
 		if r.fire != nil {
 			r.fire.cur.Store(&r.cur) // the next fire carries the new fields
 		}
@@ -566,13 +576,14 @@ func (e *Engine) reload(s schedule.Schedule, how apply) (Outcome, bool) {
 	}
 	sched, err := e.check(s, how.cache)
 	if err != nil {
-		return Rejected, e.rejectLocked(s.ID, old, &s, err)
+		return Rejected, e.rejectLocked(s.ID, old, &s, err, how.gen)
 	}
 
 	r := &record{cur: s, valid: true, sched: sched, jitter: jitter, delay: JitterDelay(s.ID, jitter)}
 	if old != nil {
-		r.slots = old.slots
+		r.slots, r.gen = old.slots, old.gen
 	}
+	r.mark(how.gen)
 	if r.slots == nil {
 		r.slots = new(slotState)
 	}
@@ -624,12 +635,13 @@ func (e *Engine) Reject(id string, err error) {
 	if err == nil {
 		err = errors.New("rejected without a reason")
 	}
-	e.reject(id, nil, err)
+	e.reject(id, nil, err, 0)
 }
 
-// reject is Reject with the rejected schedule, when known. It reports
-// whether the job's state changed.
-func (e *Engine) reject(id string, bad *schedule.Schedule, err error) bool {
+// reject is Reject with the rejected schedule, when known, marking the
+// record for Sync gen (0: none). It reports whether the job's state
+// changed.
+func (e *Engine) reject(id string, bad *schedule.Schedule, err error, gen uint64) bool {
 	if id == "" {
 		e.log.Warn("scheduler: bad schedule without job id ignored", "error", err)
 		return false
@@ -637,13 +649,21 @@ func (e *Engine) reject(id string, bad *schedule.Schedule, err error) bool {
 	sh := e.shardOf(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return e.rejectLocked(id, e.load(id), bad, err)
+	return e.rejectLocked(id, e.load(id), bad, err, gen)
 }
 
-// rejectLocked records err for id; bad is the rejected schedule when known.
-// It reports whether the job's state changed. The caller holds the job's
-// shard lock.
-func (e *Engine) rejectLocked(id string, old *record, bad *schedule.Schedule, err error) bool {
+// mark records that Sync gen listed the job; gen 0 (no Sync) leaves the
+// mark as it was.
+func (r *record) mark(gen uint64) {
+	if gen != 0 {
+		r.gen = gen
+	}
+}
+
+// rejectLocked records err for id; bad is the rejected schedule when known,
+// gen the Sync that lists it (0: none). It reports whether the job's state
+// changed. The caller holds the job's shard lock.
+func (e *Engine) rejectLocked(id string, old *record, bad *schedule.Schedule, err error, gen uint64) bool {
 	var r record
 	switch {
 	case old != nil && (old.valid || bad == nil):
@@ -654,8 +674,9 @@ func (e *Engine) rejectLocked(id string, old *record, bad *schedule.Schedule, er
 		r = record{cur: schedule.Schedule{ID: id}}
 	}
 	if old != nil {
-		r.slots = old.slots
+		r.slots, r.gen = old.slots, old.gen
 	}
+	r.mark(gen)
 	r.err = err.Error()
 	e.store(e.shardOf(id), id, &r)
 	changed := old == nil || old.err != r.err || old.cur != r.cur
@@ -692,61 +713,63 @@ func (e *Engine) remove(id string, how apply) bool {
 	return true
 }
 
-// Sync applies a full snapshot of the schedules: every item is applied as by
-// Reload (or Reject when it carries an error), and every known job whose id
-// is absent from items is removed. Per-job changes are logged at debug level
-// (rejections still as warnings), the totals at info level. Sync is meant to be called by the single
-// goroutine that also calls Reload and Remove: a job reloaded concurrently
-// with a Sync that does not list it may be removed again.
+// Sync applies a full snapshot of the schedules, read one item at a time
+// (the snapshot is never held whole): every item is applied as by Reload
+// (or Reject when it carries an error), and once items has ended without
+// an error, every known job that items did not list is removed. An error
+// from items ends the Sync there: what was applied stays (each item is a
+// current version), nothing is removed, and the error is returned with the
+// counts so far. Per-job changes are logged at debug level (rejections
+// still as warnings), the totals at info level. Sync is meant to be called
+// by the single goroutine that also calls Reload and Remove: a job
+// reloaded concurrently with a Sync that does not list it may be removed
+// again.
 //
-// Shards that hold no armed job and receive one from the snapshot (all of
-// them on the first Sync of a large fleet) are paused while Sync runs: robfig
-// then appends entries without sorting, and sorts each shard once when it is
-// started again, and Sync returns once they have computed the first
-// activation of their entries. A paused shard has no timer that could be
-// missed; the jobs added to it are armed as of the end of Sync.
-func (e *Engine) Sync(items []Item) SyncStats {
+// A shard that holds no armed job when the snapshot brings it one (all of
+// them on the first Sync of a large fleet) is paused until Sync ends:
+// robfig then appends entries without sorting, and sorts each shard once
+// when it is started again, and Sync returns once they have computed the
+// first activation of their entries. A paused shard has no timer that
+// could be missed; the jobs added to it are armed as of the end of Sync.
+func (e *Engine) Sync(items iter.Seq2[Item, error]) (SyncStats, error) {
 	e.life.Lock()
 	defer e.life.Unlock()
-	defer e.resume(e.pauseEmpty(items))
+	e.syncs++
+	p := pauser{e: e}
+	defer p.resume()
 	var st SyncStats
 	// Per-job changes are logged at debug level; the robfig lists match
 	// the engine's jobs when Sync returns, so retired entries go inline.
-	how := apply{lvl: slog.LevelDebug, cache: make(parseCache), removeInline: true}
-	seen := make(map[string]struct{}, len(items))
-	for _, it := range items {
-		id := it.Schedule.ID
-		if id != "" {
-			seen[id] = struct{}{}
+	how := apply{lvl: slog.LevelDebug, cache: make(parseCache), removeInline: true, gen: e.syncs}
+	for it, err := range items {
+		if err != nil {
+			st.finish()
+			return st, err
 		}
+		id := it.Schedule.ID
 		if it.Err != nil {
 			st.Rejected++
-			if e.reject(id, &it.Schedule, it.Err) {
+			if e.reject(id, &it.Schedule, it.Err, how.gen) {
 				st.Changed = append(st.Changed, id)
 			}
 			continue
+		}
+		if it.Schedule.Enabled && id != "" {
+			p.pauseIfEmpty(id)
+		}
+		if len(how.cache) >= parseCacheMax {
+			clear(how.cache)
 		}
 		o, changed := e.reload(it.Schedule, how)
 		if changed {
 			st.Changed = append(st.Changed, id)
 		}
-		switch o {
-		case Added:
-			st.Added++
-		case Replaced:
-			st.Replaced++
-		case Unchanged:
-			st.Unchanged++
-		case Disarmed:
-			st.Disarmed++
-		case Rejected:
-			st.Rejected++
-		}
+		st.count(o)
 	}
 	e.mu.RLock()
 	var gone []string
-	for id := range e.jobs {
-		if _, ok := seen[id]; !ok {
+	for id, r := range e.jobs {
+		if r.gen != how.gen {
 			gone = append(gone, id)
 		}
 	}
@@ -757,50 +780,81 @@ func (e *Engine) Sync(items []Item) SyncStats {
 			st.Changed = append(st.Changed, id)
 		}
 	}
-	slices.Sort(st.Changed)
-	st.Changed = slices.Compact(st.Changed)
+	st.finish()
 	e.log.Info("scheduler: full sync applied", "added", st.Added, "replaced", st.Replaced,
 		"unchanged", st.Unchanged, "disarmed", st.Disarmed, "removed", st.Removed,
 		"rejected", st.Rejected, "armed", e.Len())
-	return st
+	return st, nil
 }
 
-// pauseEmpty stops the robfig engine of every shard that has no armed job
-// and is due to receive one of items, and returns those shards. It does
-// nothing while the engine is stopped. The caller holds e.life.
-func (e *Engine) pauseEmpty(items []Item) []*shard {
-	if !e.started {
-		return nil
+// parseCacheMax bounds a Sync's parse cache: past it the cache starts
+// over, so that a snapshot of distinct expressions holds no map of them
+// all beside the records (which keep their parsed schedules anyway).
+const parseCacheMax = 16384
+
+// count adds one Reload outcome to the stats.
+func (st *SyncStats) count(o Outcome) {
+	switch o {
+	case Added:
+		st.Added++
+	case Replaced:
+		st.Replaced++
+	case Unchanged:
+		st.Unchanged++
+	case Disarmed:
+		st.Disarmed++
+	case Rejected:
+		st.Rejected++
 	}
-	want := make([]bool, len(e.shards))
-	for _, it := range items {
-		if it.Err == nil && it.Schedule.Enabled && it.Schedule.ID != "" {
-			want[e.shardIndex(it.Schedule.ID)] = true
-		}
-	}
-	var paused []*shard
-	for i, sh := range e.shards {
-		if !want[i] {
-			continue
-		}
-		sh.mu.Lock()
-		if sh.armed == 0 {
-			sh.cron.Stop()
-			paused = append(paused, sh)
-		}
-		sh.mu.Unlock()
-	}
-	return paused
 }
 
-// resume starts the shards pauseEmpty stopped and returns once each has
+// finish sorts Changed and drops its duplicates.
+func (st *SyncStats) finish() {
+	slices.Sort(st.Changed)
+	st.Changed = slices.Compact(st.Changed)
+}
+
+// pauser pauses, during one Sync, the shards that hold no armed job when
+// the snapshot brings them one, and starts them again at its end. It does
+// nothing while the engine is stopped. Its methods are called with e.life
+// held.
+type pauser struct {
+	e       *Engine
+	checked []bool // by shard index: looked at already
+	paused  []*shard
+}
+
+// pauseIfEmpty stops the shard of job id if it has no armed job, the first
+// time the Sync brings it one.
+func (p *pauser) pauseIfEmpty(id string) {
+	if !p.e.started {
+		return
+	}
+	if p.checked == nil {
+		p.checked = make([]bool, len(p.e.shards))
+	}
+	i := p.e.shardIndex(id)
+	if p.checked[i] {
+		return
+	}
+	p.checked[i] = true
+	sh := p.e.shards[i]
+	sh.mu.Lock()
+	if sh.armed == 0 {
+		sh.cron.Stop()
+		p.paused = append(p.paused, sh)
+	}
+	sh.mu.Unlock()
+}
+
+// resume starts the shards pauseIfEmpty stopped and returns once each has
 // computed the first activation of all its entries, so that Sync returns
-// with every timer armed. The caller holds e.life.
-func (e *Engine) resume(paused []*shard) {
-	for _, sh := range paused {
+// with every timer armed.
+func (p *pauser) resume() {
+	for _, sh := range p.paused {
 		sh.cron.Start()
 	}
-	for _, sh := range paused {
+	for _, sh := range p.paused {
 		// A running robfig engine handles Remove in its run loop, which
 		// first computes the next activation of every entry and sorts
 		// them. Entry id 0 is never assigned, so this removes nothing: it
