@@ -2,8 +2,11 @@ package daemon
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
+	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/httpapi"
 	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/record"
@@ -209,7 +212,46 @@ func (s *Service) status() httpapi.Status {
 		SchedulesArmed: s.engine.Len(),
 		Ready:          ws.Ready,
 		Reconnects:     ws.Reconnects,
+		Readiness:      readiness(ws, time.Now()),
 	}
+}
+
+// readiness says why the watcher is not ready, from its status at now:
+// the full read under way, the error it keeps retrying, or that it has
+// not begun; empty while it is ready.
+func readiness(ws changestream.Status, now time.Time) httpapi.Readiness {
+	if ws.Ready {
+		return httpapi.Readiness{}
+	}
+	var r httpapi.Readiness
+	var why []string
+	if p := ws.Reload; p.Reason != "" {
+		took := now.Sub(p.StartedAt)
+		r.Reload = &httpapi.Reload{Reason: p.Reason, StartedAt: p.StartedAt, Documents: p.Documents, Bytes: p.Bytes}
+		if took > 0 {
+			r.Reload.DocumentsPerSecond = int64(float64(p.Documents) / took.Seconds())
+		}
+		what := "full reload (" + p.Reason + ")"
+		if p.Reason == changestream.ReasonStateFile {
+			what = "arming from the state file"
+		}
+		why = append(why, fmt.Sprintf("%s under way: %d documents (%.1f MB) read in %s, %d a second",
+			what, p.Documents, float64(p.Bytes)/1e6, took.Round(100*time.Millisecond), r.Reload.DocumentsPerSecond))
+	}
+	if ws.LastError != "" {
+		r.LastError, r.ErrorSince, r.ErrorRepeats = ws.LastError, timePtr(ws.ErrorSince), ws.Repeating
+		kind := "failing"
+		if ws.Repeating {
+			kind = "failing with the same error, which will recur until the collection, the server or the configuration changes,"
+		}
+		why = append(why, fmt.Sprintf("the watcher has been %s since %s: %s",
+			kind, ws.ErrorSince.UTC().Format(time.RFC3339), ws.LastError))
+	}
+	if len(why) == 0 {
+		why = append(why, "starting: the schedules are not read yet")
+	}
+	r.NotReady = strings.Join(why, "; ")
+	return r
 }
 
 func timePtr(t time.Time) *time.Time {

@@ -160,6 +160,30 @@ func TestReadyz(t *testing.T) {
 	}
 }
 
+// Not ready, /readyz says why, as /api/status and /api/overview do.
+func TestReadyzSaysWhy(t *testing.T) {
+	since := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	why := httpapi.Readiness{NotReady: "the watcher has been failing since 2030-01-01T12:00:00Z: read schedules: boom",
+		LastError: "read schedules: boom", ErrorSince: &since, ErrorRepeats: true,
+		Reload: &httpapi.Reload{Reason: "startup", StartedAt: since, Documents: 4096, Bytes: 409600, DocumentsPerSecond: 100}}
+	f := newFixture(t, func(o *httpapi.Options) {
+		o.Status = func() httpapi.Status { return httpapi.Status{InstanceID: "replica-1", Readiness: why} }
+	})
+	r := f.get(t, "/readyz")
+	if r.code != http.StatusServiceUnavailable || r.body != "not ready: "+why.NotReady+"\n" {
+		t.Errorf("/readyz = %d %q, want 503 with the reason", r.code, r.body)
+	}
+	var st map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(f.get(t, "/api/status").body), &st); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"not_ready", "reload", "last_error", "error_since", "error_repeats"} {
+		if _, ok := st[k]; !ok {
+			t.Errorf("/api/status lacks %s: %v", k, keys(st))
+		}
+	}
+}
+
 func TestReadyzWithoutReadyFunc(t *testing.T) {
 	f := newFixture(t, func(o *httpapi.Options) { o.Ready = nil })
 	if r := f.get(t, "/readyz"); r.code != http.StatusServiceUnavailable {

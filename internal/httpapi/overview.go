@@ -38,6 +38,7 @@ type Overview struct {
 	// CountsAt is when FiresLastHour and MissedLastDay were read (they
 	// are reused for CountsMaxAge).
 	CountsAt *time.Time `json:"counts_at"`
+	Readiness
 }
 
 // OverviewMember is one live member in /api/overview.
@@ -113,7 +114,7 @@ func (a *api) overview(ctx context.Context) (Overview, error) {
 	_, all := a.snapshot(ctx)
 	ov := Overview{GeneratedAt: now, InstanceID: st.InstanceID, Host: a.o.Host, WatchMode: st.WatchMode, Ready: st.Ready,
 		LastEventAt: st.LastEventAt, TokenSavedAt: st.TokenSavedAt, Members: []OverviewMember{},
-		Jobs: countJobs(all), FiresLastHour: map[string]int64{}}
+		Jobs: countJobs(all), FiresLastHour: map[string]int64{}, Readiness: st.Readiness}
 	if st.TokenSavedAt != nil {
 		age := now.Sub(*st.TokenSavedAt).Seconds()
 		ov.TokenAgeSeconds = &age

@@ -28,6 +28,10 @@ function render(o) {
         kv('Host', o.host || '—'),
         kv('Watch mode', o.watch_mode || '—', { testid: 'watch-mode' }),
         kv('Ready', o.ready ? 'ready' : 'not ready', { testid: 'ready', class: o.ready ? 'good' : 'bad' }),
+        o.ready ? null : kv('Why', o.not_ready || '—', { testid: 'not-ready', class: o.error_repeats ? 'bad' : null }),
+        o.reload ? kv('Full read', `${o.reload.reason}: ${fmtInt(o.reload.documents)} documents `
+          + `(${(o.reload.bytes / 1e6).toFixed(1)} MB), ${fmtInt(o.reload.documents_per_second)} a second, `
+          + `started ${ago(o.reload.started_at, now)}`, { testid: 'reload-progress' }) : null,
         kv('Last change event', o.last_event_at ? `${ago(o.last_event_at, now)} (${fmtUTC(o.last_event_at)})` : 'none yet'),
         kv('Resume token', o.token_saved_at ? `saved ${fmtSeconds(o.token_age_seconds)} ago (${fmtUTC(o.token_saved_at)})` : 'none saved'))),
     h('section', { class: 'card' },
