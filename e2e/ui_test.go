@@ -23,6 +23,7 @@ import (
 	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/testmongo"
+	"github.com/cronswap/cronswap/internal/triggers"
 )
 
 // Environment of the browser tests (docs/testing.md).
@@ -288,11 +289,34 @@ func TestOpenAPIContract(t *testing.T) {
 	d.waitReady()
 	start := time.Now()
 	waitFor(t, 30*time.Second, "a run of seed-every-5s", func() bool { return succeededAfter(t, db, "seed-every-5s", start.Add(-5*time.Second)) })
+	seedOperations(t, db, "seed-every-5s")
 	out := u.runUIScript(t, "contract.mjs", 2*time.Minute,
 		"CRONSWAP_UI_URL=http://"+d.addr,
 		"CRONSWAP_UI_TOKEN="+token,
 	)
 	t.Logf("contract: %s", strings.TrimSpace(out))
+}
+
+// seedOperations gives job id one operation of each kind in its
+// timeline, as mongosh would write them: a run-now request, a backfill
+// request of one slot (refused by the daemons: from before the job's first
+// sighting) and a resume after failures, each naming who.
+func seedOperations(t *testing.T, db *mongo.Database, id string) {
+	t.Helper()
+	now := time.Now().UTC()
+	slot := now.Add(-time.Hour).Truncate(time.Minute)
+	if _, err := db.Collection(triggers.CollectionName).InsertMany(testCtx(t), []any{
+		bson.D{{Key: "job_id", Value: id}, {Key: "requested_at", Value: now}, {Key: "requested_by", Value: "contract"}},
+		bson.D{{Key: "_id", Value: triggers.BackfillIDPrefix + record.RunID(id, slot)}, {Key: "job_id", Value: id},
+			{Key: "slot", Value: slot}, {Key: "requested_at", Value: now}, {Key: "requested_by", Value: "contract"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Collection(record.PausesCollection).InsertOne(testCtx(t), bson.D{{Key: "_id", Value: id},
+		{Key: "state", Value: record.PauseStateResumed}, {Key: "paused_at", Value: now.Add(-time.Minute)},
+		{Key: "resumed_at", Value: now}, {Key: "resumed_by", Value: "contract"}, {Key: "updated_at", Value: now}}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // seedBulk inserts n schedules bulk-000000 … in batches with insertMany:

@@ -57,6 +57,11 @@ const (
 	// FieldUpdatedBy optionally names who made the last edit (a string);
 	// the daemon ignores it, the edit history records it.
 	FieldUpdatedBy = "updated_by"
+	// FieldUpdateMessage optionally says why the last edit was made (a
+	// string, `cronswap apply --message`); like FieldUpdatedBy it is not a
+	// field of the schedule: the daemon ignores it, the edit history
+	// records it as the edit's message.
+	FieldUpdateMessage = "update_message"
 	// FieldDST chooses the daylight-saving semantics: "shift" (the
 	// default) or "plain".
 	FieldDST = "dst"

@@ -293,3 +293,25 @@ func TestEvery(t *testing.T) {
 		t.Fatal("zero Every is not a one-second grid")
 	}
 }
+
+// The fields that describe an edit — who (updated_by), why
+// (update_message), and apply's managed_by — are not the schedule's: the
+// decoder ignores them as it ignores every field it does not know, so a
+// document that differs only in them decodes to the same Schedule, and
+// the engine keeps its timer and counts nothing as changed
+// (SameExceptTiming).
+func TestEditMetadataIsNotPartOfTheSchedule(t *testing.T) {
+	base := bson.D{{Key: "_id", Value: "rep"}, {Key: "cron_expr", Value: "0 9 * * *"}, {Key: "args", Value: bson.D{{Key: "n", Value: 1}}}}
+	plain, err := Decode(marshal(t, base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited, err := Decode(marshal(t, append(append(bson.D{}, base...), bson.E{Key: FieldUpdatedBy, Value: "alice"},
+		bson.E{Key: FieldUpdateMessage, Value: "why not"}, bson.E{Key: "managed_by", Value: "cronswap apply"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain != edited || !plain.SameExceptTiming(edited) || plain.Timing() != edited.Timing() {
+		t.Errorf("edit metadata changed the schedule:\n%+v\n%+v", plain, edited)
+	}
+}

@@ -17,17 +17,14 @@ import (
 	"github.com/cronswap/cronswap/schedule"
 )
 
-// Fields `cronswap apply` writes beside a schedule's own. The daemons
-// ignore both.
+// The field `cronswap apply` writes beside a schedule's own and the edit's
+// (updated_at, updated_by, update_message: Author). The daemons ignore it.
 const (
 	// FieldManagedBy marks a document apply created or updated
 	// (ManagedByApply): `apply --prune` deletes only such documents.
 	FieldManagedBy = "managed_by"
 	// ManagedByApply is the value of FieldManagedBy.
 	ManagedByApply = "cronswap apply"
-	// FieldUpdateMessage is the message of the apply that wrote the
-	// document (`--message`); the edit history shows it as a change.
-	FieldUpdateMessage = "update_message"
 )
 
 // Op is what a Change does.
@@ -266,10 +263,9 @@ func (s *Store) EachSchedule(ctx context.Context, f ScheduleFilter, fields []str
 
 // WriteMeta is what every write of an apply carries.
 type WriteMeta struct {
-	// By names who applied (updated_by); required.
-	By string
-	// Message is why (FieldUpdateMessage); "" removes an earlier one.
-	Message string
+	// Author names who applied (updated_by; required) and why
+	// (update_message; "" removes an earlier one).
+	Author
 	// At is updated_at of every document written; the store's clock when
 	// zero. An apply gives all its writes one time, which also tells its
 	// own writes from others.
@@ -437,24 +433,19 @@ func writeModel(c Change, m WriteMeta) mongo.WriteModel {
 				unset = append(unset, bson.E{Key: f, Value: ""})
 			}
 		}
-		set = append(set, metaFields(m)...)
-		if m.Message == "" {
-			unset = append(unset, bson.E{Key: FieldUpdateMessage, Value: ""})
-		}
+		meta, metaUnset := metaFields(m)
+		set = append(set, meta...)
+		unset = append(unset, metaUnset...)
 		if c.Op == OpCreate && !m.Force {
 			return mongo.NewInsertOneModel().SetDocument(append(append(bson.D{}, byID...), set...))
 		}
-		update := bson.D{{Key: "$set", Value: set}, {Key: "$unset", Value: unset}}
+		update := setUnset(set, unset)
 		if m.Force {
 			return mongo.NewUpdateOneModel().SetFilter(byID).SetUpdate(update).SetUpsert(true)
 		}
 		return mongo.NewUpdateOneModel().SetFilter(condition(c.ID, c.Before)).SetUpdate(update)
 	case OpAdopt:
-		set := metaFields(m)
-		update := bson.D{{Key: "$set", Value: set}}
-		if m.Message == "" {
-			update = append(update, bson.E{Key: "$unset", Value: bson.D{{Key: FieldUpdateMessage, Value: ""}}})
-		}
+		update := setUnset(metaFields(m))
 		filter := condition(c.ID, c.Before)
 		if m.Force {
 			filter = byID
@@ -470,24 +461,18 @@ func writeModel(c Change, m WriteMeta) mongo.WriteModel {
 	return nil
 }
 
-// metaFields are the fields every write of an apply sets.
-func metaFields(m WriteMeta) bson.D {
-	d := bson.D{
-		{Key: schedule.FieldUpdatedAt, Value: m.At},
-		{Key: schedule.FieldUpdatedBy, Value: m.By},
-		{Key: FieldManagedBy, Value: ManagedByApply},
-	}
-	if m.Message != "" {
-		d = append(d, bson.E{Key: FieldUpdateMessage, Value: m.Message})
-	}
-	return d
+// metaFields are the fields every write of an apply sets and removes: the
+// stamp of its Author at its time, and the managed marker.
+func metaFields(m WriteMeta) (set, unset bson.D) {
+	set, unset = m.Author.stamp(m.At)
+	return append(set, bson.E{Key: FieldManagedBy, Value: ManagedByApply}), unset
 }
 
 // conditionFields are the fields a conditional write requires to be as
 // planned: the format's and the edit's own (updated_at, which every tool
 // sets, catches most edits by itself).
 func conditionFields() []string {
-	return append(schedfile.Fields()[1:], schedule.FieldUpdatedAt, schedule.FieldUpdatedBy, FieldManagedBy, FieldUpdateMessage)
+	return append(schedfile.Fields()[1:], schedule.FieldUpdatedAt, schedule.FieldUpdatedBy, FieldManagedBy, schedule.FieldUpdateMessage)
 }
 
 // condition is the filter that matches job id's document only while its

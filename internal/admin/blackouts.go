@@ -103,10 +103,10 @@ type CategoryEdit struct {
 }
 
 // SetEnabledByCategory pauses (false) or resumes (true) every schedule of
-// category in one updateMany, setting updated_at on those it changes
-// (SetEnabled's rules: an already paused or resumed document is left
-// alone, so the daemons see no event for it).
-func (s *Store) SetEnabledByCategory(ctx context.Context, category string, enabled bool) (CategoryEdit, error) {
+// category in one updateMany, with the stamp of Author{By: by} on those it
+// changes (SetEnabled's rules: an already paused or resumed document is
+// left alone, so the daemons see no event for it).
+func (s *Store) SetEnabledByCategory(ctx context.Context, category string, enabled bool, by string) (CategoryEdit, error) {
 	coll := s.db.Collection(schedule.CollectionName)
 	inCategory := bson.D{{Key: schedule.FieldCategory, Value: category}}
 	filter := inCategory
@@ -115,10 +115,9 @@ func (s *Store) SetEnabledByCategory(ctx context.Context, category string, enabl
 	} else {
 		filter = append(filter, bson.E{Key: schedule.FieldEnabled, Value: bson.D{{Key: "$ne", Value: false}}})
 	}
-	res, err := coll.UpdateMany(ctx, filter, bson.D{{Key: "$set", Value: bson.D{
-		{Key: schedule.FieldEnabled, Value: enabled},
-		{Key: schedule.FieldUpdatedAt, Value: s.now().UTC()},
-	}}})
+	set, unset := Author{By: by}.stamp(s.now().UTC())
+	set = append(bson.D{{Key: schedule.FieldEnabled, Value: enabled}}, set...)
+	res, err := coll.UpdateMany(ctx, filter, setUnset(set, unset))
 	if err != nil {
 		return CategoryEdit{}, fmt.Errorf("set enabled=%t on the schedules of category %q: %w", enabled, category, err)
 	}

@@ -135,6 +135,7 @@ func SchedulesValidator() bson.D {
 			{Key: schedule.FieldCategory, Value: optional("string")},
 			{Key: schedule.FieldArgs, Value: optional("object")},
 			{Key: schedule.FieldUpdatedBy, Value: optional("string")},
+			{Key: schedule.FieldUpdateMessage, Value: optional("string")},
 			{Key: schedule.FieldDST, Value: bson.D{{Key: "enum", Value: bson.A{string(schedule.DSTShift), string(schedule.DSTPlain), nil}}}},
 		}},
 	}}}

@@ -71,7 +71,8 @@ func TestIndexesUseDocumentFields(t *testing.T) {
 		members.CollectionName + "." + members.TTLIndex,
 		notify.CollectionName + "." + notify.DueIndex, notify.CollectionName + "." + notify.TTLIndex,
 		notify.CollectionName + "." + notify.JobIndex, record.RunsCollection + "." + notify.OutboxIndex,
-		triggers.CollectionName + "." + triggers.TTLIndex, record.PausesCollection + "." + notify.OutboxIndex}
+		triggers.CollectionName + "." + triggers.TTLIndex, triggers.CollectionName + "." + triggers.JobIndex,
+		record.PausesCollection + "." + notify.OutboxIndex}
 	if !slices.Equal(names, want) {
 		t.Errorf("index names %q, want %q", names, want)
 	}

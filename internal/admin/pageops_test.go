@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/cronswap/cronswap/internal/admin"
 	"github.com/cronswap/cronswap/internal/testmongo"
@@ -63,5 +64,50 @@ func TestPageActionsNameTheActorAndCreateNothing(t *testing.T) {
 	}
 	if _, err := store.RunNow(ctx(t), "ghost", nil, "carol"); !errors.Is(err, admin.ErrNotFound) {
 		t.Fatalf("run-now of a job with no document: %v", err)
+	}
+}
+
+// Every write that names its author carries no message but its own: the
+// page's and the command line's edits (SetEnabled, SetSchedule,
+// SetEnabledByCategory) remove the update_message an apply left, so that
+// the edit history does not give an old reason to a new edit; apply
+// writes its own, or removes it.
+func TestEditsNameTheirAuthorAndDropAnOldMessage(t *testing.T) {
+	db := testmongo.NewDatabase(t, testmongo.Client(t))
+	store := admin.NewStore(db)
+	coll := db.Collection(schedule.CollectionName)
+	withMessage := func(id string) {
+		t.Helper()
+		if _, err := coll.UpdateOne(ctx(t), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{
+			{Key: "cron_expr", Value: "0 9 * * *"}, {Key: "category", Value: "c"}, {Key: "enabled", Value: true},
+			{Key: "updated_by", Value: "ci"}, {Key: "update_message", Value: "from the repository"}}}},
+			options.UpdateOne().SetUpsert(true)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	doc := func(id string) bson.M {
+		t.Helper()
+		var m bson.M
+		if err := coll.FindOne(ctx(t), bson.D{{Key: "_id", Value: id}}).Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	expr := "0 7 * * *"
+	for name, edit := range map[string]func() error{
+		"SetEnabled": func() error { _, err := store.SetEnabled(ctx(t), "a", false, "alice"); return err },
+		"SetSchedule": func() error {
+			_, err := store.SetSchedule(ctx(t), "a", admin.ScheduleEdit{CronExpr: &expr, By: "alice", MustExist: true})
+			return err
+		},
+		"SetEnabledByCategory": func() error { _, err := store.SetEnabledByCategory(ctx(t), "c", false, "alice"); return err },
+	} {
+		withMessage("a")
+		if err := edit(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if d := doc("a"); d["updated_by"] != "alice" || d["update_message"] != nil {
+			t.Errorf("%s: updated_by %v, update_message %v; want alice and none", name, d["updated_by"], d["update_message"])
+		}
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/cronswap/cronswap/internal/history"
+	"github.com/cronswap/cronswap/internal/jobhistory"
 	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/resumetoken"
@@ -158,7 +158,8 @@ type ScheduleEdit struct {
 	// Args is the new args object; nil leaves it.
 	Args bson.Raw
 	// By, when not empty, names who edits: written as updated_by, so the
-	// edit history names them. Empty leaves updated_by as it is.
+	// edit history names them (Author.By). Empty leaves updated_by as it
+	// is.
 	By string
 	// MustExist refuses to create the schedule: an edit of a job with no
 	// document is an error wrapping ErrNotFound, even with an expression.
@@ -223,9 +224,6 @@ func (s *Store) CheckEdit(ctx context.Context, id string, e ScheduleEdit) (Check
 	if e.Args != nil {
 		set = append(set, bson.E{Key: schedule.FieldArgs, Value: e.Args})
 	}
-	if e.By != "" {
-		set = append(set, bson.E{Key: schedule.FieldUpdatedBy, Value: e.By})
-	}
 
 	// Check what the document will be, not only the edit: a stored time
 	// zone or job applies to the new expression too.
@@ -257,8 +255,9 @@ func (s *Store) CheckEdit(ctx context.Context, id string, e ScheduleEdit) (Check
 }
 
 // SetSchedule checks the edit as CheckEdit does and then writes only the
-// fields the edit sets or removes, setting updated_at (and updated_by when
-// the edit names who). An invalid result is refused with an error
+// fields the edit sets or removes, with the stamp of Author{By: e.By}
+// (updated_at; updated_by when the edit names who; no update_message).
+// An invalid result is refused with an error
 // wrapping schedule.ErrInvalid and nothing is written; an action the
 // Rules do not know is written, with the refusal as SetResult.Warning. A
 // missing schedule is created only by an edit with an expression (else an
@@ -268,14 +267,12 @@ func (s *Store) SetSchedule(ctx context.Context, id string, e ScheduleEdit) (Set
 	if err != nil {
 		return SetResult{}, err
 	}
-	set := append(c.set, bson.E{Key: schedule.FieldUpdatedAt, Value: s.now().UTC()})
-	update := bson.D{{Key: "$set", Value: set}}
-	if len(c.unset) > 0 {
-		update = append(update, bson.E{Key: "$unset", Value: c.unset})
-	}
+	set, unset := Author{By: e.By}.stamp(s.now().UTC())
+	set = append(append(bson.D{}, c.set...), set...)
+	unset = append(append(bson.D{}, c.unset...), unset...)
 	// Only an edit that can create the document upserts: one without an
 	// expression must not create a schedule without one.
-	ur, err := s.db.Collection(schedule.CollectionName).UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update,
+	ur, err := s.db.Collection(schedule.CollectionName).UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, setUnset(set, unset),
 		options.UpdateOne().SetUpsert(e.CronExpr != nil && !e.MustExist))
 	if err != nil {
 		return SetResult{}, fmt.Errorf("write schedule %q: %w", id, err)
@@ -340,9 +337,10 @@ func (s *Store) DeleteSchedule(ctx context.Context, id string) error {
 	return nil
 }
 
-// SetEnabled pauses (false) or resumes (true) job id, setting updated_at
-// and, when by is not empty, updated_by. It reports whether the document
-// changed (false: it already was so).
+// SetEnabled pauses (false) or resumes (true) job id, with the stamp of
+// Author{By: by} (updated_at; updated_by when by is not empty; no
+// update_message). It reports whether the document changed (false: it
+// already was so).
 func (s *Store) SetEnabled(ctx context.Context, id string, enabled bool, by string) (changed bool, err error) {
 	coll := s.db.Collection(schedule.CollectionName)
 	// Leave an already paused/resumed document (and its updated_at) alone,
@@ -355,11 +353,9 @@ func (s *Store) SetEnabled(ctx context.Context, id string, enabled bool, by stri
 	} else {
 		filter = append(filter, bson.E{Key: schedule.FieldEnabled, Value: bson.D{{Key: "$ne", Value: false}}})
 	}
-	set := bson.D{{Key: schedule.FieldEnabled, Value: enabled}, {Key: schedule.FieldUpdatedAt, Value: s.now().UTC()}}
-	if by != "" {
-		set = append(set, bson.E{Key: schedule.FieldUpdatedBy, Value: by})
-	}
-	res, err := coll.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: set}})
+	set, unset := Author{By: by}.stamp(s.now().UTC())
+	set = append(bson.D{{Key: schedule.FieldEnabled, Value: enabled}}, set...)
+	res, err := coll.UpdateOne(ctx, filter, setUnset(set, unset))
 	if err != nil {
 		return false, fmt.Errorf("set enabled=%t on schedule %q: %w", enabled, id, err)
 	}
@@ -528,10 +524,11 @@ func (s *Store) ResetTokens(ctx context.Context, id string) (int64, error) {
 	return res.DeletedCount, nil
 }
 
-// History returns the newest edit-history entries of job id, newest first,
-// at most limit (see history.List).
-func (s *Store) History(ctx context.Context, id string, limit int64) ([]history.Entry, error) {
-	return history.List(ctx, s.db.Collection(history.CollectionName), id, limit)
+// History returns the newest items of job id's history, newest first, at
+// most limit: the edits of its schedule and the operations recorded
+// elsewhere (see jobhistory.List).
+func (s *Store) History(ctx context.Context, id string, limit int) ([]jobhistory.Item, error) {
+	return jobhistory.List(ctx, s.db, id, limit)
 }
 
 // JobIDs returns the id of every job: the _id of every schedules

@@ -200,7 +200,7 @@ func applyCommand(stdin io.Reader) *ucli.Command {
 			if err != nil {
 				return err
 			}
-			meta := admin.WriteMeta{By: by, Message: c.String("message"), Force: c.Bool("force"), At: time.Now()}
+			meta := admin.WriteMeta{Author: admin.Author{By: by, Message: c.String("message")}, Force: c.Bool("force"), At: time.Now()}
 			if c.IsSet("plan") {
 				return applyPlanFile(c, meta)
 			}
@@ -232,11 +232,11 @@ func applyCommand(stdin io.Reader) *ucli.Command {
 }
 
 // updatedBy is who applies: --by, CRONSWAP_UPDATED_BY, else the user
-// running the command as run-now names them (user@host).
+// running the command (currentUser).
 func updatedBy(c *ucli.Context) (string, error) {
 	by := strings.TrimSpace(c.String("by"))
 	if by == "" {
-		by = requester()
+		by = currentUser()
 	}
 	if len(by) > schedule.MaxNameBytes {
 		return "", ucli.Exit(fmt.Sprintf("--by: %d bytes, more than %d", len(by), schedule.MaxNameBytes), ExitUserError)

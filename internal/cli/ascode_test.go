@@ -272,7 +272,7 @@ func TestApplyChangesConditionalOnPlannedState(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.insert(bson.D{{Key: "_id", Value: "z"}, {Key: "cron_expr", Value: "@weekly"}})
-	out, err := store.ApplyChanges(ctx(t), changes, admin.WriteMeta{By: "ci"})
+	out, err := store.ApplyChanges(ctx(t), changes, admin.WriteMeta{Author: admin.Author{By: "ci"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -260,7 +260,7 @@ func enableCategory(c *ucli.Context, name string, enabled bool) error {
 		return ucli.Exit(fmt.Sprintf("give either one ID or --category C, e.g. cronswap schedules %s --category billing", name), ExitUserError)
 	}
 	return withDB(c, func(ctx context.Context, s *session) error {
-		res, err := s.store.SetEnabledByCategory(ctx, category, enabled)
+		res, err := s.store.SetEnabledByCategory(ctx, category, enabled, currentUser())
 		if err != nil {
 			return s.fail(err)
 		}

@@ -10,12 +10,13 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/internal/history"
+	"github.com/cronswap/cronswap/internal/jobhistory"
 )
 
 // historyTimeLayout shows milliseconds: edits made in one go share a second.
 const historyTimeLayout = "2006-01-02T15:04:05.000Z07:00"
 
-// historyView is one entry as `schedules history -o json` prints it.
+// historyView is one edit as `schedules history -o json` prints it.
 type historyView struct {
 	ID      string       `json:"id"`
 	JobID   string       `json:"job_id"`
@@ -25,8 +26,20 @@ type historyView struct {
 	// UpdatedBy is the document's updated_by after the change; omitted
 	// when it has none.
 	UpdatedBy string `json:"updated_by,omitempty"`
+	// UpdateMessage is the document's update_message after the change:
+	// why; omitted when it has none.
+	UpdateMessage string `json:"update_message,omitempty"`
 	// Instance is the replica whose write stored the entry.
 	Instance string `json:"instance"`
+}
+
+// operationView is one operation as `schedules history -o json` prints
+// it: jobhistory.Operation, with the job and the time as an edit has them
+// (the view's at hides the operation's: the shallower field wins).
+type operationView struct {
+	JobID string `json:"job_id"`
+	At    string `json:"at"`
+	jobhistory.Operation
 }
 
 // changeView is one field's change; Before or After is omitted when the
@@ -39,7 +52,7 @@ type changeView struct {
 
 func newHistoryView(e history.Entry) historyView {
 	v := historyView{ID: e.ID, JobID: e.JobID, At: e.At.UTC().Format(historyTimeLayout), Op: e.Op,
-		Changes: make([]changeView, len(e.Changes)), UpdatedBy: e.UpdatedBy, Instance: e.Instance}
+		Changes: make([]changeView, len(e.Changes)), UpdatedBy: e.UpdatedBy, UpdateMessage: e.UpdateMessage, Instance: e.Instance}
 	for i, c := range e.Changes {
 		v.Changes[i] = changeView{Field: c.Field}
 		if !c.Before.IsZero() {
@@ -50,6 +63,14 @@ func newHistoryView(e history.Entry) historyView {
 		}
 	}
 	return v
+}
+
+// newItemView is one item of the history as -o json prints it.
+func newItemView(jobID string, it jobhistory.Item) any {
+	if it.Edit != nil {
+		return newHistoryView(*it.Edit)
+	}
+	return operationView{JobID: jobID, At: it.Operation.At.UTC().Format(historyTimeLayout), Operation: *it.Operation}
 }
 
 // relaxedJSON renders one value as relaxed extended JSON: "0 8 * * *",
@@ -79,21 +100,27 @@ func changeText(c history.Change) string {
 	return c.Field + ": " + b + " → " + a
 }
 
-// historyRows is the table of entries: one row per changed field, the
-// entry's time, operation and updated_by on its first row.
-func historyRows(entries []history.Entry) [][]string {
+// historyRows is the table of a history: one row per changed field of an
+// edit, its time, operation, author and message on its first row; one row
+// per operation, its details as the change.
+func historyRows(items []jobhistory.Item) [][]string {
 	var rows [][]string
-	for _, e := range entries {
-		at := e.At.UTC().Format(historyTimeLayout)
+	for _, it := range items {
+		at := it.At().UTC().Format(historyTimeLayout)
+		if o := it.Operation; o != nil {
+			rows = append(rows, []string{at, o.Op, o.Details(), o.By, ""})
+			continue
+		}
+		e := it.Edit
 		if len(e.Changes) == 0 {
-			rows = append(rows, []string{at, e.Op, "", e.UpdatedBy})
+			rows = append(rows, []string{at, e.Op, "", e.UpdatedBy, e.UpdateMessage})
 			continue
 		}
 		for i, c := range e.Changes {
 			if i == 0 {
-				rows = append(rows, []string{at, e.Op, changeText(c), e.UpdatedBy})
+				rows = append(rows, []string{at, e.Op, changeText(c), e.UpdatedBy, e.UpdateMessage})
 			} else {
-				rows = append(rows, []string{"", "", changeText(c), ""})
+				rows = append(rows, []string{"", "", changeText(c), "", ""})
 			}
 		}
 	}
@@ -103,10 +130,10 @@ func historyRows(entries []history.Entry) [][]string {
 func schedulesHistory() *ucli.Command {
 	return &ucli.Command{
 		Name:      "history",
-		Usage:     "show the edits of a schedule, newest first: time, operation, each field before → after, updated_by",
+		Usage:     "show a job's history, newest first: the edits of its schedule (each field before → after, updated_by, update_message) and the operations on it (run now, backfill, resume after failures: by whom)",
 		ArgsUsage: "ID",
 		Flags: dbFlags(
-			&ucli.IntFlag{Name: "limit", Value: 20, Usage: "at most this many edits"},
+			&ucli.IntFlag{Name: "limit", Value: 20, Usage: "at most this many edits and operations"},
 		),
 		Action: func(c *ucli.Context) error {
 			id, err := oneID(c, "cronswap schedules history daily_report")
@@ -117,11 +144,11 @@ func schedulesHistory() *ucli.Command {
 				return ucli.Exit(fmt.Sprintf("--limit %d: want at least 1", n), ExitUserError)
 			}
 			return withDB(c, func(ctx context.Context, s *session) error {
-				entries, err := s.store.History(ctx, id, int64(c.Int("limit")))
+				items, err := s.store.History(ctx, id, c.Int("limit"))
 				if err != nil {
 					return s.fail(err)
 				}
-				if len(entries) == 0 {
+				if len(items) == 0 {
 					_, err := s.store.Schedule(ctx, id)
 					if notFound(err) {
 						return ucli.Exit(fmt.Sprintf("no schedule %q and no edits of it in %s (edits are kept for runs.retention)",
@@ -132,13 +159,13 @@ func schedulesHistory() *ucli.Command {
 					}
 				}
 				if isJSON(c) {
-					views := make([]historyView, len(entries))
-					for i, e := range entries {
-						views[i] = newHistoryView(e)
+					views := make([]any, len(items))
+					for i, it := range items {
+						views[i] = newItemView(id, it)
 					}
 					return writeJSON(c.App.Writer, views)
 				}
-				table(c.App.Writer, []string{"TIME", "OP", "CHANGE", "UPDATED BY"}, historyRows(entries))
+				table(c.App.Writer, []string{"TIME", "OP", "CHANGE", "BY", "MESSAGE"}, historyRows(items))
 				return nil
 			})
 		},

@@ -47,14 +47,14 @@ func TestSchedulesHistory(t *testing.T) {
 
 	r := e.ok("schedules", "history", "daily_report")
 	header, rows := tableRows(t, r.stdout)
-	if strings.Join(header, "|") != "TIME|OP|CHANGE|UPDATED BY" {
+	if strings.Join(header, "|") != "TIME|OP|CHANGE|BY|MESSAGE" {
 		t.Fatalf("header %q", header)
 	}
 	want := [][]string{
-		{"2027-03-01T10:00:01.000Z", "update", "args.n: 5 (32-bit integer) → 5 (64-bit integer)", "alice"},
-		{"2027-03-01T10:00:00.001Z", "update", `cron_expr: "0 9 * * *" → "0 8 * * *"`, "-"},
-		{"-", "-", `timezone: (absent) → "Europe/Berlin"`, "-"},
-		{"2027-03-01T10:00:00.000Z", "insert", `cron_expr: (absent) → "0 9 * * *"`, "-"},
+		{"2027-03-01T10:00:01.000Z", "update", "args.n: 5 (32-bit integer) → 5 (64-bit integer)", "alice", "-"},
+		{"2027-03-01T10:00:00.001Z", "update", `cron_expr: "0 9 * * *" → "0 8 * * *"`, "-", "-"},
+		{"-", "-", `timezone: (absent) → "Europe/Berlin"`, "-", "-"},
+		{"2027-03-01T10:00:00.000Z", "insert", `cron_expr: (absent) → "0 9 * * *"`, "-", "-"},
 	}
 	if len(rows) != len(want) {
 		t.Fatalf("table:\n%s", r.stdout)

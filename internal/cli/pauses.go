@@ -3,8 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/user"
 	"strconv"
 
 	"github.com/cronswap/cronswap/internal/record"
@@ -35,19 +33,7 @@ func (s *session) withFailurePause(ctx context.Context, v scheduleView) (schedul
 // resumeFailurePause clears the job's pause after failures; it reports
 // whether there was one.
 func (s *session) resumeFailurePause(ctx context.Context, id string) (bool, error) {
-	return s.store.ResumeFailurePause(ctx, id, whoAmI())
-}
-
-// whoAmI names the operator in a resume: user@host, as far as known.
-func whoAmI() string {
-	name := "cronswap"
-	if u, err := user.Current(); err == nil && u.Username != "" {
-		name = u.Username
-	}
-	if h, err := os.Hostname(); err == nil && h != "" {
-		name += "@" + h
-	}
-	return name
+	return s.store.ResumeFailurePause(ctx, id, currentUser())
 }
 
 // attemptFields are the lines `runs get` adds for a run of an action that

@@ -267,7 +267,7 @@ func schedulesGet() *ucli.Command {
 func schedulesSet() *ucli.Command {
 	return &ucli.Command{
 		Name:      "set",
-		Usage:     "create or change a schedule: only the fields given change (checked with the daemons' rules before anything is written; sets updated_at)",
+		Usage:     "create or change a schedule: only the fields given change (checked with the daemons' rules before anything is written; sets updated_at, and updated_by to user@host)",
 		ArgsUsage: "ID",
 		Flags: dbFlags(
 			&ucli.StringFlag{Name: "cron", Usage: fmt.Sprintf(`cron expression, e.g. "0 9 * * 1-5", "*/30 * * * * *", "@hourly"; at most %d bytes (required to create a schedule)`, schedule.MaxExprBytes)},
@@ -293,6 +293,7 @@ func schedulesSet() *ucli.Command {
 			if err := checkSetFlags(c, id, &edit); err != nil {
 				return refuse("%v", err)
 			}
+			edit.By = currentUser()
 			return withDB(c, func(ctx context.Context, s *session) error {
 				res, err := s.store.SetSchedule(ctx, id, edit)
 				switch {
@@ -459,7 +460,7 @@ func schedulesEnable(name string, enabled bool) *ucli.Command {
 				return err
 			}
 			return withDB(c, func(ctx context.Context, s *session) error {
-				changed, err := s.store.SetEnabled(ctx, id, enabled, "")
+				changed, err := s.store.SetEnabled(ctx, id, enabled, currentUser())
 				if notFound(err) {
 					return ucli.Exit(fmt.Sprintf("no schedule %q", id), ExitUserError)
 				}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/user"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
@@ -16,19 +14,6 @@ import (
 	"github.com/cronswap/cronswap/internal/triggers"
 	"github.com/cronswap/cronswap/schedule"
 )
-
-// requester names who runs the command in the requests it writes
-// (user@host, or what can be found of it).
-func requester() string {
-	name := "cli"
-	if u, err := user.Current(); err == nil && u.Username != "" {
-		name = u.Username
-	}
-	if h, err := os.Hostname(); err == nil && h != "" {
-		name += "@" + h
-	}
-	return name
-}
 
 // pollOutcome is how often run-now --wait reads the request.
 const pollOutcome = 100 * time.Millisecond
@@ -62,7 +47,7 @@ func runNowCommand() *ucli.Command {
 				return ucli.Exit(fmt.Sprintf("--wait %s: must not be negative", wait), ExitUserError)
 			}
 			return withDB(c, func(ctx context.Context, s *session) error {
-				tid, err := s.store.RunNow(ctx, id, args, requester())
+				tid, err := s.store.RunNow(ctx, id, args, currentUser())
 				if notFound(err) {
 					return ucli.Exit(fmt.Sprintf("no schedule %q", id), ExitUserError)
 				}
@@ -197,7 +182,7 @@ func backfillCommand() *ucli.Command {
 				}
 				v := backfillView{JobID: id, From: from, To: to, DryRun: c.Bool("dry-run"), Slots: plan, Wanted: len(triggers.WantedSlots(plan))}
 				if !v.DryRun {
-					if v.Requested, err = triggers.RequestBackfill(ctx, triggers.Collection(s.db), id, plan, requester(), before, now); err != nil {
+					if v.Requested, err = triggers.RequestBackfill(ctx, triggers.Collection(s.db), id, plan, currentUser(), before, now); err != nil {
 						return s.fail(err)
 					}
 				}

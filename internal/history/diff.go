@@ -12,11 +12,13 @@ import (
 )
 
 // notChanges are the fields Diff leaves out: the key, and the metadata of
-// the edit itself (its time is Entry.At, its author Entry.UpdatedBy).
+// the edit itself (its time is Entry.At, its author Entry.UpdatedBy, its
+// message Entry.UpdateMessage).
 var notChanges = map[string]bool{
-	schedule.FieldID:        true,
-	schedule.FieldUpdatedAt: true,
-	schedule.FieldUpdatedBy: true,
+	schedule.FieldID:            true,
+	schedule.FieldUpdatedAt:     true,
+	schedule.FieldUpdatedBy:     true,
+	schedule.FieldUpdateMessage: true,
 }
 
 // Diff returns the fields that differ between two versions of a schedules
@@ -24,8 +26,9 @@ var notChanges = map[string]bool{
 // fields first, then those only after has. A field that is an embedded
 // document on both sides is compared field by field, under dotted paths;
 // any other field is compared whole, type included (int32 5 and int64 5
-// differ), so arrays are one change. _id, updated_at and updated_by are
-// not changes (see Entry.At and Entry.UpdatedBy).
+// differ), so arrays are one change. _id, updated_at, updated_by and
+// update_message are not changes (see Entry.At, Entry.UpdatedBy and
+// Entry.UpdateMessage).
 func Diff(before, after bson.Raw) []Change {
 	var out []Change
 	diffDocs(&out, "", before, after, true)

@@ -89,8 +89,12 @@ type Entry struct {
 	// Changes are the fields the change changed, in document order.
 	Changes []Change `bson:"changes" json:"changes"`
 	// UpdatedBy is the document's updated_by after the change (absent on a
-	// delete and when the document has none).
+	// delete and when the document has none): the edit's author.
 	UpdatedBy string `bson:"updated_by,omitempty" json:"updated_by,omitempty"`
+	// UpdateMessage is the document's update_message after the change
+	// (absent on a delete and when the document has none): why the edit
+	// was made, as `cronswap apply --message` says.
+	UpdateMessage string `bson:"update_message,omitempty" json:"update_message,omitempty"`
 	// Instance is the replica whose write stored the entry.
 	Instance string `bson:"instance" json:"instance"`
 	// RecordedAt is when that replica computed the entry.

@@ -169,8 +169,8 @@ func (r *Recorder) sight() {
 
 // Observe takes one applied change event (Hooks.Event): it updates the
 // recorder's copy of the document and, when that copy was exact, queues
-// the entry for the change (none when nothing but _id, updated_at or
-// updated_by changed).
+// the entry for the change (none when nothing but _id, updated_at,
+// updated_by or update_message changed).
 func (r *Recorder) Observe(ev changestream.EventInfo) {
 	e, ok := r.observe(ev.Event)
 	if !ok {
@@ -249,9 +249,8 @@ func (r *Recorder) observe(ev bson.Raw) (Entry, bool) {
 	e := Entry{ID: id, JobID: jobID, At: at, Op: op, Changes: changes, Instance: r.opts.Instance,
 		RecordedAt: now.UTC(), ExpireAt: at.Add(r.opts.Retention)}
 	if after != nil {
-		if s, ok := after.Lookup(schedule.FieldUpdatedBy).StringValueOK(); ok {
-			e.UpdatedBy = s
-		}
+		e.UpdatedBy, _ = after.Lookup(schedule.FieldUpdatedBy).StringValueOK()
+		e.UpdateMessage, _ = after.Lookup(schedule.FieldUpdateMessage).StringValueOK()
 	}
 	if e.Changes == nil {
 		e.Changes = []Change{}

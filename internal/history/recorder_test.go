@@ -159,6 +159,44 @@ func TestRecorderEntriesFollowTheEvents(t *testing.T) {
 	}
 }
 
+// update_message is the edit's reason, as updated_by is its author: the
+// entry carries the document's message after the change and never lists
+// it as a changed field, so an edit of nothing but the message (and its
+// author and time) records nothing, as it re-arms nothing.
+func TestRecorderTakesTheMessageAsTheEditsReason(t *testing.T) {
+	r, q, _ := newTestRecorder()
+	r.ReplaceAll([]bson.Raw{raw(t, bson.D{{Key: "_id", Value: "a"}, {Key: "cron_expr", Value: "0 9 * * *"}})})
+	r.CaughtUp()
+	now := bson.NewDateTimeFromTime(wall0)
+	for _, e := range []changestream.EventInfo{
+		ev(t, 1, "update", "a", upd(t, bson.D{{Key: "cron_expr", Value: "0 8 * * *"}, {Key: "updated_by", Value: "alice"},
+			{Key: "update_message", Value: "earlier reports"}, {Key: "updated_at", Value: now}})),
+		// Only the message, its author and time: no entry.
+		ev(t, 2, "update", "a", upd(t, bson.D{{Key: "update_message", Value: "earlier reports, really"}, {Key: "updated_by", Value: "bob"},
+			{Key: "updated_at", Value: now}})),
+		// A later edit that removes the message has none.
+		ev(t, 3, "update", "a", upd(t, bson.D{{Key: "enabled", Value: false}, {Key: "updated_at", Value: now}}, "update_message")),
+		ev(t, 4, "delete", "a"),
+		ev(t, 5, "insert", "a", full(t, bson.D{{Key: "_id", Value: "a"}, {Key: "cron_expr", Value: "@daily"},
+			{Key: "updated_by", Value: "ci"}, {Key: "update_message", Value: "add a"}})),
+	} {
+		r.Observe(e)
+	}
+	var got []string
+	for _, e := range q.entries {
+		got = append(got, entryString(e)+" message "+e.UpdateMessage)
+	}
+	want := []string{
+		`update a [cron_expr: "0 9 * * *" -> "0 8 * * *"] by alice message earlier reports`,
+		`update a [enabled: - -> false] by bob message `,
+		`delete a [cron_expr: "0 8 * * *" -> -; enabled: false -> -] message `,
+		`insert a [cron_expr: - -> "@daily"] by ci message add a`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("entries:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // TestRecorderRecordsNothingUntilCaughtUp checks the window after a full
 // reload: events that the read may already include are applied to the
 // recorder's documents but not recorded; once the stream caught up the

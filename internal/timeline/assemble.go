@@ -9,6 +9,7 @@ import (
 	"github.com/robfig/cron/v3"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/cronswap/cronswap/internal/jobhistory"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
@@ -60,8 +61,11 @@ type Input struct {
 	// order (a missed range that starts before From but reaches into it
 	// counts).
 	Records []Record
+	// Operations are the job's operations in [From, To]
+	// (jobhistory.Read), any order.
+	Operations []jobhistory.Operation
 	// Cut, when not zero, ends the timeline before it (exclusive): the
-	// range held more records than were read.
+	// range held more records, or more operations, than were read.
 	Cut time.Time
 	// FirstSeen, when set, is the job's first sighting: slots at or before
 	// it are matched with records but never listed as no_record.
@@ -113,6 +117,13 @@ func Assemble(in Input) Timeline {
 	for _, e := range edits {
 		breaks = append(breaks, e.At)
 	}
+	var ops []jobhistory.Operation
+	for _, o := range in.Operations {
+		if !o.At.Before(in.From) && !o.At.After(in.To) {
+			ops = append(ops, o)
+			breaks = append(breaks, o.At)
+		}
+	}
 	sort.Slice(breaks, func(i, j int) bool { return breaks[i].Before(breaks[j]) })
 
 	matched := make([]bool, len(in.Records))
@@ -136,12 +147,18 @@ func Assemble(in Input) Timeline {
 		}
 		entries = append(entries, editEntry(e))
 	}
+	for _, o := range ops {
+		if !cut.IsZero() && !o.At.Before(cut) {
+			continue
+		}
+		entries = append(entries, operationEntry(o))
+	}
 	sort.SliceStable(entries, func(i, j int) bool {
 		a, b := entries[i], entries[j]
 		if !a.At.Equal(b.At) {
 			return a.At.Before(b.At)
 		}
-		return a.Kind != KindEdit && b.Kind == KindEdit
+		return kindOrder(a.Kind) < kindOrder(b.Kind)
 	})
 	if len(entries) > MaxEntries {
 		c := entries[MaxEntries].At
@@ -324,8 +341,25 @@ func recordEntry(r Record) Entry {
 	return e
 }
 
+// kindOrder orders the entries of one instant: slots first, then edits,
+// then operations.
+func kindOrder(kind string) int {
+	switch kind {
+	case KindEdit:
+		return 1
+	case KindOperation:
+		return 2
+	}
+	return 0
+}
+
+func operationEntry(o jobhistory.Operation) Entry {
+	return Entry{Kind: KindOperation, At: o.At.UTC(), Op: o.Op, By: o.By, TriggerID: o.TriggerID, RunID: o.RunID,
+		Status: o.Status, Error: o.Error, Args: o.Args, Slots: o.Slots}
+}
+
 func editEntry(ed Edit) Entry {
-	e := Entry{Kind: KindEdit, At: ed.At.UTC(), EditID: ed.ID, Op: ed.Op, UpdatedBy: ed.UpdatedBy}
+	e := Entry{Kind: KindEdit, At: ed.At.UTC(), EditID: ed.ID, Op: ed.Op, UpdatedBy: ed.UpdatedBy, UpdateMessage: ed.UpdateMessage}
 	for _, c := range ed.Changes {
 		e.Changes = append(e.Changes, Change{Field: c.Field, Before: jsonValue(c.Before), After: jsonValue(c.After)})
 	}

@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/cronswap/cronswap/internal/history"
+	"github.com/cronswap/cronswap/internal/jobhistory"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 )
@@ -67,6 +68,13 @@ func (r *Reader) Build(ctx context.Context, id string, from, to time.Time) (Time
 	if in.Records, in.Cut, err = r.records(ctx, id, from, to); err != nil {
 		return Timeline{}, err
 	}
+	var opsCut time.Time
+	if in.Operations, opsCut, err = r.operations(ctx, id, from, to); err != nil {
+		return Timeline{}, err
+	}
+	if !opsCut.IsZero() && (in.Cut.IsZero() || opsCut.Before(in.Cut)) {
+		in.Cut = opsCut
+	}
 	seen, ok, err := history.ReadFirstSeen(ctx, r.db.Collection(r.hist), id)
 	if err != nil {
 		return Timeline{}, err
@@ -74,7 +82,7 @@ func (r *Reader) Build(ctx context.Context, id string, from, to time.Time) (Time
 	if ok {
 		in.FirstSeen = &FirstSeen{At: seen.At, Source: seen.Source}
 	}
-	if !in.Current.Exists && len(in.Edits) == 0 && len(in.Records) == 0 {
+	if !in.Current.Exists && len(in.Edits) == 0 && len(in.Records) == 0 && len(in.Operations) == 0 {
 		known, err := r.anything(ctx, id)
 		if err != nil {
 			return Timeline{}, err
@@ -105,11 +113,12 @@ func (r *Reader) current(ctx context.Context, id string) (State, error) {
 
 // historyDoc is one document of the edit history as this package reads it.
 type historyDoc struct {
-	ID        bson.RawValue `bson:"_id"`
-	At        time.Time     `bson:"at"`
-	Op        string        `bson:"op"`
-	UpdatedBy bson.RawValue `bson:"updated_by"`
-	Changes   []struct {
+	ID            bson.RawValue `bson:"_id"`
+	At            time.Time     `bson:"at"`
+	Op            string        `bson:"op"`
+	UpdatedBy     bson.RawValue `bson:"updated_by"`
+	UpdateMessage bson.RawValue `bson:"update_message"`
+	Changes       []struct {
 		Field  string        `bson:"field"`
 		Before bson.RawValue `bson:"before"`
 		After  bson.RawValue `bson:"after"`
@@ -135,13 +144,29 @@ func (r *Reader) edits(ctx context.Context, id string, from time.Time) (out []Ed
 		cutBefore = docs[len(docs)-1].At
 	}
 	for _, d := range docs {
-		e := Edit{ID: valueText(d.ID), At: d.At.UTC(), Op: d.Op, UpdatedBy: valueText(d.UpdatedBy)}
+		e := Edit{ID: valueText(d.ID), At: d.At.UTC(), Op: d.Op, UpdatedBy: valueText(d.UpdatedBy), UpdateMessage: valueText(d.UpdateMessage)}
 		for _, c := range d.Changes {
 			e.Changes = append(e.Changes, FieldChange{Field: c.Field, Before: c.Before, After: c.After})
 		}
 		out = append(out, e)
 	}
 	return out, cutBefore, nil
+}
+
+// operations reads the job's operations in [from, to], oldest first
+// (jobhistory.Read). When there are more than MaxEntries, the rest is
+// left for a later request: cut is the time of the first one not
+// returned.
+func (r *Reader) operations(ctx context.Context, id string, from, to time.Time) (out []jobhistory.Operation, cut time.Time, err error) {
+	out, err = jobhistory.Read(ctx, r.db, id, jobhistory.Query{From: from, To: to, Limit: MaxEntries + 1})
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if len(out) > MaxEntries {
+		cut = out[MaxEntries].At
+		out = out[:MaxEntries]
+	}
+	return out, cut, nil
 }
 
 // valueText is a string value as it is, anything else as relaxed extended

@@ -24,6 +24,8 @@ type Edit struct {
 	Changes []FieldChange
 	// UpdatedBy is who made the change, when the document said.
 	UpdatedBy string
+	// UpdateMessage is why, when the document said.
+	UpdateMessage string
 }
 
 // FieldChange is one element of an edit's changes.

@@ -1,20 +1,24 @@
 // Package timeline builds one job's timeline for a time range: the slots
 // its schedule expected, what happened to each (ran, skipped, missed, or
-// nothing on record), and the edits of its schedule in between, in time
-// order. It reads three collections: the schedules collection (the
-// schedule as it is now), job_runs (runs, skips and missed-slot records)
-// and the edit history, from which it reconstructs the schedule that was in
-// force before each edit. `cronswap explain` and the daemon's
+// nothing on record), and the edits of its schedule and the operators'
+// operations in between, in time order. It reads the schedules collection
+// (the schedule as it is now), job_runs (runs, skips and missed-slot
+// records), the edit history, from which it reconstructs the schedule that
+// was in force before each edit, and the operations the job's history
+// derives from other records (jobhistory.Read: run now, backfill, resume
+// after failures). `cronswap explain` and the daemon's
 // /api/schedules/{id}/timeline both serve what Build returns.
 package timeline
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/cronswap/cronswap/internal/jobhistory"
 	"github.com/cronswap/cronswap/internal/record"
 )
 
@@ -45,6 +49,10 @@ const (
 	KindMissed   = "missed"
 	KindEdit     = "edit"
 	KindNoRecord = "no_record"
+	// KindOperation is an operator's operation that leaves the schedules
+	// document alone (jobhistory.Operation): a run now, a backfill, a
+	// resume after failures.
+	KindOperation = "operation"
 )
 
 // Reasons of a no_record entry.
@@ -160,11 +168,11 @@ type FirstSeen struct {
 
 // Entry is one line of a timeline.
 type Entry struct {
-	// Kind is run, skipped, missed, edit or no_record.
+	// Kind is run, skipped, missed, edit, operation or no_record.
 	Kind string `json:"kind"`
 	// At is the slot (the scheduled time) of a run, skip, missed record
 	// or no-record slot, the first slot of a range; for an edit, when it
-	// was applied.
+	// was applied; for an operation, when it was done.
 	At time.Time `json:"at"`
 	// Last is the last slot of a range of more than one slot.
 	Last *time.Time `json:"last,omitempty"`
@@ -172,9 +180,10 @@ type Entry struct {
 	// slot); zero for an edit.
 	Count int64 `json:"count,omitempty"`
 
-	// Status is the job_runs status of a run, skip or missed record.
+	// Status is the job_runs status of a run, skip or missed record; the
+	// request's status of a run-now operation.
 	Status string `json:"status,omitempty"`
-	// RunID is the record's _id.
+	// RunID is the record's _id; a run-now operation's run id.
 	RunID string `json:"run_id,omitempty"`
 	// Instance is the replica that ran, skipped or recorded the slot.
 	Instance string `json:"instance,omitempty"`
@@ -188,7 +197,8 @@ type Entry struct {
 	// Attempt is a run's current or last attempt when its action retries
 	// (the status retrying: the next one is pending).
 	Attempt int `json:"attempt,omitempty"`
-	// Error and ExitCode are a failed or abandoned run's.
+	// Error and ExitCode are a failed or abandoned run's; Error also a
+	// run-now operation's (its request's error).
 	Error    string `json:"error,omitempty"`
 	ExitCode *int   `json:"exit_code,omitempty"`
 	// AnswerStatus and Answer are an http action's answer: its status and
@@ -209,11 +219,23 @@ type Entry struct {
 	Shifted bool   `json:"shifted,omitempty"`
 	DSTNote string `json:"dst_note,omitempty"`
 
-	// EditID, Op, Changes and UpdatedBy describe an edit.
-	EditID    string   `json:"edit_id,omitempty"`
-	Op        string   `json:"op,omitempty"`
-	Changes   []Change `json:"changes,omitempty"`
-	UpdatedBy string   `json:"updated_by,omitempty"`
+	// EditID, Op, Changes, UpdatedBy and UpdateMessage describe an edit:
+	// the history entry's id, operation, changed fields, author and
+	// message (why it was made). Op is also an operation's
+	// (jobhistory.Operation.Op).
+	EditID        string   `json:"edit_id,omitempty"`
+	Op            string   `json:"op,omitempty"`
+	Changes       []Change `json:"changes,omitempty"`
+	UpdatedBy     string   `json:"updated_by,omitempty"`
+	UpdateMessage string   `json:"update_message,omitempty"`
+
+	// By, TriggerID, Args and Slots describe an operation (with Op,
+	// Status, RunID and Error): who did it, a run-now's request and the
+	// args it handed the action, a backfill's slots.
+	By        string            `json:"by,omitempty"`
+	TriggerID string            `json:"trigger_id,omitempty"`
+	Args      json.RawMessage   `json:"args,omitempty"`
+	Slots     *jobhistory.Slots `json:"slots,omitempty"`
 }
 
 // Change is one field an edit changed. Before and After are the values as
@@ -287,6 +309,11 @@ func (e Entry) Summary() string {
 		if e.UpdatedBy != "" {
 			add("by %s", e.UpdatedBy)
 		}
+		if e.UpdateMessage != "" {
+			add("message %s", strconv.Quote(e.UpdateMessage))
+		}
+	case KindOperation:
+		add("%s", e.operationText())
 	}
 	if e.OffSchedule {
 		add("not a slot of the schedule in force")
@@ -295,6 +322,20 @@ func (e Entry) Summary() string {
 		add("(%s)", e.DSTNote)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// operationText is an operation entry's details, e.g. `run_now by alice,
+// trigger 65f0…, run trigger/65f0… succeeded` (jobhistory.Operation.Details).
+func (e Entry) operationText() string {
+	line := e.Op
+	if e.By != "" {
+		line += " by " + e.By
+	}
+	o := jobhistory.Operation{Op: e.Op, TriggerID: e.TriggerID, RunID: e.RunID, Status: e.Status, Error: e.Error, Args: e.Args, Slots: e.Slots}
+	if d := o.Details(); d != "" {
+		line += ", " + d
+	}
+	return line
 }
 
 func orDash(s string) string {

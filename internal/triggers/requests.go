@@ -61,7 +61,7 @@ type BackfillSlot struct {
 	// a missed range covers it (it is asked for).
 	Recorded string `json:"recorded,omitempty"`
 	// Requested: a backfill request for the slot exists already (its
-	// status, "pending" while none).
+	// status, StatusPending while none).
 	Requested string `json:"requested,omitempty"`
 }
 
@@ -150,7 +150,7 @@ func PlanBackfill(ctx context.Context, db *mongo.Database, sched schedule.Schedu
 	for _, g := range got {
 		requested[g.ID] = g.Status
 		if g.Status == "" {
-			requested[g.ID] = "pending"
+			requested[g.ID] = StatusPending
 		}
 	}
 	for i := range plan {

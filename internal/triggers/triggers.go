@@ -66,6 +66,9 @@ const (
 
 // Statuses of a request. A request without a status is pending.
 const (
+	// StatusPending is how readers show a request without a status (no
+	// replica has taken it yet); it is never stored.
+	StatusPending = "pending"
 	// StatusRunning: a replica claimed the run and started it.
 	StatusRunning = "running"
 	// StatusBuffered: the run waits on the job's lock (overlap buffer_one,
@@ -83,8 +86,15 @@ const (
 	// missed (claimed too late to start).
 )
 
-// TTLIndex is the name of the TTL index on expire_at.
-const TTLIndex = "triggers_expire_at"
+// Index names; `cronswap init` and the daemon create the same indexes.
+const (
+	// TTLIndex is the name of the TTL index on expire_at.
+	TTLIndex = "triggers_expire_at"
+	// JobIndex serves the requests of one job by time (job_id,
+	// requested_at descending): the run-now and backfill requests a job's
+	// history lists.
+	JobIndex = "triggers_job_requested_at"
+)
 
 // Limits of a request.
 const (
@@ -299,10 +309,11 @@ const slotStepMax = 31
 
 // Indexes returns the indexes of CollectionName beyond _id: a TTL index on
 // expire_at, which a request gets with its final status (pending and
-// running requests never expire).
+// running requests never expire), and JobIndex.
 func Indexes() []mongo.IndexModel {
 	return []mongo.IndexModel{
 		{Keys: bson.D{{Key: FieldExpireAt, Value: 1}}, Options: options.Index().SetExpireAfterSeconds(0).SetName(TTLIndex)},
+		{Keys: bson.D{{Key: FieldJobID, Value: 1}, {Key: FieldRequestedAt, Value: -1}}, Options: options.Index().SetName(JobIndex)},
 	}
 }
 

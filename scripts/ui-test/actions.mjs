@@ -4,10 +4,13 @@
 // viewer), one with the same tokens and no write connection.
 //
 //   - an operator runs a job now from its page and sees that run (run id
-//     trigger/<request>) in its timeline and as its last run;
+//     trigger/<request>) in its timeline and as its last run, and the run
+//     now itself in the timeline under the operator's name;
 //   - disables it (the daemon's status says disabled, the document says
 //     enabled: false and updated_by the operator's name, the timeline
 //     shows the edit by that name) and enables it again;
+//   - resumes it after failures (a pause written with mongosh), and the
+//     timeline shows the resume under the operator's name;
 //   - retimes it through the form: a bad expression shows the daemons'
 //     error in the live preview and cannot be sent; a good one shows its
 //     next runs, is sent, and the engine's next_run becomes the
@@ -104,6 +107,11 @@ await fail.step('operator: run now, and the run in the timeline', async () => {
   // The timeline lists the run (off schedule) and the last run is it.
   await page.locator(`${tid('job-last-run')}[data-run-id="${m[1]}"]`).waitFor({ timeout: 60000 });
   await page.locator(`${tid('timeline-entry')}[data-kind="run"]`, { hasText: 'off schedule' }).first().waitFor();
+  // The request itself, in the job's history: run now, by the operator, with its run.
+  const op = page.locator(`${tid('timeline-entry')}[data-kind="operation"]`, { hasText: m[1] }).first();
+  await op.waitFor();
+  const opText = await op.textContent();
+  fail.check(opText.includes('run now') && opText.includes(`by ${opName}`), `the run now in the timeline reads "${opText}"`);
 });
 
 await fail.step('operator: disable, in the document and the edit history by name, then enable', async () => {
@@ -118,6 +126,18 @@ await fail.step('operator: disable, in the document and the edit history by name
   await page.locator(`${tid('action-outcome')}.ok`, { hasText: `enabled by ${opName}` }).waitFor();
   await page.locator(`${tid('job-status')}:text-is("armed")`).waitFor();
   fail.check((await doc()).enabled === true, 'the document is not enabled again');
+});
+
+await fail.step('operator: resume after failures, and the resume in the timeline by name', async () => {
+  await mongosh(mongoshPath, mongoURI, `db.job_pauses.insertOne({ _id: ${JSON.stringify(job)}, state: "paused", ` +
+    'paused_at: new Date(), note: "paused by hand for the test", failures: 2 })');
+  await page.goto(jobPage(base));
+  await page.locator(`${tid('action-resume')}:not([hidden])`).click({ timeout: 60000 });
+  await page.locator(`${tid('action-outcome')}.ok`, { hasText: `resumed after failures by ${opName}` }).waitFor();
+  const op = page.locator(`${tid('timeline-entry')}[data-kind="operation"]`, { hasText: 'resume after failures' }).first();
+  await op.waitFor({ timeout: 60000 });
+  const opText = await op.textContent();
+  fail.check(opText.includes(`by ${opName}`), `the resume in the timeline reads "${opText}"`);
 });
 
 await fail.step('operator: retime through the form, with the live preview; the engine\'s next_run follows', async () => {

@@ -19,6 +19,13 @@ const WINDOWS = [
   { from: '-10m', label: '10 minutes' },
 ];
 
+// What an operation entry's op reads as (docs/time.md#json).
+const OPERATIONS = {
+  run_now: 'run now',
+  backfill: 'backfill',
+  resume_after_failures: 'resume after failures',
+};
+
 function kv(label, value, attrs = {}) {
   return h('div', { class: 'kv' }, h('dt', {}, label), h('dd', attrs, value));
 }
@@ -62,9 +69,22 @@ function entryDetails(e) {
     case 'edit':
       d.push(e.op || 'edit');
       if (e.updated_by) d.push(`by ${e.updated_by}`);
+      if (e.update_message) d.push(h('q', { class: 'message', testid: 'edit-message' }, e.update_message));
       for (const c of e.changes || []) {
         d.push(h('span', { class: 'change' }, h('code', {}, c.field), ' ', h('code', {}, json(c.before)), ' → ', h('code', {}, json(c.after))));
       }
+      break;
+    case 'operation':
+      d.push(OPERATIONS[e.op] || e.op);
+      if (e.by) d.push(`by ${e.by}`);
+      if (e.run_id) d.push(h('span', { class: 'mono' }, e.run_id));
+      if (e.args) d.push(h('span', {}, 'args ', h('code', {}, JSON.stringify(e.args))));
+      if (e.slots) {
+        const s = e.slots;
+        const counts = Object.keys(s.statuses || {}).sort().map((k) => `${fmtInt(s.statuses[k])} ${k}`).join(', ');
+        d.push(`${fmtInt(s.count)} slot${s.count === 1 ? '' : 's'} ${fmtUTC(s.first)} → ${fmtUTC(s.last)}${counts ? `: ${counts}` : ''}`);
+      }
+      if (e.error) d.push(h('span', { class: 'err' }, e.error));
       break;
     case 'no_record':
       d.push(`${fmtInt(e.count || 1)} slot${(e.count || 1) === 1 ? '' : 's'}${e.last ? ` to ${fmtUTC(e.last)}` : ''}`);
