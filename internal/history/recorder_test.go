@@ -165,7 +165,7 @@ func TestRecorderEntriesFollowTheEvents(t *testing.T) {
 // author and time) records nothing, as it re-arms nothing.
 func TestRecorderTakesTheMessageAsTheEditsReason(t *testing.T) {
 	r, q, _ := newTestRecorder()
-	r.ReplaceAll([]bson.Raw{raw(t, bson.D{{Key: "_id", Value: "a"}, {Key: "cron_expr", Value: "0 9 * * *"}})})
+	r.ReplaceAll(docs(raw(t, bson.D{{Key: "_id", Value: "a"}, {Key: "cron_expr", Value: "0 9 * * *"}})))
 	r.CaughtUp()
 	now := bson.NewDateTimeFromTime(wall0)
 	for _, e := range []changestream.EventInfo{
