@@ -45,6 +45,9 @@ type daemonSpec struct {
 	logPath      string
 	// stateFile, when set, is the config's state_file (warm restarts).
 	stateFile string
+	// pprof serves /debug/pprof/ (the scale bench collects garbage
+	// through it before reading the live heap).
+	pprof bool
 	// onRecord sees every log record with the time the bench read it.
 	onRecord func(rec logRecord, recv time.Time)
 }
@@ -63,6 +66,7 @@ type logRecord struct {
 	ChangedIDs []string  `json:"changed_ids"`
 	Duration   int64     `json:"duration"` // slog writes durations as nanoseconds
 	Read       int64     `json:"read"`     // full reload / warm start split, nanoseconds
+	Apply      int64     `json:"apply"`
 	Decode     int64     `json:"decode"`
 	Engine     int64     `json:"engine"`
 	HTTPListen string    `json:"http_listen"`
@@ -124,6 +128,7 @@ func (s daemonSpec) config() string {
 instance_id: %q
 http:
   listen: 127.0.0.1:0
+  pprof: %t
 watch:
   mode: %s
   poll_interval: %s
@@ -133,7 +138,7 @@ shutdown:
 jobs:
   noop:
     exec: ["true"]
-`, s.uri, s.database, s.instanceID, s.mode, s.pollInterval)
+`, s.uri, s.database, s.instanceID, s.pprof, s.mode, s.pollInterval)
 	if s.stateFile != "" {
 		cfg += fmt.Sprintf("state_file: %q\n", s.stateFile)
 	}

@@ -75,6 +75,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "triggers" {
 		os.Exit(triggersMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "scale" {
+		os.Exit(scaleMain(os.Args[2:]))
+	}
 	var (
 		o     settings
 		modes string
