@@ -36,7 +36,7 @@ func (s *Service) slots(id string) (record.NextFunc, bool) {
 // looked for.
 func (s *Service) readDecided() {
 	var ids []string
-	for _, st := range s.engine.List() {
+	for st := range s.engine.All() {
 		if st.Armed {
 			ids = append(ids, st.ID)
 		}
@@ -83,7 +83,7 @@ func (s *Service) recordStartupGaps(ctx context.Context, now time.Time, catchUp 
 		retention = record.DefaultRetention
 	}
 	waitUntil := time.Now().Add(firesFromWait)
-	for _, st := range s.engine.List() {
+	for st := range s.engine.All() {
 		if !st.Armed || !asked[st.ID] {
 			continue // armed after the engine started: its fires say what happened
 		}

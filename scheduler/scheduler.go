@@ -864,25 +864,40 @@ func (p *pauser) resume() {
 }
 
 // List returns the status of every known job (armed, disabled, or only
-// rejected), sorted by id.
+// rejected), sorted by id. It holds them all at once: a pass over every
+// job that needs no order ranges over All instead.
 func (e *Engine) List() []Status {
-	type kv struct {
-		id string
-		r  *record
-	}
-	e.mu.RLock()
-	recs := make([]kv, 0, len(e.jobs))
-	for id, r := range e.jobs {
-		recs = append(recs, kv{id, r})
-	}
-	e.mu.RUnlock()
-	slices.SortFunc(recs, func(a, b kv) int { return strings.Compare(a.id, b.id) })
-	now := e.now()
-	out := make([]Status, len(recs))
-	for i, x := range recs {
-		out[i] = x.r.status(x.id, now)
-	}
+	out := slices.Collect(e.All())
+	slices.SortFunc(out, func(a, b Status) int { return strings.Compare(a.ID, b.ID) })
 	return out
+}
+
+// All yields the status of every known job, in no particular order, each
+// computed as it is yielded: a pass over a million jobs holds one status at
+// a time (and a pointer per job, taken at the start: jobs changed after it
+// show as they are then, jobs added after it do not show).
+func (e *Engine) All() iter.Seq[Status] {
+	return func(yield func(Status) bool) {
+		type kv struct {
+			id string
+			r  *record
+		}
+		e.mu.RLock()
+		recs := make([]kv, 0, len(e.jobs))
+		for id, r := range e.jobs {
+			recs = append(recs, kv{id, r})
+		}
+		e.mu.RUnlock()
+		now := e.now()
+		for _, x := range recs {
+			if cur := e.load(x.id); cur != nil {
+				x.r = cur
+			}
+			if !yield(x.r.status(x.id, now)) {
+				return
+			}
+		}
+	}
 }
 
 // Get returns the status of job id, and false when the job is unknown.
