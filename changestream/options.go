@@ -110,7 +110,11 @@ type Options struct {
 	// is saved (default DefaultSaveDelay, or DefaultStateSaveDelay with
 	// State). Negative saves synchronously after each event; with State,
 	// where that would rewrite the whole state per event, negative means
-	// the default.
+	// the default. Saves are also spaced by their own cost: after a save
+	// that took d, the next waits until 10·d have passed, so a large state
+	// (a million documents, about a second to write) is written every ten
+	// seconds or so while edits come, and the stored token trails by as
+	// much (a restart replays those events, harmlessly).
 	SaveDelay time.Duration
 	// IdleSaveInterval is the least time between two saves of an idle
 	// stream's advancing token (default DefaultIdleSaveInterval, or

@@ -490,3 +490,48 @@ func TestStateSavesAreCoalescedAndPairedWithTheToken(t *testing.T) {
 		})
 	}
 }
+
+// slowState is a memState whose saves take a while, as a large state
+// file's write does.
+type slowState struct {
+	memState
+	took time.Duration
+}
+
+func (s *slowState) Save(ctx context.Context, st State) error {
+	time.Sleep(s.took)
+	return s.memState.Save(ctx, st)
+}
+
+// Saves are spaced by their own cost: with saves that take 30 ms and
+// events arriving all the time for a second, the state is written about
+// every 300 ms (10 × its cost), not every SaveDelay (20 ms).
+func TestSlowSavesAreSpacedByTheirCost(t *testing.T) {
+	feed := newFakeFeed()
+	tokens := newSeqStore()
+	state := &slowState{took: 30 * time.Millisecond}
+	sink := newMemSink()
+	w, stop := startWith(t, feed, tokens, sink, func(o *Options) {
+		o.State, o.StateDocs = state, sink.docs
+		o.SaveDelay = 20 * time.Millisecond
+	})
+	waitFor(t, "ready", func() bool { return w.Status().Ready })
+	_, before := state.get()
+	start := time.Now()
+	n := 1
+	for time.Since(start) < time.Second {
+		pushUpdates(feed, n, n+9)
+		n += 10
+		time.Sleep(5 * time.Millisecond)
+	}
+	took := time.Since(start)
+	_, after := state.get()
+	stop()
+	saves := after - before
+	if limit := int(took/(10*state.took)) + 2; saves > limit {
+		t.Fatalf("%d state saves of 30 ms in %s of steady events, want at most %d", saves, took.Round(time.Millisecond), limit)
+	}
+	if saves < 2 {
+		t.Fatalf("%d state saves in %s: spacing stopped saving", saves, took.Round(time.Millisecond))
+	}
+}
