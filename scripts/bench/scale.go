@@ -367,6 +367,7 @@ func scalePointRun(ctx context.Context, o scaleSettings, b build, n int, uri, db
 		p.stateSize = fi.Size()
 	}
 	logf("stopped in %s (state file %.1f MB); warm restart", p.shutdown.Round(time.Millisecond), float64(p.stateSize)/1e6)
+	spec.logPath = strings.TrimSuffix(spec.logPath, ".log") + "-warm.log"
 	w, err := startDaemon(ctx, spec)
 	if err != nil {
 		return nil, err
