@@ -92,6 +92,9 @@ const (
 	msgFullReload   = "full reload"
 	// msgArmedFromFile is the warm start (changestream/watcher.go warmStart).
 	msgArmedFromFile = "armed from state file"
+	// msgSightingsRecorded ends the first start's write of every job's
+	// first sighting (internal/history/sightings.go).
+	msgSightingsRecorded = "first sightings recorded from a full read"
 )
 
 // daemon is one running cronswap process.
@@ -108,6 +111,7 @@ type daemon struct {
 	notes    []string    // records about the state file or the stored resume token
 	problems []string    // warn and error records
 	split    *logRecord  // the sink's latest decode/engine split, not yet matched to a reload
+	sighted  time.Time   // the bench's clock at the first "first sightings recorded" record
 }
 
 // withSplit fills in rec's decode/engine split from the sink's record that
@@ -217,6 +221,12 @@ func (d *daemon) readLog(r io.Reader, copyTo io.Writer, addrCh chan<- string, on
 				case rec.Msg == msgArmedFromFile && rec.schedulesWatcher():
 					d.mu.Lock()
 					d.warm = append(d.warm, d.withSplit(rec))
+					d.mu.Unlock()
+				case rec.Msg == msgSightingsRecorded:
+					d.mu.Lock()
+					if d.sighted.IsZero() {
+						d.sighted = recv
+					}
 					d.mu.Unlock()
 				case isStateNote(rec.Msg):
 					d.mu.Lock()
@@ -343,11 +353,16 @@ func (d *daemon) Problems() []string {
 
 // get fetches path from the daemon's HTTP listener.
 func (d *daemon) get(ctx context.Context, path string) ([]byte, error) {
+	return d.getWithin(ctx, path, 10*time.Second)
+}
+
+// getWithin is get with a timeout of its own.
+func (d *daemon) getWithin(ctx context.Context, path string, timeout time.Duration) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.addr+path, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	resp, err := (&http.Client{Timeout: timeout}).Do(req)
 	if err != nil {
 		return nil, err
 	}
