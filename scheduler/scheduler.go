@@ -69,6 +69,13 @@ type Options struct {
 	Now func() time.Time
 	// Hooks let a caller observe the engine (metrics); any may be nil.
 	Hooks Hooks
+	// Arms, when set, says whether this engine arms job id's timer. A
+	// valid, enabled schedule of a job it does not arm is kept all the
+	// same — its last known good, in its compact decoded form, for when
+	// the job comes to this engine — but has no timer (Status.Elsewhere):
+	// another replica arms it. Nil arms every job. Rearm asks again for
+	// every job.
+	Arms func(id string) bool
 }
 
 // Hooks are optional callbacks for observability. They are called
@@ -98,6 +105,9 @@ const (
 	Disarmed
 	// Rejected: the schedule is invalid; the last known good state stays.
 	Rejected
+	// Held: the schedule is valid and enabled, and kept, but this engine
+	// does not arm it (Options.Arms): another replica does.
+	Held
 )
 
 // String returns the outcome's lower-case name.
@@ -113,6 +123,8 @@ func (o Outcome) String() string {
 		return "disarmed"
 	case Rejected:
 		return "rejected"
+	case Held:
+		return "held"
 	default:
 		return fmt.Sprintf("Outcome(%d)", int(o))
 	}
@@ -130,7 +142,7 @@ type Item struct {
 type SyncStats struct {
 	// Per outcome, the number of items (Removed: of jobs absent from the
 	// snapshot).
-	Added, Replaced, Unchanged, Disarmed, Removed, Rejected int
+	Added, Replaced, Unchanged, Disarmed, Removed, Rejected, Held int
 	// Changed lists, sorted, the ids whose state the sync changed: timer,
 	// any other schedule field but updated_at, or recorded error. A snapshot that
 	// matches the engine yields none, even when it holds bad documents that
@@ -156,6 +168,10 @@ type Status struct {
 	// Delay is the job's jitter delay: the fire for slot NextRun is
 	// dispatched at NextRun+Delay. Zero without jitter.
 	Delay time.Duration
+	// Elsewhere is true for a valid, enabled job this engine does not arm
+	// (Options.Arms): another replica arms it. NextRun is its next
+	// activation all the same.
+	Elsewhere bool
 }
 
 // Engine arms and re-arms cron timers for jobs. Its methods are safe for
@@ -253,7 +269,8 @@ type shard struct {
 }
 
 // record is the engine's state of one job. Invariant: entry != 0 exactly
-// when valid && cur.Enabled.
+// when valid && cur.Enabled && the engine arms the job (Options.Arms, as
+// last asked).
 type record struct {
 	// cur is the last valid schedule, or the latest bad one while no valid
 	// schedule was ever applied.
@@ -589,7 +606,10 @@ func (e *Engine) reload(s schedule.Schedule, how apply) (Outcome, bool) {
 	}
 	wasArmed := old != nil && old.entry != 0
 	outcome := Disarmed
-	if s.Enabled {
+	if s.Enabled && !e.arms(s.ID) {
+		outcome = Held
+	}
+	if s.Enabled && outcome != Held {
 		// Arm the new entry first: with the shard's run loop waiting,
 		// this hand-off returns at once; the old entry is retired after.
 		f := e.newFiring(r)
@@ -754,7 +774,7 @@ func (e *Engine) Sync(items iter.Seq2[Item, error]) (SyncStats, error) {
 			}
 			continue
 		}
-		if it.Schedule.Enabled && id != "" {
+		if it.Schedule.Enabled && id != "" && e.arms(id) {
 			p.pauseIfEmpty(id)
 		}
 		if len(how.cache) >= parseCacheMax {
@@ -783,7 +803,7 @@ func (e *Engine) Sync(items iter.Seq2[Item, error]) (SyncStats, error) {
 	st.finish()
 	e.log.Info("scheduler: full sync applied", "added", st.Added, "replaced", st.Replaced,
 		"unchanged", st.Unchanged, "disarmed", st.Disarmed, "removed", st.Removed,
-		"rejected", st.Rejected, "armed", e.Len())
+		"rejected", st.Rejected, "held", st.Held, "armed", e.Len())
 	return st, nil
 }
 
@@ -795,6 +815,8 @@ const parseCacheMax = 16384
 // count adds one Reload outcome to the stats.
 func (st *SyncStats) count(o Outcome) {
 	switch o {
+	case Held:
+		st.Held++
 	case Added:
 		st.Added++
 	case Replaced:
@@ -909,6 +931,14 @@ func (e *Engine) Get(id string) (Status, bool) {
 	return r.status(id, e.now()), true
 }
 
+// Known returns the number of jobs the engine keeps: armed, disabled,
+// rejected, or (Options.Arms) armed elsewhere.
+func (e *Engine) Known() int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return len(e.jobs)
+}
+
 // Len returns the number of armed jobs.
 func (e *Engine) Len() int {
 	e.mu.RLock()
@@ -922,12 +952,63 @@ func (r *record) status(id string, now time.Time) Status {
 		LastError: r.err,
 		Armed:     r.entry != 0,
 		Delay:     r.delay,
+		Elsewhere: r.entry == 0 && r.valid && r.cur.Enabled,
 	}
 	st.ID = id
-	if r.entry != 0 {
+	if st.Armed || st.Elsewhere {
 		st.NextRun = r.nextRun(now)
 	}
 	return st
+}
+
+// arms reports whether the engine arms job id (Options.Arms).
+func (e *Engine) arms(id string) bool { return e.opts.Arms == nil || e.opts.Arms(id) }
+
+// Rearm asks Options.Arms again for every valid, enabled job: it arms the
+// jobs it now arms and disarms those it no longer does, and returns both.
+// A job Rearm arms fires from its next activation after now; the slots
+// before are the caller's to decide (the daemon's hand-over). Without
+// Arms it does nothing.
+func (e *Engine) Rearm() (armed, disarmed []string) {
+	if e.opts.Arms == nil {
+		return nil, nil
+	}
+	e.life.Lock()
+	defer e.life.Unlock()
+	e.mu.RLock()
+	ids := make([]string, 0, len(e.jobs))
+	for id := range e.jobs {
+		ids = append(ids, id)
+	}
+	e.mu.RUnlock()
+	for _, id := range ids {
+		sh := e.shardOf(id)
+		sh.mu.Lock()
+		if r := e.load(id); r != nil && r.valid && r.cur.Enabled {
+			want, have := e.opts.Arms(id), r.entry != 0
+			switch {
+			case want && !have:
+				n := *r
+				f := e.newFiring(&n)
+				n.entry, n.fire = sh.cron.Schedule(f, f), f
+				e.adds.Add(1)
+				e.store(sh, id, &n)
+				armed = append(armed, id)
+			case !want && have:
+				n := *r
+				e.retire(sh, r, false)
+				n.entry, n.fire = 0, nil
+				e.store(sh, id, &n)
+				disarmed = append(disarmed, id)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	if len(armed)+len(disarmed) > 0 {
+		e.log.Info("scheduler: jobs re-divided among the replicas", "armed_here", len(armed),
+			"disarmed_here", len(disarmed), "armed", e.Len())
+	}
+	return armed, disarmed
 }
 
 // showTime formats t for the log as the CLI shows a job's times: RFC 3339
