@@ -57,6 +57,10 @@ type parts struct {
 	starterDone   chan struct{}
 	relayStarted  chan func()
 	catchUpDone   chan struct{}
+	// engineStarted is closed once startEngine returned (the engine
+	// started, or the run ended first); divideDone once runDivide ended.
+	engineStarted chan struct{}
+	divideDone    chan struct{}
 }
 
 // startParts joins the members and starts the parts that wait for it.
@@ -67,7 +71,8 @@ type parts struct {
 // as ever, while the engine still waits for the join.
 func (s *Service) startParts() *parts {
 	p := &parts{s: s, joined: make(chan struct{}), memberDone: make(chan error, 1), watchDone: make(chan error, 1),
-		starterDone: make(chan struct{}), relayStarted: make(chan func(), 1), catchUpDone: make(chan struct{})}
+		starterDone: make(chan struct{}), relayStarted: make(chan func(), 1), catchUpDone: make(chan struct{}),
+		engineStarted: make(chan struct{}), divideDone: make(chan struct{})}
 	memberCtx, stopMember := context.WithCancel(context.Background())
 	p.stopMember = stopMember
 	go func() {
@@ -95,6 +100,12 @@ func (s *Service) startParts() *parts {
 	go func() {
 		defer close(p.starterDone)
 		s.startEngine(watchCtx, p.joined)
+		close(p.engineStarted)
+	}()
+	go func() {
+		defer close(p.divideDone)
+		<-p.engineStarted
+		s.runDivide(watchCtx) // with DivideSchedules: re-divide as the live members change
 	}()
 	go func() {
 		// Notifications are delivered once this process holds its id.
@@ -151,6 +162,7 @@ func (s *Service) shutdown(p *parts, runErr error) error {
 		s.log.Warn("some actions were cancelled at the end of the grace period")
 	}
 	<-p.catchUpDone
+	<-p.divideDone
 	<-p.blackoutsDone
 	// After the last ends were written: their notices are moved (and
 	// delivered) here when there is time, else by another replica.

@@ -47,6 +47,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics.Metrics, error) {
 
 func (s *Service) newMembers() *members.Membership {
 	return members.New(s.db, members.Options{InstanceID: s.opts.InstanceID, Logger: s.log, HTTP: s.opts.HTTPAddr,
+		Divides:     s.opts.DivideSchedules,
 		Unreachable: func(error) { s.awayOnce.Do(func() { close(s.away) }) }})
 }
 
@@ -110,6 +111,9 @@ func (s *Service) newEngine() *scheduler.Engine {
 		// When the job was armed, before the engine logged it: the end of
 		// the event-apply measure (watchHooks).
 		Hooks: scheduler.Hooks{Applied: func(string, scheduler.Outcome) { s.armedAt.Store(time.Now().UnixNano()) }},
+		// Dividing the schedules: this replica arms the jobs it owns and
+		// those it is second for among the live members (divide.go).
+		Arms: s.armsFunc(),
 	})
 }
 
@@ -144,6 +148,7 @@ func (s *Service) newWatcher() *changestream.Watcher {
 func (s *Service) registerGauges() error {
 	return s.metrics.RegisterGauges(metrics.Sources{
 		Armed:        s.engine.Len,
+		Known:        s.engine.Known,
 		TokenSavedAt: func() time.Time { return s.watcher.Status().TokenSavedAt },
 		ClaimLatency: s.runner.LatencyEstimate,
 	})

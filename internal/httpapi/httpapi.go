@@ -214,6 +214,11 @@ type Schedule struct {
 	// the claim grace); "" when no live member is known, and for a refused
 	// document whose _id is not a job id.
 	Owner string `json:"owner"`
+	// ArmedBy names the live members that arm the job's timer when they
+	// divide the schedules (members.Armers among those that do: its owner,
+	// then its next owner); absent when every live member arms every job,
+	// and for a refused document whose _id is not a job id.
+	ArmedBy []string `json:"armed_by,omitempty"`
 }
 
 // FromStatus converts an engine status to its API form; defaultTZ is shown

@@ -1,10 +1,12 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/internal/httpapi"
+	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
@@ -496,7 +499,7 @@ func equalSchedule(a, b httpapi.Schedule) bool {
 		return false
 	}
 	a.NextRun, b.NextRun = nil, nil
-	return a == b
+	return reflect.DeepEqual(a, b)
 }
 
 func show(s httpapi.Schedule) string {
@@ -550,6 +553,31 @@ func TestPprofOnlyWhenEnabled(t *testing.T) {
 		served := resp.StatusCode == http.StatusOK && strings.Contains(string(body), "goroutine profile")
 		if served != on {
 			t.Errorf("pprof %v: /debug/pprof/goroutine answered %d (profile served: %v)", on, resp.StatusCode, served)
+		}
+	}
+}
+
+// With members that divide the schedules, each job shows the two that arm
+// it (its owner first); with members that arm every job, none.
+func TestSchedulesShowWhoArmsThem(t *testing.T) {
+	for _, divide := range []bool{true, false} {
+		live := []members.Member{{ID: "r1", Divides: divide}, {ID: "r2", Divides: divide}, {ID: "r3", Divides: divide}}
+		f := newFixture(t, func(o *httpapi.Options) {
+			o.Members = func(context.Context) ([]members.Member, error) { return live, nil }
+		})
+		var got httpapi.Schedule
+		if err := json.Unmarshal([]byte(f.get(t, "/api/schedules/daily_report").body), &got); err != nil {
+			t.Fatal(err)
+		}
+		first, second := members.Armers("daily_report", live)
+		switch {
+		case divide && !slices.Equal(got.ArmedBy, []string{first.ID, second.ID}):
+			t.Errorf("dividing: armed_by %v, want %v", got.ArmedBy, []string{first.ID, second.ID})
+		case !divide && got.ArmedBy != nil:
+			t.Errorf("not dividing: armed_by %v, want none", got.ArmedBy)
+		}
+		if got.Owner != first.ID {
+			t.Errorf("owner %s, want %s", got.Owner, first.ID)
 		}
 	}
 }

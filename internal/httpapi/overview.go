@@ -50,6 +50,11 @@ type OverviewMember struct {
 	HeartbeatAt         time.Time `json:"heartbeat_at"`
 	HeartbeatAgeSeconds float64   `json:"heartbeat_age_seconds"`
 	LeaseUntil          time.Time `json:"lease_until"`
+	// ArmedJobs is how many of the jobs it arms (members.ArmedCounts:
+	// its share when it divides the schedules, every job otherwise).
+	ArmedJobs int `json:"armed_jobs"`
+	// Divides is true when the member divides the schedules.
+	Divides bool `json:"divides"`
 	// OwnedJobs is how many of the jobs it owns (members.OwnedCounts
 	// over every job, enabled or not: what `cronswap members list` shows).
 	OwnedJobs int `json:"owned_jobs"`
@@ -140,11 +145,13 @@ func (a *api) withMembers(ctx context.Context, ov *Overview, all []Schedule, now
 	if err != nil {
 		return err
 	}
-	owned := members.OwnedCounts(jobIDs(all), live)
+	ids := jobIDs(all)
+	owned, armed := members.OwnedCounts(ids, live), members.ArmedCounts(ids, live)
 	for _, m := range live {
 		ov.Members = append(ov.Members, OverviewMember{InstanceID: m.ID, Host: m.Host, PID: m.PID, Incarnation: m.Incarnation,
 			HeartbeatAt: m.HeartbeatAt.UTC(), HeartbeatAgeSeconds: now.Sub(m.HeartbeatAt).Seconds(),
-			LeaseUntil: m.LeaseUntil.UTC(), OwnedJobs: owned[m.ID], Self: m.ID == ov.InstanceID})
+			LeaseUntil: m.LeaseUntil.UTC(), OwnedJobs: owned[m.ID], ArmedJobs: armed[m.ID], Divides: m.Divides,
+			Self: m.ID == ov.InstanceID})
 	}
 	return nil
 }
