@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"iter"
 	"testing"
 	"time"
@@ -65,7 +66,7 @@ func TestFireHooksPublishRuns(t *testing.T) {
 	c, cancel := b.Subscribe()
 	defer cancel()
 	h := fireHooks(nil, b)
-	h.Dispatched("job-a", time.Now(), time.Now())
+	h.Dispatched(context.Background(), "job-a", "", time.Now(), time.Now())
 	h.RunEnded("job-a", "succeeded")
 	for _, want := range []string{"running", "succeeded"} {
 		ev := nextEvent(t, c)

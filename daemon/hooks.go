@@ -13,6 +13,7 @@ import (
 	"github.com/cronswap/cronswap/internal/httpapi"
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/internal/tracecontext"
 )
 
 // fireHooks reports the fire path's events as metrics, and the starts and
@@ -21,8 +22,8 @@ import (
 // job's planned jitter delay), so jitter does not show as lateness.
 func fireHooks(mx *metrics.Metrics, events *httpapi.Broker) firepath.Hooks {
 	return firepath.Hooks{
-		Dispatched: func(id string, due, at time.Time) {
-			mx.ObserveFireLateness(due, at)
+		Dispatched: func(ctx context.Context, id, category string, due, at time.Time) {
+			mx.ObserveFireLateness(category, due, at, tracecontext.TraceID(ctx))
 			events.RunChanged(id, record.StatusRunning)
 		},
 		Claimed:       func(_ string, result string) { mx.CountLockAcquisition(result) },
@@ -32,8 +33,9 @@ func fireHooks(mx *metrics.Metrics, events *httpapi.Broker) firepath.Hooks {
 			mx.CountRun(id, status)
 			events.RunChanged(id, status)
 		},
-		NotRun: func(_ string, _ time.Time, reason string) { mx.CountFireNotRun(reason) },
-		Missed: func(_ string, reason string, n int64) { mx.CountMissedSlots(reason, n) },
+		NotRun:  func(_ string, _ time.Time, reason string) { mx.CountFireNotRun(reason) },
+		Missed:  func(_ string, reason string, n int64) { mx.CountMissedSlots(reason, n) },
+		Skipped: func(_ string, reason string) { mx.CountSkippedFire(reason) },
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 // outboxes are the collections whose documents carry notification notices
 // written with their events: job_runs (failed, abandoned, missed runs) and
 // job_pauses (a job paused after consecutive failures, keyed by the job).
+// The relay reads and clears them through the store (NoticeSources); these
+// handles only get their outbox index.
 func outboxes(db *mongo.Database) []*mongo.Collection {
 	_, runs := record.Collections(db)
 	return []*mongo.Collection{runs, record.PausesCollectionOf(db)}
@@ -29,7 +31,7 @@ func (s *Service) newRelay() *notify.Relay {
 	settings := s.opts.Notify.settings()
 	return notify.New(notify.Options{
 		Notifications: notify.Collection(s.db),
-		Sources:       outboxes(s.db),
+		Sources:       s.store.NoticeSources(),
 		Instance:      s.opts.InstanceID,
 		Route: func(jobID string) notify.Route {
 			if st, ok := s.engine.Get(jobID); ok {
@@ -40,6 +42,7 @@ func (s *Service) newRelay() *notify.Relay {
 		Settings:  settings,
 		Retention: s.opts.Retention,
 		Logger:    s.log,
+		Tracer:    s.tracer,
 		Hooks: notify.Hooks{
 			Delivered: func(sink string) { s.metrics.CountNotification(sink, true, false) },
 			Failed:    func(sink string, gaveUp bool) { s.metrics.CountNotification(sink, false, gaveUp) },

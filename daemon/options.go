@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/firepath"
@@ -125,6 +126,12 @@ type Options struct {
 	// Pprof serves the Go runtime's profiles under /debug/pprof/ on
 	// HTTPHandler; mount it on loopback only.
 	Pprof bool
+	// TracerProvider, when set, traces each fire (admission, claim, run,
+	// end write), the schedule changes that armed its job, and the
+	// notifications it caused (docs/operations.md, "Traces"), and hands a
+	// handler its run's span in ctx; nil traces nothing, at no cost. The
+	// binary builds one from the OTEL_* environment.
+	TracerProvider trace.TracerProvider
 }
 
 // Notifications configure failure notifications (docs/notify.md): notices

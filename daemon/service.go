@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/actions"
@@ -19,6 +20,7 @@ import (
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/internal/notify"
 	"github.com/cronswap/cronswap/internal/runstore"
+	"github.com/cronswap/cronswap/internal/tracecontext"
 	"github.com/cronswap/cronswap/scheduler"
 )
 
@@ -55,6 +57,11 @@ type Service struct {
 	// the engine started (see readDecided).
 	decided decidedAtStart
 
+	// tracer is Options.TracerProvider's (nil: tracing off); edits traces
+	// the watcher's changes and what each armed (nil: off).
+	tracer trace.Tracer
+	edits  *editSpans
+
 	armedAt    atomic.Int64  // unix nanoseconds of the engine's last Applied hook (see watchHooks)
 	synced     chan struct{} // closed by the watcher's first full sync
 	syncedOnce sync.Once
@@ -74,14 +81,16 @@ func New(db *mongo.Database, opts Options) (*Service, error) {
 		return nil, fmt.Errorf("daemon options: %w", err)
 	}
 	s := newService(db, opts.withDefaults())
+	s.tracer = tracecontext.TracerOf(s.opts.TracerProvider)
+	s.edits = newEditSpans(s.tracer)
 	var err error
 	if s.metrics, err = newMetrics(s.opts.Registerer); err != nil {
 		return nil, err
 	}
 	s.members = s.newMembers()
 	s.blackouts = newBlackoutWatch(db, s.opts, s.log)
+	s.store = s.newStore() // its OnNotice wakes the relay built next
 	s.relay = s.newRelay()
-	s.store = s.newStore()
 	requests := s.newRequests()
 	s.runner = s.newRunner(requests)
 	s.triggers = newTriggerWatch(s, requests)
@@ -91,6 +100,7 @@ func New(db *mongo.Database, opts Options) (*Service, error) {
 	if err := s.registerGauges(); err != nil {
 		return nil, err
 	}
+	s.metrics.Preset(knownLabels(s.opts))
 	if s.http, err = s.newHTTPHandler(); err != nil {
 		return nil, err
 	}

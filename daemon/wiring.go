@@ -63,7 +63,7 @@ func (s *Service) newStore() *runstore.Store {
 // replica buffered them).
 func (s *Service) newRequests() *triggers.Store {
 	_, runs := record.Collections(s.db)
-	return triggers.NewStore(triggers.Collection(s.db), runs, s.opts.Retention, s.opts.InstanceID).
+	return triggers.NewStore(triggers.Collection(s.db), runs, s.store, s.opts.Retention, s.opts.InstanceID).
 		WithOutcomes(s.metrics.CountTrigger)
 }
 
@@ -93,6 +93,10 @@ func (s *Service) newRunner(requests *triggers.Store) *firepath.Runner {
 		// A retry another replica left pending runs the schedule armed here.
 		Lookup:   s.lookup,
 		Requests: requests,
+		// Each fire is a trace, linked to the schedule change that armed
+		// its job.
+		Tracer:  s.tracer,
+		ArmedBy: s.edits.armedBy,
 	})
 }
 
@@ -110,7 +114,10 @@ func (s *Service) newEngine() *scheduler.Engine {
 		Policy: s.registry,
 		// When the job was armed, before the engine logged it: the end of
 		// the event-apply measure (watchHooks).
-		Hooks: scheduler.Hooks{Applied: func(string, scheduler.Outcome) { s.armedAt.Store(time.Now().UnixNano()) }},
+		Hooks: scheduler.Hooks{Applied: func(id string, o scheduler.Outcome) {
+			s.armedAt.Store(time.Now().UnixNano())
+			s.edits.applied(id, o)
+		}},
 		// Dividing the schedules: this replica arms the jobs it owns and
 		// those it is second for among the live members (divide.go).
 		Arms: s.armsFunc(),
@@ -119,7 +126,7 @@ func (s *Service) newEngine() *scheduler.Engine {
 
 func (s *Service) newHistory() *editHistory {
 	return newEditHistory(s.db.Collection(history.CollectionName),
-		eventSink{Sink: schedulesink.New(s.engine, s.log, s.metrics), events: s.events},
+		eventSink{Sink: s.edits.sink(schedulesink.New(s.engine, s.log, s.metrics)), events: s.events},
 		s.opts.InstanceID, s.opts.Retention, s.log)
 }
 
@@ -151,6 +158,9 @@ func (s *Service) registerGauges() error {
 		Known:        s.engine.Known,
 		TokenSavedAt: func() time.Time { return s.watcher.Status().TokenSavedAt },
 		ClaimLatency: s.runner.LatencyEstimate,
+		WatchState:   func() string { return watchState(s.watcher.Status()) },
+		LiveMembers:  func() int { return len(s.members.LiveView()) },
+		HeartbeatAge: s.members.HeartbeatAge,
 	})
 }
 

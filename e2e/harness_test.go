@@ -87,6 +87,9 @@ type daemonConfig struct {
 	// HTTP is appended to the http: section (indented keys, e.g.
 	// "  tokens_file: /x\n").
 	HTTP string
+	// Listen is the HTTP listen address; default 127.0.0.1:0 (any free
+	// port).
+	Listen string
 }
 
 const defaultJobs = `
@@ -108,19 +111,22 @@ func writeConfig(t *testing.T, c daemonConfig) string {
 	if c.Jobs == "" {
 		c.Jobs = defaultJobs
 	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:0"
+	}
 	yaml := fmt.Sprintf(`mongo:
   uri: %q
   database: %q
 instance_id: %q
 http:
-  listen: 127.0.0.1:0
+  listen: %s
 %swatch:
   backoff_min: 50ms
   backoff_max: 1s
 %sshutdown:
   grace: 20s
 %s
-jobs:%s`, c.URI, c.Database, c.InstanceID, c.HTTP, c.Watch, c.Extra, c.Jobs)
+jobs:%s`, c.URI, c.Database, c.InstanceID, c.Listen, c.HTTP, c.Watch, c.Extra, c.Jobs)
 	p := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)

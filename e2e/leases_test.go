@@ -32,6 +32,8 @@ type fpRunTruth struct {
 	EndedAt     time.Time `bson:"ended_at"`
 	AbandonedAt time.Time `bson:"abandoned_at"`
 	EndStatus   string    `bson:"end_status"`
+	EndObserved bool      `bson:"end_observed"`
+	EndedAfter  time.Time `bson:"ended_after"`
 	LeaseUntil  time.Time `bson:"lease_until"`
 	Error       string    `bson:"error"`
 }
@@ -213,7 +215,10 @@ const fpFreezeOn = 3 * time.Second
 // answer needed), so the overlap of the two children is bounded by the
 // freeze; the stale run's record is abandoned (abandoned_at during the
 // freeze) and keeps its true end — ended_at at or after the resume, not the
-// takeover time — with the holder's own end status; the resumed holder
+// takeover time — with the holder's own end status, marked as seen only
+// after the stall (end_observed, and ended_after no later than the freeze's
+// start: the holder cannot tell whether its child ended during the freeze
+// or when it resumed); the resumed holder
 // disturbs neither the taker's run nor its record, and starts no run of
 // its own while the taker's lasts.
 func TestLeaseFrozenHolderStopsOnResume(t *testing.T) {
@@ -281,6 +286,10 @@ func TestLeaseFrozenHolderStopsOnResume(t *testing.T) {
 	}
 	if r.EndStatus == "" {
 		t.Errorf("stale run's record has no end_status (what the holder saw at its end): %+v", r)
+	}
+	if !r.EndObserved || r.EndedAfter.IsZero() || r.EndedAfter.After(stopped) || r.EndedAfter.Before(r.StartedAt) {
+		t.Errorf("stale run's record %+v: want its end marked observed after the stall, ended_after between its start %s and the freeze at %s",
+			r, r.StartedAt.Format(time.StampMilli), stopped.Format(time.StampMilli))
 	}
 
 	tr, _ := fpRun(t, db, taker.Job, taker.Slot)

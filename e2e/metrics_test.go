@@ -94,8 +94,8 @@ func TestMetricsMoveWithEditsAndRuns(t *testing.T) {
 	if m3["cronswap_lock_acquisitions_total,result=acquired"] < 1 {
 		t.Errorf("lock_acquisitions_total{acquired} = %v after a run", m3["cronswap_lock_acquisitions_total,result=acquired"])
 	}
-	if m3["cronswap_fire_lateness_seconds,count"] < 1 {
-		t.Errorf("fire_lateness_seconds has no sample after a run")
+	if m3["cronswap_fire_lateness_seconds,category="+metrics.CategoryNone+",count"] < 1 {
+		t.Errorf("fire_lateness_seconds{category=%q} has no sample after a run of a job without a category", metrics.CategoryNone)
 	}
 	if got := m3["cronswap_runs_total,job_id=daily_report,status=succeeded"]; got != 0 {
 		t.Errorf("runs_total for daily_report = %v; it never fired", got)

@@ -4,6 +4,7 @@ import (
 	"math/bits"
 	"time"
 
+	"github.com/cronswap/cronswap/internal/crondialect"
 	"github.com/robfig/cron/v3"
 )
 
@@ -40,6 +41,12 @@ import (
 // a transition, its neighbours: in the middle of a period it costs about
 // what robfig's SpecSchedule.Next does.
 //
+// The wall times are those of the expression read on a clock that never
+// jumps: robfig's field bit sets for the second, minute, hour and month, and
+// a day rule — robfig's own on its day-of-month and day-of-week bits, or,
+// for an expression with L, W or # terms, a crondialect.Days. Everything
+// above holds for both alike.
+//
 // ParseExpr returns a *dstSchedule for a cron expression in a zone with
 // transitions, unless asked for DSTPlain.
 type dstSchedule struct {
@@ -48,6 +55,9 @@ type dstSchedule struct {
 	// on which the wall times of the expression are read off. A wall time
 	// is held as the Unix seconds of that wall time in UTC.
 	civil cron.SpecSchedule
+	// days is the day rule of an expression with L, W or # terms (civil's
+	// day fields are then every day); nil for robfig's own.
+	days *crondialect.Days
 	// fixed is true when the second, minute and hour are single values: a
 	// repeated wall time then fires once.
 	fixed bool
@@ -65,13 +75,17 @@ const maxJump = 26 * 3600
 // maxPeriods bounds how many zone periods one Next or Prev looks through.
 const maxPeriods = 200
 
-func newDSTSchedule(spec *cron.SpecSchedule) *dstSchedule {
+// newDSTSchedule returns the schedule of spec in its location; days is
+// the day rule when spec's day fields are every day and the expression's
+// L, W or # terms decide, nil for robfig's own rule.
+func newDSTSchedule(spec *cron.SpecSchedule, days *crondialect.Days) *dstSchedule {
 	civil := *spec
 	civil.Location = time.UTC
 	single := func(b uint64) bool { return bits.OnesCount64(b&^starBit) == 1 }
 	return &dstSchedule{
 		loc:   spec.Location,
 		civil: civil,
+		days:  days,
 		fixed: single(spec.Second) && single(spec.Minute) && single(spec.Hour),
 	}
 }
@@ -140,7 +154,12 @@ func (d *dstSchedule) offsetAt(u int64) int64 {
 // civilNext returns the first wall time of the expression after wall time
 // c; false when there is none within robfig's horizon of five years.
 func (d *dstSchedule) civilNext(c int64) (int64, bool) {
-	n := d.civil.Next(time.Unix(c, 0).UTC())
+	var n time.Time
+	if d.days == nil {
+		n = d.civil.Next(time.Unix(c, 0).UTC())
+	} else {
+		n = nextOnDays(&d.civil, d.days, time.Unix(c, 0).UTC())
+	}
 	if n.IsZero() {
 		return 0, false
 	}
@@ -159,7 +178,15 @@ func (d *dstSchedule) civilPrev(c int64) (int64, bool) {
 			t = time.Date(y, mo, 1, 0, 0, 0, 0, time.UTC).Add(-time.Second)
 			continue
 		}
-		if !dayMatches(s, t) {
+		if d.days != nil && !d.days.Match(y, mo, day) {
+			p, ok := prevDay(s.Month, d.days, civilDate{y, mo, day}, limit)
+			if !ok {
+				return 0, false
+			}
+			t = time.Date(p.y, p.m, p.d, 23, 59, 59, 0, time.UTC)
+			continue
+		}
+		if d.days == nil && !dayMatches(s, t) {
 			t = time.Date(y, mo, day, 0, 0, 0, 0, time.UTC).Add(-time.Second)
 			continue
 		}

@@ -24,13 +24,26 @@ func BenchmarkNext(b *testing.B) {
 		{"minutely/UTC", "UTC", "* * * * *", mid},
 		{"minutely/NewYork", "America/New_York", "* * * * *", mid},
 		{"daily/NewYork/repeated-hour", "America/New_York", "30 1 * * *", repeated},
+		// The dialect: H is a plain expression by the time it runs; L,
+		// W and # put a day rule on robfig's schedule.
+		{"hashed/UTC", "UTC", "H H * * *", mid},
+		{"hashed/NewYork", "America/New_York", "H H * * *", mid},
+		{"last-day/UTC", "UTC", "0 9 L * *", mid},
+		{"last-day/NewYork", "America/New_York", "0 9 L * *", mid},
+		{"weekday/UTC", "UTC", "0 9 15W * *", mid},
+		{"weekday/NewYork", "America/New_York", "0 9 15W * *", mid},
+		{"third-friday/UTC", "UTC", "0 9 ? * FRI#3", mid},
+		{"third-friday/NewYork", "America/New_York", "0 9 ? * FRI#3", mid},
+		{"last-friday-minutely/UTC", "UTC", "* * ? * 5L", mid},
+		{"last-friday-minutely/NewYork", "America/New_York", "* * ? * 5L", mid},
+		{"third-friday/NewYork/repeated-hour", "America/New_York", "30 1 ? * 0#1", repeated},
 	} {
 		for _, mode := range []DSTMode{DSTPlain, DSTShift} {
 			loc, err := LoadLocation(c.zone)
 			if err != nil {
 				b.Fatal(err)
 			}
-			sched, err := ParseExprWith(c.expr, loc, ParseOptions{DST: mode})
+			sched, err := ParseExprWith(c.expr, loc, ParseOptions{DST: mode, JobID: "daily_report"})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -218,68 +218,79 @@ func TestDSTDeterministic(t *testing.T) {
 	for _, tr := range transitions {
 		at := rfc(t, tr.at)
 		for _, expr := range exprs {
-			sched := parseIn(t, expr, tr.zone, ParseOptions{}).(*dstSchedule)
-			// The reference: every activation from two days before
-			// to two days after.
-			lo, hi := at.Add(-48*time.Hour), at.Add(48*time.Hour)
-			var ref []time.Time
-			for s := sched.Next(lo); s.Before(hi); s = sched.Next(s) {
-				if len(ref) > 0 && !s.After(ref[len(ref)-1]) {
-					t.Fatalf("%q in %s: Next not increasing at %s", expr, tr.zone, s)
-				}
-				ref = append(ref, s)
-			}
-			if len(ref) == 0 {
-				continue // not on these days
-			}
-			// The least activation > x, and the greatest <= x.
-			after := func(x time.Time) time.Time {
-				if i := sort.Search(len(ref), func(i int) bool { return ref[i].After(x) }); i < len(ref) {
-					return ref[i]
-				}
-				return time.Time{}
-			}
-			atOrBefore := func(x time.Time) time.Time {
-				if i := sort.Search(len(ref), func(i int) bool { return ref[i].After(x) }); i > 0 {
-					return ref[i-1]
-				}
-				return time.Time{}
-			}
-			// Around every activation within six hours of the
-			// transition and every tenth further away; every five
-			// minutes of the six hours around it; every 67 minutes
-			// of the four days.
-			var starts []time.Time
-			for i, s := range ref {
-				if i%10 == 0 || s.Sub(at).Abs() < 6*time.Hour {
-					starts = append(starts, s, s.Add(-time.Nanosecond), s.Add(time.Nanosecond), s.Add(-time.Second))
-				}
-			}
-			for d := -3 * time.Hour; d <= 3*time.Hour; d += 5 * time.Minute {
-				starts = append(starts, at.Add(d), at.Add(d-time.Nanosecond), at.Add(d+500*time.Millisecond))
-			}
-			for d := -40 * time.Hour; d <= 40*time.Hour; d += 67 * time.Minute {
-				starts = append(starts, at.Add(d))
-			}
-			for _, x := range starts {
-				if x.Before(ref[0]) || !x.Before(ref[len(ref)-1]) {
-					continue
-				}
-				if got, want := sched.Next(x), after(x); !got.Equal(want) {
-					t.Fatalf("%q in %s: Next(%s) = %s, want %s", expr, tr.zone, x.UTC().Format(time.RFC3339Nano), got.UTC(), want.UTC())
-				}
-				if got, want := sched.Prev(x), atOrBefore(x); !got.Equal(want) {
-					t.Fatalf("%q in %s: Prev(%s) = %s, want %s", expr, tr.zone, x.UTC().Format(time.RFC3339Nano), got.UTC(), want.UTC())
-				}
-				// The sequence from x is the reference's tail.
-				i := sort.Search(len(ref), func(i int) bool { return ref[i].After(x) })
-				tail := ref[i:min(len(ref), i+8)]
-				if got := nextN(sched, x, len(tail)); !same(got, tail) {
-					t.Fatalf("%q in %s from %s:\ngot%s\nwant%s", expr, tr.zone, x, show(got, sched.Location()), show(tail, sched.Location()))
-				}
-			}
+			checkDeterministic(t, parseIn(t, expr, tr.zone, ParseOptions{}).(*dstSchedule), expr, tr.zone, at, 48*time.Hour)
 		}
 	}
+}
+
+// checkDeterministic checks that sched's activations within window of the
+// transition at are one fixed set, whatever instant the computation starts
+// from (see TestDSTDeterministic), and returns how many activations there
+// are.
+func checkDeterministic(t *testing.T, sched *dstSchedule, expr, zone string, at time.Time, window time.Duration) int {
+	t.Helper()
+	// The reference: every activation from window before to window
+	// after.
+	lo, hi := at.Add(-window), at.Add(window)
+	var ref []time.Time
+	for s := sched.Next(lo); s.Before(hi); s = sched.Next(s) {
+		if len(ref) > 0 && !s.After(ref[len(ref)-1]) {
+			t.Fatalf("%q in %s: Next not increasing at %s", expr, zone, s)
+		}
+		ref = append(ref, s)
+	}
+	if len(ref) == 0 {
+		return 0 // not on these days
+	}
+	// The least activation > x, and the greatest <= x.
+	after := func(x time.Time) time.Time {
+		if i := sort.Search(len(ref), func(i int) bool { return ref[i].After(x) }); i < len(ref) {
+			return ref[i]
+		}
+		return time.Time{}
+	}
+	atOrBefore := func(x time.Time) time.Time {
+		if i := sort.Search(len(ref), func(i int) bool { return ref[i].After(x) }); i > 0 {
+			return ref[i-1]
+		}
+		return time.Time{}
+	}
+	// Around every activation within six hours of the transition and
+	// every tenth further away; every five minutes of the six hours
+	// around it; every 67 minutes of the four days.
+	var starts []time.Time
+	for i, s := range ref {
+		if i%10 == 0 || s.Sub(at).Abs() < 6*time.Hour {
+			starts = append(starts, s, s.Add(-time.Nanosecond), s.Add(time.Nanosecond), s.Add(-time.Second))
+		}
+	}
+	for d := -3 * time.Hour; d <= 3*time.Hour; d += 5 * time.Minute {
+		starts = append(starts, at.Add(d), at.Add(d-time.Nanosecond), at.Add(d+500*time.Millisecond))
+	}
+	for d := -40 * time.Hour; d <= 40*time.Hour; d += 67 * time.Minute {
+		starts = append(starts, at.Add(d))
+	}
+	for d := -window; d <= window; d += window/60 + 7*time.Minute {
+		starts = append(starts, at.Add(d))
+	}
+	for _, x := range starts {
+		if x.Before(ref[0]) || !x.Before(ref[len(ref)-1]) {
+			continue
+		}
+		if got, want := sched.Next(x), after(x); !got.Equal(want) {
+			t.Fatalf("%q in %s: Next(%s) = %s, want %s", expr, zone, x.UTC().Format(time.RFC3339Nano), got.UTC(), want.UTC())
+		}
+		if got, want := sched.Prev(x), atOrBefore(x); !got.Equal(want) {
+			t.Fatalf("%q in %s: Prev(%s) = %s, want %s", expr, zone, x.UTC().Format(time.RFC3339Nano), got.UTC(), want.UTC())
+		}
+		// The sequence from x is the reference's tail.
+		i := sort.Search(len(ref), func(i int) bool { return ref[i].After(x) })
+		tail := ref[i:min(len(ref), i+8)]
+		if got := nextN(sched, x, len(tail)); !same(got, tail) {
+			t.Fatalf("%q in %s from %s:\ngot%s\nwant%s", expr, zone, x, show(got, sched.Location()), show(tail, sched.Location()))
+		}
+	}
+	return len(ref)
 }
 
 // TestDSTPlain: DSTPlain is robfig's own schedule, with its behaviour at

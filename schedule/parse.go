@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cronswap/cronswap/internal/crondialect"
 	"github.com/robfig/cron/v3"
 )
 
@@ -53,6 +54,11 @@ type ParseOptions struct {
 	// DST is how skipped and repeated wall times are treated; empty
 	// means DSTShift.
 	DST DSTMode
+	// JobID is the id of the job the expression is for: an H term takes
+	// its value from it (a stable hash, the same on every replica and
+	// every restart; docs/time.md). Empty: an expression with H is
+	// refused.
+	JobID string
 }
 
 // ParseExprWith is ParseExpr with options.
@@ -60,14 +66,21 @@ type ParseOptions struct {
 // It accepts 5 fields ("0 9 * * *"), 6 fields with leading seconds
 // ("*/5 * * * * *"), descriptors ("@hourly", "@every 30s") and one
 // CRON_TZ=Area/City or TZ=Area/City prefix, which wins over loc (nil means
-// UTC). It refuses an expression that never fires (like "0 0 30 2 *"), a
-// prefix without an expression after it, and an "@every" period that is
-// not a whole number of seconds from MinEvery to MaxEvery.
+// UTC). Beyond robfig's syntax it reads H in any field ("H", "H/15",
+// "H(0-29)", "H(0-29)/10", hashed from opts.JobID), L, L-n, nW, LW and
+// L-nW in day of month, and nL and n#k in day of week (package
+// crondialect). It refuses an expression that never fires within five
+// years (like "0 0 30 2 *"), a prefix without an expression after it, and
+// an "@every" period that is not a whole number of seconds from MinEvery
+// to MaxEvery.
 //
 // "@every" compiles to Every, on a grid that ignores time zones. Any other
 // expression in a zone whose UTC offset ever changes compiles, under
 // DSTShift, to a *dstSchedule; in a zone without changes, or under
-// DSTPlain, to robfig's *cron.SpecSchedule.
+// DSTPlain, to robfig's *cron.SpecSchedule, or for an expression with L, W
+// or # terms to a *daySchedule (robfig's SpecSchedule with a day rule on
+// top). H terms are values by then: an expression with H compiles as the
+// expression with those values would.
 func ParseExprWith(expr string, loc *time.Location, opts ParseOptions) (sched cron.Schedule, err error) {
 	mode, err := ParseDSTMode(string(opts.DST))
 	if err != nil {
@@ -107,10 +120,14 @@ func ParseExprWith(expr string, loc *time.Location, opts ParseOptions) (sched cr
 			sched, err = nil, fmt.Errorf("cannot parse %q: %v", expr, r)
 		}
 	}()
+	res, err := crondialect.Resolve(body, opts.JobID)
+	if err != nil {
+		return nil, fmt.Errorf("cannot parse %q: %v", expr, err)
+	}
 	// The zone is set on the result rather than handed to robfig as a
 	// prefix: robfig would load it from the zone database once more on
 	// every parse.
-	sched, err = exprParser.Parse(body)
+	sched, err = exprParser.Parse(res.Robfig)
 	if err != nil {
 		return nil, fmt.Errorf("cannot parse %q: %v (want e.g. \"0 9 * * *\", \"*/10 * * * * *\" or \"@hourly\")", expr, err)
 	}
@@ -121,12 +138,21 @@ func ParseExprWith(expr string, loc *time.Location, opts ParseOptions) (sched cr
 	now := time.Now()
 	if spec, ok := sched.(*cron.SpecSchedule); ok {
 		spec.Location = loc
-		if mode == DSTShift && hasTransitions(loc, now) {
-			sched = newDSTSchedule(spec)
+		var days *crondialect.Days
+		if res.Days != nil {
+			rule := *res.Days
+			rule.SetPlain(spec.Dom, spec.Dow)
+			days, spec.Dom, spec.Dow = &rule, everyDom, everyDow
+		}
+		switch {
+		case mode == DSTShift && hasTransitions(loc, now):
+			sched = newDSTSchedule(spec, days)
+		case days != nil:
+			sched = &daySchedule{spec: spec, days: days}
 		}
 	}
 	if sched.Next(now).IsZero() {
-		return nil, fmt.Errorf("%q never fires", expr)
+		return nil, fmt.Errorf("%q never fires (no fire within five years)", expr)
 	}
 	return sched, nil
 }

@@ -423,7 +423,7 @@ func (s Schedule) Parse(def *time.Location) (cron.Schedule, error) {
 		}
 		def = loc
 	}
-	sched, err := ParseExprWith(s.CronExpr, def, ParseOptions{DST: s.DST})
+	sched, err := ParseExprWith(s.CronExpr, def, ParseOptions{DST: s.DST, JobID: s.ID})
 	if err != nil {
 		return nil, invalid(s.ID, FieldCronExpr, "%v", err)
 	}

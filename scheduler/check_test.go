@@ -3,6 +3,7 @@ package scheduler
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,5 +66,34 @@ func TestCheckIsWhatTheEngineArms(t *testing.T) {
 	// No policy: actions are not checked.
 	if _, err := Check(schedule.Schedule{ID: "a", CronExpr: "0 2 * * *", Job: "nosuchaction", Enabled: true}, nil, nil); err != nil {
 		t.Errorf("Check without a policy = %v", err)
+	}
+}
+
+// TestDialectBadEditKeepsLastGood: a job armed on an expression of the
+// dialect keeps its timer through edits to refused ones (a W without a
+// day, #6, H/0, L in the hour), each shown as the job's last error, and
+// is re-armed by a good one.
+func TestDialectBadEditKeepsLastGood(t *testing.T) {
+	e := newEngine(t, Options{})
+	expect(t, e.Reload(sch("payroll", "0 9 LW * *")), Added)
+	entry := mustEntry(t, e, "payroll")
+	for _, c := range []struct{ expr, want string }{
+		{"0 9 32W * *", "W needs a day from 1 to 31"},
+		{"0 9 ? * 5#6", "the k of n#k is 1 to 5"},
+		{"H/0 9 * * *", "the step of H is 0"},
+		{"0 L * * *", "hour L: L, W and # are for day of month"},
+	} {
+		expect(t, e.Reload(sch("payroll", c.expr)), Rejected)
+		st := mustGet(t, e, "payroll")
+		if !st.Armed || st.CronExpr != "0 9 LW * *" || !strings.Contains(st.LastError, c.want) {
+			t.Fatalf("after %q: %+v, want the last good timer and an error containing %q", c.expr, st, c.want)
+		}
+		if got := mustEntry(t, e, "payroll"); got != entry {
+			t.Fatalf("after %q: robfig entry changed: %+v -> %+v", c.expr, entry, got)
+		}
+	}
+	expect(t, e.Reload(sch("payroll", "H 9 ? * FRI#3")), Replaced)
+	if st := mustGet(t, e, "payroll"); st.LastError != "" || st.CronExpr != "H 9 ? * FRI#3" || st.NextRun.Weekday() != time.Friday {
+		t.Fatalf("after a good edit: %+v", st)
 	}
 }

@@ -39,7 +39,8 @@
 // miss; the jobs Sync adds to it get their first activation computed at the
 // end of Sync (which waits for that), as if they had been added then. Shards that
 // already hold armed jobs are never paused. Jobs of one snapshot that share
-// an expression also share its parsed schedule. scripts/bench-engine.sh
+// an expression also share its parsed schedule, unless it has H, whose
+// values are hashed from each job's id. scripts/bench-engine.sh
 // measures all this against the plain use of robfig.
 //
 // # Re-arming without waiting

@@ -15,6 +15,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/cronswap/cronswap/internal/crondialect"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -184,6 +185,8 @@ type Engine struct {
 	mu    sync.RWMutex
 	jobs  map[string]*record // guarded by mu; records are never modified once stored
 	armed int                // guarded by mu
+	// version counts the records stored (Version); written under mu.
+	version atomic.Uint64
 
 	// life serialises Start, Stop and Sync; started and syncs are guarded
 	// by it.
@@ -457,6 +460,7 @@ func (e *Engine) load(id string) *record {
 func (e *Engine) store(sh *shard, id string, r *record) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.version.Add(1)
 	if old := e.jobs[id]; old != nil && old.entry != 0 {
 		e.armed--
 		sh.armed--
@@ -473,10 +477,12 @@ func (e *Engine) store(sh *shard, id string, r *record) {
 }
 
 // parseKey is what a parsed expression depends on besides the engine's
-// default zone.
+// default zone: the job id too when the expression has H, whose values
+// are hashed from it.
 type parseKey struct {
 	expr, tz string
 	dst      schedule.DSTMode
+	hashID   string
 }
 
 // parseCache maps expressions already parsed by one Sync to their schedule.
@@ -487,7 +493,10 @@ type parseCache map[parseKey]cron.Schedule
 // check is Check in the engine's default zone with its policy, reusing
 // cache when it holds the expression (nil means no cache).
 func (e *Engine) check(s schedule.Schedule, cache parseCache) (cron.Schedule, error) {
-	key := parseKey{s.CronExpr, s.Timezone, s.DST}
+	key := parseKey{expr: s.CronExpr, tz: s.Timezone, dst: s.DST}
+	if crondialect.UsesHash(s.CronExpr) {
+		key.hashID = s.ID
+	}
 	if sched, ok := cache[key]; ok {
 		if err := e.policyCheck(s); err != nil {
 			return nil, err
@@ -921,6 +930,14 @@ func (e *Engine) All() iter.Seq[Status] {
 		}
 	}
 }
+
+// Version returns a number that changes whenever the engine's jobs change:
+// a job added, replaced, rejected or removed. While it stays the same,
+// List returns the same jobs in the same state, except for their NextRun,
+// which follows the clock; so a reader that derives something from List
+// (the status page's table) may keep it until Version changes. A Version
+// read before a List is never newer than that List.
+func (e *Engine) Version() uint64 { return e.version.Load() }
 
 // Get returns the status of job id, and false when the job is unknown.
 func (e *Engine) Get(id string) (Status, bool) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -689,4 +690,57 @@ func (p testPolicy) Jitter(s schedule.Schedule) time.Duration {
 		return 0
 	}
 	return p.jitter(s)
+}
+
+// Version changes with every change of the jobs List returns (added,
+// re-timed, disabled, rejected, removed, synced), and while it stays the
+// same, List returns the same jobs in the same state but for their next
+// runs: the status page keeps what it derived from List until then.
+func TestVersionFollowsTheJobs(t *testing.T) {
+	var clock atomic.Int64 // Unix seconds; the engine's timers never fire in this test
+	clock.Store(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).Unix())
+	e := New(Options{Shards: 1, Logger: quiet(), Now: func() time.Time { return time.Unix(clock.Load(), 0) }})
+	withoutNext := func() []Status {
+		list := e.List()
+		for i := range list {
+			list[i].NextRun = time.Time{}
+		}
+		return list
+	}
+	v, list := e.Version(), withoutNext()
+	changed := func(what string) {
+		t.Helper()
+		nv, nl := e.Version(), withoutNext()
+		if nv == v {
+			t.Errorf("%s: Version stayed %d", what, v)
+		}
+		if reflect.DeepEqual(nl, list) {
+			t.Errorf("%s: List did not change", what)
+		}
+		v, list = nv, nl
+	}
+	expect(t, e.Reload(sch("a", "0 9 * * *")), Added)
+	changed("added")
+	expect(t, e.Reload(sch("a", "0 10 * * *")), Replaced)
+	changed("re-timed")
+	off := sch("a", "0 10 * * *")
+	off.Enabled = false
+	expect(t, e.Reload(off), Disarmed)
+	changed("disabled")
+	e.Reject("a", errors.New("bad document"))
+	changed("rejected")
+	e.Remove("a")
+	changed("removed")
+	syncItems(e, []Item{{Schedule: sch("b", "@every 1s")}, {Schedule: sch("c", "0 9 * * *")}})
+	changed("synced")
+
+	// Time passes; b's next run moves, nothing else does.
+	first := mustGet(t, e, "b").NextRun
+	clock.Add(10)
+	if next := mustGet(t, e, "b").NextRun; !next.After(first) {
+		t.Fatalf("b's next run %s after 10 s, was %s", next, first)
+	}
+	if e.Version() != v || !reflect.DeepEqual(withoutNext(), list) {
+		t.Errorf("the clock alone changed Version (%d → %d) or List", v, e.Version())
+	}
 }

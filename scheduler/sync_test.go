@@ -138,3 +138,34 @@ func TestSyncStoppedByAReadErrorRemovesNothing(t *testing.T) {
 		t.Fatal("b still known after a complete Sync without it")
 	}
 }
+
+// TestSyncHashesEachJob: jobs of one Sync that share an expression share
+// its parsed schedule, except an expression with H, whose values are
+// hashed from each job's id: every job gets its own slots, the same as
+// Check gives it alone.
+func TestSyncHashesEachJob(t *testing.T) {
+	e := newEngine(t, Options{Shards: 4})
+	var items []Item
+	for i := range 50 {
+		items = append(items, Item{Schedule: sch(fmt.Sprintf("job-%02d", i), "H H * * *")})
+	}
+	if st := syncItems(e, items); st.Added != len(items) {
+		t.Fatalf("Sync = %+v", st)
+	}
+	minutes := map[int]bool{}
+	now := time.Now()
+	for _, it := range items {
+		sched, err := Check(it.Schedule, time.UTC, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := mustGet(t, e, it.Schedule.ID)
+		if want := sched.Next(now); !st.NextRun.Equal(want) {
+			t.Fatalf("%s: armed for %s, Check gives %s", it.Schedule.ID, st.NextRun, want)
+		}
+		minutes[st.NextRun.Minute()] = true
+	}
+	if len(minutes) < 20 {
+		t.Fatalf("50 jobs on \"H H * * *\" spread over %d minutes of the hour", len(minutes))
+	}
+}

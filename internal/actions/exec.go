@@ -33,7 +33,7 @@ type ExecAction struct {
 	TailBytes int
 	// Env adds variables to the program's environment, ${NAME} in a value
 	// read from the daemon's environment (LookupEnv) at each run. The run's
-	// variables (Env(f)) are set after them.
+	// variables (Env) are set after them.
 	Env map[string]string
 	// Dir is the program's working directory; empty: the daemon's.
 	Dir string
@@ -108,7 +108,7 @@ func (a *ExecAction) HandleOutput(ctx context.Context, f jobs.Run) (Output, erro
 	}
 	defer removeOutput(stderr)
 
-	env, err := a.environ(f)
+	env, err := a.environ(ctx, f)
 	if err != nil {
 		return Output{}, fmt.Errorf("exec %s: %w", f.JobID, err)
 	}
@@ -189,7 +189,7 @@ func fileTail(f *os.File, n int, secrets *secret.Redactor) string {
 // environ returns the program's environment for run f: the daemon's
 // inherited variables (unless CleanEnv), then Env with ${NAME} expanded,
 // then the run's variables.
-func (a *ExecAction) environ(f jobs.Run) ([]string, error) {
+func (a *ExecAction) environ(ctx context.Context, f jobs.Run) ([]string, error) {
 	var env []string
 	if !a.CleanEnv {
 		for _, kv := range os.Environ() {
@@ -215,5 +215,5 @@ func (a *ExecAction) environ(f jobs.Run) ([]string, error) {
 		return nil, fmt.Errorf("env: %w", err)
 	}
 	a.Secrets.Add(x.Values()...)
-	return append(env, Env(f)...), nil
+	return append(env, Env(ctx, f)...), nil
 }

@@ -62,7 +62,7 @@ func TestExecActionEnvDirAndInheritance(t *testing.T) {
 			if hasPath != (c.inherit == nil) {
 				t.Errorf("PATH given: %v, want %v (inherited only)", hasPath, c.inherit == nil)
 			}
-			if c.inherit != nil && len(rep.All) != 3+len(Env(testFire())) {
+			if c.inherit != nil && len(rep.All) != 3+len(Env(context.Background(), testFire())) {
 				t.Errorf("a clean environment holds %d variables: %v", len(rep.All), rep.All)
 			}
 		})

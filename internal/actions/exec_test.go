@@ -32,7 +32,7 @@ func testFire() jobs.Run {
 func TestFireEnv(t *testing.T) {
 	t.Parallel()
 	f := testFire()
-	got := Env(f)
+	got := Env(context.Background(), f)
 	want := []string{
 		"CRONSWAP_JOB_ID=daily_report",
 		"CRONSWAP_SCHEDULED_AT=2024-03-10T09:00:00Z",
@@ -46,7 +46,7 @@ func TestFireEnv(t *testing.T) {
 	}
 	for _, args := range []json.RawMessage{nil, {}, json.RawMessage("  ")} {
 		f.Args = args
-		env := Env(f)
+		env := Env(context.Background(), f)
 		if last := env[len(env)-1]; last != "CRONSWAP_ARGS={}" {
 			t.Errorf("Args %q: %s, want CRONSWAP_ARGS={}", args, last)
 		}

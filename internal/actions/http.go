@@ -103,7 +103,7 @@ func (a *HTTPAction) HandleOutput(ctx context.Context, f jobs.Run) (Output, erro
 	if err != nil {
 		return Output{}, fmt.Errorf("http action %s: %w", f.JobID, err)
 	}
-	setRunHeaders(req.Header, f)
+	setRunHeaders(ctx, req.Header, f)
 	client := http.DefaultClient
 	if a.Client != nil {
 		client = a.Client

@@ -218,7 +218,7 @@ func TestHTTPActionDaemonHeaders(t *testing.T) {
 		h := rc.last(t).Header
 		keys = append(keys, h.Get("Idempotency-Key"))
 		env := map[string]string{}
-		for _, kv := range Env(f) {
+		for _, kv := range Env(context.Background(), f) {
 			k, v, _ := strings.Cut(kv, "=")
 			env[k] = v
 		}

@@ -85,7 +85,7 @@ func TestHTTPActionBody(t *testing.T) {
 	}
 	// The env and the body carry the same values.
 	env := map[string]string{}
-	for _, kv := range Env(f) {
+	for _, kv := range Env(context.Background(), f) {
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}

@@ -16,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/cronswap/cronswap/internal/blackout"
+	"github.com/cronswap/cronswap/internal/calendar"
 	"github.com/cronswap/cronswap/internal/history"
 	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/notify"
@@ -30,7 +31,7 @@ import (
 func Collections() []string {
 	return []string{schedule.CollectionName, resumetoken.CollectionName, record.LocksCollection, record.RunsCollection,
 		history.CollectionName, members.CollectionName, blackout.CollectionName, notify.CollectionName, triggers.CollectionName,
-		record.PausesCollection}
+		record.PausesCollection, calendar.CollectionName}
 }
 
 // Index names. The daemon creates the same indexes at start with the same

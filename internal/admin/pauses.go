@@ -9,7 +9,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/internal/record"
-	"github.com/cronswap/cronswap/internal/runstore"
 )
 
 // FailurePause returns the pause of job id after consecutive failed slots
@@ -31,5 +30,5 @@ func (s *Store) FailurePause(ctx context.Context, id string) (p record.PauseDoc,
 // ResumeFailurePause clears the pause of job id after consecutive failed
 // slots, if it is paused; by names who resumed it.
 func (s *Store) ResumeFailurePause(ctx context.Context, id, by string) (bool, error) {
-	return runstore.ResumePaused(ctx, record.PausesCollectionOf(s.db), id, by, s.now())
+	return s.records().ResumePaused(ctx, id, by, s.now())
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/cronswap/cronswap/internal/jobhistory"
 	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/internal/runstore"
 	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
@@ -41,6 +42,14 @@ func (s *Store) WithRules(r Rules) *Store {
 	c := *s
 	c.rules = r
 	return &c
+}
+
+// records is the run-record store on s's database, the only writer of
+// job_locks, job_runs and job_pauses: the CLI's and the status page's
+// overrides of those go through it (their reads stay here).
+func (s *Store) records() *runstore.Store {
+	locks, runs := record.Collections(s.db)
+	return runstore.New(locks, runs, runstore.Options{})
 }
 
 // Rules are the daemons' rules for a schedules document, as a command
@@ -398,31 +407,12 @@ func (s *Store) Lock(ctx context.Context, id string) (record.LockDoc, error) {
 	return l, nil
 }
 
-// ErrLockChanged is returned by ReleaseLock when the lock is no longer held
-// with the fence the operator saw.
-var ErrLockChanged = errors.New("the lock changed since it was read")
-
 // ReleaseLock forces the lock of job id free, an operator's override: the
 // holder notices on its next renewal and stops. It frees the lock only while
-// it is still held with fence (the acquisition the operator confirmed).
+// it is still held with fence (the acquisition the operator confirmed),
+// else record.ErrLockChanged.
 func (s *Store) ReleaseLock(ctx context.Context, id string, fence int64) error {
-	now := s.now().UTC()
-	res, err := s.db.Collection(record.LocksCollection).UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: id}, {Key: "state", Value: record.LockRunning}, {Key: "fence", Value: fence}},
-		bson.D{{Key: "$set", Value: bson.D{
-			{Key: "state", Value: record.LockFree},
-			{Key: "holder", Value: ""},
-			{Key: "run_id", Value: ""},
-			{Key: "lease_until", Value: now},
-			{Key: "updated_at", Value: now},
-		}}})
-	if err != nil {
-		return fmt.Errorf("release lock %q: %w", id, err)
-	}
-	if res.MatchedCount == 0 {
-		return fmt.Errorf("lock %q: %w", id, ErrLockChanged)
-	}
-	return nil
+	return s.records().ReleaseLock(ctx, id, fence, s.now().UTC())
 }
 
 // Runs returns the newest run records (of job id, or all when id is

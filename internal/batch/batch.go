@@ -3,7 +3,9 @@
 // commit): a lone request goes out at once, and everything that arrives
 // while batches are out waits for the next one, up to a maximum per batch,
 // with a bounded number of batches out at once. A Batcher holds no
-// goroutine while nothing is pending.
+// goroutine while nothing is pending, and a request handed over with
+// Enqueue holds none while it waits. It serves the fire path's claims and
+// ends and the triggers' bookkeeping.
 package batch
 
 import (
@@ -21,6 +23,9 @@ type Batcher[Req, Res any] struct {
 	mu      sync.Mutex
 	pending []item[Req, Res]
 	out     int // batches being served
+	// shrunk, when not nil, is closed the next time pending shrinks
+	// (WaitFewer waits on it).
+	shrunk chan struct{}
 }
 
 // item is one request waiting for its batch: its result goes to done (a
@@ -44,7 +49,7 @@ func New[Req, Res any](maxBatch, inflight int, do func([]Req) []Res) *Batcher[Re
 // dropped).
 func (b *Batcher[Req, Res]) Submit(ctx context.Context, req Req) (Res, error) {
 	done := make(chan Res, 1)
-	b.add(item[Req, Res]{req: req, done: done})
+	b.add(item[Req, Res]{req: req, done: done}, 0)
 	select {
 	case res := <-done:
 		return res, nil
@@ -56,9 +61,17 @@ func (b *Batcher[Req, Res]) Submit(ctx context.Context, req Req) (Res, error) {
 
 // Enqueue hands req to the next batch and returns at once; then is called
 // with the result on the goroutine that served the batch, so it must not
-// block. A request waiting so costs its item, not a goroutine.
+// block (a caller with more to do starts a goroutine there). A request
+// waiting so costs its item, not a goroutine.
 func (b *Batcher[Req, Res]) Enqueue(req Req, then func(Res)) {
-	b.add(item[Req, Res]{req: req, then: then})
+	b.add(item[Req, Res]{req: req, then: then}, 0)
+}
+
+// TryEnqueue is Enqueue unless limit (> 0) requests already wait for a
+// batch: then it returns false at once and then is never called. It bounds
+// the memory a backlog may take when the batches cannot keep up.
+func (b *Batcher[Req, Res]) TryEnqueue(req Req, limit int, then func(Res)) bool {
+	return b.add(item[Req, Res]{req: req, then: then}, limit)
 }
 
 // Waiting returns how many requests wait for a batch.
@@ -68,10 +81,37 @@ func (b *Batcher[Req, Res]) Waiting() int {
 	return len(b.pending)
 }
 
-// add queues it and starts a server when fewer than the inflight bound
-// are out.
-func (b *Batcher[Req, Res]) add(it item[Req, Res]) {
+// WaitFewer waits until at most n requests wait for a batch; false when
+// ctx ended first. A producer whose requests lead to this batcher's (a
+// claim won leads to an end) waits on it to let those go first.
+func (b *Batcher[Req, Res]) WaitFewer(ctx context.Context, n int) bool {
+	for {
+		b.mu.Lock()
+		if len(b.pending) <= n {
+			b.mu.Unlock()
+			return true
+		}
+		if b.shrunk == nil {
+			b.shrunk = make(chan struct{})
+		}
+		ch := b.shrunk
+		b.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// add queues it unless limit (> 0) requests already wait, and starts a
+// server when fewer than the inflight bound are out.
+func (b *Batcher[Req, Res]) add(it item[Req, Res], limit int) bool {
 	b.mu.Lock()
+	if limit > 0 && len(b.pending) >= limit {
+		b.mu.Unlock()
+		return false
+	}
 	b.pending = append(b.pending, it)
 	start := b.out < b.limit
 	if start {
@@ -81,6 +121,7 @@ func (b *Batcher[Req, Res]) add(it item[Req, Res]) {
 	if start {
 		go b.serve()
 	}
+	return true
 }
 
 // serve answers batches until nothing is pending; it owns one of the
@@ -125,6 +166,10 @@ func (b *Batcher[Req, Res]) take() []item[Req, Res] {
 	b.pending = b.pending[:k]
 	if c := cap(b.pending); c > 4*b.max && c > 4*k {
 		b.pending = append([]item[Req, Res](nil), b.pending...)
+	}
+	if b.shrunk != nil {
+		close(b.shrunk)
+		b.shrunk = nil
 	}
 	return items
 }

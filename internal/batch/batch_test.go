@@ -118,3 +118,108 @@ func TestSubmitReturnsWhenContextEnds(t *testing.T) {
 		t.Fatal("the abandoned request was never served")
 	}
 }
+
+// heldBatcher returns a batcher (one batch out at once) whose batches wait
+// for release, and a channel that says when a batch went out.
+func heldBatcher() (b *Batcher[int, int], release chan struct{}, out chan int) {
+	release, out = make(chan struct{}), make(chan int, 100)
+	b = New(100, 1, func(reqs []int) []int {
+		out <- len(reqs)
+		<-release
+		return reqs
+	})
+	return b, release, out
+}
+
+// TryEnqueue refuses a request once limit requests wait (the one out in a
+// batch does not count), never calls its then, and serves the others.
+func TestTryEnqueueBoundsTheWaiting(t *testing.T) {
+	b, release, out := heldBatcher()
+	results := make(chan int, 10)
+	then := func(n int) { results <- n }
+	if !b.TryEnqueue(0, 3, then) {
+		t.Fatal("the first request refused")
+	}
+	<-out // the first is out, alone; the next wait for it
+	for i := 1; i <= 3; i++ {
+		if !b.TryEnqueue(i, 3, then) {
+			t.Fatalf("request %d refused with %d waiting, limit 3", i, b.Waiting())
+		}
+	}
+	if b.TryEnqueue(4, 3, func(int) { t.Error("then called for a refused request") }) {
+		t.Fatal("a request accepted with 3 waiting, limit 3")
+	}
+	if b.Waiting() != 3 {
+		t.Fatalf("%d waiting, want 3", b.Waiting())
+	}
+	close(release)
+	got := map[int]bool{}
+	for range 4 {
+		select {
+		case n := <-results:
+			got[n] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("results %v: want 0-3", got)
+		}
+	}
+	if !got[0] || !got[1] || !got[2] || !got[3] {
+		t.Fatalf("results %v: want 0-3", got)
+	}
+	// Below the limit again: accepted.
+	if !b.TryEnqueue(5, 3, then) {
+		t.Fatal("a request refused with nothing waiting")
+	}
+	if n := <-results; n != 5 {
+		t.Fatalf("result %d, want 5", n)
+	}
+}
+
+// WaitFewer returns once no more than n requests wait — when a batch takes
+// them — and false when its context ends first.
+func TestWaitFewerWaitsForTheQueueToShrink(t *testing.T) {
+	b, release, out := heldBatcher()
+	b.Enqueue(0, func(int) {})
+	<-out
+	for i := 1; i <= 5; i++ {
+		b.Enqueue(i, func(int) {})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if b.WaitFewer(ctx, 2) {
+		t.Fatal("WaitFewer(2) returned true with 5 waiting")
+	}
+	if !b.WaitFewer(context.Background(), 5) {
+		t.Fatal("WaitFewer(5) returned false with 5 waiting")
+	}
+	// What waits when it returns: 5 until release lets the batch out.
+	type answer struct {
+		ok      bool
+		waiting int
+	}
+	done := make(chan answer, 1)
+	go func() {
+		ok := b.WaitFewer(context.Background(), 2)
+		done <- answer{ok, b.Waiting()}
+	}()
+	// Let the batch out only once the waiter is parked on the queue.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		b.mu.Lock()
+		parked := b.shrunk != nil
+		b.mu.Unlock()
+		if parked {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("WaitFewer(2) with 5 waiting never waited for the queue to shrink")
+		}
+	}
+	close(release)
+	select {
+	case a := <-done:
+		if !a.ok || a.waiting > 2 {
+			t.Fatalf("WaitFewer(2) = %v with %d waiting, want true with at most 2", a.ok, a.waiting)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitFewer(2) never returned after the batch took the waiting requests")
+	}
+}

@@ -422,3 +422,29 @@ func TestPlanMarksDaylightSavingShifts(t *testing.T) {
 		t.Fatalf("plan text: %s", text.stdout)
 	}
 }
+
+// TestPlanShowsHashedAndDayRuleTimes: plan reads the dialect as the
+// daemons do: a new job's "H H * * *" lists the concrete times its id
+// hashes to (daily_report's are 15:14, docs/time.md), and "0 9 ? * FRI#3"
+// the third Fridays.
+func TestPlanShowsHashedAndDayRuleTimes(t *testing.T) {
+	e := newEnv(t)
+	file := e.file("s.yaml", "_id: daily_report\ncron_expr: 'H H * * *'\n---\n_id: payroll\ncron_expr: '0 9 ? * FRI#3'\n")
+	p := e.plan(cli.ExitChangesPending, "-f", file, "--from", "2027-01-01T00:00:00Z")
+	want := map[string][]string{
+		"daily_report": {"2027-01-01T15:14:00Z", "2027-01-02T15:14:00Z", "2027-01-03T15:14:00Z"},
+		"payroll":      {"2027-01-15T09:00:00Z", "2027-02-19T09:00:00Z", "2027-03-19T09:00:00Z"},
+	}
+	if len(p.Changes) != 2 {
+		t.Fatalf("plan: %+v", p)
+	}
+	for _, c := range p.Changes {
+		var got []string
+		for _, f := range c.NextRuns.After {
+			got = append(got, f.At)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want[c.ID]) {
+			t.Errorf("%s: next runs %v, want %v", c.ID, got, want[c.ID])
+		}
+	}
+}

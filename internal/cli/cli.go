@@ -22,7 +22,9 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/cronswap/cronswap/internal/buildinfo"
+	"github.com/cronswap/cronswap/internal/calendar"
 	"github.com/cronswap/cronswap/internal/config"
+	"github.com/cronswap/cronswap/internal/crondialect"
 	"github.com/cronswap/cronswap/internal/logging"
 	"github.com/cronswap/cronswap/schedule"
 )
@@ -45,8 +47,8 @@ func commonFlags() []ucli.Flag {
 	}
 }
 
-// ignoredCommonFlags are commonFlags, hidden, for next and validate: they
-// read no configuration, talk to no server and log nothing, so their help
+// ignoredCommonFlags are commonFlags, hidden, for validate: it reads no
+// configuration, talks to no server and logs nothing, so its help
 // does not list these flags, but they still accept and ignore them, so that
 // a script passing --config to every command keeps working.
 func ignoredCommonFlags() []ucli.Flag {
@@ -86,6 +88,7 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			notificationsCommand(),
 			explainCommand(),
 			blackoutsCommand(),
+			calendarsCommand(),
 			runNowCommand(),
 			backfillCommand(),
 			exportCommand(),
@@ -197,13 +200,18 @@ func runCommand() *ucli.Command {
 func nextCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "next",
-		Usage:     "print the next fire times of a cron expression (no database needed)",
+		Usage:     "print the next fire times of a cron expression (no database needed, but for --exclude)",
 		ArgsUsage: "EXPR",
-		Flags: append(ignoredCommonFlags(), outputFlag(),
+		// --config and --mongo-uri are listed: --exclude reads the
+		// calendars from the database they name.
+		Flags: append(commonFlags(), outputFlag(),
 			&ucli.IntFlag{Name: "n", Value: 5, Usage: "how many fire times, 1 to 1000"},
 			&ucli.StringFlag{Name: "tz", Usage: "IANA time zone of the expression (default UTC)"},
 			&ucli.StringFlag{Name: "dst", Usage: "daylight-saving mode, shift (the default) or plain, as the schedule's dst field"},
 			&ucli.StringFlag{Name: "from", Usage: "list the fire times after this instant, RFC 3339 (default now)"},
+			idFlag(),
+			&ucli.StringSliceFlag{Name: "exclude", Usage: "a calendar whose dates to mark: the fires on them are marked excluded (reads the calendars from the database: --config or --mongo-uri); repeat for more"},
+			&ucli.DurationFlag{Name: "timeout", Value: defaultTimeout, Usage: "with --exclude: how long to wait for the server (exit 2 when it cannot be reached)"},
 		),
 		Action: func(c *ucli.Context) error {
 			if c.NArg() != 1 {
@@ -226,25 +234,50 @@ func nextCommand() *ucli.Command {
 					return ucli.Exit(fmt.Sprintf("--from %q: want an RFC 3339 time like 2027-11-07T00:00:00-04:00", v), ExitUserError)
 				}
 			}
-			sched, loc, err := parseWithTZ(c.Args().First(), c.String("tz"), schedule.ParseOptions{DST: mode})
+			expr, id := c.Args().First(), c.String("id")
+			if id == "" && crondialect.UsesHash(expr) {
+				return ucli.Exit(fmt.Sprintf("%q has H, whose values come from the job id: give it with --id (e.g. cronswap next %q --id daily_report)", expr, expr), ExitUserError)
+			}
+			sched, loc, err := parseWithTZ(expr, c.String("tz"), schedule.ParseOptions{DST: mode, JobID: id})
 			if err != nil {
 				return ucli.Exit(err.Error(), ExitUserError)
 			}
-			times := []fireTime{}
-			for _, f := range schedule.Upcoming(sched, from, n) {
-				times = append(times, newFireTime(f, loc))
-			}
-			if isJSON(c) {
-				return writeJSON(c.App.Writer, times)
-			}
-			for _, ft := range times {
-				if ft.Mark == "" {
-					fmt.Fprintln(c.App.Writer, ft.At)
-				} else {
-					fmt.Fprintf(c.App.Writer, "%s  %s: %s\n", ft.At, ft.Mark, ft.Note)
+			fires := schedule.Upcoming(sched, from, n)
+			show := func(excluded []calendar.Calendar) error {
+				times := []fireTime{}
+				for _, f := range fires {
+					ft := newFireTime(f, loc)
+					for _, cal := range excluded {
+						if day, ok := cal.Holds(f.At, loc); ok {
+							ft.Mark, ft.Calendar = markExcluded, cal.Name
+							ft.Note = fmt.Sprintf("calendar:%s: %s is in calendar %q", cal.Name, day, cal.Name)
+							break
+						}
+					}
+					times = append(times, ft)
 				}
+				if isJSON(c) {
+					return writeJSON(c.App.Writer, times)
+				}
+				for _, ft := range times {
+					if ft.Mark == "" {
+						fmt.Fprintln(c.App.Writer, ft.At)
+					} else {
+						fmt.Fprintf(c.App.Writer, "%s  %s: %s\n", ft.At, ft.Mark, ft.Note)
+					}
+				}
+				return nil
 			}
-			return nil
+			if names := c.StringSlice("exclude"); len(names) > 0 {
+				return withSession(c, true, func(ctx context.Context, s *session) error {
+					excluded, err := excludedBy(ctx, s, names)
+					if err != nil {
+						return err
+					}
+					return show(excluded)
+				})
+			}
+			return show(nil)
 		},
 	}
 }
@@ -256,6 +289,7 @@ func validateCommand() *ucli.Command {
 		ArgsUsage: "EXPR",
 		Flags: append(ignoredCommonFlags(), outputFlag(),
 			&ucli.StringFlag{Name: "tz", Usage: "IANA time zone of the expression (default UTC)"},
+			idFlag(),
 		),
 		Action: func(c *ucli.Context) error {
 			if _, err := outputFormat(c); err != nil {
@@ -264,17 +298,41 @@ func validateCommand() *ucli.Command {
 			if c.NArg() != 1 {
 				return ucli.Exit(`want exactly one EXPR argument, e.g. cronswap validate "0 9 * * *"`, ExitUserError)
 			}
-			expr := c.Args().First()
-			sched, loc, err := parseWithTZ(expr, c.String("tz"), schedule.ParseOptions{})
+			expr, id := c.Args().First(), c.String("id")
+			// Without --id an expression with H is checked for its
+			// syntax only: any id gives its values the same bounds.
+			syntaxOnly := id == "" && crondialect.UsesHash(expr)
+			hashID := id
+			if syntaxOnly {
+				hashID = syntaxOnlyID
+			}
+			sched, loc, err := parseWithTZ(expr, c.String("tz"), schedule.ParseOptions{JobID: hashID})
 			if err != nil {
 				if isJSON(c) {
-					_ = writeJSON(c.App.Writer, validation{Expr: expr, Timezone: c.String("tz"), Valid: false, Error: err.Error()})
+					_ = writeJSON(c.App.Writer, validation{Expr: expr, JobID: id, Timezone: c.String("tz"), Valid: false, Error: err.Error()})
 				}
 				return ucli.Exit("invalid: "+err.Error(), ExitUserError)
 			}
+			v := validation{Expr: expr, JobID: id, Timezone: loc.String(), Valid: true}
+			if syntaxOnly {
+				v.Note = "H takes its values from the job id: give --id to see them and the next fire"
+				if isJSON(c) {
+					return writeJSON(c.App.Writer, v)
+				}
+				fmt.Fprintf(c.App.Writer, "valid syntax; %s\n", v.Note)
+				return nil
+			}
 			next := sched.Next(time.Now()).In(loc).Format(time.RFC3339)
+			v.NextRun = &next
+			if crondialect.UsesHash(expr) {
+				v.Resolved = crondialect.Show(expr, id)
+			}
 			if isJSON(c) {
-				return writeJSON(c.App.Writer, validation{Expr: expr, Timezone: loc.String(), Valid: true, NextRun: &next})
+				return writeJSON(c.App.Writer, v)
+			}
+			if v.Resolved != "" {
+				fmt.Fprintf(c.App.Writer, "valid; for job %q it reads %q; next fire %s\n", id, v.Resolved, next)
+				return nil
 			}
 			fmt.Fprintf(c.App.Writer, "valid; next fire %s\n", next)
 			return nil
@@ -300,6 +358,9 @@ type fireTime struct {
 	// Repeat: the second occurrence of a repeated wall time, run because
 	// the expression is not a fixed time.
 	Repeat bool `json:"repeat,omitempty"`
+	// Calendar is the calendar given with --exclude that holds the
+	// fire's date (mark excluded).
+	Calendar string `json:"calendar,omitempty"`
 }
 
 // Marks of `next`, by what daylight saving did to a fire.
@@ -315,6 +376,8 @@ const (
 	markOnce = "once"
 	// markRepeat: the second occurrence of a repeated wall time, run.
 	markRepeat = "repeat"
+	// markExcluded: a slot on a date of a calendar given with --exclude.
+	markExcluded = "excluded"
 )
 
 // newFireTime is f as `next` shows it, times in loc.
@@ -341,11 +404,28 @@ func newFireTime(f schedule.Fire, loc *time.Location) fireTime {
 
 // validation is the answer of `validate --output json`.
 type validation struct {
-	Expr     string  `json:"expr"`
-	Timezone string  `json:"timezone"`
-	Valid    bool    `json:"valid"`
+	Expr string `json:"expr"`
+	// JobID is --id, which H terms take their values from.
+	JobID    string `json:"job_id,omitempty"`
+	Timezone string `json:"timezone"`
+	Valid    bool   `json:"valid"`
+	// Resolved is the expression with its H terms replaced by the
+	// values they take for JobID.
+	Resolved string  `json:"resolved,omitempty"`
 	NextRun  *string `json:"next_run"`
-	Error    string  `json:"error,omitempty"`
+	// Note says why there is no next run: H without --id.
+	Note  string `json:"note,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// syntaxOnlyID is the job id `validate` hashes H from when it is given
+// none: the values differ from job to job, their bounds do not.
+const syntaxOnlyID = "-"
+
+// idFlag is --id of next and validate: the job id an expression's H terms
+// take their values from.
+func idFlag() ucli.Flag {
+	return &ucli.StringFlag{Name: "id", Usage: "job id that H in EXPR takes its values from (a stable hash of it)"}
 }
 
 // parseWithTZ parses expr in zone tz (UTC when empty) with opts, and

@@ -273,7 +273,7 @@ func releaseLock(ctx context.Context, c *ucli.Context, s *session, id string, st
 		}
 	}
 	err = s.store.ReleaseLock(ctx, id, l.Fence)
-	if errors.Is(err, admin.ErrLockChanged) {
+	if errors.Is(err, record.ErrLockChanged) {
 		return ucli.Exit(fmt.Sprintf("lock of %s changed since it was read (released or taken again); nothing done, look again with `cronswap locks list`", id), ExitUserError)
 	}
 	if err != nil {

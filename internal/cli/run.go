@@ -16,9 +16,11 @@ import (
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/daemon"
 	"github.com/cronswap/cronswap/internal/actions"
+	"github.com/cronswap/cronswap/internal/buildinfo"
 	"github.com/cronswap/cronswap/internal/config"
 	"github.com/cronswap/cronswap/internal/httpapi"
 	"github.com/cronswap/cronswap/internal/notify"
+	"github.com/cronswap/cronswap/internal/tracing"
 )
 
 // runDaemon is `cronswap run` on the embedding API, the same path a Go
@@ -50,9 +52,18 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer ln.Close()
 
+	// Tracing, when the OTEL_* environment configures it; the spans
+	// still buffered are exported when the daemon has stopped.
+	tr, err := tracing.FromEnv(ctx, tracing.Resource{InstanceID: cfg.InstanceID, Version: buildinfo.String()})
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	defer shutdownTracing(tr, log)
+
 	opts := daemonOptions(cfg, log)
 	opts.HTTPToken = os.Getenv(httpapi.EnvToken)
 	opts.HTTPAddr = ln.Addr().String()
+	opts.TracerProvider = tr.Provider()
 	// The status page's actions write through a connection of their own.
 	if uri := cfg.HTTP.WriteMongoURI; uri != "" {
 		page, err := mongo.Connect(options.Client().SetAppName("cronswap-page").
@@ -68,7 +79,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 	}
 	opts.StartedLogAttrs = []slog.Attr{slog.String("mongo_uri", config.RedactURI(cfg.Mongo.URI)),
-		slog.String("http_listen", ln.Addr().String())}
+		slog.String("http_listen", ln.Addr().String()), slog.String("tracing", tracingMode(tr))}
 	s, err := daemon.New(client.Database(cfg.Mongo.Database), opts)
 	if err != nil {
 		return err
@@ -162,6 +173,24 @@ func webhooks(in []notify.Webhook) []daemon.Webhook {
 		out = append(out, daemon.Webhook{Name: w.Name, URL: w.URL, Method: w.Method, Headers: w.Headers})
 	}
 	return out
+}
+
+// tracingMode says how spans are exported: "otlp <protocol>", or "off".
+func tracingMode(tr *tracing.Tracing) string {
+	if tr == nil {
+		return "off"
+	}
+	return "otlp " + tr.Protocol()
+}
+
+// shutdownTracing exports the spans still buffered, waiting a little for
+// the collector.
+func shutdownTracing(tr *tracing.Tracing, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tr.Shutdown(ctx); err != nil {
+		log.Warn("exporting the last spans", "error", err)
+	}
 }
 
 // shutdownHTTP stops the HTTP listener, waiting a little for requests in

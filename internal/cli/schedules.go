@@ -362,7 +362,7 @@ func checkSetFlags(c *ucli.Context, id string, edit *admin.ScheduleEdit) error {
 			loc = l
 		}
 	}
-	var opts schedule.ParseOptions
+	opts := schedule.ParseOptions{JobID: id}
 	if c.IsSet("dst") {
 		v := strings.TrimSpace(c.String("dst"))
 		if v != "" {

@@ -38,7 +38,7 @@ func TestRunnerSubmittedFiresWaitWithoutGoroutines(t *testing.T) {
 		r.Submit(memDue(fmt.Sprintf("j%d", i), slot))
 	}
 	waitUntil(t, "every fire held in a claim batch or waiting for one", func() bool {
-		return int(held.Load())+r.claims.waiting() == n
+		return int(held.Load())+r.claims.Waiting() == n
 	})
 	// The batches out (claimBatchesAtOnce) and the runner's own: a few,
 	// not one per fire.
@@ -62,7 +62,7 @@ func TestRunnerClaimsWaitForEndsToBeWritten(t *testing.T) {
 	var r *Runner
 	var worst atomic.Int64 // the most ends waiting when a claim batch went out
 	store.beforeClaim = func(record.BatchClaim) {
-		w := int64(r.ends.waiting())
+		w := int64(r.ends.Waiting())
 		for {
 			old := worst.Load()
 			if w <= old || worst.CompareAndSwap(old, w) {
@@ -79,7 +79,7 @@ func TestRunnerClaimsWaitForEndsToBeWritten(t *testing.T) {
 	for i := range n {
 		r.Submit(memDue(fmt.Sprintf("j%d", i), slot))
 	}
-	waitUntil(t, "the ends backed up", func() bool { return r.ends.waiting() >= endBacklog })
+	waitUntil(t, "the ends backed up", func() bool { return r.ends.Waiting() >= endBacklog })
 	close(releaseEnds)
 	waitUntil(t, "every fire done", func() bool { return done.Load() == n })
 	if ran.Load() != n {
@@ -168,7 +168,7 @@ func BenchmarkWaitingFireMemory(b *testing.B) {
 	for i := range fires {
 		r.Submit(memDue(fmt.Sprintf("job-%06d", i), slot))
 	}
-	for int(held.Load())+r.claims.waiting() < fires {
+	for int(held.Load())+r.claims.Waiting() < fires {
 		time.Sleep(time.Millisecond)
 	}
 	after := inUse()

@@ -8,14 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
 	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/runstore"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 func lookupString(raw bson.Raw, key string) (string, bool) {

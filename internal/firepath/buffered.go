@@ -1,25 +1,14 @@
 package firepath
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
-	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
 )
-
-// laterOf returns the later of a and b.
-func laterOf(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
 
 // ErrCancelledByOverlap is the cause of a run stopped because a later
 // fire of its cancel_other job replaced it; the run is recorded abandoned.
@@ -47,22 +36,22 @@ const pendingBuffersLimit = 1000
 
 // drainAfter runs, on the goroutine of a run of jobID that just ended and
 // within its admission, the fires buffered behind it, one after another.
-func (r *Runner) drainAfter(jobID string, spec actions.Action) {
-	if !spec.Overlap.Buffers() || r.opts.Store == nil {
+func (r *Runner) drainAfter(jobID string, overlap jobs.Overlap) {
+	if r.opts.Store == nil {
 		return
 	}
 	for !r.stopped() {
-		run, ok := r.takeBuffered(jobID, spec.Overlap)
-		if !ok {
+		f := r.bufferedFire(jobID, overlap, true)
+		r.startWait(f)
+		if !f.won {
 			return
 		}
-		r.runBuffered(run, func() {})
 	}
 }
 
 // drainSoon takes up the fires buffered on jobID's lock on a goroutine of
-// its own (admitted by the gate like a fire), unless this replica is doing
-// so already.
+// its own (each admitted by the gate like a fire), unless this replica is
+// doing so already.
 func (r *Runner) drainSoon(jobID string, overlap jobs.Overlap) {
 	if r.opts.Store == nil {
 		return
@@ -86,15 +75,11 @@ func (r *Runner) drainSoon(jobID string, overlap jobs.Overlap) {
 			r.mu.Unlock()
 		}()
 		for !r.stopped() {
-			run, ok := r.takeBuffered(jobID, overlap)
-			if !ok {
+			f := r.bufferedFire(jobID, overlap, false)
+			r.startWait(f)
+			if !f.won {
 				return
 			}
-			release, ok := r.admitBuffered(run)
-			if !ok {
-				return
-			}
-			r.runBuffered(run, release)
 		}
 	}()
 }
@@ -120,60 +105,54 @@ func (r *Runner) drainPending() {
 	for _, id := range ids {
 		// The policy is the action's; the lock does not say which action
 		// a job runs, so any buffering policy of this config stands in
-		// for the lease (they renew and end alike). The record names the
-		// action that runs.
+		// for the lease (they renew and end alike) until the record says
+		// which action runs.
 		r.drainSoon(id, policies[0])
 	}
 }
 
-// takeBuffered takes the lock of jobID for its first buffered fire.
-func (r *Runner) takeBuffered(jobID string, overlap jobs.Overlap) (*record.BufferedRun, bool) {
+// takeBuffered is the claim of a buffered fire: the lock of its job for
+// the first fire waiting on it, whose record says the schedule it came
+// due under (and so the action that runs).
+func (r *Runner) takeBuffered(f *fire, then func(claimAnswer)) {
 	ctx, cancel := r.opCtx()
-	defer cancel()
-	run, err := r.opts.Store.TakeBuffered(ctx, jobID, record.BufferTake{Instance: r.opts.InstanceID,
-		Incarnation: r.opts.Incarnation, Overlap: overlap, Clock: r.clock.Now, TTL: r.opts.TTL})
+	run, err := r.opts.Store.TakeBuffered(ctx, f.jobID(), record.BufferTake{Instance: r.opts.InstanceID,
+		Incarnation: r.opts.Incarnation, Overlap: f.overlap, Clock: r.clock.Now, TTL: r.opts.TTL})
+	cancel()
 	if err != nil {
-		r.log.Warn("could not take a buffered fire; another replica or the next look takes it", "job_id", jobID, "error", err)
-		return nil, false
+		f.logger(r.log).Warn("could not take a buffered fire; another replica or the next look takes it", "error", err)
 	}
 	if run == nil {
-		return nil, false
+		then(claimAnswer{nothing: true})
+		return
 	}
-	if spec, ok := r.opts.Registry.Lookup(run.ActionName(jobID)); ok {
-		run.Lease.Overlap = spec.Overlap
+	f.due = schedule.Due{Schedule: run.Schedule, Slot: run.Lease.Slot}
+	if a, ok := r.opts.Registry.Lookup(run.Schedule.ActionName()); ok {
+		run.Lease.Overlap = a.Overlap
 	}
-	return run, true
+	f.logger(r.log).Info("buffered fire taken up", "overlap", run.Lease.Overlap, "off_schedule", run.Lease.OffSchedule)
+	then(claimAnswer{ClaimOutcome: record.ClaimOutcome{Result: record.Acquired, Lease: run.Lease}})
 }
 
-// admitBuffered waits for the gate for a taken buffered fire, its lease
-// kept meanwhile; a fire that cannot be admitted is recorded missed.
-func (r *Runner) admitBuffered(run *record.BufferedRun) (func(), bool) {
-	ctx, cancel := context.WithCancelCause(r.ctx)
-	defer cancel(nil)
-	r.leases.hold(run.Lease, cancel)
-	release, err := r.gate.Acquire(ctx, run.Category)
-	r.leases.forget(run.Lease.RunID)
-	if err == nil {
-		return release, true
+// report tells RunnerOptions.Requests how the off-schedule run f, which
+// waited on its job's lock, ended (or could not start): the replica that
+// handled its request returned from RunOffSchedule long before.
+func (r *Runner) report(f *fire) {
+	l := f.lease
+	if !f.kind.reports || !l.OffSchedule || r.opts.Requests == nil || f.result == nil {
+		return
 	}
-	reason := NotRunShuttingDown
-	if errors.Is(err, ErrGateFull) {
-		reason = NotRunQueueFull
+	res := *f.result
+	res.Lease = l
+	ctx, cancel := r.opCtx()
+	defer cancel()
+	if err := r.opts.Requests.BufferedEnded(ctx, l, res, r.clock.Now()); err != nil {
+		f.logger(r.log).Warn("could not report a buffered run's end to its request", "status", res.Status, "error", err)
 	}
-	l := run.Lease
-	r.log.Info("buffered fire not started", "job_id", l.JobID, "scheduled_at", l.Slot, "run_id", l.RunID, "reason", reason)
-	r.notRun(l.JobID, l.Slot, reason)
-	end := record.LeaseEnd{Lease: l, End: record.RunEnd{Status: record.StatusMissed, EndedAt: r.clock.Now(), Reason: reason,
-		Error: "buffered fire not started: " + reason}}
-	if err := r.ends.submit(end); err != nil && !errors.Is(err, record.ErrLockLost) {
-		r.leases.retryEnd(end)
-	}
-	r.reportEnded(l, OffScheduleResult{Status: record.StatusMissed, NotRun: reason, Error: end.End.Error})
-	return nil, false
 }
 
-// reportStarted tells RunnerOptions.Requests that the buffered
-// off-schedule run l starts.
+// reportStarted tells RunnerOptions.Requests that the off-schedule run
+// under l, which waited on its job's lock, starts.
 func (r *Runner) reportStarted(l record.Lease) {
 	if !l.OffSchedule || r.opts.Requests == nil {
 		return
@@ -186,65 +165,12 @@ func (r *Runner) reportStarted(l record.Lease) {
 	}
 }
 
-// reportEnded tells RunnerOptions.Requests how the buffered off-schedule
-// run l ended.
-func (r *Runner) reportEnded(l record.Lease, res OffScheduleResult) {
-	if !l.OffSchedule || r.opts.Requests == nil {
-		return
-	}
-	res.Lease = l
-	ctx, cancel := r.opCtx()
-	defer cancel()
-	if err := r.opts.Requests.BufferedEnded(ctx, l, res, r.clock.Now()); err != nil {
-		r.log.Warn("could not report a buffered run's end to its request", "job_id", l.JobID,
-			"scheduled_at", l.Slot, "run_id", l.RunID, "status", res.Status, "error", err)
-	}
-}
-
-// runBuffered runs a taken buffered fire under its lease, then release.
-func (r *Runner) runBuffered(run *record.BufferedRun, release func()) {
-	defer release()
-	l := run.Lease
-	d := schedule.Due{Schedule: schedule.Schedule{ID: l.JobID, Enabled: true, Job: run.Action, Args: run.Args,
-		Category: run.Category}, Slot: l.Slot}
-	f := r.newFire(d, l)
-	log := r.log.With("job_id", f.JobID, "scheduled_at", f.Slot, "run_id", f.RunID, "fence", f.Fence)
-	spec, ok := r.opts.Registry.Lookup(run.ActionName(l.JobID))
-	if !ok {
-		err := fmt.Errorf("job %s: %w %q", l.JobID, actions.ErrUnknownAction, run.ActionName(l.JobID))
-		log.Error("buffered fire names an unknown action", "action", run.ActionName(l.JobID))
-		now := r.clock.Now()
-		r.finish(log, d, actions.Action{}, l, record.StatusFailed, err, actions.Output{}, now, now)
-		r.runEnded(l.JobID, record.StatusFailed)
-		r.reportEnded(l, OffScheduleResult{Ran: true, Status: record.StatusFailed, Error: err.Error()})
-		if r.opts.Done != nil {
-			r.opts.Done(f, err, 0)
-		}
-		return
-	}
-	log.Info("buffered fire taken up", "overlap", spec.Overlap, "off_schedule", l.OffSchedule)
-	if r.retriesLocal(spec) && !l.OffSchedule {
-		l.Attempt = 1 // a buffered fire's slot is retried like any other
-		f.Attempt = 1
-	}
-	r.reportStarted(l)
-	took, err := r.execute(log, d, spec, f, &l)
-	res := OffScheduleResult{Ran: true, Status: offScheduleStatus(err)}
-	if err != nil {
-		res.Error = err.Error()
-	}
-	r.reportEnded(l, res)
-	if r.opts.Done != nil {
-		r.opts.Done(f, err, took)
-	}
-}
-
 // bufferedClaim handles a claim whose fire was buffered: a run of this
 // replica that the fire asked to stop is stopped at once, and when the
 // lock may have no live holder the fire is taken up here.
-func (r *Runner) bufferedClaim(log *slog.Logger, id string, spec actions.Action, o record.ClaimOutcome) {
+func (r *Runner) bufferedClaim(log *slog.Logger, id string, overlap jobs.Overlap, o record.ClaimOutcome) {
 	log.Info("fire buffered", "reason", o.Reason, "holder", o.Holder, "holder_run_id", o.HolderRunID,
-		"overlap", spec.Overlap)
+		"overlap", overlap)
 	if o.CancelRunID != "" {
 		r.leases.cancelRun(o.CancelRunID, o.Lease.RunID)
 	}
@@ -252,7 +178,7 @@ func (r *Runner) bufferedClaim(log *slog.Logger, id string, spec actions.Action,
 		// No live holder (the fire waits behind others), or this
 		// replica's own run, which takes it up when it ends — unless it
 		// ended meanwhile: a look costs one find.
-		r.drainSoon(id, spec.Overlap)
+		r.drainSoon(id, overlap)
 	}
 }
 

@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/jobs"
-	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // reportLog is a RequestReporter that keeps what it was told.

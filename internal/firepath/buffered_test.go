@@ -354,7 +354,7 @@ func TestFirePathBufferedFireKeepsWhatItNamed(t *testing.T) {
 	s2, s3 := slot.Add(2*time.Second), slot.Add(3*time.Second)
 	other := e.replica("other", "o1")
 	held := other.claimOne(t, record.FireClaim{JobID: "k", Slot: s2, Overlap: jobs.OverlapBufferOne}, time.Now(), record.Acquired)
-	other.claimOne(t, record.FireClaim{JobID: "k", Slot: s3, Overlap: jobs.OverlapBufferOne, Action: "gone"}, time.Now(), record.Buffered)
+	other.claimOne(t, record.FireClaim{JobID: "k", Slot: s3, Overlap: jobs.OverlapBufferOne, Schedule: &schedule.Schedule{ID: "k", Job: "gone"}}, time.Now(), record.Buffered)
 	other.end(t, held.Lease, time.Now())
 	r2.drainSoon("k", jobs.OverlapBufferOne)
 	waitFor(t, 10*time.Second, "the buffered fire of an unknown action recorded", func() bool {

@@ -5,166 +5,82 @@ import (
 	"errors"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/record"
-	"github.com/cronswap/cronswap/schedule"
 )
 
-// claim takes the fire through a claim batch and calls then with its
-// outcome: the lease and true when this replica is to run the fire (its
-// running record is written). A fire waiting for its batch holds no
-// goroutine: claim returns once the fire is queued, and then runs on a
-// goroutine of its own when the batch answers (on the caller's when the
-// fire was not queued). A claim that could not reach the database is
-// tried again (RunnerOptions.ClaimRetry) while the fire can still start
-// in time; check says this replica does not own the job. then is called
-// exactly once.
-func (r *Runner) claim(d schedule.Due, deadline time.Duration, spec actions.Action, check bool, then func(record.Lease, bool)) {
-	fc := claimRequest{FireClaim: record.FireClaim{JobID: d.Schedule.ID, Slot: d.Slot.UTC(), Overlap: spec.Overlap, Check: check},
-		startBy: d.At().Add(deadline)}
-	if spec.Overlap.Buffers() {
-		fc.Action, fc.Args, fc.Category = d.Schedule.ActionName(), d.Schedule.Args, d.Schedule.Category
+// claimInBatch claims f in the next claim batch, and calls then with the
+// answer on a goroutine of its own: a fire waiting for its batch holds no
+// goroutine. A claim that could not reach the database is tried again
+// (RunnerOptions.ClaimRetry) while the fire can still start in time, when
+// its kind says so.
+func (r *Runner) claimInBatch(f *fire, then func(claimAnswer)) {
+	req := claimRequest{FireClaim: r.fireClaim(f), startBy: f.startBy, trace: f.trace}
+	if f.claimWait == 0 {
+		f.claimWait = r.opts.ClaimRetry
 	}
-	c := &claimTry{r: r, d: d, deadline: deadline, spec: spec, req: fc, wait: r.opts.ClaimRetry, then: then}
-	c.submit()
-}
-
-// claimTry is one fire's claim in progress, across its tries.
-type claimTry struct {
-	r        *Runner
-	d        schedule.Due
-	deadline time.Duration
-	spec     actions.Action
-	req      claimRequest
-	// wait is the wait before the next try after an unreachable database;
-	// retried is set once a try was made again.
-	wait    time.Duration
-	retried bool
-	then    func(record.Lease, bool)
-}
-
-// submit queues the claim for the next batch; a full queue drops the fire.
-func (c *claimTry) submit() {
-	if c.r.claims.enqueue(c.req, c.r.opts.QueueLimit, c.answered) {
-		return
-	}
-	// The database is not keeping up: the fires waiting for a claim batch
-	// are bounded like those waiting for admission, so memory stays
-	// bounded under a backlog.
-	c.r.drop(c.d, c.deadline, NotRunQueueFull, "fire not claimed: the queue of fires waiting for a claim is full")
-	c.then(record.Lease{}, false)
-}
-
-// answered takes the batch's answer o: the claim is tried again, or
-// settled.
-func (c *claimTry) answered(o record.ClaimOutcome) {
-	if h := c.r.opts.Hooks.Claimed; h != nil {
-		if o.Err != nil {
-			h(c.req.JobID, "error")
-		} else {
-			h(c.req.JobID, o.Result.String())
+	answered := func(o record.ClaimOutcome) {
+		if h := r.opts.Hooks.Claimed; h != nil {
+			if o.Err != nil {
+				h(req.JobID, "error")
+			} else {
+				h(req.JobID, o.Result.String())
+			}
 		}
+		if o.Err == nil {
+			r.dbAnswered.Store(true)
+		} else if r.claimAgain(f, o, then) {
+			return
+		}
+		then(claimAnswer{ClaimOutcome: o})
 	}
-	if c.again(o) {
-		return
+	// The answer is taken on a goroutine of its own: the batch's goroutine
+	// answers the other fires of the batch meanwhile.
+	ok := r.claims.TryEnqueue(req, r.opts.QueueLimit, func(o record.ClaimOutcome) { go answered(o) })
+	if !ok {
+		then(claimAnswer{notQueued: true})
 	}
-	c.then(c.settle(o))
 }
 
-// again reports whether the claim goes on after the answer o: the
+// fireClaim is what f asks of its claim batch: its slot (or an off-schedule
+// run's own identity, its fence the claim time), the policy it claims
+// under, whether it checks for the owner's record first, and, when it may
+// wait on the lock, the schedule it came due under.
+func (r *Runner) fireClaim(f *fire) record.FireClaim {
+	o := f.action.Overlap
+	fc := record.FireClaim{JobID: f.jobID(), Slot: f.due.Slot.UTC(), Overlap: o, Check: !f.owner, Blackout: f.blackout}
+	if f.runID != "" {
+		fc.RunID, fc.Fence, fc.OffSchedule = f.runID, r.clock.Now().UnixMilli(), true
+		fc.Buffer = f.mayWait && o.Buffers()
+	}
+	if o.Buffers() && (!fc.OffSchedule || fc.Buffer) {
+		fc.Schedule = &f.due.Schedule
+	}
+	return fc
+}
+
+// claimAgain reports whether f's claim goes on after the answer o: the
 // database could not be reached and a retry still fits before the fire's
 // deadline (the wait is on this goroutine, then the fire is queued
 // again), or the runner stopped during that wait (the fire is dropped).
-func (c *claimTry) again(o record.ClaimOutcome) bool {
-	r, d := c.r, c.d
-	if o.Err == nil {
-		r.dbAnswered.Store(true)
+func (r *Runner) claimAgain(f *fire, o record.ClaimOutcome, then func(claimAnswer)) bool {
+	wait := f.claimWait
+	if !f.kind.retryClaim || errors.Is(o.Err, record.ErrOutcomeUnknown) || !errors.Is(o.Err, record.ErrUnreachable) ||
+		wait <= 0 || r.clock.Now().Add(wait).After(f.startBy) {
 		return false
 	}
-	if errors.Is(o.Err, record.ErrOutcomeUnknown) {
-		// The record may have landed as this replica's: it is turned
-		// into a missed record once the database answers again, and the
-		// fire is not tried again (a retry would find the record and
-		// could not tell it was ours to run).
-		l := o.Lease
-		if l.RunID == "" {
-			l = record.Lease{JobID: c.req.JobID, RunID: record.RunID(c.req.JobID, c.req.Slot), Instance: r.opts.InstanceID,
-				Incarnation: r.opts.Incarnation, Slot: c.req.Slot, Overlap: c.spec.Overlap}
-		}
-		r.leases.disown(l)
-		return false
-	}
-	wait := c.wait
-	if !errors.Is(o.Err, record.ErrUnreachable) || wait <= 0 || r.clock.Now().Add(wait).After(d.At().Add(c.deadline)) {
-		return false
-	}
-	r.log.Warn("could not reach the database to claim the fire; trying again", "job_id", c.req.JobID,
-		"scheduled_at", c.req.Slot, "error", o.Err, "retry_in", wait)
-	c.wait = min(2*wait, r.opts.OpTimeout)
-	c.retried = true
+	f.logger(r.log).Warn("could not reach the database to claim the fire; trying again", "error", o.Err, "retry_in", wait)
+	f.claimWait = min(2*wait, r.opts.OpTimeout)
+	f.claimRetried = true
 	t := time.NewTimer(wait)
 	select {
 	case <-t.C:
-		c.submit()
+		r.claimInBatch(f, then)
 	case <-r.stop:
 		t.Stop()
-		r.drop(d, c.deadline, NotRunShuttingDown, "shutting down; fire not claimed")
-		c.then(record.Lease{}, false)
+		r.notStarted(f, NotRunShuttingDown, "shutting down; fire not claimed")
+		then(claimAnswer{nothing: true})
 	}
 	return true
-}
-
-// settle ends the claim with its last answer o: the lease and true when
-// this replica runs the fire.
-func (c *claimTry) settle(o record.ClaimOutcome) (record.Lease, bool) {
-	r, d, deadline, spec := c.r, c.d, c.deadline, c.spec
-	id, slot := c.req.JobID, c.req.Slot
-	log := r.log.With("job_id", id, "scheduled_at", slot)
-	if o.Err != nil {
-		reason := NotRunClaimError
-		switch {
-		case errors.Is(o.Err, record.ErrUnreachable):
-			reason = NotRunUnreachable
-		case errors.Is(o.Err, errClaimTooLate):
-			reason = NotRunStartingDeadline
-		}
-		reason = r.dropReason(d, deadline, reason)
-		log.Warn("fire not run: could not claim it", "reason", reason, "error", o.Err)
-		r.drop(d, deadline, reason, "")
-		return record.Lease{}, false
-	}
-	if len(o.Repaired) > 0 {
-		log.Warn("lock document was damaged; repaired before claiming", "damage", o.Repaired)
-	}
-	switch o.Result {
-	case record.AlreadyFired:
-		log.Debug("fire claimed elsewhere")
-		if c.retried || r.late(d, deadline) {
-			// An earlier try may have been refused without an answer, or
-			// the answer came after the deadline: if no replica recorded
-			// the slot, it is recorded missed once nothing can start it.
-			reason := r.dropReason(d, deadline, record.MissedUnreachable)
-			r.queueMissed(d.Schedule, d.Delay, record.MissedRange{JobID: id, From: slot, To: slot, Count: 1, Reason: reason})
-		}
-		return record.Lease{}, false
-	case record.Skipped:
-		log.Info("fire skipped", "reason", o.Reason, "holder", o.Holder, "holder_run_id", o.HolderRunID)
-		r.runEnded(id, record.StatusSkipped)
-		if spec.Overlap.Buffers() && o.Holder == "" {
-			r.drainSoon(id, spec.Overlap) // fires may wait on a lock no live run holds
-		}
-		return record.Lease{}, false
-	case record.Buffered:
-		r.bufferedClaim(log, id, spec, o)
-		return record.Lease{}, false
-	}
-	if c.req.Check {
-		log.Info("fire claimed for its owner, which had not claimed it within the grace")
-		if h := r.opts.Hooks.OwnerTakeover; h != nil {
-			h(id)
-		}
-	}
-	return o.Lease, true
 }
 
 // claimRequest is one fire for the claim batcher: the fire and when it
@@ -172,6 +88,9 @@ func (c *claimTry) settle(o record.ClaimOutcome) (record.Lease, bool) {
 type claimRequest struct {
 	record.FireClaim
 	startBy time.Time
+	// trace is the fire's (nil: not traced): its claim's span is linked to
+	// the span of the batch that carries it.
+	trace *fireTrace
 }
 
 // claimBatch claims a batch of fires in one store call, after checking
@@ -217,11 +136,13 @@ func (r *Runner) claimBatch(reqs []claimRequest) []record.ClaimOutcome {
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
 	r.leases.beforeClaim(ctx)
+	batchSpan := r.traceBatch(reqs, sent)
 	start := r.clock.Now()
 	got := r.opts.Store.ClaimBatch(ctx, record.BatchClaim{Fires: fires, Instance: r.opts.InstanceID,
 		Incarnation: r.opts.Incarnation, Now: r.clock.Now(), TTL: r.opts.TTL})
 	end := r.clock.Now()
 	took := end.Sub(start)
+	endSpan(batchSpan, nil)
 	r.latency.observe(end, took)
 	if h := r.opts.Hooks.ClaimBatch; h != nil {
 		h(len(fires), took)
@@ -276,7 +197,7 @@ func (r *Runner) waitForEnds(reqs []claimRequest) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), last.Sub(r.clock.Now()))
 	defer cancel()
-	r.ends.waitFewer(ctx, endBacklog)
+	r.ends.WaitFewer(ctx, endBacklog)
 }
 
 // errClaimTooLate answers a fire whose starting deadline passed while it
@@ -286,3 +207,11 @@ var errClaimTooLate = errors.New("starting deadline passed before the claim coul
 // minClaimBudget is the least time a claim batch is given, even for
 // fires about to pass their deadline: one round trip and a read-back.
 const minClaimBudget = 200 * time.Millisecond
+
+// laterOf returns the later of a and b.
+func laterOf(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

@@ -13,11 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
-	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // zoneType is one local time type of a synthetic time zone.

@@ -3,10 +3,8 @@ package firepath
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 )
@@ -90,142 +88,25 @@ type OffScheduleResult struct {
 	NotRun string
 }
 
-// RunOffSchedule takes f through the fire path and returns when it is
-// done. It runs on the caller's goroutine (one per fire, like Fire). The
-// run's record is f.RunID at f.Slot; its fence is the claim time in Unix
-// milliseconds, above the fence of every earlier acquisition of the lock
-// (the claim takes the lock only then), and its run id is what the action
-// sees as CRONSWAP_RUN_ID. A Runner without a store cannot coordinate
-// replicas and refuses it.
-func (r *Runner) RunOffSchedule(f OffScheduleFire) OffScheduleResult {
-	deadline := f.Deadline
+// RunOffSchedule takes of through the fire path, as a fire of its own
+// kind, and returns when it is done. It runs on the caller's goroutine
+// (one per fire, like Fire). The run's record is of.RunID at of.Slot; its
+// fence is the claim time in Unix milliseconds, above the fence of every
+// earlier acquisition of the lock (the claim takes the lock only then),
+// and its run id is what the action sees as CRONSWAP_RUN_ID. A Runner
+// without a store cannot coordinate replicas and refuses it.
+func (r *Runner) RunOffSchedule(of OffScheduleFire) OffScheduleResult {
+	deadline := of.Deadline
 	if deadline <= 0 {
 		deadline = DefaultOffScheduleDeadline
 	}
-	d := schedule.Due{Schedule: f.Schedule, Slot: f.Slot.UTC()}
-	id := f.Schedule.ID
-	log := r.log.With("job_id", id, "run_id", f.RunID, "scheduled_at", d.Slot)
-	if r.opts.Store == nil {
-		return OffScheduleResult{NotRun: NotRunClaimError, Error: "no store to claim the run in"}
-	}
-	r.mu.Lock()
-	if r.stopping {
-		r.mu.Unlock()
-		return OffScheduleResult{NotRun: NotRunShuttingDown, Error: "shutting down"}
-	}
-	r.running.Add(1)
-	r.mu.Unlock()
-	defer r.running.Done()
-
-	spec, ok := r.opts.Registry.Lookup(f.Schedule.ActionName())
-	if !ok {
-		err := fmt.Errorf("job %s: %w %q", id, actions.ErrUnknownAction, f.Schedule.ActionName())
-		log.Error("off-schedule run names an unknown action", "action", f.Schedule.ActionName())
-		return OffScheduleResult{NotRun: NotRunUnknownAction, Error: err.Error()}
-	}
-	startBy := f.Offered.Add(deadline)
-	owner := r.opts.Owns == nil || r.opts.Owns(id)
-	if !owner {
-		t := time.NewTimer(time.Until(f.Offered.Add(r.claimGrace(deadline))))
-		select {
-		case <-t.C:
-		case <-r.stop:
-			t.Stop()
-			return OffScheduleResult{NotRun: NotRunShuttingDown, Error: "shutting down"}
-		}
-	}
-	// The gate counts from the fire's due time; an off-schedule fire is
-	// due when it was offered.
-	gd := schedule.Due{Schedule: f.Schedule, Slot: f.Offered}
-	actx, cancel := context.WithDeadline(context.Background(), startBy)
-	release, err := r.gate.Acquire(actx, f.Schedule.Category)
-	cancel()
-	if err != nil {
-		reason := NotRunStartingDeadline
-		switch {
-		case errors.Is(err, ErrGateFull):
-			reason = NotRunQueueFull
-		case errors.Is(err, ErrGateClosed) || r.stopped():
-			reason = NotRunShuttingDown
-		}
-		r.notRun(id, d.Slot, reason)
-		return OffScheduleResult{NotRun: reason, Error: "not admitted: " + err.Error()}
-	}
-	defer release()
-	fc := record.FireClaim{JobID: id, Slot: d.Slot, Overlap: spec.Overlap, Check: !owner,
-		RunID: f.RunID, Fence: r.clock.Now().UnixMilli(), OffSchedule: true}
-	if f.Buffer && spec.Overlap.Buffers() {
-		fc.Buffer = true
-		fc.Action, fc.Args, fc.Category = f.Schedule.ActionName(), f.Schedule.Args, f.Schedule.Category
-	}
-	o, queued := r.claims.submitBounded(claimRequest{FireClaim: fc, startBy: startBy}, r.opts.QueueLimit)
-	if !queued {
-		r.notRun(id, d.Slot, NotRunQueueFull)
-		return OffScheduleResult{NotRun: NotRunQueueFull, Error: "the queue of fires waiting for a claim is full"}
-	}
-	if h := r.opts.Hooks.Claimed; h != nil {
-		if o.Err != nil {
-			h(id, "error")
-		} else {
-			h(id, o.Result.String())
-		}
-	}
-	if o.Err != nil {
-		reason := NotRunClaimError
-		if errors.Is(o.Err, record.ErrUnreachable) {
-			reason = NotRunUnreachable
-		}
-		if errors.Is(o.Err, record.ErrOutcomeUnknown) {
-			// The record may have landed as this replica's: it becomes a
-			// missed record once the database answers, like a cron fire's.
-			l := o.Lease
-			if l.RunID == "" {
-				l = record.Lease{JobID: id, RunID: f.RunID, Instance: r.opts.InstanceID, Incarnation: r.opts.Incarnation,
-					Slot: d.Slot, Overlap: spec.Overlap}
-			}
-			r.leases.disown(l)
-		}
-		log.Warn("off-schedule run not started: could not claim it", "reason", reason, "error", o.Err)
-		r.notRun(id, d.Slot, reason)
-		return OffScheduleResult{NotRun: reason, Error: o.Err.Error()}
-	}
-	switch o.Result {
-	case record.AlreadyFired:
-		log.Debug("off-schedule run claimed elsewhere", "reason", o.Reason)
-		return OffScheduleResult{AlreadyFired: true, Error: o.Reason}
-	case record.Skipped:
-		log.Info("off-schedule run skipped", "reason", o.Reason, "holder", o.Holder, "holder_run_id", o.HolderRunID)
-		r.runEnded(id, record.StatusSkipped)
-		if spec.Overlap.Buffers() && o.Holder == "" {
-			r.drainSoon(id, spec.Overlap) // fires may wait on a lock no live run holds
-		}
-		return OffScheduleResult{Status: record.StatusSkipped, Error: o.Reason}
-	case record.Buffered:
-		r.bufferedClaim(log, id, spec, o)
-		return OffScheduleResult{Status: record.StatusBuffered, Error: o.Reason, Lease: o.Lease}
-	}
-	lease := o.Lease
-	fire := r.newFire(d, lease)
-	log = log.With("fence", fire.Fence)
-	if spec.Overlap.Buffers() {
-		// Fires buffered behind this run are taken up once it ended, on
-		// a goroutine of their own: the caller learns of this run's end
-		// without waiting for theirs.
-		defer r.drainSoon(id, spec.Overlap)
-	}
-	if r.clock.Now().After(startBy) {
-		r.missClaimed(log, gd, deadline, lease)
-		return OffScheduleResult{NotRun: NotRunStartingDeadline, Error: "claimed after its starting deadline"}
-	}
-	if f.Started != nil {
-		f.Started(lease)
-	}
-	_, runErr := r.execute(log, gd, spec, fire, &lease)
-	res := OffScheduleResult{Ran: true, Lease: lease, Status: offScheduleStatus(runErr)}
-	if runErr != nil {
-		res.Error = runErr.Error()
-	}
-	return res
+	// Its lateness and deadline count from when it was offered.
+	d := schedule.Due{Schedule: of.Schedule, Slot: of.Slot.UTC(), Delay: of.Offered.Sub(of.Slot)}
+	f := &fire{kind: kindOffSchedule, due: d, deadline: deadline, startBy: of.Offered.Add(deadline),
+		owner: r.owns(of.Schedule.ID), runID: of.RunID, mayWait: of.Buffer, started: of.Started,
+		result: &OffScheduleResult{}}
+	r.startWait(f)
+	return *f.result
 }
 
 // offScheduleStatus is the status execute recorded for a run that ended

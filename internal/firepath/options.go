@@ -1,8 +1,11 @@
 package firepath
 
 import (
+	"context"
 	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/record"
@@ -28,10 +31,11 @@ const NotRunPaused = record.MissedPaused
 // are called synchronously and must be quick.
 type Hooks struct {
 	// Dispatched is called when a fire's action starts (after its claim),
-	// with when the fire was due (its slot plus its planned jitter,
-	// schedule.Due.At) and the time; at minus due is the fire's start
-	// lateness.
-	Dispatched func(jobID string, due, at time.Time)
+	// with the action's context (holding the run's span when the fire is
+	// traced), the schedule's category, when the fire was due (its slot plus
+	// its planned jitter, schedule.Due.At) and the time; at minus due is
+	// the fire's start lateness.
+	Dispatched func(ctx context.Context, jobID, category string, due, at time.Time)
 	// Claimed is called after each claim with its result (ClaimResult's
 	// String, or "error").
 	Claimed func(jobID string, result string)
@@ -51,7 +55,21 @@ type Hooks struct {
 	// Missed is called for each missed record this replica wrote, with
 	// the number of slots it covers.
 	Missed func(jobID, reason string, slots int64)
+	// Skipped is called, after RunEnded, for a fire recorded skipped, with
+	// why (SkipReasons).
+	Skipped func(jobID, reason string)
 }
+
+// Reasons a fire is recorded skipped, as passed to Hooks.Skipped.
+const (
+	// SkipOverlap: the job's lock was held by a live run (overlap skip).
+	SkipOverlap = "overlap"
+	// SkipBlackout: the slot fell in a blackout window.
+	SkipBlackout = "blackout"
+)
+
+// SkipReasons lists every reason passed to Hooks.Skipped.
+var SkipReasons = []string{SkipOverlap, SkipBlackout}
 
 // Reasons a fire was not run, as passed to Hooks.NotRun. Those that are
 // also reasons of missed records are the same strings.
@@ -62,6 +80,10 @@ const (
 	NotRunStartingDeadline = record.MissedStartingDeadline
 	NotRunQueueFull        = record.MissedQueueFull
 )
+
+// NotRunReasons lists every reason passed to Hooks.NotRun.
+var NotRunReasons = []string{NotRunUnreachable, NotRunClaimError, NotRunShuttingDown, NotRunStartingDeadline,
+	NotRunQueueFull, NotRunPaused}
 
 // Defaults of RunnerOptions: what a zero field means.
 const (
@@ -202,6 +224,15 @@ type RunnerOptions struct {
 	// requests) this replica takes from a lock's buffer and runs, so that
 	// the request learns their outcome whichever replica buffered it.
 	Requests RequestReporter
+
+	// Tracer, when set, makes a trace of every fire (trace.go): its root
+	// span with the admission, claim, run and end write as children, a
+	// span per claim batch, the action handed the run's span. Nil traces
+	// nothing and costs nothing.
+	Tracer trace.Tracer
+	// ArmedBy, when set, returns the span of the schedule change that
+	// armed a job's timer, which the job's fires link to.
+	ArmedBy func(jobID string) (trace.SpanContext, bool)
 }
 
 // Clock is where the fire path reads "now" for leases and run times. Slots

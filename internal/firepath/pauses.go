@@ -2,50 +2,47 @@ package firepath
 
 import (
 	"log/slog"
-	"time"
 
-	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/record"
-	"github.com/cronswap/cronswap/schedule"
 )
 
-// paused reports whether d's job is paused after failures (one read, only
-// for actions with PauseAfterFailures): its fire is then not run, and is
+// paused reports whether f's job is paused after failures (one read, only
+// for actions with PauseAfterFailures): the fire is then not run, and is
 // recorded missed (MissedPaused). A read that fails lets the fire go on
 // to its claim, which fails the same way when the database is gone.
-func (r *Runner) paused(d schedule.Due, deadline time.Duration, spec actions.Action) bool {
-	if r.opts.Store == nil || spec.PauseAfterFailures <= 0 {
+func (r *Runner) paused(f *fire) bool {
+	if r.opts.Store == nil || f.action.PauseAfterFailures <= 0 {
 		return false
 	}
+	log := f.logger(r.log)
 	ctx, cancel := r.opCtx()
-	p, paused, err := r.opts.Store.Paused(ctx, d.Schedule.ID)
+	p, paused, err := r.opts.Store.Paused(ctx, f.jobID())
 	cancel()
 	if err != nil {
-		r.log.Warn("could not read the job's pause; claiming the fire", "job_id", d.Schedule.ID,
-			"scheduled_at", d.Slot.UTC(), "error", err)
+		log.Warn("could not read the job's pause; claiming the fire", "error", err)
 		return false
 	}
 	if !paused {
 		return false
 	}
-	r.log.Info("fire not run: the job is paused after consecutive failures", "job_id", d.Schedule.ID,
-		"scheduled_at", d.Slot.UTC(), "paused_at", p.PausedAt, "note", p.Note)
-	r.drop(d, deadline, NotRunPaused, "")
+	log.Info("fire not run: the job is paused after consecutive failures", "paused_at", p.PausedAt, "note", p.Note)
+	r.notStarted(f, NotRunPaused, "")
 	return true
 }
 
-// afterEnd follows a run's end once it is written: a retrying attempt
-// gets its local timer, and a failed slot of an action with
+// afterEnd follows the end of f's run once it is written: a retrying
+// attempt gets its local timer, and a failed slot of an action with
 // PauseAfterFailures may pause its job.
-func (r *Runner) afterEnd(log *slog.Logger, d schedule.Due, spec actions.Action, l record.Lease, end record.RunEnd) {
+func (r *Runner) afterEnd(log *slog.Logger, f *fire, end record.RunEnd) {
+	l := f.lease
 	switch {
 	case end.Status == record.StatusRetrying:
 		logRetry(log, l, end)
-		r.retries.schedule(d, l.RunID, l.Attempt, end.RetryAt)
-	case end.Status == record.StatusFailed && spec.PauseAfterFailures > 0:
+		r.retries.schedule(f.due, l.RunID, l.Attempt, end.RetryAt)
+	case end.Status == record.StatusFailed && f.action.PauseAfterFailures > 0:
 		ctx, cancel := r.opCtx()
 		p, paused, err := r.opts.Store.PauseIfFailing(ctx, record.PauseCheck{JobID: l.JobID, RunID: l.RunID,
-			Failures: spec.PauseAfterFailures, Error: end.Error, Instance: r.opts.InstanceID, Now: end.EndedAt})
+			Failures: f.action.PauseAfterFailures, Error: end.Error, Instance: r.opts.InstanceID, Now: end.EndedAt})
 		cancel()
 		switch {
 		case err != nil:

@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/notify"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/runstore"
 	"github.com/cronswap/cronswap/jobs"
-	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 func (e *fireEnv) pause(t *testing.T, job string) (record.PauseDoc, bool) {
@@ -43,8 +44,9 @@ func TestPauseAfterFailuresAndResume(t *testing.T) {
 		}
 		return nil
 	}), Policy: jobs.Policy{PauseAfterFailures: 2}})
+	store := runstore.New(e.locks, e.runs, runstore.Options{Instance: "r1", Logger: slog.New(slog.DiscardHandler)})
 	r := NewRunner(RunnerOptions{Registry: e.reg, InstanceID: "r1", Logger: slog.New(slog.DiscardHandler), TTL: time.Minute,
-		Store: runstore.New(e.locks, e.runs, runstore.Options{Instance: "r1", Logger: slog.New(slog.DiscardHandler)}),
+		Store: store,
 		Hooks: Hooks{NotRun: func(id string, slot time.Time, reason string) { e.record(&e.notRun, id+":"+reason) }}})
 	t.Cleanup(func() { r.Shutdown(10 * time.Second) })
 	start := time.Now().Truncate(time.Second).UTC()
@@ -76,11 +78,11 @@ func TestPauseAfterFailuresAndResume(t *testing.T) {
 	}
 
 	resumedAt := slot(4).Add(500 * time.Millisecond)
-	ok, err := runstore.ResumePaused(testCtx(t), record.PausesCollectionOf(e.db), "shaky", "tester", resumedAt)
+	ok, err := store.ResumePaused(testCtx(t), "shaky", "tester", resumedAt)
 	if err != nil || !ok {
 		t.Fatalf("resume: %v, %v", ok, err)
 	}
-	if ok, err := runstore.ResumePaused(testCtx(t), record.PausesCollectionOf(e.db), "shaky", "tester", resumedAt); err != nil || ok {
+	if ok, err := store.ResumePaused(testCtx(t), "shaky", "tester", resumedAt); err != nil || ok {
 		t.Errorf("second resume: %v, %v; want not paused any more", ok, err)
 	}
 	r.Fire(dueAt("shaky", slot(5))) // runs again, fails: 1 since the resume

@@ -1,9 +1,7 @@
 package firepath
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -110,6 +108,9 @@ func (t *retrier) pollDue() {
 				"scheduled_at", doc.ScheduledAt, "run_id", doc.ID)
 			continue
 		}
+		if doc.Schedule != nil {
+			s = *doc.Schedule // the attempt runs as its slot came due
+		}
 		go t.attempt(s, doc.ID, doc.ScheduledAt.UTC(), doc.Attempt+1, doc.RetryAt)
 	}
 }
@@ -128,69 +129,32 @@ func (t *retrier) attempt(s schedule.Schedule, id string, slot time.Time, n int,
 		delete(t.inflight, id)
 		t.mu.Unlock()
 	}()
-	r := t.r
-	r.mu.Lock()
-	if r.stopping {
-		r.mu.Unlock()
-		return // the attempt stays pending in the database
-	}
-	r.running.Add(1)
-	r.mu.Unlock()
-	defer r.running.Done()
+	t.r.startWait(t.r.retryFire(s, id, slot, n, due))
+}
 
-	log := r.log.With("job_id", s.ID, "scheduled_at", slot, "run_id", id, "attempt", n)
-	spec, ok := r.opts.Registry.Lookup(s.ActionName())
-	if !ok {
-		log.Warn("a retry is due but the job's action is unknown here; left pending", "action", s.ActionName())
-		return
-	}
-	if !spec.Retry.Enabled() || n > spec.Retry.Attempts {
-		t.giveUp(id, n-1, s.ID, slot, fmt.Sprintf("not retried: action %s allows %d attempts now", s.ActionName(),
-			max(spec.Retry.Attempts, 1)))
-		return
-	}
-	d := schedule.Due{Schedule: s, Slot: slot}
-	if due.After(slot) {
-		d.Delay = due.Sub(slot) // lateness is counted from when the attempt was due
-	}
-	gctx, cancel := context.WithTimeout(r.ctx, r.startingDeadline(d))
-	release, err := r.gate.Acquire(gctx, s.Category)
-	cancel()
-	if err != nil {
-		log.Info("retry not admitted; left pending for the next poll", "error", err)
-		return
-	}
-	defer release()
+// claimAttempt is the claim of a retry fire: attempt f.attempt of its slot
+// (ClaimRetry). The claim may itself record the slot's end: failed when
+// the slot's run lost the job's lock during the backoff, abandoned when a
+// cancel_other fire replaced it (whose fire then waits on the lock just
+// freed).
+func (r *Runner) claimAttempt(f *fire, then func(claimAnswer)) {
 	ctx, cancel := r.opCtx()
-	lease, err := t.store.ClaimRetry(ctx, record.RetryClaim{JobID: s.ID, Slot: slot, RunID: id, Attempt: n, Overlap: spec.Overlap,
-		Instance: r.opts.InstanceID, Incarnation: r.opts.Incarnation, Now: r.clock.Now(), TTL: r.opts.TTL})
+	lease, err := r.opts.Store.ClaimRetry(ctx, record.RetryClaim{JobID: f.jobID(), Slot: f.due.Slot, RunID: f.runID,
+		Attempt: f.attempt, Overlap: f.action.Overlap, Instance: r.opts.InstanceID, Incarnation: r.opts.Incarnation,
+		Now: r.clock.Now(), TTL: r.opts.TTL})
 	cancel()
 	switch {
 	case errors.Is(err, record.ErrRetryTaken):
-		log.Debug("retry claimed elsewhere", "error", err)
-		return
+		then(claimAnswer{ClaimOutcome: record.ClaimOutcome{Result: record.AlreadyFired, Reason: err.Error()}})
 	case errors.Is(err, record.ErrRetryLockLost):
-		log.Warn("retry not run: the job's lock was lost during the backoff; the slot is recorded failed", "error", err)
-		r.runEnded(s.ID, record.StatusFailed)
-		return
+		then(claimAnswer{ended: record.StatusFailed, why: err})
 	case errors.Is(err, record.ErrRetryReplaced):
-		log.Info("retry not run: a cancel_other fire replaced the slot during the backoff; the slot is recorded abandoned",
-			"error", err)
-		r.runEnded(s.ID, record.StatusAbandoned)
-		r.drainAfter(s.ID, spec) // the replacing fire, buffered on the lock just freed
-		return
+		then(claimAnswer{ended: record.StatusAbandoned, freed: true, why: err})
 	case err != nil:
-		log.Warn("could not claim a retry; left pending", "error", err)
-		return
+		then(claimAnswer{ClaimOutcome: record.ClaimOutcome{Err: err}})
+	default:
+		then(claimAnswer{ClaimOutcome: record.ClaimOutcome{Result: record.Acquired, Lease: lease}})
 	}
-	f := r.newFire(d, lease)
-	took, err := r.execute(log.With("fence", f.Fence), d, spec, f, &lease)
-	if r.opts.Done != nil {
-		r.opts.Done(f, err, took)
-	}
-	// The slot's lock was held through the backoff: the fires buffered
-	// behind it run once its last attempt ended.
-	r.drainAfter(s.ID, spec)
 }
 
 // giveUp ends a retrying record that is not to be retried as failed,
@@ -226,13 +190,17 @@ func (t *retrier) close() {
 	<-t.done
 }
 
-// planRetry turns the end of a failed attempt of a job that retries into
-// StatusRetrying with the next attempt's time, while attempts remain.
-func (r *Runner) planRetry(spec actions.Action, l record.Lease, end *record.RunEnd) {
+// planRetry turns the end of a failed attempt of f, whose action retries,
+// into StatusRetrying with the next attempt's time, while attempts remain;
+// the record keeps the schedule the slot came due under, for whichever
+// replica runs the next attempt.
+func (r *Runner) planRetry(f *fire, end *record.RunEnd) {
+	spec, l := f.action, f.lease
 	if r.retries == nil || l.Attempt == 0 || end.Status != record.StatusFailed || l.Attempt >= spec.Retry.Attempts {
 		return
 	}
 	end.Status = record.StatusRetrying
+	end.Schedule = &f.due.Schedule
 	end.RetryAt = end.EndedAt.Add(spec.Retry.Delay(l.Attempt))
 	// The lock stays the slot's until the attempt is due plus a lease, at
 	// most what a healthy holder may write (farFuture, with room for skew).

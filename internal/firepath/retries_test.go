@@ -9,13 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/notify"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/runstore"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
-	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // attemptLog records the attempts an action saw.

@@ -12,7 +12,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cronswap/cronswap/internal/actions"
+	"github.com/cronswap/cronswap/internal/batch"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
@@ -39,8 +43,8 @@ type Runner struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 
-	claims *batcher[claimRequest, record.ClaimOutcome]
-	ends   *batcher[record.LeaseEnd, error]
+	claims *batch.Batcher[claimRequest, record.ClaimOutcome]
+	ends   *batch.Batcher[record.LeaseEnd, error]
 	leases *leaseKeeper
 	// latency is the claim-latency estimate, fed by the claim batches.
 	latency claimLatency
@@ -65,6 +69,9 @@ type Runner struct {
 
 	// retries runs further attempts of failed runs (nil: no store).
 	retries *retrier
+	// stalls tells when this process stalled (stallWatch).
+	stalls stalls
+	watch  *stallWatch
 }
 
 // errShutdown is the cancellation cause of actions still running when the
@@ -100,10 +107,11 @@ func NewRunner(opts RunnerOptions) *Runner {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	r := &Runner{opts: opts, log: opts.Logger, clock: opts.Clock,
 		gate: NewGate(opts.Workers, opts.Categories, opts.QueueLimit),
-		ctx:  ctx, cancel: cancel, stop: make(chan struct{})}
+		ctx:  ctx, cancel: cancel, stop: make(chan struct{}), watch: newStallWatch()}
+	r.stalls = r.watch
 	if opts.Store != nil {
-		r.claims = newBatcher(claimBatchMax, claimBatchesAtOnce, r.claimBatch)
-		r.ends = newBatcher(endBatchMax, endBatchesAtOnce, r.endBatch)
+		r.claims = batch.New(claimBatchMax, claimBatchesAtOnce, r.claimBatch)
+		r.ends = batch.New(endBatchMax, endBatchesAtOnce, r.endBatch)
 		r.leases = newLeaseKeeper(r)
 	}
 	// The retrier exists whatever is registered yet (a Go program registers
@@ -128,7 +136,7 @@ func NewRunner(opts RunnerOptions) *Runner {
 // the action, its args and its dispatch category. The action runs on a
 // goroutine the runner starts once the fire is claimed (without a store,
 // on the caller's).
-func (r *Runner) Fire(d schedule.Due) { r.dispatchWait(d, r.startingDeadline(d)) }
+func (r *Runner) Fire(d schedule.Due) { r.startWait(r.slotFire(d, r.startingDeadline(d))) }
 
 // Submit handles a fire as Fire does, but returns once the fire waits for
 // its claim batch (or was handled without one): it is the scheduler's fire
@@ -136,143 +144,18 @@ func (r *Runner) Fire(d schedule.Due) { r.dispatchWait(d, r.startingDeadline(d))
 // claim then holds no goroutine — under a backlog the queue costs its
 // entries (bounded by QueueLimit), not a goroutine stack each. Shutdown
 // waits for submitted fires as for any other.
-func (r *Runner) Submit(d schedule.Due) { r.dispatch(d, r.startingDeadline(d), nil) }
+func (r *Runner) Submit(d schedule.Due) { r.start(r.slotFire(d, r.startingDeadline(d))) }
 
 // FireCatchUp is Fire for a slot offered by the catch-up after downtime:
 // the fire may start up to window after it was due (or its starting
 // deadline, when that is longer).
 func (r *Runner) FireCatchUp(d schedule.Due, window time.Duration) {
-	r.dispatchWait(d, max(window, r.startingDeadline(d)))
+	r.startWait(r.slotFire(d, max(window, r.startingDeadline(d))))
 }
 
-// dispatchWait is dispatch, returning when the fire is done.
-func (r *Runner) dispatchWait(d schedule.Due, deadline time.Duration) {
-	done := make(chan struct{})
-	r.dispatch(d, deadline, func() { close(done) })
-	<-done
-}
-
-// dispatch takes a fire through ownership, admission, claim and run;
-// deadline is how long after d.At() it may still start. The steps up to
-// the claim run on the caller's goroutine; the claim answers on another,
-// which runs the fire. done, if not nil, is called once the fire is done.
-func (r *Runner) dispatch(d schedule.Due, deadline time.Duration, done func()) {
-	finished := func() {
-		if done != nil {
-			done()
-		}
-	}
-	r.mu.Lock()
-	if r.stopping {
-		r.mu.Unlock()
-		r.drop(d, deadline, NotRunShuttingDown, "shutting down; fire not started")
-		finished()
-		return
-	}
-	r.running.Add(1)
-	r.mu.Unlock()
-	owner := r.owns(d)
-	release, spec, ok := r.beforeClaim(d, deadline, owner)
-	if !ok {
-		r.running.Done()
-		finished()
-		return
-	}
-	r.claim(d, deadline, spec, !owner, func(lease record.Lease, won bool) {
-		defer finished()
-		defer r.running.Done()
-		defer release()
-		if won {
-			r.runClaimed(d, deadline, spec, lease)
-		}
-	})
-}
-
-// owns reports whether this replica claims d as its job's owner (at once,
-// without checking first).
-func (r *Runner) owns(d schedule.Due) bool {
-	return r.opts.Store == nil || r.opts.Owns == nil || r.opts.Owns(d.Schedule.ID)
-}
-
-// beforeClaim takes the fire through the steps before its claim: the
-// action's lookup, the grace of a job another replica owns, blackouts,
-// admission, the deadline and a pause; owner says this replica owns the
-// job. Without a store the fire is run here. It returns the admission's
-// release and the action when the fire goes on to its claim; false when
-// it was handled (dropped, skipped, or run without a store).
-func (r *Runner) beforeClaim(d schedule.Due, deadline time.Duration, owner bool) (release func(), spec actions.Action, ok bool) {
-	spec, ok = r.opts.Registry.Lookup(d.Schedule.ActionName())
-	if !ok {
-		f := r.newFire(d, record.Lease{})
-		err := fmt.Errorf("job %s: %w %q", d.Schedule.ID, actions.ErrUnknownAction, d.Schedule.ActionName())
-		r.log.Error("fire names an unknown action", "job_id", d.Schedule.ID, "scheduled_at", d.Slot.UTC(),
-			"action", d.Schedule.ActionName())
-		if r.opts.Done != nil {
-			r.opts.Done(f, err, 0)
-		}
-		return nil, actions.Action{}, false
-	}
-	if !owner && !r.waitGrace(d, deadline) {
-		return nil, actions.Action{}, false
-	}
-	if r.blackedOut(d, deadline, !owner) {
-		return nil, actions.Action{}, false
-	}
-	rel, ok := r.admit(d, deadline)
-	if !ok {
-		return nil, actions.Action{}, false
-	}
-	handed := false
-	defer func() {
-		if !handed {
-			rel()
-		}
-	}()
-	if r.late(d, deadline) {
-		r.drop(d, deadline, NotRunStartingDeadline, "fire not started within its starting deadline")
-		return nil, actions.Action{}, false
-	}
-	if r.opts.Store == nil {
-		f := r.newFire(d, record.Lease{})
-		log := r.log.With("job_id", f.JobID, "scheduled_at", f.Slot, "run_id", f.RunID)
-		took, err := r.execute(log, d, spec, f, nil)
-		if r.opts.Done != nil {
-			r.opts.Done(f, err, took)
-		}
-		return nil, actions.Action{}, false
-	}
-	if r.paused(d, deadline, spec) {
-		return nil, actions.Action{}, false
-	}
-	handed = true
-	return rel, spec, true
-}
-
-// runClaimed runs a fire this replica won the claim of under lease, or
-// records it missed when the claim answered past its deadline.
-func (r *Runner) runClaimed(d schedule.Due, deadline time.Duration, spec actions.Action, lease record.Lease) {
-	if r.retriesLocal(spec) {
-		lease.Attempt = 1
-	}
-	f := r.newFire(d, lease)
-	log := r.log.With("job_id", f.JobID, "scheduled_at", f.Slot, "run_id", f.RunID, "fence", f.Fence)
-	if r.late(d, deadline) {
-		// The claim answered too late: the slot is this replica's, and it
-		// is recorded missed instead of run.
-		r.missClaimed(log, d, deadline, lease)
-		r.drainAfter(f.JobID, spec)
-		return
-	}
-	took, err := r.execute(log, d, spec, f, &lease)
-	if r.opts.Done != nil {
-		r.opts.Done(f, err, took)
-	}
-	r.drainAfter(f.JobID, spec)
-}
-
-// newFire is what the action is handed for d, run under l (zero without
+// newRun is what the action is handed for due, run under l (zero without
 // a store: a run id of its own, fence 0).
-func (r *Runner) newFire(d schedule.Due, l record.Lease) jobs.Run {
+func (r *Runner) newRun(d schedule.Due, l record.Lease) jobs.Run {
 	f := jobs.Run{JobID: d.Schedule.ID, Slot: d.Slot.UTC(), RunID: l.RunID, Fence: l.Fence,
 		InstanceID: r.opts.InstanceID, Args: json.RawMessage(d.Schedule.Args), Attempt: l.Attempt}
 	if f.RunID == "" {
@@ -284,8 +167,8 @@ func (r *Runner) newFire(d schedule.Due, l record.Lease) jobs.Run {
 // waitGrace holds a fire of a job another replica owns until its grace
 // has passed (the owner claims first); false when the runner stopped
 // meanwhile (the fire is dropped).
-func (r *Runner) waitGrace(d schedule.Due, deadline time.Duration) bool {
-	wait := d.At().Add(r.claimGrace(deadline)).Sub(r.clock.Now())
+func (r *Runner) waitGrace(f *fire) bool {
+	wait := f.due.At().Add(r.claimGrace(f.deadline)).Sub(r.clock.Now())
 	if wait <= 0 {
 		return true
 	}
@@ -295,7 +178,7 @@ func (r *Runner) waitGrace(d schedule.Due, deadline time.Duration) bool {
 	case <-t.C:
 		return true
 	case <-r.stop:
-		r.drop(d, deadline, NotRunShuttingDown, "shutting down; fire of a job owned by another replica not claimed")
+		r.notStarted(f, NotRunShuttingDown, "shutting down; fire of a job owned by another replica not claimed")
 		return false
 	}
 }
@@ -310,27 +193,6 @@ func (r *Runner) waitGrace(d schedule.Due, deadline time.Duration) bool {
 func (r *Runner) claimGrace(deadline time.Duration) time.Duration {
 	est := min(r.latency.estimate(r.clock.Now()), r.opts.OpTimeout)
 	return min(max(r.opts.ClaimGrace, graceFactor*est), deadline/2)
-}
-
-// admit waits for the gate (the category's and the replica's bounds) at
-// most until the fire's starting deadline; false when the fire was
-// dropped instead.
-func (r *Runner) admit(d schedule.Due, deadline time.Duration) (release func(), ok bool) {
-	// Shutdown closes the gate, which wakes every waiter.
-	ctx, cancel := context.WithTimeout(context.Background(), d.At().Add(deadline).Sub(r.clock.Now()))
-	defer cancel()
-	release, err := r.gate.Acquire(ctx, d.Schedule.Category)
-	switch {
-	case err == nil:
-		return release, true
-	case errors.Is(err, ErrGateFull):
-		r.drop(d, deadline, NotRunQueueFull, "fire not started: the queue of fires waiting for admission is full")
-	case errors.Is(err, ErrGateClosed) || r.stopped():
-		r.drop(d, deadline, NotRunShuttingDown, "shutting down; waiting fire not started")
-	default:
-		r.drop(d, deadline, NotRunStartingDeadline, "fire not admitted within its starting deadline")
-	}
-	return nil, false
 }
 
 func (r *Runner) stopped() bool {
@@ -362,40 +224,49 @@ func (r *Runner) startingDeadline(d schedule.Due) time.Duration {
 	return MaxDefaultStartingDeadline
 }
 
-// late reports whether a fire due at d.At() with deadline can no longer
-// start now.
-func (r *Runner) late(d schedule.Due, deadline time.Duration) bool {
-	return r.clock.Now().After(d.At().Add(deadline))
+// late reports whether f can no longer start now (past its starting
+// deadline; a fire without one is never late).
+func (r *Runner) late(f *fire) bool {
+	return !f.startBy.IsZero() && r.clock.Now().After(f.startBy)
 }
 
-// dropReason is the reason a fire stopped by reason is not run:
-// starting_deadline once its deadline has passed, whatever else stopped it.
-func (r *Runner) dropReason(d schedule.Due, deadline time.Duration, reason string) string {
-	if reason != NotRunClaimError && r.late(d, deadline) {
+// dropReason is the reason f, stopped by reason, is not run:
+// starting_deadline once its deadline has passed, whatever else stopped
+// it.
+func (r *Runner) dropReason(f *fire, reason string) string {
+	if reason != NotRunClaimError && r.late(f) {
 		return NotRunStartingDeadline
 	}
 	return reason
 }
 
-// drop handles a fire that is not run: it is logged (unless msg is empty:
+// drop handles a slot that is not run: it is logged (unless msg is empty:
 // the caller logged it) and counted with its reason (dropReason), and
 // queued to be recorded missed.
-func (r *Runner) drop(d schedule.Due, deadline time.Duration, reason, msg string) {
-	reason = r.dropReason(d, deadline, reason)
+func (r *Runner) drop(f *fire, reason, msg string) {
+	reason = r.dropReason(f, reason)
 	if msg != "" {
-		r.log.Info(msg, "job_id", d.Schedule.ID, "scheduled_at", d.Slot.UTC(), "reason", reason,
-			"starting_deadline", deadline)
+		r.log.Info(msg, "job_id", f.jobID(), "scheduled_at", f.due.Slot.UTC(), "reason", reason,
+			"starting_deadline", f.deadline)
 	}
-	r.notRun(d.Schedule.ID, d.Slot, reason)
+	r.notRun(f.jobID(), f.due.Slot, reason)
 	if reason == NotRunClaimError {
 		return // the database answered and refused: nothing is known about the slot
 	}
-	r.queueMissed(d.Schedule, d.Delay, record.MissedRange{JobID: d.Schedule.ID, From: d.Slot.UTC(), To: d.Slot.UTC(), Count: 1, Reason: reason})
+	r.missSlot(f, reason)
 }
 
 func (r *Runner) notRun(id string, slot time.Time, reason string) {
 	if r.opts.Hooks.NotRun != nil {
 		r.opts.Hooks.NotRun(id, slot, reason)
+	}
+}
+
+// skipped ends a fire of job id recorded skipped for reason (SkipReasons).
+func (r *Runner) skipped(id, reason string) {
+	r.runEnded(id, record.StatusSkipped)
+	if r.opts.Hooks.Skipped != nil {
+		r.opts.Hooks.Skipped(id, reason)
 	}
 }
 
@@ -405,20 +276,29 @@ func (r *Runner) runEnded(id, status string) {
 	}
 }
 
+// missSlot queues f's slot to be recorded missed for reason once no
+// replica can start it any more.
+func (r *Runner) missSlot(f *fire, reason string) {
+	slot := f.due.Slot.UTC()
+	r.queueMissed(f.due.Schedule, f.due.Delay, record.MissedRange{JobID: f.jobID(), From: slot, To: slot, Count: 1, Reason: reason})
+}
+
 // opCtx bounds one database operation; it is not tied to the runner's
 // context, so ends and records are still written at shutdown.
 func (r *Runner) opCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), r.opts.OpTimeout)
 }
 
-// execute runs the action with its timeout; with a lease the lease keeper
-// renews it while the action runs (cancelling the action if the lock is
-// lost or the lease runs out), then the end is written.
-func (r *Runner) execute(log *slog.Logger, d schedule.Due, spec actions.Action, f jobs.Run, lease *record.Lease) (time.Duration, error) {
+// execute runs f's action on run with its timeout; with a lease the lease
+// keeper renews it while the action runs (cancelling the action if the
+// lock is lost or the lease runs out), then the end is written. The
+// action's context holds the schedule the fire carries (ScheduleOf).
+func (r *Runner) execute(log *slog.Logger, f *fire, run jobs.Run, lease *record.Lease) (time.Duration, error) {
+	spec := f.action
 	// The run's time starts before its timeout does, so a run stopped by
 	// its timeout never reports a shorter duration than the timeout.
 	start := time.Now()
-	ctx, cancel := context.WithCancelCause(r.ctx)
+	ctx, cancel := context.WithCancelCause(context.WithValue(r.ctx, scheduleKey{}, f.due.Schedule))
 	defer cancel(nil)
 	if spec.Timeout > 0 {
 		var cancelT context.CancelFunc
@@ -430,14 +310,21 @@ func (r *Runner) execute(log *slog.Logger, d schedule.Due, spec actions.Action, 
 		// much before its lease runs out, so it never outlives it.
 		r.leases.holdStopping(*lease, cancel, actions.StopGraceOf(spec.Handler))
 	}
+	// The action runs in the run's span: an exec program, an http
+	// request and a Go handler are handed its context.
+	span := r.childSpan(f, SpanRun)
+	if span != nil {
+		span.SetAttributes(attribute.String("cronswap.run_id", run.RunID), attribute.Int64("cronswap.fence", run.Fence))
+		ctx = trace.ContextWithSpan(ctx, span)
+	}
 	startedAt := r.clock.Now()
 	if h := r.opts.Hooks.Dispatched; h != nil {
-		h(f.JobID, d.At(), r.clock.Now())
+		h(ctx, run.JobID, f.due.Schedule.Category, f.due.At(), r.clock.Now())
 	}
-	log.Info("run started", "action", d.Schedule.ActionName())
-	out, err := runSafely(ctx, spec.Handler, f)
+	log.Info("run started", "action", f.due.Schedule.ActionName())
+	out, err := runSafely(ctx, spec.Handler, run)
 	took := time.Since(start)
-	endedAt := r.clock.Now()
+	end := r.endSeen(startedAt)
 	if lease != nil {
 		r.leases.forget(lease.RunID)
 	}
@@ -461,8 +348,13 @@ func (r *Runner) execute(log *slog.Logger, d schedule.Due, spec actions.Action, 
 	case err != nil:
 		status = record.StatusFailed
 	}
+	if span != nil {
+		span.SetAttributes(attribute.String("cronswap.status", status))
+		endSpan(span, err)
+	}
 	if lease != nil {
-		status = r.finish(log, d, spec, *lease, status, err, out, startedAt, endedAt)
+		end.Status = status
+		status = r.finish(log, f, end, err, out)
 	}
 	switch status {
 	case record.StatusSucceeded:
@@ -471,16 +363,30 @@ func (r *Runner) execute(log *slog.Logger, d schedule.Due, spec actions.Action, 
 	default:
 		log.Warn("run "+status, "duration", took, "error", err)
 	}
-	r.runEnded(f.JobID, status)
+	r.runEnded(run.JobID, status)
 	return took, err
 }
 
-// finish writes the run's end (freeing the lock); it returns the status
-// on record: abandoned if another replica had taken the run over.
-func (r *Runner) finish(log *slog.Logger, d schedule.Due, spec actions.Action, l record.Lease, status string, runErr error, out actions.Output,
-	startedAt, endedAt time.Time) string {
-	end := record.RunEnd{Status: status, EndedAt: endedAt, Stdout: out.Stdout, Stderr: out.Stderr, StartedAt: startedAt, ExitCode: out.ExitCode,
-		AnswerStatus: out.AnswerStatus, Answer: out.Answer}
+// scheduleKey is the context key of the schedule a fire carries.
+type scheduleKey struct{}
+
+// ScheduleOf returns the schedule the fire whose action ctx belongs to
+// came due under (as it was armed when its slot came due; for a buffered
+// fire or a retry attempt, as its record kept it): every field of it, on
+// every kind of fire. False outside an action's context.
+func ScheduleOf(ctx context.Context) (schedule.Schedule, bool) {
+	s, ok := ctx.Value(scheduleKey{}).(schedule.Schedule)
+	return s, ok
+}
+
+// finish writes the end of f's run (freeing the lock): end holds its
+// status and times, runErr and out what the action returned. It returns
+// the status on record: abandoned if another replica had taken the run
+// over.
+func (r *Runner) finish(log *slog.Logger, f *fire, end record.RunEnd, runErr error, out actions.Output) string {
+	l := f.lease
+	end.Stdout, end.Stderr, end.ExitCode = out.Stdout, out.Stderr, out.ExitCode
+	end.AnswerStatus, end.Answer = out.AnswerStatus, out.Answer
 	if runErr != nil {
 		end.Error = runErr.Error()
 	}
@@ -495,14 +401,23 @@ func (r *Runner) finish(log *slog.Logger, d schedule.Due, spec actions.Action, l
 			end.Stderr = ee.Stderr
 		}
 	}
-	r.planRetry(spec, l, &end)
-	err := r.ends.submit(record.LeaseEnd{Lease: l, End: end})
+	r.planRetry(f, &end)
+	if end.Observed {
+		log.Warn("the run's end was observed after this process stalled; recorded with when it was observed and the bound",
+			"ended_after", end.After, "observed_at", end.EndedAt)
+	}
+	status := end.Status
+	c := f.carrier()
+	end.TraceParent, end.TraceState = c.TraceParent, c.TraceState
+	span := r.childSpan(f, SpanEnd)
+	err := r.endInBatch(record.LeaseEnd{Lease: l, End: end})
+	endSpan(span, err)
 	switch {
 	case err == nil:
-		r.afterEnd(log, d, spec, l, end)
+		r.afterEnd(log, f, end)
 		status = end.Status
 	case errors.Is(err, record.ErrLockLost):
-		log.Warn("the run had been taken over by another replica; its true end is recorded on the abandoned record",
+		log.Warn("the run had been taken over; its true end is recorded on the abandoned record, if it is still its own",
 			"error", err)
 		status = record.StatusAbandoned
 	default:
@@ -512,29 +427,39 @@ func (r *Runner) finish(log *slog.Logger, d schedule.Due, spec actions.Action, l
 	return status
 }
 
-// missClaimed records a fire whose claim won too late to start: its
-// running record becomes a missed record (starting_deadline) and the lock
-// is freed.
-func (r *Runner) missClaimed(log *slog.Logger, d schedule.Due, deadline time.Duration, l record.Lease) {
-	now := r.clock.Now()
-	log.Info("fire not started within its starting deadline; claimed too late", "reason", record.MissedStartingDeadline,
-		"starting_deadline", deadline, "late_by", now.Sub(d.At()))
-	r.notRun(l.JobID, l.Slot, NotRunStartingDeadline)
-	end := record.LeaseEnd{Lease: l, End: record.RunEnd{Status: record.StatusMissed, EndedAt: now, Reason: record.MissedStartingDeadline,
-		Error: fmt.Sprintf("not started within its starting deadline (%s)", deadline)}}
-	err := r.ends.submit(end)
+// missClaimed records f, which holds its claim but is not started, missed
+// for reason (why on its record): its record becomes a missed record of
+// its slot and the lock is freed.
+func (r *Runner) missClaimed(f *fire, reason, why string) {
+	l := f.lease
+	r.notRun(l.JobID, l.Slot, reason)
+	f.tell(OffScheduleResult{Status: record.StatusMissed, NotRun: reason, Error: why, Lease: l})
+	c := f.carrier()
+	end := record.LeaseEnd{Lease: l, End: record.RunEnd{Status: record.StatusMissed, EndedAt: r.clock.Now(), Reason: reason,
+		Error: why, TraceParent: c.TraceParent, TraceState: c.TraceState}}
+	err := r.endInBatch(end)
 	switch {
 	case errors.Is(err, record.ErrLockLost):
-		return // taken over meanwhile: the record says abandoned
+		// Taken over meanwhile: the record says abandoned.
 	case err != nil:
-		log.Warn("could not record the missed slot; trying again until the database answers", "error", err)
+		f.logger(r.log).Warn("could not record the missed slot; trying again until the database answers", "error", err)
 		r.leases.retryEnd(end)
-		return
+	default:
+		r.reportMissed(record.MissedRange{JobID: l.JobID, From: l.Slot, To: l.Slot, Count: 1, Reason: reason})
 	}
-	r.reportMissed(record.MissedRange{JobID: l.JobID, From: l.Slot, To: l.Slot, Count: 1, Reason: record.MissedStartingDeadline})
+	r.report(f)
 }
 
 // endBatch writes a batch of ends.
+// endInBatch writes end in the next end batch and returns what the store
+// answered for it. Its wait is bounded by the batch, not by a context: a
+// batch is given the operation timeout (endBatch), and a run's end is
+// written however the rest of the runner is ending.
+func (r *Runner) endInBatch(end record.LeaseEnd) error {
+	err, _ := r.ends.Submit(context.Background(), end) // a Background wait never ends early
+	return err
+}
+
 func (r *Runner) endBatch(ends []record.LeaseEnd) []error {
 	ctx, cancel := r.opCtx()
 	defer cancel()
@@ -574,6 +499,7 @@ func (r *Runner) Shutdown(grace time.Duration) bool {
 	go func() { r.running.Wait(); close(done) }()
 	t := time.NewTimer(grace)
 	defer t.Stop()
+	defer r.watch.close()
 	defer r.stopFlushing()
 	defer r.leases.close()
 	defer r.retries.close()

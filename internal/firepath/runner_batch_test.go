@@ -58,9 +58,7 @@ func TestRunnerClaimsABurstInBatches(t *testing.T) {
 	}
 	// The first batches are held until every other fire waits behind them.
 	waitUntil(t, "the first batches out and the other fires waiting", func() bool {
-		r.claims.mu.Lock()
-		defer r.claims.mu.Unlock()
-		return int(held.Load())+len(r.claims.pending) == n
+		return int(held.Load())+r.claims.Waiting() == n
 	})
 	close(first)
 	wg.Wait()
@@ -396,13 +394,13 @@ func TestRunnerBoundsFiresWaitingForAClaim(t *testing.T) {
 		wg.Go(func() { r.Fire(memDue(fmt.Sprintf("j%d", i), slot)) })
 	}
 	waitUntil(t, "every fire held in a batch, waiting, or refused", func() bool {
-		return int(held.Load())+r.claims.waiting()+int(full.Load()) == n
+		return int(held.Load())+r.claims.Waiting()+int(full.Load()) == n
 	})
-	if w := r.claims.waiting(); w > limit {
+	if w := r.claims.Waiting(); w > limit {
 		t.Fatalf("%d fires wait for a claim, want at most %d", w, limit)
 	}
 	if full.Load() == 0 {
-		t.Fatalf("no fire refused as queue_full with %d held and %d waiting", held.Load(), r.claims.waiting())
+		t.Fatalf("no fire refused as queue_full with %d held and %d waiting", held.Load(), r.claims.Waiting())
 	}
 	close(release)
 	wg.Wait()

@@ -479,20 +479,22 @@ func recvWithin(t *testing.T, c <-chan struct{}, timeout time.Duration, what str
 }
 
 // The fire's schedule decides the run: its action and args come from the
-// Due (the category too, for the worker pool), and the Dispatched hook measures lateness from Due.At (the
+// Due (the category too, for the worker pool and the Dispatched hook), and the Dispatched hook measures lateness from Due.At (the
 // slot plus the planned jitter), not from the slot.
 func TestRunnerFireTakesEverythingFromTheDue(t *testing.T) {
 	t.Parallel()
 	type dispatch struct {
-		id      string
-		due, at time.Time
+		id, category string
+		due, at      time.Time
 	}
 	dispatched := make(chan dispatch, 1)
 	got := make(chan jobs.Run, 1)
 	reg := actions.NewRegistry()
 	reg.Register("report", actions.Action{Handler: jobs.HandlerFunc(func(_ context.Context, f jobs.Run) error { got <- f; return nil })})
 	r := NewRunner(RunnerOptions{Registry: reg, InstanceID: "a", Logger: slog.New(slog.DiscardHandler),
-		Hooks: Hooks{Dispatched: func(id string, due, at time.Time) { dispatched <- dispatch{id, due, at} }}})
+		Hooks: Hooks{Dispatched: func(_ context.Context, id, category string, due, at time.Time) {
+			dispatched <- dispatch{id, category, due, at}
+		}}})
 	defer r.Shutdown(time.Second)
 
 	slot := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)
@@ -502,8 +504,8 @@ func TestRunnerFireTakesEverythingFromTheDue(t *testing.T) {
 		Delay:    7 * time.Second,
 	})
 	d := <-dispatched
-	if d.id != "eu_report" || !d.due.Equal(slot.Add(7*time.Second)) || d.at.IsZero() {
-		t.Errorf("Dispatched(%q, due %v, at %v), want eu_report due at the slot plus 7s", d.id, d.due, d.at)
+	if d.id != "eu_report" || d.category != "reports" || !d.due.Equal(slot.Add(7*time.Second)) || d.at.IsZero() {
+		t.Errorf("Dispatched(%q, %q, due %v, at %v), want eu_report of category reports due at the slot plus 7s", d.id, d.category, d.due, d.at)
 	}
 	f := <-got
 	if f.JobID != "eu_report" || !f.Slot.Equal(slot) || string(f.Args) != `{"region":"eu"}` {

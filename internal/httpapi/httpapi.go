@@ -30,6 +30,10 @@ type Schedules interface {
 	List() []scheduler.Status
 	// Get returns one job, and false when it is unknown.
 	Get(id string) (scheduler.Status, bool)
+	// Version changes whenever List's jobs change other than in their
+	// next runs (scheduler.Engine.Version): the status page's table is
+	// built again only then.
+	Version() uint64
 }
 
 // Timelines builds the job timelines /api/schedules/{id}/timeline serves
@@ -143,6 +147,7 @@ type Options struct {
 type api struct {
 	o      Options
 	counts countCache
+	tables tableCache
 	// creds are the listener's tokens (credentials(o)).
 	creds []Credential
 }
@@ -405,6 +410,7 @@ type noSchedules struct{}
 
 func (noSchedules) List() []scheduler.Status            { return nil }
 func (noSchedules) Get(string) (scheduler.Status, bool) { return scheduler.Status{}, false }
+func (noSchedules) Version() uint64                     { return 0 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -3,6 +3,8 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"hash/fnv"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -26,9 +28,33 @@ type fakeSchedules struct {
 
 	mu    sync.Mutex
 	asked []string
+	lists int // calls of List
 }
 
-func (f *fakeSchedules) List() []scheduler.Status { return slices.Clone(f.list) }
+func (f *fakeSchedules) List() []scheduler.Status {
+	f.mu.Lock()
+	f.lists++
+	f.mu.Unlock()
+	return slices.Clone(f.list)
+}
+
+// Version changes with the content of list but for the next runs, as the
+// engine's does (tests change list in place).
+func (f *fakeSchedules) Version() uint64 {
+	h := fnv.New64a()
+	for _, st := range f.list {
+		st.NextRun = time.Time{}
+		fmt.Fprintf(h, "%v\n", st)
+	}
+	return h.Sum64()
+}
+
+// listCalls returns how many times List was called.
+func (f *fakeSchedules) listCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lists
+}
 
 func (f *fakeSchedules) Get(id string) (scheduler.Status, bool) {
 	f.mu.Lock()

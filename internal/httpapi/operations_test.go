@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -314,6 +315,33 @@ func TestLoadTokens(t *testing.T) {
 	} {
 		if _, err := httpapi.LoadTokens(file(text)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("LoadTokens(%q): %v, want %q", text, err, want)
+		}
+	}
+}
+
+// The page's retime preview reads the dialect as the daemons do: "H H * *
+// *" lists the concrete times daily_report's id hashes to (15:14 every
+// day, docs/time.md), "0 9 L * *" the last days of the months.
+func TestPreviewShowsConcreteTimesOfTheDialect(t *testing.T) {
+	f, _ := writeFixture(t, true)
+	for q, check := range map[string]func(at time.Time) bool{
+		"cron_expr=H+H+*+*+*":  func(at time.Time) bool { return at.Hour() == 15 && at.Minute() == 14 },
+		"cron_expr=0+9+L+*+*":  func(at time.Time) bool { return at.Hour() == 9 && at.AddDate(0, 0, 1).Day() == 1 },
+		"cron_expr=0+9+?+*+5L": func(at time.Time) bool { return at.Weekday() == time.Friday && at.AddDate(0, 0, 7).Day() <= 7 },
+		"cron_expr=0+9+15W+*+*": func(at time.Time) bool {
+			return at.Weekday() != time.Saturday && at.Weekday() != time.Sunday && at.Day() >= 14 && at.Day() <= 16
+		},
+	} {
+		var p httpapi.Preview
+		r := f.send(t, writeReq{method: http.MethodGet, path: "/api/schedules/daily_report/preview?" + q, token: "viewer-secret"})
+		if err := json.Unmarshal([]byte(r.body), &p); err != nil || r.code != http.StatusOK || !p.Valid || len(p.NextRuns) == 0 {
+			t.Fatalf("preview %s: %d %s", q, r.code, r.body)
+		}
+		for _, n := range p.NextRuns {
+			at, err := time.Parse(time.RFC3339, n.AtLocal) // in the job's zone
+			if err != nil || !check(at) {
+				t.Fatalf("preview %s: next run %s is not one of its slots", q, n.AtLocal)
+			}
 		}
 	}
 }

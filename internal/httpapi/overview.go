@@ -116,15 +116,16 @@ func (a *api) serveOverview(w http.ResponseWriter, r *http.Request) {
 func (a *api) overview(ctx context.Context) (Overview, error) {
 	now := a.now().UTC()
 	st := a.o.Status()
-	_, all := a.snapshot(ctx)
+	t := a.tables.get(a.o.Schedules, a.o.DefaultTimezone, false)
 	ov := Overview{GeneratedAt: now, InstanceID: st.InstanceID, Host: a.o.Host, WatchMode: st.WatchMode, Ready: st.Ready,
 		LastEventAt: st.LastEventAt, TokenSavedAt: st.TokenSavedAt, Members: []OverviewMember{},
-		Jobs: countJobs(all), FiresLastHour: map[string]int64{}, Readiness: st.Readiness}
+		Jobs: countJobs(t, t.withPauses(failurePauses(ctx, a.o.FailurePauses))), FiresLastHour: map[string]int64{},
+		Readiness: st.Readiness}
 	if st.TokenSavedAt != nil {
 		age := now.Sub(*st.TokenSavedAt).Seconds()
 		ov.TokenAgeSeconds = &age
 	}
-	if err := a.withMembers(ctx, &ov, all, now); err != nil {
+	if err := a.withMembers(ctx, &ov, t.ids, now); err != nil {
 		return Overview{}, err
 	}
 	if a.o.Records != nil {
@@ -137,15 +138,14 @@ func (a *api) overview(ctx context.Context) (Overview, error) {
 	return ov, nil
 }
 
-// withMembers fills the live members of ov and how many of the jobs of
-// all each owns (members.OwnedCounts over jobIDs: the count `cronswap
-// members list` shows).
-func (a *api) withMembers(ctx context.Context, ov *Overview, all []Schedule, now time.Time) error {
+// withMembers fills the live members of ov and how many of the jobs ids
+// (jobIDs of the engine's jobs) each owns (members.OwnedCounts: the count
+// `cronswap members list` shows).
+func (a *api) withMembers(ctx context.Context, ov *Overview, ids []string, now time.Time) error {
 	live, err := a.liveMembers(ctx)
 	if err != nil {
 		return err
 	}
-	ids := jobIDs(all)
 	owned, armed := members.OwnedCounts(ids, live), members.ArmedCounts(ids, live)
 	for _, m := range live {
 		ov.Members = append(ov.Members, OverviewMember{InstanceID: m.ID, Host: m.Host, PID: m.PID, Incarnation: m.Incarnation,
@@ -156,10 +156,12 @@ func (a *api) withMembers(ctx context.Context, ov *Overview, all []Schedule, now
 	return nil
 }
 
-// countJobs counts the jobs of list by state.
-func countJobs(list []Schedule) JobCounts {
-	c := JobCounts{Total: len(list)}
-	for _, s := range list {
+// countJobs counts the jobs of t by state, with their failure pauses
+// from pauses.
+func countJobs(t *jobTable, pauses paused) JobCounts {
+	c := JobCounts{Total: len(t.jobs)}
+	for i := range t.jobs {
+		s := t.job(i, pauses)
 		if s.Armed {
 			c.Armed++
 		}

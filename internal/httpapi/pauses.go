@@ -21,16 +21,23 @@ type FailurePause struct {
 // withFailurePauses sets the FailurePause of the schedules of out that are
 // paused after failures (nothing when read is nil or fails).
 func withFailurePauses(ctx context.Context, read func(context.Context) (map[string]FailurePause, error), out []Schedule) {
-	if read == nil {
-		return
-	}
-	pauses, err := read(ctx)
-	if err != nil {
-		return
-	}
+	pauses := failurePauses(ctx, read)
 	for i := range out {
 		if p, ok := pauses[out[i].ID]; ok && !out[i].InvalidID {
 			out[i].FailurePause = &p
 		}
 	}
+}
+
+// failurePauses returns the jobs paused after failures, by job id, through
+// read; none when read is nil or fails.
+func failurePauses(ctx context.Context, read func(context.Context) (map[string]FailurePause, error)) map[string]FailurePause {
+	if read == nil {
+		return nil
+	}
+	pauses, err := read(ctx)
+	if err != nil {
+		return nil
+	}
+	return pauses
 }

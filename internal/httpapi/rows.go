@@ -159,9 +159,11 @@ func intParam(v url.Values, name string, def, lo, hi int) (int, error) {
 	return n, nil
 }
 
-// candidate is a schedule with the engine's next run, before paging.
+// candidate is job i of the table with its failure pause (s) and, when
+// the rows are sorted by it, its next run, before paging.
 type candidate struct {
-	s    Schedule
+	i    int
+	s    *Schedule
 	next time.Time
 }
 
@@ -171,7 +173,7 @@ func (rq rowQuery) matches(c candidate) bool {
 	if rq.category != "" && c.s.Category != rq.category {
 		return false
 	}
-	if rq.status != "" && rq.status != FilterMissed && RowStatus(c.s) != rq.status {
+	if rq.status != "" && rq.status != FilterMissed && RowStatus(*c.s) != rq.status {
 		return false
 	}
 	if rq.q == "" {
@@ -194,7 +196,7 @@ func (rq rowQuery) compare(a, b candidate) int {
 	case "category":
 		c = strings.Compare(a.s.Category, b.s.Category)
 	case "status":
-		c = strings.Compare(RowStatus(a.s), RowStatus(b.s))
+		c = strings.Compare(RowStatus(*a.s), RowStatus(*b.s))
 	case "cron_expr":
 		c = strings.Compare(a.s.CronExpr, b.s.CronExpr)
 	}
@@ -247,11 +249,13 @@ func (a *api) serveRows(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, body)
 }
 
-// rows filters, sorts and pages the schedules, then reads the records of
-// the page's rows only.
+// rows filters, sorts and pages the engine's jobs (the table of its
+// current version, with the failure pauses read now), then reads the
+// engine's current state and the records of the page's rows only.
 func (a *api) rows(ctx context.Context, rq rowQuery) (Rows, error) {
-	statuses, all := a.snapshot(ctx)
-	cands := make([]candidate, 0, len(all))
+	byNext := rq.sort == "next_run"
+	t := a.tables.get(a.o.Schedules, a.o.DefaultTimezone, byNext)
+	pauses := t.withPauses(failurePauses(ctx, a.o.FailurePauses))
 	var missedJobs map[string]int64
 	if rq.status == FilterMissed {
 		m, err := a.missed(ctx, nil)
@@ -260,19 +264,23 @@ func (a *api) rows(ctx context.Context, rq rowQuery) (Rows, error) {
 		}
 		missedJobs = m
 	}
-	for i, s := range all {
-		c := candidate{s: s, next: statuses[i].NextRun}
-		if !rq.matches(c) || (missedJobs != nil && missedJobs[s.ID] == 0) {
+	cands := make([]candidate, 0, len(t.jobs))
+	for i := range t.jobs {
+		c := candidate{i: i, s: t.job(i, pauses)}
+		if byNext {
+			c.next = t.nexts[i]
+		}
+		if !rq.matches(c) || (missedJobs != nil && missedJobs[c.s.ID] == 0) {
 			continue
 		}
 		cands = append(cands, c)
 	}
 	slices.SortFunc(cands, rq.compare)
-	out := Rows{Total: len(cands), Offset: rq.offset, Limit: rq.limit, Categories: categoriesOf(all), Items: []Row{}}
+	out := Rows{Total: len(cands), Offset: rq.offset, Limit: rq.limit, Categories: t.categories, Items: []Row{}}
 	page := cands[min(rq.offset, len(cands)):min(rq.offset+rq.limit, len(cands))]
 	ids := make([]string, 0, len(page))
 	for _, c := range page {
-		out.Items = append(out.Items, a.row(c.s, c.next))
+		out.Items = append(out.Items, a.pageRow(t, c))
 		if !c.s.InvalidID {
 			ids = append(ids, c.s.ID)
 		}
@@ -284,6 +292,20 @@ func (a *api) rows(ctx context.Context, rq rowQuery) (Rows, error) {
 		}
 	}
 	return out, a.withRecords(ctx, out.Items, ids)
+}
+
+// pageRow is the row of candidate c of table t as the engine has the job
+// now (Schedules.Get: its next run follows the clock, which the table's
+// does not), with the failure pause c has; the table's entry, with no next
+// run, when the job left the engine since the table was built.
+func (a *api) pageRow(t *jobTable, c candidate) Row {
+	st, ok := a.o.Schedules.Get(t.keys[c.i])
+	if !ok {
+		return a.row(*c.s, time.Time{})
+	}
+	s := FromStatus(st, a.o.DefaultTimezone)
+	s.FailurePause = c.s.FailurePause
+	return a.row(s, st.NextRun)
 }
 
 // withRecords fills last_run and missed_last_day of items from the

@@ -154,3 +154,49 @@ func TestScheduleDetail(t *testing.T) {
 		t.Errorf("unknown detail = %d", r.code)
 	}
 }
+
+// The table and the overview read the engine's jobs (List) once per change
+// of the engine, not once per request: with 100,000 jobs a List is most of
+// a request's time. A change shows at the next request.
+func TestScheduleRowsReadTheEngineOncePerChange(t *testing.T) {
+	f := newFixture(t, nil)
+	getRows(t, f, "")
+	getRows(t, f, "?q=daily")
+	getRows(t, f, "?status=armed&sort=status&offset=1")
+	if r := f.get(t, "/api/overview"); r.code != http.StatusOK {
+		t.Fatalf("/api/overview = %d %s", r.code, r.body)
+	}
+	if n := f.sched.listCalls(); n != 1 {
+		t.Errorf("4 requests called List %d times, want 1", n)
+	}
+	f.sched.list = append(f.sched.list, scheduler.Status{Schedule: schedule.Schedule{ID: "added", CronExpr: "@daily", Enabled: true}})
+	if rows := getRows(t, f, "?q=added"); rows.Total != 1 || rowIDs(rows) != "added" {
+		t.Errorf("after a change: rows %s (total %d), want added", rowIDs(rows), rows.Total)
+	}
+	if n := f.sched.listCalls(); n != 2 {
+		t.Errorf("after a change List was called %d times in all, want 2", n)
+	}
+}
+
+// A page's rows show the engine's next run of now, though the table is
+// kept while the engine does not change: the clock moves next runs
+// without a change. The sort by next run reads them all anew.
+func TestScheduleRowsNextRunFollowsTheClock(t *testing.T) {
+	f := newFixture(t, nil)
+	if rows := getRows(t, f, "?sort=next_run"); rowIDs(rows) != "heartbeat,daily_report,team/job,broken,paused" {
+		t.Fatalf("sort by next run: %s", rowIDs(rows))
+	}
+	later := time.Date(2031, 6, 1, 0, 0, 0, 0, time.UTC) // heartbeat's next run moves past the others'
+	for i := range f.sched.list {
+		if f.sched.list[i].ID == "heartbeat" {
+			f.sched.list[i].NextRun = later
+		}
+	}
+	rows := getRows(t, f, "?q=heartbeat")
+	if len(rows.Items) != 1 || rows.Items[0].NextRun == nil || *rows.Items[0].NextRun != "2031-06-01T00:00:00Z" {
+		t.Errorf("heartbeat's row after its next run moved: %+v", rows.Items)
+	}
+	if rows := getRows(t, f, "?sort=next_run"); rowIDs(rows) != "daily_report,team/job,heartbeat,broken,paused" {
+		t.Errorf("sort by next run after heartbeat's moved: %s", rowIDs(rows))
+	}
+}

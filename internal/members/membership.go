@@ -69,6 +69,9 @@ type Membership struct {
 
 	// selfID and selfIncarnation are this process's, fixed at New.
 	selfID, selfIncarnation string
+	// createdAt is when New ran: the heartbeat age counts from it until
+	// the first heartbeat is written.
+	createdAt time.Time
 
 	mu   sync.Mutex
 	self Member // as last written; the fields other than times are fixed at New
@@ -103,7 +106,7 @@ func New(db *mongo.Database, opts Options) *Membership {
 	self := Member{ID: opts.InstanceID, Host: opts.Host, PID: os.Getpid(), Machine: machineID(),
 		Incarnation: newIncarnation(), HTTP: opts.HTTP, Divides: opts.Divides}
 	return &Membership{coll: Collection(db), opts: opts, self: self,
-		selfID: self.ID, selfIncarnation: self.Incarnation,
+		selfID: self.ID, selfIncarnation: self.Incarnation, createdAt: opts.Now(),
 		log: opts.Logger.With("host", self.Host, "incarnation", self.Incarnation)}
 }
 
@@ -123,6 +126,18 @@ func (m *Membership) setSelf(d Member) {
 
 // Heartbeat returns the effective heartbeat period.
 func (m *Membership) Heartbeat() time.Duration { return m.opts.Heartbeat }
+
+// HeartbeatAge returns the time since this process last wrote its member
+// document (Join, then each heartbeat that landed), or since New while it
+// has written none: it grows while the heartbeats fail, and past Lease the
+// other members count this one gone.
+func (m *Membership) HeartbeatAge() time.Duration {
+	last := m.Self().HeartbeatAt
+	if last.IsZero() {
+		last = m.createdAt
+	}
+	return m.opts.Now().Sub(last)
+}
 
 // Lease returns the effective lease.
 func (m *Membership) Lease() time.Duration { return m.opts.Lease }

@@ -347,3 +347,28 @@ func TestMemberDocumentCarriesTheHTTPAddress(t *testing.T) {
 		return ok && d.HTTP == "127.0.0.1:9090"
 	})
 }
+
+// The heartbeat age counts from New until the first write, then from the
+// last write: it drops at Join and grows again while no heartbeat lands.
+func TestHeartbeatAge(t *testing.T) {
+	db := newDB(t)
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	m := New(db, Options{InstanceID: "r1", Heartbeat: time.Hour, Logger: quiet, Now: clock})
+	advance(7 * time.Second)
+	if got := m.HeartbeatAge(); got != 7*time.Second {
+		t.Fatalf("age before Join %s, want 7s (since New)", got)
+	}
+	if err := m.Join(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.HeartbeatAge(); got != 0 {
+		t.Fatalf("age right after Join %s, want 0", got)
+	}
+	advance(12 * time.Second) // no heartbeat in between (one an hour)
+	if got := m.HeartbeatAge(); got != 12*time.Second {
+		t.Fatalf("age 12 s after Join without a heartbeat %s, want 12s", got)
+	}
+}

@@ -53,8 +53,12 @@ type Metrics struct {
 	// having armed or disarmed the job, before the change is logged: the
 	// daemon's own share of EditToArmed.
 	EventApply prometheus.Histogram
-	// FireLateness is dispatch time minus the cron slot.
-	FireLateness prometheus.Histogram
+	// FireLateness is dispatch time minus when the fire was due, by the
+	// schedule's category (bounded: see Known.Categories).
+	FireLateness *prometheus.HistogramVec
+	// lateness holds FireLateness's observer of each known category (see
+	// Preset); fixed before the first fire.
+	lateness map[string]prometheus.Observer
 	// Runs counts finished fires by job and status (succeeded, failed,
 	// skipped, abandoned).
 	Runs *prometheus.CounterVec
@@ -79,6 +83,9 @@ type Metrics struct {
 	// Notifications counts notification deliveries by sink and result
 	// (NotificationDelivered, NotificationFailed, NotificationGivenUp).
 	Notifications *prometheus.CounterVec
+	// SkippedFires counts the fires this replica recorded skipped, by
+	// reason (overlap, blackout).
+	SkippedFires *prometheus.CounterVec
 	// Triggers counts the outcomes this replica wrote on run-now and
 	// backfill requests, by outcome (the request's status: buffered and
 	// the final ones).
@@ -99,6 +106,16 @@ type Sources struct {
 	// ClaimLatency returns the fire path's claim-latency estimate (0 while
 	// there is none).
 	ClaimLatency func() time.Duration
+	// WatchState returns the schedules watcher's state: WatchStreaming,
+	// WatchPolling or WatchLost.
+	WatchState func() string
+	// LiveMembers returns the number of live members this replica sees,
+	// itself included.
+	LiveMembers func() int
+	// HeartbeatAge returns the time since this replica's membership
+	// heartbeat was last written (since it started trying, before the
+	// first).
+	HeartbeatAge func() time.Duration
 }
 
 // New creates the metrics on a fresh registry that also carries the Go
@@ -143,9 +160,9 @@ func NewOn(reg prometheus.Registerer, gather prometheus.Gatherer) (*Metrics, err
 		EventApply: f.histogram(prometheus.HistogramOpts{Name: "event_apply_seconds",
 			Help:    "Time from receiving a change event to the engine having armed or disarmed the job.",
 			Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .00075, .001, .0015, .002, .0025, .005, .01, .05}}),
-		FireLateness: f.histogram(prometheus.HistogramOpts{Name: "fire_lateness_seconds",
-			Help:    "Dispatch time minus the cron slot.",
-			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}),
+		FireLateness: f.histogramVec(prometheus.HistogramOpts{Name: "fire_lateness_seconds",
+			Help:    "Dispatch time minus when the fire was due (its slot plus its planned jitter), by schedule category (the config's categories, none, other).",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, "category"),
 		Runs: f.counterVec(prometheus.CounterOpts{Name: "runs_total",
 			Help: "Finished fires by job and status (succeeded, failed, skipped, abandoned)."}, "job_id", "status"),
 		LockAcquisitions: f.counterVec(prometheus.CounterOpts{Name: "lock_acquisitions_total",
@@ -167,6 +184,8 @@ func NewOn(reg prometheus.Registerer, gather prometheus.Gatherer) (*Metrics, err
 			Help: "Fires claimed and won by this replica although another member owned the job (owner dead or stalled)."}),
 		Notifications: f.counterVec(prometheus.CounterOpts{Name: "notifications_total",
 			Help: "Notification deliveries by this replica, by sink and result (delivered, failed: to be retried, given_up)."}, "sink", "result"),
+		SkippedFires: f.counterVec(prometheus.CounterOpts{Name: "fires_skipped_total",
+			Help: "Fires this replica recorded skipped, by reason (overlap: the job's lock was held; blackout: inside a blackout window)."}, "reason"),
 		Triggers: f.counterVec(prometheus.CounterOpts{Name: "triggers_total",
 			Help: "Outcomes this replica wrote on run-now and backfill requests, by outcome (buffered, succeeded, failed, abandoned, skipped, missed, rejected, not_run, already_ran)."}, "outcome"),
 	}
@@ -205,6 +224,28 @@ func (m *Metrics) RegisterGauges(src Sources) error {
 			Help: "The claim-latency estimate: 90th percentile of the recent claim batches' durations (0 while there is none)."},
 			func() float64 { return src.ClaimLatency().Seconds() }))
 	}
+	if src.WatchState != nil {
+		for _, state := range WatchStates {
+			f.register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "watch_state",
+				Help:        "1 for the schedules watcher's current state (streaming, polling, lost), 0 for the others.",
+				ConstLabels: prometheus.Labels{"state": state}},
+				func() float64 {
+					if src.WatchState() == state {
+						return 1
+					}
+					return 0
+				}))
+		}
+	}
+	if src.LiveMembers != nil {
+		f.register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "members_live",
+			Help: "Live members this replica sees, itself included."}, func() float64 { return float64(src.LiveMembers()) }))
+	}
+	if src.HeartbeatAge != nil {
+		f.register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "heartbeat_age_seconds",
+			Help: "Seconds since this replica last wrote its membership heartbeat (since it started, before the first)."},
+			func() float64 { return src.HeartbeatAge().Seconds() }))
+	}
 	if f.err != nil {
 		return fmt.Errorf("register the cronswap gauges: %w", f.err)
 	}
@@ -215,13 +256,15 @@ func (m *Metrics) RegisterGauges(src Sources) error {
 // gather the metrics in tests.
 func (m *Metrics) Gatherer() prometheus.Gatherer { return m.gather }
 
-// Handler serves the metrics in the Prometheus text format; nil when the
-// metrics were created on a registerer without a gatherer (NewOn).
+// Handler serves the metrics in the Prometheus text format, or in the
+// OpenMetrics format (which carries the exemplars) to a scrape that asks
+// for it; nil when the metrics were created on a registerer without a
+// gatherer (NewOn).
 func (m *Metrics) Handler() http.Handler {
 	if m.gather == nil {
 		return nil
 	}
-	return promhttp.HandlerFor(m.gather, promhttp.HandlerOpts{Registry: m.reg})
+	return promhttp.HandlerFor(m.gather, promhttp.HandlerOpts{Registry: m.reg, EnableOpenMetrics: true})
 }
 
 // ObserveEditToArmed records the time from a write to its timer being armed.
@@ -245,13 +288,25 @@ func (m *Metrics) ObserveEventApply(d time.Duration) {
 	m.EventApply.Observe(d.Seconds())
 }
 
-// ObserveFireLateness records dispatch time minus the slot.
-func (m *Metrics) ObserveFireLateness(slot, dispatched time.Time) {
+// ObserveFireLateness records dispatch time minus when the fire was due,
+// under the schedule's category (bounded as Known.Categories says). A
+// traced fire (traceID not empty) is the bucket's exemplar, shown to a
+// scrape that negotiates OpenMetrics.
+func (m *Metrics) ObserveFireLateness(category string, due, dispatched time.Time, traceID string) {
 	if m == nil {
 		return
 	}
-	m.FireLateness.Observe(max(dispatched.Sub(slot), 0).Seconds())
+	o := m.latenessObserver(category)
+	v := max(dispatched.Sub(due), 0).Seconds()
+	if eo, ok := o.(prometheus.ExemplarObserver); ok && traceID != "" {
+		eo.ObserveWithExemplar(v, prometheus.Labels{ExemplarTraceID: traceID})
+		return
+	}
+	o.Observe(v)
 }
+
+// ExemplarTraceID is the label of an exemplar naming its trace.
+const ExemplarTraceID = "trace_id"
 
 // CountChangeEvent counts one applied change event.
 func (m *Metrics) CountChangeEvent(operation string) {
@@ -309,6 +364,14 @@ func (m *Metrics) CountLockAcquisition(result string) {
 	m.LockAcquisitions.WithLabelValues(result).Inc()
 }
 
+// CountSkippedFire counts one fire recorded skipped, by reason.
+func (m *Metrics) CountSkippedFire(reason string) {
+	if m == nil {
+		return
+	}
+	m.SkippedFires.WithLabelValues(reason).Inc()
+}
+
 // CountFireNotRun counts one fire not run, by reason.
 func (m *Metrics) CountFireNotRun(reason string) {
 	if m == nil {
@@ -342,6 +405,13 @@ func (f *factory) counterVec(o prometheus.CounterOpts, labels ...string) *promet
 	c := prometheus.NewCounterVec(o, labels)
 	f.register(c)
 	return c
+}
+
+func (f *factory) histogramVec(o prometheus.HistogramOpts, labels ...string) *prometheus.HistogramVec {
+	o.Namespace = Namespace
+	h := prometheus.NewHistogramVec(o, labels)
+	f.register(h)
+	return h
 }
 
 func (f *factory) histogram(o prometheus.HistogramOpts) prometheus.Histogram {

@@ -41,7 +41,7 @@ func TestMetricsMoveAndParse(t *testing.T) {
 	m.ObserveEditToArmed(now.Add(-time.Millisecond), now)
 	m.ObserveEditToArmed(time.Time{}, now) // unknown write time: not observed
 	m.ObserveEventApply(50 * time.Microsecond)
-	m.ObserveFireLateness(now.Add(-10*time.Millisecond), now)
+	m.ObserveFireLateness("", now.Add(-10*time.Millisecond), now, "")
 	m.ObserveClaimBatch(3, 20*time.Millisecond)
 	m.ObserveClaimBatch(1000, 300*time.Millisecond)
 	m.ObserveClaimBatch(0, time.Second) // an empty batch: not observed
@@ -62,7 +62,7 @@ func TestMetricsMoveAndParse(t *testing.T) {
 		"cronswap_fires_not_run_total,reason=database_unreachable": 1,
 		"cronswap_edit_to_armed_seconds,count":                     1,
 		"cronswap_event_apply_seconds,count":                       1,
-		"cronswap_fire_lateness_seconds,count":                     1,
+		"cronswap_fire_lateness_seconds,category=none,count":       1,
 		"cronswap_claim_batch_size,count":                          2,
 		"cronswap_claim_batch_size,sum":                            1003,
 		"cronswap_claim_batch_seconds,count":                       2,
@@ -94,7 +94,8 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	m.CountFireNotRun("shutting_down")
 	m.ObserveEditToArmed(time.Now(), time.Now())
 	m.ObserveEventApply(time.Millisecond)
-	m.ObserveFireLateness(time.Now(), time.Now())
+	m.ObserveFireLateness("billing", time.Now(), time.Now(), "")
+	m.Preset(Known{Categories: []string{"billing"}})
 	m.ObserveClaimBatch(10, time.Millisecond)
 	m.CountOwnerTakeover()
 }

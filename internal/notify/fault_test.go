@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/mongo"
-
 	"github.com/cronswap/cronswap/internal/faultproxy"
 	"github.com/cronswap/cronswap/internal/testmongo"
 )
@@ -45,7 +43,7 @@ func TestDeliveryRecordRetried(t *testing.T) {
 	r := f.relay("a", s, nil)
 	direct.failRun(t, 1, time.Now())
 	ctx := context.Background()
-	for _, src := range []*mongo.Collection{f.runs} {
+	for _, src := range []Source{outbox{f.runs}} {
 		if err := r.move(ctx, src); err != nil {
 			t.Fatal(err)
 		}

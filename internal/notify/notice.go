@@ -29,6 +29,7 @@
 package notify
 
 import (
+	"context"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -43,6 +44,52 @@ const OutboxField = "notice"
 // read (wrong types), with what is wrong; the bad notice is removed so it
 // is not read again.
 const NoticeErrorField = "notice_error"
+
+// Source is an outbox collection, one whose documents carry notices
+// (OutboxField): the relay reads the notices through it and has it clear
+// those it dealt with. The code that owns the collection's writes
+// implements it (the run records' store for job_runs and job_pauses), so
+// the relay writes no outbox document itself.
+type Source interface {
+	// Name is the collection's name: the notifications' Doc.Source.
+	Name() string
+	// Notices returns up to limit documents that carry a notice
+	// (PendingNotices). Its errors name the collection.
+	Notices(ctx context.Context, limit int64) ([]bson.Raw, error)
+	// ClearNotices applies clears (Clear.Update) in one write. Its errors
+	// name the collection.
+	ClearNotices(ctx context.Context, clears []Clear) error
+}
+
+// PendingNotices is the filter of the outbox documents that carry a
+// notice, which the sparse OutboxIndex serves.
+func PendingNotices() bson.D {
+	return bson.D{{Key: OutboxField + ".kind", Value: bson.D{{Key: "$exists", Value: true}}}}
+}
+
+// Clear is what becomes of one outbox document's notice once the relay
+// dealt with it: removed, only while the document still carries that same
+// notice (a newer one written meanwhile stays); or, when it could not be
+// read (Bad), removed with why under NoticeErrorField.
+type Clear struct {
+	// ID is the outbox document's _id.
+	ID bson.RawValue
+	// Notice is the notice moved (its Kind and At identify it).
+	Notice Notice
+	// Bad, when not empty, says why the notice could not be read.
+	Bad string
+}
+
+// Update returns the conditional update of c's document that applies c.
+func (c Clear) Update() (filter, update bson.D) {
+	if c.Bad != "" {
+		return bson.D{{Key: "_id", Value: c.ID}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: NoticeErrorField, Value: c.Bad}}},
+				{Key: "$unset", Value: bson.D{{Key: OutboxField, Value: ""}}}}
+	}
+	return bson.D{{Key: "_id", Value: c.ID}, {Key: OutboxField + ".kind", Value: c.Notice.Kind}, {Key: OutboxField + ".at", Value: c.Notice.At}},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: OutboxField, Value: ""}}}}
+}
 
 // Notice kinds: what happened.
 const (
@@ -68,6 +115,11 @@ type Notice struct {
 	At time.Time `bson:"at"`
 	// Note is a free text added to the notification (the pause note).
 	Note string `bson:"note,omitempty"`
+	// TraceParent and TraceState are the W3C trace context of the span
+	// that caused the event (a traced fire's), when tracing is on: the
+	// deliveries' spans continue that trace.
+	TraceParent string `bson:"traceparent,omitempty"`
+	TraceState  string `bson:"tracestate,omitempty"`
 }
 
 // NewNotice returns the notice of an event of kind at at (at truncated to
@@ -80,6 +132,14 @@ func NewNotice(kind string, at time.Time) Notice {
 // the $set (or the inserted document) of the write that records the event.
 func Outbox(kind string, at time.Time) bson.E {
 	return bson.E{Key: OutboxField, Value: NewNotice(kind, at)}
+}
+
+// TracedOutbox is Outbox for an event caused in the trace whose W3C
+// context is traceparent and tracestate (Outbox when traceparent is "").
+func TracedOutbox(kind string, at time.Time, traceparent, tracestate string) bson.E {
+	n := NewNotice(kind, at)
+	n.TraceParent, n.TraceState = traceparent, tracestate
+	return bson.E{Key: OutboxField, Value: n}
 }
 
 // PauseNotice returns the OutboxField element to add to the $set of the

@@ -19,6 +19,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/cronswap/cronswap/internal/tracecontext"
 )
 
 // HeaderID is the request header carrying the notification's id, by which
@@ -64,8 +67,9 @@ type Options struct {
 	// Notifications is the notifications collection (Collection).
 	Notifications *mongo.Collection
 	// Sources are the outbox collections whose documents may carry a
-	// notice under OutboxField (job_runs; a pause collection).
-	Sources []*mongo.Collection
+	// notice under OutboxField (job_runs; a pause collection), each
+	// read and cleared through the code that writes it.
+	Sources []Source
 	// Instance names this replica in claims and logs.
 	Instance string
 	// Route returns the route of a job's notices (its action's own, or
@@ -89,6 +93,10 @@ type Options struct {
 	Now    func() time.Time
 	Logger *slog.Logger
 	Hooks  Hooks
+	// Tracer, when set, makes a span of each delivery, in the trace of
+	// the event that caused the notification (its notice's trace
+	// context) when it has one. nil: no span.
+	Tracer trace.Tracer
 }
 
 // Relay moves notices from the outbox documents to the notifications
@@ -253,16 +261,11 @@ func (r *Relay) deliverDue(ctx context.Context) error {
 // outbox documents costs one find, one insertMany and one bulkWrite; a
 // pass moves at most moveBatches batches and leaves the rest to the next
 // pass, which it schedules at once.
-func (r *Relay) move(ctx context.Context, src *mongo.Collection) error {
+func (r *Relay) move(ctx context.Context, src Source) error {
 	for range moveBatches {
-		cur, err := src.Find(ctx, bson.D{{Key: OutboxField + ".kind", Value: bson.D{{Key: "$exists", Value: true}}}},
-			options.Find().SetLimit(moveLimit))
+		raws, err := src.Notices(ctx, moveLimit)
 		if err != nil {
-			return fmt.Errorf("read notices in %s: %w", src.Name(), err)
-		}
-		var raws []bson.Raw
-		if err := cur.All(ctx, &raws); err != nil {
-			return fmt.Errorf("read notices in %s: %w", src.Name(), err)
+			return err // it names the collection
 		}
 		if err := r.moveDocs(ctx, src, raws); err != nil {
 			return err
@@ -286,10 +289,10 @@ func (r *Relay) soon(at time.Time) {
 
 // moveDocs moves the notices of the outbox documents raws of src: one
 // insertMany of their notifications (a duplicate key: moved already), then
-// one bulkWrite removing the notices (and marking the bad ones).
-func (r *Relay) moveDocs(ctx context.Context, src *mongo.Collection, raws []bson.Raw) error {
+// one write of src removing the notices (and marking the bad ones).
+func (r *Relay) moveDocs(ctx context.Context, src Source, raws []bson.Raw) error {
 	var docs []any
-	var clears []mongo.WriteModel
+	var clears []Clear
 	for _, raw := range raws {
 		d, clear, err := r.plan(src, raw)
 		if err != nil {
@@ -305,8 +308,8 @@ func (r *Relay) moveDocs(ctx context.Context, src *mongo.Collection, raws []bson
 		}
 	}
 	if len(clears) > 0 {
-		if _, err := src.BulkWrite(ctx, clears, options.BulkWrite().SetOrdered(false)); err != nil {
-			return fmt.Errorf("clear %d notices in %s: %w", len(clears), src.Name(), err)
+		if err := src.ClearNotices(ctx, clears); err != nil {
+			return err // it names the collection
 		}
 	}
 	return nil
@@ -334,6 +337,7 @@ func noticeOf(raw bson.Raw) (Notice, error) {
 	if nv, err := doc.LookupErr("note"); err == nil {
 		n.Note, _ = nv.StringValueOK()
 	}
+	n.TraceParent, n.TraceState = str(bson.Raw(doc), "traceparent"), str(bson.Raw(doc), "tracestate")
 	return n, nil
 }
 
@@ -382,20 +386,16 @@ type Payload struct {
 }
 
 // plan returns the notifications of the notice of one outbox document and
-// the write that removes the notice (for a bad notice: that removes it and
-// sets NoticeErrorField, after logging it with the document's _id).
-func (r *Relay) plan(src *mongo.Collection, raw bson.Raw) ([]any, mongo.WriteModel, error) {
+// what becomes of the notice (for a bad notice: removed with its error,
+// after logging it with the document's _id).
+func (r *Relay) plan(src Source, raw bson.Raw) ([]any, Clear, error) {
 	id, idv := idString(raw), raw.Lookup("_id")
 	n, err := noticeOf(raw)
 	if err != nil {
 		r.o.Logger.Error("bad notice: not sent", "collection", src.Name(), "_id", id, "error", err)
-		return nil, mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: idv}}).
-			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: NoticeErrorField, Value: err.Error()}}},
-				{Key: "$unset", Value: bson.D{{Key: OutboxField, Value: ""}}}}), nil
+		return nil, Clear{ID: idv, Bad: err.Error()}, nil
 	}
-	clear := mongo.NewUpdateOneModel().
-		SetFilter(bson.D{{Key: "_id", Value: idv}, {Key: OutboxField + ".kind", Value: n.Kind}, {Key: OutboxField + ".at", Value: n.At}}).
-		SetUpdate(bson.D{{Key: "$unset", Value: bson.D{{Key: OutboxField, Value: ""}}}})
+	clear := Clear{ID: idv, Notice: n}
 	jobID := str(raw, "job_id")
 	if jobID == "" && n.Kind == KindPaused {
 		jobID = id // a pause document keyed by the job
@@ -425,10 +425,11 @@ func (r *Relay) plan(src *mongo.Collection, raw bson.Raw) ([]any, mongo.WriteMod
 		}
 		body, err := json.Marshal(p)
 		if err != nil {
-			return nil, nil, fmt.Errorf("encode notification %s: %w", nid, err)
+			return nil, Clear{}, fmt.Errorf("encode notification %s: %w", nid, err)
 		}
 		docs = append(docs, Doc{ID: nid, Kind: n.Kind, JobID: jobID, Sink: w.Name, Source: src.Name(), SourceID: id,
-			At: n.At, Payload: string(body), Status: StatusPending, NextAttemptAt: now, CreatedAt: now})
+			At: n.At, Payload: string(body), Status: StatusPending, NextAttemptAt: now, CreatedAt: now,
+			TraceParent: n.TraceParent, TraceState: n.TraceState})
 	}
 	r.o.Logger.Debug("notice moved", "collection", src.Name(), "_id", id, "job_id", jobID, "kind", n.Kind, "sinks", len(docs))
 	return docs, clear, nil
@@ -457,6 +458,8 @@ type claimed struct {
 	sink     string
 	payload  string
 	attempts int32
+	// trace is the notice's trace context.
+	trace tracecontext.Carrier
 }
 
 // claim takes one due notification (oldest due first), hiding it for the
@@ -476,7 +479,8 @@ func (r *Relay) claim(ctx context.Context) (c claimed, ok bool, err error) {
 	if err != nil {
 		return c, false, fmt.Errorf("claim a notification in %s: %w", r.o.Notifications.Name(), err)
 	}
-	c = claimed{id: idString(raw), idv: raw.Lookup("_id"), jobID: str(raw, "job_id"), sink: str(raw, "sink"), payload: str(raw, "payload")}
+	c = claimed{id: idString(raw), idv: raw.Lookup("_id"), jobID: str(raw, "job_id"), sink: str(raw, "sink"), payload: str(raw, "payload"),
+		trace: tracecontext.Carrier{TraceParent: str(raw, "traceparent"), TraceState: str(raw, "tracestate")}}
 	if v, err := raw.LookupErr("attempts"); err == nil {
 		n, _ := v.AsInt64OK()
 		c.attempts = int32(n)
@@ -499,6 +503,8 @@ func (r *Relay) deliver(ctx context.Context, c claimed) error {
 		}
 	}
 	permanent := sendErr != nil
+	span := r.startDelivery(ctx, c)
+	defer func() { endDelivery(span, sendErr) }()
 	if sendErr == nil {
 		// A delivery under way is finished (within Timeout) even when
 		// the relay is stopping: one cut off after the sink took it

@@ -115,9 +115,34 @@ func (f fixture) failRun(t *testing.T, i int, at time.Time) string {
 	return id
 }
 
+// outbox is a collection of the tests as a relay's Source (the daemon's
+// are the run-record store's: runstore.Store.NoticeSources).
+type outbox struct{ coll *mongo.Collection }
+
+func (o outbox) Name() string { return o.coll.Name() }
+
+func (o outbox) Notices(ctx context.Context, limit int64) ([]bson.Raw, error) {
+	cur, err := o.coll.Find(ctx, PendingNotices(), options.Find().SetLimit(limit))
+	if err != nil {
+		return nil, fmt.Errorf("read notices in %s: %w", o.coll.Name(), err)
+	}
+	var raws []bson.Raw
+	return raws, cur.All(ctx, &raws)
+}
+
+func (o outbox) ClearNotices(ctx context.Context, clears []Clear) error {
+	var models []mongo.WriteModel
+	for _, c := range clears {
+		filter, update := c.Update()
+		models = append(models, mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update))
+	}
+	_, err := o.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	return err
+}
+
 func (f fixture) relay(instance string, s *sink, mod func(*Options)) *Relay {
 	o := Options{
-		Notifications: f.notes, Sources: []*mongo.Collection{f.runs}, Instance: instance,
+		Notifications: f.notes, Sources: []Source{outbox{f.runs}}, Instance: instance,
 		Route: func(string) Route {
 			return Route{Webhooks: []Webhook{{Name: "ops", URL: s.srv.URL + "/hook", Headers: map[string]string{"X-Token": "${NOTIFY_TEST_TOKEN}"}}}}
 		},
@@ -266,7 +291,7 @@ func TestRelaySurvivesRestart(t *testing.T) {
 	short := func(o *Options) { o.Lease = time.Second; o.Settings.Timeout = 500 * time.Millisecond }
 	dead := f.relay("dead", s, short)
 	f.failRun(t, 1, time.Now())
-	if err := dead.move(context.Background(), f.runs); err != nil {
+	if err := dead.move(context.Background(), outbox{f.runs}); err != nil {
 		t.Fatal(err)
 	}
 	c, ok, err := dead.claim(context.Background())
@@ -300,7 +325,7 @@ func TestMoveIsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if err := r.moveDocs(context.Background(), f.runs, []bson.Raw{raw}); err != nil {
+		if err := r.moveDocs(context.Background(), outbox{f.runs}, []bson.Raw{raw}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -459,7 +484,7 @@ func TestMoveIsBatched(t *testing.T) {
 		return out
 	}
 	take()
-	if err := r.move(context.Background(), f.runs); err != nil {
+	if err := r.move(context.Background(), outbox{f.runs}); err != nil {
 		t.Fatal(err)
 	}
 	if got := take(); got["find"] != 3 || got["insert"] != 3 || got["update"] != 3 || len(got) != 3 {
@@ -494,7 +519,7 @@ func TestPauseNoticeDelivered(t *testing.T) {
 			PauseNotice(at, "paused after 3 consecutive failed slots")}}}, options.UpdateOne().SetUpsert(true)); err != nil {
 		t.Fatal(err)
 	}
-	r := f.relay("a", s, func(o *Options) { o.Sources = append(o.Sources, pauses) })
+	r := f.relay("a", s, func(o *Options) { o.Sources = append(o.Sources, outbox{pauses}) })
 	if err := r.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}

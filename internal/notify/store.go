@@ -67,6 +67,10 @@ type Doc struct {
 	LastError   string    `bson:"last_error,omitempty" json:"last_error,omitempty"`
 	DeliveredAt time.Time `bson:"delivered_at,omitempty" json:"delivered_at,omitzero"`
 	CreatedAt   time.Time `bson:"created_at" json:"created_at"`
+	// TraceParent and TraceState are the notice's trace context (the
+	// span that caused it), which each delivery's span continues.
+	TraceParent string `bson:"traceparent,omitempty" json:"-"`
+	TraceState  string `bson:"tracestate,omitempty" json:"-"`
 	// ExpireAt drives the TTL index: set when the notification is
 	// delivered or failed (the retention later); a pending one never
 	// expires.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/schedule"
 )
 
 // Blackout names the blackout window a fire falls in: the fire is not run,
@@ -19,14 +20,6 @@ type Blackout struct {
 // `cronswap runs list` shows of a skipped record).
 func (b Blackout) SkipError() string {
 	return fmt.Sprintf("blackout %s: %s", b.ID, b.Reason)
-}
-
-// action is the action the buffered fire runs.
-func (b *BufferedRun) ActionName(jobID string) string {
-	if b.Action != "" {
-		return b.Action
-	}
-	return jobID
 }
 
 // BufferTake is who takes a buffered fire, and the lease it gets.
@@ -44,11 +37,11 @@ type BufferTake struct {
 
 // BufferedRun is a buffered fire taken by TakeBuffered: its lease (held,
 // renewed and ended like a claim's; Lease.OffSchedule for a run-now
-// request, whose RunID and Slot are its own) and what the fire named.
+// request, whose RunID and Slot are its own) and the schedule it came due
+// under.
 type BufferedRun struct {
-	Lease Lease
-	// Action, Args and Category are what the fire named when it was due.
-	Action, Args, Category string
+	Lease    Lease
+	Schedule schedule.Schedule
 }
 
 // ErrRetryTaken is returned by ClaimRetry when the attempt is not (or no
@@ -90,6 +83,11 @@ type RetryClaim struct {
 // caller's: taken over after its lease, force-released by an operator, or
 // repaired as damaged.
 var ErrLockLost = errors.New("lock lost")
+
+// ErrLockChanged answers an operator's release of a lock
+// (runstore.Store.ReleaseLock) that is no longer held with the fence the
+// operator saw: released or acquired again since it was read.
+var ErrLockChanged = errors.New("the lock changed since it was read")
 
 // ErrUnreachable wraps the errors of a claim that could not reach the
 // database: the fire is not run (at most once beats at least once).
@@ -157,6 +155,11 @@ type Lease struct {
 	// when the job's action retries failed runs (RetryPolicy); 0 when it
 	// does not. Fence is then FenceOf(Slot)+Attempt-1 (AttemptFence).
 	Attempt int
+	// Token is unique per acquisition (the record's and the lock's
+	// claim field): renewals, the end and every later write of the run
+	// match it, so a stale holder's write never lands on the record or
+	// lock of a later acquisition of the same run id (docs/locks.md).
+	Token string
 	// OffSchedule: the run is not a cron slot of the job
 	// (FireClaim.OffSchedule); its end does not move the lock's last slot.
 	OffSchedule bool
@@ -171,11 +174,11 @@ type FireClaim struct {
 	// slot is already recorded (one find for all Check fires of the batch)
 	// and insert only those that are not.
 	Check bool
-	// Action, Args and Category are what the fire names (the schedule's
-	// action, its args JSON and its dispatch category); a buffered fire's
-	// record keeps them, so that whichever replica runs it later runs the
-	// same.
-	Action, Args, Category string
+	// Schedule is the schedule the fire came due under (its action, args,
+	// category, ...): a buffered fire's record keeps it (RunScheduleField),
+	// so that whichever replica runs it later runs the same. Set only for
+	// fires that may wait on the lock.
+	Schedule *schedule.Schedule
 	// Blackout, when set, names the blackout window the fire falls in:
 	// its slot is recorded skipped with the window's id and reason, and
 	// it does not run (the outcome is Skipped, or AlreadyFired).
@@ -242,8 +245,15 @@ type ClaimOutcome struct {
 
 // RunEnd is the outcome of a run, written to its record.
 type RunEnd struct {
-	Status   string
-	EndedAt  time.Time
+	Status string
+	// EndedAt is when the run ended, or, with Observed, when its end was
+	// observed.
+	EndedAt time.Time
+	// Observed: the run's end was only seen after this process stalled
+	// (frozen, paused): it ended between After and EndedAt, and EndedAt is
+	// when it was observed (docs/locks.md, "The record tells the truth").
+	Observed bool
+	After    time.Time
 	Error    string
 	ExitCode *int
 	// Stdout and Stderr are the tails of what the run printed (exec
@@ -265,6 +275,15 @@ type RunEnd struct {
 	// held by the slot's run for it (RetryAt plus the lease).
 	RetryAt   time.Time
 	HoldUntil time.Time
+	// Schedule, with Status StatusRetrying, is the schedule the slot came
+	// due under: the record keeps it (RunScheduleField) for whichever
+	// replica runs the next attempt.
+	Schedule *schedule.Schedule
+	// TraceParent and TraceState are the W3C trace context of the fire's
+	// span when tracing is on: a notice the end carries (failed,
+	// abandoned, missed) carries it too, so that its deliveries continue
+	// the fire's trace.
+	TraceParent, TraceState string
 }
 
 // LeaseEnd is one run's end for EndBatch.

@@ -6,14 +6,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-func lookupString(raw bson.Raw, key string) (string, bool) {
-	val, err := raw.LookupErr(key)
-	if err != nil {
-		return "", false
-	}
-	return val.StringValueOK()
-}
-
 // Fields of a job_locks document written by the overlap policies that
 // buffer (docs/locks.md).
 const (
@@ -46,8 +38,8 @@ func CancelOf(val bson.RawValue) (runID, by string) {
 	if !ok {
 		return "", ""
 	}
-	runID, _ = lookupString(d, "run_id")
-	by, _ = lookupString(d, "by")
+	runID, _ = LookupString(d, "run_id")
+	by, _ = LookupString(d, "by")
 	return runID, by
 }
 
@@ -109,6 +101,9 @@ type LockDoc struct {
 	Incarnation string `bson:"incarnation,omitempty" json:"incarnation,omitempty"`
 	// RunID identifies the holder's run, RunID(job, slot) ("" when free).
 	RunID string `bson:"run_id" json:"run_id"`
+	// Claim is the token of the holding acquisition (Lease.Token):
+	// renewals and the end of the holding run match it.
+	Claim string `bson:"claim,omitempty" json:"-"`
 	// AcquiredAt is when the holder took the lock.
 	AcquiredAt time.Time `bson:"acquired_at" json:"acquired_at"`
 	// LeaseUntil is when the lock expires unless renewed; past it any

@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/notify"
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/internal/notify"
 )
 
 // States of a job_pauses document.

@@ -4,14 +4,22 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/internal/notify"
+	"github.com/cronswap/cronswap/schedule"
 )
 
 // FieldBlackoutID is the job_runs field naming the blackout window a
 // skipped record's slot fell in.
 const FieldBlackoutID = "blackout_id"
 
-// Fields of a buffered job_runs record: what the fire named, so that
-// whichever replica runs it later runs the same action with the same args.
+// RunScheduleField is the schedule a fire came due under, kept on the
+// record of a fire that waits — buffered on its job's lock, or retrying —
+// so that whichever replica runs it later runs it as it came due: the
+// same action, args and category, and any field a schedule has.
+const RunScheduleField = "schedule"
+
+// Fields of a buffered job_runs record written by earlier versions, which
+// kept three fields of the schedule instead of RunScheduleField; a taker
+// still reads them.
 const (
 	RunBufferedActionField   = "overlap_action"
 	RunBufferedArgsField     = "overlap_args"
@@ -69,6 +77,11 @@ type RunDoc struct {
 	AbandonedAt time.Time `bson:"abandoned_at,omitempty" json:"abandoned_at,omitzero"`
 	EndStatus   string    `bson:"end_status,omitempty" json:"end_status,omitempty"`
 	EndError    string    `bson:"end_error,omitempty" json:"end_error,omitempty"`
+	// EndObserved is set when the holder only saw the run's end after its
+	// process had stalled (frozen, paused): EndedAt is then when the end
+	// was observed, and the run ended after EndedAfter (docs/locks.md).
+	EndObserved bool      `bson:"end_observed,omitempty" json:"end_observed,omitempty"`
+	EndedAfter  time.Time `bson:"ended_after,omitempty" json:"ended_after,omitzero"`
 	// ExitCode is set for exec actions that ran: 0 when they succeeded.
 	ExitCode *int `bson:"exit_code,omitempty" json:"exit_code,omitempty"`
 	// Stdout and Stderr are the tails (the last DefaultTailBytes, trimmed)
@@ -117,6 +130,13 @@ type RunDoc struct {
 	// missed), written by the same write as its status and removed by the
 	// notification relay once moved (package notify).
 	Notice *notify.Notice `bson:"notice,omitempty" json:"-"`
+
+	// Claim is the token of the acquisition that wrote the record
+	// (Lease.Token): renewals and the end match it.
+	Claim string `bson:"claim,omitempty" json:"-"`
+	// Schedule is the schedule a waiting fire came due under
+	// (RunScheduleField): set while it is buffered or retrying.
+	Schedule *schedule.Schedule `bson:"schedule,omitempty" json:"-"`
 }
 
 // StatusRetrying marks the record of a slot whose last attempt failed and

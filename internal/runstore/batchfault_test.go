@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/cronswap/cronswap/internal/faultproxy"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/testmongo"
-	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // faultReplica is a store whose client goes through its own fault proxy.

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/record"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/schedule"
 )
 
 // bufferOf returns the buffer array of a lock document; ok is false when
@@ -21,36 +23,6 @@ func bufferOf(raw bson.Raw) (bson.Raw, bool) {
 	}
 	arr, ok := val.ArrayOK()
 	return bson.Raw(arr), ok
-}
-
-// bufferLen is the number of fires waiting on a lock document.
-func bufferLen(raw bson.Raw) int {
-	arr, _ := bufferOf(raw)
-	if arr == nil {
-		return 0
-	}
-	vals, err := bson.RawArray(arr).Values()
-	if err != nil {
-		return 0
-	}
-	return len(vals)
-}
-
-// bufferHas reports whether the run runID waits on a lock document.
-func bufferHas(raw bson.Raw, runID string) bool {
-	arr, _ := bufferOf(raw)
-	if arr == nil {
-		return false
-	}
-	vals, _ := bson.RawArray(arr).Values()
-	for _, v := range vals {
-		if d, ok := v.DocumentOK(); ok {
-			if id, ok := lookupString(d, "run_id"); ok && id == runID {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // cancelBy returns the run the lock's cancel request (LockCancelField)
@@ -87,15 +59,15 @@ func (s *Store) TakeBuffered(ctx context.Context, jobID string, t record.BufferT
 		if err != nil {
 			return nil, fmt.Errorf("read lock of %s in %s: %w", jobID, s.locks.Name(), err)
 		}
-		v := inspectLock(raw, now, t.TTL)
-		if len(v.damage) > 0 {
+		v := record.InspectLock(raw, now, t.TTL)
+		if len(v.Damage) > 0 {
 			return nil, nil // the next claim of the job repairs it
 		}
-		if v.state == record.LockRunning && !v.leaseUntil.Before(now) && (v.holder != t.Instance || v.incarnation == t.Incarnation) {
+		if v.HeldLive(t.Instance, t.Incarnation, now) {
 			return nil, nil // the holder takes the next fire when it ends
 		}
-		arr, ok := bufferOf(raw)
-		if !ok {
+		arr, _ := bufferOf(raw)
+		if !v.BufferOK {
 			s.log.Error("lock document has a buffer that is not an array; cleared", "job_id", jobID,
 				"collection", s.locks.Name(), "field", record.LockBufferField)
 			_, err := s.locks.UpdateOne(ctx, bson.D{{Key: "_id", Value: jobID}, {Key: record.LockBufferField, Value: raw.Lookup(record.LockBufferField)}},
@@ -126,16 +98,18 @@ func (s *Store) TakeBuffered(ctx context.Context, jobID string, t record.BufferT
 		fence, fenceTerm := record.FenceOf(e.Slot), bson.E{Key: "fence", Value: bson.D{{Key: "$lte", Value: record.FenceOf(e.Slot)}}}
 		if e.OffSchedule {
 			// Never stale: the next fence after the lock's, as read.
-			fence, fenceTerm = offScheduleFence(v.fence), bson.E{Key: "fence", Value: v.fence}
-		} else if fence < v.fence {
+			fence, fenceTerm = offScheduleFence(v.Fence), bson.E{Key: "fence", Value: v.Fence}
+		} else if fence < v.Fence {
 			s.log.Warn("buffered fire older than the lock's last run; recorded skipped", "job_id", jobID,
-				"scheduled_at", e.Slot, "run_id", e.RunID, "fence", v.fence)
+				"scheduled_at", e.Slot, "run_id", e.RunID, "fence", v.Fence)
 			if err := s.dropBuffered(ctx, jobID, e, now, "a later run took the lock before this buffered fire"); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		// The lock, for the first fire waiting.
+		// The lock, for the first fire waiting: a new acquisition, with a
+		// token of its own.
+		token := newToken()
 		free := bson.A{
 			bson.D{{Key: "state", Value: record.LockFree}},
 			bson.D{{Key: "lease_until", Value: bson.D{{Key: "$lt", Value: now}}}},
@@ -143,7 +117,8 @@ func (s *Store) TakeBuffered(ctx context.Context, jobID string, t record.BufferT
 		}
 		update := bson.D{{Key: "$set", Value: bson.D{
 			{Key: "state", Value: record.LockRunning}, {Key: "holder", Value: t.Instance}, {Key: "incarnation", Value: t.Incarnation},
-			{Key: "run_id", Value: e.RunID}, {Key: "acquired_at", Value: now}, {Key: "lease_until", Value: now.Add(t.TTL)},
+			{Key: "run_id", Value: e.RunID}, {Key: "claim", Value: token}, {Key: "acquired_at", Value: now},
+			{Key: "lease_until", Value: now.Add(t.TTL)},
 			{Key: "fence", Value: fence}, {Key: "updated_at", Value: now},
 		}}, {Key: "$unset", Value: bson.D{{Key: record.LockCancelField, Value: ""}}}}
 		if !e.OffSchedule {
@@ -159,14 +134,15 @@ func (s *Store) TakeBuffered(ctx context.Context, jobID string, t record.BufferT
 			return nil, nil // taken by another replica, or the lock changed: its taker goes on
 		}
 		lease := record.Lease{JobID: jobID, Slot: e.Slot, Instance: t.Instance, Incarnation: t.Incarnation,
-			RunID: e.RunID, Fence: fence, Overlap: t.Overlap, OffSchedule: e.OffSchedule}
+			RunID: e.RunID, Fence: fence, Overlap: t.Overlap, OffSchedule: e.OffSchedule, Token: token}
 		// The record, from buffered to running: exactly one taker wins it.
 		started := t.Clock()
 		rec, err := s.runs.FindOneAndUpdate(ctx,
 			bson.D{{Key: "_id", Value: e.RunID}, {Key: "status", Value: record.StatusBuffered}},
 			bson.D{{Key: "$set", Value: bson.D{
 				{Key: "status", Value: record.StatusRunning}, {Key: "instance", Value: t.Instance}, {Key: "incarnation", Value: t.Incarnation},
-				{Key: "fence", Value: fence}, {Key: "started_at", Value: started}, {Key: "lease_until", Value: now.Add(t.TTL)},
+				{Key: "claim", Value: token}, {Key: "fence", Value: fence}, {Key: "started_at", Value: started},
+				{Key: "lease_until", Value: now.Add(t.TTL)},
 				{Key: "expire_at", Value: started.Add(s.retention)},
 			}}, {Key: "$unset", Value: bson.D{{Key: "reason", Value: ""}}}},
 			options.FindOneAndUpdate().SetReturnDocument(options.After)).Raw()
@@ -193,13 +169,25 @@ func (s *Store) TakeBuffered(ctx context.Context, jobID string, t record.BufferT
 			// its record no longer buffered.
 			s.log.Warn("could not remove a started fire from the buffer", "job_id", jobID, "run_id", e.RunID, "error", err)
 		}
-		run := &record.BufferedRun{Lease: lease}
-		run.Action, _ = lookupString(rec, record.RunBufferedActionField)
-		run.Args, _ = lookupString(rec, record.RunBufferedArgsField)
-		run.Category, _ = lookupString(rec, record.RunBufferedCategoryField)
-		return run, nil
+		return &record.BufferedRun{Lease: lease, Schedule: bufferedSchedule(jobID, rec)}, nil
 	}
 	return nil, nil
+}
+
+// bufferedSchedule is the schedule a buffered fire's record rec says it
+// came due under (RunScheduleField); a record written by an earlier
+// version keeps only its action, args and category.
+func bufferedSchedule(jobID string, rec bson.Raw) schedule.Schedule {
+	var d struct {
+		Schedule *schedule.Schedule `bson:"schedule"`
+		Action   string             `bson:"overlap_action"`
+		Args     string             `bson:"overlap_args"`
+		Category string             `bson:"overlap_category"`
+	}
+	if err := bson.Unmarshal(rec, &d); err == nil && d.Schedule != nil {
+		return *d.Schedule
+	}
+	return schedule.Schedule{ID: jobID, Enabled: true, Job: d.Action, Args: d.Args, Category: d.Category}
 }
 
 // popFirst removes the first buffered entry of jobID if it is still val.
@@ -226,7 +214,7 @@ func (s *Store) pullBuffered(ctx context.Context, jobID, runID string) error {
 func (s *Store) freeTaken(ctx context.Context, l record.Lease, now time.Time) error {
 	_, err := s.locks.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: l.JobID}, {Key: "run_id", Value: l.RunID}, {Key: "state", Value: record.LockRunning},
-			{Key: "holder", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation}},
+			{Key: "claim", Value: l.Token}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: record.LockFree}, {Key: "holder", Value: ""},
 			{Key: "incarnation", Value: ""}, {Key: "run_id", Value: ""}, {Key: "lease_until", Value: now},
 			{Key: "updated_at", Value: now}}}})

@@ -8,16 +8,27 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/record"
-	"github.com/cronswap/cronswap/internal/testmongo"
-	"github.com/cronswap/cronswap/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/internal/testmongo"
+	"github.com/cronswap/cronswap/jobs"
+	"github.com/cronswap/cronswap/schedule"
 )
 
 func policy(o jobs.Overlap, job string, slot time.Time) record.FireClaim {
-	return record.FireClaim{JobID: job, Slot: slot, Overlap: o, Action: "act", Args: `{"n":` + slot.Format("05") + `}`, Category: "cat"}
+	s := dueUnder(job, slot)
+	return record.FireClaim{JobID: job, Slot: slot, Overlap: o, Schedule: &s}
+}
+
+// dueUnder is a schedule with every field set, as a fire at slot came due
+// under it.
+func dueUnder(job string, slot time.Time) schedule.Schedule {
+	return schedule.Schedule{ID: job, CronExpr: "* * * * * *", Timezone: "Europe/Paris", DST: schedule.DSTPlain,
+		Enabled: true, Job: "act", Category: "cat", Args: `{"n":` + slot.Format("05") + `}`,
+		UpdatedAt: time.Date(2024, 5, 1, 2, 3, 4, 5_000_000, time.UTC)}
 }
 
 func (r replica) take(t *testing.T, job string, o jobs.Overlap, now time.Time) *record.BufferedRun {
@@ -50,7 +61,7 @@ func (e storeEnv) bufferRunIDs(t *testing.T, job string) []string {
 	if arr != nil {
 		vals, _ := bson.RawArray(arr).Values()
 		for _, v := range vals {
-			id, _ := lookupString(v.Document(), "run_id")
+			id, _ := record.LookupString(v.Document(), "run_id")
 			ids = append(ids, id)
 		}
 	}
@@ -72,11 +83,14 @@ func TestClaimBatchBufferOne(t *testing.T) {
 		t.Fatalf("buffered outcome %+v: want the holder a's run named, no cancel", o)
 	}
 	rec := e.rawRun(t, record.RunID("j", t1))
-	if st, _ := lookupString(rec, "status"); st != record.StatusBuffered {
+	if st, _ := record.LookupString(rec, "status"); st != record.StatusBuffered {
 		t.Fatalf("buffered record %s: want status buffered", rec)
 	}
-	if act, _ := lookupString(rec, record.RunBufferedActionField); act != "act" {
-		t.Fatalf("buffered record %s: want the action kept", rec)
+	var kept struct {
+		Schedule schedule.Schedule `bson:"schedule"`
+	}
+	if err := bson.Unmarshal(rec, &kept); err != nil || kept.Schedule != dueUnder("j", t1) {
+		t.Fatalf("buffered record %s: want the schedule it came due under kept (%v)", rec, err)
 	}
 	if got := e.bufferRunIDs(t, "j"); !slices.Equal(got, []string{record.RunID("j", t1)}) {
 		t.Fatalf("buffer %v, want the t1 fire", got)
@@ -101,8 +115,8 @@ func TestClaimBatchBufferOne(t *testing.T) {
 	if run == nil || run.Lease.RunID != record.RunID("j", t1) || run.Lease.Fence != record.FenceOf(t1) || run.Lease.Instance != "c" {
 		t.Fatalf("took %+v, want the t1 fire under c with its fence", run)
 	}
-	if run.Action != "act" || run.Args != `{"n":01}` || run.Category != "cat" {
-		t.Fatalf("taken fire %+v: want what it named", run)
+	if run.Schedule != dueUnder("j", t1) {
+		t.Fatalf("taken fire %+v: want the schedule it came due under", run)
 	}
 	if run2 := b.take(t, "j", jobs.OverlapBufferOne, t2.Add(time.Millisecond)); run2 != nil {
 		t.Fatalf("second taker took %+v", run2)
@@ -375,5 +389,19 @@ func TestClaimBatchBufferedCommandCount(t *testing.T) {
 	t.Logf("claim of %d fires behind held locks: %v", n, cmds)
 	if len(cmds) > 8 {
 		t.Errorf("claim of %d buffered fires took %d commands %v, want at most 8", n, len(cmds), cmds)
+	}
+}
+
+// A buffered record written by an earlier version kept the action, args
+// and category only: a taker runs it with those.
+func TestBufferedScheduleOfEarlierRecords(t *testing.T) {
+	raw, err := bson.Marshal(bson.D{{Key: "_id", Value: "j@x"}, {Key: record.RunBufferedActionField, Value: "act"},
+		{Key: record.RunBufferedArgsField, Value: `{"a":1}`}, {Key: record.RunBufferedCategoryField, Value: "cat"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := schedule.Schedule{ID: "j", Enabled: true, Job: "act", Args: `{"a":1}`, Category: "cat"}
+	if got := bufferedSchedule("j", raw); got != want {
+		t.Fatalf("schedule of an earlier record = %+v, want %+v", got, want)
 	}
 }

@@ -6,14 +6,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/record"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
+
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // maxClaimRounds bounds the rounds of one step of a claim batch that are
@@ -40,7 +42,8 @@ type claimer struct {
 	// pushed marks the fires put on their lock's buffer by this call
 	// (the write sent; whether it matched is read back).
 	pushed []bool
-	// nonce identifies this call in the records it inserts.
+	// nonce identifies this call; each fire's token is the nonce and its
+	// index.
 	nonce string
 }
 
@@ -58,7 +61,8 @@ func (s *Store) ClaimBatch(ctx context.Context, b record.BatchClaim) []record.Cl
 	for i, f := range b.Fires {
 		slot := f.Slot.UTC()
 		c.leases[i] = record.Lease{JobID: f.JobID, Slot: slot, Instance: b.Instance, Incarnation: b.Incarnation,
-			RunID: record.RunID(f.JobID, slot), Fence: record.FenceOf(slot), Overlap: f.Overlap}
+			RunID: record.RunID(f.JobID, slot), Fence: record.FenceOf(slot), Overlap: f.Overlap,
+			Token: c.nonce + "." + strconv.Itoa(i)}
 		if f.OffSchedule {
 			c.leases[i].RunID, c.leases[i].Fence, c.leases[i].OffSchedule = f.RunID, f.Fence, true
 		}
@@ -80,6 +84,9 @@ func (s *Store) ClaimBatch(ctx context.Context, b record.BatchClaim) []record.Cl
 	return c.out
 }
 
+// newToken returns a random token for one acquisition (Lease.Token).
+func newToken() string { return claimNonce() }
+
 // claimNonce returns a random id for one ClaimBatch call.
 func claimNonce() string {
 	var b [12]byte
@@ -87,13 +94,15 @@ func claimNonce() string {
 	return hex.EncodeToString(b[:])
 }
 
-// runKey is the (job, slot) of a record, to match records read back.
+// runKey is the (job, slot) of a record, to match records read back: the
+// slot in milliseconds, as the database stores and compares it (the unique
+// (job_id, scheduled_at) index).
 type runKey struct {
 	job  string
 	slot int64
 }
 
-func keyOf(l record.Lease) runKey { return runKey{l.JobID, l.Slot.UnixNano()} }
+func keyOf(l record.Lease) runKey { return runKey{l.JobID, l.Slot.UnixMilli()} }
 
 // check answers the Check fires already recorded (one find for all of
 // them) and returns the fires left to insert.
@@ -128,15 +137,6 @@ func (c *claimer) check(ctx context.Context, todo []int) []int {
 	return left
 }
 
-// claimedRun is the running record a claim inserts: a RunDoc and the
-// claim's nonce, which tells a record this very ClaimBatch wrote (by a try
-// whose answer was lost, or by the driver's own retry of it) from one an
-// earlier claim of the same process wrote.
-type claimedRun struct {
-	record.RunDoc `bson:",inline"`
-	Claim         string `bson:"claim"`
-}
-
 // runSeen is a record read back: enough to tell whose it is.
 type runSeen struct {
 	Claim       string    `bson:"claim"`
@@ -154,16 +154,19 @@ func recordedReason(r *runSeen) string {
 
 // readRuns reads back the records of the fires idx by _id, and with
 // bySlot, for those not found so, by (job, slot) (a missed record of the
-// slot has another _id), retrying while ctx allows. found[i] is the record
-// of fire i, nil when there is none.
+// slot, or another off-schedule run of it, has another _id), retrying
+// while ctx allows. found[i] is the record of fire i — its own, else the
+// one record of its (job, slot) — nil when there is none. Several fires of
+// one batch may share a (job, slot) (off-schedule runs with their own run
+// ids): a record of the slot answers each of them that has none of its own.
 func (c *claimer) readRuns(ctx context.Context, idx []int, bySlot bool) (map[int]*runSeen, error) {
 	ids := make(bson.A, 0, len(idx))
-	byKey := make(map[runKey]int, len(idx))
+	byKey := make(map[runKey][]int, len(idx))
 	byID := make(map[string]int, len(idx))
 	for _, i := range idx {
 		l := c.leases[i]
 		ids = append(ids, l.RunID)
-		byKey[keyOf(l)] = i
+		byKey[keyOf(l)] = append(byKey[keyOf(l)], i)
 		byID[l.RunID] = i
 	}
 	found := make(map[int]*runSeen, len(idx))
@@ -187,8 +190,8 @@ func (c *claimer) readRuns(ctx context.Context, idx []int, bySlot bool) (map[int
 			jobSeen[l.JobID] = true
 			jobs = append(jobs, l.JobID)
 		}
-		if !slotSeen[l.Slot.UnixNano()] {
-			slotSeen[l.Slot.UnixNano()] = true
+		if !slotSeen[l.Slot.UnixMilli()] {
+			slotSeen[l.Slot.UnixMilli()] = true
 			slots = append(slots, l.Slot)
 		}
 	}
@@ -200,10 +203,11 @@ func (c *claimer) readRuns(ctx context.Context, idx []int, bySlot bool) (map[int
 }
 
 // findRuns reads the records matching filter (one find, retried while
-// ctx allows) into found, by the fire whose run id or (job, slot) they
-// have (an off-schedule run's record may have another replica's slot); a
-// record under the fire's own id wins over another of the same slot.
-func (c *claimer) findRuns(ctx context.Context, filter bson.D, byID map[string]int, byKey map[runKey]int, found map[int]*runSeen) error {
+// ctx allows) into found: a record goes to the fire whose run id it has,
+// and to every fire of its (job, slot) (an off-schedule run's record may
+// have another run id, or another replica's); a record under the fire's
+// own id wins over another of the same slot.
+func (c *claimer) findRuns(ctx context.Context, filter bson.D, byID map[string]int, byKey map[runKey][]int, found map[int]*runSeen) error {
 	proj := options.Find().SetProjection(bson.D{{Key: "job_id", Value: 1}, {Key: "scheduled_at", Value: 1},
 		{Key: "instance", Value: 1}, {Key: "incarnation", Value: 1}, {Key: "status", Value: 1}, {Key: "claim", Value: 1}})
 	var docs []runSeen
@@ -220,15 +224,14 @@ func (c *claimer) findRuns(ctx context.Context, filter bson.D, byID map[string]i
 	}
 	for k := range docs {
 		d := &docs[k]
-		i, ok := byID[d.ID]
-		if !ok {
-			i, ok = byKey[runKey{d.JobID, d.ScheduledAt.UnixNano()}]
-		}
-		if !ok {
-			continue // another job's record of one of the slots
-		}
-		if prev := found[i]; prev == nil || d.ID == c.leases[i].RunID {
+		if i, ok := byID[d.ID]; ok {
 			found[i] = d
+		}
+		// Records of other jobs at one of the slots match no key.
+		for _, i := range byKey[runKey{d.JobID, d.ScheduledAt.UnixMilli()}] {
+			if prev := found[i]; prev == nil || prev.ID != c.leases[i].RunID {
+				found[i] = d
+			}
 		}
 	}
 	return nil
@@ -237,7 +240,8 @@ func (c *claimer) findRuns(ctx context.Context, filter bson.D, byID map[string]i
 // mine reports whether r is the running record this ClaimBatch inserted
 // for fire i.
 func (c *claimer) mine(i int, r *runSeen) bool {
-	return r.ID == c.leases[i].RunID && r.Instance == c.b.Instance && r.Incarnation == c.b.Incarnation && r.Claim == c.nonce
+	return r.ID == c.leases[i].RunID && r.Instance == c.b.Instance && r.Incarnation == c.b.Incarnation &&
+		r.Claim == c.leases[i].Token
 }
 
 // insert writes the running records of the fires todo with one unordered
@@ -261,9 +265,13 @@ func (c *claimer) insert(ctx context.Context, todo []int) (won []int) {
 			if l.Overlap.TakesLock() {
 				status = record.StatusClaiming // running once the lock is taken
 			}
-			docs[k] = claimedRun{RunDoc: record.RunDoc{ID: l.RunID, JobID: l.JobID, ScheduledAt: l.Slot, Instance: l.Instance,
+			// The record's claim is the acquisition's token: it tells a
+			// record this very claim wrote (by a try whose answer was lost,
+			// or by the driver's own retry of it) from any other, and every
+			// later write of the run matches it.
+			docs[k] = record.RunDoc{ID: l.RunID, JobID: l.JobID, ScheduledAt: l.Slot, Instance: l.Instance,
 				Incarnation: l.Incarnation, Fence: l.Fence, Status: status, StartedAt: c.b.Now,
-				LeaseUntil: c.b.Now.Add(c.b.TTL), ExpireAt: c.b.Now.Add(c.s.retention)}, Claim: c.nonce}
+				LeaseUntil: c.b.Now.Add(c.b.TTL), ExpireAt: c.b.Now.Add(c.s.retention), Claim: l.Token}
 		}
 		_, err := c.s.runs.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
 		sp := splitInserts(todo, err)
@@ -409,6 +417,7 @@ func (c *claimer) lockUpdate(i int) bson.D {
 			{Key: "holder", Value: l.Instance},
 			{Key: "incarnation", Value: l.Incarnation},
 			{Key: "run_id", Value: l.RunID},
+			{Key: "claim", Value: l.Token},
 			{Key: "acquired_at", Value: c.b.Now},
 			{Key: "lease_until", Value: c.b.Now.Add(c.b.TTL)},
 			{Key: "fence", Value: l.Fence},
@@ -485,7 +494,7 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 			}
 			break
 		}
-		var buffering []toBuffer
+		var pushing []toBuffer
 		for _, i := range look {
 			l := c.leases[i]
 			raw := raws[l.JobID]
@@ -493,24 +502,17 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 				todo = append(todo, i) // no document: the upsert creates it
 				continue
 			}
-			v := inspectLock(raw, c.b.Now, c.b.TTL)
-			off := c.b.Fires[i].OffSchedule
-			switch {
-			case off && len(v.damage) == 0:
-				switch c.decideOffSchedule(ctx, i, v, raw, repaired[i]) {
-				case offAgain:
-					todo = append(todo, i) // free by now: try again
-				case offBuffer:
-					buffering = append(buffering, toBuffer{i: i, v: v, raw: raw, repaired: repaired[i]})
+			v := record.InspectLock(raw, c.b.Now, c.b.TTL)
+			switch d := c.decide(ctx, i, v); d.Step {
+			case record.ClaimAgain:
+				if d.Fence != 0 {
+					// Its record gets the fence when it is set running
+					// (closeUnrun).
+					c.leases[i].Fence = d.Fence
 				}
-			case !l.Overlap.TakesLock() && len(v.damage) == 0 && v.lastSlot.Equal(l.Slot):
-				// No other replica can have claimed this slot (the record
-				// is this replica's): the upsert landed, its answer lost.
-				c.out[i] = record.ClaimOutcome{Result: record.Acquired, Lease: l, Repaired: repaired[i]}
-			case v.runID == l.RunID && v.state == record.LockRunning && v.holder == l.Instance && v.incarnation == l.Incarnation && len(v.damage) == 0:
-				// This replica's upsert landed (its answer was lost).
-				c.out[i] = record.ClaimOutcome{Result: record.Acquired, Lease: l, Repaired: repaired[i]}
-			case len(v.damage) > 0:
+				c.pushed[i] = false // a push that did not land
+				todo = append(todo, i)
+			case record.ClaimRepair:
 				done, err := c.s.repair(ctx, l.JobID, l.RunID, raw, v, c.b.Now)
 				switch {
 				case err != nil && ctx.Err() != nil:
@@ -520,33 +522,23 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 					todo = append(todo, i)
 				default:
 					if done {
-						repaired[i] = append(repaired[i], v.damage...)
+						repaired[i] = append(repaired[i], v.Damage...)
 					}
 					todo = append(todo, i)
 				}
-			case l.Overlap.Buffers() && bufferHas(raw, l.RunID):
-				// This replica's push landed (its answer was lost).
-				c.out[i] = c.bufferedOutcome(i, v, raw, repaired[i])
-			case l.Overlap.Buffers() && c.pushed[i] && !v.lastSlot.Before(l.Slot) && c.takenFromBuffer(ctx, i):
-				// Put on the lock and taken up from it (started) before
-				// this read.
-				c.out[i] = record.ClaimOutcome{Result: record.Buffered, Lease: l, Repaired: repaired[i],
-					Reason: fmt.Sprintf("buffered and taken up at once (overlap %s)", l.Overlap)}
-			case !off && !v.lastSlot.Before(l.Slot):
-				c.out[i] = record.ClaimOutcome{Result: record.Skipped, Repaired: repaired[i],
-					Reason: fmt.Sprintf("a later slot was claimed (last slot %s)", v.lastSlot.UTC().Format(time.RFC3339Nano))}
-			case l.Overlap.Buffers() && (c.heldLive(i, v) || bufferLen(raw) > 0):
-				// The fire waits on the lock (or is skipped when the
-				// buffer is full); the next round tells which.
-				buffering = append(buffering, toBuffer{i: i, v: v, raw: raw, repaired: repaired[i]})
-			case c.heldLive(i, v):
-				c.out[i] = record.ClaimOutcome{Result: record.Skipped, Holder: v.holder, HolderRunID: v.runID, Repaired: repaired[i],
-					Reason: fmt.Sprintf("run %s of %s still holds the lock", v.runID, v.holder)}
-			default:
-				todo = append(todo, i) // free by now: try again
+			case record.ClaimAcquired:
+				c.out[i] = record.ClaimOutcome{Result: record.Acquired, Lease: c.leases[i], Repaired: repaired[i]}
+			case record.ClaimWaiting:
+				c.out[i] = record.ClaimOutcome{Result: record.Buffered, Lease: c.leases[i], Repaired: repaired[i],
+					Reason: d.Reason, Holder: d.Holder, HolderRunID: d.HolderRunID, CancelRunID: d.CancelRunID}
+			case record.ClaimSkip:
+				c.out[i] = record.ClaimOutcome{Result: record.Skipped, Holder: d.Holder, HolderRunID: d.HolderRunID,
+					Reason: d.Reason, Repaired: repaired[i]}
+			case record.ClaimPush:
+				pushing = append(pushing, toBuffer{i: i, d: d})
 			}
 		}
-		for _, i := range c.bufferAll(ctx, buffering) {
+		for _, i := range c.bufferAll(ctx, pushing) {
 			if c.b.Fires[i].OffSchedule {
 				reread = append(reread, i)
 			} else {
@@ -564,6 +556,24 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 			break
 		}
 	}
+}
+
+// decide is record.DecideClaim for fire i against its lock as read (v),
+// with the one read it may ask for: whether a taker of buffered fires
+// already started the fire (its push landed and it left the buffer before
+// the lock was read back).
+func (c *claimer) decide(ctx context.Context, i int, v record.LockState) record.ClaimDecision {
+	f := record.ClaimFire{Lease: c.leases[i], MayWait: !c.b.Fires[i].OffSchedule || c.b.Fires[i].Buffer,
+		Pushed: c.pushed[i], Now: c.b.Now}
+	d := record.DecideClaim(v, f)
+	if d.Step == record.ClaimLookTaken {
+		f.Taken = record.No
+		if c.takenFromBuffer(ctx, i) {
+			f.Taken = record.Yes
+		}
+		d = record.DecideClaim(v, f)
+	}
+	return d
 }
 
 // readLocks reads the lock documents of the fires idx (one find).
@@ -619,7 +629,7 @@ func (c *claimer) closeUnrun(ctx context.Context) {
 			statuses = bson.A{record.StatusClaiming, record.StatusBuffered}
 		}
 		mine := bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: bson.D{{Key: "$in", Value: statuses}}},
-			{Key: "instance", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation}}
+			{Key: "claim", Value: l.Token}}
 		if o.Result == record.Acquired {
 			if l.Overlap.TakesLock() {
 				// The lock is taken: the record says running from now on

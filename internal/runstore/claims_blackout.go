@@ -4,16 +4,10 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/cronswap/cronswap/internal/record"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-)
 
-// blackoutRun is the skipped record of a fire in a blackout window: a
-// RunDoc with the window's id and the claim's nonce (see claimedRun).
-type blackoutRun struct {
-	record.RunDoc `bson:",inline"`
-	Claim         string `bson:"claim"`
-}
+	"github.com/cronswap/cronswap/internal/record"
+)
 
 // skipBlackouts records skipped the fires of todo that fall in a blackout
 // window (one unordered insertMany for all of them, with deterministic
@@ -52,10 +46,10 @@ func (c *claimer) insertSkips(ctx context.Context, todo []int) {
 		docs := make([]any, len(todo))
 		for k, i := range todo {
 			l, b := c.leases[i], c.b.Fires[i].Blackout
-			docs[k] = blackoutRun{RunDoc: record.RunDoc{ID: l.RunID, JobID: l.JobID, ScheduledAt: l.Slot,
+			docs[k] = record.RunDoc{ID: l.RunID, JobID: l.JobID, ScheduledAt: l.Slot,
 				Instance: l.Instance, Incarnation: l.Incarnation, Status: record.StatusSkipped, StartedAt: c.b.Now,
 				EndedAt: c.b.Now, Reason: b.Reason, Error: b.SkipError(), ExpireAt: c.b.Now.Add(c.s.retention),
-				BlackoutID: b.ID}, Claim: c.nonce}
+				BlackoutID: b.ID, Claim: l.Token}
 		}
 		_, err := c.s.runs.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
 		sp := splitInserts(todo, err)

@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/record"
-	"github.com/cronswap/cronswap/jobs"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/jobs"
 )
 
 func inBlackout(job string, slot time.Time, b record.Blackout) record.FireClaim {
@@ -105,27 +106,27 @@ func TestClaimBatchBlackoutSlotAlreadyRecorded(t *testing.T) {
 }
 
 // A skip whose insert landed but whose answer was lost is read back as
-// this claim's own (same nonce), not as someone else's.
+// this claim's own (same token), not as someone else's.
 func TestClaimBatchBlackoutLostAnswerReadBack(t *testing.T) {
 	t.Parallel()
 	e := newStoreEnv(t)
 	r := e.replica("a", "a1")
 	b := record.BatchClaim{Fires: []record.FireClaim{inBlackout("j", base, record.Blackout{ID: "w", Reason: "r"})}, Instance: "a",
 		Incarnation: "a1", Now: base, TTL: time.Minute}
-	newClaimer := func() *claimer {
+	newClaimer := func(token string) *claimer {
 		c := &claimer{s: r.Store, b: b, out: make([]record.ClaimOutcome, 1), recorded: make([]bool, 1), notSent: make([]bool, 1),
-			nonce: "fixed-nonce", leases: []record.Lease{{JobID: "j", Slot: base, Instance: "a", Incarnation: "a1", RunID: record.RunID("j", base)}}}
+			nonce: "fixed-nonce", leases: []record.Lease{{JobID: "j", Slot: base, Instance: "a", Incarnation: "a1",
+				RunID: record.RunID("j", base), Token: token}}}
 		return c
 	}
-	first := newClaimer()
+	first := newClaimer("fixed-nonce.0")
 	first.insertSkips(testCtx(t), []int{0})
-	second := newClaimer() // the same call trying again after a lost answer
+	second := newClaimer("fixed-nonce.0") // the same call trying again after a lost answer
 	second.insertSkips(testCtx(t), []int{0})
 	if o := second.out[0]; o.Err != nil || o.Result != record.Skipped {
 		t.Fatalf("retry of a landed skip = %+v, want Skipped (its own record)", o)
 	}
-	other := newClaimer()
-	other.nonce = "another-call"
+	other := newClaimer("another-call.0")
 	other.insertSkips(testCtx(t), []int{0})
 	if o := other.out[0]; o.Result != record.AlreadyFired {
 		t.Fatalf("another call's skip = %+v, want AlreadyFired", o)

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/cronswap/cronswap/internal/record"
-	"github.com/cronswap/cronswap/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/jobs"
 )
 
 // bufferEmpty is the lock filter term of a claim under a policy that
@@ -19,35 +20,11 @@ func bufferEmpty() bson.E {
 	return bson.E{Key: record.LockBufferField + ".0", Value: bson.D{{Key: "$exists", Value: false}}}
 }
 
-// heldLive reports whether the lock seen as v is held by a live run that
-// fire i may not take it from: running, within its lease, and not left by
-// a previous incarnation of this instance.
-func (c *claimer) heldLive(i int, v lockView) bool {
-	l := c.leases[i]
-	return v.state == record.LockRunning && !v.leaseUntil.Before(c.b.Now) &&
-		(v.holder != l.Instance || v.incarnation == l.Incarnation)
-}
-
-// bufferedOutcome answers fire i, which waits on the lock seen as raw.
-func (c *claimer) bufferedOutcome(i int, v lockView, raw bson.Raw, repaired []string) record.ClaimOutcome {
-	l := c.leases[i]
-	o := record.ClaimOutcome{Result: record.Buffered, Lease: l, Repaired: repaired, Reason: waitReason(v, l.Overlap)}
-	if v.state == record.LockRunning {
-		o.Holder, o.HolderRunID = v.holder, v.runID
-	}
-	if run, by := cancelBy(raw); by == l.RunID {
-		o.CancelRunID = run
-	}
-	return o
-}
-
 // toBuffer is a fire of a claim batch to put on its job's lock, with the
 // lock as read.
 type toBuffer struct {
-	i        int
-	v        lockView
-	raw      bson.Raw
-	repaired []string
+	i int
+	d record.ClaimDecision
 }
 
 // bufferAll puts the fires fs, whose records are this replica's, on their
@@ -57,7 +34,8 @@ type toBuffer struct {
 // lock's buffer, conditional on the buffer having room, the fire not being
 // there yet and (a cron fire) no later slot claimed — and under
 // cancel_other on the same run still holding the lock, which the same
-// write asks to stop. A fire whose buffer is full is skipped. It returns
+// write asks to stop. Its record keeps the fire's schedule as it was when
+// the fire came due, for whichever replica runs it. It returns
 // the fires to look at again: the next round reads their locks back and
 // finds each either buffered (its run id in the buffer) or its lock
 // changed in between (an off-schedule fire is only read back, see lock).
@@ -65,33 +43,22 @@ func (c *claimer) bufferAll(ctx context.Context, fs []toBuffer) (again []int) {
 	var recs, pushes []mongo.WriteModel
 	var sent []int
 	for _, b := range fs {
-		i, v := b.i, b.v
+		i, d := b.i, b.d
 		l := c.leases[i]
 		f := c.b.Fires[i]
-		limit := l.Overlap.BufferLimit()
-		if n := bufferLen(b.raw); n >= limit {
-			o := record.ClaimOutcome{Result: record.Skipped, Repaired: b.repaired,
-				Reason: fmt.Sprintf("%d fire(s) already waiting for the lock (overlap %s, at most %d)", n, l.Overlap, limit)}
-			if c.heldLive(i, v) {
-				// Without a live holder the outcome names none: the caller
-				// then takes up the waiting fires itself.
-				o.Holder, o.HolderRunID = v.holder, v.runID
-				o.Reason = fmt.Sprintf("%d fire(s) already waiting for the lock held by run %s of %s (overlap %s, at most %d)",
-					n, v.runID, v.holder, l.Overlap, limit)
-			}
-			c.out[i] = o
-			continue
+		var category string
+		if f.Schedule != nil {
+			category = f.Schedule.Category
 		}
 		recs = append(recs, mongo.NewUpdateOneModel().
-			SetFilter(bson.D{{Key: "_id", Value: l.RunID}, {Key: "instance", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation},
+			SetFilter(bson.D{{Key: "_id", Value: l.RunID}, {Key: "claim", Value: l.Token},
 				{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{record.StatusClaiming, record.StatusBuffered}}}}}).
 			SetUpdate(bson.D{{Key: "$set", Value: bson.D{
 				{Key: "status", Value: record.StatusBuffered},
-				{Key: "reason", Value: waitReason(v, l.Overlap)},
-				{Key: record.RunBufferedActionField, Value: f.Action},
-				{Key: record.RunBufferedArgsField, Value: f.Args},
-				{Key: record.RunBufferedCategoryField, Value: f.Category},
+				{Key: "reason", Value: d.Reason},
+				{Key: record.RunScheduleField, Value: f.Schedule},
 			}}}))
+		limit := l.Overlap.BufferLimit()
 		filter := bson.D{
 			{Key: "_id", Value: l.JobID},
 			{Key: record.LockBufferField + ".run_id", Value: bson.D{{Key: "$ne", Value: l.RunID}}},
@@ -102,13 +69,14 @@ func (c *claimer) bufferAll(ctx context.Context, fs []toBuffer) (again []int) {
 			filter = append(filter, bson.E{Key: "last_slot", Value: bson.D{{Key: "$lt", Value: l.Slot}}})
 		}
 		set := bson.D{{Key: "updated_at", Value: c.b.Now}}
-		if l.Overlap == jobs.OverlapCancelOther && c.heldLive(i, v) {
-			filter = append(filter, bson.E{Key: "state", Value: record.LockRunning}, bson.E{Key: "run_id", Value: v.runID})
-			set = append(set, bson.E{Key: record.LockCancelField, Value: bson.D{{Key: "run_id", Value: v.runID},
+		if l.Overlap == jobs.OverlapCancelOther && d.HolderRunID != "" {
+			// A live run holds the lock: this fire asks it to stop.
+			filter = append(filter, bson.E{Key: "state", Value: record.LockRunning}, bson.E{Key: "run_id", Value: d.HolderRunID})
+			set = append(set, bson.E{Key: record.LockCancelField, Value: bson.D{{Key: "run_id", Value: d.HolderRunID},
 				{Key: "by", Value: l.RunID}, {Key: "at", Value: c.b.Now}}})
 		}
 		c.pushed[i] = true
-		entry := record.BufferEntry{RunID: l.RunID, Slot: l.Slot, Category: f.Category, At: c.b.Now, By: l.Instance, OffSchedule: l.OffSchedule}
+		entry := record.BufferEntry{RunID: l.RunID, Slot: l.Slot, Category: category, At: c.b.Now, By: l.Instance, OffSchedule: l.OffSchedule}
 		update := bson.D{{Key: "$push", Value: bson.D{{Key: record.LockBufferField, Value: entry}}}, {Key: "$set", Value: set}}
 		if !l.OffSchedule {
 			update = append(update, bson.E{Key: "$max", Value: bson.D{{Key: "last_slot", Value: l.Slot}}})
@@ -165,15 +133,6 @@ func (c *claimer) bufferAll(ctx context.Context, fs []toBuffer) (again []int) {
 		}
 	}
 	return sent
-}
-
-// waitReason is the reason on the record of a fire waiting on the lock
-// seen as v.
-func waitReason(v lockView, o jobs.Overlap) string {
-	if v.state == record.LockRunning {
-		return fmt.Sprintf("waiting for run %s of %s to end (overlap %s)", v.runID, v.holder, o)
-	}
-	return fmt.Sprintf("waiting behind the fires buffered before it (overlap %s)", o)
 }
 
 // takenFromBuffer reports whether fire i's record was started by a taker

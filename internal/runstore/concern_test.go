@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/record"
-	"github.com/cronswap/cronswap/internal/testmongo"
-	"github.com/cronswap/cronswap/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/internal/testmongo"
+	"github.com/cronswap/cronswap/jobs"
 )
 
 // The fire path's collections from Collections carry write concern

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/record"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // endUpdate is the update writing a run's end on its running record.
@@ -20,8 +21,9 @@ func (s *Store) endUpdate(e record.LeaseEnd) bson.D {
 		{Key: "ended_at", Value: end.EndedAt},
 		{Key: "expire_at", Value: end.EndedAt.Add(s.retention)},
 	}
-	set = withNotice(set, end.Status, end.Reason, end.EndedAt)
+	set = withTracedNotice(set, end.Status, end.Reason, end.EndedAt, end.TraceParent, end.TraceState)
 	set = append(set, outputFields(end, "error")...)
+	set = append(set, observedFields(end)...)
 	if end.Reason == record.ReasonReplaced {
 		// Abandoned by design, not by a fault: the record says so.
 		set = append(set, bson.E{Key: "reason", Value: record.ReasonReplaced})
@@ -41,6 +43,16 @@ func (s *Store) endUpdate(e record.LeaseEnd) bson.D {
 		return s.attemptEndUpdate(e, set)
 	}
 	return bson.D{{Key: "$set", Value: set}}
+}
+
+// observedFields mark an end that was only observed after the holder's
+// process stalled: it ended after ended_after, and ended_at is when it was
+// observed (docs/locks.md).
+func observedFields(end record.RunEnd) bson.D {
+	if !end.Observed {
+		return nil
+	}
+	return bson.D{{Key: "end_observed", Value: true}, {Key: "ended_after", Value: end.After}}
 }
 
 // outputFields are the error, exit code, output tails and answer of an
@@ -89,10 +101,11 @@ func (s *Store) EndBatch(ctx context.Context, ends []record.LeaseEnd) []error {
 		}
 		if l.Overlap.TakesLock() {
 			locks = append(locks, mongo.NewUpdateOneModel().
-				SetFilter(bson.D{{Key: "_id", Value: l.JobID}, {Key: "run_id", Value: l.RunID}, {Key: "state", Value: record.LockRunning}}).
+				SetFilter(bson.D{{Key: "_id", Value: l.JobID}, {Key: "run_id", Value: l.RunID}, {Key: "claim", Value: l.Token},
+					{Key: "state", Value: record.LockRunning}}).
 				SetUpdate(bson.D{{Key: "$set", Value: bson.D{
 					{Key: "state", Value: record.LockFree}, {Key: "holder", Value: ""}, {Key: "incarnation", Value: ""},
-					{Key: "run_id", Value: ""}, {Key: "lease_until", Value: end.EndedAt},
+					{Key: "run_id", Value: ""}, {Key: "claim", Value: ""}, {Key: "lease_until", Value: end.EndedAt},
 					{Key: "last_outcome", Value: end.Status}, {Key: "last_ended_at", Value: end.EndedAt},
 					{Key: "updated_at", Value: end.EndedAt},
 				}}}))
@@ -127,7 +140,8 @@ func (s *Store) EndBatch(ctx context.Context, ends []record.LeaseEnd) []error {
 	runs := make([]mongo.WriteModel, len(ends))
 	for k, e := range ends {
 		runs[k] = mongo.NewUpdateOneModel().
-			SetFilter(bson.D{{Key: "_id", Value: e.Lease.RunID}, {Key: "status", Value: record.StatusRunning}}).
+			SetFilter(bson.D{{Key: "_id", Value: e.Lease.RunID}, {Key: "status", Value: record.StatusRunning},
+				{Key: "claim", Value: e.Lease.Token}}).
 			SetUpdate(s.endUpdate(e))
 	}
 	var matched int64
@@ -174,7 +188,7 @@ func (s *Store) endLeftovers(ctx context.Context, ends []record.LeaseEnd, errs [
 	err := retrying(ctx, func() error {
 		cur, err := s.runs.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
 			options.Find().SetProjection(bson.D{{Key: "status", Value: 1}, {Key: "ended_at", Value: 1},
-				{Key: "end_status", Value: 1}, {Key: "abandoned_at", Value: 1}}))
+				{Key: "end_status", Value: 1}, {Key: "abandoned_at", Value: 1}, {Key: "claim", Value: 1}}))
 		if err != nil {
 			return err
 		}
@@ -203,6 +217,11 @@ func (s *Store) endLeftovers(ctx context.Context, ends []record.LeaseEnd, errs [
 		switch {
 		case d == nil:
 			errs[k] = fmt.Errorf("record end of run %s: no record: %w", e.Lease.RunID, record.ErrLockLost)
+		case d.Claim != e.Lease.Token:
+			// A later acquisition of the same run id (its records were
+			// dropped in between): not this run's record to write.
+			errs[k] = fmt.Errorf("record end of run %s of %s: the record is another acquisition's (%s, %s): %w",
+				e.Lease.RunID, e.Lease.JobID, d.Status, d.Claim, record.ErrLockLost)
 		case d.Status == e.End.Status && d.EndedAt.Equal(e.End.EndedAt):
 			// Written (by a try whose answer was lost).
 		case d.Status == record.StatusAbandoned && d.EndedAt.Equal(e.End.EndedAt) && d.EndStatus == e.End.Status:
@@ -212,8 +231,10 @@ func (s *Store) endLeftovers(ctx context.Context, ends []record.LeaseEnd, errs [
 			set := bson.D{{Key: "ended_at", Value: e.End.EndedAt}, {Key: "end_status", Value: e.End.Status},
 				{Key: "expire_at", Value: e.End.EndedAt.Add(s.retention)}}
 			set = append(set, outputFields(e.End, "end_error")...)
+			set = append(set, observedFields(e.End)...)
 			late = append(late, mongo.NewUpdateOneModel().
 				SetFilter(bson.D{{Key: "_id", Value: e.Lease.RunID}, {Key: "status", Value: record.StatusAbandoned},
+					{Key: "claim", Value: e.Lease.Token},
 					{Key: "ended_at", Value: bson.D{{Key: "$exists", Value: false}}}}).
 				SetUpdate(bson.D{{Key: "$set", Value: set}}))
 			lateIdx = append(lateIdx, k)
@@ -256,7 +277,7 @@ func (s *Store) Disown(ctx context.Context, leases []record.Lease, reason string
 	for _, l := range leases {
 		runs = append(runs, mongo.NewUpdateOneModel().
 			SetFilter(bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{record.StatusRunning, record.StatusClaiming, record.StatusBuffered}}}},
-				{Key: "instance", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation}}).
+				{Key: "instance", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation}, {Key: "claim", Value: l.Token}}).
 			SetUpdate(bson.D{
 				{Key: "$set", Value: withNotice(bson.D{
 					{Key: "status", Value: record.StatusMissed}, {Key: "last_scheduled_at", Value: l.Slot},
@@ -268,10 +289,10 @@ func (s *Store) Disown(ctx context.Context, leases []record.Lease, reason string
 		if l.Overlap.TakesLock() {
 			locks = append(locks, mongo.NewUpdateOneModel().
 				SetFilter(bson.D{{Key: "_id", Value: l.JobID}, {Key: "run_id", Value: l.RunID}, {Key: "state", Value: record.LockRunning},
-					{Key: "holder", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation}}).
+					{Key: "holder", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation}, {Key: "claim", Value: l.Token}}).
 				SetUpdate(bson.D{{Key: "$set", Value: bson.D{
 					{Key: "state", Value: record.LockFree}, {Key: "holder", Value: ""}, {Key: "incarnation", Value: ""},
-					{Key: "run_id", Value: ""}, {Key: "lease_until", Value: now},
+					{Key: "run_id", Value: ""}, {Key: "claim", Value: ""}, {Key: "lease_until", Value: now},
 					{Key: "last_outcome", Value: record.StatusMissed}, {Key: "updated_at", Value: now},
 				}}}))
 		}

@@ -7,11 +7,12 @@ import (
 	"sort"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/notify"
-	"github.com/cronswap/cronswap/internal/record"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/internal/notify"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // RecordMissed implements record.Store.

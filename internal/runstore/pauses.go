@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
-	"github.com/cronswap/cronswap/internal/notify"
-	"github.com/cronswap/cronswap/internal/record"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/internal/notify"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 func (s *Store) pausesColl() *mongo.Collection { return record.PausesCollectionOf(s.locks.Database()) }
@@ -95,19 +95,6 @@ func (s *Store) pauseSet(p record.PauseDoc) bson.D {
 	return bson.D{{Key: "state", Value: p.State}, {Key: "paused_at", Value: p.PausedAt}, {Key: "note", Value: p.Note},
 		{Key: "failures", Value: p.Failures}, {Key: "run_id", Value: p.RunID}, {Key: "instance", Value: p.Instance},
 		{Key: "updated_at", Value: p.UpdatedAt}, notify.PauseNotice(p.PausedAt, p.Note)}
-}
-
-// ResumePaused clears the pause of job jobID in pauses (job_pauses): state
-// resumed, with when and by whom. It reports whether the job was paused.
-func ResumePaused(ctx context.Context, pauses *mongo.Collection, jobID, by string, now time.Time) (bool, error) {
-	res, err := pauses.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: jobID}, {Key: "state", Value: record.PauseStatePaused}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: record.PauseStateResumed}, {Key: "resumed_at", Value: now},
-			{Key: "resumed_by", Value: by}, {Key: "updated_at", Value: now}}}})
-	if err != nil {
-		return false, fmt.Errorf("resume job %s in %s: %w", jobID, pauses.Name(), err)
-	}
-	return res.ModifiedCount > 0, nil
 }
 
 // PausedJobs returns the pauses in force, by job id: one find on

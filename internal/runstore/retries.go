@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/record"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // attemptEndUpdate is the end of an attempt of a job that retries (set
@@ -36,6 +37,10 @@ func (s *Store) attemptEndUpdate(e record.LeaseEnd, set bson.D) bson.D {
 	set = append(set, bson.E{Key: record.FieldAttempt, Value: e.Lease.Attempt})
 	if end.Status == record.StatusRetrying {
 		set = append(set, bson.E{Key: record.FieldRetryAt, Value: end.RetryAt}, bson.E{Key: "lease_until", Value: end.RetryAt})
+		if end.Schedule != nil {
+			// The next attempt, on whichever replica, runs it as it came due.
+			set = append(set, bson.E{Key: record.RunScheduleField, Value: end.Schedule})
+		}
 	}
 	return bson.D{{Key: "$set", Value: set}, {Key: "$push", Value: bson.D{{Key: record.FieldAttempts, Value: entry}}}}
 }
@@ -48,7 +53,8 @@ func (s *Store) attemptEndUpdate(e record.LeaseEnd, set bson.D) bson.D {
 func holdForRetry(e record.LeaseEnd) mongo.WriteModel {
 	l, end := e.Lease, e.End
 	return mongo.NewUpdateOneModel().
-		SetFilter(bson.D{{Key: "_id", Value: l.JobID}, {Key: "run_id", Value: l.RunID}, {Key: "state", Value: record.LockRunning}}).
+		SetFilter(bson.D{{Key: "_id", Value: l.JobID}, {Key: "run_id", Value: l.RunID}, {Key: "claim", Value: l.Token},
+			{Key: "state", Value: record.LockRunning}}).
 		SetUpdate(bson.D{{Key: "$set", Value: bson.D{
 			{Key: "lease_until", Value: end.HoldUntil}, {Key: "last_outcome", Value: record.StatusRetrying},
 			{Key: "last_ended_at", Value: end.EndedAt}, {Key: "updated_at", Value: end.EndedAt},
@@ -61,20 +67,22 @@ func (s *Store) ClaimRetry(ctx context.Context, c record.RetryClaim) (record.Lea
 	if runID == "" {
 		runID = record.RunID(c.JobID, c.Slot)
 	}
+	// Each attempt is an acquisition of its own, with a token of its own.
 	l := record.Lease{JobID: c.JobID, Slot: c.Slot.UTC(), Instance: c.Instance, Incarnation: c.Incarnation,
-		RunID: runID, Fence: record.AttemptFence(c.Slot, c.Attempt), Overlap: c.Overlap, Attempt: c.Attempt}
+		RunID: runID, Fence: record.AttemptFence(c.Slot, c.Attempt), Overlap: c.Overlap, Attempt: c.Attempt,
+		Token: newToken()}
 	until := c.Now.Add(c.TTL)
 	filter := bson.D{{Key: "_id", Value: runID}, {Key: "status", Value: record.StatusRetrying}, {Key: record.FieldAttempt, Value: c.Attempt - 1}}
 	update := bson.D{
 		{Key: "$set", Value: bson.D{
 			{Key: "status", Value: record.StatusRunning}, {Key: record.FieldAttempt, Value: c.Attempt}, {Key: "fence", Value: l.Fence},
-			{Key: "instance", Value: c.Instance}, {Key: "incarnation", Value: c.Incarnation},
+			{Key: "instance", Value: c.Instance}, {Key: "incarnation", Value: c.Incarnation}, {Key: "claim", Value: l.Token},
 			{Key: "started_at", Value: c.Now}, {Key: "lease_until", Value: until},
 			{Key: "expire_at", Value: until.Add(s.retention)},
 		}},
 		{Key: "$unset", Value: bson.D{{Key: "ended_at", Value: ""}, {Key: "error", Value: ""}, {Key: "exit_code", Value: ""},
 			{Key: "stdout", Value: ""}, {Key: "stderr", Value: ""}, {Key: "answer_status", Value: ""}, {Key: "answer", Value: ""},
-			{Key: record.FieldRetryAt, Value: ""}}},
+			{Key: record.FieldRetryAt, Value: ""}, {Key: "end_observed", Value: ""}, {Key: "ended_after", Value: ""}}},
 	}
 	for wait := retryFirst; ; wait = min(2*wait, retryMax) {
 		res, err := s.runs.UpdateOne(ctx, filter, update)
@@ -113,7 +121,7 @@ func (s *Store) ClaimRetry(ctx context.Context, c record.RetryClaim) (record.Lea
 			bson.D{{Key: "_id", Value: c.JobID}, {Key: "run_id", Value: runID}, {Key: "state", Value: record.LockRunning},
 				{Key: record.LockCancelField + ".run_id", Value: bson.D{{Key: "$ne", Value: runID}}}},
 			bson.D{{Key: "$set", Value: bson.D{
-				{Key: "holder", Value: c.Instance}, {Key: "incarnation", Value: c.Incarnation},
+				{Key: "holder", Value: c.Instance}, {Key: "incarnation", Value: c.Incarnation}, {Key: "claim", Value: l.Token},
 				{Key: "fence", Value: l.Fence}, {Key: "acquired_at", Value: c.Now},
 				{Key: "lease_until", Value: until}, {Key: "updated_at", Value: c.Now},
 			}}})
@@ -127,7 +135,7 @@ func (s *Store) ClaimRetry(ctx context.Context, c record.RetryClaim) (record.Lea
 	}
 	if err == nil {
 		if by, replaced := s.replacedInBackoff(ctx, c.JobID, runID); replaced {
-			return record.Lease{}, s.endReplaced(ctx, c, runID, by)
+			return record.Lease{}, s.endReplaced(ctx, c, l, by)
 		}
 	}
 	// The lock is not the slot's run's any more (or could not be
@@ -139,7 +147,7 @@ func (s *Store) ClaimRetry(ctx context.Context, c record.RetryClaim) (record.Lea
 	}
 	_, uerr := s.runs.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: runID}, {Key: "status", Value: record.StatusRunning}, {Key: record.FieldAttempt, Value: c.Attempt},
-			{Key: "instance", Value: c.Instance}, {Key: "incarnation", Value: c.Incarnation}},
+			{Key: "claim", Value: l.Token}},
 		bson.D{{Key: "$set", Value: withNotice(bson.D{{Key: "status", Value: record.StatusFailed}, {Key: "ended_at", Value: c.Now},
 			{Key: "error", Value: why}, {Key: "expire_at", Value: c.Now.Add(s.retention)}}, record.StatusFailed, "", c.Now)},
 			{Key: "$unset", Value: bson.D{{Key: "lease_until", Value: ""}}}})
@@ -151,7 +159,7 @@ func (s *Store) ClaimRetry(ctx context.Context, c record.RetryClaim) (record.Lea
 }
 
 // retryLanded reads l's record back after a lost answer: mine, it is
-// running at l's attempt under this instance and incarnation; pending, it
+// running at l's attempt under l's token; pending, it
 // is still retrying at the attempt before (the claim may be sent again).
 func (s *Store) retryLanded(ctx context.Context, l record.Lease) (mine, pending bool, err error) {
 	var d record.RunDoc
@@ -165,7 +173,7 @@ func (s *Store) retryLanded(ctx context.Context, l record.Lease) (mine, pending 
 	if err != nil {
 		return false, false, err
 	}
-	mine = d.Status == record.StatusRunning && d.Attempt == l.Attempt && d.Instance == l.Instance && d.Incarnation == l.Incarnation
+	mine = d.Status == record.StatusRunning && d.Attempt == l.Attempt && d.Claim == l.Token
 	return mine, d.Status == record.StatusRetrying && d.Attempt == l.Attempt-1, nil
 }
 
@@ -176,7 +184,8 @@ func (s *Store) DueRetries(ctx context.Context, before time.Time, limit int) ([]
 	cur, err := s.runs.Find(ctx,
 		bson.D{{Key: "status", Value: record.StatusRetrying}, {Key: "lease_until", Value: bson.D{{Key: "$lt", Value: before}}}},
 		options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "job_id", Value: 1},
-			{Key: "scheduled_at", Value: 1}, {Key: "status", Value: 1}, {Key: record.FieldAttempt, Value: 1}, {Key: record.FieldRetryAt, Value: 1}}))
+			{Key: "scheduled_at", Value: 1}, {Key: "status", Value: 1}, {Key: record.FieldAttempt, Value: 1}, {Key: record.FieldRetryAt, Value: 1},
+			{Key: record.RunScheduleField, Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("find due retries in %s: %w", s.runs.Name(), err)
 	}
@@ -221,11 +230,12 @@ func (s *Store) replacedInBackoff(ctx context.Context, jobID, runID string) (by 
 // endReplaced records the slot of c abandoned, replaced by run by, and
 // frees the lock for the replacing fire (which takes it up from the
 // buffer). It returns ErrRetryReplaced, or what failed.
-func (s *Store) endReplaced(ctx context.Context, c record.RetryClaim, runID, by string) error {
+func (s *Store) endReplaced(ctx context.Context, c record.RetryClaim, l record.Lease, by string) error {
+	runID := l.RunID
 	why := fmt.Sprintf("%s by run %s (cancel_other); attempt %d not run", record.ErrRetryReplaced.Error(), by, c.Attempt)
 	_, err := s.runs.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: runID}, {Key: "status", Value: record.StatusRunning}, {Key: record.FieldAttempt, Value: c.Attempt},
-			{Key: "instance", Value: c.Instance}, {Key: "incarnation", Value: c.Incarnation}},
+			{Key: "claim", Value: l.Token}},
 		bson.D{{Key: "$set", Value: withNotice(bson.D{{Key: "status", Value: record.StatusAbandoned}, {Key: "ended_at", Value: c.Now},
 			{Key: "abandoned_at", Value: c.Now}, {Key: "error", Value: why}, {Key: "reason", Value: record.ReasonReplaced},
 			// Notified as failed: the slot failed, and no attempt will

@@ -5,10 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/cronswap/cronswap/internal/faultproxy"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/jobs"
-	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // runsUpdate matches the update of ClaimRetry (and any update of job_runs).

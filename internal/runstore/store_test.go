@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/record"
-	"github.com/cronswap/cronswap/internal/testmongo"
-	"github.com/cronswap/cronswap/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/internal/testmongo"
+	"github.com/cronswap/cronswap/jobs"
 )
 
 // storeEnv is a database of the test server with job_locks and job_runs.
@@ -217,6 +218,61 @@ func TestClaimBatchDuplicateFireInBatch(t *testing.T) {
 	outs := a.claim(t, base, 10*time.Second, forbid("j", base), forbid("j", base))
 	if outs[0].Result != record.Acquired || outs[1].Result != record.AlreadyFired {
 		t.Fatalf("outcomes %+v", outs)
+	}
+}
+
+// Off-schedule fires of one job sharing a scheduled_at, each with its own
+// run id, in one batch: the unique (job_id, scheduled_at) index admits one
+// record, so one is acquired and every other is told the slot is taken,
+// naming the record that holds it — under a policy taking the lock and
+// under allow, and for a slot a missed record already holds.
+func TestClaimBatchOffScheduleFiresSharingASlot(t *testing.T) {
+	t.Parallel()
+	e := newStoreEnv(t)
+	a := e.replica("a", "a1")
+	sharing := func(job string, o jobs.Overlap, slot time.Time, n int) []record.FireClaim {
+		fires := make([]record.FireClaim, n)
+		for i := range fires {
+			fires[i] = record.FireClaim{JobID: job, Slot: slot, Overlap: o, OffSchedule: true,
+				RunID: fmt.Sprintf("%s/run%02d", job, i), Fence: slot.UnixMilli()}
+		}
+		return fires
+	}
+	slot := base.Add(123 * time.Millisecond)
+	for _, o := range []jobs.Overlap{jobs.OverlapAllow, jobs.OverlapSkip} {
+		job := "shared-" + string(o)
+		fires := sharing(job, o, slot, 20)
+		won := ""
+		for i, out := range a.claim(t, base, 10*time.Second, fires...) {
+			switch {
+			case out.Err != nil:
+				t.Errorf("%s fire %d: %v", o, i, out.Err)
+			case out.Result == record.Acquired && won == "":
+				won = out.Lease.RunID
+			case out.Result == record.AlreadyFired:
+			default:
+				t.Errorf("%s fire %d: %+v, want one acquired and the others already fired", o, i, out)
+			}
+		}
+		if won == "" {
+			t.Fatalf("%s: no fire acquired", o)
+		}
+		for i, out := range a.claim(t, base, 10*time.Second, fires...) {
+			if out.Err != nil || out.Result != record.AlreadyFired || !strings.Contains(out.Reason, won) {
+				t.Errorf("%s fire %d again: %+v, want already fired by %s", o, i, out, won)
+			}
+		}
+	}
+	// The slot is a missed record's (another _id): every fire is told so.
+	t1 := base.Add(time.Hour)
+	if _, err := e.runs.InsertOne(testCtx(t), record.RunDoc{ID: record.MissedID("m", t1), JobID: "m", ScheduledAt: t1, LastScheduledAt: t1,
+		Count: 1, Status: record.StatusMissed, Reason: record.MissedNoReplica}); err != nil {
+		t.Fatal(err)
+	}
+	for i, out := range a.claim(t, t1, 10*time.Second, sharing("m", jobs.OverlapAllow, t1, 20)...) {
+		if out.Err != nil || out.Result != record.AlreadyFired || !strings.Contains(out.Reason, record.MissedID("m", t1)) {
+			t.Errorf("fire %d of a missed slot: %+v, want already fired by the missed record", i, out)
+		}
 	}
 }
 
@@ -538,8 +594,8 @@ func TestInspectLockHealthy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v := inspectLock(raw, now, 10*time.Second); len(v.damage) > 0 {
-			t.Errorf("%s: damage %q, want none", name, v.damage)
+		if v := record.InspectLock(raw, now, 10*time.Second); len(v.Damage) > 0 {
+			t.Errorf("%s: damage %q, want none", name, v.Damage)
 		}
 	}
 	for name, doc := range damagedLocks(now) {
@@ -547,7 +603,7 @@ func TestInspectLockHealthy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v := inspectLock(raw, now, 10*time.Second); len(v.damage) == 0 {
+		if v := record.InspectLock(raw, now, 10*time.Second); len(v.Damage) == 0 {
 			t.Errorf("%s: no damage found", name)
 		}
 	}
@@ -622,6 +678,57 @@ func TestRenewBatch(t *testing.T) {
 	lost, err = a.RenewBatch(ctx, leases, now.Add(time.Second), 10*time.Second)
 	if err != nil || len(lost) != 2 || lost[0].JobID != "f1" || lost[1].JobID != "p2" {
 		t.Fatalf("renew after losses: lost %+v, %v; want f1 and p2", lost, err)
+	}
+}
+
+// Two acquisitions of one run id, its records dropped in between (a
+// db.dropDatabase() while the second claimer was cut off): the first
+// holder's renewal and end match only its own acquisition's token, so its
+// renewal reports the run lost, its end lands nowhere, and the second
+// holder renews and ends its own run.
+func TestAcquisitionTokenAfterDroppedRecords(t *testing.T) {
+	t.Parallel()
+	e := newStoreEnv(t)
+	ctx := testCtx(t)
+	a, b := e.replica("a", "a1"), e.replica("b", "b1")
+	const ttl = 10 * time.Second
+	for _, fire := range []func(string, time.Time) record.FireClaim{forbid, allow} {
+		job := fire("j", base).Overlap
+		f := fire(string(job), base)
+		oa := a.claimOne(t, f, base, record.Acquired)
+		if err := e.db.Drop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ob := b.claimOne(t, f, base.Add(time.Second), record.Acquired)
+		if ob.Lease.RunID != oa.Lease.RunID || ob.Lease.Fence != oa.Lease.Fence || ob.Lease.Token == oa.Lease.Token {
+			t.Fatalf("%s: second acquisition %+v after %+v: want the same run id and fence, another token", job, ob.Lease, oa.Lease)
+		}
+		now := base.Add(2 * time.Second)
+		if lost, err := a.RenewBatch(ctx, []record.Lease{oa.Lease}, now, ttl); err != nil || len(lost) != 1 {
+			t.Fatalf("%s: first holder's renewal lost %v, %v; want its lease lost", job, lost, err)
+		}
+		if lost, err := b.RenewBatch(ctx, []record.Lease{ob.Lease}, now, ttl); err != nil || len(lost) != 0 {
+			t.Fatalf("%s: second holder's renewal lost %v, %v; want none", job, lost, err)
+		}
+		errs := a.EndBatch(ctx, []record.LeaseEnd{{Lease: oa.Lease, End: record.RunEnd{Status: record.StatusFailed, EndedAt: now}}})
+		if !errors.Is(errs[0], record.ErrLockLost) {
+			t.Fatalf("%s: first holder's end: %v, want ErrLockLost", job, errs[0])
+		}
+		if r := e.run(t, ob.Lease.RunID); r.Status != record.StatusRunning || r.Instance != "b" {
+			t.Fatalf("%s: after the first holder's end the record is %+v: want b's, running", job, r)
+		}
+		if job.TakesLock() {
+			if l := e.lock(t, string(job)); l.State != record.LockRunning || l.Holder != "b" || l.Claim != ob.Lease.Token {
+				t.Fatalf("%s: lock %+v: want still held by b's acquisition", job, l)
+			}
+		}
+		end := now.Add(time.Second)
+		if errs := b.EndBatch(ctx, []record.LeaseEnd{{Lease: ob.Lease, End: record.RunEnd{Status: record.StatusSucceeded, EndedAt: end}}}); errs[0] != nil {
+			t.Fatalf("%s: second holder's end: %v", job, errs[0])
+		}
+		if r := e.run(t, ob.Lease.RunID); r.Status != record.StatusSucceeded || r.Instance != "b" || !r.EndedAt.Equal(end) {
+			t.Fatalf("%s: record %+v: want b's end", job, r)
+		}
 	}
 }
 

@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cronswap/cronswap/internal/notify"
-	"github.com/cronswap/cronswap/internal/record"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/internal/notify"
+	"github.com/cronswap/cronswap/internal/record"
 )
 
 // SweepExpired implements record.Store: one find on {status, lease_until}

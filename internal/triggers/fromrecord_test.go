@@ -8,6 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/internal/runstore"
 )
 
 // A replica that copies a run record's outcome onto a request names the
@@ -19,8 +20,8 @@ func TestFromRecordKeepsTheRunnersInstance(t *testing.T) {
 	if _, err := e.coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "m1"}, {Key: FieldJobID, Value: "job"}}); err != nil {
 		t.Fatal(err)
 	}
-	_, runs := record.Collections(e.db)
-	copier := NewStore(e.coll, runs, time.Hour, "r2")
+	locks, runs := record.Collections(e.db)
+	copier := NewStore(e.coll, runs, runstore.New(locks, runs, runstore.Options{}), time.Hour, "r2")
 	now := time.Now()
 	rec := record.RunDoc{ID: RunIDPrefix + "m1", Status: record.StatusSucceeded, Instance: "r1", Fence: 7, EndedAt: now}
 	id := bson.RawValue{Type: bson.TypeString, Value: bsonString("m1")}

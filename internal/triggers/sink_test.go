@@ -83,13 +83,14 @@ func (e *env) addReplica(t *testing.T, inst string, reg *actions.Registry, owner
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	locks, runs := record.Collections(e.db)
-	store := NewStore(e.coll, runs, time.Hour, inst).WithOutcomes(func(status string) {
+	records := runstore.New(locks, runs, runstore.Options{Instance: inst, Logger: log})
+	store := NewStore(e.coll, runs, records, time.Hour, inst).WithOutcomes(func(status string) {
 		e.mu.Lock()
 		e.outcomes[status]++
 		e.mu.Unlock()
 	})
 	r := firepath.NewRunner(firepath.RunnerOptions{Registry: reg, InstanceID: inst, Logger: log,
-		Store: runstore.New(locks, runs, runstore.Options{Instance: inst, Logger: log}), TTL: e.ttl,
+		Store: records, TTL: e.ttl,
 		Owns: func(string) bool { return owner }, Requests: store})
 	s := NewSink(Options{Runner: r, Store: store, Owns: func(string) bool { return owner },
 		Schedules: Schedules(e.db.Collection(schedule.CollectionName)), FirstSeen: history.FirstSeenLookup(e.db.Collection(history.CollectionName)),

@@ -53,7 +53,8 @@ const (
 // overwrite a later state, and a write sent again changes nothing.
 type Store struct {
 	coll      *mongo.Collection
-	runs      *mongo.Collection
+	runs      *mongo.Collection // read only: its writer is missed
+	missed    MissedRecords
 	retention time.Duration
 	instance  string
 	// outcome, if set, is called with each status but running that a
@@ -88,11 +89,21 @@ type recordAnswer struct {
 	err error
 }
 
+// MissedRecords gives a slot's one-slot missed record way to a backfilled
+// run of the slot: runstore.Store, the writer of job_runs.
+type MissedRecords interface {
+	// ForgetMissed deletes rec when it is a missed record of its one slot
+	// and reports whether it is gone.
+	ForgetMissed(ctx context.Context, rec record.RunDoc) (bool, error)
+}
+
 // NewStore returns the store over the requests coll and the run records
-// runs; retention is how long an ended request is kept (the runs'
-// retention), instance names this replica in what it writes.
-func NewStore(coll, runs *mongo.Collection, retention time.Duration, instance string) *Store {
-	s := &Store{coll: coll, runs: runs, retention: retention, instance: instance, forgets: make(chan struct{}, writeBatchesAtOnce)}
+// runs, which it reads; missed deletes a missed record a backfill replaces
+// (ForgetMissed). retention is how long an ended request is kept (the
+// runs' retention), instance names this replica in what it writes.
+func NewStore(coll, runs *mongo.Collection, missed MissedRecords, retention time.Duration, instance string) *Store {
+	s := &Store{coll: coll, runs: runs, missed: missed, retention: retention, instance: instance,
+		forgets: make(chan struct{}, writeBatchesAtOnce)}
 	s.writes = batch.New(storeBatchMax, writeBatchesAtOnce, s.writeBatch)
 	s.reads = batch.New(storeBatchMax, readBatchesAtOnce, s.readBatch)
 	return s
@@ -465,11 +476,10 @@ func (s *Store) RecordAt(ctx context.Context, job string, slot time.Time) (*reco
 }
 
 // ForgetMissed deletes the missed record rec when it covers its one slot
-// only, so that the slot can be backfilled under its own run id (the
-// unique (job_id, scheduled_at) index would refuse the run's record beside
-// it); the backfilled run's record then accounts for the slot. It reports
-// whether the record is gone. At most writeBatchesAtOnce such deletes
-// are out at once (they are rare: no batch is worth it).
+// only, so that the slot can be backfilled under its own run id
+// (MissedRecords.ForgetMissed). It reports whether the record is gone. At
+// most writeBatchesAtOnce such deletes are out at once (they are rare: no
+// batch is worth it), each bounded by firepath.DefaultOpTimeout.
 func (s *Store) ForgetMissed(ctx context.Context, rec record.RunDoc) (bool, error) {
 	if rec.Status != record.StatusMissed || rec.Count != 1 {
 		return false, nil
@@ -482,11 +492,7 @@ func (s *Store) ForgetMissed(ctx context.Context, rec record.RunDoc) (bool, erro
 	}
 	ctx, cancel := context.WithTimeout(ctx, firepath.DefaultOpTimeout)
 	defer cancel()
-	res, err := s.runs.DeleteOne(ctx, bson.D{{Key: "_id", Value: rec.ID}, {Key: "status", Value: record.StatusMissed}, {Key: "count", Value: int64(1)}})
-	if err != nil {
-		return false, fmt.Errorf("delete missed record %s in %s: %w", rec.ID, s.runs.Name(), err)
-	}
-	return res.DeletedCount == 1, nil
+	return s.missed.ForgetMissed(ctx, rec)
 }
 
 // scheduleAnswer is one job's schedule as read by a Schedules batch.

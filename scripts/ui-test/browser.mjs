@@ -10,6 +10,9 @@
 //   - the overview shows this replica and the job counts, and each live
 //     member's owned jobs equal what `cronswap members list` says;
 //   - the schedules table lists the seeded jobs;
+//   - a refresh (the 10 s tick) while the table's answer is on its way
+//     does not throw that answer away: the rows show when it comes, and
+//     the table is read again after it, not alongside it;
 //   - a mongosh edit of one job's cron_expr appears in its row within 2 s,
 //     without a reload (the time is measured from just before the update
 //     inside mongosh to the first frame that shows it, and printed);
@@ -185,6 +188,47 @@ await fail.step('schedules table: first paint loading, then lists the seeded job
   for (const id of seeded) await page.locator(row(id)).waitFor();
   const total = (await page.locator(tid('rows-total')).textContent()).replace(/\D/g, '');
   fail.check(total === String(seeded.length), `rows-total says ${total}, want ${seeded.length}`);
+});
+
+await fail.step('a refresh while the table\'s answer is on its way keeps that answer', async () => {
+  // A page of its own, whose clock the test moves: the table's first
+  // answer is held while the page's 10 s refresh falls due. The page must
+  // show that answer when it comes (a daemon slower than the refresh still
+  // renders), and read the table again after it, not alongside it.
+  const ctx2 = await newContext(browser);
+  try {
+    const p2 = await ctx2.newPage();
+    p2.setDefaultTimeout(settle);
+    await p2.clock.install();
+    // The table's requests, in order: go lets one through; overlapped says
+    // another was still held when it was made.
+    const held = [];
+    const waiters = [];
+    await p2.route('**/api/schedule-rows**', (route) => new Promise((resolve) => {
+      const r = { answered: false, overlapped: held.some((x) => !x.answered) };
+      r.go = () => { r.answered = true; resolve(route.continue().catch(() => {})); };
+      held.push(r);
+      for (const w of waiters.splice(0)) w();
+    }));
+    const requests = (n) => new Promise((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error(`${held.length} table requests after ${settle} ms, want ${n}`)), settle);
+      const check = () => {
+        if (held.length >= n) { clearTimeout(t); resolve(); } else waiters.push(check);
+      };
+      check();
+    });
+    await p2.goto(`${base}/ui/#/schedules`, { waitUntil: 'load' });
+    await requests(1);
+    await p2.clock.runFor(10_000); // the page's periodic refresh, with the first answer held
+    held[0].go();
+    await p2.locator(row(seeded[0])).waitFor();
+    await requests(2);
+    fail.check(!held[1].overlapped, 'the table was read again while its first answer was held');
+    for (const r of held) if (!r.answered) r.go();
+    await p2.unroute('**/api/schedule-rows**');
+  } finally {
+    await ctx2.close();
+  }
 });
 
 await fail.step(`a mongosh edit of ${editJob} shows within ${editDeadlineMs} ms, without a reload`, async () => {

@@ -8,12 +8,13 @@ import (
 	"go/build"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/cronswap/cronswap/internal/tools/modtree"
 )
 
 // The most exported names a public package may have: the embedding
@@ -77,26 +78,7 @@ func CheckModule(root string) ([]Report, error) {
 		return nil, err
 	}
 	var reports []Report
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.IsDir() {
-			return nil
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
-		if rel != "." {
-			if skipDir(rel) {
-				return filepath.SkipDir
-			}
-			if _, err := os.Stat(filepath.Join(p, "go.mod")); err == nil {
-				return filepath.SkipDir // another module
-			}
-		}
+	err = modtree.Dirs(root, skipDir, func(p, rel string) error {
 		importPath := modPath
 		if rel != "." {
 			importPath = path.Join(modPath, rel)

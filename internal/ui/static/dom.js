@@ -135,3 +135,43 @@ export function debounce(fn, delay) {
   call.cancel = () => { if (timer !== null) clearTimeout(timer); timer = null; };
   return call;
 }
+
+/**
+ * reader runs a view's reads, one at a time for the same query.
+ * ask(key) calls read(key, current) unless a read of the same key is in
+ * flight; then that read's answer is still shown when it arrives, and one
+ * more read of key follows it. So a refresh (the 10 s tick, an event)
+ * never throws away an answer on its way, however slow the daemon is, and
+ * never stacks reads of the same thing on it. A read of another key (the
+ * user changed the query) starts at once, and the older read's answer is
+ * dropped: read checks current() before it shows anything, which is false
+ * for every read but the newest, and for all once stop() was called.
+ */
+export function reader(read) {
+  let gen = 0;
+  let inflight = null; // the key of the newest read while it runs
+  let again = false;
+  let stopped = false;
+  async function ask(key) {
+    if (stopped) return;
+    if (inflight === key) {
+      again = true;
+      return;
+    }
+    const n = ++gen;
+    inflight = key;
+    again = false;
+    try {
+      await read(key, () => !stopped && n === gen);
+    } finally {
+      if (n === gen) {
+        inflight = null;
+        if (again) {
+          again = false;
+          ask(key);
+        }
+      }
+    }
+  }
+  return { ask, stop() { stopped = true; } };
+}

@@ -3,7 +3,7 @@
 // /api/schedules/{id}/detail; its timeline and the chart of its runs from
 // /api/schedules/{id}/timeline; the actions an operator may take
 // (actions.js).
-import { h, badge, zoned, fmtUTC, fmtMS, fmtInt } from './dom.js';
+import { h, badge, zoned, fmtUTC, fmtMS, fmtInt, reader } from './dom.js';
 import { getJSON } from './api.js';
 import { chart } from './chart.js';
 import { jobActions } from './actions.js';
@@ -209,25 +209,24 @@ export function jobView(id, stamp) {
     WINDOWS.map((w, i) => h('option', { value: String(i) }, `last ${w.label}`)));
   win.value = String(chosen);
   win.addEventListener('change', () => { chosen = Number(win.value); used = chosen; refresh(); });
-  let seq = 0;
-  let stopped = false;
   const enc = encodeURIComponent(id);
 
-  async function timeline(n) {
+  async function timeline(current) {
     for (let i = used; ; i++) {
       const tl = await getJSON(`api/schedules/${enc}/timeline?from=${WINDOWS[i].from}`);
-      if (!tl.truncated || i === WINDOWS.length - 1 || stopped || n !== seq) {
+      if (!tl.truncated || i === WINDOWS.length - 1 || !current()) {
         used = i;
         return tl;
       }
     }
   }
 
-  async function refresh() {
-    const n = ++seq;
+  // One read at a time per window: a refresh while one is on its way
+  // waits for it (dom.js reader).
+  const reads = reader(async (key, current) => {
     try {
-      const [d, tl] = await Promise.all([getJSON(`api/schedules/${enc}/detail`), timeline(n)]);
-      if (stopped || n !== seq) return;
+      const [d, tl] = await Promise.all([getJSON(`api/schedules/${enc}/detail`), timeline(current)]);
+      if (!current()) return;
       top.replaceChildren(head(id, d));
       body.replaceChildren(...render(id, d, tl, win, used !== chosen ? WINDOWS[used].label : ''));
       body.className = '';
@@ -236,18 +235,19 @@ export function jobView(id, stamp) {
       msg.hidden = true;
       stamp();
     } catch (e) {
-      if (stopped || n !== seq) return;
+      if (!current()) return;
       msg.textContent = e.status === 404 ? `No job ${id} is known to this daemon.` : `Could not read job ${id}: ${e.message}`;
       msg.hidden = false;
       if (body.className.includes('loading')) { body.replaceChildren(); body.className = ''; }
     }
-  }
+  });
+  const refresh = () => reads.ask(String(chosen));
   const mine = (ids) => ids.has('') || ids.has(id);
   return {
     name: 'job', title: id, el, refresh,
     onSchedule(ids) { if (mine(ids)) refresh(); },
     onRun(ids) { if (mine(ids)) refresh(); },
     onTick: refresh,
-    stop() { stopped = true; },
+    stop() { reads.stop(); },
   };
 }

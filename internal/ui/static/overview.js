@@ -1,7 +1,7 @@
 // The overview (#/): this replica, the live members, the job counts, the
 // fires of the last hour and the missed slots of the last day, all from
 // /api/overview.
-import { h, ago, fmtSeconds, fmtUTC, fmtInt, badge } from './dom.js';
+import { h, ago, fmtSeconds, fmtUTC, fmtInt, badge, reader } from './dom.js';
 import { getJSON } from './api.js';
 
 function kv(label, value, attrs = {}) {
@@ -82,28 +82,28 @@ export function overviewView(stamp) {
   const body = h('div', { class: 'loading muted' }, 'Loading…');
   const msg = h('div', { class: 'alert', role: 'alert', hidden: true });
   const el = h('div', { testid: 'overview', class: 'view' }, h('h1', {}, 'Overview'), msg, body);
-  let seq = 0;
-  let stopped = false;
-  async function refresh() {
-    const n = ++seq;
+  // One read at a time: a refresh while one is on its way waits for it
+  // (dom.js reader).
+  const reads = reader(async (key, current) => {
     try {
       const o = await getJSON('api/overview');
-      if (stopped || n !== seq) return;
+      if (!current()) return;
       body.replaceChildren(...render(o));
       body.className = '';
       msg.hidden = true;
       stamp();
     } catch (e) {
-      if (stopped || n !== seq) return;
+      if (!current()) return;
       msg.textContent = `Could not read the overview: ${e.message}`;
       msg.hidden = false;
       if (body.className.includes('loading')) { body.replaceChildren(); body.className = ''; }
     }
-  }
+  });
+  const refresh = () => reads.ask('overview');
   return {
     name: 'overview', title: 'Overview', el, refresh,
     onRun: refresh, onTick: refresh,
     onSchedule: refresh,
-    stop() { stopped = true; },
+    stop() { reads.stop(); },
   };
 }

@@ -2,7 +2,7 @@
 // /api/schedule-rows, filtered, sorted and paged by the server, so the DOM
 // holds one page however many jobs there are; for an operator, each row's
 // run-now and disable / enable (actions.js).
-import { h, badge, zoned, fmtUTC, fmtInt, ago, jobHref, debounce } from './dom.js';
+import { h, badge, zoned, fmtUTC, fmtInt, ago, jobHref, debounce, reader } from './dom.js';
 import { getJSON, getSession } from './api.js';
 import { runAction, runNowText, enabledText, readOnlyNote } from './actions.js';
 
@@ -136,8 +136,6 @@ export function schedulesView(state, stamp) {
     }
   }
 
-  let seq = 0;
-  let stopped = false;
   let lastTotal = 0;
   let loaded = false;
 
@@ -160,21 +158,13 @@ export function schedulesView(state, stamp) {
     category.value = state.category;
   }
 
-  async function refresh() {
-    const n = ++seq;
-    showSort();
-    const p = new URLSearchParams();
-    if (state.q) p.set('q', state.q);
-    if (state.category) p.set('category', state.category);
-    if (state.status) p.set('status', state.status);
-    p.set('sort', state.sort);
-    p.set('order', state.order);
-    p.set('offset', String(state.offset));
-    p.set('limit', String(state.limit));
+  // One read of the table at a time per query: a refresh while the same
+  // page is on its way waits for it (dom.js reader).
+  const reads = reader(async (query, current) => {
     try {
       await withSession();
-      const res = await getJSON(`api/schedule-rows?${p}`);
-      if (stopped || n !== seq) return;
+      const res = await getJSON(`api/schedule-rows?${query}`);
+      if (!current()) return;
       if (res.items.length === 0 && res.total > 0 && state.offset > 0) {
         // The page is past the end (jobs went away): go to the last page.
         state.offset = Math.max(0, Math.floor((res.total - 1) / state.limit) * state.limit);
@@ -196,13 +186,26 @@ export function schedulesView(state, stamp) {
       msg.hidden = true;
       stamp();
     } catch (e) {
-      if (stopped || n !== seq) return;
+      if (!current()) return;
       msg.textContent = `Could not read the schedules: ${e.message}`;
       msg.hidden = false;
       if (!loaded) {
         tbody.replaceChildren(h('tr', {}, h('td', { colspan: COLUMNS.length, class: 'muted empty' }, 'Not loaded.')));
       }
     }
+  });
+
+  function refresh() {
+    showSort();
+    const p = new URLSearchParams();
+    if (state.q) p.set('q', state.q);
+    if (state.category) p.set('category', state.category);
+    if (state.status) p.set('status', state.status);
+    p.set('sort', state.sort);
+    p.set('order', state.order);
+    p.set('offset', String(state.offset));
+    p.set('limit', String(state.limit));
+    reads.ask(p.toString());
   }
 
   const onSearch = debounce(() => {
@@ -222,6 +225,6 @@ export function schedulesView(state, stamp) {
   return {
     name: 'schedules', title: 'Schedules', el, refresh,
     onSchedule: refresh, onRun: refresh, onTick: refresh,
-    stop() { stopped = true; onSearch.cancel(); },
+    stop() { reads.stop(); onSearch.cancel(); },
   };
 }
