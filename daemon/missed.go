@@ -14,8 +14,12 @@ import (
 // said just before this daemon's engine started (so none of it is this
 // daemon's own doing). ok is false when it could not be read.
 type decidedAtStart struct {
-	mu    sync.Mutex
-	slots map[string]time.Time
+	// read is closed once readDecided has its answer (or its failure):
+	// the start-up gaps are computed from it, so they wait for it.
+	read     chan struct{}
+	readOnce sync.Once
+	mu       sync.Mutex
+	slots    map[string]time.Time
 	// asked holds the jobs whose decided slot was asked for.
 	asked map[string]bool
 	ok    bool
@@ -32,9 +36,10 @@ func (s *Service) slots(id string) (record.NextFunc, bool) {
 }
 
 // readDecided reads the decided slots of the armed jobs (runstore.Store
-// DecidedSlots). A failure is logged: the start-up gaps are then not
-// looked for.
+// DecidedSlots) and then closes s.decided.read. A failure is logged: the
+// start-up gaps are then not looked for.
 func (s *Service) readDecided() {
+	defer s.decided.readOnce.Do(func() { close(s.decided.read) })
 	var ids []string
 	for st := range s.engine.All() {
 		if st.Armed {
@@ -66,8 +71,15 @@ const firesFromWait = 10 * time.Second
 // decided one that no replica ran and that neither this engine nor the
 // catch-up will run, and hands them to the runner to be recorded missed
 // (no_replica_running, or outside_catchup_window for those older than the
-// job's catch-up window). catchUp are the slots the catch-up offers.
+// job's catch-up window). catchUp are the slots the catch-up offers. It
+// first waits for readDecided's answer: the catch-up that calls it starts
+// at the first full sync, when that read has only just been sent.
 func (s *Service) recordStartupGaps(ctx context.Context, now time.Time, catchUp []schedule.Due) {
+	select {
+	case <-s.decided.read:
+	case <-ctx.Done():
+		return
+	}
 	s.decided.mu.Lock()
 	decided, asked, ok := s.decided.slots, s.decided.asked, s.decided.ok
 	s.decided.mu.Unlock()

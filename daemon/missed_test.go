@@ -1,12 +1,20 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/internal/faultproxy"
 	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/internal/testmongo"
+	"github.com/cronswap/cronswap/schedule"
 )
 
 // every returns the slot sequence of a job firing every d.
@@ -59,5 +67,59 @@ func TestStartupGaps(t *testing.T) {
 				t.Fatalf("gaps %s\nwant    %s", got, c.want)
 			}
 		})
+	}
+}
+
+// The start-up gap is looked for only once the decided slots were read,
+// however long the database takes to answer that read: here it answers a
+// second after the daemon is ready (the catch-up, which computes the gaps,
+// polls for readiness every 50 ms), and the slots since the job's
+// document was written, which no replica ran, are still recorded missed.
+func TestStartupGapWaitsForTheDecidedSlots(t *testing.T) {
+	direct := testmongo.Client(t)
+	db := testmongo.NewDatabase(t, direct)
+	uri := testmongo.Shared(t).URI
+	rest, ok := strings.CutPrefix(uri, "mongodb://")
+	if !ok {
+		t.Fatalf("cannot proxy %q", uri)
+	}
+	host, _, _ := strings.Cut(rest, "/")
+	p, err := faultproxy.New(context.Background(), host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	through := testmongo.ClientFor(t, p.URI(uri)).Database(db.Name())
+	t.Cleanup(func() { _ = p.Close() }) // after the client's disconnect
+
+	// Written 6 s ago, never fired anywhere: its slots since then are the gap.
+	written := time.Now().Add(-6 * time.Second)
+	if _, err := db.Collection(schedule.CollectionName).InsertOne(context.Background(), bson.D{{Key: "_id", Value: "gap"},
+		{Key: "cron_expr", Value: "* * * * * *"}, {Key: "job", Value: "tick"}, {Key: "updated_at", Value: written}}); err != nil {
+		t.Fatal(err)
+	}
+	read := p.HoldNext(faultproxy.All(faultproxy.CommandName("find"), faultproxy.Database(db.Name()),
+		faultproxy.Collection(record.LocksCollection)))
+	defer read.Release()
+	d := startDaemon(t, through, testOptions())
+	select {
+	case <-read.Held():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the decided slots were never read")
+	}
+	waitFor(t, 30*time.Second, "the daemon ready", func() bool {
+		return d.service.watcher.Status().Ready && d.service.blackouts.ready()
+	})
+	time.Sleep(time.Second) // the database's slow answer
+	read.Release()
+
+	var missed []record.RunDoc
+	waitFor(t, 20*time.Second, "the start-up gap on record", func() bool {
+		missed = runsOf(t, db, "gap", written.Add(-time.Second))
+		missed = slices.DeleteFunc(missed, func(r record.RunDoc) bool { return r.Status != record.StatusMissed })
+		return len(missed) > 0
+	})
+	m := missed[0]
+	if m.Reason != record.MissedNoReplica || m.ScheduledAt.Before(written) || m.Count < 4 {
+		t.Errorf("missed record %+v: want no_replica_running from %s, at least 4 slots", m, written)
 	}
 }

@@ -95,11 +95,16 @@ func lockDoc(t *testing.T, db *mongo.Database, id string) (record.LockDoc, bool)
 // jobs are overlap allow; the other half are forbid (the default), where a
 // slot that fires while the previous run still holds the lock (a loaded
 // machine) is legitimately recorded skipped instead — then it must not be
-// in the file, and its record must fall inside the holder's run.
+// in the file, and its record must name an earlier run of the job as the
+// holder and fall inside that run. The forbid job job00 holds its lock for
+// 1.5 s at every slot ending in 0 s, so that skips are checked on every
+// run of the test, not only on a loaded machine.
 func TestExactlyOnceAcrossReplicas(t *testing.T) {
 	uri, db := setup(t)
 	out := filepath.Join(t.TempDir(), "fires.log")
 	line := `printf '%s %s %s %s\n' "$CRONSWAP_JOB_ID" "$CRONSWAP_SCHEDULED_AT" "$CRONSWAP_INSTANCE_ID" "$CRONSWAP_FENCE" >> ` + out
+	const slowForbid = "job00"
+	slowLine := line + `; case "$CRONSWAP_JOB_ID@$CRONSWAP_SCHEDULED_AT" in ` + slowForbid + `@*0Z) sleep 1.5;; esac`
 	jobsYAML := fmt.Sprintf(`
   append_forbid:
     exec: ["sh", "-c", %q]
@@ -108,7 +113,7 @@ func TestExactlyOnceAcrossReplicas(t *testing.T) {
     exec: ["sh", "-c", %q]
     timeout: 20s
     overlap: allow
-`, line, line)
+`, slowLine, line)
 	ds := startReplicas(t, uri, db.Name(), 3, "", jobsYAML)
 
 	const nJobs = 20
@@ -168,10 +173,17 @@ func TestExactlyOnceAcrossReplicas(t *testing.T) {
 		switch {
 		case r.Status == record.StatusSucceeded:
 		case r.Status == record.StatusSkipped && forbid[r.JobID]:
-			// Legitimate only while an earlier run of the job held the lock.
+			// Legitimate only while an earlier run of the job held the lock:
+			// the record names the holder's run id (record.RunID, job@slot).
 			skipped[k] = true
-			holderRun, _, _ := strings.Cut(strings.TrimPrefix(r.Error, "overlap forbid: run "), " ")
-			h, ok := byID[holderRun]
+			var h record.RunDoc
+			ok := false
+			for _, w := range strings.Fields(r.Error) {
+				if strings.HasPrefix(w, r.JobID+"@") {
+					h, ok = byID[w]
+					break
+				}
+			}
 			if !ok || h.JobID != r.JobID || !h.ScheduledAt.Before(r.ScheduledAt) || r.StartedAt.Before(h.StartedAt) {
 				t.Errorf("%s at %s skipped (%s), but the named holder run %+v is not an earlier run of the job", r.JobID, k.slot, r.Error, h)
 			}
@@ -240,6 +252,15 @@ func TestExactlyOnceAcrossReplicas(t *testing.T) {
 	}
 	if missing > 0 {
 		t.Fatalf("%d of %d (job, slot) pairs not exactly once", missing, want)
+	}
+	slowSkips := 0
+	for k := range skipped {
+		if k.job == slowForbid {
+			slowSkips++
+		}
+	}
+	if slowSkips == 0 {
+		t.Errorf("no fire of %s skipped, though its run at every slot ending in 0 s holds the lock for 1.5 s", slowForbid)
 	}
 	t.Logf("%d runs in the window, by instance: %v; %d forbid fires skipped while the previous run held the lock", len(runs), instances, len(skipped))
 	if len(instances) < 2 {

@@ -57,23 +57,30 @@ func ledgerOf(lines []ledgerLine, runID, what string) (ledgerLine, int) {
 }
 
 // holdAction is an exec action that writes its start and end to ledger
-// and runs hold seconds when its args say "hold", a second otherwise.
-func holdAction(ledger string, hold int) string {
+// and, when its args say "hold", runs until the file release exists (the
+// test creates it once it has seen what it waits for; the action's
+// timeout ends it otherwise), a second when they do not.
+func holdAction(ledger, release string) string {
 	return fmt.Sprintf(`["sh", "-c", "echo \"$CRONSWAP_RUN_ID $CRONSWAP_INSTANCE_ID start $(date +%%s%%N)\" >> %[1]s; `+
-		`case \"$CRONSWAP_ARGS\" in *hold*) sleep %[2]d;; *) sleep 1;; esac; `+
-		`echo \"$CRONSWAP_RUN_ID $CRONSWAP_INSTANCE_ID end $(date +%%s%%N)\" >> %[1]s"]`, ledger, hold)
+		`case \"$CRONSWAP_ARGS\" in *hold*) while [ ! -e %[2]s ]; do sleep 0.05; done;; *) sleep 1;; esac; `+
+		`echo \"$CRONSWAP_RUN_ID $CRONSWAP_INSTANCE_ID end $(date +%%s%%N)\" >> %[1]s"]`, ledger, release)
 }
 
 // Run-now requests under the job's overlap policy, on 3 replicas: a
-// request inserted with mongosh while a long run of its job holds the
-// lock replaces that run under cancel_other (the run stops within 2 s,
+// request inserted with mongosh while a run of its job holds the lock
+// replaces that run under cancel_other (the run stops within 2 s,
 // recorded abandoned, reason replaced) and waits for it under buffer_one
 // (the request says buffered, then starts after the holder's end); each
 // request's run runs exactly once (the action's own ledger) and the
-// request records its outcome, fence above the holder's.
+// request records its outcome, fence above the holder's. The holders run
+// until the test has seen what it waits for, however long mongosh takes
+// to start: cancel_other's until it is replaced, buffer_one's until its
+// request says buffered.
 func TestRunNowUnderOverlapPolicies(t *testing.T) {
 	uri, db := setup(t)
-	ledger := filepath.Join(t.TempDir(), "ledger")
+	dir := t.TempDir()
+	ledger := filepath.Join(dir, "ledger")
+	releaseCancel, releaseBuf := filepath.Join(dir, "release_cancel"), filepath.Join(dir, "release_buf")
 	jobsYAML := fmt.Sprintf(`
   rn_cancel:
     exec: %s
@@ -83,7 +90,7 @@ func TestRunNowUnderOverlapPolicies(t *testing.T) {
     exec: %s
     timeout: 1m
     overlap: buffer_one
-`, holdAction(ledger, 30), holdAction(ledger, 6))
+`, holdAction(ledger, releaseCancel), holdAction(ledger, releaseBuf))
 	ds := startReplicas(t, uri, db.Name(), 3, "", jobsYAML)
 	insert(t, db, sched("rn_cancel", "0 0 3 1 1 *"), sched("rn_buf", "0 0 3 1 1 *"))
 	waitArmed(t, ds, []string{"rn_cancel", "rn_buf"})
@@ -121,6 +128,9 @@ func TestRunNowUnderOverlapPolicies(t *testing.T) {
 		err := coll.FindOne(testCtx(t), bson.D{{Key: "_id", Value: "now_b"}}).Decode(&doc)
 		return err == nil && doc.Status == triggers.StatusBuffered
 	})
+	if err := os.WriteFile(releaseBuf, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	// cancel_other: the holder stops within 2 s and the request runs.
 	nowC := trigFinal(t, db, "now_c")

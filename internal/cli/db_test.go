@@ -931,9 +931,13 @@ func TestBashCompletion(t *testing.T) {
 	if !strings.Contains(r.stdout, "--cron\n") || !strings.Contains(r.stdout, "--category\n") || strings.Contains(r.stdout, "--tz") {
 		t.Errorf("completion of schedules set --c: %q", r.stdout)
 	}
-	// next takes --config only for compatibility and does not offer it.
-	if r = run(t, "next", "--c", "--generate-bash-completion"); strings.Contains(r.stdout, "--config") {
-		t.Errorf("completion of next --c offers --config: %q", r.stdout)
+	// next reads the calendars --exclude names from the configured server,
+	// so it offers --config; validate needs neither and does not.
+	if r = run(t, "next", "--c", "--generate-bash-completion"); !strings.Contains(r.stdout, "--config\n") {
+		t.Errorf("completion of next --c lacks --config: %q", r.stdout)
+	}
+	if r = run(t, "validate", "--c", "--generate-bash-completion"); strings.Contains(r.stdout, "--config") {
+		t.Errorf("completion of validate --c offers --config: %q", r.stdout)
 	}
 	if r = run(t, "schedules", "list", "--c", "--generate-bash-completion"); !strings.Contains(r.stdout, "--config\n") {
 		t.Errorf("completion of schedules list --c: %q", r.stdout)
@@ -949,9 +953,9 @@ func TestBashCompletion(t *testing.T) {
 
 // Every command that reads the configuration or the server takes --config,
 // --mongo-uri and the log flags; every command but run and completion takes
-// --output. next and validate need neither configuration nor server: they
-// accept those flags (TestEveryCommandTakesConfigAndMongoURI) but do not list
-// them.
+// --output. validate needs neither configuration nor server: it accepts
+// those flags (TestEveryCommandTakesConfigAndMongoURI) but does not list
+// them; next lists them because --exclude reads calendars from the server.
 func TestEveryCommandHasCommonFlags(t *testing.T) {
 	common := []string{"--config", "--mongo-uri", "--log-format", "--log-level"}
 	for _, cmd := range [][]string{

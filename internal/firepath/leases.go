@@ -70,11 +70,15 @@ type leaseKeeper struct {
 }
 
 type heldLease struct {
+	// lease's Until is the lease's end as last written: by the
+	// acquisition, then by each renewal that landed.
 	lease  record.Lease
 	cancel context.CancelCauseFunc
 	// deadline cancels the run when its lease has run out locally (less
-	// grace); it is pushed back by each renewal that lands.
+	// grace), at the runner's clock's at; it is pushed back by each
+	// renewal that lands.
 	deadline *time.Timer
+	at       time.Time
 	// grace is how long the run may take to stop once cancelled (an exec
 	// action's kill_grace): the deadline comes that much earlier, so the
 	// run has stopped when the lease runs out.
@@ -89,8 +93,9 @@ func newLeaseKeeper(r *Runner) *leaseKeeper {
 }
 
 // hold starts keeping l while its run runs; cancel stops the run. The
-// lease was written by a claim sent no earlier than now, so it lasts at
-// least TTL from now by the local clock.
+// run's local deadline is l.Until less the margin: the lease counts from
+// when its acquisition was sent (l.Until), not from when the answer
+// arrived, which may be much later on a slow database.
 func (k *leaseKeeper) hold(l record.Lease, cancel context.CancelCauseFunc) {
 	k.holdStopping(l, cancel, 0)
 }
@@ -98,22 +103,36 @@ func (k *leaseKeeper) hold(l record.Lease, cancel context.CancelCauseFunc) {
 // holdStopping is hold for a run that may take up to grace to stop once
 // cancelled (actions.StopGraceOf): its local deadline is grace earlier.
 func (k *leaseKeeper) holdStopping(l record.Lease, cancel context.CancelCauseFunc, grace time.Duration) {
-	h := &heldLease{lease: l, cancel: cancel, grace: grace}
-	h.deadline = time.AfterFunc(k.r.opts.TTL-k.margin-grace, func() { k.ranOut(h) })
+	h := &heldLease{lease: l, cancel: cancel, grace: grace, at: k.localDeadline(l, grace)}
+	h.deadline = time.AfterFunc(h.at.Sub(k.r.clock.Now()), func() { k.ranOut(h) })
 	k.mu.Lock()
 	k.held[l.RunID] = h
 	k.mu.Unlock()
 }
 
-// forget stops keeping a run's lease (its action returned).
-func (k *leaseKeeper) forget(runID string) {
+// localDeadline is when a run holding l, which takes up to grace to stop,
+// is cancelled unless a renewal lands first: the lease's end less the
+// margin and grace, by the runner's clock (which wrote l.Until).
+func (k *leaseKeeper) localDeadline(l record.Lease, grace time.Duration) time.Time {
+	return l.Until.Add(-k.margin - grace)
+}
+
+// forget stops keeping a run's lease (its action returned, or a buffered
+// fire was admitted) and returns it as last renewed; ok is false when it
+// was not kept.
+func (k *leaseKeeper) forget(runID string) (l record.Lease, ok bool) {
 	k.mu.Lock()
 	h := k.held[runID]
 	delete(k.held, runID)
-	k.mu.Unlock()
 	if h != nil {
-		h.deadline.Stop()
+		l = h.lease
 	}
+	k.mu.Unlock()
+	if h == nil {
+		return record.Lease{}, false
+	}
+	h.deadline.Stop()
+	return l, true
 }
 
 func (k *leaseKeeper) ranOut(h *heldLease) {
@@ -331,11 +350,12 @@ func (k *leaseKeeper) renew(hs []*heldLease) {
 	for i, h := range hs {
 		leases[i] = h.lease
 	}
-	sent := time.Now()
+	// The renewal writes lease_until = now + ttl.
+	now := k.r.clock.Now()
 	// A renewal that lands any time before the local deadline keeps the
 	// lease: it may take that long (a slow answer is not a lost lease).
 	ctx, cancel := context.WithTimeout(context.Background(), min(ttl-k.margin, k.r.opts.OpTimeout))
-	lost, err := k.r.opts.Store.RenewBatch(ctx, leases, k.r.clock.Now(), ttl)
+	lost, err := k.r.opts.Store.RenewBatch(ctx, leases, now, ttl)
 	cancel()
 	if err != nil {
 		k.r.log.Warn("lease renewal failed; runs whose lease runs out first are cancelled", "runs", len(hs), "error", err)
@@ -353,10 +373,11 @@ func (k *leaseKeeper) renew(hs []*heldLease) {
 			h.cancel(fmt.Errorf("%w: the run is no longer this replica's", record.ErrLockLost))
 			continue
 		}
-		// The renewal was sent at sent: the lease lasts TTL from then.
 		k.mu.Lock()
 		if k.held[h.lease.RunID] == h {
-			h.deadline.Reset(time.Until(sent.Add(ttl - k.margin - h.grace)))
+			h.lease.Until = now.Add(ttl)
+			h.at = k.localDeadline(h.lease, h.grace)
+			h.deadline.Reset(h.at.Sub(k.r.clock.Now()))
 		}
 		k.mu.Unlock()
 	}

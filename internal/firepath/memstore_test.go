@@ -62,7 +62,7 @@ func (s *memStore) ClaimBatch(_ context.Context, b record.BatchClaim) []record.C
 			Status: record.StatusRunning, StartedAt: b.Now, LeaseUntil: b.Now.Add(b.TTL)}
 		s.records[id] = rec
 		l := record.Lease{JobID: f.JobID, RunID: id, Instance: b.Instance, Incarnation: b.Incarnation, Slot: f.Slot,
-			Fence: record.FenceOf(f.Slot), Overlap: f.Overlap}
+			Fence: record.FenceOf(f.Slot), Overlap: f.Overlap, Until: b.Now.Add(b.TTL)}
 		if f.Overlap.TakesLock() {
 			lk := s.locks[f.JobID]
 			if lk != nil && lk.State == record.LockRunning && !lk.LeaseUntil.Before(b.Now) {

@@ -184,7 +184,9 @@ func (r *Runner) admitHolding(f *fire) bool {
 	defer cancel(nil)
 	r.leases.hold(f.lease, cancel)
 	release, err := r.gate.Acquire(ctx, f.due.Schedule.Category)
-	r.leases.forget(f.lease.RunID)
+	if l, ok := r.leases.forget(f.lease.RunID); ok {
+		f.lease = l // as renewed while the fire waited
+	}
 	if err == nil {
 		f.release = release
 		return true

@@ -84,6 +84,26 @@ func (e *fireEnv) waitStatus(t *testing.T, id, status string) record.RunDoc {
 	return d
 }
 
+// testBackoff is the backoff of the retry tests that fire during it: longer
+// than any of them runs, so that a fire lands during the backoff however
+// loaded the machine is; the test ends the backoff itself (endBackoff)
+// once it has checked what happened during it.
+const testBackoff = time.Minute
+
+// endBackoff does what r's timer for the attempt after failed of run id
+// (d's slot) does when due, now: the attempt is claimed and run (or
+// refused), and endBackoff returns once it is done. The timer is stopped.
+func endBackoff(r *Runner, d schedule.Due, id string, failed int) {
+	t := r.retries
+	t.mu.Lock()
+	if tm := t.timers[id]; tm != nil {
+		tm.Stop()
+		delete(t.timers, id)
+	}
+	t.mu.Unlock()
+	t.attempt(d.Schedule, id, d.Slot, failed+1, time.Now())
+}
+
 // checkAttempts checks the attempts list of d: one entry per attempt, the
 // fences FenceOf(slot)+attempt-1, the statuses given.
 func checkAttempts(t *testing.T, d record.RunDoc, slot time.Time, statuses ...string) {
@@ -115,7 +135,7 @@ func TestRetryFailingTwiceThenSucceeding(t *testing.T) {
 			return errors.New("not yet")
 		}
 		return nil
-	}), Policy: jobs.Policy{Retry: jobs.RetryPolicy{Attempts: 3, Backoff: 300 * time.Millisecond}}})
+	}), Policy: jobs.Policy{Retry: jobs.RetryPolicy{Attempts: 3, Backoff: testBackoff, MaxBackoff: testBackoff}}})
 	r := e.retryRunner(t, "r1", time.Hour, DefaultClaimGrace)
 	slot := time.Now().Truncate(time.Second).UTC()
 	id := record.RunID("flaky", slot)
@@ -129,6 +149,8 @@ func TestRetryFailingTwiceThenSucceeding(t *testing.T) {
 	if got := e.runDoc(t, record.RunID("flaky", slot.Add(time.Second))); got.Status != record.StatusSkipped {
 		t.Errorf("a later slot during the backoff: %s, want skipped", got.Status)
 	}
+	endBackoff(r, dueAt("flaky", slot), id, 1)
+	endBackoff(r, dueAt("flaky", slot), id, 2)
 	d := e.waitStatus(t, id, record.StatusSucceeded)
 	checkAttempts(t, d, slot, record.StatusRetrying, record.StatusRetrying, record.StatusSucceeded)
 	if d.Attempt != 3 || d.Fence != record.FenceOf(slot)+2 || d.Error != "" {
@@ -273,7 +295,7 @@ func TestRetryBufferedFireWaitsForTheAttempts(t *testing.T) {
 			return errors.New("first fails")
 		}
 		return nil
-	}), Policy: jobs.Policy{Overlap: jobs.OverlapBufferOne, Retry: jobs.RetryPolicy{Attempts: 2, Backoff: 300 * time.Millisecond}}})
+	}), Policy: jobs.Policy{Overlap: jobs.OverlapBufferOne, Retry: jobs.RetryPolicy{Attempts: 2, Backoff: testBackoff}}})
 	r := e.retryRunner(t, "r1", time.Hour, DefaultClaimGrace)
 	slot := time.Now().Truncate(time.Second).UTC()
 	r.Fire(dueAt("flaky", slot))
@@ -282,6 +304,7 @@ func TestRetryBufferedFireWaitsForTheAttempts(t *testing.T) {
 	if d := e.runDoc(t, record.RunID("flaky", next)); d.Status != record.StatusBuffered {
 		t.Fatalf("a fire during the backoff: %s, want buffered", d.Status)
 	}
+	endBackoff(r, dueAt("flaky", slot), record.RunID("flaky", slot), 1)
 	e.waitStatus(t, record.RunID("flaky", slot), record.StatusSucceeded)
 	later := e.waitStatus(t, record.RunID("flaky", next), record.StatusSucceeded)
 	fires := seen.all()
@@ -296,9 +319,10 @@ func TestRetryBufferedFireWaitsForTheAttempts(t *testing.T) {
 	}
 }
 
-// Under cancel_other a fire during the backoff replaces the retrying slot:
-// its next attempt is not started, the slot is recorded abandoned (reason
-// replaced, naming the run replacing it), and the new fire runs.
+// Under cancel_other a fire during the backoff replaces the retrying slot
+// when its next attempt comes due: that attempt is not started, the slot
+// is recorded abandoned (reason replaced, naming the run replacing it),
+// and the new fire runs.
 func TestRetryReplacedDuringBackoff(t *testing.T) {
 	t.Parallel()
 	e := newFireEnv(t)
@@ -308,12 +332,17 @@ func TestRetryReplacedDuringBackoff(t *testing.T) {
 			return errors.New("first fails")
 		}
 		return nil
-	}), Policy: jobs.Policy{Overlap: jobs.OverlapCancelOther, Retry: jobs.RetryPolicy{Attempts: 3, Backoff: 400 * time.Millisecond}}})
+	}), Policy: jobs.Policy{Overlap: jobs.OverlapCancelOther, Retry: jobs.RetryPolicy{Attempts: 3, Backoff: testBackoff}}})
 	r := e.retryRunner(t, "r1", time.Hour, DefaultClaimGrace)
 	slot := time.Now().Truncate(time.Second).UTC()
 	r.Fire(dueAt("flaky", slot))
 	next := slot.Add(time.Second)
-	r.Fire(dueAt("flaky", next))
+	r.Fire(dueAt("flaky", next)) // during the backoff: waits, asking the slot to stop
+	if d := e.runDoc(t, record.RunID("flaky", next)); d.Status != record.StatusBuffered {
+		t.Fatalf("a fire during the backoff: %s, want buffered", d.Status)
+	}
+	// The attempt comes due: it is not run, the slot is replaced.
+	endBackoff(r, dueAt("flaky", slot), record.RunID("flaky", slot), 1)
 	d := e.waitStatus(t, record.RunID("flaky", slot), record.StatusAbandoned)
 	if d.Reason != record.ReasonReplaced || !strings.Contains(d.Error, record.RunID("flaky", next)) || !strings.Contains(d.Error, record.ErrRetryReplaced.Error()) || d.Notice == nil {
 		t.Errorf("replaced slot %+v: want abandoned, reason replaced, naming %s, notified", d, record.RunID("flaky", next))

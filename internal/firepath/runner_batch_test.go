@@ -256,6 +256,53 @@ func TestRunnerCancelsAtLocalLeaseDeadline(t *testing.T) {
 	}
 }
 
+// A lease counts from when its claim was sent, not from when the answer
+// arrived: a claim whose answer took the whole TTL leaves a lease that has
+// already run out by the time the run starts, and the run is cancelled at
+// once instead of a TTL later. (Counting from the answer, the run would
+// go on for a minute while another replica could take the lease.)
+func TestRunnerCountsTheLeaseFromTheClaimSent(t *testing.T) {
+	t.Parallel()
+	clock := &manualClock{now: time.Now()}
+	store := newMemStore()
+	const ttl = time.Minute
+	store.beforeClaim = func(record.BatchClaim) { clock.Add(ttl) } // the answer comes a TTL later
+	store.renew = func(ctx context.Context, _ []record.Lease) ([]record.Lease, error) {
+		<-ctx.Done() // the database does not answer
+		return nil, ctx.Err()
+	}
+	reg := actions.NewRegistry()
+	cancelled := make(chan error, 1)
+	reg.Register("a", actions.Action{Handler: jobs.HandlerFunc(func(ctx context.Context, _ jobs.Run) error {
+		<-ctx.Done()
+		cancelled <- context.Cause(ctx)
+		return ctx.Err()
+	})})
+	ended := make(chan string, 1)
+	r := memRunner(t, store, reg, "r1", func(o *RunnerOptions) {
+		o.TTL, o.Clock = ttl, clock
+		o.Hooks.RunEnded = func(_, status string) { ended <- status }
+	})
+	go r.Fire(memDue("j", clock.Now())) // Fire returns when the run has ended
+	select {
+	case status := <-ended:
+		if status != record.StatusAbandoned {
+			t.Fatalf("run ended %s, want abandoned", status)
+		}
+	case <-time.After(ttl / 6): // before the first renewal is even due
+		t.Fatal("the run went on with a lease that ran out while its claim was answered")
+	}
+	// The action may not have started at all; if it did, the lease's end
+	// is what stopped it.
+	select {
+	case cause := <-cancelled:
+		if !errors.Is(cause, record.ErrLockLost) {
+			t.Fatalf("cancelled by %v, want the lease running out", cause)
+		}
+	default:
+	}
+}
+
 // A run that takes a while to stop (an exec action's kill_grace) is
 // cancelled that much before its local lease deadline: a program that
 // ignores SIGTERM is SIGKILLed by the time the lease runs out, not a

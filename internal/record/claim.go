@@ -163,6 +163,11 @@ type Lease struct {
 	// OffSchedule: the run is not a cron slot of the job
 	// (FireClaim.OffSchedule); its end does not move the lock's last slot.
 	OffSchedule bool
+	// Until is the lease_until the acquisition wrote: its Now (by the
+	// claimer's clock, taken before the request went out) plus its TTL.
+	// Every Store method that acquires a lease sets it; the holder's
+	// local deadline counts from it, not from when the answer arrived.
+	Until time.Time
 }
 
 // FireClaim is one fire of a claim batch.

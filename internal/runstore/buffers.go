@@ -134,7 +134,7 @@ func (s *Store) TakeBuffered(ctx context.Context, jobID string, t record.BufferT
 			return nil, nil // taken by another replica, or the lock changed: its taker goes on
 		}
 		lease := record.Lease{JobID: jobID, Slot: e.Slot, Instance: t.Instance, Incarnation: t.Incarnation,
-			RunID: e.RunID, Fence: fence, Overlap: t.Overlap, OffSchedule: e.OffSchedule, Token: token}
+			RunID: e.RunID, Fence: fence, Overlap: t.Overlap, OffSchedule: e.OffSchedule, Token: token, Until: now.Add(t.TTL)}
 		// The record, from buffered to running: exactly one taker wins it.
 		started := t.Clock()
 		rec, err := s.runs.FindOneAndUpdate(ctx,

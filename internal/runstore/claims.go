@@ -62,7 +62,7 @@ func (s *Store) ClaimBatch(ctx context.Context, b record.BatchClaim) []record.Cl
 		slot := f.Slot.UTC()
 		c.leases[i] = record.Lease{JobID: f.JobID, Slot: slot, Instance: b.Instance, Incarnation: b.Incarnation,
 			RunID: record.RunID(f.JobID, slot), Fence: record.FenceOf(slot), Overlap: f.Overlap,
-			Token: c.nonce + "." + strconv.Itoa(i)}
+			Token: c.nonce + "." + strconv.Itoa(i), Until: b.Now.Add(b.TTL)}
 		if f.OffSchedule {
 			c.leases[i].RunID, c.leases[i].Fence, c.leases[i].OffSchedule = f.RunID, f.Fence, true
 		}

@@ -70,8 +70,8 @@ func (s *Store) ClaimRetry(ctx context.Context, c record.RetryClaim) (record.Lea
 	// Each attempt is an acquisition of its own, with a token of its own.
 	l := record.Lease{JobID: c.JobID, Slot: c.Slot.UTC(), Instance: c.Instance, Incarnation: c.Incarnation,
 		RunID: runID, Fence: record.AttemptFence(c.Slot, c.Attempt), Overlap: c.Overlap, Attempt: c.Attempt,
-		Token: newToken()}
-	until := c.Now.Add(c.TTL)
+		Token: newToken(), Until: c.Now.Add(c.TTL)}
+	until := l.Until
 	filter := bson.D{{Key: "_id", Value: runID}, {Key: "status", Value: record.StatusRetrying}, {Key: record.FieldAttempt, Value: c.Attempt - 1}}
 	update := bson.D{
 		{Key: "$set", Value: bson.D{
