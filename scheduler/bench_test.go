@@ -340,11 +340,26 @@ func heapInUse() uint64 {
 // baseline_bytes/entry is the same for a robfig cron.Cron loaded the obvious
 // way (before Start, to keep it fast; the heap is the same).
 // sync_allocs/job counts the allocations Sync makes per job.
+// held_bytes/job is the same for an engine that arms none of the jobs
+// (Options.Arms false for all: a replica that divides the schedules keeps
+// the jobs another replica arms as their last known good).
 func BenchmarkHeapPerJob(b *testing.B) {
 	const n = 100_000
-	var per, allocs, basePer []float64
+	var per, allocs, basePer, heldPer []float64
 	for range b.N {
 		before := heapInUse()
+		held := benchEngine(Options{Arms: func(string) bool { return false }})
+		syncItems(held, benchItems(n))
+		after := heapInUse()
+		if held.Len() != 0 || held.Known() != n {
+			b.Fatalf("%d armed, %d known; want 0 and %d", held.Len(), held.Known(), n)
+		}
+		heldPer = append(heldPer, float64(int64(after)-int64(before))/n)
+		stopEngine(b, held)
+		runtime.KeepAlive(held)
+		held = nil
+
+		before = heapInUse()
 		e := benchEngine(Options{})
 		items := benchItems(n)
 		var m0, m1 runtime.MemStats
@@ -353,7 +368,7 @@ func BenchmarkHeapPerJob(b *testing.B) {
 		runtime.ReadMemStats(&m1)
 		allocs = append(allocs, float64(m1.Mallocs-m0.Mallocs)/n)
 		items = nil
-		after := heapInUse()
+		after = heapInUse()
 		if e.Len() != n {
 			b.Fatalf("%d armed, want %d", e.Len(), n)
 		}
@@ -378,6 +393,7 @@ func BenchmarkHeapPerJob(b *testing.B) {
 	b.ReportMetric(median(per), "bytes/job")
 	b.ReportMetric(median(allocs), "sync_allocs/job")
 	b.ReportMetric(median(basePer), "baseline_bytes/entry")
+	b.ReportMetric(median(heldPer), "held_bytes/job")
 }
 
 // BenchmarkFireLateness arms 10,000 hourly jobs due in the same second (the
