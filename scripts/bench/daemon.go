@@ -48,6 +48,8 @@ type daemonSpec struct {
 	// pprof serves /debug/pprof/ (the scale bench collects garbage
 	// through it before reading the live heap).
 	pprof bool
+	// divide sets divide_schedules (bench divide).
+	divide bool
 	// onRecord sees every log record with the time the bench read it.
 	onRecord func(rec logRecord, recv time.Time)
 }
@@ -145,6 +147,9 @@ jobs:
 `, s.uri, s.database, s.instanceID, s.pprof, s.mode, s.pollInterval)
 	if s.stateFile != "" {
 		cfg += fmt.Sprintf("state_file: %q\n", s.stateFile)
+	}
+	if s.divide {
+		cfg += "divide_schedules: true\n"
 	}
 	return cfg
 }
