@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Divided replicas benchmark: N schedules (the scale bench's per-customer
-# documents) held by R replicas on one test server, first with
+# documents) held by R replicas on one test server (a fresh database per
+# round), first with
 # divide_schedules off (every replica arms every job), then on. For each
 # round: every replica's start → /readyz, and once the armed counts have
 # held still for -stable: its armed and known counts (/metrics), RSS and

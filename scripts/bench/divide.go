@@ -1,7 +1,7 @@
 package main
 
 // "bench divide": N schedules held by R replicas, with divide_schedules
-// off and then on, on one test server: each replica's armed and known
+// off and then on (a fresh database each), on one test server: each replica's armed and known
 // counts, RSS and live heap after a GC once the division has settled
 // (scripts/bench-divide.sh, docs/BENCHMARKS.md "Dividing the schedules
 // over replicas").
@@ -106,23 +106,30 @@ func runDivide(ctx context.Context, o divideSettings) error {
 		return err
 	}
 	defer func() { _ = client.Disconnect(context.Background()) }()
-	dbName := fmt.Sprintf("bench_divide_%d", o.n)
-	logf("=== N=%d over %d replicas: loading into a fresh server (-Xmx%s, oplog bound %d)", o.n, o.replicas, o.serverHeap, o.oplogMax)
-	loadTime, collBytes, err := loadScale(ctx, client.Database(dbName).Collection("schedules"), o.n)
-	if err != nil {
-		return err
-	}
-	logf("loaded %d schedules (%.1f MB) in %s", o.n, float64(collBytes)/1e6, loadTime.Round(time.Millisecond))
 	var rounds []*divideRound
+	var loadTime time.Duration
+	var collBytes int64
 	for _, divide := range []bool{false, true} {
+		// A database of its own per setting: both rounds start from the
+		// same state (no job sighted yet), so their start-up work is alike.
+		dbName := fmt.Sprintf("bench_divide_%d_%t", o.n, divide)
+		logf("=== N=%d over %d replicas, divide_schedules %t: loading into %s (-Xmx%s, oplog bound %d)",
+			o.n, o.replicas, divide, dbName, o.serverHeap, o.oplogMax)
+		if loadTime, collBytes, err = loadScale(ctx, client.Database(dbName).Collection("schedules"), o.n); err != nil {
+			return err
+		}
+		logf("loaded %d schedules (%.1f MB) in %s", o.n, float64(collBytes)/1e6, loadTime.Round(time.Millisecond))
 		r, err := runDivideRound(ctx, o, ws, srv.URI, dbName, divide)
 		if err != nil {
 			return fmt.Errorf("divide_schedules %t: %w", divide, err)
 		}
 		rounds = append(rounds, r)
+		if err := client.Database(dbName).Drop(ctx); err != nil {
+			return fmt.Errorf("drop %s: %w", dbName, err)
+		}
 	}
 	env.loadAfter = loadAvg()
-	text := fmt.Sprintf("bench divide %s–%s UTC: N=%d (%.1f MB, loaded in %s), %d replicas of %s; test server -Xmx%s, oplog bound %d\n"+
+	text := fmt.Sprintf("bench divide %s–%s UTC: N=%d (%.1f MB, the second load took %s), %d replicas of %s; test server -Xmx%s, oplog bound %d\n"+
 		"machine: %d CPUs %s, %s, Linux %s, %s; load average %s → %s\n",
 		started.Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04"), o.n, float64(collBytes)/1e6,
 		loadTime.Round(time.Second), o.replicas, ws.binary, o.serverHeap, o.oplogMax,
