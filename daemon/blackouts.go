@@ -52,12 +52,12 @@ func newBlackoutWatch(db *mongo.Database, opts Options, log *slog.Logger) *black
 }
 
 // match is the fire path's RunnerOptions.Blackout.
-func (b *blackoutWatch) match(_ string, category string, slot time.Time) (record.Blackout, bool) {
+func (b *blackoutWatch) match(_ string, category string, slot time.Time) (record.Exclusion, bool) {
 	w, ok := b.set.Match(category, slot)
 	if !ok {
-		return record.Blackout{}, false
+		return record.Exclusion{}, false
 	}
-	return record.Blackout{ID: w.ID, Reason: w.Reason}, true
+	return record.BlackoutExclusion(w.ID, w.Reason), true
 }
 
 // ready reports whether the windows have been read once.

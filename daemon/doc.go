@@ -11,7 +11,7 @@
 //
 // A Service is the whole cronswap daemon, as the cronswap binary runs it
 // (the binary is built on this package): the change-stream watchers of the
-// schedules, blackouts and triggers collections, the engine, the fire path
+// schedules, blackouts, calendars and triggers collections, the engine, the fire path
 // with its leases, the membership of the replicas, the edit history and the
 // failure notifications. It does not listen on any port: HTTPHandler gives
 // the status API, the status page, /metrics and the health checks, for the

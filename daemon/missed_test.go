@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -79,12 +78,11 @@ func TestStartupGapWaitsForTheDecidedSlots(t *testing.T) {
 	direct := testmongo.Client(t)
 	db := testmongo.NewDatabase(t, direct)
 	uri := testmongo.Shared(t).URI
-	rest, ok := strings.CutPrefix(uri, "mongodb://")
+	upstream, ok := faultproxy.Upstream(uri)
 	if !ok {
 		t.Fatalf("cannot proxy %q", uri)
 	}
-	host, _, _ := strings.Cut(rest, "/")
-	p, err := faultproxy.New(context.Background(), host)
+	p, err := faultproxy.New(context.Background(), upstream)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,6 +54,7 @@ type parts struct {
 	stopWatch     context.CancelFunc
 	watchDone     chan error
 	blackoutsDone <-chan struct{}
+	calendarsDone <-chan struct{}
 	starterDone   chan struct{}
 	relayStarted  chan func()
 	catchUpDone   chan struct{}
@@ -97,6 +98,7 @@ func (s *Service) startParts() *parts {
 		p.watchDone <- s.watcher.Run(watchCtx)
 	}()
 	p.blackoutsDone = s.blackouts.start(watchCtx, p.joined, s.away)
+	p.calendarsDone = s.calendars.start(watchCtx, p.joined, s.away)
 	go func() {
 		defer close(p.starterDone)
 		s.startEngine(watchCtx, p.joined)
@@ -118,7 +120,9 @@ func (s *Service) startParts() *parts {
 	}()
 	go func() {
 		defer close(p.catchUpDone)
-		ready := func() bool { return p.isJoined() && s.watcher.Status().Ready && s.blackouts.ready() }
+		ready := func() bool {
+			return p.isJoined() && s.watcher.Status().Ready && s.blackouts.ready() && s.calendars.ready()
+		}
 		runCatchUp(watchCtx, s.engine, ready, s.catchupFor,
 			func(due schedule.Due) { s.runner.FireCatchUp(due, s.catchupFor(due.Schedule.ActionName())) },
 			s.log, s.recordStartupGaps)
@@ -164,6 +168,7 @@ func (s *Service) shutdown(p *parts, runErr error) error {
 	<-p.catchUpDone
 	<-p.divideDone
 	<-p.blackoutsDone
+	<-p.calendarsDone
 	// After the last ends were written: their notices are moved (and
 	// delivered) here when there is time, else by another replica.
 	(<-p.relayStarted)()
@@ -195,11 +200,11 @@ func (s *Service) shutdown(p *parts, runErr error) error {
 // startEngine starts the engine's timers once the watcher has made it equal
 // to the collection (filling a running engine costs robfig a re-sort per
 // job, about 6x slower at 100,000 jobs; an empty engine has nothing to fire
-// meanwhile), the blackout windows are read and this process holds its
+// meanwhile), the blackout windows and the calendars are read and this process holds its
 // instance id (joined is closed). It returns without starting it when ctx
 // ends first.
 func (s *Service) startEngine(ctx context.Context, joined <-chan struct{}) {
-	for _, ready := range []<-chan struct{}{joined, s.synced, s.blackouts.synced} {
+	for _, ready := range []<-chan struct{}{joined, s.synced, s.blackouts.synced, s.calendars.synced} {
 		select {
 		case <-ready:
 		case <-ctx.Done():

@@ -47,6 +47,7 @@ type Service struct {
 	watcher   *changestream.Watcher
 	history   *editHistory
 	blackouts *blackoutWatch // blackouts.go
+	calendars *calendarWatch // calendars.go
 	triggers  *triggerWatch  // triggers.go
 	relay     *notify.Relay  // nil when no webhook is configured
 	// events feeds /api/events: the watcher's applied changes and this
@@ -89,12 +90,14 @@ func New(db *mongo.Database, opts Options) (*Service, error) {
 	}
 	s.members = s.newMembers()
 	s.blackouts = newBlackoutWatch(db, s.opts, s.log)
+	s.calendars = newCalendarWatch(db, s.opts, s.log)
 	s.store = s.newStore() // its OnNotice wakes the relay built next
 	s.relay = s.newRelay()
 	requests := s.newRequests()
 	s.runner = s.newRunner(requests)
 	s.triggers = newTriggerWatch(s, requests)
 	s.engine = s.newEngine()
+	s.calendars.recheck = s.engine.Recheck
 	s.history = s.newHistory()
 	s.watcher = s.newWatcher()
 	if err := s.registerGauges(); err != nil {

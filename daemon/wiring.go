@@ -90,6 +90,11 @@ func (s *Service) newRunner(requests *triggers.Store) *firepath.Runner {
 		Owns: s.members.Owns,
 		// A fire inside a blackout window is recorded skipped, not run.
 		Blackout: s.blackouts.match,
+		// So is a fire on a date of a calendar its schedule excludes.
+		Calendars: s.calendars.match,
+		// A job whose run count reached its max_runs is disarmed (the
+		// engine is built after the runner, and before any fire).
+		Ended: func(sch schedule.Schedule, reason string) { s.engine.End(sch.ID, sch, reason) },
 		// A retry another replica left pending runs the schedule armed here.
 		Lookup:   s.lookup,
 		Requests: requests,
@@ -109,9 +114,10 @@ func (s *Service) newEngine() *scheduler.Engine {
 		Fire:   s.runner.Submit,
 		Logger: s.log,
 		// The registry is the handlers' policy: a schedule naming no
-		// registered handler is refused, a handler's jitter delays each
+		// registered handler, or excluding a calendar not in force, is
+		// refused, a handler's jitter delays each
 		// slot by a fixed per-job amount.
-		Policy: s.registry,
+		Policy: s.calendars.policy(s.registry),
 		// When the job was armed, before the engine logged it: the end of
 		// the event-apply measure (watchHooks).
 		Hooks: scheduler.Hooks{Applied: func(id string, o scheduler.Outcome) {

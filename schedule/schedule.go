@@ -8,12 +8,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/robfig/cron/v3"
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/internal/lifetime"
 )
 
 // Limits on what a schedules document may hold. Anything larger is not a
@@ -65,7 +69,15 @@ const (
 	// FieldDST chooses the daylight-saving semantics: "shift" (the
 	// default) or "plain".
 	FieldDST = "dst"
+	// FieldExclude names calendars (an array of calendar names) whose
+	// dates the job's slots skip: each such slot is recorded skipped
+	// (docs/calendars.md). The lifetime fields (start_at, end_at,
+	// max_runs, paused_until) are package lifetime's.
+	FieldExclude = "exclude"
 )
+
+// maxExclude bounds the calendars one schedule excludes.
+const maxExclude = 32
 
 // ErrInvalid is wrapped by every validation error, so callers can tell a bad
 // document from a failure to talk to the server.
@@ -94,6 +106,16 @@ type Schedule struct {
 	Args string
 	// UpdatedAt is informational; zero when absent or not a date.
 	UpdatedAt time.Time
+	// StartAt, EndAt, MaxRuns and PausedUntil bound the job's lifetime
+	// (docs/time.md#lifetimes): zero when absent. They are part of the
+	// timing: the engine arms only the slots they let run.
+	StartAt, EndAt time.Time
+	MaxRuns        int
+	PausedUntil    time.Time
+	// Exclude is the JSON array of the calendars whose dates the job's
+	// slots skip, as Args is JSON (so that Schedule stays comparable);
+	// empty when none. Excludes returns the names.
+	Exclude string
 }
 
 // ActionName returns the name of the configured action this job runs.
@@ -104,8 +126,33 @@ func (s Schedule) ActionName() string {
 	return s.ID
 }
 
+// Excludes returns the names of the calendars whose dates the job's slots
+// skip, in the document's order; nil when none (or when Exclude is not a
+// JSON array of strings, which Decode never makes).
+func (s Schedule) Excludes() []string {
+	if s.Exclude == "" {
+		return nil
+	}
+	var names []string
+	if err := json.Unmarshal([]byte(s.Exclude), &names); err != nil {
+		return nil
+	}
+	return names
+}
+
+// Zone returns the name of the IANA zone the expression's wall times are
+// read in: a CRON_TZ= (or TZ=) prefix of the expression, else the
+// timezone field; "" when neither names one (the default zone). A
+// calendar without a zone of its own reads a slot's date in it.
+func (s Schedule) Zone() string {
+	if name, _, ok := cutTZPrefix(s.CronExpr); ok && name != "" {
+		return name
+	}
+	return s.Timezone
+}
+
 // SameExceptTiming reports whether s and o agree on every field but their
-// timing (CronExpr, Timezone, DST, Enabled) and UpdatedAt, which is
+// timing (the fields of Timing) and UpdatedAt, which is
 // informational. It compares whole copies, so a field added to Schedule
 // counts without being listed here; Schedule must therefore stay comparable
 // with ==.
@@ -116,21 +163,29 @@ func (s Schedule) SameExceptTiming(o Schedule) bool {
 // withoutTiming is s with its timing and UpdatedAt zeroed.
 func (s Schedule) withoutTiming() Schedule {
 	s.CronExpr, s.Timezone, s.DST, s.Enabled, s.UpdatedAt = "", "", "", false, time.Time{}
+	s.StartAt, s.EndAt, s.MaxRuns, s.PausedUntil = time.Time{}, time.Time{}, 0, time.Time{}
 	return s
 }
 
 // Timing is the part of a schedule that decides when the timer fires. Two
-// schedules with equal Timing keep the same armed timer.
+// schedules with equal Timing keep the same armed timer. The lifetime is
+// part of it: it bounds the slots the timer fires (start_at, end_at,
+// paused_until), and a job ended at max_runs is armed again when its
+// max_runs changes.
 type Timing struct {
-	CronExpr string
-	Timezone string
-	DST      DSTMode
-	Enabled  bool
+	CronExpr       string
+	Timezone       string
+	DST            DSTMode
+	Enabled        bool
+	StartAt, EndAt time.Time
+	MaxRuns        int
+	PausedUntil    time.Time
 }
 
 // Timing returns the timer-relevant part of s.
 func (s Schedule) Timing() Timing {
-	return Timing{CronExpr: s.CronExpr, Timezone: s.Timezone, DST: s.DST, Enabled: s.Enabled}
+	return Timing{CronExpr: s.CronExpr, Timezone: s.Timezone, DST: s.DST, Enabled: s.Enabled,
+		StartAt: s.StartAt, EndAt: s.EndAt, MaxRuns: s.MaxRuns, PausedUntil: s.PausedUntil}
 }
 
 // Error is a validation error about one job.
@@ -270,6 +325,12 @@ func DecodeFields(raw bson.Raw) (s Schedule, err error) {
 			return s, invalid(id, FieldArgs, "must be an object, not %s", typeName(v.Type))
 		}
 	}
+	if err := decodeLifetime(raw, &s); err != nil {
+		return s, err
+	}
+	if s.Exclude, err = decodeExclude(raw, id); err != nil {
+		return s, err
+	}
 	if v, err := raw.LookupErr(FieldUpdatedAt); err == nil && v.Type == bson.TypeDateTime {
 		if t, ok := v.TimeOK(); ok {
 			s.UpdatedAt = t.UTC()
@@ -398,6 +459,102 @@ func decodeDST(raw bson.Raw, id string) (DSTMode, error) {
 		return "", nil
 	}
 	return m, nil
+}
+
+// decodeLifetime reads the optional lifetime fields into s: dates
+// (start_at, end_at, paused_until; null is absent) and a positive integer
+// (max_runs: an int32, an int64 or an integral double, as mongosh writes
+// numbers). end_at must be after start_at: otherwise no slot could ever
+// run, which is refused as an expression that never fires is.
+func decodeLifetime(raw bson.Raw, s *Schedule) error {
+	id := s.ID
+	for _, f := range []struct {
+		name string
+		dst  *time.Time
+	}{{lifetime.FieldStartAt, &s.StartAt}, {lifetime.FieldEndAt, &s.EndAt}, {lifetime.FieldPausedUntil, &s.PausedUntil}} {
+		v, err := raw.LookupErr(f.name)
+		if err != nil || v.Type == bson.TypeNull {
+			continue
+		}
+		t, ok := v.TimeOK()
+		if !ok {
+			return invalid(id, f.name, "must be a date, not %s (e.g. %s: ISODate(\"2027-01-01T00:00:00Z\"), or new Date())", typeName(v.Type), f.name)
+		}
+		*f.dst = t.UTC()
+	}
+	if !s.StartAt.IsZero() && !s.EndAt.IsZero() && !s.EndAt.After(s.StartAt) {
+		return invalid(id, lifetime.FieldEndAt, "%s is not after %s %s: no slot could ever run",
+			s.EndAt.Format(time.RFC3339), lifetime.FieldStartAt, s.StartAt.Format(time.RFC3339))
+	}
+	v, err := raw.LookupErr(lifetime.FieldMaxRuns)
+	if err != nil || v.Type == bson.TypeNull {
+		return nil
+	}
+	var n int64
+	switch v.Type {
+	case bson.TypeInt32:
+		n = int64(v.Int32())
+	case bson.TypeInt64:
+		n = v.Int64()
+	case bson.TypeDouble:
+		d := v.Double()
+		if d != math.Trunc(d) || d < 1 || d > lifetime.MaxRuns {
+			return invalid(id, lifetime.FieldMaxRuns, "must be a whole number from 1 to %d, not %v", lifetime.MaxRuns, d)
+		}
+		n = int64(d)
+	default:
+		return invalid(id, lifetime.FieldMaxRuns, "must be a whole number from 1 to %d, not %s (e.g. max_runs: 10)", lifetime.MaxRuns, typeName(v.Type))
+	}
+	if n < 1 || n > lifetime.MaxRuns {
+		return invalid(id, lifetime.FieldMaxRuns, "must be a whole number from 1 to %d, not %d (omit it for no limit)", lifetime.MaxRuns, n)
+	}
+	s.MaxRuns = int(n)
+	return nil
+}
+
+// decodeExclude reads the optional exclude field, an array of calendar
+// names (at most maxExclude; null or empty: none), into its JSON form
+// (Schedule.Exclude), duplicates dropped. Whether each calendar exists is
+// the daemons' check (a policy of the engine), not the document's.
+func decodeExclude(raw bson.Raw, id string) (string, error) {
+	v, err := raw.LookupErr(FieldExclude)
+	if err != nil || v.Type == bson.TypeNull {
+		return "", nil
+	}
+	const want = `(e.g. exclude: ["us-holidays"])`
+	arr, ok := v.ArrayOK()
+	if !ok {
+		return "", invalid(id, FieldExclude, "must be an array of calendar names, not %s %s", typeName(v.Type), want)
+	}
+	vals, err := arr.Values()
+	if err != nil {
+		return "", invalid(id, FieldExclude, "is a malformed BSON array")
+	}
+	if len(vals) > maxExclude {
+		return "", invalid(id, FieldExclude, "names %d calendars, more than %d", len(vals), maxExclude)
+	}
+	names := make([]string, 0, len(vals))
+	for i, e := range vals {
+		name, ok := e.StringValueOK()
+		switch {
+		case !ok:
+			return "", invalid(id, FieldExclude, "element %d must be a calendar name (a string), not %s %s", i, typeName(e.Type), want)
+		case name == "" || len(name) > MaxIDBytes || !utf8.ValidString(name) || strings.TrimSpace(name) != name:
+			return "", invalid(id, FieldExclude, "element %d, %q, is not a calendar name (a non-empty UTF-8 string of at most %d bytes, without white space at its ends)",
+				i, truncateUTF8(name, 64), MaxIDBytes)
+		}
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return "", nil
+	}
+	js, err := json.Marshal(names)
+	if err != nil {
+		return "", invalid(id, FieldExclude, "cannot be turned into JSON: %v", err)
+	}
+	return string(js), nil
 }
 
 // Validate checks the fields of s that Decode cannot check by type alone:

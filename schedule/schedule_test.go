@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/internal/lifetime"
 )
 
 func marshal(t *testing.T, d bson.D) bson.Raw {
@@ -58,6 +60,22 @@ func TestDecodeValid(t *testing.T) {
 			Schedule{ID: "n", CronExpr: "0 9 * * *", Enabled: true}},
 		{"updated_at not a date is ignored", doc("u", "0 9 * * *", bson.E{Key: FieldUpdatedAt, Value: "yesterday"}),
 			Schedule{ID: "u", CronExpr: "0 9 * * *", Enabled: true}},
+		{"lifetime and exclusions", doc("life", "0 9 * * *",
+			bson.E{Key: lifetime.FieldStartAt, Value: updated},
+			bson.E{Key: lifetime.FieldEndAt, Value: updated.Add(time.Hour)},
+			bson.E{Key: lifetime.FieldMaxRuns, Value: float64(10)}, // mongosh writes numbers as doubles
+			bson.E{Key: lifetime.FieldPausedUntil, Value: updated.Add(time.Minute)},
+			bson.E{Key: FieldExclude, Value: bson.A{"us-holidays", "company days", "us-holidays"}}),
+			Schedule{ID: "life", CronExpr: "0 9 * * *", Enabled: true, StartAt: updated, EndAt: updated.Add(time.Hour),
+				MaxRuns: 10, PausedUntil: updated.Add(time.Minute), Exclude: `["us-holidays","company days"]`}},
+		{"lifetime nulls and an empty exclude mean absent", doc("ln", "0 9 * * *",
+			bson.E{Key: lifetime.FieldStartAt, Value: nil}, bson.E{Key: lifetime.FieldEndAt, Value: nil},
+			bson.E{Key: lifetime.FieldMaxRuns, Value: nil}, bson.E{Key: lifetime.FieldPausedUntil, Value: nil},
+			bson.E{Key: FieldExclude, Value: bson.A{}}),
+			Schedule{ID: "ln", CronExpr: "0 9 * * *", Enabled: true}},
+		{"max_runs an int64, end_at in the past", doc("past", "0 9 * * *",
+			bson.E{Key: lifetime.FieldMaxRuns, Value: int64(3)}, bson.E{Key: lifetime.FieldEndAt, Value: updated}),
+			Schedule{ID: "past", CronExpr: "0 9 * * *", Enabled: true, MaxRuns: 3, EndAt: updated}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -107,6 +125,18 @@ func TestDecodeInvalid(t *testing.T) {
 		{"args an array", doc("a", "0 9 * * *", bson.E{Key: FieldArgs, Value: bson.A{"x"}}), "a", FieldArgs, "must be an object, not an array"},
 		{"job not a string", doc("a", "0 9 * * *", bson.E{Key: FieldJob, Value: true}), "a", FieldJob, "must be a string"},
 		{"category not a string", doc("a", "0 9 * * *", bson.E{Key: FieldCategory, Value: bson.D{}}), "a", FieldCategory, "must be a string"},
+		{"start_at a string", doc("a", "0 9 * * *", bson.E{Key: lifetime.FieldStartAt, Value: "2027-01-01"}), "a", lifetime.FieldStartAt, "must be a date, not a string"},
+		{"end_at not after start_at", doc("a", "0 9 * * *", bson.E{Key: lifetime.FieldStartAt, Value: time.Unix(100, 0)},
+			bson.E{Key: lifetime.FieldEndAt, Value: time.Unix(100, 0)}), "a", lifetime.FieldEndAt, "no slot could ever run"},
+		{"paused_until a number", doc("a", "0 9 * * *", bson.E{Key: lifetime.FieldPausedUntil, Value: int32(5)}), "a", lifetime.FieldPausedUntil, "must be a date"},
+		{"max_runs zero", doc("a", "0 9 * * *", bson.E{Key: lifetime.FieldMaxRuns, Value: int32(0)}), "a", lifetime.FieldMaxRuns, "omit it for no limit"},
+		{"max_runs negative", doc("a", "0 9 * * *", bson.E{Key: lifetime.FieldMaxRuns, Value: int64(-2)}), "a", lifetime.FieldMaxRuns, "whole number"},
+		{"max_runs a fraction", doc("a", "0 9 * * *", bson.E{Key: lifetime.FieldMaxRuns, Value: 2.5}), "a", lifetime.FieldMaxRuns, "whole number"},
+		{"max_runs a string", doc("a", "0 9 * * *", bson.E{Key: lifetime.FieldMaxRuns, Value: "10"}), "a", lifetime.FieldMaxRuns, "not a string"},
+		{"exclude a string", doc("a", "0 9 * * *", bson.E{Key: FieldExclude, Value: "us-holidays"}), "a", FieldExclude, "must be an array of calendar names"},
+		{"exclude a number", doc("a", "0 9 * * *", bson.E{Key: FieldExclude, Value: bson.A{"x", int32(3)}}), "a", FieldExclude, "element 1 must be a calendar name"},
+		{"exclude an empty name", doc("a", "0 9 * * *", bson.E{Key: FieldExclude, Value: bson.A{""}}), "a", FieldExclude, "is not a calendar name"},
+		{"exclude too many", doc("a", "0 9 * * *", bson.E{Key: FieldExclude, Value: manyNames(maxExclude + 1)}), "a", FieldExclude, "more than 32"},
 		{"document too large", doc("a", "0 9 * * *", bson.E{Key: FieldArgs, Value: bson.D{{Key: "blob", Value: big}}}), "a", "", "bytes, more than the 65536"},
 	}
 	for _, c := range cases {
@@ -139,6 +169,14 @@ func TestDecodeInvalid(t *testing.T) {
 			}
 		})
 	}
+}
+
+func manyNames(n int) bson.A {
+	a := bson.A{}
+	for i := range n {
+		a = append(a, "cal-"+strings.Repeat("x", i))
+	}
+	return a
 }
 
 func TestDecodeMalformed(t *testing.T) {
@@ -313,5 +351,28 @@ func TestEditMetadataIsNotPartOfTheSchedule(t *testing.T) {
 	}
 	if plain != edited || !plain.SameExceptTiming(edited) || plain.Timing() != edited.Timing() {
 		t.Errorf("edit metadata changed the schedule:\n%+v\n%+v", plain, edited)
+	}
+}
+
+// Zone is the zone the expression's wall times are read in: a prefix wins
+// over the timezone field; Excludes reads the names back from their JSON.
+func TestZoneAndExcludes(t *testing.T) {
+	for _, c := range []struct{ expr, tz, want string }{
+		{"0 9 * * *", "", ""}, {"0 9 * * *", "Asia/Seoul", "Asia/Seoul"},
+		{"CRON_TZ=Europe/Berlin 0 9 * * *", "Asia/Seoul", "Europe/Berlin"}, {"TZ=UTC @hourly", "", "UTC"},
+	} {
+		if got := (Schedule{CronExpr: c.expr, Timezone: c.tz}).Zone(); got != c.want {
+			t.Errorf("Zone of %q (timezone %q) = %q, want %q", c.expr, c.tz, got, c.want)
+		}
+	}
+	s, err := Decode(marshal(t, doc("x", "0 9 * * *", bson.E{Key: FieldExclude, Value: bson.A{"a,b", `quo"te`}})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Excludes(); len(got) != 2 || got[0] != "a,b" || got[1] != `quo"te` {
+		t.Fatalf("Excludes() = %q", got)
+	}
+	if (Schedule{}).Excludes() != nil {
+		t.Fatal("Excludes of no exclusions is not nil")
 	}
 }

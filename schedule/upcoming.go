@@ -76,9 +76,14 @@ type Fire struct {
 
 // Upcoming returns the next n activations of sched after from, annotated
 // as Fire values (for `cronswap next`). It stops early when sched fires no
-// more.
+// more. A schedule that wraps another (Unwrap, as a lifetime's bounds do)
+// is annotated as the one it wraps.
 func Upcoming(sched cron.Schedule, from time.Time, n int) []Fire {
-	d, _ := sched.(*dstSchedule)
+	inner := sched
+	if w, ok := sched.(interface{ Unwrap() cron.Schedule }); ok {
+		inner = w.Unwrap() // a schedule bounded by a lifetime: its fires are the inner one's
+	}
+	d, _ := inner.(*dstSchedule)
 	out := make([]Fire, 0, max(n, 0))
 	for t := from; len(out) < n; {
 		if t = sched.Next(t); t.IsZero() {

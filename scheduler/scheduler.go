@@ -16,6 +16,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/cronswap/cronswap/internal/crondialect"
+	"github.com/cronswap/cronswap/internal/lifetime"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -169,10 +170,16 @@ type Status struct {
 	// Delay is the job's jitter delay: the fire for slot NextRun is
 	// dispatched at NextRun+Delay. Zero without jitter.
 	Delay time.Duration
-	// Elsewhere is true for a valid, enabled job this engine does not arm
-	// (Options.Arms): another replica arms it. NextRun is its next
-	// activation all the same.
+	// Elsewhere is true for a valid, enabled job that has not ended and
+	// that this engine does not arm (Options.Arms): another replica arms
+	// it. NextRun is its next activation all the same.
 	Elsewhere bool
+	// Ended says why the job fires no more although its schedule is valid
+	// and enabled: lifetime.ReasonAfterEnd once its end_at has passed,
+	// lifetime.ReasonMaxRuns once a claim found its run count at
+	// max_runs (End); empty otherwise. An ended job has no NextRun and is
+	// not Armed.
+	Ended string
 }
 
 // Engine arms and re-arms cron timers for jobs. Its methods are safe for
@@ -272,8 +279,8 @@ type shard struct {
 }
 
 // record is the engine's state of one job. Invariant: entry != 0 exactly
-// when valid && cur.Enabled && the engine arms the job (Options.Arms, as
-// last asked).
+// when valid && cur.Enabled && ended == "" && the engine arms the job
+// (Options.Arms, as last asked).
 type record struct {
 	// cur is the last valid schedule, or the latest bad one while no valid
 	// schedule was ever applied.
@@ -290,6 +297,14 @@ type record struct {
 	// gen is the Sync (Engine.syncs) that last listed the job; 0 when
 	// none did. A Sync removes the jobs it did not mark.
 	gen uint64
+	// ended is why the job was disarmed by End (its run count reached
+	// max_runs); empty while it is not. A changed timing arms it again.
+	ended string
+	// pending is the latest schedule of the job that was decoded but
+	// refused (by the parse or the policy), while no later document
+	// replaced it: Recheck applies it again when what the policy checks
+	// may have changed (a calendar it names appeared).
+	pending *schedule.Schedule
 }
 
 // New returns an engine configured by opts. Call Start to run its timers.
@@ -569,11 +584,15 @@ func (e *Engine) reload(s schedule.Schedule, how apply) (Outcome, bool) {
 		e.log.Warn("scheduler: schedule without job id ignored", "cron_expr", s.CronExpr)
 		return Rejected, false
 	}
-	jitter := e.jitterOf(s)
-
 	sh := e.shardOf(s.ID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	return e.reloadLocked(sh, s, how)
+}
+
+// reloadLocked is reload with the lock of sh, the job's shard, held.
+func (e *Engine) reloadLocked(sh *shard, s schedule.Schedule, how apply) (Outcome, bool) {
+	jitter := e.jitterOf(s)
 	old := e.load(s.ID)
 
 	if old != nil && old.valid && old.cur.Timing() == s.Timing() && old.jitter == jitter {
@@ -583,7 +602,7 @@ func (e *Engine) reload(s schedule.Schedule, how apply) (Outcome, bool) {
 			return Rejected, e.rejectLocked(s.ID, old, &s, err, how.gen)
 		}
 		r := *old
-		r.cur, r.err = s, ""
+		r.cur, r.err, r.pending = s, "", nil
 		r.mark(how.gen)
 		if r.fire != nil {
 			r.fire.cur.Store(&r.cur) // the next fire carries the new fields
@@ -604,6 +623,9 @@ func (e *Engine) reload(s schedule.Schedule, how apply) (Outcome, bool) {
 	if err != nil {
 		return Rejected, e.rejectLocked(s.ID, old, &s, err, how.gen)
 	}
+	// Only the slots the job's lifetime lets run are armed (a plain
+	// schedule is armed as parsed).
+	sched = lifetimeOf(s).Bound(sched)
 
 	r := &record{cur: s, valid: true, sched: sched, jitter: jitter, delay: JitterDelay(s.ID, jitter)}
 	if old != nil {
@@ -647,7 +669,11 @@ func (e *Engine) reload(s schedule.Schedule, how apply) (Outcome, bool) {
 			attrs = append(attrs, slog.String("timezone", s.Timezone))
 		}
 		if r.entry != 0 {
-			attrs = append(attrs, slog.String("next_run", e.showTime(r.nextRun(e.now()), s.Timezone)))
+			if next := r.nextRun(e.now()); next.IsZero() {
+				attrs = append(attrs, slog.String("ended", lifetime.ReasonAfterEnd))
+			} else {
+				attrs = append(attrs, slog.String("next_run", e.showTime(next, s.Timezone)))
+			}
 			if r.delay > 0 {
 				attrs = append(attrs, slog.Duration("jitter_delay", r.delay))
 			}
@@ -707,6 +733,7 @@ func (e *Engine) rejectLocked(id string, old *record, bad *schedule.Schedule, er
 	}
 	r.mark(gen)
 	r.err = err.Error()
+	r.pending = bad // nil for a document that could not be decoded: nothing to apply again
 	e.store(e.shardOf(id), id, &r)
 	changed := old == nil || old.err != r.err || old.cur != r.cur
 	lvl := slog.LevelWarn
@@ -969,11 +996,16 @@ func (r *record) status(id string, now time.Time) Status {
 		LastError: r.err,
 		Armed:     r.entry != 0,
 		Delay:     r.delay,
-		Elsewhere: r.entry == 0 && r.valid && r.cur.Enabled,
+		Elsewhere: r.entry == 0 && r.valid && r.cur.Enabled && r.ended == "",
+		Ended:     r.ended,
 	}
 	st.ID = id
 	if st.Armed || st.Elsewhere {
 		st.NextRun = r.nextRun(now)
+		if st.NextRun.IsZero() && lifetimeOf(r.cur).Over(now) {
+			// The entry fires no more: its end_at has passed.
+			st.Armed, st.Elsewhere, st.Ended = false, false, lifetime.ReasonAfterEnd
+		}
 	}
 	return st
 }
@@ -981,8 +1013,9 @@ func (r *record) status(id string, now time.Time) Status {
 // arms reports whether the engine arms job id (Options.Arms).
 func (e *Engine) arms(id string) bool { return e.opts.Arms == nil || e.opts.Arms(id) }
 
-// Rearm asks Options.Arms again for every valid, enabled job: it arms the
-// jobs it now arms and disarms those it no longer does, and returns both.
+// Rearm asks Options.Arms again for every valid, enabled job that has not
+// ended (End): it arms the jobs it now arms and disarms those it no longer
+// does, and returns both.
 // A job Rearm arms fires from its next activation after now; the slots
 // before are the caller's to decide (the daemon's hand-over). Without
 // Arms it does nothing.
@@ -1001,7 +1034,7 @@ func (e *Engine) Rearm() (armed, disarmed []string) {
 	for _, id := range ids {
 		sh := e.shardOf(id)
 		sh.mu.Lock()
-		if r := e.load(id); r != nil && r.valid && r.cur.Enabled {
+		if r := e.load(id); r != nil && r.valid && r.cur.Enabled && r.ended == "" {
 			want, have := e.opts.Arms(id), r.entry != 0
 			switch {
 			case want && !have:

@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/cronswap/cronswap/internal/history"
+	"github.com/cronswap/cronswap/internal/lifetime"
 	"github.com/cronswap/cronswap/internal/schedfile"
 	"github.com/cronswap/cronswap/schedule"
 )
@@ -156,6 +157,16 @@ func decodedField(s schedule.Schedule, f string) any {
 		return s.Category
 	case schedule.FieldArgs:
 		return s.Args
+	case lifetime.FieldStartAt:
+		return s.StartAt.UTC()
+	case lifetime.FieldEndAt:
+		return s.EndAt.UTC()
+	case lifetime.FieldPausedUntil:
+		return s.PausedUntil.UTC()
+	case lifetime.FieldMaxRuns:
+		return s.MaxRuns
+	case schedule.FieldExclude:
+		return s.Exclude
 	}
 	panic("admin: no decoded value for field " + f)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/cronswap/cronswap/internal/blackout"
 	"github.com/cronswap/cronswap/internal/calendar"
 	"github.com/cronswap/cronswap/internal/history"
+	"github.com/cronswap/cronswap/internal/lifetime"
 	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/notify"
 	"github.com/cronswap/cronswap/internal/record"
@@ -105,7 +106,9 @@ func Indexes() []Index {
 // is not whole seconds or is zero (schedule.EveryExprPattern and
 // EveryValidPattern) and a cron_expr of white space only, so a mongosh
 // typo like `cron_expr: 0800`, `cron_expr: " "`,
-// `@every -5m`, `enabled: null` or `dst: "plian"` is refused at write time.
+// `@every -5m`, `enabled: null` or `dst: "plian"` is refused at write time;
+// so are a lifetime date that is not a date, a max_runs below 1 and an
+// exclude that is not an array of names.
 // Whether the expression parses is still the daemon's check (last known good).
 func SchedulesValidator() bson.D {
 	str := func(maxLen int) bson.D {
@@ -138,6 +141,15 @@ func SchedulesValidator() bson.D {
 			{Key: schedule.FieldUpdatedBy, Value: optional("string")},
 			{Key: schedule.FieldUpdateMessage, Value: optional("string")},
 			{Key: schedule.FieldDST, Value: bson.D{{Key: "enum", Value: bson.A{string(schedule.DSTShift), string(schedule.DSTPlain), nil}}}},
+			// The lifetime (package lifetime): dates, and a count of at
+			// least 1 (whether it is whole is the decoder's check).
+			{Key: lifetime.FieldStartAt, Value: optional("date")},
+			{Key: lifetime.FieldEndAt, Value: optional("date")},
+			{Key: lifetime.FieldPausedUntil, Value: optional("date")},
+			{Key: lifetime.FieldMaxRuns, Value: append(optional("int", "long", "double"), bson.E{Key: "minimum", Value: int32(1)})},
+			// Calendar names (whether each exists is the daemon's check).
+			{Key: schedule.FieldExclude, Value: append(optional("array"),
+				bson.E{Key: "items", Value: bson.D{{Key: "bsonType", Value: "string"}, {Key: "minLength", Value: int32(1)}}})},
 		}},
 	}}}
 }

@@ -177,6 +177,10 @@ func (c Calendar) Holds(t time.Time, def *time.Location) (Date, bool) {
 	return d, c.HoldsDate(d)
 }
 
+// Why says why a slot on date d, which the calendar holds, is excluded:
+// `<d> is in calendar "<name>"`.
+func (c Calendar) Why(d Date) string { return fmt.Sprintf("%s is in calendar %q", d, c.Name) }
+
 // HoldsDate reports whether d is one of the calendar's dates.
 func (c Calendar) HoldsDate(d Date) bool {
 	if _, ok := slices.BinarySearchFunc(c.Dates, d, func(a, b Date) int { return a.key() - b.key() }); ok {

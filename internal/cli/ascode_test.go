@@ -93,9 +93,12 @@ func TestExportApplyRoundTripIsNoChange(t *testing.T) {
 		bson.D{{Key: "_id", Value: "every"}, {Key: "cron_expr", Value: "*/30 * * * * *"}, {Key: "enabled", Value: true},
 			{Key: "dst", Value: "shift"}, {Key: "timezone", Value: nil}, {Key: "job", Value: "ping"}, {Key: "category", Value: "ops"}},
 		bson.D{{Key: "_id", Value: "paused"}, {Key: "cron_expr", Value: "@daily"}, {Key: "enabled", Value: false}, {Key: "dst", Value: "plain"}},
+		bson.D{{Key: "_id", Value: "bounded"}, {Key: "cron_expr", Value: "0 * * * *"}, {Key: "start_at", Value: when},
+			{Key: "end_at", Value: when.AddDate(0, 1, 0)}, {Key: "paused_until", Value: when.Add(time.Hour)},
+			{Key: "max_runs", Value: int32(10)}, {Key: "exclude", Value: bson.A{"us-holidays", "uk-holidays"}}},
 	)
 	before := map[string]bson.Raw{}
-	for _, id := range []string{"daily_report", "every", "paused"} {
+	for _, id := range []string{"daily_report", "every", "paused", "bounded"} {
 		before[id] = e.rawDoc(id)
 	}
 	for _, format := range []string{"yaml", "json"} {
@@ -103,7 +106,7 @@ func TestExportApplyRoundTripIsNoChange(t *testing.T) {
 			exported := e.ok("export", "-o", format)
 			file := e.file("schedules."+format, exported.stdout)
 			p := e.plan(cli.ExitOK, "-f", file, "--prune")
-			if len(p.Changes) != 0 || p.Summary["unchanged"] != 3 {
+			if len(p.Changes) != 0 || p.Summary["unchanged"] != 4 {
 				t.Fatalf("plan of the export: %+v\nfile:\n%s", p, exported.stdout)
 			}
 			text := e.ok("plan", "-f", file)
@@ -111,7 +114,7 @@ func TestExportApplyRoundTripIsNoChange(t *testing.T) {
 				t.Fatalf("plan text: %s", text.stdout)
 			}
 			r := e.ok("apply", "-f", file, "--by", "ci", "--prune")
-			if !strings.Contains(r.stdout, "0 created, 0 updated, 0 deleted, 0 adopted, 3 unchanged") {
+			if !strings.Contains(r.stdout, "0 created, 0 updated, 0 deleted, 0 adopted, 4 unchanged") {
 				t.Fatalf("apply: %v", r)
 			}
 			for id, raw := range before {
@@ -124,6 +127,54 @@ func TestExportApplyRoundTripIsNoChange(t *testing.T) {
 }
 
 func bytesEqual(a, b bson.Raw) bool { return string(a) == string(b) }
+
+// The lifetime fields and exclude are fields of the format: export writes
+// them, and plan and apply carry an edit of each.
+func TestPlanAndApplyCarryLifetimeAndExclude(t *testing.T) {
+	e := newEnv(t)
+	v1 := e.file("v1.yaml", `_id: bounded
+cron_expr: "0 9 * * *"
+end_at: 2030-01-01T00:00:00Z
+max_runs: 5
+exclude: [us-holidays]
+`)
+	e.ok("apply", "-f", v1, "--by", "ci")
+	exported := e.ok("export").stdout
+	for _, want := range []string{"end_at:", "max_runs: 5", "exclude:", "- us-holidays"} {
+		if !strings.Contains(exported, want) {
+			t.Errorf("export lacks %q:\n%s", want, exported)
+		}
+	}
+	v2 := e.file("v2.yaml", `_id: bounded
+cron_expr: "0 9 * * *"
+start_at: 2029-01-01T00:00:00Z
+end_at: 2031-01-01T00:00:00Z
+paused_until: 2029-06-01T00:00:00Z
+exclude: [us-holidays, uk-holidays]
+`)
+	p := e.plan(cli.ExitChangesPending, "-f", v2)
+	if len(p.Changes) != 1 {
+		t.Fatalf("plan: %+v, want one change", p)
+	}
+	var fields []string
+	for _, f := range p.Changes[0].Fields {
+		fields = append(fields, f.Field)
+	}
+	if got, want := strings.Join(fields, ","), "start_at,end_at,paused_until,max_runs,exclude"; got != want {
+		t.Errorf("plan changes fields %s, want %s", got, want)
+	}
+	e.ok("apply", "-f", v2, "--by", "ci")
+	doc := e.rawDoc("bounded")
+	if end, ok := doc.Lookup("end_at").TimeOK(); !ok || !end.Equal(time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("end_at after apply: %v", doc.Lookup("end_at"))
+	}
+	if _, err := doc.LookupErr("max_runs"); err == nil {
+		t.Errorf("max_runs left in place though the file omits it: %s", doc)
+	}
+	if n := len(e.plan(cli.ExitOK, "-f", v2).Changes); n != 0 {
+		t.Errorf("plan after apply: %d changes, want none", n)
+	}
+}
 
 // Create, update field by field, delete with --prune (only what apply
 // manages), unknown fields kept, omitted schedule fields removed, and

@@ -26,6 +26,7 @@ import (
 	"github.com/cronswap/cronswap/internal/config"
 	"github.com/cronswap/cronswap/internal/crondialect"
 	"github.com/cronswap/cronswap/internal/logging"
+	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -250,7 +251,7 @@ func nextCommand() *ucli.Command {
 					for _, cal := range excluded {
 						if day, ok := cal.Holds(f.At, loc); ok {
 							ft.Mark, ft.Calendar = markExcluded, cal.Name
-							ft.Note = fmt.Sprintf("calendar:%s: %s is in calendar %q", cal.Name, day, cal.Name)
+							ft.Note = record.CalendarExclusion(cal.Name, cal.Why(day)).Error
 							break
 						}
 					}

@@ -125,6 +125,10 @@ type backfillView struct {
 	Slots     []triggers.BackfillSlot `json:"slots"`
 	Wanted    int                     `json:"wanted"`
 	Requested int                     `json:"requested"`
+	// BeforeFirstSeen counts the slots of a dry run that a request would
+	// be refused for (at or before the job's first sighting) unless it
+	// says --before-first-seen; they are not in Wanted.
+	BeforeFirstSeen int `json:"before_first_seen,omitempty"`
 }
 
 func backfillCommand() *ucli.Command {
@@ -171,16 +175,26 @@ func backfillCommand() *ucli.Command {
 					return ucli.Exit(err.Error(), ExitUserError)
 				}
 				before := c.Bool("before-first-seen")
+				v := backfillView{JobID: id, From: from, To: to, DryRun: c.Bool("dry-run"), Slots: plan, Wanted: len(triggers.WantedSlots(plan))}
+				// Slots before the first sighting: a request refuses them;
+				// a dry run shows them as what it would refuse.
+				refused := map[int64]bool{} // by the slot's UnixNano
 				if !before {
 					seen, ok, err := history.ReadFirstSeen(ctx, s.db.Collection(history.CollectionName), id)
 					if err != nil {
 						return s.fail(err)
 					}
-					if err := triggers.CheckFirstSeen(id, triggers.WantedSlots(plan), seen, ok); err != nil {
-						return ucli.Exit(err.Error(), ExitUserError)
+					wanted := triggers.WantedSlots(plan)
+					if !v.DryRun {
+						if err := triggers.CheckFirstSeen(id, wanted, seen, ok); err != nil {
+							return ucli.Exit(err.Error(), ExitUserError)
+						}
 					}
+					for _, t := range triggers.SlotsBeforeFirstSeen(wanted, seen, ok) {
+						refused[t.UnixNano()] = true
+					}
+					v.BeforeFirstSeen, v.Wanted = len(refused), v.Wanted-len(refused)
 				}
-				v := backfillView{JobID: id, From: from, To: to, DryRun: c.Bool("dry-run"), Slots: plan, Wanted: len(triggers.WantedSlots(plan))}
 				if !v.DryRun {
 					if v.Requested, err = triggers.RequestBackfill(ctx, triggers.Collection(s.db), id, plan, currentUser(), before, now); err != nil {
 						return s.fail(err)
@@ -197,6 +211,8 @@ func backfillCommand() *ucli.Command {
 						what = "already requested (" + p.Requested + ")"
 					case !p.Wanted():
 						what = "ran or decided (" + p.Recorded + "): not run again"
+					case refused[p.Slot.UnixNano()]:
+						what = "before the job was first seen: needs --before-first-seen"
 					case p.Recorded == "missed":
 						what = "run (recorded missed)"
 					}
@@ -205,6 +221,9 @@ func backfillCommand() *ucli.Command {
 				table(c.App.Writer, []string{"SLOT", "RUN_ID", "BACKFILL"}, rows)
 				if v.DryRun {
 					fmt.Fprintf(c.App.Writer, "dry run: %d of %d slots would run; nothing requested\n", v.Wanted, len(plan))
+					if v.BeforeFirstSeen > 0 {
+						fmt.Fprintf(c.App.Writer, "%d slots are at or before the job's first sighting: refused unless asked with --before-first-seen\n", v.BeforeFirstSeen)
+					}
 				} else {
 					fmt.Fprintf(c.App.Writer, "requested %d of %d slots\n", v.Requested, len(plan))
 				}

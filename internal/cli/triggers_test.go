@@ -110,9 +110,10 @@ func TestBackfillPlansAndRequests(t *testing.T) {
 	}
 }
 
-// A job first seen a minute ago: backfill --from -3m refuses (also as a
-// dry run), naming the sighting's time and the flag, and requests
-// nothing; from after the sighting it requests only later slots; with
+// A job first seen a minute ago: backfill --from -3m refuses, naming the
+// sighting's time and the flag, and requests nothing; as a dry run it
+// lists those slots as what a request would refuse, and exits 0; from
+// after the sighting it requests only later slots; with
 // --before-first-seen it requests the earlier slots too, marked so that
 // the daemons let them through.
 func TestBackfillRefusesSlotsBeforeTheFirstSighting(t *testing.T) {
@@ -120,19 +121,37 @@ func TestBackfillRefusesSlotsBeforeTheFirstSighting(t *testing.T) {
 	e.ok("schedules", "set", "young", "--cron", "*/20 * * * * *")
 	seen := time.Now().UTC().Add(-time.Minute).Truncate(time.Millisecond)
 	insertFirstSeen(t, e, "young", seen, "insert")
-	for _, dry := range []bool{true, false} {
-		args := []string{"backfill", "young", "--from", "-3m", "--to", "now"}
-		if dry {
-			args = append(args, "--dry-run")
-		}
-		r := e.run(args...)
-		if r.code != cli.ExitUserError || !strings.Contains(r.stderr, "first seen at "+seen.Format("2006-01-02T15:04:05.000Z07:00")) ||
-			!strings.Contains(r.stderr, "--before-first-seen") || r.stdout != "" {
-			t.Errorf("%q: %v, want exit 1 naming the first sighting and --before-first-seen", args, r)
+	args := []string{"backfill", "young", "--from", "-3m", "--to", "now"}
+	r := e.run(args...)
+	if r.code != cli.ExitUserError || !strings.Contains(r.stderr, "first seen at "+seen.Format("2006-01-02T15:04:05.000Z07:00")) ||
+		!strings.Contains(r.stderr, "--before-first-seen") || r.stdout != "" {
+		t.Errorf("%q: %v, want exit 1 naming the first sighting and --before-first-seen", args, r)
+	}
+	r = e.run(append(args, "--dry-run")...)
+	if r.code != cli.ExitOK || !strings.Contains(r.stdout, "before the job was first seen: needs --before-first-seen") ||
+		!strings.Contains(r.stdout, "refused unless asked with --before-first-seen") {
+		t.Errorf("%q --dry-run: %v, want the slots before the sighting listed as refused", args, r)
+	}
+	var dry struct {
+		Wanted          int                     `json:"wanted"`
+		BeforeFirstSeen int                     `json:"before_first_seen"`
+		Slots           []triggers.BackfillSlot `json:"slots"`
+	}
+	e.okJSON(&dry, append(args, "--dry-run")...)
+	var before, after int
+	for _, s := range dry.Slots {
+		if s.Slot.After(seen) {
+			after++
+		} else {
+			before++
 		}
 	}
+	if before < 3 || dry.BeforeFirstSeen != before || dry.Wanted != after {
+		t.Errorf("dry run: wanted %d, before_first_seen %d; the plan has %d slots before the sighting and %d after",
+			dry.Wanted, dry.BeforeFirstSeen, before, after)
+	}
 	if n := e.count(triggers.CollectionName); n != 0 {
-		t.Fatalf("a refused backfill wrote %d requests", n)
+		t.Fatalf("a refused backfill or a dry run wrote %d requests", n)
 	}
 	var plan struct {
 		Requested int                     `json:"requested"`

@@ -3,7 +3,6 @@ package faultproxy
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,25 +12,6 @@ import (
 
 	"github.com/cronswap/cronswap/internal/testmongo"
 )
-
-// firstHost returns the first host:port of a mongodb:// URI ("" for SRV).
-func firstHost(uri string) string {
-	rest, ok := strings.CutPrefix(uri, "mongodb://")
-	if !ok {
-		return ""
-	}
-	if i := strings.IndexAny(rest, "/?"); i >= 0 {
-		rest = rest[:i]
-	}
-	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
-		rest = rest[i+1:]
-	}
-	host, _, _ := strings.Cut(rest, ",")
-	if !strings.Contains(host, ":") {
-		host += ":27017"
-	}
-	return host
-}
 
 // TestChangeStreamThroughProxyIntegration runs a real change stream (on the
 // testmongo server, or the external one named by CRONSWAP_MONGO_URI) through
@@ -47,8 +27,8 @@ func TestChangeStreamThroughProxyIntegration(t *testing.T) {
 		t.Fatalf("testmongo.Start: %v", err)
 	}
 	t.Cleanup(func() { _ = srv.Stop() })
-	upstream := firstHost(srv.URI)
-	if upstream == "" {
+	upstream, ok := Upstream(srv.URI)
+	if !ok {
 		t.Skipf("cannot proxy %q (SRV URI)", srv.URI)
 	}
 

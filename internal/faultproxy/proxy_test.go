@@ -799,3 +799,20 @@ func TestMalformedLengthClosesConnection(t *testing.T) {
 		t.Fatal("connection still open after a malformed message")
 	}
 }
+
+func TestUpstream(t *testing.T) {
+	for in, want := range map[string]string{
+		"mongodb://127.0.0.1:41234/":                         "127.0.0.1:41234",
+		"mongodb://u:p@db1:27018,db2/?replicaSet=rs0":        "db1:27018",
+		"mongodb://localhost/cronswap":                       "localhost:27017",
+		"mongodb://127.0.0.1:27017/?directConnection=true":   "127.0.0.1:27017",
+		"mongodb://user:p%40ss@127.0.0.1:1?authSource=admin": "127.0.0.1:1",
+	} {
+		if got, ok := Upstream(in); !ok || got != want {
+			t.Errorf("Upstream(%q) = %q, %v, want %q", in, got, ok, want)
+		}
+	}
+	if got, ok := Upstream("mongodb+srv://cluster.example.com/"); ok {
+		t.Errorf("Upstream of an SRV string = %q, want none", got)
+	}
+}

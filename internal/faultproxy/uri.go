@@ -70,3 +70,26 @@ func rewriteURI(base, addr string) string {
 
 	return "mongodb://" + userinfo + addr + path + "?" + strings.Join(opts, "&")
 }
+
+// Upstream returns the address a proxy in front of the server that uri
+// names relays to: the first host of a mongodb:// connection string, with
+// MongoDB's default port 27017 when it gives none. ok is false for any
+// other scheme (a mongodb+srv:// string names no host until it is
+// resolved).
+func Upstream(uri string) (addr string, ok bool) {
+	rest, ok := strings.CutPrefix(uri, "mongodb://")
+	if !ok {
+		return "", false
+	}
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		rest = rest[:i]
+	}
+	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	host, _, _ := strings.Cut(rest, ",")
+	if !strings.Contains(host, ":") {
+		host += ":27017"
+	}
+	return host, true
+}

@@ -43,14 +43,17 @@ func (r *Runner) claimInBatch(f *fire, then func(claimAnswer)) {
 
 // fireClaim is what f asks of its claim batch: its slot (or an off-schedule
 // run's own identity, its fence the claim time), the policy it claims
-// under, whether it checks for the owner's record first, and, when it may
-// wait on the lock, the schedule it came due under.
+// under, whether it checks for the owner's record first, its exclusion,
+// a cron slot's max_runs, and, when it may wait on the lock, the schedule
+// it came due under.
 func (r *Runner) fireClaim(f *fire) record.FireClaim {
 	o := f.action.Overlap
-	fc := record.FireClaim{JobID: f.jobID(), Slot: f.due.Slot.UTC(), Overlap: o, Check: !f.owner, Blackout: f.blackout}
+	fc := record.FireClaim{JobID: f.jobID(), Slot: f.due.Slot.UTC(), Overlap: o, Check: !f.owner, Exclusion: f.exclusion}
 	if f.runID != "" {
 		fc.RunID, fc.Fence, fc.OffSchedule = f.runID, r.clock.Now().UnixMilli(), true
 		fc.Buffer = f.mayWait && o.Buffers()
+	} else {
+		fc.MaxRuns = f.due.Schedule.MaxRuns
 	}
 	if o.Buffers() && (!fc.OffSchedule || fc.Buffer) {
 		fc.Schedule = &f.due.Schedule

@@ -16,26 +16,6 @@ import (
 	"github.com/cronswap/cronswap/jobs"
 )
 
-// proxyHost is the host:port of a mongodb:// URI, for a fault proxy.
-func proxyHost(t *testing.T, uri string) string {
-	t.Helper()
-	rest, ok := strings.CutPrefix(uri, "mongodb://")
-	if !ok {
-		t.Skipf("cannot proxy %q", uri)
-	}
-	if i := strings.IndexAny(rest, "/?"); i >= 0 {
-		rest = rest[:i]
-	}
-	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
-		rest = rest[i+1:]
-	}
-	host, _, _ := strings.Cut(rest, ",")
-	if !strings.Contains(host, ":") {
-		host += ":27017"
-	}
-	return host
-}
-
 // runSpan is one run of the action: who ran it, with what identity, from
 // when to when, and why it stopped.
 type runSpan struct {
@@ -80,7 +60,11 @@ func TestDroppedDatabaseStaleHolderStops(t *testing.T) {
 		return ctx.Err()
 	})})
 	a := e.runner(t, "a", ttl)
-	p, err := faultproxy.New(context.Background(), proxyHost(t, uri))
+	upstream, ok := faultproxy.Upstream(uri)
+	if !ok {
+		t.Skipf("cannot proxy %q", uri)
+	}
+	p, err := faultproxy.New(context.Background(), upstream)
 	if err != nil {
 		t.Fatal(err)
 	}

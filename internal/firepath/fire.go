@@ -26,9 +26,10 @@ type fireKind struct {
 	// graced: a replica that does not own the job waits the claim grace
 	// before claiming (the owner claims first) and claims with a check.
 	graced bool
-	// blackouts: a fire whose slot falls in a blackout window is recorded
-	// skipped instead.
-	blackouts bool
+	// excludes: a fire whose slot falls in a blackout window, or on a
+	// date of a calendar its schedule excludes, is recorded skipped
+	// instead.
+	excludes bool
 	// pauses: a fire of a job paused after failures is not run.
 	pauses bool
 	// retryClaim: a claim that could not reach the database is tried
@@ -98,7 +99,7 @@ const (
 var (
 	// kindSlot is a cron slot, as the engine fires it (also a catch-up
 	// fire: the same, with a longer deadline).
-	kindSlot = &fireKind{name: "slot", noun: "fire", claims: claimInBatch, withoutStore: true, graced: true, blackouts: true,
+	kindSlot = &fireKind{name: "slot", noun: "fire", claims: claimInBatch, withoutStore: true, graced: true, excludes: true,
 		pauses: true, retryClaim: true, lateAfterClaim: true, notRun: recordMissed, attempts: true, drain: drainInline}
 	// kindOffSchedule is a run asked for through triggers: run-now or a
 	// backfilled slot.
@@ -138,9 +139,9 @@ type fire struct {
 	// overlap is the policy a buffered fire is taken under, until its
 	// action is known.
 	overlap jobs.Overlap
-	// blackout, when set, is the window the slot falls in: the claim
-	// records it skipped.
-	blackout *record.Blackout
+	// exclusion, when set, is why the slot is not run (a blackout window,
+	// an excluded calendar): the claim records it skipped.
+	exclusion *record.Exclusion
 	// admitted: the fire runs within an admission it inherited (a
 	// buffered fire taken up by the run it waited for).
 	admitted bool

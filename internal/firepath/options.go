@@ -66,10 +66,16 @@ const (
 	SkipOverlap = "overlap"
 	// SkipBlackout: the slot fell in a blackout window.
 	SkipBlackout = "blackout"
+	// SkipCalendar: the slot fell on a date of a calendar its schedule
+	// excludes.
+	SkipCalendar = "calendar"
+	// SkipMaxRuns: the job's run count had reached its max_runs (the job
+	// is ended: RunnerOptions.Ended).
+	SkipMaxRuns = "max_runs"
 )
 
 // SkipReasons lists every reason passed to Hooks.Skipped.
-var SkipReasons = []string{SkipOverlap, SkipBlackout}
+var SkipReasons = []string{SkipOverlap, SkipBlackout, SkipCalendar, SkipMaxRuns}
 
 // Reasons a fire was not run, as passed to Hooks.NotRun. Those that are
 // also reasons of missed records are the same strings.
@@ -207,10 +213,20 @@ type RunnerOptions struct {
 	// (Runner.claimGrace).
 	ClaimGrace time.Duration
 	// Blackout reports the blackout window, if any, that a fire of job
-	// jobID (of category) at slot falls in: such a fire is not run, and
-	// its slot is recorded skipped with the window's id and reason. Nil:
-	// no blackouts.
-	Blackout func(jobID, category string, slot time.Time) (record.Blackout, bool)
+	// jobID (of category) at slot falls in (record.BlackoutExclusion):
+	// such a fire is not run, and its slot is recorded skipped with the
+	// window's id and reason. Nil: no blackouts.
+	Blackout func(jobID, category string, slot time.Time) (record.Exclusion, bool)
+	// Calendars reports the calendar, if any, of those s excludes on
+	// whose date slot falls (record.CalendarExclusion): such a fire is
+	// not run either, and its slot is recorded skipped with reason
+	// calendar:<name>. Asked after Blackout, only for a schedule that
+	// excludes calendars. Nil: no calendars.
+	Calendars func(s schedule.Schedule, slot time.Time) (record.Exclusion, bool)
+	// Ended, if set, is told of a job whose claim found its run count at
+	// the max_runs of s, the schedule the fire came due under: the job is
+	// to fire no more (the daemon disarms it: scheduler.Engine.End).
+	Ended func(s schedule.Schedule, reason string)
 
 	// Lookup gives the armed schedule of a job (the engine's), so that a
 	// retry another replica left pending can be run here; nil: only this

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/internal/actions"
+	"github.com/cronswap/cronswap/internal/lifetime"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/jobs"
 )
@@ -43,12 +44,12 @@ func (r *Runner) start(f *fire) {
 		r.exit(f)
 		return
 	}
-	if f.kind.blackouts && r.inBlackout(f) {
+	if f.kind.excludes && r.excluded(f) {
 		// The slot is recorded skipped through the claim batch, without
 		// waiting for admission; nothing runs.
 		if r.opts.Store == nil {
-			f.logger(r.log).Info("fire skipped: inside a blackout window", "blackout_id", f.blackout.ID, "reason", f.blackout.Reason)
-			r.skipped(f.jobID(), SkipBlackout)
+			f.logSkipped(f.logger(r.log), claimAnswer{})
+			r.skipped(f.jobID(), f.skipReason(claimAnswer{}))
 			r.exit(f)
 			return
 		}
@@ -359,18 +360,13 @@ func (r *Runner) settle(f *fire, a claimAnswer) bool {
 		}
 		return false
 	case record.Skipped:
-		if b := f.blackout; b != nil {
-			log.Info("fire skipped: inside a blackout window", "blackout_id", b.ID, "reason", b.Reason)
-		} else {
-			log.Info(f.kind.noun+" skipped", "reason", a.Reason, "holder", a.Holder, "holder_run_id", a.HolderRunID)
-		}
-		if f.blackout != nil {
-			r.skipped(id, SkipBlackout)
-		} else {
-			r.skipped(id, SkipOverlap)
-		}
+		f.logSkipped(log, a)
+		r.skipped(id, f.skipReason(a))
 		f.tell(OffScheduleResult{Status: record.StatusSkipped, Error: a.Reason})
-		if f.blackout == nil && f.action.Overlap.Buffers() && a.Holder == "" {
+		if a.MaxRunsReached && r.opts.Ended != nil {
+			r.opts.Ended(f.due.Schedule, lifetime.ReasonMaxRuns)
+		}
+		if f.exclusion == nil && f.action.Overlap.Buffers() && a.Holder == "" {
 			r.drainSoon(id, f.action.Overlap) // fires may wait on a lock no live run holds
 		}
 		return false

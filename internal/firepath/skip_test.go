@@ -44,7 +44,9 @@ func TestSkippedHookSaysWhy(t *testing.T) {
 
 	reg.Register("quick", actions.Action{Handler: jobs.HandlerFunc(func(context.Context, jobs.Run) error { return nil })})
 	b := NewRunner(RunnerOptions{Registry: reg, InstanceID: "b", Logger: slog.New(slog.DiscardHandler), Hooks: hooks,
-		Blackout: func(string, string, time.Time) (record.Blackout, bool) { return record.Blackout{ID: "freeze"}, true }})
+		Blackout: func(string, string, time.Time) (record.Exclusion, bool) {
+			return record.BlackoutExclusion("freeze", ""), true
+		}})
 	defer b.Shutdown(5 * time.Second)
 	b.Fire(schedule.Due{Schedule: schedule.Schedule{ID: "frozen", Enabled: true, Job: "quick"}, Slot: slot})
 	if g := got(); len(g) != 2 || g[1] != "frozen:"+SkipBlackout {

@@ -26,6 +26,10 @@ func walkedSchedule(t *testing.T, id, action string) schedule.Schedule {
 		"Timezone": "Asia/Seoul", "DST": schedule.DSTPlain, "Category": "walked-category",
 		// Milliseconds in UTC: what a BSON round trip keeps.
 		"UpdatedAt": time.Date(2024, 5, 6, 7, 8, 9, 10_000_000, time.UTC),
+		// A lifetime that lets every slot of the test run.
+		"StartAt": time.Date(2001, 2, 3, 4, 5, 6, 7_000_000, time.UTC), "EndAt": time.Date(2101, 2, 3, 4, 5, 6, 7_000_000, time.UTC),
+		"PausedUntil": time.Date(2002, 2, 3, 4, 5, 6, 7_000_000, time.UTC), "MaxRuns": 1000,
+		"Exclude": `["walked-calendar"]`,
 	}
 	v := reflect.ValueOf(&s).Elem()
 	for f := range v.Type().Fields() {

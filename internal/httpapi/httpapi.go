@@ -200,6 +200,10 @@ type Schedule struct {
 	Armed bool `json:"armed"`
 	// NextRun is the next slot, RFC 3339 in UTC; null when not armed.
 	NextRun *string `json:"next_run"`
+	// Ended says why the job fires no more although its schedule is valid
+	// and enabled ("after end_at", "max_runs reached":
+	// scheduler.Status.Ended); absent otherwise.
+	Ended string `json:"ended,omitempty"`
 	// LastError is the error of the latest rejected document, "" when none.
 	LastError string `json:"last_error"`
 	// Job is the schedule's job field (the action it runs; the id when
@@ -237,7 +241,7 @@ func FromStatus(st scheduler.Status, defaultTZ string) Schedule {
 	out := Schedule{
 		ID: id, InvalidID: invalidID, CronExpr: s.CronExpr, Timezone: s.Timezone, Enabled: s.Enabled, Job: s.Job, Category: s.Category,
 		DST:   string(s.DST),
-		Armed: st.Armed, LastError: st.LastError,
+		Armed: st.Armed, LastError: st.LastError, Ended: st.Ended,
 	}
 	if !st.NextRun.IsZero() {
 		v := st.NextRun.UTC().Format(time.RFC3339)

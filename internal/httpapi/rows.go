@@ -22,8 +22,11 @@ const (
 	StatusError    = "error"
 	StatusDisabled = "disabled"
 	StatusPaused   = "paused"
-	StatusArmed    = "armed"
-	StatusUnarmed  = "unarmed"
+	// StatusEnded: the job's lifetime is over (end_at passed, max_runs
+	// reached): its schedule is valid, it fires no more (Schedule.Ended).
+	StatusEnded   = "ended"
+	StatusArmed   = "armed"
+	StatusUnarmed = "unarmed"
 	// FilterMissed is the status filter of rows with a missed slot in the
 	// last day (not a status of its own).
 	FilterMissed = "missed"
@@ -41,7 +44,7 @@ const missedWindow = 24 * time.Hour
 // RowFilters returns the accepted values of the status filter of
 // /api/schedule-rows.
 func RowFilters() []string {
-	return []string{StatusArmed, StatusPaused, StatusDisabled, StatusError, StatusUnarmed, FilterMissed}
+	return []string{StatusArmed, StatusPaused, StatusDisabled, StatusError, StatusEnded, StatusUnarmed, FilterMissed}
 }
 
 // RowSorts returns the accepted sort keys of /api/schedule-rows.
@@ -54,6 +57,8 @@ func RowStatus(s Schedule) string {
 		return StatusError
 	case !s.Enabled:
 		return StatusDisabled
+	case s.Ended != "":
+		return StatusEnded
 	case s.FailurePause != nil:
 		return StatusPaused
 	case s.Armed:

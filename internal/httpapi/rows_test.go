@@ -118,6 +118,9 @@ func TestRowStatusPrecedence(t *testing.T) {
 		{httpapi.Schedule{Enabled: true, Armed: true, FailurePause: pause}, httpapi.StatusPaused},
 		{httpapi.Schedule{Enabled: true, Armed: true}, httpapi.StatusArmed},
 		{httpapi.Schedule{Enabled: true}, httpapi.StatusUnarmed},
+		{httpapi.Schedule{Enabled: true, Ended: "max_runs reached"}, httpapi.StatusEnded},
+		{httpapi.Schedule{Enabled: true, Ended: "after end_at", LastError: "bad"}, httpapi.StatusError},
+		{httpapi.Schedule{Enabled: false, Ended: "after end_at"}, httpapi.StatusDisabled},
 	}
 	for _, c := range cases {
 		if got := httpapi.RowStatus(c.s); got != c.want {

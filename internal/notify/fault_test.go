@@ -2,7 +2,6 @@ package notify
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,12 +16,11 @@ import (
 func proxied(t *testing.T) (through, direct fixture, p *faultproxy.Proxy) {
 	t.Helper()
 	uri := testmongo.Shared(t).URI
-	rest, ok := strings.CutPrefix(uri, "mongodb://")
+	upstream, ok := faultproxy.Upstream(uri)
 	if !ok {
 		t.Fatalf("cannot proxy %q", uri)
 	}
-	host, _, _ := strings.Cut(rest, "/")
-	p, err := faultproxy.New(context.Background(), host)
+	p, err := faultproxy.New(context.Background(), upstream)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,18 +9,37 @@ import (
 	"github.com/cronswap/cronswap/schedule"
 )
 
-// Blackout names the blackout window a fire falls in: the fire is not run,
-// and its slot is recorded skipped with the window's id and reason.
-type Blackout struct {
-	ID     string
+// Exclusion says why a fire that came due is not run: its slot falls in a
+// blackout window, or on a date of a calendar its schedule excludes. The
+// slot is recorded skipped, with the reason, in the claim batch (once
+// across replicas, as a run would be).
+type Exclusion struct {
+	// BlackoutID names the window (FieldBlackoutID), Calendar the
+	// calendar (FieldCalendar): one of them is set.
+	BlackoutID, Calendar string
+	// Reason is the skipped record's reason: the window's reason, or
+	// CalendarReason of the calendar.
 	Reason string
+	// Error is the skipped record's error, what `cronswap runs list`
+	// shows.
+	Error string
 }
 
-// SkipError is the error a blackout's skipped record carries (what
-// `cronswap runs list` shows of a skipped record).
-func (b Blackout) SkipError() string {
-	return fmt.Sprintf("blackout %s: %s", b.ID, b.Reason)
+// BlackoutExclusion is the exclusion of a slot in blackout window id,
+// opened for reason.
+func BlackoutExclusion(id, reason string) Exclusion {
+	return Exclusion{BlackoutID: id, Reason: reason, Error: fmt.Sprintf("blackout %s: %s", id, reason)}
 }
+
+// CalendarExclusion is the exclusion of a slot on a date of calendar name
+// (why says which date, or what is wrong with the calendar).
+func CalendarExclusion(name, why string) Exclusion {
+	return Exclusion{Calendar: name, Reason: CalendarReason(name), Error: CalendarReason(name) + ": " + why}
+}
+
+// CalendarReason is the reason on the record of a slot skipped because
+// its date is in calendar name: "calendar:<name>".
+func CalendarReason(name string) string { return "calendar:" + name }
 
 // BufferTake is who takes a buffered fire, and the lease it gets.
 type BufferTake struct {
@@ -184,10 +203,15 @@ type FireClaim struct {
 	// so that whichever replica runs it later runs the same. Set only for
 	// fires that may wait on the lock.
 	Schedule *schedule.Schedule
-	// Blackout, when set, names the blackout window the fire falls in:
-	// its slot is recorded skipped with the window's id and reason, and
-	// it does not run (the outcome is Skipped, or AlreadyFired).
-	Blackout *Blackout
+	// Exclusion, when set, says why the fire is not run (a blackout
+	// window, an excluded calendar): its slot is recorded skipped with the
+	// reason (the outcome is Skipped, or AlreadyFired).
+	Exclusion *Exclusion
+	// MaxRuns, when positive, is the schedule's max_runs: a cron slot
+	// whose claim finds the job's run count (LockRunsField) at it is
+	// skipped (ClaimOutcome.MaxRunsReached); one that takes the lock, or
+	// under OverlapAllow the slot, counts one more run in the same write.
+	MaxRuns int
 	// RunID and Fence, when not empty, replace RunID(JobID, Slot) and
 	// FenceOf(Slot): the identity of an off-schedule run (OffSchedule).
 	RunID string
@@ -238,6 +262,9 @@ type ClaimOutcome struct {
 	// Repaired lists the damage found and repaired in the lock document
 	// on the way (empty when none).
 	Repaired []string
+	// MaxRunsReached is set with Result Skipped when the job's run count
+	// had reached the fire's MaxRuns: the job is to run no more slots.
+	MaxRunsReached bool
 	// Err is set when there is no decision. errors.Is(Err, ErrUnreachable):
 	// the database could not be asked, or its answer was lost and could
 	// not be read back; errors.Is(Err, ErrOutcomeUnknown) additionally

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cronswap/cronswap/internal/lifetime"
 	"github.com/cronswap/cronswap/jobs"
 )
 
@@ -22,6 +23,9 @@ type ClaimFire struct {
 	// Taken says whether a taker of buffered fires already started the
 	// fire's record; asked for (ClaimLookTaken) only when it matters.
 	Taken Known
+	// MaxRuns is the schedule's max_runs (0: none); off-schedule fires
+	// have none.
+	MaxRuns int
 	// Now is the claimer's clock.
 	Now time.Time
 }
@@ -69,6 +73,9 @@ type ClaimDecision struct {
 	Step ClaimStep
 	// Reason says why the fire is skipped or waits.
 	Reason string
+	// MaxRunsReached: skipped because the job's run count reached
+	// ClaimFire.MaxRuns (lifetime.ReasonMaxRuns).
+	MaxRunsReached bool
 	// Holder and HolderRunID name the live run holding the lock, when
 	// there is one (ClaimSkip, ClaimWaiting, ClaimPush).
 	Holder, HolderRunID string
@@ -90,10 +97,14 @@ type ClaimDecision struct {
 // learnt. A cron slot must be later than the lock's last slot, and its
 // write moves it; an off-schedule run neither requires nor moves it, takes
 // the lock only below its fence, and waits on the lock only when it may.
+// A cron slot whose job's run count has reached its max_runs is skipped
+// (after the checks that find its own write landed: that write counted
+// it), neither run nor put on the buffer.
 func DecideClaim(l LockState, f ClaimFire) ClaimDecision {
 	lease := f.Lease
 	o, off := lease.Overlap, lease.OffSchedule
 	laterClaimed := !off && !l.LastSlot.Before(lease.Slot)
+	capped := !off && f.MaxRuns > 0 && l.Runs >= int64(f.MaxRuns)
 	switch {
 	case len(l.Damage) > 0:
 		return ClaimDecision{Step: ClaimRepair}
@@ -104,6 +115,8 @@ func DecideClaim(l LockState, f ClaimFire) ClaimDecision {
 			return ClaimDecision{Step: ClaimAcquired}
 		case laterClaimed:
 			return laterSlot(l)
+		case capped:
+			return maxRunsReached()
 		}
 		return ClaimDecision{Step: ClaimAgain}
 	case l.State == LockRunning && l.RunID == lease.RunID && l.Claim == lease.Token &&
@@ -127,6 +140,9 @@ func DecideClaim(l LockState, f ClaimFire) ClaimDecision {
 	if laterClaimed {
 		return laterSlot(l)
 	}
+	if capped {
+		return maxRunsReached()
+	}
 	live := l.HeldLive(lease.Instance, lease.Incarnation, f.Now)
 	if waits && (live || len(l.Waiting) > 0) {
 		return pushOrFull(l, lease, live)
@@ -147,6 +163,11 @@ func DecideClaim(l LockState, f ClaimFire) ClaimDecision {
 		return ClaimDecision{Step: ClaimAgain, Fence: l.Fence + 1}
 	}
 	return ClaimDecision{Step: ClaimAgain}
+}
+
+// maxRunsReached skips a fire whose job's run count reached its max_runs.
+func maxRunsReached() ClaimDecision {
+	return ClaimDecision{Step: ClaimSkip, MaxRunsReached: true, Reason: lifetime.ReasonMaxRuns}
 }
 
 func laterSlot(l LockState) ClaimDecision {

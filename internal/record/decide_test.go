@@ -218,3 +218,73 @@ func TestDecideClaimPushedFireGoneFromTheBuffer(t *testing.T) {
 		}
 	}
 }
+
+// A cron slot whose job's run count has reached its max_runs is skipped
+// as max_runs reached, under every policy, neither run nor put on the
+// buffer; unless its own write landed (that write counted it) or a later
+// slot was claimed. Off-schedule runs do not count and are not capped.
+func TestDecideClaimMaxRuns(t *testing.T) {
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	slot := now.Truncate(time.Minute)
+	const max = 3
+	policies := []jobs.Overlap{jobs.OverlapAllow, jobs.OverlapSkip, jobs.OverlapBufferOne, jobs.OverlapBufferAll, jobs.OverlapCancelOther}
+	fireOf := func(off bool, o jobs.Overlap) ClaimFire {
+		l := Lease{JobID: "j", Slot: slot, Instance: "a", Incarnation: "a1", RunID: RunID("j", slot),
+			Fence: FenceOf(slot), Overlap: o, Token: "t1"}
+		if off {
+			l.RunID, l.Fence, l.OffSchedule = "trigger/r1", now.UnixMilli(), true
+		}
+		return ClaimFire{Lease: l, MayWait: true, Now: now, MaxRuns: max}
+	}
+	lock := func(runs int64, held bool) LockState {
+		l := LockState{State: LockFree, LastSlot: slot.Add(-time.Minute), LastSlotOK: true, Fence: FenceOf(slot.Add(-time.Minute)),
+			BufferOK: true, Runs: runs}
+		if held {
+			l.State, l.Holder, l.Incarnation, l.RunID, l.Claim, l.LeaseUntil = LockRunning, "b", "b1", "j@before", "t0", now.Add(time.Minute)
+		}
+		return l
+	}
+	name := func(d ClaimDecision, f ClaimFire) string {
+		s := stepName(d, f)
+		if d.MaxRunsReached {
+			s += "+max"
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name string
+		off  bool
+		lock func(ClaimFire) LockState
+		want [5]string
+	}{
+		{"slot, count below", false, func(ClaimFire) LockState { return lock(max-1, false) },
+			[5]string{"again", "again", "again", "again", "again"}},
+		{"slot, count at max", false, func(ClaimFire) LockState { return lock(max, false) },
+			[5]string{"skip+max", "skip+max", "skip+max", "skip+max", "skip+max"}},
+		{"slot, count past max (lowered)", false, func(ClaimFire) LockState { return lock(max+7, false) },
+			[5]string{"skip+max", "skip+max", "skip+max", "skip+max", "skip+max"}},
+		{"slot, held, count at max", false, func(ClaimFire) LockState { return lock(max, true) },
+			[5]string{"skip+max", "skip+max", "skip+max", "skip+max", "skip+max"}},
+		{"slot, held, count below", false, func(ClaimFire) LockState { return lock(max-1, true) },
+			[5]string{"again", "skip+holder", "push+holder", "push+holder", "push+holder"}},
+		{"slot, its own write landed", false, func(f ClaimFire) LockState {
+			l := lock(max, true)
+			l.Holder, l.Incarnation, l.RunID, l.Claim, l.LastSlot = "a", "a1", f.Lease.RunID, f.Lease.Token, slot
+			return l
+		}, [5]string{"acquired", "acquired", "acquired", "acquired", "acquired"}},
+		{"slot, a later slot claimed", false, func(ClaimFire) LockState {
+			l := lock(max, false)
+			l.LastSlot = slot.Add(time.Minute)
+			return l
+		}, [5]string{"skip", "skip", "skip", "skip", "skip"}},
+		{"run-now, count at max", true, func(ClaimFire) LockState { return lock(max, false) },
+			[5]string{"acquired", "again", "again", "again", "again"}},
+	} {
+		for p, o := range policies {
+			f := fireOf(tc.off, o)
+			if got := name(DecideClaim(tc.lock(f), f), f); got != tc.want[p] {
+				t.Errorf("%s, overlap %s: %s, want %s", tc.name, o, got, tc.want[p])
+			}
+		}
+	}
+}

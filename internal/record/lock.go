@@ -18,6 +18,14 @@ const (
 	LockCancelField = "overlap_cancel"
 )
 
+// LockRunsField is the job's run count: how many of its cron slots
+// started (a retry is an attempt of its slot, and off-schedule runs do not
+// count). The claim that starts a slot increments it in its own
+// conditional write, which a schedule's max_runs bounds, so a slot past
+// max_runs never starts whatever the replicas racing for it
+// (docs/locks.md#the-run-count). Absent means 0.
+const LockRunsField = "runs"
+
 // BufferEntry is one fire waiting on a job's lock (LockBufferField): a
 // cron slot, or an off-schedule run (OffSchedule).
 type BufferEntry struct {
@@ -30,6 +38,10 @@ type BufferEntry struct {
 	// its scheduled_at, not a cron slot; it neither moves the lock's last
 	// slot nor is stale by its fence, which is offScheduleFence's.
 	OffSchedule bool `bson:"off_schedule,omitempty"`
+	// MaxRuns is the max_runs of the schedule a cron fire came due under
+	// (0: none): the fire is taken only while the run count is below it,
+	// and counts one more run then.
+	MaxRuns int `bson:"max_runs,omitempty"`
 }
 
 // CancelOf reads a cancel request (LockCancelField's value).
@@ -119,6 +131,8 @@ type LockDoc struct {
 	LastOutcome string `bson:"last_outcome,omitempty" json:"last_outcome,omitempty"`
 	// LastEndedAt is when the last run ended.
 	LastEndedAt time.Time `bson:"last_ended_at,omitempty" json:"last_ended_at,omitzero"`
+	// Runs is the job's run count (LockRunsField).
+	Runs int64 `bson:"runs,omitempty" json:"runs"`
 	// UpdatedAt is when the document was last written.
 	UpdatedAt time.Time `bson:"updated_at" json:"updated_at"`
 	// RepairedAt and RepairReason are set when the daemon last found the

@@ -2,6 +2,7 @@ package record
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -28,6 +29,8 @@ type LockState struct {
 	LastSlotOK bool
 	// LastOutcome is the status the last run ended with.
 	LastOutcome string
+	// Runs is the job's run count (LockRunsField; 0 when absent).
+	Runs int64
 	// Waiting lists the run ids of the fires waiting on the lock
 	// (LockBufferField), in order; an entry without a string run_id is
 	// "". BufferOK is false when the field is there but not an array.
@@ -98,6 +101,13 @@ func InspectLock(raw bson.Raw, now time.Time, ttl time.Duration) LockState {
 	if val, err := raw.LookupErr("last_outcome"); err == nil {
 		v.LastOutcome, _ = val.StringValueOK()
 	}
+	if val, err := raw.LookupErr(LockRunsField); err == nil {
+		if n, ok := Count(val); !ok {
+			bad("%s is not a count (%s %s)", LockRunsField, val.Type, val)
+		} else {
+			v.Runs = n
+		}
+	}
 	v.Holder, _ = LookupString(raw, "holder")
 	v.RunID, _ = LookupString(raw, "run_id")
 	v.Incarnation, _ = LookupString(raw, "incarnation")
@@ -163,6 +173,20 @@ func LookupString(raw bson.Raw, key string) (string, bool) {
 		return "", false
 	}
 	return val.StringValueOK()
+}
+
+// Count reads a count: a non-negative int32, int64 or whole double (mongosh
+// writes numbers as doubles, and $inc keeps a double one; unlike a fence,
+// a count only compares, so a whole double is as good). false for
+// anything else, which is damage.
+func Count(v bson.RawValue) (int64, bool) {
+	if i, ok := Integer(v); ok {
+		return i, i >= 0
+	}
+	if d, ok := v.DoubleOK(); ok && d >= 0 && d == math.Trunc(d) && d < 1<<53 {
+		return int64(d), true
+	}
+	return 0, false
 }
 
 // Integer reads a BSON integer (int32 or int64). A double is damage even

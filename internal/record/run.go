@@ -11,6 +11,10 @@ import (
 // skipped record's slot fell in.
 const FieldBlackoutID = "blackout_id"
 
+// FieldCalendar is the job_runs field naming the calendar on whose date a
+// skipped record's slot fell (the schedule excludes it).
+const FieldCalendar = "calendar"
+
 // RunScheduleField is the schedule a fire came due under, kept on the
 // record of a fire that waits — buffered on its job's lock, or retrying —
 // so that whichever replica runs it later runs it as it came due: the
@@ -125,6 +129,10 @@ type RunDoc struct {
 	// BlackoutID is set on a skipped record whose slot fell in a blackout
 	// window (FieldBlackoutID): the window's _id; Reason is its reason.
 	BlackoutID string `bson:"blackout_id,omitempty" json:"blackout_id,omitempty"`
+	// Calendar is set on a skipped record whose slot fell on a date of a
+	// calendar its schedule excludes (FieldCalendar); Reason is then
+	// CalendarReason of it.
+	Calendar string `bson:"calendar,omitempty" json:"calendar,omitempty"`
 
 	// Notice is the record's pending notification (failed, abandoned,
 	// missed), written by the same write as its status and removed by the

@@ -23,26 +23,6 @@ type faultReplica struct {
 	proxy *faultproxy.Proxy
 }
 
-// uriHost returns the first host:port of a mongodb:// URI.
-func uriHost(t testing.TB, uri string) string {
-	t.Helper()
-	rest, ok := strings.CutPrefix(uri, "mongodb://")
-	if !ok {
-		t.Skipf("cannot proxy %q", uri)
-	}
-	if i := strings.IndexAny(rest, "/?"); i >= 0 {
-		rest = rest[:i]
-	}
-	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
-		rest = rest[i+1:]
-	}
-	host, _, _ := strings.Cut(rest, ",")
-	if !strings.Contains(host, ":") {
-		host += ":27017"
-	}
-	return host
-}
-
 // faultReplicas returns n replicas on one database, each through its own
 // proxy, and a direct view of the database's collections.
 func faultReplicas(t *testing.T, n int) ([]faultReplica, storeEnv) {
@@ -51,7 +31,11 @@ func faultReplicas(t *testing.T, n int) ([]faultReplica, storeEnv) {
 	e := newStoreEnv(t)
 	var out []faultReplica
 	for k := range n {
-		p, err := faultproxy.New(context.Background(), uriHost(t, uri))
+		upstream, ok := faultproxy.Upstream(uri)
+		if !ok {
+			t.Skipf("cannot proxy %q", uri)
+		}
+		p, err := faultproxy.New(context.Background(), upstream)
 		if err != nil {
 			t.Fatal(err)
 		}

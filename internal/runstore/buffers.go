@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/cronswap/cronswap/internal/lifetime"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 )
@@ -48,7 +49,9 @@ const maxTakeRounds = 10
 // record is no longer buffered (it ran, or was abandoned after a taker
 // died between the two writes) or whose slot is older than the lock's
 // fence (a later run took the lock first) is removed, its lock freed, and
-// the next one tried.
+// the next one tried. A cron fire is taken only while the job's run count
+// is below the max_runs it came due under, and counts one more run in the
+// lock's write; past it, it is recorded skipped (max_runs reached).
 func (s *Store) TakeBuffered(ctx context.Context, jobID string, t record.BufferTake) (*record.BufferedRun, error) {
 	for range maxTakeRounds {
 		raw, err := s.locks.FindOne(ctx, bson.D{{Key: "_id", Value: jobID}}).Raw()
@@ -106,6 +109,13 @@ func (s *Store) TakeBuffered(ctx context.Context, jobID string, t record.BufferT
 				return nil, err
 			}
 			continue
+		} else if e.MaxRuns > 0 && v.Runs >= int64(e.MaxRuns) {
+			s.log.Info("buffered fire not run: the job's run count reached its max_runs; recorded skipped", "job_id", jobID,
+				"scheduled_at", e.Slot, "run_id", e.RunID, "runs", v.Runs, "max_runs", e.MaxRuns)
+			if err := s.dropBuffered(ctx, jobID, e, now, lifetime.ReasonMaxRuns); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		// The lock, for the first fire waiting: a new acquisition, with a
 		// token of its own.
@@ -121,12 +131,13 @@ func (s *Store) TakeBuffered(ctx context.Context, jobID string, t record.BufferT
 			{Key: "lease_until", Value: now.Add(t.TTL)},
 			{Key: "fence", Value: fence}, {Key: "updated_at", Value: now},
 		}}, {Key: "$unset", Value: bson.D{{Key: record.LockCancelField, Value: ""}}}}
+		filter := bson.D{{Key: "_id", Value: jobID}, {Key: record.LockBufferField + ".0.run_id", Value: e.RunID},
+			fenceTerm, {Key: "$or", Value: free}}
 		if !e.OffSchedule {
-			update = append(update, bson.E{Key: "$max", Value: bson.D{{Key: "last_slot", Value: e.Slot}}})
+			update = append(update, bson.E{Key: "$max", Value: bson.D{{Key: "last_slot", Value: e.Slot}}}, countRun())
+			filter = append(filter, runsBelow(e.MaxRuns)...)
 		}
-		res, err := s.locks.UpdateOne(ctx,
-			bson.D{{Key: "_id", Value: jobID}, {Key: record.LockBufferField + ".0.run_id", Value: e.RunID},
-				fenceTerm, {Key: "$or", Value: free}}, update)
+		res, err := s.locks.UpdateOne(ctx, filter, update)
 		if err != nil {
 			return nil, fmt.Errorf("take lock of %s for buffered run %s in %s: %w", jobID, e.RunID, s.locks.Name(), err)
 		}

@@ -74,7 +74,7 @@ func (s *Store) ClaimBatch(ctx context.Context, b record.BatchClaim) []record.Cl
 		todo = append(todo, i)
 	}
 	todo = c.check(ctx, todo)
-	todo = c.skipBlackouts(ctx, todo)
+	todo = c.skipExcluded(ctx, todo)
 	won := c.insert(ctx, todo)
 	// Every fire won moves its job's last slot (a policy taking the lock
 	// also takes it): a slot older than one already claimed is not run,
@@ -370,12 +370,12 @@ func (c *claimer) lockFilter(i int) bson.D {
 	}
 	if !l.Overlap.TakesLock() {
 		// Only the slot: later than the job's last, on a sane document.
-		return bson.D{
+		return append(bson.D{
 			{Key: "_id", Value: l.JobID},
 			{Key: "last_slot", Value: bson.D{{Key: "$lt", Value: l.Slot}}},
 			{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{record.LockFree, record.LockRunning}}}},
 			{Key: "fence", Value: bson.D{{Key: "$type", Value: bson.A{"int", "long"}}, {Key: "$gte", Value: 0}}},
-		}
+		}, runsBelow(c.b.Fires[i].MaxRuns)...)
 	}
 	f := bson.D{
 		{Key: "_id", Value: l.JobID},
@@ -392,7 +392,25 @@ func (c *claimer) lockFilter(i int) bson.D {
 		// Fires already waiting for the lock go first.
 		f = append(f, bufferEmpty())
 	}
-	return f
+	return append(f, runsBelow(c.b.Fires[i].MaxRuns)...)
+}
+
+// runsBelow is the lock filter term of a cron slot under max_runs: the
+// job's run count below it (absent counts as 0). A count that is not a
+// number matches too: the $inc of the same write then fails, and the
+// document is read back and repaired as damaged.
+func runsBelow(maxRuns int) bson.D {
+	if maxRuns <= 0 {
+		return nil
+	}
+	return bson.D{{Key: record.LockRunsField, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: maxRuns}}}}}}
+}
+
+// countRun is the update term that counts a cron slot's start in the
+// job's run count (LockRunsField), whatever its policy: the claim's own
+// conditional write, so it counts once across replicas.
+func countRun() bson.E {
+	return bson.E{Key: "$inc", Value: bson.D{{Key: record.LockRunsField, Value: 1}}}
 }
 
 func (c *claimer) lockUpdate(i int) bson.D {
@@ -409,6 +427,7 @@ func (c *claimer) lockUpdate(i int) bson.D {
 				{Key: "state", Value: record.LockFree}, {Key: "holder", Value: ""}, {Key: "run_id", Value: ""},
 				{Key: "acquired_at", Value: time.Time{}}, {Key: "lease_until", Value: c.b.Now}, {Key: "fence", Value: int64(0)},
 			}},
+			countRun(),
 		}
 	}
 	return bson.D{
@@ -424,6 +443,7 @@ func (c *claimer) lockUpdate(i int) bson.D {
 			{Key: "updated_at", Value: c.b.Now},
 		}},
 		{Key: "$max", Value: bson.D{{Key: "last_slot", Value: l.Slot}}},
+		countRun(),
 	}
 }
 
@@ -533,7 +553,7 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 					Reason: d.Reason, Holder: d.Holder, HolderRunID: d.HolderRunID, CancelRunID: d.CancelRunID}
 			case record.ClaimSkip:
 				c.out[i] = record.ClaimOutcome{Result: record.Skipped, Holder: d.Holder, HolderRunID: d.HolderRunID,
-					Reason: d.Reason, Repaired: repaired[i]}
+					Reason: d.Reason, Repaired: repaired[i], MaxRunsReached: d.MaxRunsReached}
 			case record.ClaimPush:
 				pushing = append(pushing, toBuffer{i: i, d: d})
 			}
@@ -565,6 +585,9 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 func (c *claimer) decide(ctx context.Context, i int, v record.LockState) record.ClaimDecision {
 	f := record.ClaimFire{Lease: c.leases[i], MayWait: !c.b.Fires[i].OffSchedule || c.b.Fires[i].Buffer,
 		Pushed: c.pushed[i], Now: c.b.Now}
+	if !c.b.Fires[i].OffSchedule {
+		f.MaxRuns = c.b.Fires[i].MaxRuns
+	}
 	d := record.DecideClaim(v, f)
 	if d.Step == record.ClaimLookTaken {
 		f.Taken = record.No

@@ -77,6 +77,9 @@ func (c *claimer) bufferAll(ctx context.Context, fs []toBuffer) (again []int) {
 		}
 		c.pushed[i] = true
 		entry := record.BufferEntry{RunID: l.RunID, Slot: l.Slot, Category: category, At: c.b.Now, By: l.Instance, OffSchedule: l.OffSchedule}
+		if !l.OffSchedule {
+			entry.MaxRuns = f.MaxRuns
+		}
 		update := bson.D{{Key: "$push", Value: bson.D{{Key: record.LockBufferField, Value: entry}}}, {Key: "$set", Value: set}}
 		if !l.OffSchedule {
 			update = append(update, bson.E{Key: "$max", Value: bson.D{{Key: "last_slot", Value: l.Slot}}})

@@ -13,8 +13,8 @@ import (
 )
 
 // repair resets a damaged lock document to free, keeping what can be
-// trusted (a numeric fence, a sane last slot, the last outcome) and taking
-// the rest from job_runs. The replacement is conditional on the document
+// trusted (a numeric fence, a sane last slot, the last outcome, the run
+// count) and taking the rest from job_runs. The replacement is conditional on the document
 // being exactly as inspected, so a concurrent repair or claim is never
 // overwritten; the run a damaged running lock named is marked abandoned.
 // It reports whether it replaced the document.
@@ -36,6 +36,13 @@ func (s *Store) repair(ctx context.Context, jobID, except string, raw bson.Raw, 
 	}
 	reason := strings.Join(v.Damage, "; ")
 	doc := freeLock(jobID, fence, lastSlot, v.LastOutcome, now)
+	runs, err := s.trustedRuns(ctx, jobID, raw)
+	if err != nil {
+		return false, err
+	}
+	if runs > 0 {
+		doc = append(doc, bson.E{Key: record.LockRunsField, Value: runs})
+	}
 	doc = append(doc, bson.E{Key: "repaired_at", Value: now}, bson.E{Key: "repair_reason", Value: reason})
 	if v.BufferOK && v.Waiting != nil {
 		doc = append(doc, bson.E{Key: record.LockBufferField, Value: raw.Lookup(record.LockBufferField)}) // fires still waiting
@@ -61,7 +68,32 @@ func (s *Store) repair(ctx context.Context, jobID, except string, raw bson.Raw, 
 
 // knownLockFields are the fields a repair's compare-and-swap also checks
 // for absence, so a concurrent writer that added one is not overwritten.
-var knownLockFields = []string{"state", "holder", "run_id", "lease_until", "fence", "last_slot"}
+var knownLockFields = []string{"state", "holder", "run_id", "lease_until", "fence", "last_slot", record.LockRunsField}
+
+// trustedRuns is the run count a repair keeps: the document's when it is
+// a count (record.Count), the ceiling of a positive number that is not
+// one; otherwise (a string, say) as many as the job's records in job_runs
+// that started (running, ended or retrying: cron slots and backfilled
+// slots alike, within the runs retention), so that a damaged count errs
+// towards fewer runs, never one past max_runs.
+func (s *Store) trustedRuns(ctx context.Context, jobID string, raw bson.Raw) (int64, error) {
+	val, err := raw.LookupErr(record.LockRunsField)
+	if err != nil {
+		return 0, nil
+	}
+	if n, ok := record.Count(val); ok {
+		return n, nil
+	}
+	if d, ok := val.DoubleOK(); ok && d > 0 && d < 1<<53 {
+		return int64(math.Ceil(d)), nil
+	}
+	n, err := s.runs.CountDocuments(ctx, bson.D{{Key: "job_id", Value: jobID}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{
+		record.StatusRunning, record.StatusSucceeded, record.StatusFailed, record.StatusAbandoned, record.StatusRetrying}}}}})
+	if err != nil {
+		return 0, fmt.Errorf("count the runs of %s in %s: %w: %w", jobID, s.runs.Name(), record.ErrUnreachable, err)
+	}
+	return n, nil
+}
 
 // sameDocFilter matches the document raw exactly as it was read.
 func sameDocFilter(raw bson.Raw) (bson.D, error) {

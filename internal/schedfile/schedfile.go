@@ -24,6 +24,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/cronswap/cronswap/internal/lifetime"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -33,7 +34,8 @@ import (
 // fields the format does not know are left alone on the documents.
 func Fields() []string {
 	return []string{schedule.FieldID, schedule.FieldCronExpr, schedule.FieldTimezone, schedule.FieldDST,
-		schedule.FieldEnabled, schedule.FieldJob, schedule.FieldCategory, schedule.FieldArgs}
+		schedule.FieldEnabled, schedule.FieldJob, schedule.FieldCategory, schedule.FieldArgs,
+		lifetime.FieldStartAt, lifetime.FieldEndAt, lifetime.FieldPausedUntil, lifetime.FieldMaxRuns, schedule.FieldExclude}
 }
 
 // IsField reports whether name is one of Fields.

@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/internal/jobhistory"
+	"github.com/cronswap/cronswap/internal/lifetime"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
@@ -215,6 +216,11 @@ func expectedSlots(in Input, segs []Segment, bySlot map[int64]int, matched []boo
 			segs[si].Error = err.Error()
 			continue
 		}
+		life := seg.lifetimeOf()
+		// capped: a slot of the segment was skipped as max_runs reached;
+		// the slots after it are not fired (until max_runs changes, which
+		// starts another segment).
+		capped := false
 		t := seg.From
 		if si == 0 {
 			t = t.Add(-time.Nanosecond) // the first segment includes From
@@ -237,6 +243,9 @@ func expectedSlots(in Input, segs []Segment, bySlot map[int64]int, matched []boo
 				}
 				if i, ok := bySlot[at.UnixMilli()]; ok {
 					matched[i] = true
+					if life.MaxRuns > 0 && in.Records[i].Status == record.StatusSkipped && in.Records[i].Reason == lifetime.ReasonMaxRuns {
+						capped = true // the daemons disarmed the job there
+					}
 					flush()
 					continue
 				}
@@ -255,6 +264,11 @@ func expectedSlots(in Input, segs []Segment, bySlot map[int64]int, matched []boo
 				reason := NoRecordUnrecorded
 				if at.After(in.Now) {
 					reason = NoRecordFuture
+				}
+				if why := life.Why(at); why != "" {
+					reason = why // the daemon does not fire it
+				} else if capped {
+					reason = lifetime.ReasonMaxRuns
 				}
 				for bi < len(breaks) && breaks[bi].Before(at) {
 					if run != nil && breaks[bi].After(*run.Last) {

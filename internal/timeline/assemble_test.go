@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/internal/lifetime"
 )
 
 var t0 = time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
@@ -265,4 +267,60 @@ func TestRunEntryCarriesTheAnswer(t *testing.T) {
 	if s := run.Summary(); !strings.Contains(s, "fence 3, answered 503, error: http action j") {
 		t.Errorf("summary %q", s)
 	}
+}
+
+// A schedule's lifetime says why its slots outside it do not run: before
+// start_at, paused until …, after end_at (in the past and the future
+// alike), each stretch one entry; the slots inside are as ever. An edit
+// of end_at splits the range like any timing edit.
+func TestLifetimeSaysWhyASlotDoesNotRun(t *testing.T) {
+	from, to := t0, t0.Add(10*time.Hour)
+	h := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Hour) }
+	cur := hourly("0 * * * *")
+	cur.Timing.StartAt, cur.Timing.PausedUntil, cur.Timing.EndAt = h(2), h(4), h(7)
+	tl := Assemble(Input{JobID: "j", From: from, To: to, Now: h(8).Add(30 * time.Minute), Current: cur})
+	var got []string
+	for _, e := range tl.Entries {
+		s := e.Reason + "@" + e.At.Format("15:04")
+		if e.Last != nil {
+			s += "-" + e.Last.Format("15:04")
+		}
+		got = append(got, s)
+	}
+	want := "before start_at@00:00-01:00 paused until 2026-03-01T04:00:00Z@02:00-03:00 unrecorded@04:00-06:00 " +
+		"after end_at@07:00-10:00"
+	if strings.Join(got, " ") != want {
+		t.Errorf("entries\n%s\nwant\n%s", strings.Join(got, " "), want)
+	}
+
+	// max_runs 2: after the slot skipped as max_runs reached the daemons
+	// disarmed the job, and the slots after it say so.
+	cur = hourly("0 * * * *")
+	cur.Timing.MaxRuns = 2
+	recs := []Record{{ID: "j@0", ScheduledAt: h(0), Status: "succeeded"}, {ID: "j@1", ScheduledAt: h(1), Status: "succeeded"},
+		{ID: "j@2", ScheduledAt: h(2), Status: "skipped", Reason: lifetime.ReasonMaxRuns}}
+	tl = Assemble(Input{JobID: "j", From: from, To: h(5), Now: h(5).Add(time.Minute), Current: cur, Records: recs})
+	last := tl.Entries[len(tl.Entries)-1]
+	if last.Kind != KindNoRecord || last.Reason != lifetime.ReasonMaxRuns || !last.At.Equal(h(3)) || last.Count != 3 {
+		t.Errorf("after the max_runs skip: %+v, want 3 slots from 03:00 with reason %q", last, lifetime.ReasonMaxRuns)
+	}
+
+	// end_at set at 05:30 (it was absent): the slots after it are not
+	// expected from the edit on.
+	edit := Edit{ID: "e1", At: h(5).Add(30 * time.Minute), Op: "update",
+		Changes: []FieldChange{{Field: "end_at", Before: bson.RawValue{}, After: dateValue(h(5))}}}
+	cur = hourly("0 * * * *")
+	cur.Timing.EndAt = h(5)
+	segs := Segments("j", cur, []Edit{edit}, from, to, time.Time{})
+	if len(segs) != 2 || !segs[0].EndAt.IsZero() || !segs[1].EndAt.Equal(h(5)) {
+		t.Fatalf("segments %+v, want two split by the end_at edit", segs)
+	}
+}
+
+func dateValue(at time.Time) bson.RawValue {
+	t, b, err := bson.MarshalValue(at)
+	if err != nil {
+		panic(err)
+	}
+	return bson.RawValue{Type: t, Value: b}
 }

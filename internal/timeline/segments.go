@@ -8,6 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/internal/history"
+	"github.com/cronswap/cronswap/internal/lifetime"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -85,6 +86,17 @@ func (st State) document(jobID string) bson.Raw {
 		}
 		if !t.Enabled {
 			d = append(d, bson.E{Key: schedule.FieldEnabled, Value: false})
+		}
+		for _, f := range []struct {
+			name string
+			at   time.Time
+		}{{lifetime.FieldStartAt, t.StartAt}, {lifetime.FieldEndAt, t.EndAt}, {lifetime.FieldPausedUntil, t.PausedUntil}} {
+			if !f.at.IsZero() {
+				d = append(d, bson.E{Key: f.name, Value: f.at})
+			}
+		}
+		if t.MaxRuns > 0 {
+			d = append(d, bson.E{Key: lifetime.FieldMaxRuns, Value: t.MaxRuns})
 		}
 	}
 	raw, err := bson.Marshal(d)
@@ -197,7 +209,8 @@ func stateBefore(jobID string, after State, e Edit) State {
 func timingOf(doc bson.Raw) Timing {
 	s, err := schedule.DecodeFields(doc)
 	if err == nil {
-		return Timing{CronExpr: s.CronExpr, Timezone: s.Timezone, Enabled: s.Enabled, DST: string(s.DST)}
+		return Timing{CronExpr: s.CronExpr, Timezone: s.Timezone, Enabled: s.Enabled, DST: string(s.DST),
+			StartAt: utc(s.StartAt), EndAt: utc(s.EndAt), PausedUntil: utc(s.PausedUntil), MaxRuns: s.MaxRuns}
 	}
 	t := Timing{Enabled: true, Error: err.Error()}
 	field := func(name string) (string, bool) {
@@ -220,4 +233,17 @@ func timingOf(doc bson.Raw) Timing {
 		t.Enabled = ok && b
 	}
 	return t
+}
+
+// utc is t in UTC, the zero time kept zero (Timing compares with ==).
+func utc(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// lifetimeOf is the lifetime of a segment's schedule.
+func (t Timing) lifetimeOf() lifetime.Lifetime {
+	return lifetime.Lifetime{StartAt: t.StartAt, EndAt: t.EndAt, MaxRuns: t.MaxRuns, PausedUntil: t.PausedUntil}
 }

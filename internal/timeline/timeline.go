@@ -63,6 +63,10 @@ const (
 	// no replica ran it, skipped it or recorded it as missed (or its
 	// record has passed the runs retention).
 	NoRecordUnrecorded = "unrecorded"
+	// The lifetime's reasons (lifetime.Lifetime.Why: before start_at,
+	// after end_at, paused until …) replace these for a slot outside the
+	// schedule's lifetime, and lifetime.ReasonMaxRuns for a slot after
+	// one skipped as max_runs reached: the daemons do not fire it.
 )
 
 // ErrNotFound is wrapped when a job has no schedule document, no record in
@@ -119,6 +123,13 @@ type Timing struct {
 	// DST is the document's daylight-saving mode ("plain", or empty for
 	// the default shift).
 	DST string `json:"dst,omitempty"`
+	// StartAt, EndAt, PausedUntil and MaxRuns are the schedule's lifetime
+	// (package lifetime); zero when not set. A slot outside it is listed
+	// with the lifetime's reason, not as unrecorded.
+	StartAt     time.Time `json:"start_at,omitzero"`
+	EndAt       time.Time `json:"end_at,omitzero"`
+	PausedUntil time.Time `json:"paused_until,omitzero"`
+	MaxRuns     int       `json:"max_runs,omitempty"`
 	// Error says why this schedule expects no slots: the error the daemon
 	// reports for the document (schedule.DecodeFields, then
 	// scheduler.Check in its zone), or, on a segment, that the schedule is
@@ -207,7 +218,8 @@ type Entry struct {
 	Answer       string `json:"answer,omitempty"`
 	// Reason says why a slot did not run: the skip's reason (which run
 	// held the lock), the missed record's reason, or a no-record reason
-	// (future, unrecorded).
+	// (future, unrecorded, or the lifetime's: before start_at, after
+	// end_at, paused until …).
 	Reason string `json:"reason,omitempty"`
 	// RecordedAt is when a missed record was written.
 	RecordedAt *time.Time `json:"recorded_at,omitempty"`

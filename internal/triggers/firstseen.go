@@ -24,15 +24,7 @@ var ErrBeforeFirstSeen = errors.New("before the job was first seen")
 // FieldBeforeFirstSeen. slots are in time order. The error names the
 // sighting's time and how to ask anyway.
 func CheckFirstSeen(job string, slots []time.Time, seen history.Sighting, ok bool) error {
-	if !ok {
-		return nil
-	}
-	var before []time.Time
-	for _, s := range slots {
-		if !s.After(seen.At) {
-			before = append(before, s)
-		}
-	}
+	before := SlotsBeforeFirstSeen(slots, seen, ok)
 	if len(before) == 0 {
 		return nil
 	}
@@ -43,4 +35,19 @@ func CheckFirstSeen(job string, slots []time.Time, seen history.Sighting, ok boo
 	return fmt.Errorf("%w: job %q was first seen at %s (%s), and %s not after it: "+
 		"backfill from after that time, or ask with --before-first-seen (%s: true on a request) to run them anyway",
 		ErrBeforeFirstSeen, job, seen.At.UTC().Format("2006-01-02T15:04:05.000Z07:00"), history.HowSeen(seen.Source), what, FieldBeforeFirstSeen)
+}
+
+// SlotsBeforeFirstSeen returns the slots CheckFirstSeen refuses: those at
+// or before the sighting (none when ok is false), in the order given.
+func SlotsBeforeFirstSeen(slots []time.Time, seen history.Sighting, ok bool) []time.Time {
+	if !ok {
+		return nil
+	}
+	var before []time.Time
+	for _, s := range slots {
+		if !s.After(seen.At) {
+			before = append(before, s)
+		}
+	}
+	return before
 }

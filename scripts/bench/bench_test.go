@@ -100,20 +100,6 @@ func TestHistogramQuantileAndShare(t *testing.T) {
 	}
 }
 
-func TestFirstHost(t *testing.T) {
-	for in, want := range map[string]string{
-		"mongodb://127.0.0.1:41234/":                         "127.0.0.1:41234",
-		"mongodb://u:p@db1:27018,db2/?replicaSet=rs0":        "db1:27018",
-		"mongodb://localhost/cronswap":                       "localhost:27017",
-		"mongodb://127.0.0.1:27017/?directConnection=true":   "127.0.0.1:27017",
-		"mongodb://user:p%40ss@127.0.0.1:1?authSource=admin": "127.0.0.1:1",
-	} {
-		if got := firstHost(in); got != want {
-			t.Errorf("firstHost(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestDescribeIdleScalesToAMinute(t *testing.T) {
 	total, parts := describeIdle(map[string]int{"getMore": 20, "update": 4, "isMaster": 2}, 20*time.Second)
 	if total != 78 {

@@ -28,7 +28,11 @@ type fireCluster struct {
 func startFireCluster(ctx context.Context, o fireSettings, serverURI, dbName, sinkURL string, replicas int, logDir, tag string) (*fireCluster, error) {
 	c := &fireCluster{}
 	for i := range replicas {
-		px, err := faultproxy.New(ctx, firstHost(serverURI))
+		upstream, ok := faultproxy.Upstream(serverURI)
+		if !ok {
+			return c, fmt.Errorf("cannot proxy %q: not a mongodb:// connection string", serverURI)
+		}
+		px, err := faultproxy.New(ctx, upstream)
 		if err != nil {
 			return c, err
 		}

@@ -197,7 +197,11 @@ func measureEdits(ctx context.Context, o settings, r *modeResult, uri, dbName st
 // measureIdle starts a second daemon behind internal/faultproxy and counts the
 // commands it sends while nothing changes.
 func measureIdle(ctx context.Context, o settings, r *modeResult, uri, dbName, logDir string) error {
-	px, err := faultproxy.New(ctx, firstHost(uri))
+	upstream, ok := faultproxy.Upstream(uri)
+	if !ok {
+		return fmt.Errorf("cannot proxy %q: not a mongodb:// connection string", uri)
+	}
+	px, err := faultproxy.New(ctx, upstream)
 	if err != nil {
 		return err
 	}
@@ -236,25 +240,6 @@ func measureIdle(ctx context.Context, o settings, r *modeResult, uri, dbName, lo
 	r.idleCommands = maps.Clone(st.Commands)
 	r.problems = append(r.problems, d.Problems()...)
 	return nil
-}
-
-// firstHost returns the first host:port of a mongodb:// URI.
-func firstHost(uri string) string {
-	rest := uri
-	if i := strings.Index(rest, "://"); i >= 0 {
-		rest = rest[i+3:]
-	}
-	if i := strings.IndexAny(rest, "/?"); i >= 0 {
-		rest = rest[:i]
-	}
-	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
-		rest = rest[i+1:]
-	}
-	host, _, _ := strings.Cut(rest, ",")
-	if !strings.Contains(host, ":") {
-		host += ":27017"
-	}
-	return host
 }
 
 // describeIdle formats commands per minute, highest first.

@@ -165,6 +165,7 @@ function render(id, d, tl, win, narrowed) {
           kv('Daylight saving', sc.dst || 'shift (default)'),
           kv('Enabled', sc.enabled ? 'yes' : 'no (disabled)'),
           kv('Armed', sc.armed ? 'yes' : 'no'),
+          sc.ended ? kv('Ended', sc.ended, { testid: 'job-ended', class: 'warn-text' }) : null,
           kv('Action', sc.job || id),
           kv('Category', sc.category || '—'),
           kv('Owner', sc.owner || '—', { testid: 'job-owner', class: 'mono', title: 'the live member that claims its fires first' }),

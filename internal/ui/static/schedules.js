@@ -6,7 +6,7 @@ import { h, badge, zoned, fmtUTC, fmtInt, ago, jobHref, debounce, reader } from 
 import { getJSON, getSession } from './api.js';
 import { runAction, runNowText, enabledText, readOnlyNote } from './actions.js';
 
-const STATUSES = ['armed', 'paused', 'disabled', 'error', 'unarmed', 'missed'];
+const STATUSES = ['armed', 'paused', 'disabled', 'error', 'ended', 'unarmed', 'missed'];
 const COLUMNS = [
   { key: 'id', label: 'Job', sort: 'id' },
   { key: 'cron_expr', label: 'Expression · zone', sort: 'cron_expr' },

@@ -58,11 +58,11 @@ func TestFirePathBlackoutSkipsInsideWindow(t *testing.T) {
 	// Slots just past, so that no replica waits for them to come.
 	start := time.Now().Truncate(time.Second).Add(-20 * time.Second)
 	from, to := start.Add(3*time.Second), start.Add(6*time.Second)
-	window := func(jobID, category string, slot time.Time) (record.Blackout, bool) {
+	window := func(jobID, category string, slot time.Time) (record.Exclusion, bool) {
 		if category == "billing" && !slot.Before(from) && slot.Before(to) {
-			return record.Blackout{ID: "freeze", Reason: "year-end freeze"}, true
+			return record.BlackoutExclusion("freeze", "year-end freeze"), true
 		}
-		return record.Blackout{}, false
+		return record.Exclusion{}, false
 	}
 	var replicas []*Runner
 	for _, inst := range []string{"r1", "r2", "r3"} {
@@ -131,8 +131,8 @@ func TestFirePathBlackoutDoesNotWaitForAdmission(t *testing.T) {
 	r := NewRunner(RunnerOptions{Registry: e.reg, InstanceID: "r1", Logger: slog.New(slog.DiscardHandler), Workers: 1,
 		Store: runstore.New(e.locks, e.runs, runstore.Options{Instance: "r1", Logger: slog.New(slog.DiscardHandler)}),
 		TTL:   time.Minute, StartingDeadline: time.Minute,
-		Blackout: func(jobID, _ string, _ time.Time) (record.Blackout, bool) {
-			return record.Blackout{ID: "w", Reason: "r"}, jobID == "quiet"
+		Blackout: func(jobID, _ string, _ time.Time) (record.Exclusion, bool) {
+			return record.BlackoutExclusion("w", "r"), jobID == "quiet"
 		}})
 	t.Cleanup(func() { close(release); r.Shutdown(30 * time.Second) })
 	slot := time.Now().Truncate(time.Second)

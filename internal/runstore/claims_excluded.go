@@ -9,18 +9,18 @@ import (
 	"github.com/cronswap/cronswap/internal/record"
 )
 
-// skipBlackouts records skipped the fires of todo that fall in a blackout
-// window (one unordered insertMany for all of them, with deterministic
-// _ids, like the runs: whoever inserts first has the slot) and returns the
-// other fires. A fire whose record another replica wrote first (a run, a
+// skipExcluded records skipped the fires of todo that are excluded (in a
+// blackout window, on a date of a calendar their schedule excludes: one
+// unordered insertMany for all of them, with deterministic _ids, like the
+// runs: whoever inserts first has the slot) and returns the other fires. A fire whose record another replica wrote first (a run, a
 // skip, a missed record of the slot) is AlreadyFired. An answer lost on
 // the way is read back and the missing records inserted again while ctx
 // allows; a record that landed unknown to this replica is a correct skip,
 // so nothing is left to disown.
-func (c *claimer) skipBlackouts(ctx context.Context, todo []int) []int {
+func (c *claimer) skipExcluded(ctx context.Context, todo []int) []int {
 	var skips, rest []int
 	for _, i := range todo {
-		if c.b.Fires[i].Blackout != nil {
+		if c.b.Fires[i].Exclusion != nil {
 			skips = append(skips, i)
 		} else {
 			rest = append(rest, i)
@@ -39,17 +39,17 @@ func (c *claimer) insertSkips(ctx context.Context, todo []int) {
 	for round := 0; len(todo) > 0; round++ {
 		if round > maxClaimRounds {
 			for _, i := range todo {
-				c.out[i].Err = c.errf(i, "record the blackout skip", fmt.Errorf("duplicate key but no record to be read: %w", lastErr))
+				c.out[i].Err = c.errf(i, "record the skip", fmt.Errorf("duplicate key but no record to be read: %w", lastErr))
 			}
 			return
 		}
 		docs := make([]any, len(todo))
 		for k, i := range todo {
-			l, b := c.leases[i], c.b.Fires[i].Blackout
+			l, x := c.leases[i], c.b.Fires[i].Exclusion
 			docs[k] = record.RunDoc{ID: l.RunID, JobID: l.JobID, ScheduledAt: l.Slot,
 				Instance: l.Instance, Incarnation: l.Incarnation, Status: record.StatusSkipped, StartedAt: c.b.Now,
-				EndedAt: c.b.Now, Reason: b.Reason, Error: b.SkipError(), ExpireAt: c.b.Now.Add(c.s.retention),
-				BlackoutID: b.ID, Claim: l.Token}
+				EndedAt: c.b.Now, Reason: x.Reason, Error: x.Error, ExpireAt: c.b.Now.Add(c.s.retention),
+				BlackoutID: x.BlackoutID, Calendar: x.Calendar, Claim: l.Token}
 		}
 		_, err := c.s.runs.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
 		sp := splitInserts(todo, err)
@@ -61,7 +61,7 @@ func (c *claimer) insertSkips(ctx context.Context, todo []int) {
 			c.skipped(i)
 		}
 		for i, we := range sp.refused {
-			c.out[i].Err = c.errf(i, "record the blackout skip", we)
+			c.out[i].Err = c.errf(i, "record the skip", we)
 		}
 		todo = nil
 		if len(look) == 0 {
@@ -70,13 +70,13 @@ func (c *claimer) insertSkips(ctx context.Context, todo []int) {
 		if wholeErr != nil {
 			if !transient(wholeErr) {
 				for _, i := range look {
-					c.out[i].Err = c.errf(i, "record the blackout skip", wholeErr)
+					c.out[i].Err = c.errf(i, "record the skip", wholeErr)
 				}
 				return
 			}
 			if !sleepCtx(ctx, wait) {
 				for _, i := range look {
-					c.out[i].Err = c.errf(i, "record the blackout skip", fmt.Errorf("%w: %w", record.ErrUnreachable, wholeErr))
+					c.out[i].Err = c.errf(i, "record the skip", fmt.Errorf("%w: %w", record.ErrUnreachable, wholeErr))
 				}
 				return
 			}
@@ -85,7 +85,7 @@ func (c *claimer) insertSkips(ctx context.Context, todo []int) {
 		found, err := c.readRuns(ctx, look, true)
 		if err != nil {
 			for _, i := range look {
-				c.out[i].Err = c.errf(i, "record the blackout skip", fmt.Errorf("%w: %w", record.ErrUnreachable, err))
+				c.out[i].Err = c.errf(i, "record the skip", fmt.Errorf("%w: %w", record.ErrUnreachable, err))
 			}
 			return
 		}
@@ -102,7 +102,7 @@ func (c *claimer) insertSkips(ctx context.Context, todo []int) {
 	}
 }
 
-// skipped answers fire i as recorded skipped by its blackout window.
+// skipped answers fire i as recorded skipped for its exclusion.
 func (c *claimer) skipped(i int) {
-	c.out[i] = record.ClaimOutcome{Result: record.Skipped, Reason: c.b.Fires[i].Blackout.SkipError()}
+	c.out[i] = record.ClaimOutcome{Result: record.Skipped, Reason: c.b.Fires[i].Exclusion.Error}
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/cronswap/cronswap/jobs"
 )
 
-func inBlackout(job string, slot time.Time, b record.Blackout) record.FireClaim {
-	return record.FireClaim{JobID: job, Slot: slot, Overlap: jobs.OverlapSkip, Blackout: &b}
+func inBlackout(job string, slot time.Time, b record.Exclusion) record.FireClaim {
+	return record.FireClaim{JobID: job, Slot: slot, Overlap: jobs.OverlapSkip, Exclusion: &b}
 }
 
 // Three replicas record the same fire in a blackout window at once, and a
@@ -27,7 +27,7 @@ func inBlackout(job string, slot time.Time, b record.Blackout) record.FireClaim 
 func TestClaimBatchBlackoutRecordsSkipOnce(t *testing.T) {
 	t.Parallel()
 	e := newStoreEnv(t)
-	freeze := record.Blackout{ID: "freeze", Reason: "year-end freeze"}
+	freeze := record.BlackoutExclusion("freeze", "year-end freeze")
 	for n := range 10 {
 		slot := base.Add(time.Duration(n) * time.Minute)
 		var wg sync.WaitGroup
@@ -88,7 +88,7 @@ func TestClaimBatchBlackoutRecordsSkipOnce(t *testing.T) {
 func TestClaimBatchBlackoutSlotAlreadyRecorded(t *testing.T) {
 	t.Parallel()
 	e := newStoreEnv(t)
-	b := record.Blackout{ID: "w", Reason: "maintenance"}
+	b := record.BlackoutExclusion("w", "maintenance")
 	_, err := e.runs.InsertOne(testCtx(t), record.RunDoc{ID: record.MissedID("j", base), JobID: "j", ScheduledAt: base,
 		Status: record.StatusMissed, Reason: record.MissedNoReplica, Count: 1, LastScheduledAt: base})
 	if err != nil {
@@ -111,7 +111,7 @@ func TestClaimBatchBlackoutLostAnswerReadBack(t *testing.T) {
 	t.Parallel()
 	e := newStoreEnv(t)
 	r := e.replica("a", "a1")
-	b := record.BatchClaim{Fires: []record.FireClaim{inBlackout("j", base, record.Blackout{ID: "w", Reason: "r"})}, Instance: "a",
+	b := record.BatchClaim{Fires: []record.FireClaim{inBlackout("j", base, record.BlackoutExclusion("w", "r"))}, Instance: "a",
 		Incarnation: "a1", Now: base, TTL: time.Minute}
 	newClaimer := func(token string) *claimer {
 		c := &claimer{s: r.Store, b: b, out: make([]record.ClaimOutcome, 1), recorded: make([]bool, 1), notSent: make([]bool, 1),
@@ -147,7 +147,7 @@ func TestClaimBatchBlackoutUnreachable(t *testing.T) {
 	s := New(locks, runs, Options{Logger: slog.New(slog.DiscardHandler)})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	o := s.ClaimBatch(ctx, record.BatchClaim{Fires: []record.FireClaim{inBlackout("j", base, record.Blackout{ID: "w", Reason: "r"})},
+	o := s.ClaimBatch(ctx, record.BatchClaim{Fires: []record.FireClaim{inBlackout("j", base, record.BlackoutExclusion("w", "r"))},
 		Instance: "a", Incarnation: "a1", Now: base, TTL: time.Second})[0]
 	if !errors.Is(o.Err, record.ErrUnreachable) || errors.Is(o.Err, record.ErrOutcomeUnknown) || !strings.Contains(o.Err.Error(), "j") {
 		t.Fatalf("blackout skip against no server: %v, want ErrUnreachable naming the job", o.Err)
