@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/cronswap/cronswap/internal/lifetime"
 )
 
 // With Options.Arms the engine keeps every valid job but arms only those
@@ -54,5 +56,38 @@ func TestArmsAndRearm(t *testing.T) {
 	}
 	if e.Len() != 2 {
 		t.Fatalf("armed %d, want 2", e.Len())
+	}
+}
+
+// A job ended by End (its run count at max_runs) stays unarmed through a
+// re-division, here or elsewhere: Rearm neither disarms it (it has no
+// entry) nor arms it again when it comes to this engine, and it is not
+// shown as armed elsewhere. Raising max_runs arms it where Arms says.
+func TestRearmLeavesAnEndedJobUnarmed(t *testing.T) {
+	var mu sync.Mutex
+	here := true
+	e := newEngine(t, Options{Arms: func(string) bool { mu.Lock(); defer mu.Unlock(); return here }})
+	s := sch("capped", "* * * * * *")
+	s.MaxRuns = 3
+	expect(t, e.Reload(s), Added)
+	if !e.End("capped", s, lifetime.ReasonMaxRuns) {
+		t.Fatal("End did not disarm the job")
+	}
+	for _, arms := range []bool{false, true} {
+		mu.Lock()
+		here = arms
+		mu.Unlock()
+		if armed, disarmed := e.Rearm(); len(armed)+len(disarmed) != 0 {
+			t.Fatalf("Rearm (arms %v) of an ended job: armed %v, disarmed %v; want neither", arms, armed, disarmed)
+		}
+		st := mustGet(t, e, "capped")
+		if st.Armed || st.Elsewhere || st.Ended != lifetime.ReasonMaxRuns || e.Len() != 0 {
+			t.Fatalf("after Rearm (arms %v): %+v, armed jobs %d; want ended, neither armed nor elsewhere", arms, st, e.Len())
+		}
+	}
+	s.MaxRuns = 5
+	expect(t, e.Reload(s), Added)
+	if st := mustGet(t, e, "capped"); !st.Armed || st.Ended != "" {
+		t.Fatalf("max_runs raised: %+v, want armed again", st)
 	}
 }
