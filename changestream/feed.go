@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -18,8 +19,13 @@ type Feed interface {
 	// Open opens a change stream with fullDocument updateLookup. A nil
 	// resumeAfter opens at the current position.
 	Open(ctx context.Context, resumeAfter bson.Raw) (Stream, error)
-	// Snapshot reads every document of the collection.
-	Snapshot(ctx context.Context) ([]bson.Raw, error)
+	// Snapshot reads every document of the collection, one at a time:
+	// each document is valid only until the next one is read, and a read
+	// that fails yields its error last, with a nil document (see
+	// Sink.ReplaceAll). The read starts when the sequence is ranged over,
+	// and stops when the range ends, so the whole collection is never
+	// held at once.
+	Snapshot(ctx context.Context) iter.Seq2[bson.Raw, error]
 	// Lookup reads the document with the given _id; nil, nil when absent.
 	Lookup(ctx context.Context, id bson.RawValue) (bson.Raw, error)
 }
@@ -84,29 +90,134 @@ func (f *MongoFeed) Open(ctx context.Context, resumeAfter bson.Raw) (Stream, err
 	return mongoStream{cs}, nil
 }
 
-// Snapshot implements Feed.
-func (f *MongoFeed) Snapshot(ctx context.Context) ([]bson.Raw, error) {
-	filter, opts := f.filter, options.Find()
+// SnapshotBatchSize is the batch size of MongoFeed's full reads: the
+// documents each reply of the server carries (a server also stops a reply
+// at 16 MiB). Two batches are read ahead while the sink applies the
+// current one, so a full read holds at most three batches of the
+// collection: about 0.3 MB of 100-byte schedules, 48 MiB at the very most.
+const SnapshotBatchSize = 1000
+
+// snapshotReadAhead is how many batches MongoFeed's reader may have read
+// that the sink has not finished applying.
+const snapshotReadAhead = 2
+
+// Snapshot implements Feed: a find with SnapshotBatchSize, whose batches a
+// goroutine reads ahead of the sink (at most snapshotReadAhead of them),
+// so that the server's work on the next batch overlaps the sink's on this
+// one.
+func (f *MongoFeed) Snapshot(ctx context.Context) iter.Seq2[bson.Raw, error] {
+	return func(yield func(bson.Raw, error) bool) {
+		ctx, cancel := context.WithCancel(ctx)
+		full := make(chan *docBatch, snapshotReadAhead)
+		free := make(chan *docBatch, snapshotReadAhead+1)
+		for range snapshotReadAhead + 1 {
+			free <- &docBatch{}
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			defer close(full)
+			f.readBatches(ctx, full, free)
+		}()
+		defer func() {
+			cancel()
+			for range full { // let the reader end
+			}
+			<-done
+		}()
+		for b := range full {
+			if b.err != nil {
+				yield(nil, b.err)
+				return
+			}
+			for i := range b.ends {
+				if !yield(b.doc(i), nil) {
+					return
+				}
+			}
+			b.reset()
+			free <- b
+		}
+	}
+}
+
+// readBatches runs the find and hands its batches over full, taking empty
+// ones from free; a failure is handed over as a batch holding only it.
+func (f *MongoFeed) readBatches(ctx context.Context, full, free chan *docBatch) {
+	filter, opts := f.filter, options.Find().SetBatchSize(SnapshotBatchSize)
 	if filter == nil {
 		filter = bson.D{}
 	}
 	if f.sort != nil {
 		opts.SetSort(f.sort)
 	}
+	fail := func(err error) {
+		select {
+		case full <- &docBatch{err: fmt.Errorf("read %s: %w", f.coll.Name(), err)}:
+		case <-ctx.Done():
+		}
+	}
 	cur, err := f.coll.Find(ctx, filter, opts)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", f.coll.Name(), err)
+		fail(err)
+		return
 	}
 	defer cur.Close(context.WithoutCancel(ctx))
-	var docs []bson.Raw
+	var b *docBatch
 	for cur.Next(ctx) {
-		docs = append(docs, append(bson.Raw(nil), cur.Current...))
+		if b == nil {
+			select {
+			case b = <-free:
+			case <-ctx.Done():
+				return
+			}
+		}
+		b.add(cur.Current)
+		if cur.RemainingBatchLength() == 0 { // the server's batch ends here
+			select {
+			case full <- b:
+				b = nil
+			case <-ctx.Done():
+				return
+			}
+		}
 	}
 	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", f.coll.Name(), err)
+		if ctx.Err() == nil {
+			fail(err)
+		}
+		return
 	}
-	return docs, nil
+	if b != nil && len(b.ends) > 0 {
+		select {
+		case full <- b:
+		case <-ctx.Done():
+		}
+	}
 }
+
+// docBatch is one batch of a full read: the documents back to back in one
+// buffer, reused from batch to batch.
+type docBatch struct {
+	buf  []byte
+	ends []int // end of document i in buf
+	err  error
+}
+
+func (b *docBatch) add(doc bson.Raw) {
+	b.buf = append(b.buf, doc...)
+	b.ends = append(b.ends, len(b.buf))
+}
+
+func (b *docBatch) doc(i int) bson.Raw {
+	start := 0
+	if i > 0 {
+		start = b.ends[i-1]
+	}
+	return bson.Raw(b.buf[start:b.ends[i]:b.ends[i]])
+}
+
+func (b *docBatch) reset() { b.buf, b.ends = b.buf[:0], b.ends[:0] }
 
 // Lookup implements Feed.
 func (f *MongoFeed) Lookup(ctx context.Context, id bson.RawValue) (bson.Raw, error) {

@@ -2,8 +2,11 @@ package changestream
 
 import (
 	"fmt"
+	"iter"
 	"log/slog"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/resumetoken"
 )
@@ -107,7 +110,11 @@ type Options struct {
 	// is saved (default DefaultSaveDelay, or DefaultStateSaveDelay with
 	// State). Negative saves synchronously after each event; with State,
 	// where that would rewrite the whole state per event, negative means
-	// the default.
+	// the default. Saves are also spaced by their own cost: after a save
+	// that took d, the next waits until 10·d have passed, so a large state
+	// (a million documents, about a second to write) is written every ten
+	// seconds or so while edits come, and the stored token trails by as
+	// much (a restart replays those events, harmlessly).
 	SaveDelay time.Duration
 	// IdleSaveInterval is the least time between two saves of an idle
 	// stream's advancing token (default DefaultIdleSaveInterval, or
@@ -116,9 +123,18 @@ type Options struct {
 	// SaveMaxEvents saves at once when this many applied events are not yet
 	// saved (default DefaultSaveMaxEvents).
 	SaveMaxEvents int
-	// State, when set, persists the applied documents with their token for
-	// warm restarts (see the package doc).
+	// State, when set with StateDocs, persists the applied documents with
+	// their token for warm restarts (see the package doc).
 	State StateStore
+	// StateDocs lists the documents the sink has applied, for State's
+	// saves: each document once, valid only until the next one. It is
+	// called from the saver's goroutine while the sink's methods run, and
+	// must list the effect of every event applied before the call (later
+	// ones may show too: a state at least as new as its token is replayed
+	// harmlessly). The watcher keeps no copy of the documents itself (the
+	// daemon lists the copy its edit history keeps). Without StateDocs,
+	// State is not used.
+	StateDocs func() iter.Seq[bson.Raw]
 	// Hooks lets a caller observe the watcher (metrics); any may be nil.
 	Hooks Hooks
 }

@@ -49,9 +49,21 @@ func (s *seqStore) last() string {
 // memState is an in-memory StateStore.
 type memState struct {
 	mu      sync.Mutex
-	st      *State
+	st      *savedState
 	saves   int
 	loadErr error
+}
+
+// savedState is what memState holds: the documents copied as saved.
+type savedState struct {
+	Token bson.Raw
+	Docs  []bson.Raw
+}
+
+func (m *memState) set(token bson.Raw, docs ...bson.Raw) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.st = &savedState{Token: token, Docs: docs}
 }
 
 func (m *memState) Load(context.Context) (State, error) {
@@ -63,24 +75,38 @@ func (m *memState) Load(context.Context) (State, error) {
 	if m.st == nil {
 		return State{}, errNoState
 	}
-	return *m.st, nil
+	docs := m.st.Docs
+	return State{Token: m.st.Token, Docs: func(yield func(bson.Raw, error) bool) {
+		for _, d := range docs {
+			if !yield(d, nil) {
+				return
+			}
+		}
+	}}, nil
 }
 
 var errNoState = errors.New("no state")
 
 func (m *memState) Save(_ context.Context, st State) error {
+	saved := &savedState{Token: st.Token}
+	for d, err := range st.Docs {
+		if err != nil {
+			return err
+		}
+		saved.Docs = append(saved.Docs, append(bson.Raw(nil), d...))
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.st = &st
+	m.st = saved
 	m.saves++
 	return nil
 }
 
-func (m *memState) get() (State, int) {
+func (m *memState) get() (savedState, int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.st == nil {
-		return State{}, m.saves
+		return savedState{}, m.saves
 	}
 	return *m.st, m.saves
 }
@@ -264,7 +290,7 @@ func TestWarmStartArmsFromStateWithoutReading(t *testing.T) {
 	state := &memState{}
 	sink := newMemSink()
 	// First run: full reload, an edit, shutdown saves state and token.
-	w, stop := startWith(t, feed, tokens, sink, func(o *Options) { o.State = state })
+	w, stop := startWith(t, feed, tokens, sink, func(o *Options) { o.State, o.StateDocs = state, sink.docs })
 	waitFor(t, "ready", func() bool { return w.Status().Ready })
 	feed.mu.Lock()
 	feed.docs["a"] = doc("a", "0 8 * * *")
@@ -283,7 +309,7 @@ func TestWarmStartArmsFromStateWithoutReading(t *testing.T) {
 	// Second run: armed from the state, no read, resumes after token 1.
 	reads := feed.snapshotReads()
 	sink2 := newMemSink()
-	w2, stop2 := startWith(t, feed, tokens, sink2, func(o *Options) { o.State = state })
+	w2, stop2 := startWith(t, feed, tokens, sink2, func(o *Options) { o.State, o.StateDocs = state, sink2.docs })
 	waitFor(t, "ready", func() bool { return w2.Status().Ready })
 	if got := sink2.snapshot(); got["a"] != "0 8 * * *" || got["b"] != "@daily" || len(got) != 2 {
 		t.Fatalf("armed from state: %v", got)
@@ -319,14 +345,14 @@ func TestWarmStartFallsBackToFullReload(t *testing.T) {
 		}, ReasonStartup},
 		{"state at another token", func(_ *fakeFeed, tokens *seqStore, state *memState) {
 			_ = tokens.Save(context.Background(), "w1", tok(2))
-			state.st = &State{Token: tok(1), Docs: []bson.Raw{doc("stale", "@hourly")}}
+			state.set(tok(1), doc("stale", "@hourly"))
 		}, ReasonStartup},
 		{"token reset", func(_ *fakeFeed, _ *seqStore, state *memState) {
-			state.st = &State{Token: tok(1), Docs: []bson.Raw{doc("stale", "@hourly")}}
+			state.set(tok(1), doc("stale", "@hourly"))
 		}, ReasonStartup},
 		{"token refused", func(feed *fakeFeed, tokens *seqStore, state *memState) {
 			_ = tokens.Save(context.Background(), "w1", tok(1))
-			state.st = &State{Token: tok(1), Docs: []bson.Raw{doc("stale", "@hourly")}}
+			state.set(tok(1), doc("stale", "@hourly"))
 			feed.refuse = func(bson.Raw) error { return mongo.CommandError{Code: 286, Name: "ChangeStreamHistoryLost"} }
 		}, ReasonTokenRefused},
 	}
@@ -341,7 +367,7 @@ func TestWarmStartFallsBackToFullReload(t *testing.T) {
 			var mu sync.Mutex
 			var reasons []string
 			w, _ := startWith(t, feed, tokens, sink, func(o *Options) {
-				o.State = state
+				o.State, o.StateDocs = state, sink.docs
 				o.Hooks.FullReload = func(r string, _ []string) { mu.Lock(); reasons = append(reasons, r); mu.Unlock() }
 			})
 			waitFor(t, "ready", func() bool { return w.Status().Ready })
@@ -441,8 +467,9 @@ func TestStateSavesAreCoalescedAndPairedWithTheToken(t *testing.T) {
 			feed := newFakeFeed()
 			tokens := newSeqStore()
 			state := &memState{}
-			w, stop := startWith(t, feed, tokens, newMemSink(), func(o *Options) {
-				o.State = state
+			sink := newMemSink()
+			w, stop := startWith(t, feed, tokens, sink, func(o *Options) {
+				o.State, o.StateDocs = state, sink.docs
 				o.SaveDelay = delay
 			})
 			waitFor(t, "ready", func() bool { return w.Status().Ready })
@@ -461,5 +488,50 @@ func TestStateSavesAreCoalescedAndPairedWithTheToken(t *testing.T) {
 				t.Fatalf("final state at %v with %d docs", st.Token, len(st.Docs))
 			}
 		})
+	}
+}
+
+// slowState is a memState whose saves take a while, as a large state
+// file's write does.
+type slowState struct {
+	memState
+	took time.Duration
+}
+
+func (s *slowState) Save(ctx context.Context, st State) error {
+	time.Sleep(s.took)
+	return s.memState.Save(ctx, st)
+}
+
+// Saves are spaced by their own cost: with saves that take 30 ms and
+// events arriving all the time for a second, the state is written about
+// every 300 ms (10 × its cost), not every SaveDelay (20 ms).
+func TestSlowSavesAreSpacedByTheirCost(t *testing.T) {
+	feed := newFakeFeed()
+	tokens := newSeqStore()
+	state := &slowState{took: 30 * time.Millisecond}
+	sink := newMemSink()
+	w, stop := startWith(t, feed, tokens, sink, func(o *Options) {
+		o.State, o.StateDocs = state, sink.docs
+		o.SaveDelay = 20 * time.Millisecond
+	})
+	waitFor(t, "ready", func() bool { return w.Status().Ready })
+	_, before := state.get()
+	start := time.Now()
+	n := 1
+	for time.Since(start) < time.Second {
+		pushUpdates(feed, n, n+9)
+		n += 10
+		time.Sleep(5 * time.Millisecond)
+	}
+	took := time.Since(start)
+	_, after := state.get()
+	stop()
+	saves := after - before
+	if limit := int(took/(10*state.took)) + 2; saves > limit {
+		t.Fatalf("%d state saves of 30 ms in %s of steady events, want at most %d", saves, took.Round(time.Millisecond), limit)
+	}
+	if saves < 2 {
+		t.Fatalf("%d state saves in %s: spacing stopped saving", saves, took.Round(time.Millisecond))
 	}
 }

@@ -55,13 +55,23 @@ type saver struct {
 	events   int       // events applied since the last save
 	since    time.Time // when the first of those events was applied
 	lastSave time.Time
-	retryAt  time.Time // after a failed save, not before this
+	lastTook time.Duration // how long the last save took
+	retryAt  time.Time     // after a failed save, not before this
 
 	saveMu sync.Mutex
 }
 
 // saveRetryDelay is the pause after a failed save before the next try.
 const saveRetryDelay = time.Second
+
+// saveDutyFactor spaces saves by their own cost: after a save that took d,
+// the next one (for events, not a flush) waits until d·saveDutyFactor has
+// passed since it, so saving never takes more than about a tenth of the
+// time. A token save (about a millisecond) is never held back by it; a
+// state file of a million documents (about a second to write) is then
+// written at most every ten seconds or so while edits come, instead of
+// every DefaultStateSaveDelay.
+const saveDutyFactor = 10
 
 func newSaver(to persister, timing saveTiming) *saver {
 	return &saver{to: to, timing: timing, kick: make(chan struct{}, 1), lastSave: time.Now()}
@@ -129,13 +139,14 @@ func (s *saver) due() (wait time.Duration, ok bool) {
 	if wait := time.Until(s.retryAt); wait > 0 {
 		return wait, true
 	}
+	spaced := time.Until(s.lastSave.Add(s.lastTook * saveDutyFactor))
 	if s.events > 0 {
 		if s.events >= s.timing.maxEvents {
-			return 0, true
+			return max(0, spaced), true
 		}
-		return time.Until(s.since.Add(s.timing.delay)), true
+		return max(time.Until(s.since.Add(s.timing.delay)), spaced), true
 	}
-	return time.Until(s.lastSave.Add(s.timing.idle)), true
+	return max(time.Until(s.lastSave.Add(s.timing.idle)), spaced), true
 }
 
 // run saves pending positions until ctx ends.
@@ -178,6 +189,7 @@ func (s *saver) flush(ctx context.Context) {
 	if t == nil {
 		return
 	}
+	start := time.Now()
 	if !s.to.save(ctx, t) {
 		// Keep it for the next attempt unless a newer one came meanwhile.
 		s.mu.Lock()
@@ -191,6 +203,7 @@ func (s *saver) flush(ctx context.Context) {
 	}
 	s.mu.Lock()
 	s.lastSave = time.Now()
+	s.lastTook = s.lastSave.Sub(start)
 	s.mu.Unlock()
 }
 

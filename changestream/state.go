@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"iter"
 	"log/slog"
-	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -17,16 +17,22 @@ import (
 type State struct {
 	// Token is the resume position Docs are at.
 	Token bson.Raw
-	// Docs are the collection's documents as applied.
-	Docs []bson.Raw
+	// Docs are the collection's documents as applied, one at a time, as
+	// Sink.ReplaceAll takes them: each valid only until the next, a
+	// failure yielded last. They are read (from the sink's documents on a
+	// save, from the store on a load) as they are ranged over, at most
+	// once, so neither a save nor a load holds the whole collection.
+	Docs iter.Seq2[bson.Raw, error]
 }
 
 // StateStore persists State for warm restarts (see Options.State).
 type StateStore interface {
-	// Load returns the stored state; any error means "do a full reload"
-	// (an error wrapping fs.ErrNotExist: there is none yet).
+	// Load opens the stored state: its token, and its documents read as
+	// State.Docs is ranged over. Any error means "do a full reload" (an
+	// error wrapping fs.ErrNotExist: there is none yet); so does a failure
+	// yielded by Docs.
 	Load(ctx context.Context) (State, error)
-	// Save replaces the stored state atomically.
+	// Save replaces the stored state atomically, reading st.Docs once.
 	Save(ctx context.Context, st State) error
 }
 
@@ -37,21 +43,30 @@ type StateStore interface {
 type statePersister struct {
 	tokens *tokenPersister
 	store  StateStore
-	docs   *mirror
+	docs   func() iter.Seq[bson.Raw] // Options.StateDocs
 	id     string
 	log    *slog.Logger
 }
 
 func (p *statePersister) save(ctx context.Context, t bson.Raw) bool {
 	start := time.Now()
-	docs := p.docs.snapshot() // taken after t was applied: at least as new as t
+	n := 0
+	// Listed after t was applied: at least as new as t.
+	docs := func(yield func(bson.Raw, error) bool) {
+		for d := range p.docs() {
+			n++
+			if !yield(d, nil) {
+				return
+			}
+		}
+	}
 	if err := p.store.Save(ctx, State{Token: t, Docs: docs}); err != nil {
 		if ctx.Err() == nil {
 			p.log.Warn("saving state file failed; the next start will reload everything unless a later save works",
 				"watcher_id", p.id, "error", err)
 		}
 	} else {
-		p.log.Debug("state file saved", "documents", len(docs), "duration", time.Since(start))
+		p.log.Debug("state file saved", "documents", n, "duration", time.Since(start))
 	}
 	return p.tokens.save(ctx, t)
 }
@@ -63,7 +78,8 @@ func (p *statePersister) defaults() saveTiming {
 }
 
 // warmStart arms the sink from the stored state when it is at token, and
-// reports whether it did.
+// reports whether it did. A state that fails part-way (a file damaged
+// after its check) leaves what it armed to the full reload that follows.
 func (w *Watcher) warmStart(ctx context.Context, token bson.Raw) bool {
 	if w.opts.State == nil || token == nil {
 		return false
@@ -83,65 +99,17 @@ func (w *Watcher) warmStart(ctx context.Context, token bson.Raw) bool {
 			"watcher_id", w.opts.ID, "state_token", tokenString(st.Token), "stored_token", tokenString(token))
 		return false
 	}
-	read := time.Since(start)
-	applyStart := time.Now()
-	changed := w.sink.ReplaceAll(st.Docs)
-	apply := time.Since(applyStart)
+	opened := time.Since(start)
+	r := w.beginRead(ReasonStateFile, start)
+	changed, err := w.sink.ReplaceAll(r.count(st.Docs))
+	w.endRead()
+	if err != nil {
+		w.log.Warn("state file unusable; doing a full reload", "watcher_id", w.opts.ID, "error", err,
+			"documents", r.docs)
+		return false
+	}
 	w.markSynced()
-	w.log.Info("armed from state file", "watcher_id", w.opts.ID, "documents", len(st.Docs),
-		"changed", len(changed), "duration", time.Since(start), "read", read, "apply", apply)
+	w.log.Info("armed from state file", "watcher_id", w.opts.ID, "documents", r.docs,
+		"changed", len(changed), "duration", time.Since(start), "open", opened, "read", r.readWait, "apply", r.apply)
 	return true
-}
-
-// mirror is a sink wrapper that remembers the documents it applied, for
-// the state file. Snapshots may run concurrently with the stream loop.
-type mirror struct {
-	Sink
-	mu   sync.Mutex
-	docs map[string]bson.Raw // by _id (type byte + value bytes)
-}
-
-func newMirror(s Sink) *mirror { return &mirror{Sink: s, docs: map[string]bson.Raw{}} }
-
-func idKey(v bson.RawValue) string { return string(rune(v.Type)) + string(v.Value) }
-
-func (m *mirror) Upsert(doc bson.Raw) {
-	m.Sink.Upsert(doc)
-	if id, err := doc.LookupErr("_id"); err == nil {
-		d := append(bson.Raw(nil), doc...) // the stream reuses its buffers
-		m.mu.Lock()
-		m.docs[idKey(id)] = d
-		m.mu.Unlock()
-	}
-}
-
-func (m *mirror) Delete(id bson.RawValue) {
-	m.Sink.Delete(id)
-	m.mu.Lock()
-	delete(m.docs, idKey(id))
-	m.mu.Unlock()
-}
-
-func (m *mirror) ReplaceAll(docs []bson.Raw) []string {
-	changed := m.Sink.ReplaceAll(docs)
-	next := make(map[string]bson.Raw, len(docs))
-	for _, d := range docs {
-		if id, err := d.LookupErr("_id"); err == nil {
-			next[idKey(id)] = d
-		}
-	}
-	m.mu.Lock()
-	m.docs = next
-	m.mu.Unlock()
-	return changed
-}
-
-func (m *mirror) snapshot() []bson.Raw {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]bson.Raw, 0, len(m.docs))
-	for _, d := range m.docs {
-		out = append(out, d)
-	}
-	return out
 }

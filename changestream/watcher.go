@@ -33,23 +33,37 @@
 // position is saved every IdleSaveInterval. A negative SaveDelay saves
 // synchronously after every event instead.
 //
+// # Full reads
+//
+// A full reload reads the collection one document at a time (Feed.Snapshot)
+// into the sink (Sink.ReplaceAll): no one holds the whole collection, and
+// the read's progress (documents, bytes) is in Status.Reload and logged
+// every few seconds. A read that fails is retried from the start after a
+// backoff; the error is in Status.LastError, and one that will recur until
+// something outside the watcher changes (IsRepeating, or the same error
+// several times in a row) keeps the watcher not ready, retrying at
+// BackoffMax with one error line per attempt, instead of looking like a
+// passing network failure.
+//
 // # Warm restart
 //
-// With Options.State set, the watcher also keeps the documents it applied
-// and persists them together with the token they correspond to (every
-// SaveDelay while events come, default DefaultStateSaveDelay; the token
-// store is then written right after the state, with the same token, so the
-// two stay equal). On start, when the stored state's token equals the stored resume
-// token, the sink is armed from the state (ReplaceAll, no collection read)
-// and the stream resumes after that token, replaying what changed while
-// the daemon was down. A missing, corrupt or mismatched state, or a token
-// that differs (a crash between the two saves, or a token reset), means the
+// With Options.State and Options.StateDocs set, the watcher persists the
+// documents the sink applied (listed by StateDocs, written one at a time)
+// together with the token they correspond to (every SaveDelay while events
+// come, default DefaultStateSaveDelay; the token store is then written
+// right after the state, with the same token, so the two stay equal). On
+// start, when the stored state's token equals the stored resume token, the
+// sink is armed from the state (ReplaceAll, no collection read) and the
+// stream resumes after that token, replaying what changed while the daemon
+// was down. A missing, corrupt or mismatched state, or a token that
+// differs (a crash between the two saves, or a token reset), means the
 // usual full reload; so does the server refusing the token.
 package changestream
 
 import (
 	"context"
 	"errors"
+	"iter"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -68,9 +82,17 @@ type Sink interface {
 	Upsert(doc bson.Raw)
 	// Delete forgets the document with this _id.
 	Delete(id bson.RawValue)
-	// ReplaceAll makes the sink equal to docs (a whole collection) and
-	// returns the ids it had to change.
-	ReplaceAll(docs []bson.Raw) (changed []string)
+	// ReplaceAll makes the sink equal to the collection docs reads, and
+	// returns the ids it had to change. docs yields every document of the
+	// collection once, one at a time, so that no one holds the whole
+	// collection: a document is valid only until the next one is read
+	// (the read reuses its buffers), and the sink copies what it keeps.
+	// When the read fails, docs yields the error last (with a nil
+	// document): the sink keeps what it applied — each document read is a
+	// committed version, and the stream replays what follows — but must
+	// not take the documents it did not see as deleted, and returns the
+	// error; the watcher then retries the whole reload.
+	ReplaceAll(docs iter.Seq2[bson.Raw, error]) (changed []string, err error)
 }
 
 // Reasons for a full reload, as logged and counted.
@@ -159,6 +181,18 @@ type Status struct {
 	FullReloads int64
 	// Reconnects counts reconnect attempts.
 	Reconnects int64
+	// Reload is the full read under way (Reason empty when none): what
+	// a replica that is not ready yet is doing.
+	Reload ReloadProgress
+	// LastError is the error of the last failed attempt while the watcher
+	// is not ready (empty once it is ready again), ErrorSince when that
+	// error first occurred, and Repeating whether it is one that will
+	// recur until the collection, the server or the configuration
+	// changes (see IsRepeating): the watcher keeps retrying, at
+	// BackoffMax, without turning ready.
+	LastError  string
+	ErrorSince time.Time
+	Repeating  bool
 }
 
 // Watcher keeps a Sink equal to a collection.
@@ -166,9 +200,13 @@ type Watcher struct {
 	opts Options
 	log  *slog.Logger
 
-	sink  Sink // opts.Sink, wrapped in a mirror with Options.State
+	sink  Sink // opts.Sink
 	saver *saver
 	pos   *position
+
+	// failing is the failure that keeps the watcher from being ready;
+	// used from the watcher's goroutine only.
+	failing failure
 
 	// resyncKick wakes the poll loop when a resync is requested.
 	resyncKick chan struct{}
@@ -188,10 +226,8 @@ func New(opts Options) *Watcher {
 	tokens := &tokenPersister{store: opts.Tokens, id: opts.ID, log: opts.Logger,
 		saved: func(at time.Time) { w.update(func(s *Status) { s.TokenSavedAt = at }) }}
 	var to persister = tokens
-	if opts.State != nil {
-		m := newMirror(opts.Sink)
-		w.sink = m
-		to = &statePersister{tokens: tokens, store: opts.State, docs: m, id: opts.ID, log: opts.Logger}
+	if opts.State != nil && opts.StateDocs != nil {
+		to = &statePersister{tokens: tokens, store: opts.State, docs: opts.StateDocs, id: opts.ID, log: opts.Logger}
 	}
 	w.saver = newSaver(to, opts.timing(to.defaults()))
 	w.pos = newPosition(w.saver, opts.Logger, opts.ID)
@@ -212,7 +248,16 @@ func (w *Watcher) update(f func(*Status)) {
 }
 
 func (w *Watcher) setReady(ready bool) {
-	w.update(func(s *Status) { s.Ready = ready && w.synced })
+	var now bool
+	w.update(func(s *Status) {
+		s.Ready = ready && w.synced
+		if now = s.Ready; now {
+			s.LastError, s.ErrorSince, s.Repeating = "", time.Time{}, false
+		}
+	})
+	if now {
+		w.failing = failure{}
+	}
 }
 
 // fullReload reads the whole collection and makes the sink equal to it.
@@ -221,25 +266,27 @@ func (w *Watcher) fullReload(ctx context.Context, reason string) error {
 	return err
 }
 
-// reload is fullReload returning the ids it changed.
+// reload is fullReload returning the ids it changed. The collection is
+// read and applied one document at a time (Feed.Snapshot into
+// Sink.ReplaceAll), its progress in the status and the log.
 func (w *Watcher) reload(ctx context.Context, reason string) ([]string, error) {
 	w.saver.flush(ctx) // what was applied before stays saved if the reload fails
 	start := time.Now()
-	docs, err := w.opts.Feed.Snapshot(ctx)
+	r := w.beginRead(reason, start)
+	changed, err := w.sink.ReplaceAll(r.count(w.opts.Feed.Snapshot(ctx)))
+	w.endRead()
 	if err != nil {
 		return nil, err
 	}
-	read := time.Since(start)
-	changed := w.sink.ReplaceAll(docs)
-	apply := time.Since(start) - read
 	w.mu.Lock()
 	w.status.FullReloads++
 	w.mu.Unlock()
 	w.markSynced()
 	if reason != ReasonPoll || len(changed) > 0 {
-		w.log.Info("full reload", "reason", reason, "documents", len(docs),
-			"changed", len(changed), "changed_ids", firstIDs(changed, 20), "duration", time.Since(start),
-			"read", read, "apply", apply)
+		took := time.Since(start)
+		w.log.Info("full reload", "reason", reason, "documents", r.docs, "bytes", r.bytes,
+			"changed", len(changed), "changed_ids", firstIDs(changed, 20), "duration", took,
+			"read", r.readWait, "apply", r.apply, "documents_per_second", rate(r.docs, took))
 	}
 	if w.opts.Hooks.FullReload != nil {
 		w.opts.Hooks.FullReload(reason, changed)
@@ -628,11 +675,25 @@ func (w *Watcher) saveFinal() {
 }
 
 // backoff sleeps a capped exponential delay with jitter (half to full of
-// min·2^(attempt-1), at most max), or until ctx ends.
+// min·2^(attempt-1), at most max), or until ctx ends. An error that
+// repeats (see failure) waits the longest delay at once. Each step logs
+// one line and puts the error in the status, where /readyz shows it.
 func (w *Watcher) backoff(ctx context.Context, attempt int, err error) {
+	f := w.failing.record(err, time.Now())
 	d := Backoff(attempt, w.opts.BackoffMin, w.opts.BackoffMax)
-	w.update(func(s *Status) { s.Reconnects++ })
-	w.log.Warn("reconnecting after error", "attempt", attempt, "delay", d, "error", err)
+	if f.repeating {
+		d = w.opts.BackoffMax
+	}
+	w.update(func(s *Status) {
+		s.Reconnects++
+		s.LastError, s.ErrorSince, s.Repeating = f.text, f.since, f.repeating
+	})
+	if f.repeating {
+		w.log.Error("not ready: the same error keeps recurring and will until the collection, the server or the configuration changes; retrying",
+			"attempt", attempt, "delay", d, "error", err, "failing_since", f.since, "failures", f.count)
+	} else {
+		w.log.Warn("reconnecting after error", "attempt", attempt, "delay", d, "error", err)
+	}
 	if w.opts.Hooks.Reconnect != nil {
 		w.opts.Hooks.Reconnect(attempt, d, err)
 	}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -31,6 +33,9 @@ type fakeFeed struct {
 	wake    chan struct{}
 	// onSnapshot, when set, runs at the start of each Snapshot (without f.mu).
 	onSnapshot func()
+	// failErr, when set, is yielded by Snapshot after failAfter documents.
+	failAfter int
+	failErr   error
 }
 
 func newFakeFeed() *fakeFeed {
@@ -123,19 +128,41 @@ func (f *fakeFeed) Open(_ context.Context, resumeAfter bson.Raw) (Stream, error)
 	return f.stream, nil
 }
 
-func (f *fakeFeed) Snapshot(context.Context) ([]bson.Raw, error) {
-	if f.onSnapshot != nil {
-		f.onSnapshot()
+func (f *fakeFeed) Snapshot(context.Context) iter.Seq2[bson.Raw, error] {
+	return func(yield func(bson.Raw, error) bool) {
+		if f.onSnapshot != nil {
+			f.onSnapshot()
+		}
+		f.mu.Lock()
+		f.reads++
+		f.calls = append(f.calls, "snapshot")
+		docs := make([]bson.Raw, 0, len(f.docs))
+		for _, id := range slices.Sorted(maps.Keys(f.docs)) {
+			docs = append(docs, f.docs[id])
+		}
+		failAfter, failErr := f.failAfter, f.failErr
+		f.mu.Unlock()
+		for i, d := range docs {
+			if failErr != nil && i == failAfter {
+				yield(nil, failErr)
+				return
+			}
+			if !yield(d, nil) {
+				return
+			}
+		}
+		if failErr != nil && failAfter >= len(docs) {
+			yield(nil, failErr)
+		}
 	}
+}
+
+// failReads makes every later Snapshot fail with err after n documents
+// (err nil: no failure).
+func (f *fakeFeed) failReads(n int, err error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.reads++
-	f.calls = append(f.calls, "snapshot")
-	out := make([]bson.Raw, 0, len(f.docs))
-	for _, d := range f.docs {
-		out = append(out, d)
-	}
-	return out, nil
+	f.failAfter, f.failErr = n, err
+	f.mu.Unlock()
 }
 
 func (f *fakeFeed) Lookup(_ context.Context, id bson.RawValue) (bson.Raw, error) {
@@ -201,27 +228,43 @@ func (s *memSink) Delete(id bson.RawValue) {
 	s.applied = append(s.applied, "delete:"+id.StringValue())
 }
 
-func (s *memSink) ReplaceAll(docs []bson.Raw) []string {
+func (s *memSink) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.replaces++
-	next := map[string]string{}
+	seen := map[string]bool{}
 	var changed []string
-	for _, d := range docs {
+	for d, err := range docs {
+		if err != nil {
+			return changed, err
+		}
 		id := d.Lookup("_id").StringValue()
-		next[id] = d.Lookup("cron_expr").StringValue()
-		if s.armed[id] != next[id] {
+		expr := d.Lookup("cron_expr").StringValue()
+		seen[id] = true
+		if old, ok := s.armed[id]; !ok || old != expr {
 			changed = append(changed, id)
 		}
+		s.armed[id] = expr
 	}
 	for id := range s.armed {
-		if _, ok := next[id]; !ok {
+		if !seen[id] {
 			changed = append(changed, id)
+			delete(s.armed, id)
 		}
 	}
-	s.armed = next
 	sort.Strings(changed)
-	return changed
+	return changed, nil
+}
+
+// docs lists what the sink holds as documents (Options.StateDocs).
+func (s *memSink) docs() iter.Seq[bson.Raw] {
+	return func(yield func(bson.Raw) bool) {
+		for id, expr := range s.snapshot() {
+			if !yield(doc(id, expr)) {
+				return
+			}
+		}
+	}
 }
 
 func (s *memSink) snapshot() map[string]string {

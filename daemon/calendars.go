@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"iter"
 	"log/slog"
 	"slices"
 	"sync"
@@ -169,8 +170,8 @@ func (k calendarSink) Delete(id bson.RawValue) {
 }
 
 // ReplaceAll implements changestream.Sink.
-func (k calendarSink) ReplaceAll(docs []bson.Raw) []string {
-	changed := k.c.set.ReplaceAll(docs)
+func (k calendarSink) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error) {
+	changed, err := k.c.set.ReplaceAll(docs)
 	k.c.changed(changed...)
-	return changed
+	return changed, err
 }

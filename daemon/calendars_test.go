@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"iter"
 	"log/slog"
 	"strings"
 	"testing"
@@ -36,10 +37,12 @@ func calendarDoc(t *testing.T, d bson.D) bson.Raw {
 func TestCalendarMatchReadsTheDateInTheRightZone(t *testing.T) {
 	c := &calendarWatch{set: calendar.NewSet(slog.New(slog.DiscardHandler)), loc: time.UTC}
 	sink := calendarSink{c}
-	sink.ReplaceAll([]bson.Raw{
+	if _, err := sink.ReplaceAll(rawDocs(
 		calendarDoc(t, bson.D{{Key: "_id", Value: "xmas"}, {Key: "yearly", Value: bson.A{"12-25"}}}),
 		calendarDoc(t, bson.D{{Key: "_id", Value: "ny"}, {Key: "timezone", Value: "America/New_York"}, {Key: "dates", Value: bson.A{"2027-12-24"}}}),
-	})
+	)); err != nil {
+		t.Fatal(err)
+	}
 	// 2027-12-24T20:00Z is the 25th in Tokyo, the 24th in UTC and New York.
 	slot := time.Date(2027, 12, 24, 20, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
@@ -94,4 +97,15 @@ func bsonString(s string) []byte {
 		panic(err)
 	}
 	return b
+}
+
+// rawDocs yields docs one at a time, as a full read does.
+func rawDocs(docs ...bson.Raw) iter.Seq2[bson.Raw, error] {
+	return func(yield func(bson.Raw, error) bool) {
+		for _, d := range docs {
+			if !yield(d, nil) {
+				return
+			}
+		}
+	}
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"iter"
 	"log/slog"
 	"time"
 
@@ -17,10 +18,10 @@ import (
 // was not in force then. Whether the slot was really missed is not decided
 // here but by the lock claim (last fire < slot), so a slot that ran, here
 // or on another replica, is never run again.
-func catchUpSlots(jobs []scheduler.Status, now time.Time, window func(action string) time.Duration,
+func catchUpSlots(jobs iter.Seq[scheduler.Status], now time.Time, window func(action string) time.Duration,
 	lastSlot func(id string, now time.Time) (time.Time, bool)) []schedule.Due {
 	var out []schedule.Due
-	for _, st := range jobs {
+	for st := range jobs {
 		if !st.Armed {
 			continue
 		}
@@ -58,7 +59,7 @@ func runCatchUp(ctx context.Context, engine *scheduler.Engine, ready func() bool
 		}
 	}
 	now := time.Now()
-	fires := catchUpSlots(engine.List(), now, window, engine.LastSlot)
+	fires := catchUpSlots(engine.All(), now, window, engine.LastSlot)
 	if gaps != nil {
 		gaps(ctx, now, fires)
 	}

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -34,7 +35,7 @@ func TestCatchUpSlots(t *testing.T) {
 		status("never", "default", true, time.Time{}),
 		status("per_action", "long", true, now.Add(-time.Hour)),
 	}
-	got := catchUpSlots(jobs, now, func(a string) time.Duration { return windows[a] },
+	got := catchUpSlots(slices.Values(jobs), now, func(a string) time.Duration { return windows[a] },
 		func(id string, _ time.Time) (time.Time, bool) { s := slots[id]; return s, !s.IsZero() })
 	// Each fire carries the job's armed schedule and its jitter delay.
 	want := []schedule.Due{

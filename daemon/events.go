@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"iter"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/changestream"
@@ -39,8 +41,8 @@ func (s eventSink) Delete(id bson.RawValue) {
 // ReplaceAll implements changestream.Sink: one event per changed job, or
 // one for every job when many changed; none when nothing changed (a poll
 // that found the collection as it was).
-func (s eventSink) ReplaceAll(docs []bson.Raw) []string {
-	changed := s.Sink.ReplaceAll(docs)
+func (s eventSink) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error) {
+	changed, err := s.Sink.ReplaceAll(docs)
 	switch {
 	case len(changed) == 0:
 	case len(changed) > maxReloadEvents:
@@ -51,7 +53,7 @@ func (s eventSink) ReplaceAll(docs []bson.Raw) []string {
 			s.events.ScheduleChanged(shown)
 		}
 	}
-	return changed
+	return changed, err
 }
 
 // jobIDOf is the job id an _id names as the API shows it (the rendering,

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"iter"
 	"testing"
 	"time"
 
@@ -14,9 +15,11 @@ import (
 // told to report.
 type recordingSink struct{ changed []string }
 
-func (recordingSink) Upsert(bson.Raw)                  {}
-func (recordingSink) Delete(bson.RawValue)             {}
-func (s recordingSink) ReplaceAll([]bson.Raw) []string { return s.changed }
+func (recordingSink) Upsert(bson.Raw)      {}
+func (recordingSink) Delete(bson.RawValue) {}
+func (s recordingSink) ReplaceAll(iter.Seq2[bson.Raw, error]) ([]string, error) {
+	return s.changed, nil
+}
 
 func nextEvent(t *testing.T, c <-chan httpapi.Event) httpapi.Event {
 	t.Helper()

@@ -41,7 +41,7 @@ func (s *Service) slots(id string) (record.NextFunc, bool) {
 func (s *Service) readDecided() {
 	defer s.decided.readOnce.Do(func() { close(s.decided.read) })
 	var ids []string
-	for _, st := range s.engine.List() {
+	for st := range s.engine.All() {
 		if st.Armed {
 			ids = append(ids, st.ID)
 		}
@@ -92,7 +92,7 @@ func (s *Service) recordStartupGaps(ctx context.Context, now time.Time, catchUp 
 	}
 	retention := s.opts.Retention
 	waitUntil := time.Now().Add(firesFromWait)
-	for _, st := range s.engine.List() {
+	for st := range s.engine.All() {
 		if !st.Armed || !asked[st.ID] {
 			continue // armed after the engine started: its fires say what happened
 		}

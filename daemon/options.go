@@ -53,6 +53,15 @@ type Options struct {
 	// and their resume token, so that a restart arms every job without
 	// reading the collection (docs/operations.md).
 	StateFile string
+	// DivideSchedules makes the replicas divide the schedules instead of
+	// each arming every job: a replica arms the jobs it owns and those it
+	// is second for (members.Armers: the job's next owner, armed already
+	// when the owner goes), about 2/R of them with R replicas, and keeps
+	// every other job's last known good in its compact decoded form. Edits
+	// still reach every replica. When the live members change, each
+	// re-divides (README "Several replicas"; docs/members.md). Every
+	// replica of a deployment must agree on it.
+	DivideSchedules bool
 
 	// LockTTL is the lease of a job's lock, renewed every LockTTL/3 while
 	// a run lasts; past it another replica may take the lock over. 0 is 10

@@ -2,8 +2,11 @@ package daemon
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
+	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/httpapi"
 	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/record"
@@ -55,6 +58,10 @@ type parts struct {
 	starterDone   chan struct{}
 	relayStarted  chan func()
 	catchUpDone   chan struct{}
+	// engineStarted is closed once startEngine returned (the engine
+	// started, or the run ended first); divideDone once runDivide ended.
+	engineStarted chan struct{}
+	divideDone    chan struct{}
 }
 
 // startParts joins the members and starts the parts that wait for it.
@@ -65,7 +72,8 @@ type parts struct {
 // as ever, while the engine still waits for the join.
 func (s *Service) startParts() *parts {
 	p := &parts{s: s, joined: make(chan struct{}), memberDone: make(chan error, 1), watchDone: make(chan error, 1),
-		starterDone: make(chan struct{}), relayStarted: make(chan func(), 1), catchUpDone: make(chan struct{})}
+		starterDone: make(chan struct{}), relayStarted: make(chan func(), 1), catchUpDone: make(chan struct{}),
+		engineStarted: make(chan struct{}), divideDone: make(chan struct{})}
 	memberCtx, stopMember := context.WithCancel(context.Background())
 	p.stopMember = stopMember
 	go func() {
@@ -94,6 +102,12 @@ func (s *Service) startParts() *parts {
 	go func() {
 		defer close(p.starterDone)
 		s.startEngine(watchCtx, p.joined)
+		close(p.engineStarted)
+	}()
+	go func() {
+		defer close(p.divideDone)
+		<-p.engineStarted
+		s.runDivide(watchCtx) // with DivideSchedules: re-divide as the live members change
 	}()
 	go func() {
 		// Notifications are delivered once this process holds its id.
@@ -152,6 +166,7 @@ func (s *Service) shutdown(p *parts, runErr error) error {
 		s.log.Warn("some actions were cancelled at the end of the grace period")
 	}
 	<-p.catchUpDone
+	<-p.divideDone
 	<-p.blackoutsDone
 	<-p.calendarsDone
 	// After the last ends were written: their notices are moved (and
@@ -214,7 +229,46 @@ func (s *Service) status() httpapi.Status {
 		SchedulesArmed: s.engine.Len(),
 		Ready:          ws.Ready,
 		Reconnects:     ws.Reconnects,
+		Readiness:      readiness(ws, time.Now()),
 	}
+}
+
+// readiness says why the watcher is not ready, from its status at now:
+// the full read under way, the error it keeps retrying, or that it has
+// not begun; empty while it is ready.
+func readiness(ws changestream.Status, now time.Time) httpapi.Readiness {
+	if ws.Ready {
+		return httpapi.Readiness{}
+	}
+	var r httpapi.Readiness
+	var why []string
+	if p := ws.Reload; p.Reason != "" {
+		took := now.Sub(p.StartedAt)
+		r.Reload = &httpapi.Reload{Reason: p.Reason, StartedAt: p.StartedAt, Documents: p.Documents, Bytes: p.Bytes}
+		if took > 0 {
+			r.Reload.DocumentsPerSecond = int64(float64(p.Documents) / took.Seconds())
+		}
+		what := "full reload (" + p.Reason + ")"
+		if p.Reason == changestream.ReasonStateFile {
+			what = "arming from the state file"
+		}
+		why = append(why, fmt.Sprintf("%s under way: %d documents (%.1f MB) read in %s, %d a second",
+			what, p.Documents, float64(p.Bytes)/1e6, took.Round(100*time.Millisecond), r.Reload.DocumentsPerSecond))
+	}
+	if ws.LastError != "" {
+		r.LastError, r.ErrorSince, r.ErrorRepeats = ws.LastError, timePtr(ws.ErrorSince), ws.Repeating
+		kind := "failing"
+		if ws.Repeating {
+			kind = "failing with the same error, which will recur until the collection, the server or the configuration changes,"
+		}
+		why = append(why, fmt.Sprintf("the watcher has been %s since %s: %s",
+			kind, ws.ErrorSince.UTC().Format(time.RFC3339), ws.LastError))
+	}
+	if len(why) == 0 {
+		why = append(why, "starting: the schedules are not read yet")
+	}
+	r.NotReady = strings.Join(why, "; ")
+	return r
 }
 
 func timePtr(t time.Time) *time.Time {

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"iter"
 	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -128,11 +129,25 @@ func (s tracedSink) Delete(id bson.RawValue) {
 	s.e.forget(jobID)
 }
 
-// ReplaceAll implements changestream.Sink.
-func (s tracedSink) ReplaceAll(docs []bson.Raw) []string {
-	span := s.e.start(spanSchedulesReload, attribute.Int("cronswap.documents", len(docs)))
+// ReplaceAll implements changestream.Sink. The documents are counted as
+// they stream through: the span gets their number when the read ends.
+func (s tracedSink) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error) {
+	span := s.e.start(spanSchedulesReload)
 	defer s.e.end(span)
-	changed := s.Sink.ReplaceAll(docs)
-	span.SetAttributes(attribute.Int("cronswap.changed", len(changed)))
-	return changed
+	n := 0
+	changed, err := s.Sink.ReplaceAll(func(yield func(bson.Raw, error) bool) {
+		for doc, err := range docs {
+			if err == nil {
+				n++
+			}
+			if !yield(doc, err) {
+				return
+			}
+		}
+	})
+	span.SetAttributes(attribute.Int("cronswap.documents", n), attribute.Int("cronswap.changed", len(changed)))
+	if err != nil {
+		span.RecordError(err)
+	}
+	return changed, err
 }

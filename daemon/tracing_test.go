@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"iter"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -20,8 +21,8 @@ type armingSink struct {
 func (s armingSink) Upsert(doc bson.Raw) {
 	s.e.applied(jobIDOf(doc.Lookup("_id")), s.outcome)
 }
-func (s armingSink) Delete(bson.RawValue)                {}
-func (s armingSink) ReplaceAll(docs []bson.Raw) []string { return nil }
+func (s armingSink) Delete(bson.RawValue)                                    {}
+func (s armingSink) ReplaceAll(iter.Seq2[bson.Raw, error]) ([]string, error) { return nil, nil }
 
 // Each change the watcher applies is a span; the span of the change that
 // armed or re-armed a job is the one its fires link to, until another

@@ -47,6 +47,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics.Metrics, error) {
 
 func (s *Service) newMembers() *members.Membership {
 	return members.New(s.db, members.Options{InstanceID: s.opts.InstanceID, Logger: s.log, HTTP: s.opts.HTTPAddr,
+		Divides:     s.opts.DivideSchedules,
 		Unreachable: func(error) { s.awayOnce.Do(func() { close(s.away) }) }})
 }
 
@@ -123,6 +124,9 @@ func (s *Service) newEngine() *scheduler.Engine {
 			s.armedAt.Store(time.Now().UnixNano())
 			s.edits.applied(id, o)
 		}},
+		// Dividing the schedules: this replica arms the jobs it owns and
+		// those it is second for among the live members (divide.go).
+		Arms: s.armsFunc(),
 	})
 }
 
@@ -148,12 +152,16 @@ func (s *Service) newWatcher() *changestream.Watcher {
 		Logger: s.log.With("collection", schedule.CollectionName),
 		Hooks:  hooks,
 		State:  stateStore(s.opts, s.db),
+		// The state file holds the documents the edit history keeps
+		// (the before-images of the next edits): one copy of them.
+		StateDocs: s.history.recorder.Documents,
 	}))
 }
 
 func (s *Service) registerGauges() error {
 	return s.metrics.RegisterGauges(metrics.Sources{
 		Armed:        s.engine.Len,
+		Known:        s.engine.Known,
 		TokenSavedAt: func() time.Time { return s.watcher.Status().TokenSavedAt },
 		ClaimLatency: s.runner.LatencyEstimate,
 		WatchState:   func() string { return watchState(s.watcher.Status()) },

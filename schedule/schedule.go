@@ -307,9 +307,11 @@ func DecodeFields(raw bson.Raw) (s Schedule, err error) {
 			if !ok {
 				return s, invalid(id, FieldArgs, "is a malformed BSON document")
 			}
-			js, err := bson.MarshalExtJSON(doc, false, false)
-			if err != nil {
-				return s, invalid(id, FieldArgs, "cannot be turned into JSON: %v", err)
+			js, ok := appendRelaxedJSON(nil, doc, false)
+			if !ok {
+				if js, err = bson.MarshalExtJSON(doc, false, false); err != nil {
+					return s, invalid(id, FieldArgs, "cannot be turned into JSON: %v", err)
+				}
 			}
 			if len(js) > MaxArgsJSONBytes {
 				return s, invalid(id, FieldArgs, "is %d bytes as JSON, more than the %d an action can be handed "+

@@ -91,7 +91,7 @@ func syncOnce(b *testing.B, items []Item) time.Duration {
 	e := benchEngine(Options{})
 	b.StartTimer()
 	t0 := time.Now()
-	st := e.Sync(items)
+	st := syncItems(e, items)
 	d := time.Since(t0)
 	b.StopTimer()
 	if st.Added != len(items) || e.Len() != len(items) {
@@ -173,7 +173,7 @@ func BenchmarkResyncUnchanged(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
-		st := e.Sync(items)
+		st := syncItems(e, items)
 		ds = append(ds, time.Since(t0))
 		if st.Unchanged != n || len(st.Changed) != 0 {
 			b.Fatalf("resync: %d unchanged, %d changed", st.Unchanged, len(st.Changed))
@@ -215,7 +215,7 @@ func BenchmarkBaselineAddFunc(b *testing.B) {
 func armedEngine(b *testing.B, n int) *Engine {
 	b.Helper()
 	e := benchEngine(Options{})
-	if st := e.Sync(benchItems(n)); st.Added != n {
+	if st := syncItems(e, benchItems(n)); st.Added != n {
 		b.Fatalf("Sync added %d of %d", st.Added, n)
 	}
 	return e
@@ -340,20 +340,35 @@ func heapInUse() uint64 {
 // baseline_bytes/entry is the same for a robfig cron.Cron loaded the obvious
 // way (before Start, to keep it fast; the heap is the same).
 // sync_allocs/job counts the allocations Sync makes per job.
+// held_bytes/job is the same for an engine that arms none of the jobs
+// (Options.Arms false for all: a replica that divides the schedules keeps
+// the jobs another replica arms as their last known good).
 func BenchmarkHeapPerJob(b *testing.B) {
 	const n = 100_000
-	var per, allocs, basePer []float64
+	var per, allocs, basePer, heldPer []float64
 	for range b.N {
 		before := heapInUse()
+		held := benchEngine(Options{Arms: func(string) bool { return false }})
+		syncItems(held, benchItems(n))
+		after := heapInUse()
+		if held.Len() != 0 || held.Known() != n {
+			b.Fatalf("%d armed, %d known; want 0 and %d", held.Len(), held.Known(), n)
+		}
+		heldPer = append(heldPer, float64(int64(after)-int64(before))/n)
+		stopEngine(b, held)
+		runtime.KeepAlive(held)
+		held = nil
+
+		before = heapInUse()
 		e := benchEngine(Options{})
 		items := benchItems(n)
 		var m0, m1 runtime.MemStats
 		runtime.ReadMemStats(&m0)
-		e.Sync(items)
+		syncItems(e, items)
 		runtime.ReadMemStats(&m1)
 		allocs = append(allocs, float64(m1.Mallocs-m0.Mallocs)/n)
 		items = nil
-		after := heapInUse()
+		after = heapInUse()
 		if e.Len() != n {
 			b.Fatalf("%d armed, want %d", e.Len(), n)
 		}
@@ -378,6 +393,7 @@ func BenchmarkHeapPerJob(b *testing.B) {
 	b.ReportMetric(median(per), "bytes/job")
 	b.ReportMetric(median(allocs), "sync_allocs/job")
 	b.ReportMetric(median(basePer), "baseline_bytes/entry")
+	b.ReportMetric(median(heldPer), "held_bytes/job")
 }
 
 // BenchmarkFireLateness arms 10,000 hourly jobs due in the same second (the
@@ -416,7 +432,7 @@ func BenchmarkFireLateness(b *testing.B) {
 		for i := range items {
 			items[i] = Item{Schedule: schedule.Schedule{ID: benchID(i), CronExpr: spec, Enabled: true}}
 		}
-		e.Sync(items)
+		syncItems(e, items)
 		if !time.Now().Before(slotAt) {
 			b.Fatalf("loading %d jobs took past their slot %s; the machine is too loaded", n, slotAt)
 		}
@@ -468,7 +484,7 @@ func BenchmarkShards(b *testing.B) {
 				e := benchEngine(Options{Shards: shards})
 				idle = append(idle, float64(int64(memInUse())-int64(before))/1024)
 				t0 := time.Now()
-				e.Sync(items)
+				syncItems(e, items)
 				syncMS = append(syncMS, ms(time.Since(t0)))
 				ds := make([]time.Duration, 0, edits)
 				for i := range edits {

@@ -23,7 +23,7 @@ func TestJitterReplicasAgree(t *testing.T) {
 	for i := range 100 {
 		items = append(items, Item{Schedule: sch(fmt.Sprintf("fleet-%03d", i), "0 * * * *")})
 	}
-	if st := a.Sync(items); st.Added != 100 {
+	if st := syncItems(a, items); st.Added != 100 {
 		t.Fatalf("replica a: %+v", st)
 	}
 	for _, it := range items {
@@ -101,7 +101,7 @@ func TestJitterTiming(t *testing.T) {
 	mu.Lock()
 	bounds["a"] = -time.Second
 	mu.Unlock()
-	if st := e.Sync([]Item{{Schedule: sch("a", "0 9 * * *")}}); st.Replaced != 1 {
+	if st := syncItems(e, []Item{{Schedule: sch("a", "0 9 * * *")}}); st.Replaced != 1 {
 		t.Fatalf("Sync after the bound went away: %+v", st)
 	}
 	if d := mustGet(t, e, "a").Delay; d != 0 {

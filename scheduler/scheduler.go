@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"iter"
 	"log/slog"
 	"slices"
 	"strings"
@@ -70,6 +71,13 @@ type Options struct {
 	Now func() time.Time
 	// Hooks let a caller observe the engine (metrics); any may be nil.
 	Hooks Hooks
+	// Arms, when set, says whether this engine arms job id's timer. A
+	// valid, enabled schedule of a job it does not arm is kept all the
+	// same — its last known good, in its compact decoded form, for when
+	// the job comes to this engine — but has no timer (Status.Elsewhere):
+	// another replica arms it. Nil arms every job. Rearm asks again for
+	// every job.
+	Arms func(id string) bool
 }
 
 // Hooks are optional callbacks for observability. They are called
@@ -99,6 +107,9 @@ const (
 	Disarmed
 	// Rejected: the schedule is invalid; the last known good state stays.
 	Rejected
+	// Held: the schedule is valid and enabled, and kept, but this engine
+	// does not arm it (Options.Arms): another replica does.
+	Held
 )
 
 // String returns the outcome's lower-case name.
@@ -114,6 +125,8 @@ func (o Outcome) String() string {
 		return "disarmed"
 	case Rejected:
 		return "rejected"
+	case Held:
+		return "held"
 	default:
 		return fmt.Sprintf("Outcome(%d)", int(o))
 	}
@@ -131,7 +144,7 @@ type Item struct {
 type SyncStats struct {
 	// Per outcome, the number of items (Removed: of jobs absent from the
 	// snapshot).
-	Added, Replaced, Unchanged, Disarmed, Removed, Rejected int
+	Added, Replaced, Unchanged, Disarmed, Removed, Rejected, Held int
 	// Changed lists, sorted, the ids whose state the sync changed: timer,
 	// any other schedule field but updated_at, or recorded error. A snapshot that
 	// matches the engine yields none, even when it holds bad documents that
@@ -157,6 +170,10 @@ type Status struct {
 	// Delay is the job's jitter delay: the fire for slot NextRun is
 	// dispatched at NextRun+Delay. Zero without jitter.
 	Delay time.Duration
+	// Elsewhere is true for a valid, enabled job that has not ended and
+	// that this engine does not arm (Options.Arms): another replica arms
+	// it. NextRun is its next activation all the same.
+	Elsewhere bool
 	// Ended says why the job fires no more although its schedule is valid
 	// and enabled: lifetime.ReasonAfterEnd once its end_at has passed,
 	// lifetime.ReasonMaxRuns once a claim found its run count at
@@ -178,9 +195,11 @@ type Engine struct {
 	// version counts the records stored (Version); written under mu.
 	version atomic.Uint64
 
-	// life serialises Start, Stop and Sync; started is guarded by it.
+	// life serialises Start, Stop and Sync; started and syncs are guarded
+	// by it.
 	life    sync.Mutex
 	started bool
+	syncs   uint64 // Syncs begun; the current one's number marks what it lists
 
 	// robfig operations, for tests proving that idempotent reloads do not
 	// touch robfig.
@@ -260,7 +279,8 @@ type shard struct {
 }
 
 // record is the engine's state of one job. Invariant: entry != 0 exactly
-// when valid && cur.Enabled && ended == "".
+// when valid && cur.Enabled && ended == "" && the engine arms the job
+// (Options.Arms, as last asked).
 type record struct {
 	// cur is the last valid schedule, or the latest bad one while no valid
 	// schedule was ever applied.
@@ -274,6 +294,9 @@ type record struct {
 	// jitter is the jitter bound cur was armed with (part of its timing)
 	// and delay the resulting dispatch delay; zero without jitter.
 	jitter, delay time.Duration
+	// gen is the Sync (Engine.syncs) that last listed the job; 0 when
+	// none did. A Sync removes the jobs it did not mark.
+	gen uint64
 	// ended is why the job was disarmed by End (its run count reached
 	// max_runs); empty while it is not. A changed timing arms it again.
 	ended string
@@ -524,6 +547,9 @@ type apply struct {
 	// removeInline takes a replaced or removed job's robfig entry out
 	// before returning instead of through the retired queue (see retire).
 	removeInline bool
+	// gen marks the records stored as listed by that Sync (record.gen);
+	// 0 outside a Sync.
+	gen uint64
 }
 
 // applyOne is how Reload and Remove apply one edit: logged at info, the
@@ -573,10 +599,11 @@ func (e *Engine) reloadLocked(sh *shard, s schedule.Schedule, how apply) (Outcom
 		// The same timing parses to the same schedule: only the policy's
 		// check (the action may have changed) is left to do.
 		if err := e.policyCheck(s); err != nil {
-			return Rejected, e.rejectLocked(s.ID, old, &s, err)
+			return Rejected, e.rejectLocked(s.ID, old, &s, err, how.gen)
 		}
 		r := *old
 		r.cur, r.err, r.pending = s, "", nil
+		r.mark(how.gen)
 		if r.fire != nil {
 			r.fire.cur.Store(&r.cur) // the next fire carries the new fields
 		}
@@ -594,7 +621,7 @@ func (e *Engine) reloadLocked(sh *shard, s schedule.Schedule, how apply) (Outcom
 	}
 	sched, err := e.check(s, how.cache)
 	if err != nil {
-		return Rejected, e.rejectLocked(s.ID, old, &s, err)
+		return Rejected, e.rejectLocked(s.ID, old, &s, err, how.gen)
 	}
 	// Only the slots the job's lifetime lets run are armed (a plain
 	// schedule is armed as parsed).
@@ -602,14 +629,18 @@ func (e *Engine) reloadLocked(sh *shard, s schedule.Schedule, how apply) (Outcom
 
 	r := &record{cur: s, valid: true, sched: sched, jitter: jitter, delay: JitterDelay(s.ID, jitter)}
 	if old != nil {
-		r.slots = old.slots
+		r.slots, r.gen = old.slots, old.gen
 	}
+	r.mark(how.gen)
 	if r.slots == nil {
 		r.slots = new(slotState)
 	}
 	wasArmed := old != nil && old.entry != 0
 	outcome := Disarmed
-	if s.Enabled {
+	if s.Enabled && !e.arms(s.ID) {
+		outcome = Held
+	}
+	if s.Enabled && outcome != Held {
 		// Arm the new entry first: with the shard's run loop waiting,
 		// this hand-off returns at once; the old entry is retired after.
 		f := e.newFiring(r)
@@ -659,12 +690,13 @@ func (e *Engine) Reject(id string, err error) {
 	if err == nil {
 		err = errors.New("rejected without a reason")
 	}
-	e.reject(id, nil, err)
+	e.reject(id, nil, err, 0)
 }
 
-// reject is Reject with the rejected schedule, when known. It reports
-// whether the job's state changed.
-func (e *Engine) reject(id string, bad *schedule.Schedule, err error) bool {
+// reject is Reject with the rejected schedule, when known, marking the
+// record for Sync gen (0: none). It reports whether the job's state
+// changed.
+func (e *Engine) reject(id string, bad *schedule.Schedule, err error, gen uint64) bool {
 	if id == "" {
 		e.log.Warn("scheduler: bad schedule without job id ignored", "error", err)
 		return false
@@ -672,13 +704,21 @@ func (e *Engine) reject(id string, bad *schedule.Schedule, err error) bool {
 	sh := e.shardOf(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return e.rejectLocked(id, e.load(id), bad, err)
+	return e.rejectLocked(id, e.load(id), bad, err, gen)
 }
 
-// rejectLocked records err for id; bad is the rejected schedule when known.
-// It reports whether the job's state changed. The caller holds the job's
-// shard lock.
-func (e *Engine) rejectLocked(id string, old *record, bad *schedule.Schedule, err error) bool {
+// mark records that Sync gen listed the job; gen 0 (no Sync) leaves the
+// mark as it was.
+func (r *record) mark(gen uint64) {
+	if gen != 0 {
+		r.gen = gen
+	}
+}
+
+// rejectLocked records err for id; bad is the rejected schedule when known,
+// gen the Sync that lists it (0: none). It reports whether the job's state
+// changed. The caller holds the job's shard lock.
+func (e *Engine) rejectLocked(id string, old *record, bad *schedule.Schedule, err error, gen uint64) bool {
 	var r record
 	switch {
 	case old != nil && (old.valid || bad == nil):
@@ -689,8 +729,9 @@ func (e *Engine) rejectLocked(id string, old *record, bad *schedule.Schedule, er
 		r = record{cur: schedule.Schedule{ID: id}}
 	}
 	if old != nil {
-		r.slots = old.slots
+		r.slots, r.gen = old.slots, old.gen
 	}
+	r.mark(gen)
 	r.err = err.Error()
 	r.pending = bad // nil for a document that could not be decoded: nothing to apply again
 	e.store(e.shardOf(id), id, &r)
@@ -728,61 +769,63 @@ func (e *Engine) remove(id string, how apply) bool {
 	return true
 }
 
-// Sync applies a full snapshot of the schedules: every item is applied as by
-// Reload (or Reject when it carries an error), and every known job whose id
-// is absent from items is removed. Per-job changes are logged at debug level
-// (rejections still as warnings), the totals at info level. Sync is meant to be called by the single
-// goroutine that also calls Reload and Remove: a job reloaded concurrently
-// with a Sync that does not list it may be removed again.
+// Sync applies a full snapshot of the schedules, read one item at a time
+// (the snapshot is never held whole): every item is applied as by Reload
+// (or Reject when it carries an error), and once items has ended without
+// an error, every known job that items did not list is removed. An error
+// from items ends the Sync there: what was applied stays (each item is a
+// current version), nothing is removed, and the error is returned with the
+// counts so far. Per-job changes are logged at debug level (rejections
+// still as warnings), the totals at info level. Sync is meant to be called
+// by the single goroutine that also calls Reload and Remove: a job
+// reloaded concurrently with a Sync that does not list it may be removed
+// again.
 //
-// Shards that hold no armed job and receive one from the snapshot (all of
-// them on the first Sync of a large fleet) are paused while Sync runs: robfig
-// then appends entries without sorting, and sorts each shard once when it is
-// started again, and Sync returns once they have computed the first
-// activation of their entries. A paused shard has no timer that could be
-// missed; the jobs added to it are armed as of the end of Sync.
-func (e *Engine) Sync(items []Item) SyncStats {
+// A shard that holds no armed job when the snapshot brings it one (all of
+// them on the first Sync of a large fleet) is paused until Sync ends:
+// robfig then appends entries without sorting, and sorts each shard once
+// when it is started again, and Sync returns once they have computed the
+// first activation of their entries. A paused shard has no timer that
+// could be missed; the jobs added to it are armed as of the end of Sync.
+func (e *Engine) Sync(items iter.Seq2[Item, error]) (SyncStats, error) {
 	e.life.Lock()
 	defer e.life.Unlock()
-	defer e.resume(e.pauseEmpty(items))
+	e.syncs++
+	p := pauser{e: e}
+	defer p.resume()
 	var st SyncStats
 	// Per-job changes are logged at debug level; the robfig lists match
 	// the engine's jobs when Sync returns, so retired entries go inline.
-	how := apply{lvl: slog.LevelDebug, cache: make(parseCache), removeInline: true}
-	seen := make(map[string]struct{}, len(items))
-	for _, it := range items {
-		id := it.Schedule.ID
-		if id != "" {
-			seen[id] = struct{}{}
+	how := apply{lvl: slog.LevelDebug, cache: make(parseCache), removeInline: true, gen: e.syncs}
+	for it, err := range items {
+		if err != nil {
+			st.finish()
+			return st, err
 		}
+		id := it.Schedule.ID
 		if it.Err != nil {
 			st.Rejected++
-			if e.reject(id, &it.Schedule, it.Err) {
+			if e.reject(id, &it.Schedule, it.Err, how.gen) {
 				st.Changed = append(st.Changed, id)
 			}
 			continue
+		}
+		if it.Schedule.Enabled && id != "" && e.arms(id) {
+			p.pauseIfEmpty(id)
+		}
+		if len(how.cache) >= parseCacheMax {
+			clear(how.cache)
 		}
 		o, changed := e.reload(it.Schedule, how)
 		if changed {
 			st.Changed = append(st.Changed, id)
 		}
-		switch o {
-		case Added:
-			st.Added++
-		case Replaced:
-			st.Replaced++
-		case Unchanged:
-			st.Unchanged++
-		case Disarmed:
-			st.Disarmed++
-		case Rejected:
-			st.Rejected++
-		}
+		st.count(o)
 	}
 	e.mu.RLock()
 	var gone []string
-	for id := range e.jobs {
-		if _, ok := seen[id]; !ok {
+	for id, r := range e.jobs {
+		if r.gen != how.gen {
 			gone = append(gone, id)
 		}
 	}
@@ -793,50 +836,83 @@ func (e *Engine) Sync(items []Item) SyncStats {
 			st.Changed = append(st.Changed, id)
 		}
 	}
-	slices.Sort(st.Changed)
-	st.Changed = slices.Compact(st.Changed)
+	st.finish()
 	e.log.Info("scheduler: full sync applied", "added", st.Added, "replaced", st.Replaced,
 		"unchanged", st.Unchanged, "disarmed", st.Disarmed, "removed", st.Removed,
-		"rejected", st.Rejected, "armed", e.Len())
-	return st
+		"rejected", st.Rejected, "held", st.Held, "armed", e.Len())
+	return st, nil
 }
 
-// pauseEmpty stops the robfig engine of every shard that has no armed job
-// and is due to receive one of items, and returns those shards. It does
-// nothing while the engine is stopped. The caller holds e.life.
-func (e *Engine) pauseEmpty(items []Item) []*shard {
-	if !e.started {
-		return nil
+// parseCacheMax bounds a Sync's parse cache: past it the cache starts
+// over, so that a snapshot of distinct expressions holds no map of them
+// all beside the records (which keep their parsed schedules anyway).
+const parseCacheMax = 16384
+
+// count adds one Reload outcome to the stats.
+func (st *SyncStats) count(o Outcome) {
+	switch o {
+	case Held:
+		st.Held++
+	case Added:
+		st.Added++
+	case Replaced:
+		st.Replaced++
+	case Unchanged:
+		st.Unchanged++
+	case Disarmed:
+		st.Disarmed++
+	case Rejected:
+		st.Rejected++
 	}
-	want := make([]bool, len(e.shards))
-	for _, it := range items {
-		if it.Err == nil && it.Schedule.Enabled && it.Schedule.ID != "" {
-			want[e.shardIndex(it.Schedule.ID)] = true
-		}
-	}
-	var paused []*shard
-	for i, sh := range e.shards {
-		if !want[i] {
-			continue
-		}
-		sh.mu.Lock()
-		if sh.armed == 0 {
-			sh.cron.Stop()
-			paused = append(paused, sh)
-		}
-		sh.mu.Unlock()
-	}
-	return paused
 }
 
-// resume starts the shards pauseEmpty stopped and returns once each has
+// finish sorts Changed and drops its duplicates.
+func (st *SyncStats) finish() {
+	slices.Sort(st.Changed)
+	st.Changed = slices.Compact(st.Changed)
+}
+
+// pauser pauses, during one Sync, the shards that hold no armed job when
+// the snapshot brings them one, and starts them again at its end. It does
+// nothing while the engine is stopped. Its methods are called with e.life
+// held.
+type pauser struct {
+	e       *Engine
+	checked []bool // by shard index: looked at already
+	paused  []*shard
+}
+
+// pauseIfEmpty stops the shard of job id if it has no armed job, the first
+// time the Sync brings it one.
+func (p *pauser) pauseIfEmpty(id string) {
+	if !p.e.started {
+		return
+	}
+	if p.checked == nil {
+		p.checked = make([]bool, len(p.e.shards))
+	}
+	i := p.e.shardIndex(id)
+	if p.checked[i] {
+		return
+	}
+	p.checked[i] = true
+	sh := p.e.shards[i]
+	sh.mu.Lock()
+	if sh.armed == 0 {
+		sh.cron.Stop()
+		p.paused = append(p.paused, sh)
+	}
+	sh.mu.Unlock()
+}
+
+// resume starts the shards pauseIfEmpty stopped and returns once each has
 // computed the first activation of all its entries, so that Sync returns
-// with every timer armed. The caller holds e.life.
-func (e *Engine) resume(paused []*shard) {
-	for _, sh := range paused {
+// with every timer armed.
+func (p *pauser) resume() {
+	for _, sh := range p.paused {
 		sh.cron.Start()
 	}
-	for _, sh := range paused {
+	for _, sh := range p.paused {
 		// A running robfig engine handles Remove in its run loop, which
 		// first computes the next activation of every entry and sorts
 		// them. Entry id 0 is never assigned, so this removes nothing: it
@@ -846,25 +922,40 @@ func (e *Engine) resume(paused []*shard) {
 }
 
 // List returns the status of every known job (armed, disabled, or only
-// rejected), sorted by id.
+// rejected), sorted by id. It holds them all at once: a pass over every
+// job that needs no order ranges over All instead.
 func (e *Engine) List() []Status {
-	type kv struct {
-		id string
-		r  *record
-	}
-	e.mu.RLock()
-	recs := make([]kv, 0, len(e.jobs))
-	for id, r := range e.jobs {
-		recs = append(recs, kv{id, r})
-	}
-	e.mu.RUnlock()
-	slices.SortFunc(recs, func(a, b kv) int { return strings.Compare(a.id, b.id) })
-	now := e.now()
-	out := make([]Status, len(recs))
-	for i, x := range recs {
-		out[i] = x.r.status(x.id, now)
-	}
+	out := slices.Collect(e.All())
+	slices.SortFunc(out, func(a, b Status) int { return strings.Compare(a.ID, b.ID) })
 	return out
+}
+
+// All yields the status of every known job, in no particular order, each
+// computed as it is yielded: a pass over a million jobs holds one status at
+// a time (and a pointer per job, taken at the start: jobs changed after it
+// show as they are then, jobs added after it do not show).
+func (e *Engine) All() iter.Seq[Status] {
+	return func(yield func(Status) bool) {
+		type kv struct {
+			id string
+			r  *record
+		}
+		e.mu.RLock()
+		recs := make([]kv, 0, len(e.jobs))
+		for id, r := range e.jobs {
+			recs = append(recs, kv{id, r})
+		}
+		e.mu.RUnlock()
+		now := e.now()
+		for _, x := range recs {
+			if cur := e.load(x.id); cur != nil {
+				x.r = cur
+			}
+			if !yield(x.r.status(x.id, now)) {
+				return
+			}
+		}
+	}
 }
 
 // Version returns a number that changes whenever the engine's jobs change:
@@ -884,6 +975,14 @@ func (e *Engine) Get(id string) (Status, bool) {
 	return r.status(id, e.now()), true
 }
 
+// Known returns the number of jobs the engine keeps: armed, disabled,
+// rejected, or (Options.Arms) armed elsewhere.
+func (e *Engine) Known() int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return len(e.jobs)
+}
+
 // Len returns the number of armed jobs.
 func (e *Engine) Len() int {
 	e.mu.RLock()
@@ -897,17 +996,69 @@ func (r *record) status(id string, now time.Time) Status {
 		LastError: r.err,
 		Armed:     r.entry != 0,
 		Delay:     r.delay,
+		Elsewhere: r.entry == 0 && r.valid && r.cur.Enabled && r.ended == "",
 		Ended:     r.ended,
 	}
 	st.ID = id
-	if r.entry != 0 {
+	if st.Armed || st.Elsewhere {
 		st.NextRun = r.nextRun(now)
 		if st.NextRun.IsZero() && lifetimeOf(r.cur).Over(now) {
 			// The entry fires no more: its end_at has passed.
-			st.Armed, st.Ended = false, lifetime.ReasonAfterEnd
+			st.Armed, st.Elsewhere, st.Ended = false, false, lifetime.ReasonAfterEnd
 		}
 	}
 	return st
+}
+
+// arms reports whether the engine arms job id (Options.Arms).
+func (e *Engine) arms(id string) bool { return e.opts.Arms == nil || e.opts.Arms(id) }
+
+// Rearm asks Options.Arms again for every valid, enabled job that has not
+// ended (End): it arms the jobs it now arms and disarms those it no longer
+// does, and returns both.
+// A job Rearm arms fires from its next activation after now; the slots
+// before are the caller's to decide (the daemon's hand-over). Without
+// Arms it does nothing.
+func (e *Engine) Rearm() (armed, disarmed []string) {
+	if e.opts.Arms == nil {
+		return nil, nil
+	}
+	e.life.Lock()
+	defer e.life.Unlock()
+	e.mu.RLock()
+	ids := make([]string, 0, len(e.jobs))
+	for id := range e.jobs {
+		ids = append(ids, id)
+	}
+	e.mu.RUnlock()
+	for _, id := range ids {
+		sh := e.shardOf(id)
+		sh.mu.Lock()
+		if r := e.load(id); r != nil && r.valid && r.cur.Enabled && r.ended == "" {
+			want, have := e.opts.Arms(id), r.entry != 0
+			switch {
+			case want && !have:
+				n := *r
+				f := e.newFiring(&n)
+				n.entry, n.fire = sh.cron.Schedule(f, f), f
+				e.adds.Add(1)
+				e.store(sh, id, &n)
+				armed = append(armed, id)
+			case !want && have:
+				n := *r
+				e.retire(sh, r, false)
+				n.entry, n.fire = 0, nil
+				e.store(sh, id, &n)
+				disarmed = append(disarmed, id)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	if len(armed)+len(disarmed) > 0 {
+		e.log.Info("scheduler: jobs re-divided among the replicas", "armed_here", len(armed),
+			"disarmed_here", len(disarmed), "armed", e.Len())
+	}
+	return armed, disarmed
 }
 
 // showTime formats t for the log as the CLI shows a job's times: RFC 3339

@@ -187,7 +187,7 @@ func TestReloadIdempotent(t *testing.T) {
 		items = append(items, Item{Schedule: sch(id, fmt.Sprintf("%d %d * * *", i%60, i%24))})
 	}
 	adds, removes = e.adds.Load(), e.removes.Load()
-	if got := e.Sync(items); !sameStats(got, SyncStats{Unchanged: 1001}) {
+	if got := syncItems(e, items); !sameStats(got, SyncStats{Unchanged: 1001}) {
 		t.Fatalf("Sync of the same state: %+v", got)
 	}
 	if a, r := e.adds.Load(), e.removes.Load(); a != adds || r != removes {
@@ -385,7 +385,7 @@ func TestSync(t *testing.T) {
 		{Err: errors.New("document without a readable _id")},           // rejected, logged only
 		// d and z are gone: removed
 	}
-	got := e.Sync(items)
+	got := syncItems(e, items)
 	want := SyncStats{Added: 1, Replaced: 1, Unchanged: 1, Disarmed: 1, Removed: 2, Rejected: 3,
 		Changed: []string{"b", "c", "d", "e", "f", "g", "z"}}
 	if !sameStats(got, want) {
@@ -414,7 +414,7 @@ func TestSync(t *testing.T) {
 	}
 	// The same snapshot again (as a periodic resync sees it) changes nothing,
 	// although it still holds bad documents.
-	if got := e.Sync(items); !sameStats(got, SyncStats{Unchanged: 4, Rejected: 3}) {
+	if got := syncItems(e, items); !sameStats(got, SyncStats{Unchanged: 4, Rejected: 3}) {
 		t.Fatalf("second Sync = %+v", got)
 	}
 	// A metadata-only change or a cleared error is a change; updated_at is not.
@@ -425,10 +425,10 @@ func TestSync(t *testing.T) {
 	e5 := sch("e", "0 1 * * *")
 	e5.UpdatedAt = time.Now()
 	items[3].Schedule = e5
-	if got := e.Sync(items); !sameStats(got, SyncStats{Unchanged: 5, Rejected: 2, Changed: []string{"a", "c"}}) {
+	if got := syncItems(e, items); !sameStats(got, SyncStats{Unchanged: 5, Rejected: 2, Changed: []string{"a", "c"}}) {
 		t.Fatalf("third Sync = %+v", got)
 	}
-	if got := e.Sync(nil); !sameStats(got, SyncStats{Removed: 6, Changed: []string{"a", "b", "c", "e", "f", "g"}}) {
+	if got := syncItems(e, nil); !sameStats(got, SyncStats{Removed: 6, Changed: []string{"a", "b", "c", "e", "f", "g"}}) {
 		t.Fatalf("Sync(nil) = %+v", got)
 	}
 	if e.Len() != 0 || robfigEntries(e) != 0 || len(e.List()) != 0 {
@@ -555,7 +555,7 @@ func TestConcurrent(t *testing.T) {
 				case op < 13:
 					e.Reject(id, errors.New("bad"))
 				case op < 14 && w == 0:
-					e.Sync([]Item{{Schedule: sch(id, "* * * * * *")}, {Schedule: sch("j00", "0 9 * * *")}})
+					syncItems(e, []Item{{Schedule: sch(id, "* * * * * *")}, {Schedule: sch("j00", "0 9 * * *")}})
 				case op < 17:
 					for _, st := range e.List() {
 						if st.Armed && st.NextRun.IsZero() {
@@ -731,7 +731,7 @@ func TestVersionFollowsTheJobs(t *testing.T) {
 	changed("rejected")
 	e.Remove("a")
 	changed("removed")
-	e.Sync([]Item{{Schedule: sch("b", "@every 1s")}, {Schedule: sch("c", "0 9 * * *")}})
+	syncItems(e, []Item{{Schedule: sch("b", "@every 1s")}, {Schedule: sch("c", "0 9 * * *")}})
 	changed("synced")
 
 	// Time passes; b's next run moves, nothing else does.

@@ -1,7 +1,9 @@
 package scheduler
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -32,7 +34,7 @@ func TestSyncPausesOnlyEmptyShards(t *testing.T) {
 	for i := range 40 {
 		items = append(items, Item{Schedule: sch(fmt.Sprintf("new-%02d", i), "* * * * * *")})
 	}
-	if st := e.Sync(items); st.Added != 40 || st.Unchanged != 1 {
+	if st := syncItems(e, items); st.Added != 40 || st.Unchanged != 1 {
 		t.Fatalf("Sync = %+v", st)
 	}
 	if got := mustEntry(t, e, "old"); got.id != before.id {
@@ -69,7 +71,7 @@ func TestSyncWhileStopped(t *testing.T) {
 	}})
 	e.Start()
 	<-e.Stop().Done()
-	if st := e.Sync([]Item{{Schedule: sch("a", "* * * * * *")}, {Schedule: sch("b", "* * * * * *")}}); st.Added != 2 {
+	if st := syncItems(e, []Item{{Schedule: sch("a", "* * * * * *")}, {Schedule: sch("b", "* * * * * *")}}); st.Added != 2 {
 		t.Fatalf("Sync = %+v", st)
 	}
 	for _, id := range []string{"a", "b"} {
@@ -89,6 +91,54 @@ func TestSyncWhileStopped(t *testing.T) {
 	}
 }
 
+// syncItems runs e.Sync over items, which cannot fail.
+func syncItems(e *Engine, items []Item) SyncStats {
+	st, err := e.Sync(func(yield func(Item, error) bool) {
+		for _, it := range items {
+			if !yield(it, nil) {
+				return
+			}
+		}
+	})
+	if err != nil {
+		panic(err)
+	}
+	return st
+}
+
+// A read that fails part-way through a Sync keeps what was applied and
+// removes nothing: the jobs it did not reach are not gone from the
+// collection, only unread. The next complete Sync removes what it lacks.
+func TestSyncStoppedByAReadErrorRemovesNothing(t *testing.T) {
+	e := New(Options{})
+	syncItems(e, []Item{{Schedule: sch("a", "0 9 * * *")}, {Schedule: sch("b", "0 9 * * *")}, {Schedule: sch("c", "0 9 * * *")}})
+	boom := errors.New("read failed")
+	st, err := e.Sync(func(yield func(Item, error) bool) {
+		if !yield(Item{Schedule: sch("a", "0 8 * * *")}, nil) {
+			return
+		}
+		yield(Item{}, boom)
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Sync returned %v, want the read's error", err)
+	}
+	if st.Replaced != 1 || st.Removed != 0 || !slices.Equal(st.Changed, []string{"a"}) {
+		t.Fatalf("stats %+v, want a replaced and nothing removed", st)
+	}
+	for id, expr := range map[string]string{"a": "0 8 * * *", "b": "0 9 * * *", "c": "0 9 * * *"} {
+		if s, ok := e.Get(id); !ok || !s.Armed || s.CronExpr != expr {
+			t.Fatalf("job %s: %+v (known %v), want armed at %q", id, s, ok, expr)
+		}
+	}
+	st = syncItems(e, []Item{{Schedule: sch("a", "0 8 * * *")}, {Schedule: sch("c", "0 9 * * *")}})
+	if st.Removed != 1 || !slices.Equal(st.Changed, []string{"b"}) {
+		t.Fatalf("complete Sync: %+v, want b removed", st)
+	}
+	if _, ok := e.Get("b"); ok {
+		t.Fatal("b still known after a complete Sync without it")
+	}
+}
+
 // TestSyncHashesEachJob: jobs of one Sync that share an expression share
 // its parsed schedule, except an expression with H, whose values are
 // hashed from each job's id: every job gets its own slots, the same as
@@ -99,7 +149,7 @@ func TestSyncHashesEachJob(t *testing.T) {
 	for i := range 50 {
 		items = append(items, Item{Schedule: sch(fmt.Sprintf("job-%02d", i), "H H * * *")})
 	}
-	if st := e.Sync(items); st.Added != len(items) {
+	if st := syncItems(e, items); st.Added != len(items) {
 		t.Fatalf("Sync = %+v", st)
 	}
 	minutes := map[int]bool{}

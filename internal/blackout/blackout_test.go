@@ -3,6 +3,7 @@ package blackout
 import (
 	"errors"
 	"io"
+	"iter"
 	"log/slog"
 	"testing"
 	"time"
@@ -163,7 +164,7 @@ func bsonString(s string) []byte {
 
 func TestSetReplaceAllAndFirstMatchByID(t *testing.T) {
 	s := NewSet(nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	changed := s.ReplaceAll([]bson.Raw{oneOff(t, "b", "second"), oneOff(t, "a", "first", "billing")})
+	changed, _ := s.ReplaceAll(rawSeq(oneOff(t, "b", "second"), oneOff(t, "a", "first", "billing")))
 	if len(changed) != 2 {
 		t.Fatalf("changed = %v", changed)
 	}
@@ -174,13 +175,24 @@ func TestSetReplaceAllAndFirstMatchByID(t *testing.T) {
 	if w, _ := s.Match("reports", slot); w.ID != "b" {
 		t.Errorf("reports matched %q, want b", w.ID)
 	}
-	if again := s.ReplaceAll([]bson.Raw{oneOff(t, "b", "second"), oneOff(t, "a", "first", "billing")}); len(again) != 0 {
+	if again, _ := s.ReplaceAll(rawSeq(oneOff(t, "b", "second"), oneOff(t, "a", "first", "billing"))); len(again) != 0 {
 		t.Errorf("same contents changed %v", again)
 	}
-	if gone := s.ReplaceAll([]bson.Raw{oneOff(t, "b", "second")}); len(gone) != 1 || gone[0] != "a" {
+	if gone, _ := s.ReplaceAll(rawSeq(oneOff(t, "b", "second"))); len(gone) != 1 || gone[0] != "a" {
 		t.Errorf("removal changed %v, want [a]", gone)
 	}
 	if w, _ := s.Match("billing", slot); w.ID != "b" {
 		t.Errorf("after removal billing matched %q, want b", w.ID)
+	}
+}
+
+// rawSeq reads docs as a full read does, one at a time.
+func rawSeq(docs ...bson.Raw) iter.Seq2[bson.Raw, error] {
+	return func(yield func(bson.Raw, error) bool) {
+		for _, d := range docs {
+			if !yield(d, nil) {
+				return
+			}
+		}
 	}
 }

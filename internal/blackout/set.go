@@ -1,6 +1,7 @@
 package blackout
 
 import (
+	"iter"
 	"log/slog"
 	"slices"
 	"sort"
@@ -129,12 +130,16 @@ func (s *Set) remove(key string) (changed bool) {
 }
 
 // ReplaceAll implements changestream.Sink: the set becomes the windows of
-// docs; it returns the ids it changed.
-func (s *Set) ReplaceAll(docs []bson.Raw) (changed []string) {
+// docs; it returns the ids it changed. A read that fails keeps the windows
+// it did not reach.
+func (s *Set) ReplaceAll(docs iter.Seq2[bson.Raw, error]) (changed []string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	seen := make(map[string]bool, len(docs))
-	for _, doc := range docs {
+	seen := make(map[string]bool)
+	for doc, err := range docs {
+		if err != nil {
+			return changed, err
+		}
 		w, err := Decode(doc, s.loc)
 		seen[w.ID] = true
 		if s.apply(w, err) {
@@ -157,7 +162,7 @@ func (s *Set) ReplaceAll(docs []bson.Raw) (changed []string) {
 			changed = append(changed, id)
 		}
 	}
-	return changed
+	return changed, nil
 }
 
 func sameWindow(a, b Window) bool {

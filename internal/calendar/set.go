@@ -1,6 +1,7 @@
 package calendar
 
 import (
+	"iter"
 	"log/slog"
 	"slices"
 	"sync"
@@ -121,12 +122,16 @@ func (s *Set) remove(name string) (changed bool) {
 
 // ReplaceAll implements changestream.Sink: the set becomes the calendars
 // of docs (those missing from docs are deleted, as Delete does); it
-// returns the names it changed.
-func (s *Set) ReplaceAll(docs []bson.Raw) (changed []string) {
+// returns the names it changed. A read that fails keeps the calendars it
+// did not reach.
+func (s *Set) ReplaceAll(docs iter.Seq2[bson.Raw, error]) (changed []string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	seen := make(map[string]bool, len(docs))
-	for _, doc := range docs {
+	seen := make(map[string]bool)
+	for doc, err := range docs {
+		if err != nil {
+			return changed, err
+		}
 		c, err := Decode(doc)
 		seen[c.Name] = true
 		if s.apply(c, err) {
@@ -150,7 +155,7 @@ func (s *Set) ReplaceAll(docs []bson.Raw) (changed []string) {
 			changed = append(changed, name)
 		}
 	}
-	return changed
+	return changed, nil
 }
 
 // same reports whether a and b hold the same dates in the same zone.

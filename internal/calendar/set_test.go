@@ -2,6 +2,7 @@ package calendar
 
 import (
 	"io"
+	"iter"
 	"log/slog"
 	"strings"
 	"testing"
@@ -48,10 +49,10 @@ func TestSetKeepsLastGood(t *testing.T) {
 	}
 	// A full reload: "us" is back, "eu" arrives, then "us" is missing.
 	eu := raw(t, bson.D{{Key: "_id", Value: "eu"}, {Key: "dates", Value: bson.A{"2027-12-25"}}})
-	if changed := s.ReplaceAll([]bson.Raw{good, eu}); strings.Join(changed, ",") != "us,eu" {
+	if changed, _ := s.ReplaceAll(rawDocs(good, eu)); strings.Join(changed, ",") != "us,eu" {
 		t.Fatalf("ReplaceAll changed %v", changed)
 	}
-	if changed := s.ReplaceAll([]bson.Raw{eu}); strings.Join(changed, ",") != "us" {
+	if changed, _ := s.ReplaceAll(rawDocs(eu)); strings.Join(changed, ",") != "us" {
 		t.Fatalf("ReplaceAll changed %v", changed)
 	}
 	if ok, p := holds("us"); !ok || p != ProblemDeleted {
@@ -59,5 +60,16 @@ func TestSetKeepsLastGood(t *testing.T) {
 	}
 	if got := strings.Join(s.Names(), ","); got != "eu,us" {
 		t.Fatalf("Names %s", got)
+	}
+}
+
+// rawDocs yields docs one at a time, as a full read does.
+func rawDocs(docs ...bson.Raw) iter.Seq2[bson.Raw, error] {
+	return func(yield func(bson.Raw, error) bool) {
+		for _, d := range docs {
+			if !yield(d, nil) {
+				return
+			}
+		}
 	}
 }

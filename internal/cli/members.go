@@ -30,29 +30,35 @@ type memberView struct {
 	// whose rendezvous owner among the live members is this member
 	// (members.OwnedCounts; 0 when not live).
 	OwnedJobs int `json:"owned_jobs"`
+	// ArmedJobs counts the jobs whose timer the member arms
+	// (members.ArmedCounts: its share when it divides the schedules,
+	// every job otherwise; 0 when not live).
+	ArmedJobs int `json:"armed_jobs"`
+	// Divides is true when the member divides the schedules.
+	Divides bool `json:"divides"`
 	// HTTP is the address the member's HTTP listener is bound to ("" when
 	// its daemon does not publish it).
 	HTTP string `json:"http"`
 }
 
-func newMemberView(m members.Member, now time.Time, owned int) memberView {
+func newMemberView(m members.Member, now time.Time, owned, armed int) memberView {
 	return memberView{
 		InstanceID: m.ID, Host: m.Host, PID: m.PID, Incarnation: m.Incarnation,
 		StartedAt: jsonTime(m.StartedAt, nil), HeartbeatAt: jsonTime(m.HeartbeatAt, nil), LeaseUntil: jsonTime(m.LeaseUntil, nil),
 		HeartbeatAgeSeconds: now.Sub(m.HeartbeatAt).Seconds(), LeaseLeftSeconds: m.LeaseUntil.Sub(now).Seconds(),
-		Live: m.LiveAt(now), OwnedJobs: owned, HTTP: m.HTTP,
+		Live: m.LiveAt(now), OwnedJobs: owned, ArmedJobs: armed, Divides: m.Divides, HTTP: m.HTTP,
 	}
 }
 
 func memberRow(v memberView) []string {
 	lease := (time.Duration(v.LeaseLeftSeconds * float64(time.Second))).Round(100 * time.Millisecond).String()
-	owned := strconv.Itoa(v.OwnedJobs)
+	owned, armed := strconv.Itoa(v.OwnedJobs), strconv.Itoa(v.ArmedJobs)
 	if !v.Live {
 		lease = "passed " + (time.Duration(-v.LeaseLeftSeconds * float64(time.Second))).Round(time.Second).String() + " ago"
-		owned = "-"
+		owned, armed = "-", "-"
 	}
 	return []string{v.InstanceID, v.Host, strconv.Itoa(v.PID), v.Incarnation,
-		(time.Duration(v.HeartbeatAgeSeconds * float64(time.Second))).Round(100 * time.Millisecond).String(), lease, owned, v.HTTP}
+		(time.Duration(v.HeartbeatAgeSeconds * float64(time.Second))).Round(100 * time.Millisecond).String(), lease, owned, armed, v.HTTP}
 }
 
 func membersCommand() *ucli.Command {
@@ -61,8 +67,8 @@ func membersCommand() *ucli.Command {
 		Usage: "show the replicas registered in members",
 		Subcommands: []*ucli.Command{{
 			Name: "list",
-			Usage: "list the members: instance, host, incarnation, heartbeat age, lease left and the jobs " +
-				"each live member owns (rendezvous hashing over the live members)",
+			Usage: "list the members: instance, host, incarnation, heartbeat age, lease left, the jobs " +
+				"each live member owns (rendezvous hashing over the live members) and those whose timer it arms",
 			Flags: dbFlags(),
 			Action: func(c *ucli.Context) error {
 				return withDB(c, func(ctx context.Context, s *session) error {
@@ -74,21 +80,23 @@ func membersCommand() *ucli.Command {
 					if err != nil {
 						return s.fail(err)
 					}
-					owned := members.OwnedCounts(ids, members.Live(all, now))
+					live := members.Live(all, now)
+					owned, armed := members.OwnedCounts(ids, live), members.ArmedCounts(ids, live)
 					views := make([]memberView, len(all))
 					rows := make([][]string, len(all))
 					for i, m := range all {
-						n := 0
+						n, a := 0, 0
 						if m.LiveAt(now) {
-							n = owned[m.ID]
+							n, a = owned[m.ID], armed[m.ID]
 						}
-						views[i] = newMemberView(m, now, n)
+						views[i] = newMemberView(m, now, n, a)
 						rows[i] = memberRow(views[i])
 					}
 					if isJSON(c) {
 						return writeJSON(c.App.Writer, views)
 					}
-					table(c.App.Writer, []string{"INSTANCE", "HOST", "PID", "INCARNATION", "HEARTBEAT AGE", "LEASE LEFT", "OWNED JOBS", "HTTP"}, rows)
+					table(c.App.Writer, []string{"INSTANCE", "HOST", "PID", "INCARNATION", "HEARTBEAT AGE", "LEASE LEFT", "OWNED JOBS",
+						"ARMED JOBS", "HTTP"}, rows)
 					return nil
 				})
 			},

@@ -134,6 +134,7 @@ func daemonOptions(cfg config.Config, log *slog.Logger) daemon.Options {
 		BackoffMin:       watch.BackoffMin,
 		BackoffMax:       watch.BackoffMax,
 		StateFile:        cfg.StateFile,
+		DivideSchedules:  cfg.DivideSchedules,
 		LockTTL:          cfg.Lock.TTL,
 		Retention:        cfg.Runs.Retention,
 		Workers:          cfg.Workers,

@@ -71,6 +71,11 @@ type Config struct {
 	// StateFile, when set, is where the applied schedule state and its
 	// resume token are persisted for a warm restart.
 	StateFile string `yaml:"state_file"`
+	// DivideSchedules makes the replicas divide the schedules: each arms
+	// only the jobs it owns and those it would own next (see
+	// daemon.Options.DivideSchedules); false (the default) arms every job
+	// on every replica.
+	DivideSchedules bool `yaml:"divide_schedules"`
 	// Notify configures failure notifications (package notify): the
 	// global sinks and the relay's timing. A job's own notify section
 	// (jobs.<name>.notify) replaces the global sinks for that action.

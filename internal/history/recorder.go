@@ -2,6 +2,7 @@ package history
 
 import (
 	"encoding/hex"
+	"iter"
 	"log/slog"
 	"time"
 
@@ -24,9 +25,8 @@ type SightingQueue interface {
 	Inserted(jobID string, at time.Time)
 	// Deleted: job jobID's document was deleted at at.
 	Deleted(jobID string, at time.Time)
-	// Present: the collection held exactly these jobs at at (ids, or when
-	// ids is nil the string _ids of docs, which are not modified later).
-	Present(ids []string, docs []bson.Raw, at time.Time)
+	// Present: the collection held exactly these jobs at at.
+	Present(ids []string, at time.Time)
 }
 
 // RecorderOptions configures a Recorder.
@@ -50,18 +50,24 @@ type RecorderOptions struct {
 // It wraps the watcher's sink (to see full reloads) and is fed the events
 // through Observe (Hooks.Event) and the stream's catching up through
 // CaughtUp (Hooks.Idle). Every method is called from the watcher's
-// goroutine; none waits for the database (entries go to the Queue).
+// goroutine, but Documents; none waits for the database (entries go to
+// the Queue).
+//
+// An update event carries the new values only, so the recorder keeps a
+// copy of every document — the before-image of its next edit — taken
+// from each full read as it streams by and kept current by the events.
+// That copy (about the documents' size again, plus some 60 bytes a job)
+// is the daemon's one copy of the collection's documents; the state file
+// is written from it too (Documents).
 type Recorder struct {
 	changestream.Sink
 	queue Queue
 	opts  RecorderOptions
 
-	// docs are the schedules documents as the events left them, by job id;
-	// nil while reloaded is not yet indexed.
-	docs map[string]bson.Raw
-	// reloaded is the collection of the last full reload, indexed into
-	// docs at the first event after it (poll mode never pays for that).
-	reloaded []bson.Raw
+	// docs are the schedules documents as the events left them.
+	docs *docStore
+	// reads counts the full reads, to mark what each listed (docStore).
+	reads uint32
 	// exact is true once the stream caught up after the last full reload:
 	// docs are then exactly the documents before the next event.
 	exact bool
@@ -78,20 +84,60 @@ func NewRecorder(sink changestream.Sink, q Queue, opts RecorderOptions) *Recorde
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Recorder{Sink: sink, queue: q, opts: opts, docs: map[string]bson.Raw{}}
+	return &Recorder{Sink: sink, queue: q, opts: opts, docs: newDocStore()}
 }
 
-// ReplaceAll implements changestream.Sink: it passes the full reload on
-// and takes docs as the documents from now on, not exact until the stream
-// has caught up (see the package doc). docs must not be modified later.
-func (r *Recorder) ReplaceAll(docs []bson.Raw) []string {
-	changed := r.Sink.ReplaceAll(docs)
-	r.reloaded, r.docs = docs, nil
+// ReplaceAll implements changestream.Sink: it passes the full reload on,
+// copying each document as it goes by, and takes them as the documents
+// from now on, not exact until the stream has caught up (see the package
+// doc). A read that fails leaves the documents it read in place of the
+// old ones and removes none.
+func (r *Recorder) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error) {
+	r.reads++
+	read := r.reads
+	seen := 0
+	changed, err := r.Sink.ReplaceAll(func(yield func(bson.Raw, error) bool) {
+		for d, err := range docs {
+			if err == nil {
+				if key := docKey(d); key != "" {
+					seen++
+					if !r.docs.mark(key, d, read) {
+						r.docs.put(key, d, read)
+					}
+				}
+			}
+			if !yield(d, err) {
+				return
+			}
+		}
+	})
+	if err != nil {
+		return changed, err
+	}
+	r.docs.sweep(read)
 	if r.exact {
-		r.opts.Logger.Debug("schedule history paused until the stream catches up after a full reload", "documents", len(docs))
+		r.opts.Logger.Debug("schedule history paused until the stream catches up after a full reload", "documents", seen)
 	}
 	r.exact, r.unsighted = false, true
-	return changed
+	return changed, nil
+}
+
+// Documents lists the documents the recorder holds (as the events left
+// them), one at a time, each valid until the next: the state file's
+// documents (changestream.Options.StateDocs). It may run on any goroutine
+// while the watcher's goroutine calls the recorder; it lists every event
+// applied before it was called.
+func (r *Recorder) Documents() iter.Seq[bson.Raw] { return r.docs.all() }
+
+// docKey is the key of a document in docStore: schedule.DecodeID of its
+// _id; "" when it has none that can be attributed.
+func docKey(doc bson.Raw) string {
+	v, err := doc.LookupErr("_id")
+	if err != nil {
+		return ""
+	}
+	key, _ := schedule.DecodeID(v)
+	return key
 }
 
 // CaughtUp tells the recorder that the stream applied every event
@@ -118,16 +164,7 @@ func (r *Recorder) sight() {
 		return
 	}
 	r.unsighted = false
-	at := r.opts.Now()
-	if r.docs == nil {
-		r.opts.Sightings.Present(nil, r.reloaded, at)
-		return
-	}
-	ids := make([]string, 0, len(r.docs))
-	for id := range r.docs {
-		ids = append(ids, id)
-	}
-	r.opts.Sightings.Present(ids, nil, at)
+	r.opts.Sightings.Present(r.docs.jobIDs(), r.opts.Now())
 }
 
 // Observe takes one applied change event (Hooks.Event): it updates the
@@ -150,12 +187,18 @@ func (r *Recorder) observe(ev bson.Raw) (Entry, bool) {
 	if op != OpInsert && op != OpUpdate && op != OpReplace && op != OpDelete {
 		return Entry{}, false
 	}
-	jobID := eventJobID(ev)
-	if jobID == "" {
-		return Entry{}, false // not a job's document (no string _id)
+	key := eventDocKey(ev)
+	if key == "" {
+		return Entry{}, false // no _id to attribute the event to
+	}
+	// Only a job's document (a string _id) has a history; the others are
+	// kept for the state file.
+	jobID := key
+	if _, refused := schedule.RefusedID(key); refused {
+		jobID = ""
 	}
 	now := r.opts.Now()
-	if r.opts.Sightings != nil {
+	if r.opts.Sightings != nil && jobID != "" {
 		// Whether exact or not: an insert or a delete is one whatever the
 		// replica read before it, and the writes are conditional on time.
 		switch op {
@@ -165,8 +208,7 @@ func (r *Recorder) observe(ev bson.Raw) (Entry, bool) {
 			r.opts.Sightings.Deleted(jobID, eventTime(ev, now))
 		}
 	}
-	r.index()
-	before := r.docs[jobID]
+	before := r.docs.get(key)
 	var after bson.Raw
 	switch op {
 	case OpInsert, OpReplace:
@@ -187,11 +229,11 @@ func (r *Recorder) observe(ev bson.Raw) (Entry, bool) {
 		}
 	}
 	if after == nil {
-		delete(r.docs, jobID)
+		r.docs.remove(key)
 	} else {
-		r.docs[jobID] = after
+		r.docs.put(key, after, r.reads)
 	}
-	if !r.exact {
+	if !r.exact || jobID == "" {
 		return Entry{}, false
 	}
 	id := eventKey(ev)
@@ -216,37 +258,19 @@ func (r *Recorder) observe(ev bson.Raw) (Entry, bool) {
 	return e, true
 }
 
-// index builds docs from the last full reload, if not done yet.
-func (r *Recorder) index() {
-	if r.docs != nil {
-		return
-	}
-	r.docs = make(map[string]bson.Raw, len(r.reloaded))
-	for _, d := range r.reloaded {
-		if v, err := d.LookupErr("_id"); err == nil {
-			if id, err := schedule.DecodeID(v); err == nil && v.Type == bson.TypeString {
-				r.docs[id] = d
-			}
-		}
-	}
-	r.reloaded = nil
-}
-
-// eventJobID is the string _id of the event's document ("" when it has
-// none or another type).
-func eventJobID(ev bson.Raw) string {
+// eventDocKey is the docStore key of the event's document: DecodeID of
+// its _id (documentKey._id, else fullDocument._id); "" when it has none
+// that can be attributed.
+func eventDocKey(ev bson.Raw) string {
 	v, err := ev.LookupErr("documentKey", "_id")
 	if err != nil {
 		v, err = ev.LookupErr("fullDocument", "_id")
 	}
-	if err != nil || v.Type != bson.TypeString {
-		return ""
-	}
-	id, err := schedule.DecodeID(v)
 	if err != nil {
 		return ""
 	}
-	return id
+	key, _ := schedule.DecodeID(v)
+	return key
 }
 
 // eventKey is the event's resume token _data: a hex string on MongoDB 4.2+

@@ -1,9 +1,12 @@
 package history
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
+	"maps"
 	"sort"
 	"strings"
 	"testing"
@@ -20,9 +23,32 @@ func (q *memQueue) Enqueue(e Entry) bool { q.entries = append(q.entries, e); ret
 
 type nopSink struct{ replaced int }
 
-func (nopSink) Upsert(bson.Raw)                        {}
-func (nopSink) Delete(bson.RawValue)                   {}
-func (s *nopSink) ReplaceAll(docs []bson.Raw) []string { s.replaced++; return nil }
+func (nopSink) Upsert(bson.Raw)      {}
+func (nopSink) Delete(bson.RawValue) {}
+func (s *nopSink) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error) {
+	s.replaced++
+	for _, err := range docs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+// docs reads ds as a full read does: one at a time, in a buffer the next
+// one overwrites.
+func docs(ds ...bson.Raw) iter.Seq2[bson.Raw, error] {
+	return func(yield func(bson.Raw, error) bool) {
+		var buf []byte
+		for _, d := range ds {
+			buf = append(buf[:0], d...)
+			if !yield(bson.Raw(buf), nil) {
+				return
+			}
+			clear(buf)
+		}
+	}
+}
 
 var wall0 = time.Date(2027, 3, 1, 10, 0, 0, 0, time.UTC)
 
@@ -72,7 +98,7 @@ func entryString(e Entry) string {
 func TestRecorderEntriesFollowTheEvents(t *testing.T) {
 	r, q, sink := newTestRecorder()
 	start := bson.D{{Key: "_id", Value: "daily_report"}, {Key: "cron_expr", Value: "0 9 * * *"}}
-	r.ReplaceAll([]bson.Raw{raw(t, start)})
+	r.ReplaceAll(docs(raw(t, start)))
 	if sink.replaced != 1 {
 		t.Fatal("ReplaceAll not passed on to the wrapped sink")
 	}
@@ -139,7 +165,7 @@ func TestRecorderEntriesFollowTheEvents(t *testing.T) {
 // author and time) records nothing, as it re-arms nothing.
 func TestRecorderTakesTheMessageAsTheEditsReason(t *testing.T) {
 	r, q, _ := newTestRecorder()
-	r.ReplaceAll([]bson.Raw{raw(t, bson.D{{Key: "_id", Value: "a"}, {Key: "cron_expr", Value: "0 9 * * *"}})})
+	r.ReplaceAll(docs(raw(t, bson.D{{Key: "_id", Value: "a"}, {Key: "cron_expr", Value: "0 9 * * *"}})))
 	r.CaughtUp()
 	now := bson.NewDateTimeFromTime(wall0)
 	for _, e := range []changestream.EventInfo{
@@ -178,7 +204,7 @@ func TestRecorderTakesTheMessageAsTheEditsReason(t *testing.T) {
 func TestRecorderRecordsNothingUntilCaughtUp(t *testing.T) {
 	r, q, _ := newTestRecorder()
 	// The read already includes event 1 (0 8) and event 2 (0 7).
-	r.ReplaceAll([]bson.Raw{raw(t, bson.D{{Key: "_id", Value: "a"}, {Key: "cron_expr", Value: "0 7 * * *"}})})
+	r.ReplaceAll(docs(raw(t, bson.D{{Key: "_id", Value: "a"}, {Key: "cron_expr", Value: "0 7 * * *"}})))
 	r.Observe(ev(t, 1, "update", "a", upd(t, bson.D{{Key: "cron_expr", Value: "0 8 * * *"}})))
 	r.Observe(ev(t, 2, "update", "a", upd(t, bson.D{{Key: "cron_expr", Value: "0 7 * * *"}})))
 	if len(q.entries) != 0 {
@@ -190,7 +216,7 @@ func TestRecorderRecordsNothingUntilCaughtUp(t *testing.T) {
 		t.Fatalf("entries = %v", q.entries)
 	}
 	// A resync's full reload pauses recording again.
-	r.ReplaceAll([]bson.Raw{raw(t, bson.D{{Key: "_id", Value: "a"}, {Key: "cron_expr", Value: "0 5 * * *"}})})
+	r.ReplaceAll(docs(raw(t, bson.D{{Key: "_id", Value: "a"}, {Key: "cron_expr", Value: "0 5 * * *"}})))
 	r.Observe(ev(t, 4, "update", "a", upd(t, bson.D{{Key: "cron_expr", Value: "0 5 * * *"}})))
 	if len(q.entries) != 1 {
 		t.Fatalf("entry recorded while not caught up: %v", q.entries[1:])
@@ -204,7 +230,7 @@ func TestRecorderRecordsNothingUntilCaughtUp(t *testing.T) {
 func TestRecordersOfTwoReplicasAgree(t *testing.T) {
 	a, qa, _ := newTestRecorder()
 	b, qb, _ := newTestRecorder()
-	a.ReplaceAll([]bson.Raw{raw(t, bson.D{{Key: "_id", Value: "j"}, {Key: "cron_expr", Value: "0 9 * * *"}})})
+	a.ReplaceAll(docs(raw(t, bson.D{{Key: "_id", Value: "j"}, {Key: "cron_expr", Value: "0 9 * * *"}})))
 	a.CaughtUp()
 	events := []changestream.EventInfo{
 		ev(t, 1, "update", "j", upd(t, bson.D{{Key: "cron_expr", Value: "0 8 * * *"}})),
@@ -215,7 +241,7 @@ func TestRecordersOfTwoReplicasAgree(t *testing.T) {
 		a.Observe(e)
 	}
 	// b read the collection after event 2, then replays 1 and 2.
-	b.ReplaceAll([]bson.Raw{raw(t, bson.D{{Key: "_id", Value: "j"}, {Key: "cron_expr", Value: "0 8 * * *"}, {Key: "enabled", Value: false}})})
+	b.ReplaceAll(docs(raw(t, bson.D{{Key: "_id", Value: "j"}, {Key: "cron_expr", Value: "0 8 * * *"}, {Key: "enabled", Value: false}})))
 	b.Observe(events[0])
 	b.Observe(events[1])
 	b.CaughtUp()
@@ -241,10 +267,7 @@ func (m *memSightings) Deleted(id string, at time.Time) {
 	m.seen = append(m.seen, "delete "+id+" "+at.Sub(wall0).String())
 }
 
-func (m *memSightings) Present(ids []string, docs []bson.Raw, at time.Time) {
-	if ids == nil {
-		ids = jobIDs(docs)
-	}
+func (m *memSightings) Present(ids []string, at time.Time) {
 	sort.Strings(ids)
 	m.seen = append(m.seen, "present "+strings.Join(ids, ",")+" "+at.Sub(wall0).String())
 }
@@ -258,15 +281,15 @@ func TestRecorderSightings(t *testing.T) {
 	m := &memSightings{}
 	r := NewRecorder(&nopSink{}, &memQueue{}, RecorderOptions{Instance: "r1", Retention: time.Hour,
 		Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return wall0.Add(time.Hour) }, Sightings: m})
-	r.ReplaceAll([]bson.Raw{raw(t, bson.D{{Key: "_id", Value: "a"}, {Key: "cron_expr", Value: "@daily"}}),
-		raw(t, bson.D{{Key: "_id", Value: 7}, {Key: "cron_expr", Value: "@daily"}})})
+	r.ReplaceAll(docs(raw(t, bson.D{{Key: "_id", Value: "a"}, {Key: "cron_expr", Value: "@daily"}}),
+		raw(t, bson.D{{Key: "_id", Value: 7}, {Key: "cron_expr", Value: "@daily"}})))
 	r.Observe(ev(t, 1, "insert", "b", full(t, bson.D{{Key: "_id", Value: "b"}, {Key: "cron_expr", Value: "@daily"}})))
 	r.Observe(ev(t, 2, "delete", "a"))
 	r.Observe(ev(t, 3, "update", "b", upd(t, bson.D{{Key: "enabled", Value: false}})))
 	r.CaughtUp()
 	r.CaughtUp() // no full reload since: nothing more
 	r.Observe(ev(t, 4, "insert", "c", full(t, bson.D{{Key: "_id", Value: "c"}, {Key: "cron_expr", Value: "@daily"}})))
-	r.ReplaceAll([]bson.Raw{raw(t, bson.D{{Key: "_id", Value: "c"}, {Key: "cron_expr", Value: "@daily"}})})
+	r.ReplaceAll(docs(raw(t, bson.D{{Key: "_id", Value: "c"}, {Key: "cron_expr", Value: "@daily"}})))
 	r.ReadIsCurrent()
 	r.ReadIsCurrent()
 	want := []string{
@@ -277,5 +300,54 @@ func TestRecorderSightings(t *testing.T) {
 	}
 	if strings.Join(m.seen, "\n") != strings.Join(want, "\n") {
 		t.Errorf("sightings:\n%s\nwant:\n%s", strings.Join(m.seen, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// documentsOf renders what Documents lists as id → cron_expr.
+func documentsOf(r *Recorder) map[string]string {
+	out := map[string]string{}
+	for d := range r.Documents() {
+		out[d.Lookup("_id").String()] = d.Lookup("cron_expr").StringValue()
+	}
+	return out
+}
+
+// Documents lists the documents as the full read and the events left
+// them — the state file's documents — refused _ids included; a read that
+// fails part-way updates what it read and removes nothing.
+func TestRecorderDocumentsFollowReadsAndEvents(t *testing.T) {
+	r, _, _ := newTestRecorder()
+	doc := func(id any, expr string) bson.Raw {
+		return raw(t, bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: expr}})
+	}
+	if _, err := r.ReplaceAll(docs(doc("a", "0 1 * * *"), doc("b", "0 2 * * *"), doc(int32(7), "0 3 * * *"))); err != nil {
+		t.Fatal(err)
+	}
+	r.Observe(ev(t, 1, "insert", "c", full(t, bson.D{{Key: "_id", Value: "c"}, {Key: "cron_expr", Value: "0 4 * * *"}})))
+	r.Observe(ev(t, 2, "update", "a", upd(t, bson.D{{Key: "cron_expr", Value: "0 5 * * *"}})))
+	r.Observe(ev(t, 3, "delete", "b"))
+	r.Observe(ev(t, 4, "delete", int32(7)))
+	want := map[string]string{`"a"`: "0 5 * * *", `"c"`: "0 4 * * *"}
+	if got := documentsOf(r); !maps.Equal(got, want) {
+		t.Fatalf("documents after the events: %v, want %v", got, want)
+	}
+	boom := errors.New("connection reset")
+	failing := func(yield func(bson.Raw, error) bool) {
+		if yield(doc("c", "0 6 * * *"), nil) {
+			yield(nil, boom)
+		}
+	}
+	if _, err := r.ReplaceAll(failing); !errors.Is(err, boom) {
+		t.Fatalf("failed read returned %v", err)
+	}
+	want[`"c"`] = "0 6 * * *"
+	if got := documentsOf(r); !maps.Equal(got, want) {
+		t.Fatalf("documents after a failed read: %v, want %v", got, want)
+	}
+	if _, err := r.ReplaceAll(docs(doc("c", "0 6 * * *"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := documentsOf(r); !maps.Equal(got, map[string]string{`"c"`: "0 6 * * *"}) {
+		t.Fatalf("documents after a complete read: %v", got)
 	}
 }

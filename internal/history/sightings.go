@@ -7,11 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-
-	"github.com/cronswap/cronswap/schedule"
 )
 
 // DefaultSightingsBatch is the most sighting writes one bulk write sends
@@ -73,9 +70,8 @@ type sightingOp struct {
 	kind sightingKind
 	job  string
 	at   time.Time
-	// A full read: its job ids, or its documents (read on Run's goroutine).
-	ids  []string
-	docs []bson.Raw
+	// A full read: its job ids.
+	ids []string
 }
 
 type sightingKind int
@@ -119,10 +115,10 @@ func (s *Sightings) Deleted(jobID string, at time.Time) {
 	s.push(sightingOp{kind: sightDeleted, job: jobID, at: at})
 }
 
-// Present hands over the whole collection as it was at at: the job ids,
-// or (ids nil) the documents, which must not be modified later.
-func (s *Sightings) Present(ids []string, docs []bson.Raw, at time.Time) {
-	s.push(sightingOp{kind: sightPresent, ids: ids, docs: docs, at: at})
+// Present hands over the whole collection as it was at at: its job ids,
+// which must not be modified later.
+func (s *Sightings) Present(ids []string, at time.Time) {
+	s.push(sightingOp{kind: sightPresent, ids: ids, at: at})
 }
 
 // push queues op without blocking. A full read replaces a full read queued
@@ -280,9 +276,6 @@ func (s *Sightings) present(ctx context.Context, op sightingOp) error {
 		s.live = live
 	}
 	ids := op.ids
-	if ids == nil {
-		ids = jobIDs(op.docs)
-	}
 	now := s.opts.Now()
 	here := make(map[string]bool, len(ids))
 	var seen, gone []string
@@ -354,18 +347,4 @@ func (s *Sightings) write(ctx context.Context, models []mongo.WriteModel) (int64
 		}
 	}
 	return n, nil
-}
-
-// jobIDs are the job ids of a full read's documents (string _ids only, as
-// the recorder takes them).
-func jobIDs(docs []bson.Raw) []string {
-	out := make([]string, 0, len(docs))
-	for _, d := range docs {
-		if v, err := d.LookupErr("_id"); err == nil && v.Type == bson.TypeString {
-			if id, err := schedule.DecodeID(v); err == nil {
-				out = append(out, id)
-			}
-		}
-	}
-	return out
 }

@@ -130,7 +130,7 @@ func TestSightingsOncePerJobAcrossReplicasAndLives(t *testing.T) {
 	}
 
 	r1 := startReplica(t, db.Name(), "r1")
-	r1.s.Present([]string{"a", "b", "c"}, nil, at(0))
+	r1.s.Present([]string{"a", "b", "c"}, at(0))
 	for _, job := range []string{"a", "b", "c"} {
 		s := waitSighting(t, coll, job, "seen by the read at 0", func(s Sighting, ok bool) bool { return ok })
 		if !s.At.Equal(at(0)) || s.Source != SourceRead || s.Instance != "r1" || !s.DeletedAt.IsZero() {
@@ -142,14 +142,14 @@ func TestSightingsOncePerJobAcrossReplicasAndLives(t *testing.T) {
 	}
 
 	// The same replica reads the same jobs again (a resync): no write.
-	r1.s.Present([]string{"c", "b", "a"}, nil, at(10))
+	r1.s.Present([]string{"c", "b", "a"}, at(10))
 	drained(t, coll, r1, 0)
 	if u, f := r1.counts.counts(); u != 2 || f != 1 {
 		t.Errorf("after a second read: %d updates, %d finds; want only the sentinel's update", u, f)
 	}
 	// A second replica starts: one find, no write for jobs that have one.
 	r2 := startReplica(t, db.Name(), "r2")
-	r2.s.Present(nil, docsOf(t, "a", "b", "c", "sentinel-r1-a"), at(20))
+	r2.s.Present([]string{"a", "b", "c", "sentinel-r1-a"}, at(20))
 	drained(t, coll, r2, 0)
 	if u, f := r2.counts.counts(); u != 1 || f != 1 {
 		t.Errorf("second replica's first read: %d updates, %d finds; want the sentinel's update and one find", u, f)
@@ -195,7 +195,7 @@ func TestSightingsOncePerJobAcrossReplicasAndLives(t *testing.T) {
 
 	// A full read without c (deleted while no replica streamed): marked
 	// deleted at the read.
-	r1.s.Present([]string{"a", "b"}, nil, at(50))
+	r1.s.Present([]string{"a", "b"}, at(50))
 	c := waitSighting(t, coll, "c", "deleted by the read at 50", func(s Sighting, ok bool) bool { return ok && !s.DeletedAt.IsZero() })
 	if !c.DeletedAt.Equal(at(50)) || !c.At.Equal(at(0)) {
 		t.Errorf("c after a read without it: %+v", c)
@@ -209,12 +209,4 @@ func TestSightingsOncePerJobAcrossReplicasAndLives(t *testing.T) {
 	if err != nil || len(edits) != 1 || edits[0].ID != "8200000000000001" {
 		t.Errorf("List of a = %+v (%v), want its edit only, not its sighting", edits, err)
 	}
-}
-
-func docsOf(t *testing.T, ids ...string) []bson.Raw {
-	out := make([]bson.Raw, len(ids))
-	for i, id := range ids {
-		out[i] = raw(t, bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: "0 * * * *"}})
-	}
-	return out
 }

@@ -55,6 +55,37 @@ type Status struct {
 	SchedulesArmed int        `json:"schedules_armed"`
 	Ready          bool       `json:"ready"`
 	Reconnects     int64      `json:"reconnects"`
+	Readiness
+}
+
+// Readiness says why a replica is not ready, in /api/status, /api/overview
+// and /readyz; every field is empty while it is ready.
+type Readiness struct {
+	// NotReady is the reason in words; /readyz answers it with its 503.
+	NotReady string `json:"not_ready,omitempty"`
+	// Reload is the full read under way (the collection, or the state
+	// file of a warm start); nil when none runs.
+	Reload *Reload `json:"reload,omitempty"`
+	// LastError is the error of the watcher's last failed attempt,
+	// ErrorSince when it first occurred, and ErrorRepeats whether it
+	// will recur until the collection, the server or the configuration
+	// changes (the watcher keeps retrying at its longest backoff).
+	LastError    string     `json:"last_error,omitempty"`
+	ErrorSince   *time.Time `json:"error_since,omitempty"`
+	ErrorRepeats bool       `json:"error_repeats,omitempty"`
+}
+
+// Reload is a full read under way.
+type Reload struct {
+	// Reason is the full reload's reason (startup, resync, lost_position,
+	// …), or state_file for a warm start.
+	Reason    string    `json:"reason"`
+	StartedAt time.Time `json:"started_at"`
+	// Documents and Bytes are what was read so far, DocumentsPerSecond
+	// the rate since StartedAt.
+	Documents          int64 `json:"documents"`
+	Bytes              int64 `json:"bytes"`
+	DocumentsPerSecond int64 `json:"documents_per_second"`
 }
 
 // Options configures the handler.
@@ -192,6 +223,11 @@ type Schedule struct {
 	// the claim grace); "" when no live member is known, and for a refused
 	// document whose _id is not a job id.
 	Owner string `json:"owner"`
+	// ArmedBy names the live members that arm the job's timer when they
+	// divide the schedules (members.Armers among those that do: its owner,
+	// then its next owner); absent when every live member arms every job,
+	// and for a refused document whose _id is not a job id.
+	ArmedBy []string `json:"armed_by,omitempty"`
 }
 
 // FromStatus converts an engine status to its API form; defaultTZ is shown
@@ -264,8 +300,14 @@ func newMux(a *api) (http.Handler, []string) {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if o.Ready == nil || !o.Ready() {
+			why := "not ready"
+			if o.Status != nil {
+				if r := o.Status().NotReady; r != "" {
+					why += ": " + r
+				}
+			}
 			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte("not ready\n"))
+			_, _ = w.Write([]byte(why + "\n"))
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))

@@ -1,12 +1,14 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/internal/httpapi"
+	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
@@ -183,6 +186,30 @@ func TestReadyz(t *testing.T) {
 	f.ready.Store(false) // e.g. the watcher lost its stream
 	if r := f.get(t, "/readyz"); r.code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz after losing readiness = %d, want 503", r.code)
+	}
+}
+
+// Not ready, /readyz says why, as /api/status and /api/overview do.
+func TestReadyzSaysWhy(t *testing.T) {
+	since := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	why := httpapi.Readiness{NotReady: "the watcher has been failing since 2030-01-01T12:00:00Z: read schedules: boom",
+		LastError: "read schedules: boom", ErrorSince: &since, ErrorRepeats: true,
+		Reload: &httpapi.Reload{Reason: "startup", StartedAt: since, Documents: 4096, Bytes: 409600, DocumentsPerSecond: 100}}
+	f := newFixture(t, func(o *httpapi.Options) {
+		o.Status = func() httpapi.Status { return httpapi.Status{InstanceID: "replica-1", Readiness: why} }
+	})
+	r := f.get(t, "/readyz")
+	if r.code != http.StatusServiceUnavailable || r.body != "not ready: "+why.NotReady+"\n" {
+		t.Errorf("/readyz = %d %q, want 503 with the reason", r.code, r.body)
+	}
+	var st map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(f.get(t, "/api/status").body), &st); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"not_ready", "reload", "last_error", "error_since", "error_repeats"} {
+		if _, ok := st[k]; !ok {
+			t.Errorf("/api/status lacks %s: %v", k, keys(st))
+		}
 	}
 }
 
@@ -498,7 +525,7 @@ func equalSchedule(a, b httpapi.Schedule) bool {
 		return false
 	}
 	a.NextRun, b.NextRun = nil, nil
-	return a == b
+	return reflect.DeepEqual(a, b)
 }
 
 func show(s httpapi.Schedule) string {
@@ -552,6 +579,31 @@ func TestPprofOnlyWhenEnabled(t *testing.T) {
 		served := resp.StatusCode == http.StatusOK && strings.Contains(string(body), "goroutine profile")
 		if served != on {
 			t.Errorf("pprof %v: /debug/pprof/goroutine answered %d (profile served: %v)", on, resp.StatusCode, served)
+		}
+	}
+}
+
+// With members that divide the schedules, each job shows the two that arm
+// it (its owner first); with members that arm every job, none.
+func TestSchedulesShowWhoArmsThem(t *testing.T) {
+	for _, divide := range []bool{true, false} {
+		live := []members.Member{{ID: "r1", Divides: divide}, {ID: "r2", Divides: divide}, {ID: "r3", Divides: divide}}
+		f := newFixture(t, func(o *httpapi.Options) {
+			o.Members = func(context.Context) ([]members.Member, error) { return live, nil }
+		})
+		var got httpapi.Schedule
+		if err := json.Unmarshal([]byte(f.get(t, "/api/schedules/daily_report").body), &got); err != nil {
+			t.Fatal(err)
+		}
+		first, second := members.Armers("daily_report", live)
+		switch {
+		case divide && !slices.Equal(got.ArmedBy, []string{first.ID, second.ID}):
+			t.Errorf("dividing: armed_by %v, want %v", got.ArmedBy, []string{first.ID, second.ID})
+		case !divide && got.ArmedBy != nil:
+			t.Errorf("not dividing: armed_by %v, want none", got.ArmedBy)
+		}
+		if got.Owner != first.ID {
+			t.Errorf("owner %s, want %s", got.Owner, first.ID)
 		}
 	}
 }

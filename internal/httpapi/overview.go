@@ -38,6 +38,7 @@ type Overview struct {
 	// CountsAt is when FiresLastHour and MissedLastDay were read (they
 	// are reused for CountsMaxAge).
 	CountsAt *time.Time `json:"counts_at"`
+	Readiness
 }
 
 // OverviewMember is one live member in /api/overview.
@@ -49,6 +50,11 @@ type OverviewMember struct {
 	HeartbeatAt         time.Time `json:"heartbeat_at"`
 	HeartbeatAgeSeconds float64   `json:"heartbeat_age_seconds"`
 	LeaseUntil          time.Time `json:"lease_until"`
+	// ArmedJobs is how many of the jobs it arms (members.ArmedCounts:
+	// its share when it divides the schedules, every job otherwise).
+	ArmedJobs int `json:"armed_jobs"`
+	// Divides is true when the member divides the schedules.
+	Divides bool `json:"divides"`
 	// OwnedJobs is how many of the jobs it owns (members.OwnedCounts
 	// over every job, enabled or not: what `cronswap members list` shows).
 	OwnedJobs int `json:"owned_jobs"`
@@ -113,7 +119,8 @@ func (a *api) overview(ctx context.Context) (Overview, error) {
 	t := a.tables.get(a.o.Schedules, a.o.DefaultTimezone, false)
 	ov := Overview{GeneratedAt: now, InstanceID: st.InstanceID, Host: a.o.Host, WatchMode: st.WatchMode, Ready: st.Ready,
 		LastEventAt: st.LastEventAt, TokenSavedAt: st.TokenSavedAt, Members: []OverviewMember{},
-		Jobs: countJobs(t, t.withPauses(failurePauses(ctx, a.o.FailurePauses))), FiresLastHour: map[string]int64{}}
+		Jobs: countJobs(t, t.withPauses(failurePauses(ctx, a.o.FailurePauses))), FiresLastHour: map[string]int64{},
+		Readiness: st.Readiness}
 	if st.TokenSavedAt != nil {
 		age := now.Sub(*st.TokenSavedAt).Seconds()
 		ov.TokenAgeSeconds = &age
@@ -139,11 +146,12 @@ func (a *api) withMembers(ctx context.Context, ov *Overview, ids []string, now t
 	if err != nil {
 		return err
 	}
-	owned := members.OwnedCounts(ids, live)
+	owned, armed := members.OwnedCounts(ids, live), members.ArmedCounts(ids, live)
 	for _, m := range live {
 		ov.Members = append(ov.Members, OverviewMember{InstanceID: m.ID, Host: m.Host, PID: m.PID, Incarnation: m.Incarnation,
 			HeartbeatAt: m.HeartbeatAt.UTC(), HeartbeatAgeSeconds: now.Sub(m.HeartbeatAt).Seconds(),
-			LeaseUntil: m.LeaseUntil.UTC(), OwnedJobs: owned[m.ID], Self: m.ID == ov.InstanceID})
+			LeaseUntil: m.LeaseUntil.UTC(), OwnedJobs: owned[m.ID], ArmedJobs: armed[m.ID], Divides: m.Divides,
+			Self: m.ID == ov.InstanceID})
 	}
 	return nil
 }

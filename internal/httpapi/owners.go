@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"slices"
 
 	"github.com/cronswap/cronswap/internal/members"
 )
@@ -15,11 +16,31 @@ func (a *api) liveMembers(ctx context.Context) ([]members.Member, error) {
 	return a.o.Members(ctx)
 }
 
-// withOwners sets the Owner of every schedule of out (ownerOf).
+// withOwners sets the Owner and ArmedBy of every schedule of out (ownerOf,
+// armedBy).
 func withOwners(out []Schedule, live []members.Member) {
 	for i := range out {
 		out[i].Owner = ownerOf(out[i], live)
+		out[i].ArmedBy = armedBy(out[i], live)
 	}
+}
+
+// armedBy returns the instance ids of the members of live that arm s's
+// timer when they divide the schedules (members.Armers, those of them with
+// Divides); nil when none of live divides, and for a refused document
+// whose _id is not a job id.
+func armedBy(s Schedule, live []members.Member) []string {
+	if s.InvalidID || !slices.ContainsFunc(live, func(m members.Member) bool { return m.Divides }) {
+		return nil
+	}
+	var out []string
+	first, second := members.Armers(s.ID, live)
+	for _, m := range []members.Member{first, second} {
+		if m.Divides {
+			out = append(out, m.ID)
+		}
+	}
+	return out
 }
 
 // ownerOf returns the instance id of the owner of s among live

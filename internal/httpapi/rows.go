@@ -293,6 +293,7 @@ func (a *api) rows(ctx context.Context, rq rowQuery) (Rows, error) {
 	if live, err := a.liveMembers(ctx); err == nil {
 		for i := range out.Items {
 			out.Items[i].Owner = ownerOf(out.Items[i].Schedule, live)
+			out.Items[i].ArmedBy = armedBy(out.Items[i].Schedule, live)
 		}
 	}
 	return out, a.withRecords(ctx, out.Items, ids)

@@ -95,6 +95,10 @@ type Member struct {
 	// command line can ask a live daemon what its engine holds; empty when
 	// unknown.
 	HTTP string `bson:"http,omitempty" json:"http,omitempty"`
+	// Divides is true when the member divides the schedules with the
+	// other members (it arms only the jobs Armers names it for) rather
+	// than arming every job.
+	Divides bool `bson:"divides,omitempty" json:"divides,omitempty"`
 	// StartedAt is when this incarnation registered.
 	StartedAt time.Time `bson:"started_at" json:"started_at"`
 	// HeartbeatAt is the member's last heartbeat.

@@ -24,6 +24,9 @@ type Options struct {
 	// HTTP is the address of this process's HTTP listener, recorded as
 	// Member.HTTP (empty: none recorded).
 	HTTP string
+	// Divides is recorded as Member.Divides: this process arms only the
+	// jobs Armers names it for.
+	Divides bool
 	// Heartbeat is the period of the heartbeat write (default
 	// DefaultHeartbeat).
 	Heartbeat time.Duration
@@ -101,7 +104,7 @@ func New(db *mongo.Database, opts Options) *Membership {
 		opts.Now = time.Now
 	}
 	self := Member{ID: opts.InstanceID, Host: opts.Host, PID: os.Getpid(), Machine: machineID(),
-		Incarnation: newIncarnation(), HTTP: opts.HTTP}
+		Incarnation: newIncarnation(), HTTP: opts.HTTP, Divides: opts.Divides}
 	return &Membership{coll: Collection(db), opts: opts, self: self,
 		selfID: self.ID, selfIncarnation: self.Incarnation, createdAt: opts.Now(),
 		log: opts.Logger.With("host", self.Host, "incarnation", self.Incarnation)}
@@ -294,6 +297,7 @@ func (m *Membership) beat(ctx context.Context) error {
 		bson.D{{Key: "_id", Value: d.ID}, {Key: "incarnation", Value: d.Incarnation}},
 		bson.D{{Key: "$set", Value: bson.D{
 			{Key: "host", Value: d.Host}, {Key: "pid", Value: d.PID}, {Key: "machine", Value: d.Machine}, {Key: "http", Value: d.HTTP},
+			{Key: "divides", Value: d.Divides},
 			{Key: "started_at", Value: d.StartedAt}, {Key: "heartbeat_at", Value: d.HeartbeatAt},
 			{Key: "lease_until", Value: d.LeaseUntil}, {Key: "expire_at", Value: d.ExpireAt},
 		}}},

@@ -76,3 +76,66 @@ func OwnedCounts(jobIDs []string, live []Member) map[string]int {
 	}
 	return out
 }
+
+// Armers returns the two members of live that arm jobID's timer when the
+// replicas divide the schedules: its owner (Owner) and the member whose
+// rendezvous weight comes second — the one that owns the job once the
+// owner is gone, so that it is armed already when that happens. second is
+// the zero Member when live has fewer than two members. With R live
+// members each arms about 2/R of the jobs; a member that joins or leaves
+// moves only the jobs whose first two it changes.
+func Armers(jobID string, live []Member) (first, second Member) {
+	var t top2
+	for _, m := range live {
+		t.consider(jobID, m)
+	}
+	return t.first.best, t.second.best
+}
+
+// top2 is Armers' running pick: the two highest weights seen so far.
+type top2 struct{ first, second choice }
+
+func (t *top2) consider(jobID string, m Member) {
+	w := weight(jobID, m.ID)
+	beats := func(c choice) bool { return !c.any || w > c.w || (w == c.w && m.ID < c.best.ID) }
+	switch {
+	case beats(t.first):
+		t.second = t.first
+		t.first = choice{best: m, w: w, any: true}
+	case beats(t.second):
+		t.second = choice{best: m, w: w, any: true}
+	}
+}
+
+// ArmedCounts returns, for each member of live, how many of jobIDs it arms
+// (by instance id): a member that divides the schedules (Member.Divides)
+// arms the jobs Armers names it for, any other member every job. It is the
+// one count of armed jobs: the daemon's overview and `cronswap members
+// list` show it beside the owned jobs.
+func ArmedCounts(jobIDs []string, live []Member) map[string]int {
+	out := make(map[string]int, len(live))
+	dividing := false
+	for _, m := range live {
+		out[m.ID] = len(jobIDs)
+		if m.Divides {
+			out[m.ID], dividing = 0, true
+		}
+	}
+	if !dividing {
+		return out
+	}
+	divides := make(map[string]bool, len(live))
+	for _, m := range live {
+		divides[m.ID] = m.Divides
+	}
+	for _, id := range jobIDs {
+		first, second := Armers(id, live)
+		if divides[first.ID] {
+			out[first.ID]++
+		}
+		if second.ID != "" && divides[second.ID] {
+			out[second.ID]++
+		}
+	}
+	return out
+}

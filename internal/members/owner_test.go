@@ -117,3 +117,45 @@ func TestOwnedCountsSumAndZero(t *testing.T) {
 		t.Fatalf("no live members: counts %v", got)
 	}
 }
+
+// The first of Armers is the Owner; the second is the owner once the first
+// is gone — so a member's death leaves every job armed by one that was
+// armed already. Each of R members arms about 2/R of the jobs.
+func TestArmersAreOwnerAndSuccessor(t *testing.T) {
+	live := named("r1", "r2", "r3", "r4")
+	jobs := ids(20000)
+	for _, id := range jobs {
+		first, second := Armers(id, live)
+		if first.ID != Owner(id, live).ID {
+			t.Fatalf("%s: first armer %s, owner %s", id, first.ID, Owner(id, live).ID)
+		}
+		if second.ID == "" || second.ID == first.ID {
+			t.Fatalf("%s: second armer %q (first %s)", id, second.ID, first.ID)
+		}
+		var rest []Member
+		for _, m := range live {
+			if m.ID != first.ID {
+				rest = append(rest, m)
+			}
+		}
+		if next := Owner(id, rest); next.ID != second.ID {
+			t.Fatalf("%s: without %s the owner is %s, not the second armer %s", id, first.ID, next.ID, second.ID)
+		}
+	}
+	for i := range live {
+		live[i].Divides = true
+	}
+	counts := ArmedCounts(jobs, live)
+	for id, n := range counts {
+		if want := len(jobs) / 2; math.Abs(float64(n-want)) > 0.05*float64(want) {
+			t.Errorf("%s arms %d of %d jobs, want about %d", id, n, len(jobs), want)
+		}
+	}
+	if first, second := Armers("x", named("only")); first.ID != "only" || second.ID != "" {
+		t.Fatalf("one member: %q, %q", first.ID, second.ID)
+	}
+	// A member that does not divide arms every job.
+	if counts := ArmedCounts(jobs, named("r1", "r2")); counts["r1"] != len(jobs) || counts["r2"] != len(jobs) {
+		t.Fatalf("members arming every job: %v", counts)
+	}
+}

@@ -117,3 +117,23 @@ func (m *Membership) Owns(jobID string) bool {
 	}
 	return !c.any || c.best.ID == m.selfID
 }
+
+// Arms reports whether this member arms jobID's timer when the replicas
+// divide the schedules: whether it is one of Armers(jobID, LiveView()).
+// Before the first read of the view it reports true (a member that knows
+// no one else arms every job). Like Owns, it does not talk to the server
+// and does not allocate; safe for concurrent use.
+func (m *Membership) Arms(jobID string) bool {
+	v := m.view.Load()
+	if v == nil {
+		return true
+	}
+	now := m.opts.Now()
+	var t top2
+	for _, d := range v.members {
+		if m.liveAt(d, now) {
+			t.consider(jobID, d)
+		}
+	}
+	return !t.first.any || t.first.best.ID == m.selfID || (t.second.any && t.second.best.ID == m.selfID)
+}

@@ -142,6 +142,50 @@ func TestOwnsSplitsJobsAcrossThreeMembers(t *testing.T) {
 // A member whose lease passed (it stopped heartbeating without leaving)
 // drops out of the others' views, and the next heartbeat's read no longer
 // has it at all; its jobs move to the others.
+// With the schedules divided, each job is armed by exactly two of three
+// members — its owner and the member second for it — as Armers says from
+// any view.
+func TestArmsTwoOfThreeMembers(t *testing.T) {
+	db := newDB(t)
+	var ms []*Membership
+	for _, id := range []string{"r1", "r2", "r3"} {
+		m := New(db, Options{InstanceID: id, Heartbeat: 50 * time.Millisecond, Lease: 10 * time.Second, Logger: quiet})
+		if !m.Arms("any") {
+			t.Fatal("a member that has read no view yet must arm every job")
+		}
+		if err := m.Join(ctxFor(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, m)
+	}
+	for _, m := range ms {
+		run(t, m)
+	}
+	want := []string{"r1", "r2", "r3"}
+	waitFor(t, 10*time.Second, "every view holding the three members", func() bool {
+		for _, m := range ms {
+			if !slices.Equal(viewIDs(m), want) {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range 3000 {
+		id := fmt.Sprintf("job-%04d", i)
+		first, second := Armers(id, ms[0].LiveView())
+		var armers []string
+		for _, m := range ms {
+			if m.Arms(id) {
+				armers = append(armers, m.Self().ID)
+			}
+		}
+		if wantArmers := []string{first.ID, second.ID}; len(armers) != 2 || !slices.Contains(armers, first.ID) ||
+			!slices.Contains(armers, second.ID) {
+			t.Fatalf("%s armed by %v, want %v", id, armers, wantArmers)
+		}
+	}
+}
+
 func TestDeadMemberDropsOutOfTheView(t *testing.T) {
 	db := newDB(t)
 	r1 := New(db, Options{InstanceID: "r1", Heartbeat: 50 * time.Millisecond, Lease: 10 * time.Second, Logger: quiet})

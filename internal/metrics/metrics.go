@@ -97,6 +97,9 @@ type Metrics struct {
 type Sources struct {
 	// Armed returns the number of jobs with an armed timer.
 	Armed func() int
+	// Known returns the number of jobs the engine keeps, armed here or
+	// not (with the schedules divided, the others are armed elsewhere).
+	Known func() int
 	// TokenSavedAt returns when the resume token was last saved (zero
 	// before the first save).
 	TokenSavedAt func() time.Time
@@ -199,7 +202,12 @@ func (m *Metrics) RegisterGauges(src Sources) error {
 	f := &factory{reg: m.reg}
 	if src.Armed != nil {
 		f.register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "schedules_armed",
-			Help: "Jobs with an armed timer."}, func() float64 { return float64(src.Armed()) }))
+			Help: "Jobs with an armed timer on this replica."}, func() float64 { return float64(src.Armed()) }))
+	}
+	if src.Known != nil {
+		f.register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "schedules_known",
+			Help: "Jobs this replica keeps (their last known good), armed here or, with the schedules divided, elsewhere."},
+			func() float64 { return float64(src.Known()) }))
 	}
 	if src.TokenSavedAt != nil {
 		f.register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "resume_token_age_seconds",

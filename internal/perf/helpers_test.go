@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"slices"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/internal/history"
 	"github.com/cronswap/cronswap/internal/schedulesink"
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/schedule"
@@ -73,10 +75,39 @@ type countingFeed struct {
 	snapshots atomic.Int64
 }
 
-func (f *countingFeed) Snapshot(ctx context.Context) ([]bson.Raw, error) {
+func (f *countingFeed) Snapshot(ctx context.Context) iter.Seq2[bson.Raw, error] {
 	f.snapshots.Add(1)
 	return f.Feed.Snapshot(ctx)
 }
+
+// readAll copies every document of a full read.
+func readAll(tb testing.TB, docs iter.Seq2[bson.Raw, error]) []bson.Raw {
+	tb.Helper()
+	var out []bson.Raw
+	for d, err := range docs {
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, append(bson.Raw(nil), d...))
+	}
+	return out
+}
+
+// items yields its, as a full read would.
+func items(its []scheduler.Item) iter.Seq2[scheduler.Item, error] {
+	return func(yield func(scheduler.Item, error) bool) {
+		for _, it := range its {
+			if !yield(it, nil) {
+				return
+			}
+		}
+	}
+}
+
+// discardQueue drops the edit history's entries.
+type discardQueue struct{}
+
+func (discardQueue) Enqueue(history.Entry) bool { return true }
 
 // engineState renders what the engine holds as id -> cron_expr (with a
 // disabled marker), or the error of a job whose document was refused (its
@@ -117,12 +148,11 @@ func diff(got, want map[string]string) []string {
 // full reload of it.
 func collectionState(ctx context.Context, tb testing.TB, coll *mongo.Collection) map[string]string {
 	tb.Helper()
-	docs, err := changestream.NewMongoFeed(coll, 0).Snapshot(ctx)
-	if err != nil {
+	docs := readAll(tb, changestream.NewMongoFeed(coll, 0).Snapshot(ctx))
+	e := newEngine(quietLogger())
+	if _, err := e.Sync(items(decodeAll(docs))); err != nil {
 		tb.Fatal(err)
 	}
-	e := newEngine(quietLogger())
-	e.Sync(decodeAll(docs))
 	return engineState(e)
 }
 

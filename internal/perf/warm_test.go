@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/internal/history"
 	"github.com/cronswap/cronswap/internal/statefile"
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/resumetoken"
@@ -43,16 +44,23 @@ func startDaemonish(tb testing.TB, db *mongo.Database, stateFile string, log boo
 		feed:   &countingFeed{Feed: changestream.NewMongoFeed(db.Collection("schedules"), 100*time.Millisecond)},
 		done:   make(chan error, 1),
 	}
+	// As the daemon does: the edit history's recorder keeps the documents
+	// the state file is written from.
+	rec := history.NewRecorder(engineSink(d.engine), discardQueue{}, history.RecorderOptions{Instance: "w1",
+		Retention: time.Hour, Logger: quietLogger()})
 	d.w = changestream.New(changestream.Options{
-		ID:     "w1",
-		Feed:   d.feed,
-		Tokens: resumetoken.NewMongoStore(db.Collection(resumetoken.CollectionName)),
-		Sink:   engineSink(d.engine),
-		State:  statefile.New(stateFile, statefile.Options{WatcherID: "w1", Source: db.Name() + ".schedules"}),
-		Logger: lg, Mode: changestream.ModeChangeStream,
+		ID:        "w1",
+		Feed:      d.feed,
+		Tokens:    resumetoken.NewMongoStore(db.Collection(resumetoken.CollectionName)),
+		Sink:      rec,
+		State:     statefile.New(stateFile, statefile.Options{WatcherID: "w1", Source: db.Name() + ".schedules"}),
+		StateDocs: rec.Documents,
+		Logger:    lg, Mode: changestream.ModeChangeStream,
 		BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
-		// As the daemon does: timers start once the engine holds the schedules.
-		Hooks: changestream.Hooks{Synced: func() { d.startOnce.Do(d.engine.Start) }},
+		// As the daemon does: timers start once the engine holds the
+		// schedules, and the recorder follows the applied events.
+		Hooks: changestream.Hooks{Synced: func() { d.startOnce.Do(d.engine.Start) },
+			Event: rec.Observe, Idle: rec.CaughtUp},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel

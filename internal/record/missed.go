@@ -27,11 +27,15 @@ const (
 	// MissedQueueFull: the fire came due while the fire path's queue held
 	// its bound of fires waiting for admission (queue_limit).
 	MissedQueueFull = "queue_full"
+	// MissedHandOver: with the schedules divided among the replicas, no
+	// replica armed the job at the slots (its armers were gone), and they
+	// were older than the hand-over window when a replica took it over.
+	MissedHandOver = "hand_over"
 )
 
 // MissedReasons lists every reason of a missed record.
 var MissedReasons = []string{MissedNoReplica, MissedUnreachable, MissedShuttingDown,
-	MissedStartingDeadline, MissedOutsideCatchup, MissedQueueFull, MissedPaused}
+	MissedStartingDeadline, MissedOutsideCatchup, MissedQueueFull, MissedPaused, MissedHandOver}
 
 // MissedRange is a run of consecutive slots of one job that did not run,
 // for one reason: the slots From..To of the job's schedule, Count of them.

@@ -7,6 +7,7 @@ package schedulesink
 
 import (
 	"context"
+	"iter"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -88,30 +89,131 @@ func (s Sink) Delete(id bson.RawValue) {
 }
 
 // ReplaceAll implements changestream.Sink: it decodes docs (a whole
-// collection) and hands them to the engine's Sync, returning the ids Sync
-// changed. It logs how the time divided between decoding and the engine,
-// as "decode" and "engine" attributes: at info level when something
-// changed, at debug level otherwise (a periodic resync that finds nothing).
-func (s Sink) ReplaceAll(docs []bson.Raw) []string {
+// collection, read one document at a time) and hands them to the engine's
+// Sync as they come, returning the ids Sync changed; a read that fails
+// ends the Sync without removing anything (see scheduler.Engine.Sync).
+// Documents are decoded in batches of decodeBatch, spread over the CPUs,
+// on a goroutine of their own while the engine applies the batch before
+// (decoding is about a third of a reload), so at most three batches are
+// held at once. It logs how the time divided between decoding and the
+// engine, as "decode" (the decoder's busy time, read waits excluded) and
+// "engine" attributes: at info level when something changed, at debug
+// level otherwise (a periodic resync that finds nothing).
+func (s Sink) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error) {
 	start := time.Now()
-	decoded := DecodeAll(docs)
-	items := make([]scheduler.Item, 0, len(docs))
-	for _, it := range decoded {
-		if it.Err != nil && it.Schedule.ID == "" {
-			s.log.Warn("schedules document refused and not attributable to a job", "error", it.Err)
-			continue
+	batches := make(chan decodedBatch, 1)
+	stop := make(chan struct{})
+	var n int
+	var decode time.Duration
+	go func() {
+		defer close(batches)
+		n, decode = s.decodeBatches(docs, batches, stop)
+	}()
+	var engineBusy time.Duration
+	items := func(yield func(scheduler.Item, error) bool) {
+		for b := range batches {
+			if b.err != nil {
+				yield(scheduler.Item{}, b.err)
+				return
+			}
+			t := time.Now()
+			for _, it := range b.items {
+				if !yield(it, nil) {
+					return
+				}
+			}
+			engineBusy += time.Since(t)
 		}
-		items = append(items, it)
 	}
-	decodedAt := time.Now()
-	changed := s.engine.Sync(items).Changed
+	st, err := s.engine.Sync(items)
+	close(stop)
+	for range batches { // the decoder has ended once batches is closed
+	}
+	if err != nil {
+		return st.Changed, err
+	}
 	lvl := slog.LevelDebug
-	if len(changed) > 0 {
+	if len(st.Changed) > 0 {
 		lvl = slog.LevelInfo
 	}
-	s.log.Log(context.Background(), lvl, msgSchedulesReplaced, "documents", len(docs), "changed", len(changed),
-		"decode", decodedAt.Sub(start), "engine", time.Since(decodedAt))
-	return changed
+	s.log.Log(context.Background(), lvl, msgSchedulesReplaced, "documents", n, "changed", len(st.Changed),
+		"decode", decode, "engine", engineBusy, "duration", time.Since(start))
+	return st.Changed, nil
+}
+
+// decodeBatch is how many documents ReplaceAll decodes at once.
+const decodeBatch = 1024
+
+// decodedBatch is one batch of decoded documents, or the read's failure.
+type decodedBatch struct {
+	items []scheduler.Item
+	err   error
+}
+
+// decodeBatches reads docs, copies them into batches of decodeBatch,
+// decodes each batch (DecodeAll) and sends its items to out, until docs
+// ends, fails (the failure is sent last) or stop is closed. Documents
+// that name no job are logged and left out. It returns how many documents
+// it read and how long it spent decoding.
+func (s Sink) decodeBatches(docs iter.Seq2[bson.Raw, error], out chan<- decodedBatch, stop <-chan struct{}) (int, time.Duration) {
+	var (
+		n      int
+		busy   time.Duration
+		buf    []byte
+		ends   []int
+		raws   = make([]bson.Raw, 0, decodeBatch)
+		failed error
+	)
+	send := func(b decodedBatch) bool {
+		select {
+		case out <- b:
+			return true
+		case <-stop:
+			return false
+		}
+	}
+	flush := func() bool {
+		if len(ends) == 0 {
+			return true
+		}
+		t := time.Now()
+		raws = raws[:0]
+		from := 0
+		for _, end := range ends {
+			raws = append(raws, bson.Raw(buf[from:end:end]))
+			from = end
+		}
+		decoded := DecodeAll(raws)
+		items := decoded[:0]
+		for _, it := range decoded {
+			if it.Err != nil && it.Schedule.ID == "" {
+				s.log.Warn("schedules document refused and not attributable to a job", "error", it.Err)
+				continue
+			}
+			items = append(items, it)
+		}
+		buf, ends = buf[:0], ends[:0]
+		busy += time.Since(t)
+		return send(decodedBatch{items: items})
+	}
+	for d, err := range docs {
+		if err != nil {
+			failed = err
+			break
+		}
+		n++
+		buf = append(buf, d...)
+		ends = append(ends, len(buf))
+		if len(ends) == decodeBatch && !flush() {
+			return n, busy
+		}
+	}
+	if failed != nil {
+		send(decodedBatch{err: failed})
+		return n, busy
+	}
+	flush()
+	return n, busy
 }
 
 // msgSchedulesReplaced is the message Sink.ReplaceAll logs with the

@@ -2,8 +2,10 @@ package schedulesink
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"strings"
 	"testing"
@@ -69,12 +71,12 @@ func TestSinkKeepsNonStringIDsApartFromJobIDs(t *testing.T) {
 			armed("delete replayed")
 
 			// Full reloads: with both documents, then without the refused one.
-			sink.ReplaceAll([]bson.Raw{jobDoc, refusedDoc})
+			sink.ReplaceAll(docsOf(jobDoc, refusedDoc))
 			armed("full reload with both")
 			if _, ok := engine.Get(schedule.RefusedKey(rendering)); !ok {
 				t.Fatal("full reload did not list the refused document")
 			}
-			sink.ReplaceAll([]bson.Raw{jobDoc})
+			sink.ReplaceAll(docsOf(jobDoc))
 			armed("full reload without the refused document")
 			if n := len(engine.List()); n != 1 {
 				t.Fatalf("engine knows %d entries after the reload, want 1", n)
@@ -172,10 +174,10 @@ func TestSinkLogsTheDecodeEngineSplit(t *testing.T) {
 		}
 		docs = append(docs, b)
 	}
-	if changed := sink.ReplaceAll(docs); len(changed) != 3 {
+	if changed, _ := sink.ReplaceAll(docsOf(docs...)); len(changed) != 3 {
 		t.Fatalf("first ReplaceAll changed %v", changed)
 	}
-	if changed := sink.ReplaceAll(docs); len(changed) != 0 {
+	if changed, _ := sink.ReplaceAll(docsOf(docs...)); len(changed) != 0 {
 		t.Fatalf("second ReplaceAll changed %v", changed)
 	}
 	type record struct {
@@ -207,5 +209,65 @@ func TestSinkLogsTheDecodeEngineSplit(t *testing.T) {
 		if r.Level != want.level || r.Documents != 3 || r.Changed != want.changed || r.Decode == nil || r.Engine == nil || *r.Decode < 0 || *r.Engine <= 0 {
 			t.Errorf("record %d: %+v, want level %s, 3 documents, %d changed, a decode and engine duration", i, r, want.level, want.changed)
 		}
+	}
+}
+
+// docsOf reads docs as a full read does: one at a time, each in the same
+// buffer, overwritten by the next (so a sink that keeps a document without
+// copying it sees it change).
+func docsOf(docs ...bson.Raw) iter.Seq2[bson.Raw, error] {
+	return func(yield func(bson.Raw, error) bool) {
+		var buf []byte
+		for _, d := range docs {
+			buf = append(buf[:0], d...)
+			if !yield(bson.Raw(buf), nil) {
+				return
+			}
+			clear(buf)
+		}
+	}
+}
+
+// A full reload of more documents than one decode batch applies every one
+// of them, whatever the read does with its buffers afterwards; a read that
+// fails part-way returns its error and removes no job it did not reach.
+func TestReplaceAllStreamsAndStopsAtAReadError(t *testing.T) {
+	engine := scheduler.New(scheduler.Options{Logger: slog.New(slog.DiscardHandler)})
+	sink := New(engine, slog.New(slog.DiscardHandler), nil)
+	n := 2*decodeBatch + 17
+	docs := make([]bson.Raw, n)
+	for i := range docs {
+		b, err := bson.Marshal(bson.D{{Key: "_id", Value: fmt.Sprintf("j%05d", i)},
+			{Key: "cron_expr", Value: fmt.Sprintf("%d 9 * * *", i%60)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs[i] = b
+	}
+	changed, err := sink.ReplaceAll(docsOf(docs...))
+	if err != nil || len(changed) != n {
+		t.Fatalf("ReplaceAll: %d changed, %v; want %d, nil", len(changed), err, n)
+	}
+	for i := range docs {
+		id := fmt.Sprintf("j%05d", i)
+		if st, ok := engine.Get(id); !ok || !st.Armed || st.CronExpr != fmt.Sprintf("%d 9 * * *", i%60) {
+			t.Fatalf("%s = %+v (known %v)", id, st, ok)
+		}
+	}
+
+	boom := errors.New("connection reset")
+	failing := func(yield func(bson.Raw, error) bool) {
+		for d, err := range docsOf(docs[:decodeBatch+5]...) {
+			if !yield(d, err) {
+				return
+			}
+		}
+		yield(nil, boom)
+	}
+	if _, err := sink.ReplaceAll(failing); !errors.Is(err, boom) {
+		t.Fatalf("ReplaceAll of a failing read returned %v, want its error", err)
+	}
+	if got := len(engine.List()); got != n {
+		t.Fatalf("%d jobs after a failed read, want all %d kept", got, n)
 	}
 }

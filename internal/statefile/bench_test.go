@@ -23,13 +23,13 @@ func BenchmarkFormat100k(b *testing.B) {
 	if err := f.Save(ctx, st); err != nil {
 		b.Fatal(err)
 	}
-	scheds := make([]schedule.Schedule, len(st.Docs))
-	for i, d := range st.Docs {
+	var scheds []schedule.Schedule
+	for _, d := range collect(b, st) {
 		s, err := schedule.Decode(d)
 		if err != nil {
 			b.Fatal(err)
 		}
-		scheds[i] = s
+		scheds = append(scheds, s)
 	}
 	gobPath := filepath.Join(dir, "state.gob")
 	var buf bytes.Buffer
@@ -52,7 +52,10 @@ func BenchmarkFormat100k(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			for _, d := range got.Docs {
+			for d, err := range got.Docs {
+				if err != nil {
+					b.Fatal(err)
+				}
 				if _, err := schedule.Decode(d); err != nil {
 					b.Fatal(err)
 				}

@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io/fs"
+	"iter"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -34,21 +37,54 @@ func mustRaw(d bson.D) bson.Raw {
 
 // state builds a state of n schedules whose token and expressions carry tag.
 func state(_ testing.TB, tag string, n int) changestream.State {
-	st := changestream.State{Token: mustRaw(bson.D{{Key: "_data", Value: "tok-" + tag}})}
+	var docs []bson.Raw
 	for i := range n {
-		st.Docs = append(st.Docs, mustRaw(bson.D{{Key: "_id", Value: fmt.Sprintf("job%05d", i)},
+		docs = append(docs, mustRaw(bson.D{{Key: "_id", Value: fmt.Sprintf("job%05d", i)},
 			{Key: "cron_expr", Value: fmt.Sprintf("%d 9 * * *", i%60)}, {Key: "tag", Value: tag},
 			{Key: "updated_at", Value: time.Unix(1_700_000_000, 0)}}))
 	}
-	return st
+	return changestream.State{Token: mustRaw(bson.D{{Key: "_data", Value: "tok-" + tag}}), Docs: seq(docs)}
 }
 
-func equalState(a, b changestream.State) bool {
-	if !bytes.Equal(a.Token, b.Token) || len(a.Docs) != len(b.Docs) {
+// seq yields docs as a full read does: each in a buffer the next one
+// overwrites.
+func seq(docs []bson.Raw) iter.Seq2[bson.Raw, error] {
+	return func(yield func(bson.Raw, error) bool) {
+		var buf []byte
+		for _, d := range docs {
+			buf = append(buf[:0], d...)
+			if !yield(bson.Raw(buf), nil) {
+				return
+			}
+			clear(buf)
+		}
+	}
+}
+
+// collect copies every document of st; it fails the test on a read error.
+func collect(t testing.TB, st changestream.State) []bson.Raw {
+	t.Helper()
+	var out []bson.Raw
+	for d, err := range st.Docs {
+		if err != nil {
+			t.Fatalf("reading the documents: %v", err)
+		}
+		out = append(out, append(bson.Raw(nil), d...))
+	}
+	return out
+}
+
+func equalState(t testing.TB, a, b changestream.State) bool {
+	t.Helper()
+	if !bytes.Equal(a.Token, b.Token) {
 		return false
 	}
-	for i := range a.Docs {
-		if !bytes.Equal(a.Docs[i], b.Docs[i]) {
+	da, db := collect(t, a), collect(t, b)
+	if len(da) != len(db) {
+		return false
+	}
+	for i := range da {
+		if !bytes.Equal(da[i], db[i]) {
 			return false
 		}
 	}
@@ -67,7 +103,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !equalState(got, want) {
+		if !equalState(t, got, want) {
 			t.Fatalf("%d documents: loaded state differs from the saved one", n)
 		}
 	}
@@ -126,9 +162,8 @@ func TestCorruptFilesAreRefused(t *testing.T) {
 		if err := os.WriteFile(bad.Path(), content, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		st, err := bad.Load(ctx)
-		if !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("%s: Load = %d docs, %v; want ErrCorrupt", what, len(st.Docs), err)
+		if _, err := bad.Load(ctx); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%s: Load = %v; want ErrCorrupt", what, err)
 		}
 	}
 	for n := range len(b) {
@@ -142,8 +177,8 @@ func TestCorruptFilesAreRefused(t *testing.T) {
 	check("garbage appended", append(bytes.Clone(b), 1, 2, 3))
 	// An intact file of another format version is refused too.
 	c := bytes.Clone(b[:len(b)-4])
-	c[8] = 2
-	check("version 2", binaryAppendCRC(c))
+	c[8] = 1
+	check("version 1", binaryAppendCRC(c))
 }
 
 func binaryAppendCRC(body []byte) []byte {
@@ -188,7 +223,7 @@ func TestCrashAtEachStepLeavesOldOrNew(t *testing.T) {
 			if tc.wantNew {
 				want, name = newSt, "new"
 			}
-			if !equalState(got, want) {
+			if !equalState(t, got, want) {
 				t.Fatalf("after a crash at %s the file is not the %s state", tc.step, name)
 			}
 			// The next save works despite the leftover temporary file.
@@ -196,7 +231,7 @@ func TestCrashAtEachStepLeavesOldOrNew(t *testing.T) {
 			if err := f.Save(ctx, third); err != nil {
 				t.Fatal(err)
 			}
-			if got, err := f.Load(ctx); err != nil || !equalState(got, third) {
+			if got, err := f.Load(ctx); err != nil || !equalState(t, got, third) {
 				t.Fatalf("save after the crash: %v", err)
 			}
 		})
@@ -240,7 +275,7 @@ func TestKilledWriterLeavesOldOrNew(t *testing.T) {
 		if err != nil {
 			t.Fatalf("kill %d: the file does not load: %v", i, err)
 		}
-		if !equalState(got, a) && !equalState(got, b) {
+		if !equalState(t, got, a) && !equalState(t, got, b) {
 			t.Fatalf("kill %d: the file is neither state", i)
 		}
 	}
@@ -267,5 +302,78 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+	}
+}
+
+// heapInUse is the live heap after a collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// Saving and loading a state of 20 MB holds about one document at a
+// time: the live heap, measured halfway through each, grows by far less
+// than the documents (a save or a load that held them all fails).
+func TestSaveAndLoadHoldOneDocumentAtATime(t *testing.T) {
+	const n, size = 20_000, 1000 // 20 MB of documents
+	const bound = 4 << 20
+	ctx := context.Background()
+	pad := strings.Repeat("x", size-60)
+	gen := func(yield func(bson.Raw, error) bool) {
+		for i := range n {
+			b, err := bson.Marshal(bson.D{{Key: "_id", Value: fmt.Sprintf("job%06d", i)},
+				{Key: "cron_expr", Value: "0 9 * * *"}, {Key: "pad", Value: pad}})
+			if err != nil {
+				panic(err)
+			}
+			if !yield(bson.Raw(b), nil) {
+				return
+			}
+		}
+	}
+	var base, mid uint64
+	measured := func(docs iter.Seq2[bson.Raw, error]) iter.Seq2[bson.Raw, error] {
+		return func(yield func(bson.Raw, error) bool) {
+			i := 0
+			for d, err := range docs {
+				if i++; i == n/2 {
+					mid = heapInUse()
+				}
+				if !yield(d, err) {
+					return
+				}
+			}
+		}
+	}
+	f := New(filepath.Join(t.TempDir(), "state"), opts)
+	base = heapInUse()
+	if err := f.Save(ctx, changestream.State{Token: mustRaw(bson.D{{Key: "_data", Value: "t"}}), Docs: measured(gen)}); err != nil {
+		t.Fatal(err)
+	}
+	if mid > base && mid-base > bound {
+		t.Errorf("saving: the heap grew by %d bytes halfway through %d bytes of documents", mid-base, n*size)
+	}
+	base = heapInUse()
+	st, err := f.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := 0
+	for d, err := range measured(st.Docs) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("job%06d", count); d.Lookup("_id").StringValue() != want {
+			t.Fatalf("document %d is %s", count, d.Lookup("_id"))
+		}
+		count++
+	}
+	if count != n {
+		t.Fatalf("loaded %d documents, want %d", count, n)
+	}
+	if mid > base && mid-base > bound {
+		t.Errorf("loading: the heap grew by %d bytes halfway through %d bytes of documents", mid-base, n*size)
 	}
 }

@@ -28,12 +28,11 @@ func TestFeedSnapshotReadsOpenRequestsOldestSlotFirst(t *testing.T) {
 	if _, err := coll.InsertMany(ctx, docs); err != nil {
 		t.Fatal(err)
 	}
-	got, err := NewFeed(coll, time.Second).Snapshot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ids []string
-	for _, d := range got {
+	for d, err := range NewFeed(coll, time.Second).Snapshot(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
 		ids = append(ids, d.Lookup("_id").StringValue())
 	}
 	if len(ids) != 2 || ids[0] != "early" || ids[1] != "late" {

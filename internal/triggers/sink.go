@@ -3,6 +3,7 @@ package triggers
 import (
 	"context"
 	"errors"
+	"iter"
 	"log/slog"
 	"slices"
 	"sync"
@@ -210,25 +211,32 @@ func (s *Sink) Delete(bson.RawValue) {}
 // handled (oldest backfilled slot first), every running one reconciled
 // with its run record (a replica that died mid-run leaves it running; its
 // record says how the run ended). It reports no ids: a request is not
-// state the sink keeps.
-func (s *Sink) ReplaceAll(docs []bson.Raw) []string {
+// state the sink keeps. The read (the requests that have not ended, a
+// small set) is collected before it is handled, to order it; a read that
+// fails has the requests it read handled, and returns its error.
+func (s *Sink) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error) {
 	type entry struct {
 		doc  bson.Raw
 		slot time.Time
 	}
-	es := make([]entry, 0, len(docs))
-	for _, d := range docs {
+	var es []entry
+	var failed error
+	for d, err := range docs {
+		if err != nil {
+			failed = err
+			break
+		}
 		var slot time.Time
 		if v, err := d.LookupErr(FieldSlot); err == nil {
 			slot, _ = v.TimeOK()
 		}
-		es = append(es, entry{d, slot})
+		es = append(es, entry{append(bson.Raw(nil), d...), slot}) // the read reuses d
 	}
 	slices.SortStableFunc(es, func(a, b entry) int { return a.slot.Compare(b.slot) })
 	for _, e := range es {
 		s.take(e.doc, true)
 	}
-	return nil
+	return nil, failed
 }
 
 // take queues the handling of one request document; full says it comes

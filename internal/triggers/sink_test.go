@@ -294,7 +294,13 @@ func TestBackfillRunsOnlyUnrunSlots(t *testing.T) {
 		docs = append(docs, raw)
 	}
 	for _, s := range e.replicas {
-		s.ReplaceAll(docs)
+		s.ReplaceAll(func(yield func(bson.Raw, error) bool) {
+			for _, d := range docs {
+				if !yield(d, nil) {
+					return
+				}
+			}
+		})
 	}
 	want := map[int]string{0: record.StatusSucceeded, 1: StatusAlreadyRan, 2: record.StatusSucceeded, 3: StatusAlreadyRan, 4: record.StatusSucceeded}
 	for i := range 5 {

@@ -73,7 +73,7 @@ func TestReplaceAllReconcilesRunningRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw, _ := e.coll.FindOne(ctx, bson.D{{Key: "_id", Value: "dead"}}).Raw()
-	e.replicas[0].ReplaceAll([]bson.Raw{raw})
+	e.replicas[0].ReplaceAll(func(yield func(bson.Raw, error) bool) { yield(raw, nil) })
 	m := e.final(t, raw.Lookup("_id"))
 	if m[FieldStatus] != record.StatusAbandoned || m[FieldError] != "lease passed" {
 		t.Errorf("reconciled request %v: want abandoned with the record's error", m)

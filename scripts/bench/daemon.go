@@ -45,6 +45,11 @@ type daemonSpec struct {
 	logPath      string
 	// stateFile, when set, is the config's state_file (warm restarts).
 	stateFile string
+	// pprof serves /debug/pprof/ (the scale bench collects garbage
+	// through it before reading the live heap).
+	pprof bool
+	// divide sets divide_schedules (bench divide).
+	divide bool
 	// onRecord sees every log record with the time the bench read it.
 	onRecord func(rec logRecord, recv time.Time)
 }
@@ -63,6 +68,7 @@ type logRecord struct {
 	ChangedIDs []string  `json:"changed_ids"`
 	Duration   int64     `json:"duration"` // slog writes durations as nanoseconds
 	Read       int64     `json:"read"`     // full reload / warm start split, nanoseconds
+	Apply      int64     `json:"apply"`
 	Decode     int64     `json:"decode"`
 	Engine     int64     `json:"engine"`
 	HTTPListen string    `json:"http_listen"`
@@ -88,6 +94,9 @@ const (
 	msgFullReload   = "full reload"
 	// msgArmedFromFile is the warm start (changestream/watcher.go warmStart).
 	msgArmedFromFile = "armed from state file"
+	// msgSightingsRecorded ends the first start's write of every job's
+	// first sighting (internal/history/sightings.go).
+	msgSightingsRecorded = "first sightings recorded from a full read"
 )
 
 // daemon is one running cronswap process.
@@ -104,6 +113,7 @@ type daemon struct {
 	notes    []string    // records about the state file or the stored resume token
 	problems []string    // warn and error records
 	split    *logRecord  // the sink's latest decode/engine split, not yet matched to a reload
+	sighted  time.Time   // the bench's clock at the first "first sightings recorded" record
 }
 
 // withSplit fills in rec's decode/engine split from the sink's record that
@@ -124,6 +134,7 @@ func (s daemonSpec) config() string {
 instance_id: %q
 http:
   listen: 127.0.0.1:0
+  pprof: %t
 watch:
   mode: %s
   poll_interval: %s
@@ -133,9 +144,12 @@ shutdown:
 jobs:
   noop:
     exec: ["true"]
-`, s.uri, s.database, s.instanceID, s.mode, s.pollInterval)
+`, s.uri, s.database, s.instanceID, s.pprof, s.mode, s.pollInterval)
 	if s.stateFile != "" {
 		cfg += fmt.Sprintf("state_file: %q\n", s.stateFile)
+	}
+	if s.divide {
+		cfg += "divide_schedules: true\n"
 	}
 	return cfg
 }
@@ -212,6 +226,12 @@ func (d *daemon) readLog(r io.Reader, copyTo io.Writer, addrCh chan<- string, on
 				case rec.Msg == msgArmedFromFile && rec.schedulesWatcher():
 					d.mu.Lock()
 					d.warm = append(d.warm, d.withSplit(rec))
+					d.mu.Unlock()
+				case rec.Msg == msgSightingsRecorded:
+					d.mu.Lock()
+					if d.sighted.IsZero() {
+						d.sighted = recv
+					}
 					d.mu.Unlock()
 				case isStateNote(rec.Msg):
 					d.mu.Lock()
@@ -338,11 +358,16 @@ func (d *daemon) Problems() []string {
 
 // get fetches path from the daemon's HTTP listener.
 func (d *daemon) get(ctx context.Context, path string) ([]byte, error) {
+	return d.getWithin(ctx, path, 10*time.Second)
+}
+
+// getWithin is get with a timeout of its own.
+func (d *daemon) getWithin(ctx context.Context, path string, timeout time.Duration) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.addr+path, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	resp, err := (&http.Client{Timeout: timeout}).Do(req)
 	if err != nil {
 		return nil, err
 	}

@@ -28,7 +28,10 @@
 // "bench server [flags]" compares builds of the test server side by side
 // (server.go). "bench triggers [flags]" floods the triggers collection with
 // run-now or backfill requests across replicas (triggers.go,
-// scripts/bench-triggers.sh).
+// scripts/bench-triggers.sh). "bench scale [flags]" holds N schedules on
+// one replica (scale.go, scripts/bench-scale.sh); "bench divide [flags]"
+// holds them on R replicas with divide_schedules off and on (divide.go,
+// scripts/bench-divide.sh).
 //
 // It is a module of its own (its plotting library stays out of the daemon's
 // go.mod) and runs from the repository root, where -out is relative to.
@@ -74,6 +77,12 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "triggers" {
 		os.Exit(triggersMain(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "scale" {
+		os.Exit(scaleMain(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "divide" {
+		os.Exit(divideMain(os.Args[2:]))
 	}
 	var (
 		o     settings

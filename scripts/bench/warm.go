@@ -195,8 +195,12 @@ func (w *warmResult) inspectFile(ctx context.Context, coll *mongo.Collection, sp
 		w.fileErr = fmt.Errorf("state file %s: %w", w.stateFile, err)
 		return
 	}
-	w.fileDocs, w.fileSavedAt = len(st.Docs), info.SavedAt
-	for _, doc := range st.Docs {
+	w.fileDocs, w.fileSavedAt = info.Documents, info.SavedAt
+	for doc, err := range st.Docs {
+		if err != nil {
+			w.fileErr = fmt.Errorf("state file %s: %w", w.stateFile, err)
+			return
+		}
 		if id, _ := doc.Lookup("_id").StringValueOK(); id == w.lastUp.job {
 			expr, _ := doc.Lookup("cron_expr").StringValueOK()
 			w.fileHasLast = expr == w.lastUp.expr

@@ -169,6 +169,9 @@ function render(id, d, tl, win, narrowed) {
           kv('Action', sc.job || id),
           kv('Category', sc.category || '—'),
           kv('Owner', sc.owner || '—', { testid: 'job-owner', class: 'mono', title: 'the live member that claims its fires first' }),
+          kv('Armed by', sc.armed_by ? sc.armed_by.join(', ') : 'every live member', {
+            testid: 'job-armed-by', class: 'mono',
+            title: 'the live members whose timer fires the job: its owner and its next owner when the replicas divide the schedules' }),
           kv('Next run', sc.next_run ? (next.utc ? `${next.local} (${next.utc})` : next.local) : '—'),
           kv('Last run', lastRun(d.last_run), { testid: 'job-last-run', 'data-run-id': d.last_run ? d.last_run.run_id : '' }),
           kv('Last error', sc.last_error || '', { testid: 'job-error', class: 'err' }),

@@ -28,6 +28,10 @@ function render(o) {
         kv('Host', o.host || '—'),
         kv('Watch mode', o.watch_mode || '—', { testid: 'watch-mode' }),
         kv('Ready', o.ready ? 'ready' : 'not ready', { testid: 'ready', class: o.ready ? 'good' : 'bad' }),
+        o.ready ? null : kv('Why', o.not_ready || '—', { testid: 'not-ready', class: o.error_repeats ? 'bad' : null }),
+        o.reload ? kv('Full read', `${o.reload.reason}: ${fmtInt(o.reload.documents)} documents `
+          + `(${(o.reload.bytes / 1e6).toFixed(1)} MB), ${fmtInt(o.reload.documents_per_second)} a second, `
+          + `started ${ago(o.reload.started_at, now)}`, { testid: 'reload-progress' }) : null,
         kv('Last change event', o.last_event_at ? `${ago(o.last_event_at, now)} (${fmtUTC(o.last_event_at)})` : 'none yet'),
         kv('Resume token', o.token_saved_at ? `saved ${fmtSeconds(o.token_age_seconds)} ago (${fmtUTC(o.token_saved_at)})` : 'none saved'))),
     h('section', { class: 'card' },
@@ -55,18 +59,21 @@ function render(o) {
       h('table', { class: 'grid', testid: 'members-table' },
         h('thead', {}, h('tr', {},
           h('th', {}, 'Instance'), h('th', {}, 'Host'), h('th', { class: 'num' }, 'PID'),
-          h('th', {}, 'Heartbeat'), h('th', {}, 'Lease until'), h('th', { class: 'num' }, 'Owned jobs'))),
+          h('th', {}, 'Heartbeat'), h('th', {}, 'Lease until'), h('th', { class: 'num' }, 'Owned jobs'),
+          h('th', { class: 'num' }, 'Armed jobs'))),
         h('tbody', {}, members.length === 0
-          ? h('tr', {}, h('td', { colspan: 6, class: 'muted' }, 'no live member'))
+          ? h('tr', {}, h('td', { colspan: 7, class: 'muted' }, 'no live member'))
           : members.map((m) => h('tr', { testid: 'member-row', 'data-instance': m.instance_id, class: m.self ? 'self' : null },
             h('td', { class: 'mono' }, m.instance_id, m.self ? h('span', { class: 'tag' }, 'this replica') : null),
             h('td', {}, m.host || '—'),
             h('td', { class: 'num' }, m.pid ?? '—'),
             h('td', {}, `${fmtSeconds(m.heartbeat_age_seconds)} ago`),
             h('td', {}, fmtUTC(m.lease_until)),
-            h('td', { class: 'num', testid: 'member-owned' }, fmtInt(m.owned_jobs)))))),
+            h('td', { class: 'num', testid: 'member-owned' }, fmtInt(m.owned_jobs)),
+            h('td', { class: 'num', testid: 'member-armed' }, fmtInt(m.armed_jobs), m.divides ? null : h('span', { class: 'muted' }, ' (all)')))))),
       h('p', { class: 'muted small' }, 'Owned jobs: the jobs, enabled or not, whose fires the member claims first ',
-        '(rendezvous hashing over the live members), as ', h('code', {}, 'cronswap members list'), ' counts them.')),
+        '(rendezvous hashing over the live members); armed jobs: those whose timer it arms (every job, or its share ',
+        'when the replicas divide the schedules), as ', h('code', {}, 'cronswap members list'), ' counts them.')),
   ];
 }
 

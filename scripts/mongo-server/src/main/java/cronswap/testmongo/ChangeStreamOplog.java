@@ -722,10 +722,10 @@ final class ChangeStreamOplog implements Oplog {
                 .flatMap(entry -> events(entry, this))
                 .filter(event -> event.position().isAfter(position))
                 .map(Event::document));
-            if (numberToReturn > 0) {
-                stream = stream.limit(numberToReturn);
-            }
-            List<Document> documents = stream.collect(Collectors.toList());
+            // as a server: numberToReturn events when given, and at most 16 MiB of them in one reply
+            ServerBatches.Budget budget =
+                new ServerBatches.Budget(numberToReturn > 0 ? numberToReturn : Integer.MAX_VALUE);
+            List<Document> documents = stream.takeWhile(budget::admit).collect(Collectors.toList());
             if (documents.isEmpty()) {
                 Position mark = new Position(highWaterMark, Integer.MAX_VALUE);
                 if (mark.isAfter(position)) {

@@ -18,6 +18,7 @@ import de.bwaldvogel.mongo.MongoBackend;
 import de.bwaldvogel.mongo.MongoCollection;
 import de.bwaldvogel.mongo.MongoDatabase;
 import de.bwaldvogel.mongo.MongoVersion;
+import de.bwaldvogel.mongo.backend.Cursor;
 import de.bwaldvogel.mongo.backend.CursorRegistry;
 import de.bwaldvogel.mongo.backend.QueryResult;
 import de.bwaldvogel.mongo.bson.Document;
@@ -37,7 +38,9 @@ import io.netty.channel.Channel;
  * <li>an insert's {@code n} counts the documents inserted (the library counts those it was given), and an ordered
  * update command stops at its first failed statement, as a server's does (the library goes on);</li>
  * <li>TTL indexes delete expired documents when {@link #expireTtl} runs (the launcher's TTL monitor);</li>
- * <li>{@code hello} is answered like {@code isMaster}.</li>
+ * <li>{@code hello} is answered like {@code isMaster};</li>
+ * <li>cursor replies are cut into batches as a server cuts them: 101 documents in a first batch unless the command
+ * names a batchSize, at most 16 MiB of documents in any reply ({@link ServerBatches}).</li>
  * </ul>
  *
  * The events themselves come from the collections as they apply writes ({@link CommittedWrites}), findAndModify's
@@ -109,11 +112,13 @@ final class CompatBackend implements MongoBackend {
                 return write(() -> countInserted(query, delegate.handleCommand(channel, databaseName, command, query)));
             case "update":
                 return write(() -> update(channel, databaseName, command, query));
+            case "find":
+                return find(channel, databaseName, command, query);
             case "aggregate":
                 if (isChangeStream(query)) {
                     return changeStreamAggregate(channel, databaseName, command, query);
                 }
-                return delegate.handleCommand(channel, databaseName, command, query);
+                return aggregate(channel, databaseName, command, query);
             default:
                 if (WRITE_COMMANDS.contains(name)) {
                     return write(() -> delegate.handleCommand(channel, databaseName, command, query));
@@ -174,8 +179,39 @@ final class CompatBackend implements MongoBackend {
         return first instanceof Document && ((Document) first).containsKey("$changeStream");
     }
 
+    /**
+     * A find, its result cut into batches as a server cuts them ({@link ServerBatches}): the library is asked for the
+     * whole result (no batchSize, so it keeps no cursor of its own), and the reply is cut to the first batch.
+     */
+    private Document find(Channel channel, String databaseName, String command, Document query) {
+        Document whole = query.clone();
+        Object batchSize = whole.remove("batchSize");
+        Document response = delegate.handleCommand(channel, databaseName, command, whole);
+        return ServerBatches.cutFirstBatch(internals.cursors(), response, ServerBatches.firstBatchCount(batchSize),
+            Boolean.TRUE.equals(query.get("singleBatch")));
+    }
+
+    /** An aggregate (not a change stream): the library's whole result, cut into batches like a find's. */
+    private Document aggregate(Channel channel, String databaseName, String command, Document query) {
+        Document response = delegate.handleCommand(channel, databaseName, command, query);
+        Object cursor = query.get("cursor");
+        Object batchSize = cursor instanceof Document ? ((Document) cursor).get("batchSize") : null;
+        return ServerBatches.cutFirstBatch(internals.cursors(), response, ServerBatches.firstBatchCount(batchSize),
+            false);
+    }
+
     private Document changeStreamAggregate(Channel channel, String databaseName, String command, Document query) {
-        Document response = read(() -> delegate.handleCommand(channel, databaseName, command, query));
+        Document first = query;
+        Object cursorOption = query.get("cursor");
+        if (!(cursorOption instanceof Document) || !((Document) cursorOption).containsKey("batchSize")) {
+            // a server's first batch: 101 events unless asked
+            first = query.clone();
+            Document cursor = cursorOption instanceof Document ? ((Document) cursorOption).clone() : new Document();
+            cursor.put("batchSize", ServerBatches.DEFAULT_FIRST_BATCH);
+            first.put("cursor", cursor);
+        }
+        Document aggregate = first;
+        Document response = read(() -> delegate.handleCommand(channel, databaseName, command, aggregate));
         Object cursorObject = response.get("cursor");
         if (cursorObject instanceof Document) {
             long id = ((Number) ((Document) cursorObject).get("id")).longValue();
@@ -186,6 +222,10 @@ final class CompatBackend implements MongoBackend {
 
     private Document getMore(Channel channel, String databaseName, String command, Document query) {
         long cursorId = ((Number) query.get(command)).longValue();
+        Optional<ServerBatches.Batched> batched = batchedCursor(cursorId);
+        if (batched.isPresent()) {
+            return ServerBatches.getMore(internals.cursors(), batched.get(), query);
+        }
         Optional<ChangeStreamOplog.ChangeStreamCursor> cursor =
             ChangeStreamOplog.cursor(internals.cursors(), cursorId);
         if (cursor.isEmpty()) {
@@ -213,6 +253,17 @@ final class CompatBackend implements MongoBackend {
                 addPostBatchResumeToken(response, changeStream);
                 return response;
             }
+        }
+    }
+
+    /** The find or aggregate cursor {@code id}, if it is one {@link ServerBatches} keeps. */
+    private Optional<ServerBatches.Batched> batchedCursor(long id) {
+        try {
+            Cursor cursor = internals.cursors().getCursor(id);
+            return cursor instanceof ServerBatches.Batched ? Optional.of((ServerBatches.Batched) cursor)
+                : Optional.empty();
+        } catch (RuntimeException e) {
+            return Optional.empty();
         }
     }
 

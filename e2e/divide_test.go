@@ -1,0 +1,184 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/internal/record"
+)
+
+// armers returns, per job id, the replicas whose /api/schedules says the
+// job is armed there.
+func armers(ds []*daemon, ids []string) map[string][]string {
+	out := map[string][]string{}
+	for i, d := range ds {
+		if d == nil {
+			continue
+		}
+		s := d.schedules()
+		for _, id := range ids {
+			if s[id].Armed {
+				out[id] = append(out[id], fmt.Sprintf("r%d", i+1))
+			}
+		}
+	}
+	return out
+}
+
+// TestDividedReplicasHandOffOnDeathAndJoin runs three replicas that divide
+// the schedules (divide_schedules: true) and 12 every-second jobs, kills
+// one replica (SIGKILL) and later starts a fourth, and checks that every
+// slot of every job in the window ran exactly once: once in job_runs
+// (succeeded; a run the killed replica had claimed when it died may be
+// abandoned instead), at most once in the actions' own ledger. Each job is
+// armed by two replicas at a time (its owner and its next owner), so the
+// death leaves each of the dead replica's jobs armed by the other; the
+// survivors re-divide once its lease passes, and the new replica takes
+// its share.
+func TestDividedReplicasHandOffOnDeathAndJoin(t *testing.T) {
+	uri, db := setup(t)
+	out := filepath.Join(t.TempDir(), "fires.log")
+	line := `printf '%s %s %s\n' "$CRONSWAP_JOB_ID" "$CRONSWAP_SCHEDULED_AT" "$CRONSWAP_INSTANCE_ID" >> ` + out
+	jobsYAML := fmt.Sprintf(`
+  append:
+    exec: ["sh", "-c", %q]
+    timeout: 20s
+    overlap: allow
+`, line)
+	extra := "divide_schedules: true\nlock:\n  ttl: 3s\n"
+	start := func(i int) *daemon {
+		d := startDaemon(t, writeConfig(t, daemonConfig{URI: uri, Database: db.Name(),
+			InstanceID: fmt.Sprintf("r%d", i+1), Extra: extra, Jobs: jobsYAML}))
+		d.waitReady()
+		return d
+	}
+	ds := []*daemon{start(0), start(1), start(2), nil}
+
+	const nJobs = 12
+	var ids []string
+	var docs []bson.D
+	for i := range nJobs {
+		id := fmt.Sprintf("div%02d", i)
+		ids = append(ids, id)
+		docs = append(docs, bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: "* * * * * *"},
+			{Key: "job", Value: "append"}, {Key: "updated_at", Value: time.Now()}})
+	}
+	insert(t, db, docs...)
+	// Once every replica's view holds the three, each job is armed by two.
+	waitFor(t, 60*time.Second, "every job armed by exactly two replicas", func() bool {
+		a := armers(ds, ids)
+		for _, id := range ids {
+			if len(a[id]) != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range ids {
+		var s apiSchedule
+		if ds[0].get("/api/schedules/"+id, &s) != 200 || len(s.ArmedBy) != 2 {
+			t.Fatalf("%s: armed_by %v, want its two armers", id, s.ArmedBy)
+		}
+	}
+
+	from := time.Now().Truncate(time.Second).Add(2 * time.Second)
+	to := from.Add(50 * time.Second) // slots in [from, to)
+	t.Logf("window %s .. %s", from.Format(time.TimeOnly), to.Format(time.TimeOnly))
+	time.Sleep(time.Until(from.Add(8 * time.Second)))
+	killed := ds[0]
+	_ = syscall.Kill(-killed.cmd.Process.Pid, syscall.SIGKILL)
+	<-killed.done
+	ds[0] = nil
+	t.Logf("r1 killed at %s", time.Now().Format(time.TimeOnly))
+	time.Sleep(time.Until(from.Add(18 * time.Second)))
+	ds[3] = start(3)
+	t.Logf("r4 ready at %s", time.Now().Format(time.TimeOnly))
+	// The survivors see r1's lease pass and re-divide; r4 takes its share.
+	waitFor(t, 90*time.Second, "every job armed by exactly two live replicas, r4 among them for some", func() bool {
+		a := armers(ds, ids)
+		r4 := 0
+		for _, id := range ids {
+			if len(a[id]) != 2 {
+				return false
+			}
+			if strings.Contains(strings.Join(a[id], ","), "r4") {
+				r4++
+			}
+		}
+		return r4 > 0
+	})
+
+	inWindow := bson.D{{Key: "scheduled_at", Value: bson.D{{Key: "$gte", Value: from}, {Key: "$lt", Value: to}}}}
+	want := nJobs * int(to.Sub(from)/time.Second)
+	waitFor(t, time.Until(to)+90*time.Second, "every slot of the window recorded and ended", func() bool {
+		if time.Now().Before(to) {
+			return false
+		}
+		runs := allRuns(t, db, inWindow)
+		if len(runs) < want {
+			return false
+		}
+		for _, r := range runs {
+			if r.Status == record.StatusRunning || r.Status == record.StatusClaiming {
+				return false
+			}
+		}
+		return true
+	})
+	type key struct{ job, slot string }
+	recorded := map[key]int{}
+	abandoned := map[key]bool{}
+	byInstance := map[string]int{}
+	for _, r := range allRuns(t, db, inWindow) {
+		k := key{r.JobID, r.ScheduledAt.UTC().Format(time.RFC3339)}
+		recorded[k]++
+		byInstance[r.Instance]++
+		switch {
+		case r.Status == record.StatusSucceeded:
+		case r.Status == record.StatusAbandoned && r.Instance == "r1":
+			abandoned[k] = true // claimed by r1 as it was killed
+		default:
+			t.Errorf("%s at %s: status %s (%s) by %s, want succeeded", r.JobID, k.slot, r.Status, r.Reason, r.Instance)
+		}
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	inFile := map[key]int{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 3 {
+			inFile[key{fields[0], fields[1]}]++
+		}
+	}
+	bad := 0
+	for _, id := range ids {
+		for s := from; s.Before(to); s = s.Add(time.Second) {
+			k := key{id, s.UTC().Format(time.RFC3339)}
+			ranOK := inFile[k] == 1 || (abandoned[k] && inFile[k] <= 1)
+			if recorded[k] != 1 || !ranOK {
+				if bad++; bad <= 20 {
+					t.Errorf("%s at %s: %d records, %d runs in the ledger; want exactly one", id, k.slot, recorded[k], inFile[k])
+				}
+			}
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d (job, slot) pairs not exactly once", bad, want)
+	}
+	t.Logf("%d slots, runs by instance %v, %d abandoned by the killed replica", want, byInstance, len(abandoned))
+	if byInstance["r4"] == 0 {
+		t.Errorf("the joining replica ran nothing: %v", byInstance)
+	}
+}

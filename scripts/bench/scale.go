@@ -1,0 +1,673 @@
+package main
+
+// "bench scale": how the daemon holds N schedules on one replica, for
+// several N and several builds side by side (scripts/bench-scale.sh,
+// docs/BENCHMARKS.md "A million schedules on one replica").
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/internal/testmongo"
+)
+
+// scaleSettings are the flags of "bench scale".
+type scaleSettings struct {
+	ns             []int
+	builds         []build
+	edits          int
+	warmup         int
+	rate           float64
+	reloadEditRate float64
+	settleLimit    time.Duration
+	serverHeap     string
+	oplogMax       int
+	out            string
+	logDir         string
+	timeout        time.Duration
+}
+
+// build is one daemon binary and its label in the report.
+type build struct{ label, binary string }
+
+// scaleZones are the schedules' zones: one schedule per customer, each in
+// the customer's own zone, many with daylight saving.
+var scaleZones = []string{"", "UTC", "Europe/Berlin", "Europe/London", "America/New_York", "America/Los_Angeles",
+	"America/Sao_Paulo", "Asia/Tokyo", "Asia/Kolkata", "Australia/Sydney", "Africa/Johannesburg", "Europe/Moscow",
+	"America/Chicago", "Asia/Shanghai", "Pacific/Auckland", "Asia/Singapore", "Europe/Paris", "America/Denver",
+	"Asia/Dubai", "America/Halifax"}
+
+// scaleDoc is schedule k of the scale bench: a yearly digest on January 1st
+// at a minute and hour of its own, in a zone of its own (nothing fires
+// during a run), with args, as a per-customer schedule looks.
+func scaleDoc(k int, now time.Time) bson.D {
+	d := bson.D{
+		{Key: "_id", Value: jobID(k)},
+		{Key: "cron_expr", Value: fmt.Sprintf("%d %d 1 1 *", k%60, (k/60)%24)},
+		{Key: "job", Value: "noop"},
+		{Key: "args", Value: bson.D{{Key: "customer", Value: fmt.Sprintf("c%07d", k)}, {Key: "digest", Value: "daily"}}},
+		{Key: "updated_at", Value: now},
+	}
+	if z := scaleZones[k%len(scaleZones)]; z != "" {
+		d = append(d, bson.E{Key: "timezone", Value: z})
+	}
+	return d
+}
+
+func scaleMain(args []string) int {
+	fs := flag.NewFlagSet("bench scale", flag.ExitOnError)
+	var o scaleSettings
+	ns := fs.String("n", "100000,400000,1000000", "comma-separated schedule counts, one fresh test server each")
+	builds := fs.String("binaries", "", "comma-separated LABEL=PATH daemon binaries run side by side at each N "+
+		"(default: after=a build of this tree)")
+	fs.IntVar(&o.edits, "edits", 300, "measured edits per build and N, with the floor")
+	fs.IntVar(&o.warmup, "warmup", 10, "uncounted edits first")
+	fs.Float64Var(&o.rate, "rate", 10, "edits per second")
+	fs.Float64Var(&o.reloadEditRate, "reload-edit-rate", 20, "edits per second made while the cold start's full reload runs")
+	fs.DurationVar(&o.settleLimit, "settle", 10*time.Minute,
+		"wait at most this long after a cold start for its start-up work (first sightings, CPU) to settle before measuring edits")
+	fs.StringVar(&o.serverHeap, "server-heap", "6g", "the test server's -Xmx")
+	fs.IntVar(&o.oplogMax, "oplog-max-entries", 200000, "the test server's oplog bound (0: none; 1,000,000 inserts need a bound or the heap)")
+	fs.StringVar(&o.out, "out", "docs", "directory for bench-scale-results.txt (appended; '' writes none)")
+	fs.StringVar(&o.logDir, "logs", "", "keep the daemons' logs and state files here")
+	fs.DurationVar(&o.timeout, "timeout", 90*time.Minute, "the whole run's deadline")
+	_ = fs.Parse(args)
+	for _, s := range strings.Split(*ns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1000 {
+			fmt.Fprintf(os.Stderr, "bench scale: -n: %q is not a count of at least 1000\n", s)
+			return 2
+		}
+		o.ns = append(o.ns, n)
+	}
+	for _, s := range strings.Split(*builds, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		label, path, ok := strings.Cut(s, "=")
+		if !ok || label == "" || path == "" {
+			fmt.Fprintf(os.Stderr, "bench scale: -binaries: %q is not LABEL=PATH\n", s)
+			return 2
+		}
+		o.builds = append(o.builds, build{label, path})
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	if err := runScale(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench scale:", err)
+		return 1
+	}
+	return 0
+}
+
+// scalePoint is what one build did with N schedules.
+type scalePoint struct {
+	label string
+	n     int
+
+	coldReady  time.Duration // process start → /readyz 200, full reload
+	settled    time.Duration // ready → the first sightings written (edits measured after)
+	coldReload logRecord     // its "full reload" record
+	coldRSS    int64         // kB at ready
+	heapAlloc  int64         // bytes live after a GC, at ready
+	reloadEdit reloadEdits
+
+	edits     []*edit
+	unmatched int
+
+	shutdown  time.Duration // SIGTERM → exit, the state file written
+	stateSize int64
+	warmReady time.Duration // process start → /readyz 200 from the state file
+	warmRec   logRecord     // its "armed from state file" record
+	warmRSS   int64         // kB at ready
+	peakRSS   int64         // kB, VmHWM of the warm daemon
+	coldPeak  int64         // kB, VmHWM of the cold daemon at its stop
+
+	loadAfter string
+	problems  []string
+}
+
+// reloadEdits are the edits made while a cold start's full reload ran.
+type reloadEdits struct {
+	made int
+	lost []string // jobs whose armed expression is not the last written
+}
+
+// scaleRun is the result of one N.
+type scaleRun struct {
+	n          int
+	loadTime   time.Duration
+	collBytes  int64
+	loadBefore string
+	points     []*scalePoint
+}
+
+func runScale(ctx context.Context, o scaleSettings) error {
+	ws, err := newWorkspace(ctx, "cronswap-bench-scale-", o.logDir, firstBinary(o.builds))
+	if err != nil {
+		return err
+	}
+	defer ws.remove()
+	if len(o.builds) == 0 {
+		o.builds = []build{{"after", ws.binary}}
+	}
+	env := describeMachine(ctx)
+	started := time.Now().UTC()
+	var runs []*scaleRun
+	for _, n := range o.ns {
+		r, err := scaleN(ctx, o, n, ws.logDir)
+		if err != nil {
+			return fmt.Errorf("N=%d: %w", n, err)
+		}
+		runs = append(runs, r)
+		fmt.Print(scaleText(r))
+	}
+	env.loadAfter = loadAvg()
+	text := scaleHeader(o, env, started) + scaleTable(runs)
+	for _, r := range runs {
+		text += scaleText(r)
+	}
+	fmt.Print(scaleTable(runs))
+	if o.out != "" {
+		if err := os.MkdirAll(o.out, 0o755); err != nil {
+			return err
+		}
+		path := filepath.Join(o.out, "bench-scale-results.txt")
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if _, err := f.WriteString(text + "\n"); err != nil {
+			return err
+		}
+		logf("appended to %s", path)
+	}
+	return nil
+}
+
+func firstBinary(bs []build) string {
+	if len(bs) == 0 {
+		return ""
+	}
+	return bs[0].binary
+}
+
+// scaleN loads n schedules into a fresh server and measures every build.
+func scaleN(ctx context.Context, o scaleSettings, n int, logDir string) (*scaleRun, error) {
+	r := &scaleRun{n: n, loadBefore: loadAvg()}
+	extra := []string{}
+	if o.oplogMax > 0 {
+		extra = append(extra, "--oplog-max-entries", strconv.Itoa(o.oplogMax))
+	}
+	srv, err := testmongo.Start(ctx, testmongo.Options{StartTimeout: 2 * time.Minute, IgnoreEnv: true,
+		JVMArgs: []string{"-Xmx" + o.serverHeap}, ExtraArgs: extra})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = srv.Stop() }()
+	client, err := testmongo.Connect(ctx, srv.URI)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	dbName := fmt.Sprintf("bench_scale_%d", n)
+	coll := client.Database(dbName).Collection("schedules")
+	logf("=== N=%d: loading into a fresh server (-Xmx%s, oplog bound %d)", n, o.serverHeap, o.oplogMax)
+	if r.loadTime, r.collBytes, err = loadScale(ctx, coll, n); err != nil {
+		return nil, err
+	}
+	logf("loaded %d schedules (%.1f MB) in %s", n, float64(r.collBytes)/1e6, r.loadTime.Round(time.Millisecond))
+	next := 0 // edits use distinct jobs and expressions across builds
+	for _, b := range o.builds {
+		p, err := scalePointRun(ctx, o, b, n, srv.URI, dbName, coll, logDir, &next)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", b.label, err)
+		}
+		r.points = append(r.points, p)
+	}
+	return r, nil
+}
+
+// loadScale inserts n scale documents, four unordered batches of 1,000 in
+// flight.
+func loadScale(ctx context.Context, coll *mongo.Collection, n int) (time.Duration, int64, error) {
+	start, now := time.Now(), time.Now().UTC()
+	const batch, inFlight = 1000, 4
+	var size int64
+	var mu sync.Mutex
+	var firstErr error
+	sem := make(chan struct{}, inFlight)
+	var wg sync.WaitGroup
+	for lo := 0; lo < n; lo += batch {
+		docs := make([]any, 0, batch)
+		for k := lo; k < min(lo+batch, n); k++ {
+			d := scaleDoc(k, now)
+			if raw, err := bson.Marshal(d); err == nil {
+				size += int64(len(raw))
+			}
+			docs = append(docs, d)
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if _, err := coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil {
+				mu.Lock()
+				firstErr = cmpOr(firstErr, err)
+				mu.Unlock()
+			}
+		})
+		if (lo/batch+1)%100 == 0 {
+			logf("loaded %d/%d", lo+batch, n)
+		}
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return 0, 0, fmt.Errorf("insert into %s: %w", coll.Name(), firstErr)
+	}
+	return time.Since(start), size, nil
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// scalePointRun measures build b on the loaded collection: a cold start
+// (full reload) while edits are made, edits against the floor, a stop and a
+// warm restart from the state file.
+func scalePointRun(ctx context.Context, o scaleSettings, b build, n int, uri, dbName string,
+	coll *mongo.Collection, logDir string, next *int) (*scalePoint, error) {
+	p := &scalePoint{label: b.label, n: n}
+	t := newTracker()
+	spec := daemonSpec{
+		binary: b.binary, uri: uri, database: dbName, mode: modeChangeStream, pollInterval: time.Second, pprof: true,
+		instanceID: fmt.Sprintf("scale-%s-%d", b.label, n),
+		logPath:    filepath.Join(logDir, fmt.Sprintf("scale-%s-%d.log", b.label, n)),
+		stateFile:  filepath.Join(logDir, fmt.Sprintf("scale-%s-%d.state", b.label, n)),
+		onRecord: func(rec logRecord, recv time.Time) {
+			if rec.Msg == msgApplied {
+				t.armedExpr(rec.CronExpr, rec.Time, recv)
+			}
+		},
+	}
+	if err := os.Remove(spec.stateFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	logf("--- %s, N=%d: cold start (full reload) with %.3g edits/s made meanwhile", b.label, n, o.reloadEditRate)
+	d, err := startDaemon(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	defer d.stop()
+	re := startReloadEditor(ctx, coll, n, o.reloadEditRate, next)
+	p.coldReady, err = d.waitReady(ctx, readyLimit)
+	made := re.stop()
+	if err != nil {
+		return nil, err
+	}
+	if rec, err := d.initialReload(ctx, time.Minute); err == nil {
+		p.coldReload = rec
+	}
+	p.coldRSS = vmRSS(d.cmd.Process.Pid)
+	p.heapAlloc = heapAfterGC(ctx, d)
+	logf("ready after %s, RSS %d MB, heap after GC %d MB (%d B/job)", p.coldReady.Round(time.Millisecond),
+		p.coldRSS/1024, p.heapAlloc>>20, p.heapAlloc/int64(n))
+	p.reloadEdit = checkReloadEdits(ctx, d, made)
+	logf("edits made during the reload: %d, lost %d", p.reloadEdit.made, len(p.reloadEdit.lost))
+
+	// The first start writes every job's first sighting to the edit
+	// history (one write per job, once) and reads the decided slots; edits
+	// are measured once that start-up work is done, as a running replica
+	// meets them.
+	p.settled = waitSettled(ctx, d, o.settleLimit)
+	logf("start-up work settled %s after ready", p.settled.Round(time.Millisecond))
+
+	fl, err := startFloor(ctx, uri, dbName, t)
+	if err != nil {
+		return nil, err
+	}
+	es := settings{n: n, rate: o.rate, maxInflight: 20}
+	from := *next
+	if _, err := driveEdits(ctx, coll, t, es, from, from+o.warmup); err != nil {
+		return nil, err
+	}
+	logf("driving %d edits at %.3g/s", o.edits, o.rate)
+	if _, err := driveEdits(ctx, coll, t, es, from+o.warmup, from+o.warmup+o.edits); err != nil {
+		return nil, err
+	}
+	*next = from + o.warmup + o.edits
+	t.wait(ctx, time.Now().Add(20*time.Second), func() bool { return t.doneLocked(true) })
+	_ = fl.close()
+	t.mu.Lock()
+	p.edits = append([]*edit(nil), t.edits[o.warmup:]...)
+	p.unmatched = t.unmatched
+	t.mu.Unlock()
+
+	p.coldPeak = vmHWM(d.cmd.Process.Pid)
+	if p.shutdown, err = d.shutdown(2 * time.Minute); err != nil {
+		p.problems = append(p.problems, err.Error())
+	}
+	p.problems = append(p.problems, d.Problems()...)
+	if fi, err := os.Stat(spec.stateFile); err == nil {
+		p.stateSize = fi.Size()
+	}
+	logf("stopped in %s (state file %.1f MB); warm restart", p.shutdown.Round(time.Millisecond), float64(p.stateSize)/1e6)
+	spec.logPath = strings.TrimSuffix(spec.logPath, ".log") + "-warm.log"
+	w, err := startDaemon(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	defer w.stop()
+	if p.warmReady, err = w.waitReady(ctx, readyLimit); err != nil {
+		return nil, err
+	}
+	if rec, err := w.armedFromFile(ctx, 10*time.Second); err == nil {
+		p.warmRec = rec
+	} else {
+		p.problems = append(p.problems, "warm restart: "+err.Error())
+	}
+	p.warmRSS = vmRSS(w.cmd.Process.Pid)
+	p.peakRSS = vmHWM(w.cmd.Process.Pid)
+	logf("warm ready after %s, RSS %d MB", p.warmReady.Round(time.Millisecond), p.warmRSS/1024)
+	w.stop()
+	p.problems = append(p.problems, w.Problems()...)
+	p.loadAfter = loadAvg()
+	return p, nil
+}
+
+// waitSettled waits up to limit for the daemon's start-up work to be done
+// (the first start writes every job's first sighting to the edit
+// history, reads the decided slots, runs the catch-up): until its first
+// sightings are recorded and its CPU use over 2 s has dropped below a
+// fifth of a core. It returns how long that took.
+func waitSettled(ctx context.Context, d *daemon, limit time.Duration) time.Duration {
+	start := time.Now()
+	deadline := start.Add(limit)
+	last := cpuTicks(d.cmd.Process.Pid)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(2 * time.Second):
+		}
+		now := cpuTicks(d.cmd.Process.Pid)
+		d.mu.Lock()
+		sighted := !d.sighted.IsZero()
+		d.mu.Unlock()
+		busy := float64(now-last) / clockTicks / 2 // cores used over the 2 s
+		last = now
+		if sighted && busy < 0.2 {
+			break
+		}
+	}
+	return time.Since(start)
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat times.
+const clockTicks = 100
+
+// cpuTicks is the process's user + system time in clock ticks (0 when it
+// cannot be read).
+func cpuTicks(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which is in parentheses.
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		s = s[i+1:]
+	}
+	f := strings.Fields(s)
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + st
+}
+
+// reloadEditor writes edits at a fixed rate while a full reload runs: each
+// to a job of its own, with an expression of its own.
+type reloadEditor struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	made   map[string]string // job → last expression written
+}
+
+func startReloadEditor(ctx context.Context, coll *mongo.Collection, n int, rate float64, next *int) *reloadEditor {
+	ectx, cancel := context.WithCancel(ctx)
+	e := &reloadEditor{cancel: cancel, done: make(chan struct{}), made: map[string]string{}}
+	first := *next
+	*next += 100_000 // the editor's share of the expressions and jobs
+	go func() {
+		defer close(e.done)
+		tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+		defer tick.Stop()
+		stride := strideFor(n)
+		for i := first; ; i++ {
+			select {
+			case <-ectx.Done():
+				return
+			case <-tick.C:
+			}
+			job := jobID(int((int64(i) * int64(stride)) % int64(n)))
+			expr := editExpr(i)
+			if _, err := coll.UpdateOne(ectx, bson.D{{Key: "_id", Value: job}},
+				bson.D{{Key: "$set", Value: bson.D{{Key: "cron_expr", Value: expr}, {Key: "updated_at", Value: time.Now().UTC()}}}}); err != nil {
+				continue
+			}
+			e.mu.Lock()
+			e.made[job] = expr
+			e.mu.Unlock()
+		}
+	}()
+	return e
+}
+
+// stop ends the edits and returns what was written.
+func (e *reloadEditor) stop() map[string]string {
+	e.cancel()
+	<-e.done
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.made
+}
+
+// checkReloadEdits waits (up to 30 s) until the daemon shows every edit
+// made during its reload, and lists those it does not.
+func checkReloadEdits(ctx context.Context, d *daemon, made map[string]string) reloadEdits {
+	r := reloadEdits{made: len(made)}
+	deadline := time.Now().Add(30 * time.Second)
+	pending := slices.Sorted(func(yield func(string) bool) {
+		for j := range made {
+			if !yield(j) {
+				return
+			}
+		}
+	})
+	for len(pending) > 0 {
+		var still []string
+		for _, job := range pending {
+			body, err := d.get(ctx, "/api/schedules/"+url.PathEscape(job))
+			var s struct {
+				CronExpr string `json:"cron_expr"`
+			}
+			if err != nil || json.Unmarshal(body, &s) != nil || s.CronExpr != made[job] {
+				still = append(still, job)
+			}
+		}
+		pending = still
+		if len(pending) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	r.lost = pending
+	return r
+}
+
+// heapAfterGC asks the daemon's pprof to collect garbage (heap?gc=1) and
+// reads the live heap from /metrics (go_memstats_heap_alloc_bytes); -1
+// when it cannot.
+func heapAfterGC(ctx context.Context, d *daemon) int64 {
+	if _, err := d.getWithin(ctx, "/debug/pprof/heap?gc=1", 3*time.Minute); err != nil {
+		return -1
+	}
+	body, err := d.get(ctx, "/metrics")
+	if err != nil {
+		return -1
+	}
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(line, "go_memstats_heap_alloc_bytes "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return int64(f)
+			}
+		}
+	}
+	return -1
+}
+
+// vmHWM reads the VmHWM (peak resident set) line of /proc/<pid>/status,
+// in kB (-1 when absent).
+func vmHWM(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			if f := strings.Fields(v); len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n
+			}
+		}
+	}
+	return -1
+}
+
+// latencies returns the sorted edit-to-armed (write ack → armed log) and
+// floor (write ack → bare stream event) latencies of the edits that have
+// both.
+func latencies(edits []*edit) (armed, floor []time.Duration, missing int) {
+	for _, e := range edits {
+		if !e.acked || e.armedLog.IsZero() || e.floorRecv.IsZero() {
+			missing++
+			continue
+		}
+		armed = append(armed, e.armedLog.Sub(e.ack))
+		floor = append(floor, e.floorRecv.Sub(e.ack))
+	}
+	slices.Sort(armed)
+	slices.Sort(floor)
+	return armed, floor, missing
+}
+
+func msOf(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/1e6) }
+
+func scaleHeader(o scaleSettings, env machine, started time.Time) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "bench scale %s–%s UTC: N=%v, %d edits at %.3g/s (+%d warm-up), %.3g edits/s during each cold start; "+
+		"test server -Xmx%s, oplog bound %d\n", started.Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04"),
+		o.ns, o.edits, o.rate, o.warmup, o.reloadEditRate, o.serverHeap, o.oplogMax)
+	fmt.Fprintf(&b, "machine: %d CPUs %s, %s, Linux %s, %s; load average %s → %s\n",
+		env.cpus, env.cpuModel, env.memTotal, env.kernel, env.goVersion, env.loadBefore, env.loadAfter)
+	for _, bd := range o.builds {
+		fmt.Fprintf(&b, "build %s: %s\n", bd.label, bd.binary)
+	}
+	return b.String()
+}
+
+// scaleTable is the side-by-side summary of every N and build.
+func scaleTable(runs []*scaleRun) string {
+	var b strings.Builder
+	b.WriteString("\n| N | build | load | cold: start → ready | full reload logged (docs/s) | RSS at ready / peak | heap per job | " +
+		"edits during reload: lost | edit→armed p50 / p99 (floor) ms | p99 − floor p99 | stop | warm: start → ready | RSS warm |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range runs {
+		for _, p := range r.points {
+			armed, floor, _ := latencies(p.edits)
+			heap := "-"
+			if p.heapAlloc > 0 {
+				heap = fmt.Sprintf("%d B", p.heapAlloc/int64(p.n))
+			}
+			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s (%d/s) | %d / %d MB | %s | %d: %d | %s / %s (%s / %s) | %s | %s | %s | %d MB |\n",
+				p.n, p.label, r.loadTime.Round(100*time.Millisecond), p.coldReady.Round(10*time.Millisecond),
+				time.Duration(p.coldReload.Duration).Round(10*time.Millisecond), docsPerSecond(p.coldReload),
+				p.coldRSS/1024, max(p.coldPeak, p.peakRSS)/1024, heap, p.reloadEdit.made, len(p.reloadEdit.lost),
+				msOf(quantileOf(armed, .5)), msOf(quantileOf(armed, .99)), msOf(quantileOf(floor, .5)), msOf(quantileOf(floor, .99)),
+				msOf(quantileOf(armed, .99)-quantileOf(floor, .99)), p.shutdown.Round(10*time.Millisecond),
+				p.warmReady.Round(10*time.Millisecond), p.warmRSS/1024)
+		}
+	}
+	return b.String()
+}
+
+func docsPerSecond(r logRecord) int64 {
+	if r.Duration <= 0 {
+		return 0
+	}
+	return int64(float64(r.Documents) / (float64(r.Duration) / 1e9))
+}
+
+// scaleText is the detail of one N.
+func scaleText(r *scaleRun) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nN=%d: loaded %.1f MB in %s (load average before %s)\n", r.n, float64(r.collBytes)/1e6,
+		r.loadTime.Round(time.Millisecond), r.loadBefore)
+	for _, p := range r.points {
+		armed, floor, missing := latencies(p.edits)
+		fmt.Fprintf(&b, "  %s: cold start → ready %s; full reload logged %s (read %s, apply %s), %d documents; "+
+			"RSS %d MB at ready, peak %d MB; live heap after GC %.1f MB = %d B/job\n",
+			p.label, p.coldReady.Round(time.Millisecond), time.Duration(p.coldReload.Duration).Round(time.Millisecond),
+			time.Duration(p.coldReload.Read).Round(time.Millisecond), time.Duration(p.coldReload.Apply).Round(time.Millisecond),
+			p.coldReload.Documents, p.coldRSS/1024, p.coldPeak/1024, float64(p.heapAlloc)/(1<<20), p.heapAlloc/int64(p.n))
+		fmt.Fprintf(&b, "    edits during the cold start's reload: %d made, %d lost %v; start-up work settled %s after ready\n",
+			p.reloadEdit.made, len(p.reloadEdit.lost), firstN(p.reloadEdit.lost, 10), p.settled.Round(time.Second))
+		fmt.Fprintf(&b, "    edit→armed (%d edits, %d missing): p50 %s p90 %s p99 %s max %s ms; floor p50 %s p90 %s p99 %s max %s ms\n",
+			len(armed), missing, msOf(quantileOf(armed, .5)), msOf(quantileOf(armed, .9)), msOf(quantileOf(armed, .99)),
+			msOf(quantileOf(armed, 1)), msOf(quantileOf(floor, .5)), msOf(quantileOf(floor, .9)), msOf(quantileOf(floor, .99)),
+			msOf(quantileOf(floor, 1)))
+		fmt.Fprintf(&b, "    SIGTERM → exit %s, state file %.1f MB; warm start → ready %s (armed from the file in %s), RSS %d MB, peak %d MB; load average %s\n",
+			p.shutdown.Round(time.Millisecond), float64(p.stateSize)/1e6, p.warmReady.Round(time.Millisecond),
+			time.Duration(p.warmRec.Duration).Round(time.Millisecond), p.warmRSS/1024, p.peakRSS/1024, p.loadAfter)
+		for _, pr := range firstN(p.problems, 10) {
+			fmt.Fprintf(&b, "    problem: %s\n", pr)
+		}
+	}
+	return b.String()
+}
+
+func firstN(s []string, n int) []string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
