@@ -13,8 +13,12 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/cronswap/cronswap/internal/blackout"
+	"github.com/cronswap/cronswap/internal/calendar"
 	"github.com/cronswap/cronswap/internal/faultproxy"
 	"github.com/cronswap/cronswap/internal/testmongo"
+	"github.com/cronswap/cronswap/internal/triggers"
+	"github.com/cronswap/cronswap/schedule"
 )
 
 // Every 2 s for 20 s all connections are cut, while a writer makes 200
@@ -248,9 +252,9 @@ func TestAutoModeFallsBackToPolling(t *testing.T) {
 		t.Fatalf("watch_mode = %q, want poll", st.WatchMode)
 	}
 	checkPollLatency(t, d, db, pollInterval)
-	// Each watched collection (schedules, blackouts, triggers) falls back
-	// once, after one refused request.
-	watched := []string{"schedules", "blackouts", "triggers"}
+	// Each watched collection (schedules, blackouts, calendars, triggers)
+	// falls back once, after one refused request.
+	watched := []string{schedule.CollectionName, blackout.CollectionName, calendar.CollectionName, triggers.CollectionName}
 	for _, coll := range watched {
 		if n := countLogs(d, func(l logLine) bool {
 			return strings.Contains(l.str("msg"), "falling back to polling") && l.str("collection") == coll
