@@ -405,11 +405,14 @@ func scalePointRun(ctx context.Context, o scaleSettings, b build, n int, uri, db
 // (the first start writes every job's first sighting to the edit
 // history, reads the decided slots, runs the catch-up): until its first
 // sightings are recorded and its CPU use over 2 s has dropped below a
-// fifth of a core. It returns how long that took.
+// fifth of a core, or that CPU use has stayed below it for two polls in a
+// row (a build started on a database another build already sighted logs
+// no sightings). It returns how long that took.
 func waitSettled(ctx context.Context, d *daemon, limit time.Duration) time.Duration {
 	start := time.Now()
 	deadline := start.Add(limit)
 	last := cpuTicks(d.cmd.Process.Pid)
+	idle := 0
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
@@ -421,7 +424,12 @@ func waitSettled(ctx context.Context, d *daemon, limit time.Duration) time.Durat
 		d.mu.Unlock()
 		busy := float64(now-last) / clockTicks / 2 // cores used over the 2 s
 		last = now
-		if sighted && busy < 0.2 {
+		if busy < 0.2 {
+			idle++
+		} else {
+			idle = 0
+		}
+		if idle > 0 && sighted || idle >= 2 {
 			break
 		}
 	}
