@@ -62,6 +62,14 @@ func exportCommand() *ucli.Command {
 			if c.NArg() > 0 {
 				return ucli.Exit("export takes no argument: cronswap export > schedules.yaml", ExitUserError)
 			}
+			// An empty value given (--id-prefix "$UNSET") would select every
+			// schedule: refused, so that a file meant to hold some does not
+			// silently hold all.
+			for _, name := range []string{"category", "id-prefix"} {
+				if c.IsSet(name) && c.String(name) == "" {
+					return ucli.Exit(fmt.Sprintf("--%s is empty: give a value, or leave the flag out to export every schedule", name), ExitUserError)
+				}
+			}
 			return withSession(c, false, func(ctx context.Context, s *session) error {
 				w, err := schedfile.NewWriter(c.App.Writer, format)
 				if err != nil {

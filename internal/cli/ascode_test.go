@@ -499,3 +499,118 @@ func TestPlanShowsHashedAndDayRuleTimes(t *testing.T) {
 		}
 	}
 }
+
+// exportIDs runs export with args in both formats and returns the job ids
+// written, in the order written; the two formats must agree, and the
+// count on stderr must be the number of entries.
+func (e *env) exportIDs(args ...string) []string {
+	e.t.Helper()
+	r := e.ok(append([]string{"export", "-o", "json"}, args...)...)
+	var entries []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil {
+		e.t.Fatalf("export %q -o json: %v in %q", args, err, r.stdout)
+	}
+	ids := []string{}
+	for _, en := range entries {
+		id, ok := en["_id"].(string)
+		if !ok {
+			e.t.Fatalf("export %q: entry without a string _id: %v", args, en)
+		}
+		ids = append(ids, id)
+	}
+	if want := fmt.Sprintf("exported %d schedules\n", len(ids)); !strings.Contains(r.stderr, want) {
+		e.t.Fatalf("export %q -o json: stderr lacks %q: %v", args, want, r)
+	}
+	y := e.ok(append([]string{"export", "-o", "yaml"}, args...)...)
+	yamlIDs := []string{}
+	for _, line := range strings.Split(y.stdout, "\n") {
+		if id, ok := strings.CutPrefix(line, "_id: "); ok {
+			yamlIDs = append(yamlIDs, strings.Trim(id, `"'`))
+		}
+	}
+	if fmt.Sprint(yamlIDs) != fmt.Sprint(ids) {
+		e.t.Fatalf("export %q: yaml holds %q, json %q\n%s", args, yamlIDs, ids, y.stdout)
+	}
+	return ids
+}
+
+// TestExportSelectsByCategoryAndIDPrefix: --category selects the documents
+// of exactly that category, --id-prefix the ids starting with exactly
+// that text (case and regular-expression characters taken literally,
+// anchored at the start), both together the documents both select; each
+// export holds exactly those, in _id order, whatever order they were
+// inserted in.
+func TestExportSelectsByCategoryAndIDPrefix(t *testing.T) {
+	e := newEnv(t)
+	job := func(id, category string) bson.D {
+		d := bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: "@daily"}}
+		if category != "" {
+			d = append(d, bson.E{Key: "category", Value: category})
+		}
+		return d
+	}
+	e.insert(
+		job("x-team.a/report", "billing"), // the prefix, not at the start
+		job("team.a/report", "billing"),
+		job("ops_rotate", "ops"),
+		job("teamXa/report", "billing"), // matches only if "." were a wildcard
+		job("team.a/cleanup", "ops"),
+		job("Team.a/sync", "billing"),   // another case
+		job("eu_invoice", "billing-eu"), // a category starting with billing
+		job("team.a/archive", ""),
+		job("team.a", "billing"), // the prefix less its slash
+	)
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, []string{"Team.a/sync", "eu_invoice", "ops_rotate", "team.a", "team.a/archive", "team.a/cleanup", "team.a/report", "teamXa/report", "x-team.a/report"}},
+		{[]string{"--category", "billing"}, []string{"Team.a/sync", "team.a", "team.a/report", "teamXa/report", "x-team.a/report"}},
+		{[]string{"--category", "ops"}, []string{"ops_rotate", "team.a/cleanup"}},
+		{[]string{"--id-prefix", "team.a/"}, []string{"team.a/archive", "team.a/cleanup", "team.a/report"}},
+		{[]string{"--id-prefix", "team.a/", "--category", "billing"}, []string{"team.a/report"}},
+		{[]string{"--category", "ops", "--id-prefix", "team.a/"}, []string{"team.a/cleanup"}},
+		{[]string{"--category", "ops", "--id-prefix", "Team"}, []string{}},
+		{[]string{"--category", "billing-e"}, []string{}},
+		{[]string{"--id-prefix", "team.a/report/"}, []string{}},
+	} {
+		if got := e.exportIDs(c.args...); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("export %q: %q, want %q", c.args, got, c.want)
+		}
+	}
+	// A selected export is a file plan reads as the documents it holds.
+	file := e.file("billing.yaml", e.ok("export", "--category", "billing", "--id-prefix", "team.a/").stdout)
+	if p := e.plan(cli.ExitOK, "-f", file); len(p.Changes) != 0 || p.Summary["unchanged"] != 1 {
+		t.Fatalf("plan of the selected export: %+v", p)
+	}
+}
+
+// TestExportRefusesBadValuesFirst: an unknown format, an empty --category
+// or --id-prefix given explicitly, and an argument are user errors found
+// before the server is asked for (exit 1, not 2, with the server down),
+// with nothing on stdout.
+func TestExportRefusesBadValuesFirst(t *testing.T) {
+	uri := "mongodb://" + closedPort(t) + "/?directConnection=true"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-o", "xml"}, `--output "xml": want yaml or json`},
+		{[]string{"--output", "YAML"}, `--output "YAML": want yaml or json`},
+		{[]string{"--id-prefix", ""}, "--id-prefix is empty"},
+		{[]string{"--id-prefix="}, "--id-prefix is empty"},
+		{[]string{"--category", ""}, "--category is empty"},
+		{[]string{"--category", "billing", "--id-prefix", ""}, "--id-prefix is empty"},
+		{[]string{"billing"}, "export takes no argument"},
+	} {
+		r := run(t, append(append([]string{"export"}, c.args...), "--mongo-uri", uri, "--timeout", "300ms")...)
+		if r.code != cli.ExitUserError || !strings.Contains(r.stderr, c.want) || r.stdout != "" {
+			t.Errorf("export %q: want exit 1 with %q: %v", c.args, c.want, r)
+		}
+	}
+	// The same flags with a value ask the server (exit 2: it is down).
+	r := run(t, "export", "--category", "billing", "--id-prefix", "team.a/", "-o", "json", "--mongo-uri", uri, "--timeout", "300ms")
+	if r.code != cli.ExitUnreachable {
+		t.Errorf("export with values: %v", r)
+	}
+}
