@@ -234,8 +234,17 @@ func TestLeaseFrozenHolderStopsOnResume(t *testing.T) {
 		r, ok := fpRun(t, db, taker.Job, taker.Slot)
 		return ok && r.Status == record.StatusRunning
 	})
-	// Frozen on, well past the lease, while both children run.
+	// Frozen on, well past the lease, while both children run, and until a
+	// live replica's sweep has marked the stale run abandoned: sweeps come
+	// every sweep interval (5 s with this lock.ttl), so on a loaded machine
+	// the mark can land later than fpFreezeOn after the takeover — a
+	// holder resumed before it would write its end on a record still
+	// running, and this test is about the record a sweep marked first.
 	fpUntil(t, taker.Start.Add(fpFreezeOn), "the freeze to last past the takeover")
+	waitFor(t, 30*time.Second, "a sweep to mark the frozen holder's run abandoned", func() bool {
+		r, ok := fpRun(t, db, held.Job, held.Slot)
+		return ok && r.Status == record.StatusAbandoned
+	})
 	if !running(held.PID) {
 		t.Fatalf("the frozen holder's child (pid %d) ended on its own before the resume: the freeze was too long for the test", held.PID)
 	}

@@ -287,8 +287,8 @@ func (k *leaseKeeper) beforeClaim(ctx context.Context) {
 	k.indexChecked = time.Now()
 }
 
-// afterClaim asks for a sweep of dead holders' records (at most one a
-// second): a claim batch may have taken a lock over from a holder whose
+// afterClaim asks for a sweep of dead holders' records (none when the
+// last sweep is younger than sweepAfterClaims): a claim batch may have taken a lock over from a holder whose
 // lease passed, and its record should say so soon.
 func (k *leaseKeeper) afterClaim() {
 	select {
