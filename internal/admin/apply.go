@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -218,16 +219,42 @@ func (s *Store) readIDs(ctx context.Context, ids []string) ([]bson.Raw, error) {
 }
 
 // ScheduleFilter selects documents of schedules; the zero value selects
-// all.
+// all. Selects is the rule; export, plan and apply all select through it.
 type ScheduleFilter struct {
-	// Category, when set, selects the documents of that category.
+	// Category, when set, selects the documents whose category is exactly
+	// that string.
 	Category string
-	// IDPrefix, when set, selects the job ids that start with it.
+	// IDPrefix, when set, selects the documents whose _id is a string
+	// starting with exactly that text.
 	IDPrefix string
-	// Managed selects only the documents apply marked managed.
+	// Managed selects only the documents apply marked managed (IsManaged).
 	Managed bool
 }
 
+// IsZero reports whether f selects every document.
+func (f ScheduleFilter) IsZero() bool { return f == ScheduleFilter{} }
+
+// Selects reports whether f selects doc: a stored document, or the
+// document an entry of a file makes.
+func (f ScheduleFilter) Selects(doc bson.Raw) bool {
+	if f.IDPrefix != "" {
+		id, ok := doc.Lookup(schedule.FieldID).StringValueOK()
+		if !ok || !strings.HasPrefix(id, f.IDPrefix) {
+			return false
+		}
+	}
+	if f.Category != "" {
+		c, ok := doc.Lookup(schedule.FieldCategory).StringValueOK()
+		if !ok || c != f.Category {
+			return false
+		}
+	}
+	return !f.Managed || IsManaged(doc)
+}
+
+// query narrows what EachSchedule reads to at least every document
+// Selects selects (MongoDB's equality also matches an array holding the
+// value, which Selects does not: EachSchedule asks Selects of each).
 func (f ScheduleFilter) query() bson.D {
 	q := bson.D{}
 	if f.IDPrefix != "" {
@@ -242,17 +269,35 @@ func (f ScheduleFilter) query() bson.D {
 	return q
 }
 
-// EachSchedule calls fn with every document f selects, in _id order,
-// reading them in batches (memory does not grow with the collection);
-// fields, when given, are the only fields read (and _id). A document whose
-// _id is not a string is passed too. fn must not keep the document it is
-// given past its call; its error stops the walk and is returned.
+// fields are the fields Selects reads besides _id.
+func (f ScheduleFilter) fields() []string {
+	var out []string
+	if f.Category != "" {
+		out = append(out, schedule.FieldCategory)
+	}
+	if f.Managed {
+		out = append(out, FieldManagedBy)
+	}
+	return out
+}
+
+// EachSchedule calls fn with every document f selects (Selects), in _id
+// order, reading them in batches (memory does not grow with the
+// collection); fields, when given, are the only fields read (and _id, and
+// those f reads). A document whose _id is not a string is passed too
+// unless f has an IDPrefix. fn must not keep the document it is given past
+// its call; its error stops the walk and is returned.
 func (s *Store) EachSchedule(ctx context.Context, f ScheduleFilter, fields []string, fn func(bson.Raw) error) error {
 	opts := options.Find().SetSort(bson.D{{Key: schedule.FieldID, Value: 1}}).SetBatchSize(1000)
 	if len(fields) > 0 {
-		proj := bson.D{}
-		for _, name := range fields {
-			proj = append(proj, bson.E{Key: name, Value: 1})
+		proj, seen := bson.D{}, map[string]bool{}
+		for _, list := range [][]string{fields, f.fields()} {
+			for _, name := range list {
+				if !seen[name] {
+					seen[name] = true
+					proj = append(proj, bson.E{Key: name, Value: 1})
+				}
+			}
 		}
 		opts.SetProjection(proj)
 	}
@@ -262,6 +307,9 @@ func (s *Store) EachSchedule(ctx context.Context, f ScheduleFilter, fields []str
 	}
 	defer cur.Close(context.WithoutCancel(ctx))
 	for cur.Next(ctx) {
+		if !f.Selects(cur.Current) {
+			continue
+		}
 		if err := fn(cur.Current); err != nil {
 			return err
 		}

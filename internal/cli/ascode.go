@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -48,12 +49,10 @@ func exportCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "export",
 		Usage: "print the schedules as a file for plan and apply: one YAML document per job in _id order, only the fields a user sets (streams)",
-		Flags: append(commonFlags(),
+		Flags: append(append(commonFlags(),
 			&ucli.DurationFlag{Name: "timeout", Value: defaultTimeout, Usage: "how long to wait for the server (exit 2 when it cannot be reached)"},
 			&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: schedfile.FormatYAML, Usage: "yaml (one document per job) or json (an array)"},
-			&ucli.StringFlag{Name: "category", Usage: "only the schedules of this category"},
-			&ucli.StringFlag{Name: "id-prefix", Usage: "only the job ids that start with this"},
-		),
+		), selectFlags("export")...),
 		Action: func(c *ucli.Context) error {
 			format := c.String("output")
 			if format != schedfile.FormatYAML && format != schedfile.FormatJSON {
@@ -62,13 +61,9 @@ func exportCommand() *ucli.Command {
 			if c.NArg() > 0 {
 				return ucli.Exit("export takes no argument: cronswap export > schedules.yaml", ExitUserError)
 			}
-			// An empty value given (--id-prefix "$UNSET") would select every
-			// schedule: refused, so that a file meant to hold some does not
-			// silently hold all.
-			for _, name := range []string{"category", "id-prefix"} {
-				if c.IsSet(name) && c.String(name) == "" {
-					return ucli.Exit(fmt.Sprintf("--%s is empty: give a value, or leave the flag out to export every schedule", name), ExitUserError)
-				}
+			filter, err := scheduleFilter(c, "export every schedule")
+			if err != nil {
+				return err
 			}
 			return withSession(c, false, func(ctx context.Context, s *session) error {
 				w, err := schedfile.NewWriter(c.App.Writer, format)
@@ -77,7 +72,7 @@ func exportCommand() *ucli.Command {
 				}
 				var refused []string
 				n := 0
-				err = s.store.EachSchedule(ctx, admin.ScheduleFilter{Category: c.String("category"), IDPrefix: c.String("id-prefix")}, nil,
+				err = s.store.EachSchedule(ctx, filter, nil,
 					func(doc bson.Raw) error {
 						id, err := schedule.DecodeID(doc.Lookup(schedule.FieldID))
 						if err != nil {
@@ -106,15 +101,55 @@ func exportCommand() *ucli.Command {
 	}
 }
 
-// fileFlags are the flags of plan and apply that say what to read.
-func fileFlags() []ucli.Flag {
+// selectFlags are the flags that select schedules (scheduleFilter reads
+// them): export writes only those, plan and apply compare and prune only
+// those. what names the command's action on them.
+func selectFlags(cmd string) []ucli.Flag {
+	what := "only the schedules"
+	if cmd != "export" {
+		what = "compare and prune only the schedules"
+	}
 	return []ucli.Flag{
+		&ucli.StringFlag{Name: "category", Usage: what + " of this category"},
+		&ucli.StringFlag{Name: "id-prefix", Usage: what + " whose job id starts with this"},
+	}
+}
+
+// scheduleFilter is the selection of --category and --id-prefix. An empty
+// value given (--id-prefix "$UNSET") would select every schedule: refused,
+// so that a file meant to hold some does not silently hold all, nor a
+// prune meant for some reach all; absent says what leaving the flags out
+// does.
+func scheduleFilter(c *ucli.Context, absent string) (admin.ScheduleFilter, error) {
+	for _, name := range []string{"category", "id-prefix"} {
+		if c.IsSet(name) && c.String(name) == "" {
+			return admin.ScheduleFilter{}, ucli.Exit(fmt.Sprintf("--%s is empty: give a value, or leave the flag out to %s", name, absent), ExitUserError)
+		}
+	}
+	return admin.ScheduleFilter{Category: c.String("category"), IDPrefix: c.String("id-prefix")}, nil
+}
+
+// selection names a filter as the flags that make it.
+func selection(f admin.ScheduleFilter) string {
+	var parts []string
+	if f.Category != "" {
+		parts = append(parts, "--category "+strconv.Quote(f.Category))
+	}
+	if f.IDPrefix != "" {
+		parts = append(parts, "--id-prefix "+strconv.Quote(f.IDPrefix))
+	}
+	return strings.Join(parts, " ")
+}
+
+// fileFlags are the flags of plan and apply that say what to read.
+func fileFlags(cmd string) []ucli.Flag {
+	return append(selectFlags(cmd),
 		&ucli.StringFlag{Name: "file", Aliases: []string{"f"}, Usage: "the schedules file (YAML, or a JSON array as export -o json writes); - reads stdin"},
 		&ucli.StringFlag{Name: "max-file-size", Value: "64MiB", Usage: "refuse a larger file (B, KiB, MiB, GiB)"},
-		&ucli.BoolFlag{Name: "prune", Usage: "also delete the managed schedules (written by apply) the file does not name; never one created otherwise"},
+		&ucli.BoolFlag{Name: "prune", Usage: "also delete the managed schedules (written by apply) the file does not name, of the selection with --category or --id-prefix; never one created otherwise"},
 		&ucli.BoolFlag{Name: "adopt", Usage: "also mark as managed the file's schedules that are unchanged but were created otherwise, so that --prune may delete them later"},
 		&ucli.BoolFlag{Name: "allow-unknown-actions", Usage: "a job whose action the config lacks is a warning, not a refusal (a Go program embedding cronswap registers it)"},
-	}
+	)
 }
 
 func planCommand(stdin io.Reader) *ucli.Command {
@@ -122,7 +157,7 @@ func planCommand(stdin io.Reader) *ucli.Command {
 		Name: "plan",
 		Usage: "show what applying a schedules file would do: create, update (field by field, with the next runs), delete (--prune), unchanged; " +
 			"exit 3 when there are changes",
-		Flags: dbFlags(append(fileFlags(),
+		Flags: dbFlags(append(fileFlags("plan"),
 			&ucli.StringFlag{Name: "out", Usage: "save the plan, with the state each document was planned from, for apply --plan"},
 			&ucli.StringFlag{Name: "from", Usage: "show the next runs after this instant, RFC 3339 (default now)"})...),
 		Action: func(c *ucli.Context) error {
@@ -140,19 +175,19 @@ func planCommand(stdin io.Reader) *ucli.Command {
 			}
 			defer src.close()
 			return withSession(c, false, func(ctx context.Context, s *session) error {
-				check, err := s.checkFile(c, src)
+				check, err := s.checkFile(ctx, c, src)
 				if err != nil {
 					return err
 				}
 				var saved *planWriter
 				if out := c.String("out"); out != "" {
 					if saved, err = createPlanFile(out, planHeader{Database: s.cfg.Mongo.Database, File: src.name,
-						Prune: c.Bool("prune"), Adopt: c.Bool("adopt")}); err != nil {
+						Prune: c.Bool("prune"), Adopt: c.Bool("adopt"), Category: src.filter.Category, IDPrefix: src.filter.IDPrefix}); err != nil {
 						return ucli.Exit(err.Error(), ExitUserError)
 					}
 				}
 				out := newPlanOutput(c, s, from)
-				sum := planSummary{}
+				sum := planSummary{selection: selection(src.filter)}
 				record := func(changes []admin.Change) error {
 					for _, ch := range changes {
 						sum.count(ch)
@@ -171,7 +206,7 @@ func planCommand(stdin io.Reader) *ucli.Command {
 				if err := s.planFile(ctx, src, c.Bool("adopt"), record); err != nil {
 					return s.fail(err)
 				}
-				if sum.ManagedAbsent, sum.UnmanagedAbsent, err = s.planAbsent(ctx, check.ids, c.Bool("prune"), record); err != nil {
+				if sum.ManagedAbsent, sum.UnmanagedAbsent, err = s.planAbsent(ctx, src.filter, check.ids, c.Bool("prune"), record); err != nil {
 					return s.fail(err)
 				}
 				if err := out.end(sum); err != nil {
@@ -197,7 +232,7 @@ func applyCommand(stdin io.Reader) *ucli.Command {
 		Name: "apply",
 		Usage: "make the schedules what a file says: every entry checked first with the daemons' rules (one bad entry: nothing written), " +
 			"then unordered bulk writes, each conditional on the state it was planned from (a document changed meanwhile is a conflict, left alone)",
-		Flags: dbFlags(append(fileFlags(),
+		Flags: dbFlags(append(fileFlags("apply"),
 			&ucli.StringFlag{Name: "plan", Usage: "apply a plan saved by plan --out instead of a file: conditional on the state it was planned from"},
 			&ucli.StringFlag{Name: "message", Aliases: []string{"m"}, Usage: "why: written as update_message on every document written, so the edit history shows it"},
 			&ucli.StringFlag{Name: "by", EnvVars: []string{envUpdatedBy}, Usage: "who applies, written as updated_by (default: user@host of the command)"},
@@ -218,19 +253,19 @@ func applyCommand(stdin io.Reader) *ucli.Command {
 			}
 			defer src.close()
 			return withSession(c, false, func(ctx context.Context, s *session) error {
-				check, err := s.checkFile(c, src)
+				check, err := s.checkFile(ctx, c, src)
 				if err != nil {
 					return err
 				}
 				out := newApplyOutput(c)
-				sum := planSummary{}
+				sum := planSummary{selection: selection(src.filter)}
 				write := func(changes []admin.Change) error {
 					return s.applyBatch(ctx, changes, meta, &sum, out)
 				}
 				if err := s.planFile(ctx, src, c.Bool("adopt"), write); err != nil {
 					return s.fail(err)
 				}
-				if sum.ManagedAbsent, sum.UnmanagedAbsent, err = s.planAbsent(ctx, check.ids, c.Bool("prune"), write); err != nil {
+				if sum.ManagedAbsent, sum.UnmanagedAbsent, err = s.planAbsent(ctx, src.filter, check.ids, c.Bool("prune"), write); err != nil {
 					return s.fail(err)
 				}
 				return out.end(sum)
@@ -276,9 +311,12 @@ type source struct {
 	path string // what to open
 	max  int64
 	tmp  bool // path is a copy of stdin to remove
+	// filter selects what is compared and pruned (--category, --id-prefix):
+	// an entry it does not select is refused.
+	filter admin.ScheduleFilter
 }
 
-// openFile checks --file and --max-file-size; stdin is copied to a
+// openFile checks --file, --max-file-size and the selection; stdin is copied to a
 // temporary file (at most the limit), since the file is read twice.
 func openFile(c *ucli.Context, stdin io.Reader) (*source, error) {
 	name := c.String("file")
@@ -289,6 +327,10 @@ func openFile(c *ucli.Context, stdin io.Reader) (*source, error) {
 		return nil, ucli.Exit(fmt.Sprintf("unexpected argument %q: the file is given with -f", c.Args().First()), ExitUserError)
 	}
 	if _, err := outputFormat(c); err != nil {
+		return nil, err
+	}
+	filter, err := scheduleFilter(c, "compare and prune every schedule")
+	if err != nil {
 		return nil, err
 	}
 	max, err := parseSize(c.String("max-file-size"))
@@ -309,14 +351,14 @@ func openFile(c *ucli.Context, stdin io.Reader) (*source, error) {
 		if st.Size() > max {
 			return nil, tooLarge(st.Size())
 		}
-		return &source{name: name, path: name, max: max}, nil
+		return &source{name: name, path: name, max: max, filter: filter}, nil
 	}
 	f, err := os.CreateTemp("", "cronswap-stdin-*.yaml")
 	if err != nil {
 		return nil, ucli.Exit(err.Error(), ExitUserError)
 	}
 	defer f.Close()
-	src := &source{name: "-", path: f.Name(), max: max, tmp: true}
+	src := &source{name: "-", path: f.Name(), max: max, tmp: true, filter: filter}
 	n, err := io.Copy(f, io.LimitReader(stdin, max+1))
 	if err == nil {
 		err = f.Close()
@@ -378,9 +420,12 @@ type fileCheck struct {
 // format's rules (fields, aliases, keys given twice), the daemons' rules
 // on the document it makes (admin.Rules.Check: the decoder, then
 // scheduler.Check with the config's zone and, given a config, its
-// actions), and ids named twice. Every problem is printed with its line on
-// stderr; any problem is a user error with nothing written.
-func (s *session) checkFile(c *ucli.Context, src *source) (fileCheck, error) {
+// actions), ids named twice, and, with a selection (src.filter), an entry
+// it does not select, then a stored document of the file's ids it does
+// not select (an entry that would move a schedule into the selection).
+// Every problem is printed with its line on stderr; any problem is a user
+// error with nothing written.
+func (s *session) checkFile(ctx context.Context, c *ucli.Context, src *source) (fileCheck, error) {
 	r, f, err := src.reader()
 	if err != nil {
 		return fileCheck{}, ucli.Exit(err.Error(), ExitUserError)
@@ -420,6 +465,10 @@ func (s *session) checkFile(c *ucli.Context, src *source) (fileCheck, error) {
 			if p, warning := s.checkEntry(e, allowUnknown); p != nil {
 				report(p, warning)
 			}
+			if !src.filter.Selects(e.Doc) {
+				report(&schedfile.Problem{Line: e.Line, ID: e.ID, Msg: fmt.Sprintf("not selected by %s (%s in the file): "+
+					"remove the entry, or leave the selection out", selection(src.filter), describe(e.Doc))}, false)
+			}
 		}
 		if e.ID == "" {
 			continue
@@ -438,7 +487,65 @@ func (s *session) checkFile(c *ucli.Context, src *source) (fileCheck, error) {
 		return check, ucli.Exit(fmt.Sprintf("refused, nothing written: %s holds no schedule "+
 			"(an empty file is refused, so that a truncated one cannot prune every managed schedule)", src.name), ExitUserError)
 	}
+	if src.filter.IsZero() {
+		return check, nil
+	}
+	outside, err := s.storedOutside(ctx, src.filter, check.ids)
+	if err != nil {
+		return check, s.fail(err)
+	}
+	for _, id := range outside {
+		fmt.Fprintf(c.App.ErrWriter, "%s: line %d: %s: not selected by %s as stored (%s): the file would change a schedule outside the selection\n",
+			src.name, check.ids[id.ID], id.ID, selection(src.filter), describe(id.doc))
+	}
+	if len(outside) > 0 {
+		return check, ucli.Exit(fmt.Sprintf("refused, nothing written: %d schedule(s) of %s outside %s (listed above)",
+			len(outside), src.name, selection(src.filter)), ExitUserError)
+	}
 	return check, nil
+}
+
+// storedDoc is a stored document and its job id.
+type storedDoc struct {
+	ID  string
+	doc bson.Raw
+}
+
+// storedOutside reads the stored documents of ids, planBatch at a time,
+// and returns those f does not select, in id order.
+func (s *session) storedOutside(ctx context.Context, f admin.ScheduleFilter, ids map[string]int) ([]storedDoc, error) {
+	all := make([]string, 0, len(ids))
+	for id := range ids {
+		all = append(all, id)
+	}
+	slices.Sort(all)
+	var out []storedDoc
+	for batch := range slices.Chunk(all, planBatch) {
+		bctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+		stored, err := s.store.SchedulesByID(bctx, batch)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range batch {
+			if doc := stored[id]; doc != nil && !f.Selects(doc) {
+				out = append(out, storedDoc{ID: id, doc: doc})
+			}
+		}
+	}
+	return out, nil
+}
+
+// describe names what a selection reads of a document: its category.
+func describe(doc bson.Raw) string {
+	v := doc.Lookup(schedule.FieldCategory)
+	if c, ok := v.StringValueOK(); ok {
+		return "category " + strconv.Quote(c)
+	}
+	if v.Type == 0 {
+		return "no category"
+	}
+	return "category " + v.String()
 }
 
 // checkEntry checks an entry's document with the daemons' rules; the
@@ -490,6 +597,11 @@ func (s *session) planFile(ctx context.Context, src *source, adopt bool, fn func
 		}
 		changes := make([]admin.Change, len(batch))
 		for i, e := range batch {
+			if doc := stored[e.ID]; doc != nil && !src.filter.Selects(doc) {
+				// checkFile found it selected a moment ago: changed since.
+				return ucli.Exit(fmt.Sprintf("%s: line %d: %s: stored %s now, outside %s; nothing more written",
+					src.name, e.Line, e.ID, describe(doc), selection(src.filter)), ExitUserError)
+			}
 			changes[i] = admin.PlanChange(e.ID, e.Line, stored[e.ID], e.Doc, adopt)
 		}
 		batch = batch[:0]
@@ -514,11 +626,12 @@ func (s *session) planFile(ctx context.Context, src *source, adopt bool, fn func
 	return flush()
 }
 
-// planAbsent walks the stored schedules the file does not name (ids),
-// reading only their ids and markers: with prune, the managed ones are
-// read whole and planned as deletes, planBatch at a time, and handed to
-// fn. It counts the managed and the other absent ones.
-func (s *session) planAbsent(ctx context.Context, ids map[string]int, prune bool, fn func([]admin.Change) error) (managed, unmanaged int, err error) {
+// planAbsent walks the stored schedules f selects that the file does not
+// name (ids), reading only their ids and markers (and what f reads): with
+// prune, the managed ones are read whole and planned as deletes,
+// planBatch at a time, and handed to fn. It counts the managed and the
+// other absent ones.
+func (s *session) planAbsent(ctx context.Context, f admin.ScheduleFilter, ids map[string]int, prune bool, fn func([]admin.Change) error) (managed, unmanaged int, err error) {
 	var batch []string
 	flush := func() error {
 		if len(batch) == 0 {
@@ -532,8 +645,9 @@ func (s *session) planAbsent(ctx context.Context, ids map[string]int, prune bool
 		}
 		var changes []admin.Change
 		for _, id := range batch {
-			// Gone or no longer managed since the walk read it: nothing to prune.
-			if doc := stored[id]; doc != nil && admin.IsManaged(doc) {
+			// Gone, no longer managed or no longer selected since the walk
+			// read it: nothing to prune.
+			if doc := stored[id]; doc != nil && admin.IsManaged(doc) && f.Selects(doc) {
 				changes = append(changes, admin.PlanDelete(id, doc))
 			}
 		}
@@ -543,7 +657,7 @@ func (s *session) planAbsent(ctx context.Context, ids map[string]int, prune bool
 		}
 		return fn(changes)
 	}
-	err = s.store.EachSchedule(ctx, admin.ScheduleFilter{}, []string{admin.FieldManagedBy}, func(doc bson.Raw) error {
+	err = s.store.EachSchedule(ctx, f, []string{admin.FieldManagedBy}, func(doc bson.Raw) error {
 		id, ok := doc.Lookup(schedule.FieldID).StringValueOK()
 		if !ok {
 			return nil // not a job: apply never writes one
@@ -586,6 +700,9 @@ type planSummary struct {
 	Conflicts int `json:"conflicts"`
 	Failed    int `json:"failed"`
 	Gone      int `json:"already_deleted"`
+	// selection names the --category and --id-prefix the counts are of;
+	// "" for every schedule.
+	selection string
 }
 
 func (p *planSummary) count(c admin.Change) {

@@ -200,11 +200,18 @@ func (o *planOutput) end(sum planSummary) error {
 
 // absentNotes says what the file does not name and will not be deleted.
 func absentNotes(w io.Writer, sum planSummary) {
+	of := ""
+	if sum.selection != "" {
+		of = " selected by " + sum.selection
+	}
 	if sum.ManagedAbsent > 0 && sum.Delete == 0 && sum.Conflicts == 0 {
-		fmt.Fprintf(w, "note: %d managed schedules are not in the file; --prune deletes them\n", sum.ManagedAbsent)
+		fmt.Fprintf(w, "note: %d managed schedules%s are not in the file; --prune deletes them\n", sum.ManagedAbsent, of)
 	}
 	if sum.UnmanagedAbsent > 0 {
-		fmt.Fprintf(w, "note: %d schedules not in the file were created otherwise (not managed); apply never deletes them\n", sum.UnmanagedAbsent)
+		fmt.Fprintf(w, "note: %d schedules%s not in the file were created otherwise (not managed); apply never deletes them\n", sum.UnmanagedAbsent, of)
+	}
+	if sum.selection != "" {
+		fmt.Fprintf(w, "note: only the schedules selected by %s were compared; no other is changed\n", sum.selection)
 	}
 }
 

@@ -39,6 +39,10 @@ type planHeader struct {
 	PlannedAt string `json:"planned_at"`
 	Prune     bool   `json:"prune"`
 	Adopt     bool   `json:"adopt"`
+	// Category and IDPrefix are the selection planned (--category,
+	// --id-prefix); its changes are all within it.
+	Category string `json:"category,omitempty"`
+	IDPrefix string `json:"id_prefix,omitempty"`
 }
 
 // planLine is one change of a saved plan.
@@ -200,7 +204,7 @@ func (p *planReader) close() { p.f.Close() }
 // written in batches, each conditional on the document it was planned from.
 func applyPlanFile(c *ucli.Context, meta admin.WriteMeta) error {
 	path := c.String("plan")
-	for _, f := range []string{"file", "prune", "adopt"} {
+	for _, f := range []string{"file", "prune", "adopt", "category", "id-prefix"} {
 		if c.IsSet(f) {
 			return ucli.Exit(fmt.Sprintf("--plan and --%s: a saved plan already says what to write (plan again with --%s)", f, f), ExitUserError)
 		}

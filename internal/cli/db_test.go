@@ -942,6 +942,13 @@ func TestBashCompletion(t *testing.T) {
 	if r = run(t, "schedules", "list", "--c", "--generate-bash-completion"); !strings.Contains(r.stdout, "--config\n") {
 		t.Errorf("completion of schedules list --c: %q", r.stdout)
 	}
+	// export, plan and apply select with the same flags.
+	for _, cmd := range []string{"export", "plan", "apply"} {
+		r = run(t, cmd, "--", "--generate-bash-completion")
+		if !strings.Contains(r.stdout, "--category\n") || !strings.Contains(r.stdout, "--id-prefix\n") {
+			t.Errorf("completion of %s -- lacks --category or --id-prefix: %q", cmd, r.stdout)
+		}
+	}
 	r = run(t, "completion", "bash")
 	if r.code != 0 || !strings.Contains(r.stdout, "--generate-bash-completion") || !strings.Contains(r.stdout, "complete -o bashdefault") {
 		t.Errorf("completion bash: %v", r)
