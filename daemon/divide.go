@@ -86,7 +86,16 @@ func liveKey(live []members.Member) string {
 // lease passes, then at the next redivide tick after the view's read)
 // and the claim grace of a fire due meanwhile.
 func (s *Service) handOverWindow() time.Duration {
-	return s.members.Lease() + s.members.Heartbeat() + redivideEvery + firepath.DefaultClaimGrace
+	return s.members.Lease() + s.members.Heartbeat() + redivideEvery + s.claimGrace()
+}
+
+// claimGrace is the runner's claim grace: Options.ClaimGrace or its
+// default.
+func (s *Service) claimGrace() time.Duration {
+	if s.opts.ClaimGrace > 0 {
+		return s.opts.ClaimGrace
+	}
+	return firepath.DefaultClaimGrace
 }
 
 // handOver offers the fire path, for each job just armed here at now, the

@@ -62,6 +62,17 @@ type Options struct {
 	// re-divides (README "Several replicas"; docs/members.md). Every
 	// replica of a deployment must agree on it.
 	DivideSchedules bool
+	// MembersHeartbeat and MembersLease time the membership: the period
+	// of the member document's heartbeat (and of the read of the live
+	// members), and how long after its last heartbeat a replica is still
+	// live. 0 is 10 s and 30 s; the lease is raised to twice the
+	// heartbeat when shorter. A dead replica's jobs wait at most the lease
+	// for a new armer.
+	MembersHeartbeat, MembersLease time.Duration
+	// ClaimGrace is how long a replica that does not own a job waits after
+	// its fire was due before claiming it (the owner claims at once); 0 is
+	// 2 s.
+	ClaimGrace time.Duration
 
 	// LockTTL is the lease of a job's lock, renewed every LockTTL/3 while
 	// a run lasts; past it another replica may take the lock over. 0 is 10

@@ -48,7 +48,8 @@ func newTriggerWatch(s *Service, store *triggers.Store) *triggerWatch {
 		Logger:    s.log.With("collection", triggers.CollectionName),
 		// The runner's owner: the other replicas put a request aside for
 		// the claim grace and drop it once the owner took it.
-		Owns: s.members.Owns,
+		Owns:       s.members.Owns,
+		ClaimGrace: s.opts.ClaimGrace,
 	})
 	wait := triggersMaxAwait
 	if ri := s.opts.ResyncInterval; ri > 0 && ri < wait {

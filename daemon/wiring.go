@@ -47,7 +47,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics.Metrics, error) {
 
 func (s *Service) newMembers() *members.Membership {
 	return members.New(s.db, members.Options{InstanceID: s.opts.InstanceID, Logger: s.log, HTTP: s.opts.HTTPAddr,
-		Divides:     s.opts.DivideSchedules,
+		Divides:   s.opts.DivideSchedules,
+		Heartbeat: s.opts.MembersHeartbeat, Lease: s.opts.MembersLease,
 		Unreachable: func(error) { s.awayOnce.Do(func() { close(s.away) }) }})
 }
 
@@ -87,7 +88,8 @@ func (s *Service) newRunner(requests *triggers.Store) *firepath.Runner {
 		ClaimRetry:       firepath.DefaultClaimRetry,
 		// The owner of a job among the live members claims its fires at
 		// once; the others after the grace (owner dead or stalled).
-		Owns: s.members.Owns,
+		Owns:       s.members.Owns,
+		ClaimGrace: s.opts.ClaimGrace,
 		// A fire inside a blackout window is recorded skipped, not run.
 		Blackout: s.blackouts.match,
 		// So is a fire on a date of a calendar its schedule excludes.

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/config"
@@ -33,5 +34,18 @@ func TestRunRefusesAMissingProgram(t *testing.T) {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error %q does not say %q", err, w)
 		}
+	}
+}
+
+// The members section of the config reaches the daemon's options: the
+// membership's heartbeat and lease, and the claim grace.
+func TestDaemonOptionsCarryTheMembersTiming(t *testing.T) {
+	cfg, err := config.Parse("members: {heartbeat: 2s, lease: 7s, claim_grace: 3s}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := daemonOptions(cfg, slog.New(slog.DiscardHandler))
+	if o.MembersHeartbeat != 2*time.Second || o.MembersLease != 7*time.Second || o.ClaimGrace != 3*time.Second {
+		t.Errorf("heartbeat %s, lease %s, claim grace %s; want 2s, 7s, 3s", o.MembersHeartbeat, o.MembersLease, o.ClaimGrace)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/firepath"
+	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/notify"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/jobs"
@@ -76,6 +77,10 @@ type Config struct {
 	// daemon.Options.DivideSchedules); false (the default) arms every job
 	// on every replica.
 	DivideSchedules bool `yaml:"divide_schedules"`
+	// Members times the membership: how soon a dead replica is seen gone
+	// and how long a replica that does not own a job waits before claiming
+	// its fire (docs/members.md).
+	Members Members `yaml:"members"`
 	// Notify configures failure notifications (package notify): the
 	// global sinks and the relay's timing. A job's own notify section
 	// (jobs.<name>.notify) replaces the global sinks for that action.
@@ -185,6 +190,49 @@ type Lock struct {
 	// TTL is the lock lease; 0 means jobs.DefaultLockTTL. Anything else
 	// below jobs.MinLockTTL is refused.
 	TTL time.Duration `yaml:"ttl"`
+}
+
+// Members configures the membership's timing; zero fields take the
+// defaults (members.DefaultHeartbeat, members.DefaultLease,
+// firepath.DefaultClaimGrace).
+type Members struct {
+	// Heartbeat is the period of the member document's heartbeat write and
+	// of the read of the live members; at least MinHeartbeat.
+	Heartbeat time.Duration `yaml:"heartbeat"`
+	// Lease is how long a member stays live after its last heartbeat: a
+	// dead replica is seen gone that long after its last heartbeat. At
+	// least twice the heartbeat.
+	Lease time.Duration `yaml:"lease"`
+	// ClaimGrace is how long a replica that does not own a job waits
+	// after its fire was due before claiming it (the owner claims at
+	// once).
+	ClaimGrace time.Duration `yaml:"claim_grace"`
+}
+
+// MinHeartbeat is the shortest members.heartbeat: each heartbeat is a
+// write and a read, each bounded by the period.
+const MinHeartbeat = time.Second
+
+// validate checks the members section against the defaults it fills in.
+func (m Members) validate() error {
+	if m.Heartbeat < 0 || (m.Heartbeat > 0 && m.Heartbeat < MinHeartbeat) {
+		return fmt.Errorf("members.heartbeat %s: must be at least %s (or 0 for the default %s)", m.Heartbeat, MinHeartbeat, members.DefaultHeartbeat)
+	}
+	hb, lease := m.Heartbeat, m.Lease
+	if hb == 0 {
+		hb = members.DefaultHeartbeat
+	}
+	if lease < 0 || (lease > 0 && lease < 2*hb) {
+		return fmt.Errorf("members.lease %s: must be at least twice members.heartbeat (%s), so that one failed heartbeat does not drop a live replica (or 0 for the default %s)",
+			m.Lease, hb, members.DefaultLease)
+	}
+	if lease == 0 && members.DefaultLease < 2*hb {
+		return fmt.Errorf("members.heartbeat %s: the default members.lease %s is less than twice it; set members.lease too", hb, members.DefaultLease)
+	}
+	if m.ClaimGrace < 0 {
+		return fmt.Errorf("members.claim_grace %s: must be positive (or 0 for the default %s)", m.ClaimGrace, firepath.DefaultClaimGrace)
+	}
+	return nil
 }
 
 // Runs configures the run records.
@@ -374,6 +422,9 @@ func (c *Config) Finish() error {
 		return err
 	}
 	if err := c.HTTP.validate(); err != nil {
+		return err
+	}
+	if err := c.Members.validate(); err != nil {
 		return err
 	}
 	if c.Lock.TTL < 0 || (c.Lock.TTL > 0 && c.Lock.TTL < firepath.MinLockTTL) {

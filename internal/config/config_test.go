@@ -217,6 +217,25 @@ jobs:
 	}
 }
 
+// The members section reaches the config as written; absent, it is zero
+// (the defaults of the membership and the fire path).
+func TestMembersTiming(t *testing.T) {
+	cfg, err := config.Parse("members: {heartbeat: 2s, lease: 6s, claim_grace: 1s}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (config.Members{Heartbeat: 2 * time.Second, Lease: 6 * time.Second, ClaimGrace: time.Second}); cfg.Members != want {
+		t.Errorf("members = %+v, want %+v", cfg.Members, want)
+	}
+	cfg, err = config.Parse("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Members != (config.Members{}) {
+		t.Errorf("members absent = %+v, want zero", cfg.Members)
+	}
+}
+
 func TestOverlapDefaultsToForbid(t *testing.T) {
 	cfg, err := config.Parse("jobs:\n  x: {exec: [echo, hi]}\n  y: {exec: [echo], overlap: forbid}\n  z: {exec: [echo], overlap: allow}\n")
 	if err != nil {
@@ -273,6 +292,10 @@ func TestParseErrors(t *testing.T) {
 		{"watch.backoff_max below the default min", "watch: {backoff_max: 50ms}", []string{"backoff_max", "50ms"}},
 		{"watch.backoff_min above the default max", "watch: {backoff_min: 20s}", []string{"backoff_min", "20s"}},
 		{"lock.ttl negative", "lock: {ttl: -10m}", []string{"lock.ttl", "-10m"}},
+		{"members.heartbeat below a second", "members: {heartbeat: 500ms}", []string{"members.heartbeat", "500ms", "at least 1s"}},
+		{"members.lease below twice the heartbeat", "members: {heartbeat: 2s, lease: 3s}", []string{"members.lease", "3s", "twice", "2s"}},
+		{"members.heartbeat over half the default lease", "members: {heartbeat: 20s}", []string{"members.heartbeat", "set members.lease"}},
+		{"members.claim_grace negative", "members: {claim_grace: -1s}", []string{"members.claim_grace"}},
 		{"runs.retention negative", "runs: {retention: -1h}", []string{"runs.retention"}},
 		{"workers negative", "workers: -2", []string{"workers", "-2"}},
 		{"shutdown.grace negative", "shutdown: {grace: -1s}", []string{"shutdown.grace"}},

@@ -50,6 +50,11 @@ type daemonSpec struct {
 	pprof bool
 	// divide sets divide_schedules (bench divide).
 	divide bool
+	// extra is appended to the config (top-level keys).
+	extra string
+	// ledger, when set, adds the action "ledger", which appends
+	// "job slot instance" to this file (bench divide's kill/join phase).
+	ledger string
 	// onRecord sees every log record with the time the bench read it.
 	onRecord func(rec logRecord, recv time.Time)
 }
@@ -114,6 +119,9 @@ type daemon struct {
 	problems []string    // warn and error records
 	split    *logRecord  // the sink's latest decode/engine split, not yet matched to a reload
 	sighted  time.Time   // the bench's clock at the first "first sightings recorded" record
+	// lastSighted is the bench's clock at the latest such record (the
+	// sightings are written in batches).
+	lastSighted time.Time
 }
 
 // withSplit fills in rec's decode/engine split from the sink's record that
@@ -145,13 +153,17 @@ jobs:
   noop:
     exec: ["true"]
 `, s.uri, s.database, s.instanceID, s.pprof, s.mode, s.pollInterval)
+	if s.ledger != "" {
+		line := `printf '%s %s %s\n' "$CRONSWAP_JOB_ID" "$CRONSWAP_SCHEDULED_AT" "$CRONSWAP_INSTANCE_ID" >> ` + s.ledger
+		cfg += fmt.Sprintf("  ledger:\n    exec: [\"sh\", \"-c\", %q]\n    timeout: 20s\n    overlap: allow\n", line)
+	}
 	if s.stateFile != "" {
 		cfg += fmt.Sprintf("state_file: %q\n", s.stateFile)
 	}
 	if s.divide {
 		cfg += "divide_schedules: true\n"
 	}
-	return cfg
+	return cfg + s.extra
 }
 
 // startDaemon writes a config, starts the binary and returns once its HTTP
@@ -232,6 +244,7 @@ func (d *daemon) readLog(r io.Reader, copyTo io.Writer, addrCh chan<- string, on
 					if d.sighted.IsZero() {
 						d.sighted = recv
 					}
+					d.lastSighted = recv
 					d.mu.Unlock()
 				case isStateNote(rec.Msg):
 					d.mu.Lock()

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
 	"github.com/cronswap/cronswap/internal/testmongo"
 )
 
@@ -33,6 +35,10 @@ type divideSettings struct {
 	out        string
 	logDir     string
 	timeout    time.Duration
+	// The kill/join phase (divide_schedules on; -hot 0 leaves it out).
+	hot                          int
+	heartbeat, lease, claimGrace time.Duration
+	before, after                time.Duration
 }
 
 func divideMain(args []string) int {
@@ -49,6 +55,12 @@ func divideMain(args []string) int {
 	fs.StringVar(&o.out, "out", "docs", "directory for bench-divide-results.txt (appended; '' writes none)")
 	fs.StringVar(&o.logDir, "logs", "", "keep the daemons' logs here")
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Minute, "the whole run's deadline")
+	fs.IntVar(&o.hot, "hot", 60, "every-second jobs added for the kill/join phase of the divide_schedules round (0: no such phase)")
+	fs.DurationVar(&o.heartbeat, "heartbeat", 0, "the replicas' members.heartbeat (0: the default, 10s)")
+	fs.DurationVar(&o.lease, "lease", 0, "the replicas' members.lease (0: the default, 30s)")
+	fs.DurationVar(&o.claimGrace, "claim-grace", 0, "the replicas' members.claim_grace (0: the default, 2s)")
+	fs.DurationVar(&o.before, "before", 15*time.Second, "kill/join: every replica up this long before the kill")
+	fs.DurationVar(&o.after, "after", 20*time.Second, "kill/join: slots counted this long after the armed counts settled on the join")
 	_ = fs.Parse(args)
 	if o.n < 1000 || o.replicas < 1 {
 		fmt.Fprintln(os.Stderr, "bench divide: -n must be at least 1000 and -replicas at least 1")
@@ -81,6 +93,7 @@ type divideRound struct {
 	replicas []divideReplica
 	problems []string
 	load     string
+	handoff  *handoffResult // the kill/join phase (the divide round only)
 }
 
 func runDivide(ctx context.Context, o divideSettings) error {
@@ -119,7 +132,7 @@ func runDivide(ctx context.Context, o divideSettings) error {
 			return err
 		}
 		logf("loaded %d schedules (%.1f MB) in %s", o.n, float64(collBytes)/1e6, loadTime.Round(time.Millisecond))
-		r, err := runDivideRound(ctx, o, ws, srv.URI, dbName, divide)
+		r, err := runDivideRound(ctx, o, ws, srv.URI, client.Database(dbName), divide)
 		if err != nil {
 			return fmt.Errorf("divide_schedules %t: %w", divide, err)
 		}
@@ -158,7 +171,8 @@ func runDivide(ctx context.Context, o divideSettings) error {
 // waits for all of them to be ready, their start-up work to settle and
 // their armed counts to hold still for o.stable, reads what each holds and
 // stops them.
-func runDivideRound(ctx context.Context, o divideSettings, ws *workspace, uri, dbName string, divide bool) (*divideRound, error) {
+func runDivideRound(ctx context.Context, o divideSettings, ws *workspace, uri string, db *mongo.Database, divide bool) (*divideRound, error) {
+	dbName := db.Name()
 	r := &divideRound{divide: divide}
 	logf("--- divide_schedules %t: starting %d replicas", divide, o.replicas)
 	ds := make([]*daemon, o.replicas)
@@ -174,8 +188,8 @@ func runDivideRound(ctx context.Context, o divideSettings, ws *workspace, uri, d
 		ids[i] = fmt.Sprintf("divide-%t-r%d", divide, i+1)
 		d, err := startDaemon(ctx, daemonSpec{
 			binary: ws.binary, uri: uri, database: dbName, instanceID: ids[i], mode: modeChangeStream,
-			pollInterval: time.Second, pprof: true, divide: divide,
-			logPath: filepath.Join(ws.logDir, ids[i]+".log"),
+			pollInterval: time.Second, pprof: true, divide: divide, extra: o.membersConfig(),
+			logPath: filepath.Join(ws.logDir, ids[i]+".log"), ledger: filepath.Join(ws.tmp, "handoff-ledger.log"),
 		})
 		if err != nil {
 			return nil, err
@@ -221,7 +235,25 @@ func runDivideRound(ctx context.Context, o divideSettings, ws *workspace, uri, d
 		p.rssKB = vmRSS(d.cmd.Process.Pid)
 		logf("%s: armed %d, known %d, RSS %d MB, heap after GC %d MB", p.id, p.armed, p.known, p.rssKB/1024, p.heap>>20)
 	}
+	if divide && o.hot > 0 {
+		victim := ds[0]
+		h, joiner, err := runHandoff(ctx, o, ws, uri, db, ds, ids)
+		if joiner != nil {
+			if _, err := joiner.shutdown(2 * time.Minute); err != nil {
+				r.problems = append(r.problems, "joiner: "+err.Error())
+			}
+			r.problems = append(r.problems, joiner.Problems()...)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("kill/join: %w", err)
+		}
+		h.problems = victim.Problems()
+		r.handoff = h
+	}
 	for i, d := range ds {
+		if d == nil {
+			continue // killed in the kill/join phase
+		}
 		if _, err := d.shutdown(2 * time.Minute); err != nil {
 			r.problems = append(r.problems, ids[i]+": "+err.Error())
 		}
@@ -316,6 +348,11 @@ func divideTable(rounds []*divideRound) string {
 			r.divide, r.stableIn.Round(time.Second), r.load)
 		for _, p := range firstN(r.problems, 5) {
 			fmt.Fprintf(&b, "  problem: %s\n", p)
+		}
+	}
+	for _, r := range rounds {
+		if r.handoff != nil {
+			b.WriteString(handoffTable(r.handoff))
 		}
 	}
 	return b.String()
