@@ -278,7 +278,7 @@ func loadScale(ctx context.Context, coll *mongo.Collection, n int) (time.Duratio
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if _, err := coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil {
+			if err := insertBatch(ctx, coll, docs); err != nil {
 				mu.Lock()
 				firstErr = cmpOr(firstErr, err)
 				mu.Unlock()
@@ -293,6 +293,45 @@ func loadScale(ctx context.Context, coll *mongo.Collection, n int) (time.Duratio
 		return 0, 0, fmt.Errorf("insert into %s: %w", coll.Name(), firstErr)
 	}
 	return time.Since(start), size, nil
+}
+
+// insertBatch inserts docs unordered, trying again (up to five times, a
+// second apart) when the insert fails for another reason than documents
+// already there: under load the test server's garbage collector can stall
+// it past the driver's heartbeat, which closes the pool's connections. A
+// retry's duplicate keys are the documents an earlier attempt inserted.
+func insertBatch(ctx context.Context, coll *mongo.Collection, docs []any) error {
+	var err error
+	for attempt := 1; attempt <= 5; attempt++ {
+		if _, err = coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err == nil || onlyDuplicates(err) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		logf("insert into %s failed (attempt %d): %v", coll.Name(), attempt, err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	return err
+}
+
+// onlyDuplicates reports whether err is a bulk write whose every error is
+// a duplicate key.
+func onlyDuplicates(err error) bool {
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
+		return false
+	}
+	for _, we := range bwe.WriteErrors {
+		if we.Code != 11000 {
+			return false
+		}
+	}
+	return true
 }
 
 func cmpOr(a, b error) error {
