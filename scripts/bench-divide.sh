@@ -9,7 +9,8 @@
 # docs/bench-divide-results.txt; docs/BENCHMARKS.md explains the method.
 #
 #   scripts/bench-divide.sh [-n 100000] [-replicas 4] [-binary PATH]
-#                           [-server-heap 6g] [-oplog-max-entries 200000] [-logs DIR] [-h for all flags]
+#                           [-server-heap 6g] [-oplog-max-entries 200000] [-logs DIR]
+#                           [-heap-profiles DIR: each replica's heap profile] [-h for all flags]
 #
 # Without -binary it builds this tree.
 set -euo pipefail
