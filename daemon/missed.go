@@ -20,7 +20,8 @@ type decidedAtStart struct {
 	readOnce sync.Once
 	mu       sync.Mutex
 	slots    map[string]time.Time
-	// asked holds the jobs whose decided slot was asked for.
+	// asked holds the jobs whose decided slot was asked for. Both maps
+	// are dropped once recordStartupGaps has walked them.
 	asked map[string]bool
 	ok    bool
 }
@@ -82,6 +83,9 @@ func (s *Service) recordStartupGaps(ctx context.Context, now time.Time, catchUp 
 	}
 	s.decided.mu.Lock()
 	decided, asked, ok := s.decided.slots, s.decided.asked, s.decided.ok
+	// Asked once, at start-up: the maps (one entry per armed job) are not
+	// kept past this walk.
+	s.decided.slots, s.decided.asked = nil, nil
 	s.decided.mu.Unlock()
 	if !ok {
 		return

@@ -396,6 +396,39 @@ func BenchmarkHeapPerJob(b *testing.B) {
 	b.ReportMetric(median(heldPer), "held_bytes/job")
 }
 
+// BenchmarkHeapPerEditedJob reports the live heap the engine retains per
+// job after every job was edited once (edited_bytes/job): 20,000 jobs in
+// the scale bench's zones, loaded by a Sync (which parses each distinct
+// expression once) and then each given an expression of its own by Reload,
+// as edits arrive — every job parsed alone, its zone included.
+func BenchmarkHeapPerEditedJob(b *testing.B) {
+	const n = 20_000
+	zones := []string{"UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo", "Australia/Sydney"}
+	var per []float64
+	for range b.N {
+		items := benchItems(n)
+		for i := range items {
+			items[i].Schedule.Timezone = zones[i%len(zones)]
+		}
+		before := heapInUse()
+		e := benchEngine(Options{})
+		syncItems(e, items)
+		for i, it := range items {
+			it.Schedule.CronExpr = fmt.Sprintf("%d %d %d * *", (i+7)%60, (i/60)%24, 1+i%28)
+			if o := e.Reload(it.Schedule); o != Replaced {
+				b.Fatalf("edit of %s: %v, want Replaced", it.Schedule.ID, o)
+			}
+		}
+		items = nil
+		e.retired.wait()
+		after := heapInUse()
+		per = append(per, float64(int64(after)-int64(before))/n)
+		stopEngine(b, e)
+		runtime.KeepAlive(e)
+	}
+	b.ReportMetric(median(per), "edited_bytes/job")
+}
+
 // BenchmarkFireLateness arms 10,000 hourly jobs due in the same second (the
 // third whole second from now, in real time: robfig fires on the wall
 // clock) with a no-op fire callback that records dispatch lateness = time of

@@ -208,7 +208,8 @@ type Engine struct {
 	// retired holds robfig entries waiting to be removed (see retire).
 	retired retiredQueue
 
-	// zones caches the locations showTime loaded, by IANA name.
+	// zones caches the locations of the zones the jobs name, by IANA name
+	// (zone): the parsed schedules share them.
 	zones sync.Map // string → *time.Location
 }
 
@@ -518,8 +519,18 @@ func (e *Engine) check(s schedule.Schedule, cache parseCache) (cron.Schedule, er
 		}
 		return sched, nil
 	}
-	sched, err := Check(s, e.opts.Location, e.opts.Policy)
+	// The job's zone is the engine's one copy of it (zone): a location
+	// loaded per parse is about 2.8 KB, kept by the parsed schedule, and a
+	// job parsed alone (an edit, an expression with H) would keep its own.
+	parse, def := s, e.opts.Location
+	if loc, ok := e.zone(s.Timezone); ok {
+		parse.Timezone, def = "", loc
+	}
+	sched, err := parse.Parse(def)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkPolicy(s, e.opts.Policy); err != nil {
 		return nil, err
 	}
 	if cache != nil {
@@ -1066,15 +1077,27 @@ func (e *Engine) Rearm() (armed, disarmed []string) {
 // names none or its zone cannot be loaded.
 func (e *Engine) showTime(t time.Time, tz string) string {
 	loc := e.opts.Location
-	if tz != "" {
-		if l, ok := e.zones.Load(tz); ok {
-			loc = l.(*time.Location)
-		} else if l, err := schedule.LoadLocation(tz); err == nil {
-			e.zones.Store(tz, l)
-			loc = l
-		}
+	if l, ok := e.zone(tz); ok {
+		loc = l
 	}
 	return t.In(loc).Format(time.RFC3339)
+}
+
+// zone returns the location of the IANA zone name, loaded once per engine
+// (schedule.LoadLocation); false when name is empty or names no zone.
+func (e *Engine) zone(name string) (*time.Location, bool) {
+	if name == "" {
+		return nil, false
+	}
+	if l, ok := e.zones.Load(name); ok {
+		return l.(*time.Location), true
+	}
+	l, err := schedule.LoadLocation(name)
+	if err != nil {
+		return nil, false
+	}
+	e.zones.Store(name, l)
+	return l, true
 }
 
 // nextRun returns the first slot of an armed job not dispatched by now: the

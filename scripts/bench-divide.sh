@@ -16,7 +16,8 @@
 #
 #   scripts/bench-divide.sh [-n 100000] [-replicas 4] [-binary PATH] [-hot 60]
 #                           [-heartbeat 10s] [-lease 30s] [-claim-grace 2s]
-#                           [-server-heap 6g] [-oplog-max-entries 200000] [-logs DIR] [-h for all flags]
+#                           [-server-heap 6g] [-oplog-max-entries 200000] [-logs DIR]
+#                           [-heap-profiles DIR: each replica's heap profile] [-h for all flags]
 #
 # Without -binary it builds this tree.
 set -euo pipefail

@@ -41,7 +41,7 @@ go test -c -o /dev/null ./scheduler/ # compile errors before a long run
 run 5x '^BenchmarkSync$|^BenchmarkSyncDistinct$|^BenchmarkResyncUnchanged$'
 run 1x '^BenchmarkBaselineAddFunc$'
 run 2000x '^BenchmarkReload(Changed|Unchanged)$|^BenchmarkBaselineRemoveAdd$'
-run 1x '^BenchmarkHeapPerJob$'
+run 1x '^BenchmarkHeapPerJob$|^BenchmarkHeapPerEditedJob$'
 run 1x '^BenchmarkFireLateness$'
 run 1x '^BenchmarkShards$'
 

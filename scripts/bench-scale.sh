@@ -7,7 +7,7 @@
 # reload) while edits are made at -reload-edit-rate, checking afterwards
 # that every one of them is armed; start → /readyz, the reload's logged
 # time and rate, RSS at ready and at peak, the live heap after a GC per
-# job; -edits edits at -rate against a bare change stream on the same
+# job at ready and again once the start-up work settled; -edits edits at -rate against a bare change stream on the same
 # collection (the floor, same run); SIGTERM → exit (the state file
 # written); a warm restart from the state file: start → /readyz and RSS.
 # A table per N and a side-by-side table go to stdout and are appended to
@@ -15,7 +15,8 @@
 #
 #   scripts/bench-scale.sh [-n 100000,400000,1000000] [-binaries before=PATH,after=PATH]
 #                          [-edits 300] [-rate 10] [-reload-edit-rate 20]
-#                          [-server-heap 6g] [-oplog-max-entries 200000] [-logs DIR] [-h for all flags]
+#                          [-server-heap 6g] [-oplog-max-entries 200000] [-logs DIR]
+#                          [-heap-profiles DIR: each build's heap profile at ready and once settled] [-h for all flags]
 #
 # Without -binaries it builds this tree as "after". A 1,000,000 point takes
 # about 5 minutes per build and 4–6 GB of the machine's memory (the test

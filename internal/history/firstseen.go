@@ -145,18 +145,19 @@ func goneModel(job string, at time.Time, retention time.Duration) *mongo.UpdateO
 		SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: FieldDeletedAt, Value: at.UTC()}, {Key: "expire_at", Value: at.Add(retention).UTC()}}}})
 }
 
-// readLive returns the jobs whose sighting in coll is live (not deleted).
-func readLive(ctx context.Context, coll *mongo.Collection) (map[string]bool, error) {
+// readLive returns the jobs whose sighting in coll is live (not deleted),
+// each with pass 0 (see Sightings.live).
+func readLive(ctx context.Context, coll *mongo.Collection) (map[string]uint32, error) {
 	cur, err := coll.Find(ctx, bson.D{{Key: "_id", Value: firstSeenRange()}, {Key: FieldDeletedAt, Value: bson.D{{Key: "$exists", Value: false}}}},
 		options.Find().SetProjection(bson.D{{Key: "job_id", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("read the first sightings in %s: %w", coll.Name(), err)
 	}
 	defer cur.Close(ctx)
-	live := map[string]bool{}
+	live := map[string]uint32{}
 	for cur.Next(ctx) {
 		if id, ok := cur.Current.Lookup("job_id").StringValueOK(); ok {
-			live[id] = true
+			live[id] = 0
 		}
 	}
 	if err := cur.Err(); err != nil {

@@ -60,9 +60,13 @@ type Sightings struct {
 	closed  bool
 	wake    chan struct{}
 
-	// Owned by Run: the jobs this replica believes have a live sighting;
-	// nil until the first full read read them.
-	live map[string]bool
+	// Owned by Run: the jobs this replica believes have a live sighting,
+	// each with the pass of present that last found it in a full read (0:
+	// none yet); nil until the first full read read them. One map, no
+	// per-read copy: a full read of every job marks the entries it lists
+	// with a new pass, and the others are the jobs it no longer found.
+	live map[string]uint32
+	pass uint32
 }
 
 // sightingOp is one thing seen, in the order the watcher saw it.
@@ -244,7 +248,7 @@ func (s *Sightings) apply(ctx context.Context, op sightingOp) error {
 			return err
 		}
 		if s.live != nil {
-			s.live[op.job] = true
+			s.live[op.job] = s.pass
 		}
 		s.opts.Logger.Debug("first sighting: insert", "collection", s.coll.Name(), "job_id", op.job, "at", op.at)
 	case sightDeleted:
@@ -267,6 +271,10 @@ func (s *Sightings) apply(ctx context.Context, op sightingOp) error {
 }
 
 // present reconciles the live sightings with a full read taken at op.at.
+// The jobs without a live sighting are written as they are met, a batch
+// at a time, so that neither a set of the read's jobs nor a list of the
+// jobs to write is built: at a first start that is every job. An error
+// leaves what was written marked; the retry walks op again.
 func (s *Sightings) present(ctx context.Context, op sightingOp) error {
 	if s.live == nil {
 		live, err := readLive(ctx, s.coll)
@@ -275,35 +283,47 @@ func (s *Sightings) present(ctx context.Context, op sightingOp) error {
 		}
 		s.live = live
 	}
-	ids := op.ids
+	s.pass++
+	pass := s.pass
 	now := s.opts.Now()
-	here := make(map[string]bool, len(ids))
-	var seen, gone []string
-	for _, id := range ids {
-		here[id] = true
-		if !s.live[id] {
-			seen = append(seen, id)
+	seen := make([]string, 0, min(len(op.ids), s.opts.Batch))
+	flush := func() error {
+		if len(seen) == 0 {
+			return nil
 		}
-	}
-	for id := range s.live {
-		if !here[id] {
-			gone = append(gone, id)
-		}
-	}
-	for len(seen) > 0 {
-		n := min(len(seen), s.opts.Batch)
-		models := make([]mongo.WriteModel, n)
-		for i, id := range seen[:n] {
+		models := make([]mongo.WriteModel, len(seen))
+		for i, id := range seen {
 			models[i] = seenModel(id, op.at, SourceRead, s.opts.Instance, now)
 		}
 		if _, err := s.write(ctx, models); err != nil {
 			return err
 		}
-		for _, id := range seen[:n] {
-			s.live[id] = true
+		for _, id := range seen {
+			s.live[id] = pass
 		}
-		s.opts.Logger.Info("first sightings recorded from a full read", "collection", s.coll.Name(), "jobs", n, "at", op.at)
-		seen = seen[n:]
+		s.opts.Logger.Info("first sightings recorded from a full read", "collection", s.coll.Name(), "jobs", len(seen), "at", op.at)
+		seen = seen[:0]
+		return nil
+	}
+	for _, id := range op.ids {
+		if _, ok := s.live[id]; ok {
+			s.live[id] = pass
+			continue
+		}
+		if seen = append(seen, id); len(seen) == s.opts.Batch {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	var gone []string
+	for id, p := range s.live {
+		if p != pass {
+			gone = append(gone, id)
+		}
 	}
 	for len(gone) > 0 {
 		n := min(len(gone), s.opts.Batch)

@@ -179,7 +179,9 @@ func uncovered(m record.MissedRange, covered []span, next record.NextFunc) []rec
 
 // DecidedSlots implements record.Store.
 func (s *Store) DecidedSlots(ctx context.Context, ids []string, notAfter time.Time) (map[string]time.Time, error) {
-	out := make(map[string]time.Time, len(ids))
+	// Not sized by ids: a start-up asks for every armed job, most of which
+	// may have no decided slot yet.
+	out := map[string]time.Time{}
 	const chunk = 1000
 	var missing []string
 	for i := 0; i < len(ids); i += chunk {

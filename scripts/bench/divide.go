@@ -25,16 +25,17 @@ import (
 
 // divideSettings are the flags of "bench divide".
 type divideSettings struct {
-	n          int
-	replicas   int
-	binary     string
-	serverHeap string
-	oplogMax   int
-	stable     time.Duration
-	settle     time.Duration
-	out        string
-	logDir     string
-	timeout    time.Duration
+	n            int
+	replicas     int
+	binary       string
+	serverHeap   string
+	oplogMax     int
+	stable       time.Duration
+	settle       time.Duration
+	out          string
+	logDir       string
+	heapProfiles string
+	timeout      time.Duration
 	// The kill/join phase (divide_schedules on; -hot 0 leaves it out).
 	hot                          int
 	heartbeat, lease, claimGrace time.Duration
@@ -54,6 +55,8 @@ func divideMain(args []string) int {
 	fs.DurationVar(&o.settle, "settle", 5*time.Minute, "wait at most this long for each replica's start-up work to settle")
 	fs.StringVar(&o.out, "out", "docs", "directory for bench-divide-results.txt (appended; '' writes none)")
 	fs.StringVar(&o.logDir, "logs", "", "keep the daemons' logs here")
+	fs.StringVar(&o.heapProfiles, "heap-profiles", "", "save each replica's heap profile (after a GC) in this directory, "+
+		"as heap-ID-N.pb.gz (go tool pprof -sample_index=inuse_space)")
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Minute, "the whole run's deadline")
 	fs.IntVar(&o.hot, "hot", 60, "every-second jobs added for the kill/join phase of the divide_schedules round (0: no such phase)")
 	fs.DurationVar(&o.heartbeat, "heartbeat", 0, "the replicas' members.heartbeat (0: the default, 10s)")
@@ -231,7 +234,7 @@ func runDivideRound(ctx context.Context, o divideSettings, ws *workspace, uri st
 		p := &r.replicas[i]
 		p.armed = metricOf(ctx, d, "cronswap_schedules_armed")
 		p.known = metricOf(ctx, d, "cronswap_schedules_known")
-		p.heap = heapAfterGC(ctx, d)
+		p.heap = heapAfterGC(ctx, d, profilePath(o.heapProfiles, p.id, o.n))
 		p.rssKB = vmRSS(d.cmd.Process.Pid)
 		logf("%s: armed %d, known %d, RSS %d MB, heap after GC %d MB", p.id, p.armed, p.known, p.rssKB/1024, p.heap>>20)
 	}

@@ -41,6 +41,7 @@ type scaleSettings struct {
 	oplogMax       int
 	out            string
 	logDir         string
+	heapProfiles   string
 	timeout        time.Duration
 }
 
@@ -87,6 +88,8 @@ func scaleMain(args []string) int {
 	fs.IntVar(&o.oplogMax, "oplog-max-entries", 200000, "the test server's oplog bound (0: none; 1,000,000 inserts need a bound or the heap)")
 	fs.StringVar(&o.out, "out", "docs", "directory for bench-scale-results.txt (appended; '' writes none)")
 	fs.StringVar(&o.logDir, "logs", "", "keep the daemons' logs and state files here")
+	fs.StringVar(&o.heapProfiles, "heap-profiles", "", "save each build's heap profile at ready (after a GC) in this directory, "+
+		"as heap-LABEL-N.pb.gz (go tool pprof -sample_index=inuse_space)")
 	fs.DurationVar(&o.timeout, "timeout", 90*time.Minute, "the whole run's deadline")
 	_ = fs.Parse(args)
 	for _, s := range strings.Split(*ns, ",") {
@@ -129,6 +132,7 @@ type scalePoint struct {
 	coldReload logRecord     // its "full reload" record
 	coldRSS    int64         // kB at ready
 	heapAlloc  int64         // bytes live after a GC, at ready
+	heapIdle   int64         // bytes live after a GC, once the start-up work settled
 	reloadEdit reloadEdits
 
 	edits     []*edit
@@ -274,7 +278,7 @@ func loadScale(ctx context.Context, coll *mongo.Collection, n int) (time.Duratio
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if _, err := coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil {
+			if err := insertBatch(ctx, coll, docs); err != nil {
 				mu.Lock()
 				firstErr = cmpOr(firstErr, err)
 				mu.Unlock()
@@ -289,6 +293,45 @@ func loadScale(ctx context.Context, coll *mongo.Collection, n int) (time.Duratio
 		return 0, 0, fmt.Errorf("insert into %s: %w", coll.Name(), firstErr)
 	}
 	return time.Since(start), size, nil
+}
+
+// insertBatch inserts docs unordered, trying again (up to five times, a
+// second apart) when the insert fails for another reason than documents
+// already there: under load the test server's garbage collector can stall
+// it past the driver's heartbeat, which closes the pool's connections. A
+// retry's duplicate keys are the documents an earlier attempt inserted.
+func insertBatch(ctx context.Context, coll *mongo.Collection, docs []any) error {
+	var err error
+	for attempt := 1; attempt <= 5; attempt++ {
+		if _, err = coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err == nil || onlyDuplicates(err) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		logf("insert into %s failed (attempt %d): %v", coll.Name(), attempt, err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	return err
+}
+
+// onlyDuplicates reports whether err is a bulk write whose every error is
+// a duplicate key.
+func onlyDuplicates(err error) bool {
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
+		return false
+	}
+	for _, we := range bwe.WriteErrors {
+		if we.Code != 11000 {
+			return false
+		}
+	}
+	return true
 }
 
 func cmpOr(a, b error) error {
@@ -335,7 +378,7 @@ func scalePointRun(ctx context.Context, o scaleSettings, b build, n int, uri, db
 		p.coldReload = rec
 	}
 	p.coldRSS = vmRSS(d.cmd.Process.Pid)
-	p.heapAlloc = heapAfterGC(ctx, d)
+	p.heapAlloc = heapAfterGC(ctx, d, profilePath(o.heapProfiles, b.label, n))
 	logf("ready after %s, RSS %d MB, heap after GC %d MB (%d B/job)", p.coldReady.Round(time.Millisecond),
 		p.coldRSS/1024, p.heapAlloc>>20, p.heapAlloc/int64(n))
 	p.reloadEdit = checkReloadEdits(ctx, d, made)
@@ -346,7 +389,9 @@ func scalePointRun(ctx context.Context, o scaleSettings, b build, n int, uri, db
 	// are measured once that start-up work is done, as a running replica
 	// meets them.
 	p.settled = waitSettled(ctx, d, o.settleLimit)
-	logf("start-up work settled %s after ready", p.settled.Round(time.Millisecond))
+	p.heapIdle = heapAfterGC(ctx, d, profilePath(o.heapProfiles, b.label+"-settled", n))
+	logf("start-up work settled %s after ready; heap after GC %d MB (%d B/job)", p.settled.Round(time.Millisecond),
+		p.heapIdle>>20, p.heapIdle/int64(n))
 
 	fl, err := startFloor(ctx, uri, dbName, t)
 	if err != nil {
@@ -543,10 +588,17 @@ func checkReloadEdits(ctx context.Context, d *daemon, made map[string]string) re
 
 // heapAfterGC asks the daemon's pprof to collect garbage (heap?gc=1) and
 // reads the live heap from /metrics (go_memstats_heap_alloc_bytes); -1
-// when it cannot.
-func heapAfterGC(ctx context.Context, d *daemon) int64 {
-	if _, err := d.getWithin(ctx, "/debug/pprof/heap?gc=1", 3*time.Minute); err != nil {
+// when it cannot. The heap profile it was sent is saved at profile unless
+// that is empty.
+func heapAfterGC(ctx context.Context, d *daemon, profile string) int64 {
+	prof, err := d.getWithin(ctx, "/debug/pprof/heap?gc=1", 3*time.Minute)
+	if err != nil {
 		return -1
+	}
+	if profile != "" {
+		if err := os.WriteFile(profile, prof, 0o644); err != nil {
+			logf("heap profile: %v", err)
+		}
 	}
 	body, err := d.get(ctx, "/metrics")
 	if err != nil {
@@ -561,6 +613,15 @@ func heapAfterGC(ctx context.Context, d *daemon) int64 {
 		}
 	}
 	return -1
+}
+
+// profilePath is where the heap profile of the build labelled label
+// holding n jobs goes in dir (” when dir is).
+func profilePath(dir, label string, n int) string {
+	if dir == "" {
+		return ""
+	}
+	return filepath.Join(dir, fmt.Sprintf("heap-%s-%d.pb.gz", label, n))
 }
 
 // vmHWM reads the VmHWM (peak resident set) line of /proc/<pid>/status,
@@ -616,7 +677,7 @@ func scaleHeader(o scaleSettings, env machine, started time.Time) string {
 // scaleTable is the side-by-side summary of every N and build.
 func scaleTable(runs []*scaleRun) string {
 	var b strings.Builder
-	b.WriteString("\n| N | build | load | cold: start → ready | full reload logged (docs/s) | RSS at ready / peak | heap per job | " +
+	b.WriteString("\n| N | build | load | cold: start → ready | full reload logged (docs/s) | RSS at ready / peak | heap per job at ready / settled | " +
 		"edits during reload: lost | edit→armed p50 / p99 (floor) ms | p99 − floor p99 | stop | warm: start → ready | RSS warm |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range runs {
@@ -625,6 +686,9 @@ func scaleTable(runs []*scaleRun) string {
 			heap := "-"
 			if p.heapAlloc > 0 {
 				heap = fmt.Sprintf("%d B", p.heapAlloc/int64(p.n))
+			}
+			if p.heapIdle > 0 {
+				heap += fmt.Sprintf(" / %d B", p.heapIdle/int64(p.n))
 			}
 			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s (%d/s) | %d / %d MB | %s | %d: %d | %s / %s (%s / %s) | %s | %s | %s | %d MB |\n",
 				p.n, p.label, r.loadTime.Round(100*time.Millisecond), p.coldReady.Round(10*time.Millisecond),
@@ -657,8 +721,10 @@ func scaleText(r *scaleRun) string {
 			p.label, p.coldReady.Round(time.Millisecond), time.Duration(p.coldReload.Duration).Round(time.Millisecond),
 			time.Duration(p.coldReload.Read).Round(time.Millisecond), time.Duration(p.coldReload.Apply).Round(time.Millisecond),
 			p.coldReload.Documents, p.coldRSS/1024, p.coldPeak/1024, float64(p.heapAlloc)/(1<<20), p.heapAlloc/int64(p.n))
-		fmt.Fprintf(&b, "    edits during the cold start's reload: %d made, %d lost %v; start-up work settled %s after ready\n",
-			p.reloadEdit.made, len(p.reloadEdit.lost), firstN(p.reloadEdit.lost, 10), p.settled.Round(time.Second))
+		fmt.Fprintf(&b, "    edits during the cold start's reload: %d made, %d lost %v; start-up work settled %s after ready, "+
+			"live heap after GC then %.1f MB = %d B/job\n",
+			p.reloadEdit.made, len(p.reloadEdit.lost), firstN(p.reloadEdit.lost, 10), p.settled.Round(time.Second),
+			float64(p.heapIdle)/(1<<20), p.heapIdle/int64(p.n))
 		fmt.Fprintf(&b, "    edit→armed (%d edits, %d missing): p50 %s p90 %s p99 %s max %s ms; floor p50 %s p90 %s p99 %s max %s ms\n",
 			len(armed), missing, msOf(quantileOf(armed, .5)), msOf(quantileOf(armed, .9)), msOf(quantileOf(armed, .99)),
 			msOf(quantileOf(armed, 1)), msOf(quantileOf(floor, .5)), msOf(quantileOf(floor, .9)), msOf(quantileOf(floor, .99)),
