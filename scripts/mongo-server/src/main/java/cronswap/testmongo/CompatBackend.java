@@ -40,7 +40,13 @@ import io.netty.channel.Channel;
  * <li>TTL indexes delete expired documents when {@link #expireTtl} runs (the launcher's TTL monitor);</li>
  * <li>{@code hello} is answered like {@code isMaster};</li>
  * <li>cursor replies are cut into batches as a server cuts them: 101 documents in a first batch unless the command
- * names a batchSize, at most 16 MiB of documents in any reply ({@link ServerBatches}).</li>
+ * names a batchSize, at most 16 MiB of documents in any reply ({@link ServerBatches});</li>
+ * <li>a reply holds copies of the stored documents, taken under the lock that keeps writes out ({@link #detached}).
+ * The library answers a query with the stored documents themselves and changes them in place on an update, and
+ * netty encodes a reply on its event loop after the handler has returned, outside any lock: a write that added a
+ * field while a reply holding that document was being encoded threw ConcurrentModificationException in the encoder,
+ * which then closed the connection (the client saw EOF), or in a reader's own thread (an "Unknown error: null"
+ * reply), and a reply could carry a document half updated.</li>
  * </ul>
  *
  * The events themselves come from the collections as they apply writes ({@link CommittedWrites}), findAndModify's
@@ -113,17 +119,20 @@ final class CompatBackend implements MongoBackend {
             case "update":
                 return write(() -> update(channel, databaseName, command, query));
             case "find":
-                return find(channel, databaseName, command, query);
+                return read(() -> find(channel, databaseName, command, query));
             case "aggregate":
                 if (isChangeStream(query)) {
                     return changeStreamAggregate(channel, databaseName, command, query);
                 }
-                return aggregate(channel, databaseName, command, query);
+                if (writesOut(query)) {
+                    return write(() -> aggregate(channel, databaseName, command, query));
+                }
+                return read(() -> aggregate(channel, databaseName, command, query));
             default:
                 if (WRITE_COMMANDS.contains(name)) {
                     return write(() -> delegate.handleCommand(channel, databaseName, command, query));
                 }
-                return delegate.handleCommand(channel, databaseName, command, query);
+                return read(() -> delegate.handleCommand(channel, databaseName, command, query));
         }
     }
 
@@ -147,10 +156,11 @@ final class CompatBackend implements MongoBackend {
         Document run();
     }
 
+    /** Runs a command that writes, alone; its reply is {@link #detached} before another command can write. */
     private Document write(Call call) {
         lock.writeLock().lock();
         try {
-            Document result = call.run();
+            Document result = detached(call.run());
             internals.afterWrite();
             return result;
         } catch (RuntimeException e) {
@@ -161,13 +171,35 @@ final class CompatBackend implements MongoBackend {
         }
     }
 
+    /** Runs a command that only reads, while no write runs; its reply is {@link #detached} before one can. */
     private Document read(Call call) {
         lock.readLock().lock();
         try {
-            return call.run();
+            return detached(call.run());
         } finally {
             lock.readLock().unlock();
         }
+    }
+
+    /**
+     * A reply that shares no document with the store: a deep copy, taken while the caller holds {@link #lock}. The
+     * library's replies hold the stored documents themselves (a find's matches, findAndModify's value, a cursor's
+     * next batch), which its updates change in place, and netty encodes the reply later on its event loop, with no
+     * lock held.
+     */
+    private static Document detached(Document reply) {
+        return reply == null ? null : reply.cloneDeeply();
+    }
+
+    /** An aggregate whose last stage writes its result to a collection ($out, $merge). */
+    private static boolean writesOut(Document query) {
+        Object pipeline = query.get("pipeline");
+        if (!(pipeline instanceof List) || ((List<?>) pipeline).isEmpty()) {
+            return false;
+        }
+        Object last = ((List<?>) pipeline).get(((List<?>) pipeline).size() - 1);
+        return last instanceof Document && (((Document) last).containsKey("$out")
+            || ((Document) last).containsKey("$merge"));
     }
 
     private static boolean isChangeStream(Document query) {
@@ -224,12 +256,12 @@ final class CompatBackend implements MongoBackend {
         long cursorId = ((Number) query.get(command)).longValue();
         Optional<ServerBatches.Batched> batched = batchedCursor(cursorId);
         if (batched.isPresent()) {
-            return ServerBatches.getMore(internals.cursors(), batched.get(), query);
+            return read(() -> ServerBatches.getMore(internals.cursors(), batched.get(), query));
         }
         Optional<ChangeStreamOplog.ChangeStreamCursor> cursor =
             ChangeStreamOplog.cursor(internals.cursors(), cursorId);
         if (cursor.isEmpty()) {
-            return delegate.handleCommand(channel, databaseName, command, query);
+            return read(() -> delegate.handleCommand(channel, databaseName, command, query));
         }
         ChangeStreamOplog.ChangeStreamCursor changeStream = cursor.get();
         ChangeStreamOplog oplog = internals.changeStreamOplog();
@@ -400,9 +432,21 @@ final class CompatBackend implements MongoBackend {
         delegate.handleClose(channel);
     }
 
+    /** A legacy OP_QUERY: copies of the documents, as {@link #read} gives. */
     @Override
     public QueryResult handleQuery(MongoQuery query) {
-        return delegate.handleQuery(query);
+        lock.readLock().lock();
+        try {
+            QueryResult result = delegate.handleQuery(query);
+            if (result == null) {
+                return null;
+            }
+            List<Document> copies = new ArrayList<>();
+            result.forEach(document -> copies.add(document.cloneDeeply()));
+            return new QueryResult(copies, result.getCursorId());
+        } finally {
+            lock.readLock().unlock();
+        }
     }
 
     @Override
