@@ -491,10 +491,30 @@ func sharedServer() (*Server, error) {
 	return shared.server, shared.err
 }
 
-// Client connects to the shared server and disconnects when the test ends.
+// Client connects to the shared server and disconnects when the test ends. If the test fails, what the launched
+// server logged while it ran is logged with it: a connection the server closed, a request it could not handle.
 func Client(tb testing.TB) *mongo.Client {
 	tb.Helper()
-	return ClientFor(tb, Shared(tb).URI)
+	srv := Shared(tb)
+	srv.logOnFailure(tb)
+	return ClientFor(tb, srv.URI)
+}
+
+// logOnFailure logs, when tb ends failed, what the launched server wrote to its log from now on (at most the tail
+// the Server keeps).
+func (s *Server) logOnFailure(tb testing.TB) {
+	if s.stderr == nil {
+		return
+	}
+	mark := s.stderr.mark()
+	tb.Cleanup(func() {
+		if !tb.Failed() {
+			return
+		}
+		if log := strings.TrimSpace(s.stderr.since(mark)); log != "" {
+			tb.Logf("test server log while %s ran:\n%s", tb.Name(), log)
+		}
+	})
 }
 
 // ClientFor connects to uri and disconnects when the test ends.
@@ -551,9 +571,10 @@ func DatabaseName(testName string) string {
 
 // tailBuffer keeps the last max bytes written to it.
 type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf bytes.Buffer
+	mu      sync.Mutex
+	max     int
+	buf     bytes.Buffer
+	written int64 // bytes written in all
 }
 
 func newTailBuffer(max int) *tailBuffer { return &tailBuffer{max: max} }
@@ -562,6 +583,7 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.buf.Write(p)
+	t.written += int64(len(p))
 	if over := t.buf.Len() - t.max; over > 0 {
 		t.buf.Next(over)
 	}
@@ -572,4 +594,26 @@ func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.buf.String()
+}
+
+// mark is the position of the next byte to be written, for since.
+func (t *tailBuffer) mark() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.written
+}
+
+// since returns what was written from mark on, as much of it as the buffer still holds.
+func (t *tailBuffer) since(mark int64) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.written - mark
+	if n <= 0 {
+		return ""
+	}
+	b := t.buf.Bytes()
+	if n < int64(len(b)) {
+		b = b[int64(len(b))-n:]
+	}
+	return string(b)
 }

@@ -10,9 +10,13 @@ import java.util.Optional;
 import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.Lock;
 import java.util.concurrent.locks.ReadWriteLock;
 import java.util.concurrent.locks.ReentrantReadWriteLock;
 import java.util.stream.Collectors;
+
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 import de.bwaldvogel.mongo.MongoBackend;
 import de.bwaldvogel.mongo.MongoCollection;
@@ -40,7 +44,13 @@ import io.netty.channel.Channel;
  * <li>TTL indexes delete expired documents when {@link #expireTtl} runs (the launcher's TTL monitor);</li>
  * <li>{@code hello} is answered like {@code isMaster};</li>
  * <li>cursor replies are cut into batches as a server cuts them: 101 documents in a first batch unless the command
- * names a batchSize, at most 16 MiB of documents in any reply ({@link ServerBatches}).</li>
+ * names a batchSize, at most 16 MiB of documents in any reply ({@link ServerBatches});</li>
+ * <li>a reply holds copies of the stored documents, taken under the lock that keeps writes out ({@link #detached}).
+ * The library answers a query with the stored documents themselves and changes them in place on an update, and
+ * netty encodes a reply on its event loop after the handler has returned, outside any lock: a write that added a
+ * field while a reply holding that document was being encoded threw ConcurrentModificationException in the encoder,
+ * which then closed the connection (the client saw EOF), or in a reader's own thread (an "Unknown error: null"
+ * reply), and a reply could carry a document half updated.</li>
  * </ul>
  *
  * The events themselves come from the collections as they apply writes ({@link CommittedWrites}), findAndModify's
@@ -62,14 +72,28 @@ final class CompatBackend implements MongoBackend {
         }
     }
 
+    private static final Logger log = LoggerFactory.getLogger(CompatBackend.class);
+
     private static final long DEFAULT_AWAIT_MILLIS = 1000;
+
+    /** A wait for {@link #lock} this long is logged: a client's deadline may have passed meanwhile. */
+    private static final long SLOW_LOCK_NANOS = TimeUnit.SECONDS.toNanos(2);
 
     private static final Set<String> WRITE_COMMANDS = Set.of("insert", "update", "delete", "findandmodify", "drop",
         "dropdatabase", "create", "createindexes", "dropindexes", "renamecollection", "collmod");
 
+    /** Commands that touch no stored document, answered without {@link #lock}: a heartbeat waits for no write. */
+    private static final Set<String> NO_DATA_COMMANDS = Set.of("ismaster", "ping", "buildinfo", "endsessions",
+        "killcursors", "whatsmyuri", "getparameter", "getcmdlineopts", "connectionstatus", "hostinfo");
+
     private final MongoBackend delegate;
     private final Internals internals;
-    private final ReadWriteLock lock = new ReentrantReadWriteLock();
+    /**
+     * Writes take it alone, reads together. Fair: a command waits behind those that came before it, never for a
+     * stream of later ones; with every read taking it, a write left waiting on a loaded machine (its thread woken
+     * but not yet running while others took the free lock) could otherwise wait without bound.
+     */
+    private final ReadWriteLock lock = new ReentrantReadWriteLock(true);
     /** TTL monitor passes run and documents they deleted, for serverStatus's {@code metrics.ttl}. */
     private final AtomicLong ttlPasses = new AtomicLong();
     private final AtomicLong ttlDeleted = new AtomicLong();
@@ -109,21 +133,28 @@ final class CompatBackend implements MongoBackend {
             case "cronswapoplogstats":
                 return internals.changeStreamOplog().stats().append("ok", 1.0);
             case "insert":
-                return write(() -> countInserted(query, delegate.handleCommand(channel, databaseName, command, query)));
+                return write(command,
+                    () -> countInserted(query, delegate.handleCommand(channel, databaseName, command, query)));
             case "update":
-                return write(() -> update(channel, databaseName, command, query));
+                return write(command, () -> update(channel, databaseName, command, query));
             case "find":
                 return find(channel, databaseName, command, query);
             case "aggregate":
                 if (isChangeStream(query)) {
                     return changeStreamAggregate(channel, databaseName, command, query);
                 }
-                return aggregate(channel, databaseName, command, query);
+                if (writesOut(query)) {
+                    return write(command, () -> aggregate(channel, databaseName, command, query));
+                }
+                return read(command, () -> aggregate(channel, databaseName, command, query));
             default:
                 if (WRITE_COMMANDS.contains(name)) {
-                    return write(() -> delegate.handleCommand(channel, databaseName, command, query));
+                    return write(command, () -> delegate.handleCommand(channel, databaseName, command, query));
                 }
-                return delegate.handleCommand(channel, databaseName, command, query);
+                if (NO_DATA_COMMANDS.contains(name)) {
+                    return delegate.handleCommand(channel, databaseName, command, query);
+                }
+                return read(command, () -> delegate.handleCommand(channel, databaseName, command, query));
         }
     }
 
@@ -147,10 +178,11 @@ final class CompatBackend implements MongoBackend {
         Document run();
     }
 
-    private Document write(Call call) {
-        lock.writeLock().lock();
+    /** Runs a command that writes, alone; its reply is {@link #detached} before another command can write. */
+    private Document write(String command, Call call) {
+        acquire(lock.writeLock(), command);
         try {
-            Document result = call.run();
+            Document result = detached(call.run());
             internals.afterWrite();
             return result;
         } catch (RuntimeException e) {
@@ -161,13 +193,46 @@ final class CompatBackend implements MongoBackend {
         }
     }
 
-    private Document read(Call call) {
-        lock.readLock().lock();
+    /** Runs a command that only reads, while no write runs; its reply is {@link #detached} before one can. */
+    private Document read(String command, Call call) {
+        acquire(lock.readLock(), command);
         try {
-            return call.run();
+            return detached(call.run());
         } finally {
             lock.readLock().unlock();
         }
+    }
+
+    /** Takes the lock for command, and says so at WARN if that took {@link #SLOW_LOCK_NANOS} or more. */
+    private void acquire(Lock part, String command) {
+        long start = System.nanoTime();
+        part.lock();
+        long waited = System.nanoTime() - start;
+        if (waited >= SLOW_LOCK_NANOS) {
+            log.warn("{} on {} waited {} ms for the {} lock", command, Thread.currentThread().getName(),
+                TimeUnit.NANOSECONDS.toMillis(waited), part == lock.writeLock() ? "write" : "read");
+        }
+    }
+
+    /**
+     * A reply that shares no document with the store: a deep copy, taken while the caller holds {@link #lock}. The
+     * library's replies hold the stored documents themselves (a find's matches, findAndModify's value, a cursor's
+     * next batch), which its updates change in place, and netty encodes the reply later on its event loop, with no
+     * lock held.
+     */
+    private static Document detached(Document reply) {
+        return reply == null ? null : reply.cloneDeeply();
+    }
+
+    /** An aggregate whose last stage writes its result to a collection ($out, $merge). */
+    private static boolean writesOut(Document query) {
+        Object pipeline = query.get("pipeline");
+        if (!(pipeline instanceof List) || ((List<?>) pipeline).isEmpty()) {
+            return false;
+        }
+        Object last = ((List<?>) pipeline).get(((List<?>) pipeline).size() - 1);
+        return last instanceof Document && (((Document) last).containsKey("$out")
+            || ((Document) last).containsKey("$merge"));
     }
 
     private static boolean isChangeStream(Document query) {
@@ -181,14 +246,17 @@ final class CompatBackend implements MongoBackend {
 
     /**
      * A find, its result cut into batches as a server cuts them ({@link ServerBatches}): the library is asked for the
-     * whole result (no batchSize, so it keeps no cursor of its own), and the reply is cut to the first batch.
+     * whole result (no batchSize, so it keeps no cursor of its own), and the reply is cut to the first batch. The
+     * query itself runs under the collection's own monitor, as the library's do, not under {@link #lock}: a slow one
+     * (an {@code $in} of a thousand ids is matched against every document) would hold up every write; only the cut,
+     * which measures the documents, and the copy of the first batch take the read lock.
      */
     private Document find(Channel channel, String databaseName, String command, Document query) {
         Document whole = query.clone();
         Object batchSize = whole.remove("batchSize");
         Document response = delegate.handleCommand(channel, databaseName, command, whole);
-        return ServerBatches.cutFirstBatch(internals.cursors(), response, ServerBatches.firstBatchCount(batchSize),
-            Boolean.TRUE.equals(query.get("singleBatch")));
+        return read(command, () -> ServerBatches.cutFirstBatch(internals.cursors(), response,
+            ServerBatches.firstBatchCount(batchSize), Boolean.TRUE.equals(query.get("singleBatch"))));
     }
 
     /** An aggregate (not a change stream): the library's whole result, cut into batches like a find's. */
@@ -211,7 +279,7 @@ final class CompatBackend implements MongoBackend {
             first.put("cursor", cursor);
         }
         Document aggregate = first;
-        Document response = read(() -> delegate.handleCommand(channel, databaseName, command, aggregate));
+        Document response = read(command, () -> delegate.handleCommand(channel, databaseName, command, aggregate));
         Object cursorObject = response.get("cursor");
         if (cursorObject instanceof Document) {
             long id = ((Number) ((Document) cursorObject).get("id")).longValue();
@@ -224,12 +292,12 @@ final class CompatBackend implements MongoBackend {
         long cursorId = ((Number) query.get(command)).longValue();
         Optional<ServerBatches.Batched> batched = batchedCursor(cursorId);
         if (batched.isPresent()) {
-            return ServerBatches.getMore(internals.cursors(), batched.get(), query);
+            return read(command, () -> ServerBatches.getMore(internals.cursors(), batched.get(), query));
         }
         Optional<ChangeStreamOplog.ChangeStreamCursor> cursor =
             ChangeStreamOplog.cursor(internals.cursors(), cursorId);
         if (cursor.isEmpty()) {
-            return delegate.handleCommand(channel, databaseName, command, query);
+            return read(command, () -> delegate.handleCommand(channel, databaseName, command, query));
         }
         ChangeStreamOplog.ChangeStreamCursor changeStream = cursor.get();
         ChangeStreamOplog oplog = internals.changeStreamOplog();
@@ -238,7 +306,7 @@ final class CompatBackend implements MongoBackend {
         long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(awaitMillis);
         while (true) {
             long seen = oplog.sequence();
-            Document response = read(() -> delegate.handleCommand(channel, databaseName, command, query));
+            Document response = read(command, () -> delegate.handleCommand(channel, databaseName, command, query));
             Document cursorDocument = (Document) response.get("cursor");
             List<?> batch = (List<?>) cursorDocument.get("nextBatch");
             long id = ((Number) cursorDocument.get("id")).longValue();
@@ -400,14 +468,26 @@ final class CompatBackend implements MongoBackend {
         delegate.handleClose(channel);
     }
 
+    /** A legacy OP_QUERY: copies of the documents, as {@link #read} gives. */
     @Override
     public QueryResult handleQuery(MongoQuery query) {
-        return delegate.handleQuery(query);
+        acquire(lock.readLock(), "query");
+        try {
+            QueryResult result = delegate.handleQuery(query);
+            if (result == null) {
+                return null;
+            }
+            List<Document> copies = new ArrayList<>();
+            result.forEach(document -> copies.add(document.cloneDeeply()));
+            return new QueryResult(copies, result.getCursorId());
+        } finally {
+            lock.readLock().unlock();
+        }
     }
 
     @Override
     public void dropDatabase(String database) {
-        write(() -> {
+        write("dropDatabase", () -> {
             delegate.dropDatabase(database);
             return null;
         });

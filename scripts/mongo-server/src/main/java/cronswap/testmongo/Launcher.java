@@ -18,7 +18,6 @@ import de.bwaldvogel.mongo.MongoVersion;
 import de.bwaldvogel.mongo.backend.h2.H2Backend;
 import de.bwaldvogel.mongo.backend.memory.MemoryBackend;
 import de.bwaldvogel.mongo.wire.MongoDatabaseHandler;
-import de.bwaldvogel.mongo.wire.MongoExceptionHandler;
 import de.bwaldvogel.mongo.wire.MongoWireMessageEncoder;
 import de.bwaldvogel.mongo.wire.MongoWireProtocolHandler;
 import de.bwaldvogel.mongo.wire.MongoWireReplyEncoder;
@@ -345,7 +344,7 @@ public final class Launcher {
                         ch.pipeline().addLast(new MongoWireMessageEncoder());
                         ch.pipeline().addLast(new MongoWireProtocolHandler());
                         ch.pipeline().addLast(executor, new MongoDatabaseHandler(backend, channelGroup));
-                        ch.pipeline().addLast(executor, new MongoExceptionHandler());
+                        ch.pipeline().addLast(executor, new ConnectionErrors());
                     }
                 });
             serverChannel = bootstrap.bind().syncUninterruptibly().channel();
