@@ -599,7 +599,7 @@ func (e *Engine) reloadLocked(sh *shard, s schedule.Schedule, how apply) (Outcom
 		// The same timing parses to the same schedule: only the policy's
 		// check (the action may have changed) is left to do.
 		if err := e.policyCheck(s); err != nil {
-			return Rejected, e.rejectLocked(s.ID, old, &s, err, how.gen)
+			return Rejected, e.rejectLocked(s.ID, old, heapCopy(s), err, how.gen)
 		}
 		r := *old
 		r.cur, r.err, r.pending = s, "", nil
@@ -621,7 +621,7 @@ func (e *Engine) reloadLocked(sh *shard, s schedule.Schedule, how apply) (Outcom
 	}
 	sched, err := e.check(s, how.cache)
 	if err != nil {
-		return Rejected, e.rejectLocked(s.ID, old, &s, err, how.gen)
+		return Rejected, e.rejectLocked(s.ID, old, heapCopy(s), err, how.gen)
 	}
 	// Only the slots the job's lifetime lets run are armed (a plain
 	// schedule is armed as parsed).
@@ -682,6 +682,12 @@ func (e *Engine) reloadLocked(sh *shard, s schedule.Schedule, how apply) (Outcom
 	}
 	return outcome, true
 }
+
+// heapCopy returns a copy of s of its own. Taking the address of a
+// parameter or a range variable instead would move it to the heap on every
+// call, also on the paths that do not reject (an allocation of a whole
+// Schedule per job and per Sync item).
+func heapCopy(s schedule.Schedule) *schedule.Schedule { return &s }
 
 // Reject records err as the last error of job id after a bad document for
 // it, keeping its last known good timer armed. For a job not seen before
@@ -805,7 +811,7 @@ func (e *Engine) Sync(items iter.Seq2[Item, error]) (SyncStats, error) {
 		id := it.Schedule.ID
 		if it.Err != nil {
 			st.Rejected++
-			if e.reject(id, &it.Schedule, it.Err, how.gen) {
+			if e.reject(id, heapCopy(it.Schedule), it.Err, how.gen) {
 				st.Changed = append(st.Changed, id)
 			}
 			continue
