@@ -208,7 +208,7 @@ type Engine struct {
 	// retired holds robfig entries waiting to be removed (see retire).
 	retired retiredQueue
 
-	// zones caches the locations showTime loaded, by IANA name.
+	// zones caches the locations loaded (zone), by IANA name.
 	zones sync.Map // string → *time.Location
 }
 
@@ -518,7 +518,7 @@ func (e *Engine) check(s schedule.Schedule, cache parseCache) (cron.Schedule, er
 		}
 		return sched, nil
 	}
-	sched, err := Check(s, e.opts.Location, e.opts.Policy)
+	sched, err := e.checkZoned(s)
 	if err != nil {
 		return nil, err
 	}
@@ -526,6 +526,47 @@ func (e *Engine) check(s schedule.Schedule, cache parseCache) (cron.Schedule, er
 		cache[key] = sched
 	}
 	return sched, nil
+}
+
+// checkZoned is Check in the engine's default zone with its policy, its
+// time zone taken from the engine's zone cache: time.LoadLocation reads
+// and parses the zone's file on every call, and a fleet of distinct
+// expressions misses the parse cache on every job. A zone that does not
+// load is left to Check, which refuses it.
+func (e *Engine) checkZoned(s schedule.Schedule) (cron.Schedule, error) {
+	if s.Timezone == "" {
+		return Check(s, e.opts.Location, e.opts.Policy)
+	}
+	loc, ok := e.zone(s.Timezone)
+	if !ok {
+		return Check(s, e.opts.Location, e.opts.Policy)
+	}
+	// The zone is loaded: parsing s in it is parsing s without its zone
+	// field in loc (a CRON_TZ= prefix wins over both alike).
+	inZone := s
+	inZone.Timezone = ""
+	sched, err := inZone.Parse(loc)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPolicy(s, e.opts.Policy); err != nil {
+		return nil, err
+	}
+	return sched, nil
+}
+
+// zone returns the location named tz from the engine's zone cache, loading
+// it on first use; false when it does not load.
+func (e *Engine) zone(tz string) (*time.Location, bool) {
+	if l, ok := e.zones.Load(tz); ok {
+		return l.(*time.Location), true
+	}
+	l, err := schedule.LoadLocation(tz)
+	if err != nil {
+		return nil, false
+	}
+	e.zones.Store(tz, l)
+	return l, true
 }
 
 // Reload applies one schedule. It is idempotent: applying the same timing
@@ -1073,10 +1114,7 @@ func (e *Engine) Rearm() (armed, disarmed []string) {
 func (e *Engine) showTime(t time.Time, tz string) string {
 	loc := e.opts.Location
 	if tz != "" {
-		if l, ok := e.zones.Load(tz); ok {
-			loc = l.(*time.Location)
-		} else if l, err := schedule.LoadLocation(tz); err == nil {
-			e.zones.Store(tz, l)
+		if l, ok := e.zone(tz); ok {
 			loc = l
 		}
 	}
