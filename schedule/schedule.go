@@ -16,6 +16,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/cronswap/cronswap/internal/lifetime"
 )
@@ -253,16 +254,17 @@ func DecodeFields(raw bson.Raw) (s Schedule, err error) {
 	if err := raw.Validate(); err != nil {
 		return s, invalid("", "", "malformed BSON: %v", err)
 	}
-	id, err := DecodeID(raw.Lookup(FieldID))
+	f := readFields(raw)
+	id, err := DecodeID(f.id)
 	s.ID = id
 	if err != nil {
 		return s, err
 	}
 	s.Enabled = true
 
-	v, err := raw.LookupErr(FieldCronExpr)
+	v := f.cronExpr
 	switch {
-	case err != nil:
+	case v.Type == 0:
 		return s, invalid(id, FieldCronExpr, "missing (want a string like \"0 9 * * *\")")
 	case v.Type != bson.TypeString:
 		return s, invalid(id, FieldCronExpr, "must be a string, not %s (want a string like \"0 9 * * *\")", typeName(v.Type))
@@ -277,7 +279,7 @@ func DecodeFields(raw bson.Raw) (s Schedule, err error) {
 
 	// Unlike the other optional fields, enabled may not be null: a null
 	// left by a script that meant to pause the job must not arm it.
-	if v, err := raw.LookupErr(FieldEnabled); err == nil {
+	if v := f.enabled; v.Type != 0 {
 		if v.Type != bson.TypeBoolean {
 			return s, invalid(id, FieldEnabled, "must be a boolean true or false, or absent (meaning true), not %s "+
 				"(e.g. {enabled: false} pauses the job, as `cronswap schedules pause %s` does)", typeName(v.Type), id)
@@ -288,19 +290,19 @@ func DecodeFields(raw bson.Raw) (s Schedule, err error) {
 		}
 		s.Enabled = b
 	}
-	if s.Timezone, err = optionalString(raw, id, FieldTimezone); err != nil {
+	if s.Timezone, err = optionalString(f.timezone, id, FieldTimezone); err != nil {
 		return s, err
 	}
-	if s.DST, err = decodeDST(raw, id); err != nil {
+	if s.DST, err = decodeDST(f.dst, id); err != nil {
 		return s, err
 	}
-	if s.Job, err = optionalString(raw, id, FieldJob); err != nil {
+	if s.Job, err = optionalString(f.job, id, FieldJob); err != nil {
 		return s, err
 	}
-	if s.Category, err = optionalString(raw, id, FieldCategory); err != nil {
+	if s.Category, err = optionalString(f.category, id, FieldCategory); err != nil {
 		return s, err
 	}
-	if v, err := raw.LookupErr(FieldArgs); err == nil {
+	if v := f.args; v.Type != 0 {
 		switch v.Type {
 		case bson.TypeEmbeddedDocument:
 			doc, ok := v.DocumentOK()
@@ -325,13 +327,13 @@ func DecodeFields(raw bson.Raw) (s Schedule, err error) {
 			return s, invalid(id, FieldArgs, "must be an object, not %s", typeName(v.Type))
 		}
 	}
-	if err := decodeLifetime(raw, &s); err != nil {
+	if err := decodeLifetime(&f, &s); err != nil {
 		return s, err
 	}
-	if s.Exclude, err = decodeExclude(raw, id); err != nil {
+	if s.Exclude, err = decodeExclude(f.exclude, id); err != nil {
 		return s, err
 	}
-	if v, err := raw.LookupErr(FieldUpdatedAt); err == nil && v.Type == bson.TypeDateTime {
+	if v := f.updatedAt; v.Type == bson.TypeDateTime {
 		if t, ok := v.TimeOK(); ok {
 			s.UpdatedAt = t.UTC()
 		}
@@ -425,9 +427,76 @@ func idOf(raw bson.Raw) string {
 	return id
 }
 
-func optionalString(raw bson.Raw, id, field string) (string, error) {
-	v, err := raw.LookupErr(field)
-	if err != nil || v.Type == bson.TypeNull {
+// docFields are the values of the fields DecodeFields reads, taken from a
+// document in one pass over its elements: for each name the first element
+// that has it, as bson.Raw.LookupErr finds it; a zero Type where the
+// document has none. (One lookup per field walked the document once per
+// field: fourteen walks, most of them to the end for the fields a document
+// leaves out.)
+type docFields struct {
+	id, cronExpr, enabled, timezone, dst, job, category, args bson.RawValue
+	startAt, endAt, pausedUntil, maxRuns, exclude, updatedAt  bson.RawValue
+}
+
+// readFields reads the fields of raw, which must be valid BSON
+// (bson.Raw.Validate).
+func readFields(raw bson.Raw) docFields {
+	var f docFields
+	if len(raw) < 5 {
+		return f
+	}
+	rest := bsoncore.Document(raw[4 : len(raw)-1])
+	for len(rest) > 0 {
+		elem, next, ok := bsoncore.ReadElement(rest)
+		if !ok {
+			break
+		}
+		rest = next
+		var dst *bson.RawValue
+		switch string(elem.KeyBytes()) {
+		case FieldID:
+			dst = &f.id
+		case FieldCronExpr:
+			dst = &f.cronExpr
+		case FieldEnabled:
+			dst = &f.enabled
+		case FieldTimezone:
+			dst = &f.timezone
+		case FieldDST:
+			dst = &f.dst
+		case FieldJob:
+			dst = &f.job
+		case FieldCategory:
+			dst = &f.category
+		case FieldArgs:
+			dst = &f.args
+		case lifetime.FieldStartAt:
+			dst = &f.startAt
+		case lifetime.FieldEndAt:
+			dst = &f.endAt
+		case lifetime.FieldPausedUntil:
+			dst = &f.pausedUntil
+		case lifetime.FieldMaxRuns:
+			dst = &f.maxRuns
+		case FieldExclude:
+			dst = &f.exclude
+		case FieldUpdatedAt:
+			dst = &f.updatedAt
+		default:
+			continue
+		}
+		if dst.Type == 0 {
+			v := elem.Value()
+			*dst = bson.RawValue{Type: bson.Type(v.Type), Value: v.Data}
+		}
+	}
+	return f
+}
+
+// optionalString reads the optional string field named field, whose value
+// is v (zero Type: absent).
+func optionalString(v bson.RawValue, id, field string) (string, error) {
+	if v.Type == 0 || v.Type == bson.TypeNull {
 		return "", nil
 	}
 	if v.Type != bson.TypeString {
@@ -446,8 +515,8 @@ func optionalString(raw bson.Raw, id, field string) (string, error) {
 
 // decodeDST reads the optional dst field: absent, null or "shift" is the
 // default (empty), "plain" is DSTPlain, anything else is refused.
-func decodeDST(raw bson.Raw, id string) (DSTMode, error) {
-	str, err := optionalString(raw, id, FieldDST)
+func decodeDST(v bson.RawValue, id string) (DSTMode, error) {
+	str, err := optionalString(v, id, FieldDST)
 	if err != nil {
 		return "", err
 	}
@@ -466,14 +535,16 @@ func decodeDST(raw bson.Raw, id string) (DSTMode, error) {
 // (max_runs: an int32, an int64 or an integral double, as mongosh writes
 // numbers). end_at must be after start_at: otherwise no slot could ever
 // run, which is refused as an expression that never fires is.
-func decodeLifetime(raw bson.Raw, s *Schedule) error {
+func decodeLifetime(fs *docFields, s *Schedule) error {
 	id := s.ID
-	for _, f := range []struct {
+	for _, f := range [...]struct {
 		name string
+		v    bson.RawValue
 		dst  *time.Time
-	}{{lifetime.FieldStartAt, &s.StartAt}, {lifetime.FieldEndAt, &s.EndAt}, {lifetime.FieldPausedUntil, &s.PausedUntil}} {
-		v, err := raw.LookupErr(f.name)
-		if err != nil || v.Type == bson.TypeNull {
+	}{{lifetime.FieldStartAt, fs.startAt, &s.StartAt}, {lifetime.FieldEndAt, fs.endAt, &s.EndAt},
+		{lifetime.FieldPausedUntil, fs.pausedUntil, &s.PausedUntil}} {
+		v := f.v
+		if v.Type == 0 || v.Type == bson.TypeNull {
 			continue
 		}
 		t, ok := v.TimeOK()
@@ -486,8 +557,8 @@ func decodeLifetime(raw bson.Raw, s *Schedule) error {
 		return invalid(id, lifetime.FieldEndAt, "%s is not after %s %s: no slot could ever run",
 			s.EndAt.Format(time.RFC3339), lifetime.FieldStartAt, s.StartAt.Format(time.RFC3339))
 	}
-	v, err := raw.LookupErr(lifetime.FieldMaxRuns)
-	if err != nil || v.Type == bson.TypeNull {
+	v := fs.maxRuns
+	if v.Type == 0 || v.Type == bson.TypeNull {
 		return nil
 	}
 	var n int64
@@ -516,9 +587,8 @@ func decodeLifetime(raw bson.Raw, s *Schedule) error {
 // names (at most maxExclude; null or empty: none), into its JSON form
 // (Schedule.Exclude), duplicates dropped. Whether each calendar exists is
 // the daemons' check (a policy of the engine), not the document's.
-func decodeExclude(raw bson.Raw, id string) (string, error) {
-	v, err := raw.LookupErr(FieldExclude)
-	if err != nil || v.Type == bson.TypeNull {
+func decodeExclude(v bson.RawValue, id string) (string, error) {
+	if v.Type == 0 || v.Type == bson.TypeNull {
 		return "", nil
 	}
 	const want = `(e.g. exclude: ["us-holidays"])`

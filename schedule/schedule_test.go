@@ -76,6 +76,13 @@ func TestDecodeValid(t *testing.T) {
 		{"max_runs an int64, end_at in the past", doc("past", "0 9 * * *",
 			bson.E{Key: lifetime.FieldMaxRuns, Value: int64(3)}, bson.E{Key: lifetime.FieldEndAt, Value: updated}),
 			Schedule{ID: "past", CronExpr: "0 9 * * *", Enabled: true, MaxRuns: 3, EndAt: updated}},
+		// A name given twice (BSON allows it; the drivers keep both) is
+		// read from its first element, as a lookup by name finds it.
+		{"a field twice: the first counts", bson.D{{Key: FieldID, Value: "dup"}, {Key: FieldCronExpr, Value: "0 9 * * *"},
+			{Key: FieldTimezone, Value: "Asia/Seoul"}, {Key: FieldEnabled, Value: false}, {Key: FieldID, Value: "other"},
+			{Key: FieldCronExpr, Value: int32(1)}, {Key: FieldTimezone, Value: "Mars/Base"}, {Key: FieldEnabled, Value: true},
+			{Key: lifetime.FieldMaxRuns, Value: int32(2)}, {Key: lifetime.FieldMaxRuns, Value: "many"}},
+			Schedule{ID: "dup", CronExpr: "0 9 * * *", Timezone: "Asia/Seoul", Enabled: false, MaxRuns: 2}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

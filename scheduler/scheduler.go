@@ -519,22 +519,39 @@ func (e *Engine) check(s schedule.Schedule, cache parseCache) (cron.Schedule, er
 		}
 		return sched, nil
 	}
-	// The job's zone is the engine's one copy of it (zone): a location
-	// loaded per parse is about 2.8 KB, kept by the parsed schedule, and a
-	// job parsed alone (an edit, an expression with H) would keep its own.
-	parse, def := s, e.opts.Location
-	if loc, ok := e.zone(s.Timezone); ok {
-		parse.Timezone, def = "", loc
+	sched, err := e.checkZoned(s)
+	if err != nil {
+		return nil, err
 	}
-	sched, err := parse.Parse(def)
+	if cache != nil {
+		cache[key] = sched
+	}
+	return sched, nil
+}
+
+// checkZoned is Check in the engine's default zone with its policy, its
+// time zone taken from the engine's zone cache: time.LoadLocation reads
+// and parses the zone's file on every call, and a fleet of distinct
+// expressions misses the parse cache on every job. A zone that does not
+// load is left to Check, which refuses it.
+func (e *Engine) checkZoned(s schedule.Schedule) (cron.Schedule, error) {
+	if s.Timezone == "" {
+		return Check(s, e.opts.Location, e.opts.Policy)
+	}
+	loc, ok := e.zone(s.Timezone)
+	if !ok {
+		return Check(s, e.opts.Location, e.opts.Policy)
+	}
+	// The zone is loaded: parsing s in it is parsing s without its zone
+	// field in loc (a CRON_TZ= prefix wins over both alike).
+	inZone := s
+	inZone.Timezone = ""
+	sched, err := inZone.Parse(loc)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkPolicy(s, e.opts.Policy); err != nil {
 		return nil, err
-	}
-	if cache != nil {
-		cache[key] = sched
 	}
 	return sched, nil
 }
@@ -610,7 +627,7 @@ func (e *Engine) reloadLocked(sh *shard, s schedule.Schedule, how apply) (Outcom
 		// The same timing parses to the same schedule: only the policy's
 		// check (the action may have changed) is left to do.
 		if err := e.policyCheck(s); err != nil {
-			return Rejected, e.rejectLocked(s.ID, old, &s, err, how.gen)
+			return Rejected, e.rejectLocked(s.ID, old, heapCopy(s), err, how.gen)
 		}
 		r := *old
 		r.cur, r.err, r.pending = s, "", nil
@@ -632,7 +649,7 @@ func (e *Engine) reloadLocked(sh *shard, s schedule.Schedule, how apply) (Outcom
 	}
 	sched, err := e.check(s, how.cache)
 	if err != nil {
-		return Rejected, e.rejectLocked(s.ID, old, &s, err, how.gen)
+		return Rejected, e.rejectLocked(s.ID, old, heapCopy(s), err, how.gen)
 	}
 	// Only the slots the job's lifetime lets run are armed (a plain
 	// schedule is armed as parsed).
@@ -693,6 +710,12 @@ func (e *Engine) reloadLocked(sh *shard, s schedule.Schedule, how apply) (Outcom
 	}
 	return outcome, true
 }
+
+// heapCopy returns a copy of s of its own. Taking the address of a
+// parameter or a range variable instead would move it to the heap on every
+// call, also on the paths that do not reject (an allocation of a whole
+// Schedule per job and per Sync item).
+func heapCopy(s schedule.Schedule) *schedule.Schedule { return &s }
 
 // Reject records err as the last error of job id after a bad document for
 // it, keeping its last known good timer armed. For a job not seen before
@@ -816,7 +839,7 @@ func (e *Engine) Sync(items iter.Seq2[Item, error]) (SyncStats, error) {
 		id := it.Schedule.ID
 		if it.Err != nil {
 			st.Rejected++
-			if e.reject(id, &it.Schedule, it.Err, how.gen) {
+			if e.reject(id, heapCopy(it.Schedule), it.Err, how.gen) {
 				st.Changed = append(st.Changed, id)
 			}
 			continue

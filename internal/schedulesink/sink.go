@@ -93,22 +93,33 @@ func (s Sink) Delete(id bson.RawValue) {
 // collection, read one document at a time) and hands them to the engine's
 // Sync as they come, returning the ids Sync changed; a read that fails
 // ends the Sync without removing anything (see scheduler.Engine.Sync).
-// Documents are decoded in batches of decodeBatch, spread over the CPUs,
-// on a goroutine of their own while the engine applies the batch before
-// (decoding is about a third of a reload), so at most three batches are
-// held at once. It logs how the time divided between decoding and the
-// engine, as "decode" (the decoder's busy time, read waits excluded) and
-// "engine" attributes: at info level when something changed, at debug
-// level otherwise (a periodic resync that finds nothing).
+// Three stages overlap, each on a goroutine of its own: the read copies
+// the documents into batches of decodeBatch, the decoder decodes a batch
+// at a time (spread over the CPUs), and the engine applies the batch
+// decoded before; so at most a few batches are held at once, and a stage
+// never waits for another's work on a different batch. It logs how the
+// time divided between decoding and the engine, as "decode" (the
+// decoder's busy time, read waits excluded) and "engine" attributes: at
+// info level when something changed, at debug level otherwise (a periodic
+// resync that finds nothing).
 func (s Sink) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error) {
 	start := time.Now()
+	raws := make(chan *rawBatch, 1)
+	// rawFree and free hand the buffers a stage is done with back to the
+	// stage before (a batch is a few hundred kilobytes).
+	rawFree := make(chan *rawBatch, 3)
 	batches := make(chan decodedBatch, 1)
+	free := make(chan []scheduler.Item, 2)
 	stop := make(chan struct{})
 	var n int
+	go func() {
+		defer close(raws)
+		n = readBatches(docs, raws, rawFree, stop)
+	}()
 	var decode time.Duration
 	go func() {
 		defer close(batches)
-		n, decode = s.decodeBatches(docs, batches, stop)
+		decode = s.decodeBatches(raws, rawFree, batches, free, stop)
 	}()
 	var engineBusy time.Duration
 	items := func(yield func(scheduler.Item, error) bool) {
@@ -124,11 +135,17 @@ func (s Sink) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error) {
 				}
 			}
 			engineBusy += time.Since(t)
+			select {
+			case free <- b.items:
+			default:
+			}
 		}
 	}
 	st, err := s.engine.Sync(items)
 	close(stop)
 	for range batches { // the decoder has ended once batches is closed
+	}
+	for range raws { // and the read once raws is
 	}
 	if err != nil {
 		return st.Changed, err
@@ -145,26 +162,73 @@ func (s Sink) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error) {
 // decodeBatch is how many documents ReplaceAll decodes at once.
 const decodeBatch = 1024
 
+// rawBatch is up to decodeBatch documents of a full read copied back to
+// back, or the read's failure.
+type rawBatch struct {
+	buf  []byte
+	ends []int // end of document i in buf
+	err  error
+}
+
 // decodedBatch is one batch of decoded documents, or the read's failure.
 type decodedBatch struct {
 	items []scheduler.Item
 	err   error
 }
 
-// decodeBatches reads docs, copies them into batches of decodeBatch,
-// decodes each batch (DecodeAll) and sends its items to out, until docs
-// ends, fails (the failure is sent last) or stop is closed. Documents
-// that name no job are logged and left out. It returns how many documents
-// it read and how long it spent decoding.
-func (s Sink) decodeBatches(docs iter.Seq2[bson.Raw, error], out chan<- decodedBatch, stop <-chan struct{}) (int, time.Duration) {
-	var (
-		n      int
-		busy   time.Duration
-		buf    []byte
-		ends   []int
-		raws   = make([]bson.Raw, 0, decodeBatch)
-		failed error
-	)
+// readBatches reads docs and copies them into batches of decodeBatch
+// (taken from free when one is there), sent to out, until docs ends,
+// fails (the failure is sent last, the documents of the batch it cut
+// short with it dropped) or stop is closed. It returns how many documents
+// it read.
+func readBatches(docs iter.Seq2[bson.Raw, error], out chan<- *rawBatch, free <-chan *rawBatch, stop <-chan struct{}) int {
+	n := 0
+	send := func(b *rawBatch) bool {
+		select {
+		case out <- b:
+			return true
+		case <-stop:
+			return false
+		}
+	}
+	var b *rawBatch
+	for d, err := range docs {
+		if err != nil {
+			send(&rawBatch{err: err})
+			return n
+		}
+		n++
+		if b == nil {
+			select {
+			case b = <-free:
+			default:
+				b = &rawBatch{ends: make([]int, 0, decodeBatch)}
+			}
+		}
+		b.buf = append(b.buf, d...)
+		b.ends = append(b.ends, len(b.buf))
+		if len(b.ends) == decodeBatch {
+			if !send(b) {
+				return n
+			}
+			b = nil
+		}
+	}
+	if b != nil {
+		send(b)
+	}
+	return n
+}
+
+// decodeBatches decodes the batches in receives, in order (as DecodeAll
+// does, into an item slice taken from free when one is there), hands each
+// batch's buffer back on rawFree and sends its items to out, until in is
+// closed, brings the read's failure (sent on last) or stop is closed.
+// Documents that name no job are logged and left out. It returns how long
+// it spent decoding.
+func (s Sink) decodeBatches(in <-chan *rawBatch, rawFree chan<- *rawBatch, out chan<- decodedBatch,
+	free <-chan []scheduler.Item, stop <-chan struct{}) time.Duration {
+	var busy time.Duration
 	send := func(b decodedBatch) bool {
 		select {
 		case out <- b:
@@ -173,18 +237,25 @@ func (s Sink) decodeBatches(docs iter.Seq2[bson.Raw, error], out chan<- decodedB
 			return false
 		}
 	}
-	flush := func() bool {
-		if len(ends) == 0 {
-			return true
+	raws := make([]bson.Raw, 0, decodeBatch)
+	for b := range in {
+		if b.err != nil {
+			send(decodedBatch{err: b.err})
+			return busy
 		}
 		t := time.Now()
 		raws = raws[:0]
 		from := 0
-		for _, end := range ends {
-			raws = append(raws, bson.Raw(buf[from:end:end]))
+		for _, end := range b.ends {
+			raws = append(raws, bson.Raw(b.buf[from:end:end]))
 			from = end
 		}
-		decoded := DecodeAll(raws)
+		var reuse []scheduler.Item
+		select {
+		case reuse = <-free:
+		default:
+		}
+		decoded := decodeInto(reuse, raws)
 		items := decoded[:0]
 		for _, it := range decoded {
 			if it.Err != nil && it.Schedule.ID == "" {
@@ -193,28 +264,18 @@ func (s Sink) decodeBatches(docs iter.Seq2[bson.Raw, error], out chan<- decodedB
 			}
 			items = append(items, it)
 		}
-		buf, ends = buf[:0], ends[:0]
+		// The items hold copies of what they took from the documents.
+		b.buf, b.ends = b.buf[:0], b.ends[:0]
+		select {
+		case rawFree <- b:
+		default:
+		}
 		busy += time.Since(t)
-		return send(decodedBatch{items: items})
-	}
-	for d, err := range docs {
-		if err != nil {
-			failed = err
-			break
-		}
-		n++
-		buf = append(buf, d...)
-		ends = append(ends, len(buf))
-		if len(ends) == decodeBatch && !flush() {
-			return n, busy
+		if !send(decodedBatch{items: items}) {
+			return busy
 		}
 	}
-	if failed != nil {
-		send(decodedBatch{err: failed})
-		return n, busy
-	}
-	flush()
-	return n, busy
+	return busy
 }
 
 // msgSchedulesReplaced is the message Sink.ReplaceAll logs with the
@@ -223,8 +284,15 @@ const msgSchedulesReplaced = "schedules replaced"
 
 // DecodeAll decodes docs in order, spread over the available CPUs when
 // there are many (decoding is about a third of a 100,000-document reload).
-func DecodeAll(docs []bson.Raw) []scheduler.Item {
-	out := make([]scheduler.Item, len(docs))
+func DecodeAll(docs []bson.Raw) []scheduler.Item { return decodeInto(nil, docs) }
+
+// decodeInto is DecodeAll writing into out's array when it has room.
+func decodeInto(out []scheduler.Item, docs []bson.Raw) []scheduler.Item {
+	if cap(out) >= len(docs) {
+		out = out[:len(docs)]
+	} else {
+		out = make([]scheduler.Item, len(docs))
+	}
 	workers := min(runtime.GOMAXPROCS(0), len(docs)/parallelDecodeMin)
 	if workers < 2 {
 		for i, d := range docs {
