@@ -15,6 +15,7 @@ import (
 	"github.com/cronswap/cronswap/internal/actions"
 	"github.com/cronswap/cronswap/internal/config"
 	"github.com/cronswap/cronswap/internal/firepath"
+	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/jobs"
 )
@@ -139,6 +140,12 @@ func TestRepoConfigYAML(t *testing.T) {
 			cfg.Lock.TTL, cfg.Runs.Retention, firepath.DefaultLockTTL, record.DefaultRetention)
 	}
 	cfg.Lock.TTL, cfg.Runs.Retention = 0, 0
+	// And the membership's, owned by members and the fire path.
+	if m := cfg.Members; m.Heartbeat != members.DefaultHeartbeat || m.Lease != members.DefaultLease || m.ClaimGrace != firepath.DefaultClaimGrace {
+		t.Errorf("config.yaml: members %+v; want the defaults heartbeat %s, lease %s, claim_grace %s",
+			m, members.DefaultHeartbeat, members.DefaultLease, firepath.DefaultClaimGrace)
+	}
+	cfg.Members = def.Members
 	// The watch section spells out the watcher's defaults.
 	wantWatch := changestream.Options{Mode: changestream.ModeAuto, PollInterval: changestream.DefaultPollInterval,
 		ResyncInterval: changestream.DefaultResyncInterval,
