@@ -9,8 +9,8 @@
 # every daemon is ready with N armed, and prints per burst: fires expected
 # and run, duplicates, missed (not started before the job's next slot),
 # start lateness p50/p99/max (request at the sink − slot), DB commands per
-# fire (in total and by command name), the bench's own CPU (sink + proxies)
-# and, when the daemons export them, each replica's claim metrics
+# fire (in total and by command name), the bench's own CPU (sink + proxies),
+# the daemons' CPU per fire and, when the daemons export them, each replica's claim metrics
 # (cronswap_claim_batch_size, cronswap_claim_batch_seconds,
 # cronswap_owner_takeovers_total). A table and one "fire-burst {json}" line
 # per burst go to stdout and are appended to docs/bench-fire-results.txt;
@@ -39,6 +39,13 @@
 # RSS, claim metrics):
 #
 #   scripts/bench-fire.sh -sustained -label after          # = -n 100000 -replicas 3 -duration 10m
+#
+# The daemons' tracing off and on, side by side (each point once per setting,
+# in that order; with tracing on they export over OTLP/HTTP to a span-counting
+# receiver the bench runs on loopback; per burst the daemons' CPU per fire and
+# the spans received per fire):
+#
+#   scripts/bench-fire.sh -points 1000x1,10000x3 -bursts 2 -tracing off,on -plot=false -label tracing
 #
 # The sink alone (no daemons, no database: a sender process releases N
 # requests at once, as the daemon's http action sends them):

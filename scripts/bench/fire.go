@@ -64,6 +64,14 @@ type fireSettings struct {
 	// serverArgs extra arguments of its launcher (-server-args).
 	serverJVM, serverArgs []string
 
+	// tracing are the daemons' tracing settings each point is run with,
+	// in turn ("off", "on"; -tracing); nil runs each point once with the
+	// environment as it is.
+	tracing []string
+	// tracingEnv are extra KEY=VALUE environment variables of the daemons
+	// with tracing on (-tracing-env).
+	tracingEnv []string
+
 	// sustained runs the sustained mode instead of bursts (fire_sustained.go).
 	sustained bool
 	duration  time.Duration
@@ -147,6 +155,20 @@ func fireFlagSet(o *fireSettings, a *fireArgs) *flag.FlagSet {
 	fs.BoolVar(&o.sustained, "sustained", false,
 		"sustained mode: -n schedules (default 100000) spread over the seconds of a minute ('S * * * * *', S = k mod 60), -replicas (default 3), for -duration; per minute lateness, missed, duplicates, RSS, commands per fire")
 	fs.DurationVar(&o.duration, "duration", 10*time.Minute, "sustained mode: measured duration (whole minutes are reported; a last partial minute too)")
+	fs.Func("tracing", "run each point once per setting, in this order, comma-separated: off (no OTEL_* variable) or on (OTLP/HTTP to a span-counting receiver the bench runs on loopback), e.g. off,on; the daemons' CPU and the spans received per fire are reported (default: each point once, the environment as it is)", func(v string) error {
+		var err error
+		o.tracing, err = tracingList(v)
+		return err
+	})
+	fs.Func("tracing-env", "extra environment of the daemons with tracing on, space-separated KEY=VALUE (e.g. OTEL_BSP_MAX_QUEUE_SIZE=100000); say it in -label", func(v string) error {
+		for _, kv := range strings.Fields(v) {
+			if k, _, ok := strings.Cut(kv, "="); !ok || !strings.HasPrefix(k, "OTEL_") {
+				return fmt.Errorf("%q: want OTEL_NAME=VALUE", kv)
+			}
+		}
+		o.tracingEnv = strings.Fields(v)
+		return nil
+	})
 	fs.IntVar(&a.sinkCheck, "sink-check", 0, "only measure the recording sink alone with this many requests released at once, then exit")
 	fs.IntVar(&a.sinkClients, "sink-clients", 2000, "sink check: goroutines sending at once (each holds a connection: mind the open files limit)")
 	fs.StringVar(&a.sinkSend, "sink-send", "", "internal: the sink check's sender process, posting to this URL")
@@ -285,6 +307,25 @@ func pointList(s string, ns, reps []int) ([][2]int, error) {
 	return out, nil
 }
 
+// tracingList parses -tracing: off and on, comma-separated, in the order
+// each point runs them (a setting may repeat: off,on,on,off).
+func tracingList(s string) ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		switch f = strings.TrimSpace(f); f {
+		case "":
+		case tracingOff, tracingOn:
+			out = append(out, f)
+		default:
+			return nil, fmt.Errorf("%q: want %s or %s", f, tracingOff, tracingOn)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty: want off, on or both (off,on)")
+	}
+	return out, nil
+}
+
 // intList parses "1000,5000" into positive integers.
 func intList(s string) ([]int, error) {
 	var out []int
@@ -314,6 +355,8 @@ func (o fireSettings) validate() error {
 		return errors.New("-batch must be at least 1")
 	case o.timeout <= 0 || o.burstTimeout < 0:
 		return errors.New("-timeout must be positive and -burst-timeout not negative")
+	case o.sustained && len(o.tracing) > 0:
+		return errors.New("-tracing runs bursts: not with -sustained")
 	}
 	_, err := fireExpr(o.every, time.Now())
 	return err
@@ -370,23 +413,33 @@ func runFire(ctx context.Context, o fireSettings) error {
 	o.binary = ws.binary
 	rep := fireReport{opts: o, env: describeMachine(ctx), started: time.Now().UTC()}
 	var firstErr error
+	settings := o.tracing
+	if len(settings) == 0 {
+		settings = []string{""}
+	}
 	for _, pt := range o.points {
 		n, r := pt[0], pt[1]
-		if ctx.Err() != nil {
-			break
-		}
-		logf("=== fire: N=%d, %d replica(s), %d burst(s) every %s, action hold %s", n, r, o.bursts, o.every, o.hold)
-		p, err := runFirePoint(ctx, o, n, r, logDir)
-		if err != nil {
-			logf("N=%d R=%d: %v", n, r, err)
-			if firstErr == nil {
-				firstErr = fmt.Errorf("N=%d R=%d: %w", n, r, err)
+		for _, tr := range settings {
+			if ctx.Err() != nil {
+				break
 			}
-		}
-		if p != nil {
-			p.err = err
-			rep.points = append(rep.points, p)
-			fmt.Print(p.text())
+			what := ""
+			if tr != "" {
+				what = ", tracing " + tr
+			}
+			logf("=== fire: N=%d, %d replica(s), %d burst(s) every %s, action hold %s%s", n, r, o.bursts, o.every, o.hold, what)
+			p, err := runFirePoint(ctx, o, n, r, tr, logDir)
+			if err != nil {
+				logf("N=%d R=%d%s: %v", n, r, what, err)
+				if firstErr == nil {
+					firstErr = fmt.Errorf("N=%d R=%d%s: %w", n, r, what, err)
+				}
+			}
+			if p != nil {
+				p.err = err
+				rep.points = append(rep.points, p)
+				fmt.Print(p.text())
+			}
 		}
 	}
 	rep.finished = time.Now().UTC()
@@ -408,7 +461,9 @@ func runFire(ctx context.Context, o fireSettings) error {
 			return werr
 		}
 		logf("appended to %s", resPath)
-		if o.plot && len(rep.latPoints()) > 0 {
+		if o.plot && len(slices.Compact(slices.Sorted(slices.Values(o.tracing)))) > 1 {
+			logf("no plot: it draws one figure per N × R, and -tracing ran each with %d settings", len(o.tracing))
+		} else if o.plot && len(rep.latPoints()) > 0 {
 			pngPath := filepath.Join(o.out, "fire-lateness.png")
 			series, err := runSeries(rep, resPath)
 			if err != nil {

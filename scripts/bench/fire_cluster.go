@@ -23,9 +23,10 @@ type fireCluster struct {
 
 // startFireCluster starts replicas daemons on database dbName of the
 // server at serverURI (each through a new proxy), their http action posting
-// to sinkURL, logs and configs in logDir named with tag. On an error the
-// part already started is returned too: the caller stops it.
-func startFireCluster(ctx context.Context, o fireSettings, serverURI, dbName, sinkURL string, replicas int, logDir, tag string) (*fireCluster, error) {
+// to sinkURL, in environment env (nil: the bench's), logs and configs in
+// logDir named with tag. On an error the part already started is returned
+// too: the caller stops it.
+func startFireCluster(ctx context.Context, o fireSettings, serverURI, dbName, sinkURL string, replicas int, env []string, logDir, tag string) (*fireCluster, error) {
 	c := &fireCluster{}
 	for i := range replicas {
 		upstream, ok := faultproxy.Upstream(serverURI)
@@ -46,7 +47,7 @@ func startFireCluster(ctx context.Context, o fireSettings, serverURI, dbName, si
 		if binary != o.binary {
 			logf("replica %s runs %s", id, binary)
 		}
-		d, err := startFireDaemon(binary, cfg, logPath)
+		d, err := startFireDaemon(binary, cfg, env, logPath)
 		if err != nil {
 			return c, err
 		}

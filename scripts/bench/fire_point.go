@@ -30,11 +30,14 @@ type firePoint struct {
 	expr        string
 	every, hold time.Duration
 	workers     int
-	started     time.Time
-	loadBefore  string
-	loadAfter   string
-	loadTime    time.Duration // insertMany of the N schedules
-	armTime     time.Duration // first daemon start → every daemon ready with N armed
+	// tracing is the daemons' tracing setting (-tracing: off, on; "" the
+	// environment as it is).
+	tracing    string
+	started    time.Time
+	loadBefore string
+	loadAfter  string
+	loadTime   time.Duration // insertMany of the N schedules
+	armTime    time.Duration // first daemon start → every daemon ready with N armed
 
 	idleWindow time.Duration
 	idleCmds   map[string]int // summed over the replicas
@@ -64,9 +67,15 @@ type fireBurst struct {
 	// claims are each replica's claim metrics over the window (index =
 	// replica − 1; absent when the daemon does not export them).
 	claims []claimMetrics
-	// benchCPU is the bench process's CPU time in the window: the sink
-	// and the wire proxies (they share the machine with the daemons).
+	// benchCPU is the bench process's CPU time in the window: the sink,
+	// the wire proxies and the span receiver (they share the machine with
+	// the daemons).
 	benchCPU time.Duration
+	// daemonCPU is the daemons' CPU time in the window, summed.
+	daemonCPU time.Duration
+	// spans are the spans the bench's receiver got in the window, per
+	// name (tracing on only).
+	spans map[string]int
 }
 
 // jobPrefix starts the id of every job the fire benchmark loads.
@@ -78,8 +87,8 @@ func fireJobID(k int) string { return fmt.Sprintf("%s%06d", jobPrefix, k) }
 // daemons' timers fire at the slot, so nothing of the burst is earlier.
 const windowLead = 500 * time.Millisecond
 
-func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, logDir string) (*firePoint, error) {
-	p := &firePoint{n: n, replicas: replicas, every: o.every, hold: o.hold, workers: o.workers,
+func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, tracing, logDir string) (*firePoint, error) {
+	p := &firePoint{n: n, replicas: replicas, every: o.every, hold: o.hold, workers: o.workers, tracing: tracing,
 		started: time.Now().UTC(), loadBefore: loadAvg(), burstTimeout: o.burstTimeoutFor(n)}
 	srv, err := testmongo.Start(ctx, testmongo.Options{JVMArgs: o.serverJVM, ExtraArgs: o.serverArgs, StartTimeout: 2 * time.Minute})
 	if err != nil {
@@ -104,6 +113,19 @@ func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, logDir s
 		return nil, err
 	}
 	defer sk.close()
+	var spans *spanReceiver
+	if tracing == tracingOn {
+		if spans, err = startSpanReceiver(); err != nil {
+			return nil, err
+		}
+		defer spans.close()
+		logf("daemons export spans to %s", spans.url)
+	}
+	var endpoint string
+	if spans != nil {
+		endpoint = spans.url
+	}
+	env := daemonEnv(tracing, endpoint, o.tracingEnv)
 
 	// The first slot lies past the expected start-up and the idle window,
 	// but less than one period ahead: the slot before it must lie before
@@ -138,7 +160,11 @@ func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, logDir s
 		}
 	}()
 	armStart := time.Now()
-	cl, err = startFireCluster(ctx, o, srv.URI, dbName, sk.URL(), replicas, logDir, fmt.Sprintf("n%d-r%d", n, replicas))
+	tag := fmt.Sprintf("n%d-r%d", n, replicas)
+	if tracing != "" {
+		tag += "-tracing-" + tracing
+	}
+	cl, err = startFireCluster(ctx, o, srv.URI, dbName, sk.URL(), replicas, env, logDir, tag)
 	p.instances = cl.instances
 	if err != nil {
 		return nil, err
@@ -182,17 +208,22 @@ func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, logDir s
 	// Burst windows: [slot − windowLead, next slot − windowLead); the last
 	// one ends earlier once its burst is complete and settled.
 	settle := 2*time.Second + o.hold
+	if hasTracingOn(o.tracing) {
+		settle += traceSettle
+	}
 	type window struct {
 		from, to time.Time
 		cmds     map[string]int
 		load     string
 		claims   []claimMetrics
 		cpu      time.Duration
+		daemon   time.Duration
+		spans    map[string]int
 	}
 	var windows []window
 	claimsBefore := scrapeAllClaims(ctx, daemons)
 	for k := range o.bursts {
-		from, before, cpu0 := time.Now(), snap, cpuTime()
+		from, before, cpu0, dcpu0, spans0 := time.Now(), snap, cpuTime(), daemonCPU(daemons), spans.counts()
 		end := slots[k+1].Add(-windowLead)
 		if k == o.bursts-1 {
 			var complete time.Time
@@ -214,8 +245,12 @@ func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, logDir s
 		snap = commands()
 		to := time.Now()
 		claimsAfter := scrapeAllClaims(ctx, daemons)
-		windows = append(windows, window{from: from, to: to, cmds: commandDelta(before, snap), load: loadAvg(),
-			claims: claimsDelta(claimsAfter, claimsBefore), cpu: cpuTime() - cpu0})
+		w := window{from: from, to: to, cmds: commandDelta(before, snap), load: loadAvg(),
+			claims: claimsDelta(claimsAfter, claimsBefore), cpu: cpuTime() - cpu0, daemon: daemonCPU(daemons) - dcpu0}
+		if spans != nil {
+			w.spans = countsDelta(spans.counts(), spans0)
+		}
+		windows = append(windows, w)
 		claimsBefore = claimsAfter
 		logf("burst %d (%s): %d of %d arrived by the window's end", k+1, slots[k].Format("15:04:05"), sk.distinct(slots[k]), n)
 	}
@@ -248,7 +283,8 @@ func runFirePoint(ctx context.Context, o fireSettings, n, replicas int, logDir s
 	for k, b := range stats {
 		w := windows[k]
 		p.bursts = append(p.bursts, fireBurst{burstStats: b, windowFrom: w.from, windowTo: w.to,
-			windowFires: arrivalsIn(arrivals, w.from, w.to), cmds: w.cmds, load: w.load, claims: w.claims, benchCPU: w.cpu})
+			windowFires: arrivalsIn(arrivals, w.from, w.to), cmds: w.cmds, load: w.load, claims: w.claims, benchCPU: w.cpu,
+			daemonCPU: w.daemon, spans: w.spans})
 	}
 	p.sinkErrs, p.sinkFirstErr = sk.errs.get()
 	p.loadAfter = loadAvg()
@@ -391,10 +427,11 @@ jobs:
 	return s
 }
 
-// startFireDaemon starts the binary with cfg on a free loopback port. Its
-// log (JSON, info, the default level) goes straight to logPath: the bench
-// does not parse it while the bursts run.
-func startFireDaemon(binary string, cfg fireDaemonConfig, logPath string) (*daemon, error) {
+// startFireDaemon starts the binary with cfg on a free loopback port, in
+// environment env (nil: the bench's). Its log (JSON, info, the default
+// level) goes straight to logPath: the bench does not parse it while the
+// bursts run.
+func startFireDaemon(binary string, cfg fireDaemonConfig, env []string, logPath string) (*daemon, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -411,6 +448,7 @@ func startFireDaemon(binary string, cfg fireDaemonConfig, logPath string) (*daem
 	}
 	cmd := exec.Command(binary, "run", "--config", cfgPath, "--log-format", "json", "--log-level", "info")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = env
 	d := &daemon{cmd: cmd, addr: cfg.listen, done: make(chan struct{}), started: time.Now()}
 	if err := childproc.Start(cmd); err != nil {
 		logFile.Close()

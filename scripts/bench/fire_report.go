@@ -43,6 +43,12 @@ func (rep fireReport) text() string {
 	if o.preset != "" {
 		w(" (-preset %s)", o.preset)
 	}
+	if len(o.tracing) > 0 {
+		w(" -tracing %s", strings.Join(o.tracing, ","))
+		if len(o.tracingEnv) > 0 {
+			w(" -tracing-env '%s'", strings.Join(o.tracingEnv, " "))
+		}
+	}
 	if len(o.serverJVM) > 0 {
 		w(" -server-jvm-args '%s'", strings.Join(o.serverJVM, " "))
 	}
@@ -77,23 +83,28 @@ func (p *firePoint) text() string {
 	if p.workers > 0 {
 		workers = fmt.Sprint(p.workers)
 	}
-	w("\n--- N=%d jobs due in the same second, %d replica(s): %q, http action to the sink (hold %s), workers %s\n",
-		p.n, p.replicas, p.expr, p.hold, workers)
+	w("\n--- N=%d jobs due in the same second, %d replica(s): %q, http action to the sink (hold %s), workers %s%s\n",
+		p.n, p.replicas, p.expr, p.hold, workers, tracingText(p.tracing))
 	w("    started %s UTC, load average %s before, %s after; loaded in %s, all replicas ready with N armed %s after the first start; burst timeout %s\n",
 		p.started.Format("15:04:05"), p.loadBefore, p.loadAfter, p.loadTime.Round(time.Millisecond), p.armTime.Round(time.Millisecond), p.burstTimeout)
 	if p.err != nil {
 		w("    ERROR: %v\n", p.err)
 	}
 	if len(p.bursts) > 0 {
-		w("    %-5s %-8s %8s %8s %5s %14s %10s %10s %10s %9s %8s  %s\n",
-			"burst", "slot", "expected", "ran", "dup", "missed(never)", "late p50", "p99", "max", "cmd/fire", "fires/w", "load average at window end")
+		w("    %-5s %-8s %8s %8s %5s %14s %10s %10s %10s %9s %8s %12s %10s  %s\n",
+			"burst", "slot", "expected", "ran", "dup", "missed(never)", "late p50", "p99", "max", "cmd/fire", "fires/w", "CPU µs/fire", "spans/fire", "load average at window end")
 	}
 	for i, bu := range p.bursts {
 		total, _ := perFire(bu.cmds, bu.windowFires)
-		w("    %-5d %-8s %8d %8d %5d %14s %10s %10s %10s %9.2f %8d  %s\n",
+		spans := "-"
+		if bu.spans != nil {
+			spans = fmt.Sprintf("%.2f", bu.spansPerFire())
+		}
+		w("    %-5d %-8s %8d %8d %5d %14s %10s %10s %10s %9.2f %8d %12.0f %10s  %s\n",
 			i+1, bu.slot.Format("15:04:05"), bu.expected, bu.ran, bu.duplicates,
 			fmt.Sprintf("%d (%d)", bu.missed, bu.never),
-			fmtLate(bu.lateness.pct(50)), fmtLate(bu.lateness.pct(99)), fmtLate(bu.lateness.pct(100)), total, bu.windowFires, bu.load)
+			fmtLate(bu.lateness.pct(50)), fmtLate(bu.lateness.pct(99)), fmtLate(bu.lateness.pct(100)), total, bu.windowFires,
+			bu.cpuPerFire(), spans, bu.load)
 	}
 	for i, bu := range p.bursts {
 		_, by := perFire(bu.cmds, bu.windowFires)
@@ -101,11 +112,16 @@ func (p *firePoint) text() string {
 		for j, r := range by {
 			parts[j] = fmt.Sprintf("%s %.2f", r.name, r.rate)
 		}
-		w("    burst %d: window %s (%d commands, %d fires); commands per fire: %s; bench process (sink + wire proxies) CPU %s\n", i+1,
+		w("    burst %d: window %s (%d commands, %d fires); commands per fire: %s; bench process (sink, wire proxies, span receiver) CPU %s\n", i+1,
 			bu.windowTo.Sub(bu.windowFrom).Round(100*time.Millisecond), sumCounts(bu.cmds), bu.windowFires, strings.Join(parts, ", "),
 			bu.benchCPU.Round(10*time.Millisecond))
+		w("    burst %d: daemons' CPU (user + system, all replicas) %s", i+1, bu.daemonCPU.Round(10*time.Millisecond))
+		if bu.spans != nil {
+			w("; spans received %d: %s", sumCounts(bu.spans), countsText(bu.spans))
+		}
+		w("\n")
 		w("    burst %d: first runs by replica: %s; start lateness p90 %s; duplicated jobs %d\n", i+1,
-			byInstanceText(bu.byInstance), fmtLate(bu.lateness.pct(90)), bu.dupJobs)
+			countsText(bu.byInstance), fmtLate(bu.lateness.pct(90)), bu.dupJobs)
 		for j, c := range bu.claims {
 			if c.present() && j < len(p.instances) {
 				w("    burst %d: %s: %s\n", i+1, p.instances[j], c.text())
@@ -183,7 +199,15 @@ func (p *firePoint) burstJSON(i int, bu fireBurst) map[string]any {
 		"commands": bu.cmds, "commands_per_fire": math.Round(total*100) / 100, "by_replica": bu.byInstance,
 		"load": bu.load, "unexpected": p.unexpected, "earlier": p.earlier,
 		"burst_timeout_s": p.burstTimeout.Seconds(), "sink_errors": p.sinkErrs,
-		"bench_cpu_s": math.Round(bu.benchCPU.Seconds()*100) / 100,
+		"bench_cpu_s":  math.Round(bu.benchCPU.Seconds()*100) / 100,
+		"daemon_cpu_s": math.Round(bu.daemonCPU.Seconds()*100) / 100, "daemon_cpu_us_per_fire": math.Round(bu.cpuPerFire()),
+	}
+	if p.tracing != "" {
+		m["tracing"] = p.tracing
+	}
+	if bu.spans != nil {
+		m["spans"] = bu.spans
+		m["spans_per_fire"] = math.Round(bu.spansPerFire()*100) / 100
 	}
 	claims := map[string]any{}
 	for j, c := range bu.claims {
@@ -204,11 +228,41 @@ func (p *firePoint) burstJSON(i int, bu fireBurst) map[string]any {
 	return m
 }
 
-// byInstanceText is "id count, …" in id order.
-func byInstanceText(m map[string]int) string {
+// countsText is "name count, …" in name order (fires by instance id,
+// spans by name).
+func countsText(m map[string]int) string {
 	var inst []string
 	for _, id := range slices.Sorted(maps.Keys(m)) {
 		inst = append(inst, fmt.Sprintf("%s %d", id, m[id]))
 	}
 	return strings.Join(inst, ", ")
+}
+
+// tracingText describes a point's tracing setting for its header.
+func tracingText(setting string) string {
+	switch setting {
+	case tracingOff:
+		return "; tracing off (no OTEL_* variable)"
+	case tracingOn:
+		return "; tracing on (OTLP/HTTP to the bench's span-counting receiver on loopback)"
+	}
+	return ""
+}
+
+// cpuPerFire is the daemons' CPU in the window per fire that arrived in
+// it, in µs (0 without fires).
+func (bu fireBurst) cpuPerFire() float64 {
+	if bu.windowFires == 0 {
+		return 0
+	}
+	return float64(bu.daemonCPU.Microseconds()) / float64(bu.windowFires)
+}
+
+// spansPerFire is the spans received in the window per fire that arrived
+// in it (0 without fires).
+func (bu fireBurst) spansPerFire() float64 {
+	if bu.windowFires == 0 {
+		return 0
+	}
+	return float64(sumCounts(bu.spans)) / float64(bu.windowFires)
 }

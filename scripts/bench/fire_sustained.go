@@ -284,7 +284,7 @@ func (run *sustainedRun) measure(ctx context.Context, logDir string) error {
 		}
 	}()
 	armStart := time.Now()
-	cl, err = startFireCluster(ctx, o, srv.URI, dbName, sk.URL(), replicas, logDir, fmt.Sprintf("sustained-n%d-r%d", n, replicas))
+	cl, err = startFireCluster(ctx, o, srv.URI, dbName, sk.URL(), replicas, nil, logDir, fmt.Sprintf("sustained-n%d-r%d", n, replicas))
 	run.instances = cl.instances
 	if err != nil {
 		return err
@@ -451,7 +451,7 @@ func (run *sustainedRun) text() string {
 		}
 		w("    RSS from the first slot to the end: %s\n", strings.Join(growth, "; "))
 		w("    first runs by replica (all minutes): %s; duplicated jobs %d; start lateness p90 %s\n",
-			byInstanceText(run.total.byInstance), run.total.dupJobs, fmtLate(run.total.lateness.pct(90)))
+			countsText(run.total.byInstance), run.total.dupJobs, fmtLate(run.total.lateness.pct(90)))
 		var cpu []string
 		for _, m := range run.minutes {
 			cpu = append(cpu, fmt.Sprintf("%.1f s", m.benchCPU.Seconds()))

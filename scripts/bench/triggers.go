@@ -256,7 +256,7 @@ func runTriggersMode(ctx context.Context, o triggersSettings, mode, logDir strin
 		uri += sep + fmt.Sprintf("maxPoolSize=%d", o.pool)
 	}
 	fo := fireSettings{binary: o.binary, overlap: string(jobs.OverlapAllow)}
-	cl, err := startFireCluster(ctx, fo, uri, db.Name(), sk.URL(), o.replicas, logDir, mode)
+	cl, err := startFireCluster(ctx, fo, uri, db.Name(), sk.URL(), o.replicas, nil, logDir, mode)
 	defer func() {
 		if cl != nil {
 			r.problems = append(r.problems, cl.stop()...)

@@ -1,6 +1,7 @@
-// Package tracingtest is an OTLP trace receiver for tests: it accepts the
-// spans an OTLP exporter sends over HTTP (protobuf) or gRPC on loopback
-// and keeps them for the test to inspect.
+// Package tracingtest is an OTLP trace receiver for tests and benchmarks:
+// it accepts the spans an OTLP exporter sends over HTTP (protobuf) or gRPC
+// on loopback and keeps them for the test to inspect, or only counts them
+// (Receiver.CountOnly, the fire benchmark's receiver).
 package tracingtest
 
 import (
@@ -41,10 +42,19 @@ type Link struct {
 	SpanID  string
 }
 
-// Receiver keeps the spans exported to it.
+// Receiver keeps the spans exported to it. Its zero value is ready to
+// use; it is also the OTLP/HTTP handler (ServeHTTP), for a program that
+// runs its own server.
 type Receiver struct {
+	// CountOnly makes the receiver count the spans by name (Counts) and
+	// keep none (Spans is empty): a benchmark's receiver, whose memory
+	// does not grow with the spans. Set it before the first export.
+	CountOnly bool
+
 	mu    sync.Mutex
 	spans []Span
+	// counts are the spans received per name.
+	counts map[string]int
 	// requests counts the export requests received.
 	requests int
 }
@@ -54,6 +64,17 @@ func (r *Receiver) Spans() []Span {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]Span(nil), r.spans...)
+}
+
+// Counts returns the number of spans received per span name.
+func (r *Receiver) Counts() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]int, len(r.counts))
+	for name, n := range r.counts {
+		out[name] = n
+	}
+	return out
 }
 
 // Requests returns the number of export requests received.
@@ -67,10 +88,20 @@ func (r *Receiver) add(req *coltrace.ExportTraceServiceRequest) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.requests++
+	if r.counts == nil {
+		r.counts = map[string]int{}
+	}
 	for _, rs := range req.GetResourceSpans() {
-		res := attrs(rs.GetResource().GetAttributes())
+		var res map[string]string
+		if !r.CountOnly {
+			res = attrs(rs.GetResource().GetAttributes())
+		}
 		for _, ss := range rs.GetScopeSpans() {
 			for _, s := range ss.GetSpans() {
+				r.counts[s.GetName()]++
+				if r.CountOnly {
+					continue
+				}
 				sp := Span{Name: s.GetName(), TraceID: hex.EncodeToString(s.GetTraceId()), SpanID: hex.EncodeToString(s.GetSpanId()),
 					ParentSpanID: hex.EncodeToString(s.GetParentSpanId()), Attributes: attrs(s.GetAttributes()), Resource: res}
 				for _, l := range s.GetLinks() {
@@ -101,37 +132,41 @@ func attrs(kvs []*commonpb.KeyValue) map[string]string {
 // OTEL_EXPORTER_OTLP_ENDPOINT. It stops when the test ends.
 func HTTP(t testing.TB) (*Receiver, string) {
 	r := &Receiver{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.URL.Path != "/v1/traces" || req.Method != http.MethodPost {
-			http.NotFound(w, req)
-			return
-		}
-		var body io.Reader = req.Body
-		if req.Header.Get("Content-Encoding") == "gzip" {
-			zr, err := gzip.NewReader(req.Body)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			body = zr
-		}
-		data, err := io.ReadAll(body)
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	return r, srv.URL
+}
+
+// ServeHTTP is the OTLP/HTTP trace endpoint: POST /v1/traces, an
+// ExportTraceServiceRequest in protobuf, optionally gzip-encoded.
+func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.URL.Path != "/v1/traces" || req.Method != http.MethodPost {
+		http.NotFound(w, req)
+		return
+	}
+	var body io.Reader = req.Body
+	if req.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(req.Body)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		var msg coltrace.ExportTraceServiceRequest
-		if err := proto.Unmarshal(data, &msg); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		r.add(&msg)
-		out, _ := proto.Marshal(&coltrace.ExportTraceServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		_, _ = io.Copy(w, bytes.NewReader(out))
-	}))
-	t.Cleanup(srv.Close)
-	return r, srv.URL
+		body = zr
+	}
+	data, err := io.ReadAll(body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var msg coltrace.ExportTraceServiceRequest
+	if err := proto.Unmarshal(data, &msg); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.add(&msg)
+	out, _ := proto.Marshal(&coltrace.ExportTraceServiceResponse{})
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = io.Copy(w, bytes.NewReader(out))
 }
 
 // GRPC starts a receiver of OTLP over gRPC (plaintext) on loopback; its
