@@ -2,7 +2,8 @@
 # Divided replicas benchmark: N schedules (the scale bench's per-customer
 # documents) held by R replicas on one test server (a fresh database per
 # round), first with
-# divide_schedules off (every replica arms every job), then on. For each
+# divide_schedules off (every replica arms every job), then on (-settings
+# on runs only the second). For each
 # round: every replica's start → /readyz, and once the armed counts have
 # held still for -stable: its armed and known counts (/metrics), RSS and
 # live heap after a GC. With divide_schedules on, then a kill/join phase:
@@ -14,7 +15,7 @@
 # lease + claim grace + 1 s. A table goes to stdout and is appended to
 # docs/bench-divide-results.txt; docs/BENCHMARKS.md explains the method.
 #
-#   scripts/bench-divide.sh [-n 100000] [-replicas 4] [-binary PATH] [-hot 60]
+#   scripts/bench-divide.sh [-n 100000] [-replicas 4] [-binary PATH] [-hot 60] [-settings off,on]
 #                           [-heartbeat 10s] [-lease 30s] [-claim-grace 2s]
 #                           [-server-heap 6g] [-oplog-max-entries 200000] [-logs DIR]
 #                           [-heap-profiles DIR: each replica's heap profile] [-h for all flags]

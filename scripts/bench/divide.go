@@ -40,6 +40,8 @@ type divideSettings struct {
 	hot                          int
 	heartbeat, lease, claimGrace time.Duration
 	before, after                time.Duration
+	// settings are the divide_schedules rounds run, in order.
+	settings []bool
 }
 
 func divideMain(args []string) int {
@@ -64,7 +66,19 @@ func divideMain(args []string) int {
 	fs.DurationVar(&o.claimGrace, "claim-grace", 0, "the replicas' members.claim_grace (0: the default, 2s)")
 	fs.DurationVar(&o.before, "before", 15*time.Second, "kill/join: every replica up this long before the kill")
 	fs.DurationVar(&o.after, "after", 20*time.Second, "kill/join: slots counted this long after the armed counts settled on the join")
+	rounds := fs.String("settings", "off,on", "the divide_schedules rounds, in order (off, on, or both)")
 	_ = fs.Parse(args)
+	for _, v := range strings.Split(*rounds, ",") {
+		switch strings.TrimSpace(v) {
+		case "off":
+			o.settings = append(o.settings, false)
+		case "on":
+			o.settings = append(o.settings, true)
+		default:
+			fmt.Fprintf(os.Stderr, "bench divide: -settings: %q is neither off nor on\n", v)
+			return 2
+		}
+	}
 	if o.n < 1000 || o.replicas < 1 {
 		fmt.Fprintln(os.Stderr, "bench divide: -n must be at least 1000 and -replicas at least 1")
 		return 2
@@ -125,7 +139,7 @@ func runDivide(ctx context.Context, o divideSettings) error {
 	var rounds []*divideRound
 	var loadTime time.Duration
 	var collBytes int64
-	for _, divide := range []bool{false, true} {
+	for _, divide := range o.settings {
 		// A database of its own per setting: both rounds start from the
 		// same state (no job sighted yet), so their start-up work is alike.
 		dbName := fmt.Sprintf("bench_divide_%d_%t", o.n, divide)
@@ -342,7 +356,7 @@ func divideTable(rounds []*divideRound) string {
 		}
 		means[r.divide] = [2]float64{rss, heap}
 	}
-	if off, on := means[false], means[true]; off[0] > 0 && off[1] > 0 {
+	if off, on := means[false], means[true]; off[0] > 0 && off[1] > 0 && on[0] > 0 {
 		fmt.Fprintf(&b, "\nmean per replica, on / off: RSS %.0f / %.0f MB (%.0f %%), heap after GC %.0f / %.0f MB (%.0f %%)\n",
 			on[0]/1024, off[0]/1024, 100*on[0]/off[0], on[1]/(1<<20), off[1]/(1<<20), 100*on[1]/off[1])
 	}
