@@ -101,9 +101,7 @@ func (r *Recorder) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error)
 			if err == nil {
 				if key := docKey(d); key != "" {
 					seen++
-					if !r.docs.mark(key, d, read) {
-						r.docs.put(key, d, read)
-					}
+					r.docs.load(key, d, read)
 				}
 			}
 			if !yield(d, err) {
