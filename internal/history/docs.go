@@ -7,6 +7,7 @@ import (
 	"iter"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -25,19 +26,19 @@ const docShards = 256
 // the state file is written from it too (Recorder.Documents). Writes come
 // from the watcher's goroutine; Documents may run on another.
 //
-// A document is kept compact, as one string with its key (storedDoc):
+// A document is kept compact, in one allocation with its key (storedDoc):
 // its field names and types are kept once per store, as its shape (see
 // shapes), and the document only as its values; get and all give back the
 // very bytes put was given. The shards' maps are keyed by a 64-bit hash of
-// the key, not the key: the key is read back from the stored string, and
+// the key, not the key: the key is read back from the stored bytes, and
 // a key whose hash another stored key has is kept in the shard's clash
 // map instead.
 type docStore struct {
 	hash   func(key string) uint64
 	shards [docShards]docShard
 
-	// shapes are the shapes of the stored documents, by index (storedDoc.
-	// shape); a list is never changed once stored (a new shape stores a
+	// shapes are the shapes of the stored documents, by index (see
+	// storedDoc); a list is never changed once stored (a new shape stores a
 	// longer copy), so a reader loads it without a lock.
 	shapes atomic.Pointer[[]string]
 
@@ -48,6 +49,7 @@ type docStore struct {
 	lastShape uint16 // the shape shapeIndex found last, tried first
 	shapeBuf  []byte
 	valuesBuf []byte
+	dataBuf   []byte
 }
 
 type docShard struct {
@@ -58,19 +60,45 @@ type docShard struct {
 	clash map[string]storedDoc
 }
 
-// storedDoc is one document and the full read that last listed it. data
-// is its key (uvarint length, bytes), then either its values as its shape
-// orders them (compactDoc) or, when shape is wholeDoc, the document as
-// given.
+// storedDoc is one document and the full read that last listed it: n
+// bytes at p (data), which are its shape's index (uvarint), its key
+// (uvarint length, bytes), then either its values as its shape orders
+// them (compactDoc) or, when the shape is wholeDoc, the document as given.
+// A pointer and a length rather than a string: 16 bytes, not 24, in every
+// entry of the shards' maps.
 type storedDoc struct {
-	data  string
-	read  uint32
-	shape uint16
+	p    *byte
+	n    uint32
+	read uint32
+}
+
+// newStoredDoc copies data into a storedDoc listed by full read read.
+func newStoredDoc(data []byte, read uint32) storedDoc {
+	s := string(data)
+	return storedDoc{p: unsafe.StringData(s), n: uint32(len(s)), read: read}
+}
+
+// data is what s holds (it never changes).
+func (s storedDoc) data() string { return unsafe.String(s.p, s.n) }
+
+// parts are s's shape, key, and values or whole document.
+func (s storedDoc) parts() (shape uint16, key, rest string) {
+	data := s.data()
+	i, w := uvarintString(data)
+	n, kw := uvarintString(data[w:])
+	key = data[w+kw : w+kw+int(n)]
+	return uint16(i), key, data[w+kw+int(n):]
+}
+
+// key is s's key.
+func (s storedDoc) key() string {
+	_, key, _ := s.parts()
+	return key
 }
 
 // wholeDoc is the shape of a document stored as given: one that compactDoc
 // cannot rebuild byte for byte, or whose shape did not fit in maxShapes.
-const wholeDoc = 0xFFFF
+const wholeDoc = maxShapes
 
 // maxShapes bounds the shapes of a store: a fleet has a handful; a
 // document of a new shape beyond it is stored whole.
@@ -97,7 +125,7 @@ func (d *docStore) shard(h uint64) *docShard { return &d.shards[h%docShards] }
 
 // find returns the document under key in sh (locked) with hash h.
 func (sh *docShard) find(h uint64, key string) (storedDoc, bool) {
-	if s, ok := sh.m[h]; ok && storedKey(s.data) == key {
+	if s, ok := sh.m[h]; ok && s.key() == key {
 		return s, true
 	}
 	s, ok := sh.clash[key]
@@ -108,15 +136,15 @@ func (sh *docShard) find(h uint64, key string) (storedDoc, bool) {
 // document under key, else in m if no other key has h there, else in
 // clash.
 func (sh *docShard) set(h uint64, key string, s storedDoc) {
-	if old, ok := sh.m[h]; ok && storedKey(old.data) != key {
+	if old, ok := sh.m[h]; ok && old.key() != key {
 		if sh.clash == nil {
 			sh.clash = map[string]storedDoc{}
 		}
-		sh.clash[storedKey(s.data)] = s
+		sh.clash[s.key()] = s
 		return
 	}
 	if _, ok := sh.clash[key]; ok {
-		sh.clash[storedKey(s.data)] = s
+		sh.clash[s.key()] = s
 		return
 	}
 	sh.m[h] = s
@@ -141,8 +169,7 @@ func (d *docStore) put(key string, doc bson.Raw, read uint32) {
 	sh := d.shard(h)
 	d.enc.Lock()
 	defer d.enc.Unlock()
-	data, shape := d.encode(key, doc)
-	s := storedDoc{data: string(data), read: read, shape: shape}
+	s := newStoredDoc(d.encode(key, doc), read)
 	sh.mu.Lock()
 	sh.set(h, key, s)
 	sh.mu.Unlock()
@@ -166,8 +193,7 @@ func (d *docStore) load(key string, doc bson.Raw, read uint32) {
 			return
 		}
 	}
-	data, shape := d.encode(key, doc)
-	sh.set(h, key, storedDoc{data: string(data), read: read, shape: shape})
+	sh.set(h, key, newStoredDoc(d.encode(key, doc), read))
 }
 
 func (d *docStore) remove(key string) {
@@ -175,7 +201,7 @@ func (d *docStore) remove(key string) {
 	sh := d.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if s, ok := sh.m[h]; ok && storedKey(s.data) == key {
+	if s, ok := sh.m[h]; ok && s.key() == key {
 		delete(sh.m, h)
 		return
 	}
@@ -206,7 +232,7 @@ func (d *docStore) sweep(read uint32) {
 func (d *docStore) jobIDs() []string {
 	var ids []string
 	add := func(s storedDoc) {
-		k := storedKey(s.data)
+		k := s.key()
 		if _, refused := schedule.RefusedID(k); !refused {
 			ids = append(ids, k)
 		}
@@ -266,29 +292,26 @@ func (d *docStore) all() iter.Seq[bson.Raw] {
 	}
 }
 
-// storedKey is the key at the start of a storedDoc's data.
-func storedKey(data string) string {
-	n, w := uvarintString(data)
-	return data[w : w+int(n)]
-}
-
-// encode returns what a storedDoc of doc under key holds (in d's buffer,
-// valid until the next call; d.enc held) and its shape.
-func (d *docStore) encode(key string, doc bson.Raw) ([]byte, uint16) {
-	buf := binary.AppendUvarint(d.valuesBuf[:0], uint64(len(key)))
-	buf = append(buf, key...)
-	head := len(buf)
-	shape, ok := compactDoc(d.shapeBuf[:0], buf, doc, key)
+// encode returns the data of a storedDoc of doc under key (in d's buffer,
+// valid until the next call; d.enc held).
+func (d *docStore) encode(key string, doc bson.Raw) []byte {
+	var head [2 * binary.MaxVarintLen64]byte
+	kh := binary.AppendUvarint(head[:0], uint64(len(key)))
+	c, ok := compactDoc(d.shapeBuf[:0], append(append(d.valuesBuf[:0], kh...), key...), doc, key)
 	index := uint16(wholeDoc)
 	if ok {
-		index, ok = d.shapeIndex(shape.shape)
-		buf = shape.values
+		index, ok = d.shapeIndex(c.shape)
 	}
-	if !ok {
-		index, buf = wholeDoc, append(buf[:head], doc...)
+	// The shape's index goes first, then the key and the values (c.values
+	// starts with the key), or the key and the whole document.
+	buf := binary.AppendUvarint(d.dataBuf[:0], uint64(index))
+	if ok {
+		buf = append(buf, c.values...)
+	} else {
+		buf = append(append(append(buf, kh...), key...), doc...)
 	}
-	d.shapeBuf, d.valuesBuf = shape.shape[:0], buf
-	return buf, index
+	d.shapeBuf, d.valuesBuf, d.dataBuf = c.shape[:0], c.values[:0], buf
+	return buf
 }
 
 // shapeIndex returns the index of shape, adding it if there is room.
@@ -302,7 +325,7 @@ func (d *docStore) shapeIndex(shape []byte) (uint16, bool) {
 		return i, true
 	}
 	if len(old) >= maxShapes {
-		return 0, false
+		return wholeDoc, false
 	}
 	i := uint16(len(old))
 	s := string(shape)
@@ -315,13 +338,11 @@ func (d *docStore) shapeIndex(shape []byte) (uint16, bool) {
 
 // rebuild appends the document s holds to dst.
 func (d *docStore) rebuild(dst []byte, s storedDoc) []byte {
-	n, w := uvarintString(s.data)
-	key, rest := s.data[w:w+int(n)], s.data[w+int(n):]
-	if s.shape == wholeDoc {
+	shape, key, rest := s.parts()
+	if shape == wholeDoc {
 		return append(dst, rest...)
 	}
-	shape := (*d.shapes.Load())[s.shape]
-	r := rebuilder{shape: shape, values: rest, key: key}
+	r := rebuilder{shape: (*d.shapes.Load())[shape], values: rest, key: key}
 	return r.doc(dst)
 }
 

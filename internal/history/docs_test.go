@@ -106,15 +106,15 @@ func TestDocStoreRoundTrip(t *testing.T) {
 		if !ok {
 			t.Fatalf("%q not stored", key)
 		}
-		if (s.shape != wholeDoc) != compact {
-			t.Errorf("%q: stored compact %v, want %v", key, s.shape != wholeDoc, compact)
+		if shape, _, _ := s.parts(); (shape != wholeDoc) != compact {
+			t.Errorf("%q: stored compact %v, want %v", key, shape != wholeDoc, compact)
 		}
-		if compact && len(s.data) >= len(key)+1+len(want[key]) && key != "empty" {
-			t.Errorf("%q: stored in %d bytes, the document is %d", key, len(s.data), len(want[key]))
+		if compact && s.n >= uint32(len(key)+2+len(want[key])) && key != "empty" {
+			t.Errorf("%q: stored in %d bytes, the document is %d", key, s.n, len(want[key]))
 		}
 	}
-	if s, _ := d.shard(d.hash("scale")).find(d.hash("scale"), "scale"); len(s.data) > 60 {
-		t.Errorf("the scale document (%d bytes) is stored in %d bytes, want at most 60", len(want["scale"]), len(s.data))
+	if s, _ := d.shard(d.hash("scale")).find(d.hash("scale"), "scale"); s.n > 60 {
+		t.Errorf("the scale document (%d bytes) is stored in %d bytes, want at most 60", len(want["scale"]), s.n)
 	}
 }
 
@@ -226,7 +226,8 @@ func TestDocStoreShapeBound(t *testing.T) {
 		if got := d.get(key); !bytes.Equal(got, doc) {
 			t.Errorf("get(%q) = %s, want %s", key, bson.Raw(got), doc)
 		}
-		if s, _ := d.shard(d.hash(key)).find(d.hash(key), key); s.shape == wholeDoc {
+		s, _ := d.shard(d.hash(key)).find(d.hash(key), key)
+		if shape, _, _ := s.parts(); shape == wholeDoc {
 			whole++
 		}
 	}
