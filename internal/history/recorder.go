@@ -56,8 +56,8 @@ type RecorderOptions struct {
 // An update event carries the new values only, so the recorder keeps a
 // copy of every document — the before-image of its next edit — taken
 // from each full read as it streams by and kept current by the events.
-// That copy (about the documents' size again, plus some 60 bytes a job)
-// is the daemon's one copy of the collection's documents; the state file
+// That copy (compact: each document's values, its field names kept once
+// per shape; see docStore) is the daemon's one copy of the collection's documents; the state file
 // is written from it too (Documents).
 type Recorder struct {
 	changestream.Sink
