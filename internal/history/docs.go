@@ -29,10 +29,8 @@ const docShards = 256
 // A document is kept compact, in one allocation with its key (storedDoc):
 // its field names and types are kept once per store, as its shape (see
 // shapes), and the document only as its values; get and all give back the
-// very bytes put was given. The shards' maps are keyed by a 64-bit hash of
-// the key, not the key: the key is read back from the stored bytes, and
-// a key whose hash another stored key has is kept in the shard's clash
-// map instead.
+// very bytes put was given. A shard's documents are in a hash table of
+// their own (docTable): the key is read back from the stored bytes.
 type docStore struct {
 	hash   func(key string) uint64
 	shards [docShards]docShard
@@ -54,10 +52,7 @@ type docStore struct {
 
 type docShard struct {
 	mu sync.Mutex
-	m  map[uint64]storedDoc
-	// clash holds, by key, the documents whose key's hash is that of
-	// another key in m (nil until one does).
-	clash map[string]storedDoc
+	t  docTable
 }
 
 // storedDoc is one document and the full read that last listed it: n
@@ -65,7 +60,7 @@ type docShard struct {
 // (uvarint length, bytes), then either its values as its shape orders
 // them (compactDoc) or, when the shape is wholeDoc, the document as given.
 // A pointer and a length rather than a string: 16 bytes, not 24, in every
-// entry of the shards' maps.
+// slot of the shards' tables.
 type storedDoc struct {
 	p    *byte
 	n    uint32
@@ -114,48 +109,18 @@ func newDocStore() *docStore {
 		hash:    func(key string) uint64 { return maphash.String(seed, key) },
 		shapeOf: map[string]uint16{},
 	}
-	for i := range d.shards {
-		d.shards[i].m = map[uint64]storedDoc{}
-	}
 	d.shapes.Store(new([]string))
 	return d
 }
 
 func (d *docStore) shard(h uint64) *docShard { return &d.shards[h%docShards] }
 
-// find returns the document under key in sh (locked) with hash h.
-func (sh *docShard) find(h uint64, key string) (storedDoc, bool) {
-	if s, ok := sh.m[h]; ok && s.key() == key {
-		return s, true
-	}
-	s, ok := sh.clash[key]
-	return s, ok
-}
-
-// set stores s under key in sh (locked) with hash h: in place of the
-// document under key, else in m if no other key has h there, else in
-// clash.
-func (sh *docShard) set(h uint64, key string, s storedDoc) {
-	if old, ok := sh.m[h]; ok && old.key() != key {
-		if sh.clash == nil {
-			sh.clash = map[string]storedDoc{}
-		}
-		sh.clash[s.key()] = s
-		return
-	}
-	if _, ok := sh.clash[key]; ok {
-		sh.clash[s.key()] = s
-		return
-	}
-	sh.m[h] = s
-}
-
 // get returns the document under key, nil when there is none.
 func (d *docStore) get(key string) bson.Raw {
 	h := d.hash(key)
 	sh := d.shard(h)
 	sh.mu.Lock()
-	s, ok := sh.find(h, key)
+	s, ok := sh.t.get(h, key)
 	sh.mu.Unlock()
 	if !ok {
 		return nil
@@ -171,7 +136,7 @@ func (d *docStore) put(key string, doc bson.Raw, read uint32) {
 	defer d.enc.Unlock()
 	s := newStoredDoc(d.encode(key, doc), read)
 	sh.mu.Lock()
-	sh.set(h, key, s)
+	sh.t.set(h, key, s, d.hash)
 	sh.mu.Unlock()
 }
 
@@ -185,27 +150,25 @@ func (d *docStore) load(key string, doc bson.Raw, read uint32) {
 	defer d.enc.Unlock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if s, ok := sh.find(h, key); ok {
-		d.valuesBuf = d.rebuild(d.valuesBuf[:0], s)
+	if i := sh.t.find(h, key); i >= 0 {
+		s := &sh.t.slots[i]
+		d.valuesBuf = d.rebuild(d.valuesBuf[:0], *s)
 		if bytes.Equal(d.valuesBuf, doc) {
 			s.read = read
-			sh.set(h, key, s)
 			return
 		}
+		*s = newStoredDoc(d.encode(key, doc), read)
+		return
 	}
-	sh.set(h, key, newStoredDoc(d.encode(key, doc), read))
+	sh.t.set(h, key, newStoredDoc(d.encode(key, doc), read), d.hash)
 }
 
 func (d *docStore) remove(key string) {
 	h := d.hash(key)
 	sh := d.shard(h)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if s, ok := sh.m[h]; ok && s.key() == key {
-		delete(sh.m, h)
-		return
-	}
-	delete(sh.clash, key)
+	sh.t.remove(h, key, d.hash)
+	sh.mu.Unlock()
 }
 
 // sweep removes the documents full read read did not list.
@@ -213,16 +176,7 @@ func (d *docStore) sweep(read uint32) {
 	for i := range d.shards {
 		sh := &d.shards[i]
 		sh.mu.Lock()
-		for h, s := range sh.m {
-			if s.read != read {
-				delete(sh.m, h)
-			}
-		}
-		for k, s := range sh.clash {
-			if s.read != read {
-				delete(sh.clash, k)
-			}
-		}
+		sh.t.sweep(read, d.hash)
 		sh.mu.Unlock()
 	}
 }
@@ -240,12 +194,7 @@ func (d *docStore) jobIDs() []string {
 	for i := range d.shards {
 		sh := &d.shards[i]
 		sh.mu.Lock()
-		for _, s := range sh.m {
-			add(s)
-		}
-		for _, s := range sh.clash {
-			add(s)
-		}
+		sh.t.docs(add)
 		sh.mu.Unlock()
 	}
 	return ids
@@ -257,7 +206,7 @@ func (d *docStore) len() int {
 	for i := range d.shards {
 		sh := &d.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m) + len(sh.clash)
+		n += sh.t.used
 		sh.mu.Unlock()
 	}
 	return n
@@ -275,12 +224,7 @@ func (d *docStore) all() iter.Seq[bson.Raw] {
 			sh := &d.shards[i]
 			docs = docs[:0]
 			sh.mu.Lock()
-			for _, s := range sh.m {
-				docs = append(docs, s)
-			}
-			for _, s := range sh.clash {
-				docs = append(docs, s)
-			}
+			sh.t.docs(func(s storedDoc) { docs = append(docs, s) })
 			sh.mu.Unlock()
 			for _, s := range docs {
 				buf = d.rebuild(buf[:0], s)

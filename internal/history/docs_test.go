@@ -3,6 +3,8 @@ package history
 import (
 	"bytes"
 	"fmt"
+	"hash/maphash"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -102,7 +104,7 @@ func TestDocStoreRoundTrip(t *testing.T) {
 	for key, compact := range map[string]bool{"scale": true, "every-type": true, "empty": true, "other-id": true,
 		"bad-string": false, "bad-length": false, "cut": false, "unknown-type": false, "tiny": false} {
 		sh := d.shard(d.hash(key))
-		s, ok := sh.find(d.hash(key), key)
+		s, ok := sh.t.get(d.hash(key), key)
 		if !ok {
 			t.Fatalf("%q not stored", key)
 		}
@@ -113,7 +115,7 @@ func TestDocStoreRoundTrip(t *testing.T) {
 			t.Errorf("%q: stored in %d bytes, the document is %d", key, s.n, len(want[key]))
 		}
 	}
-	if s, _ := d.shard(d.hash("scale")).find(d.hash("scale"), "scale"); s.n > 60 {
+	if s, _ := d.shard(d.hash("scale")).t.get(d.hash("scale"), "scale"); s.n > 60 {
 		t.Errorf("the scale document (%d bytes) is stored in %d bytes, want at most 60", len(want["scale"]), s.n)
 	}
 }
@@ -185,14 +187,14 @@ func TestDocStoreHashClash(t *testing.T) {
 		}
 	}
 	d.remove("a")  // the one in m
-	d.remove("dd") // one in clash
+	d.remove("dd") // one further along the probe
 	if d.get("a") != nil || d.get("dd") != nil {
 		t.Error("a removed document is still found")
 	}
 	if got := d.get("c"); !bytes.Equal(got, doc("c", 12)) {
 		t.Errorf("get(c) after removing a = %s", got)
 	}
-	d.put("a", doc("a", 20), 2) // back, now beside c in clash
+	d.put("a", doc("a", 20), 2) // back, in the slot a removal left
 	d.put("c", doc("c", 21), 3)
 	d.sweep(3)
 	if got := d.get("c"); !bytes.Equal(got, doc("c", 21)) || d.len() != 1 {
@@ -226,7 +228,7 @@ func TestDocStoreShapeBound(t *testing.T) {
 		if got := d.get(key); !bytes.Equal(got, doc) {
 			t.Errorf("get(%q) = %s, want %s", key, bson.Raw(got), doc)
 		}
-		s, _ := d.shard(d.hash(key)).find(d.hash(key), key)
+		s, _ := d.shard(d.hash(key)).t.get(d.hash(key), key)
 		if shape, _, _ := s.parts(); shape == wholeDoc {
 			whole++
 		}
@@ -258,4 +260,75 @@ func FuzzDocStore(f *testing.F) {
 			t.Fatalf("len = %d after a re-read", d.len())
 		}
 	})
+}
+
+// Random puts, loads, removes and full reads, checked against a map after
+// each step, with the store's hash and with one that puts every key in 16
+// shards at the start of their tables (long probes, many equal tags).
+func TestDocStoreModel(t *testing.T) {
+	seed := maphash.MakeSeed()
+	for name, hash := range map[string]func(string) uint64{
+		"maphash": nil,
+		"weak":    func(k string) uint64 { return maphash.String(seed, k) % 16 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := newDocStore()
+			if hash != nil {
+				d.hash = hash
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			model := map[string]bson.Raw{}
+			doc := func(key string) bson.Raw {
+				raw, err := bson.Marshal(bson.D{{Key: "_id", Value: key}, {Key: "v", Value: rng.Int32N(4)}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return raw
+			}
+			read := uint32(1)
+			for step := range 20_000 {
+				key := fmt.Sprintf("job-%d", rng.IntN(3000))
+				switch op := rng.IntN(100); {
+				case op < 60:
+					raw := doc(key)
+					d.put(key, raw, read)
+					model[key] = raw
+				case op < 95:
+					d.remove(key)
+					delete(model, key)
+				case op < 99:
+					// A full read of the model but a tenth of it.
+					read++
+					listed := map[string]bson.Raw{}
+					for k, v := range model {
+						if rng.IntN(10) > 0 {
+							if rng.IntN(4) == 0 {
+								v = doc(k)
+							}
+							d.load(k, v, read)
+							listed[k] = v
+						}
+					}
+					d.sweep(read)
+					model = listed
+				default:
+					for k, want := range model {
+						if got := d.get(k); !bytes.Equal(got, want) {
+							t.Fatalf("step %d: get(%q) = %s, want %s", step, k, bson.Raw(got), want)
+						}
+					}
+					n := 0
+					for range d.all() {
+						n++
+					}
+					if d.len() != len(model) || n != len(model) || len(d.jobIDs()) != len(model) {
+						t.Fatalf("step %d: len %d, all %d, jobIDs %d; want %d", step, d.len(), n, len(d.jobIDs()), len(model))
+					}
+				}
+				if got := d.get(key); !bytes.Equal(got, model[key]) {
+					t.Fatalf("step %d: get(%q) = %s, want %s", step, key, bson.Raw(got), model[key])
+				}
+			}
+		})
+	}
 }
