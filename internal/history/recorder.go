@@ -56,8 +56,8 @@ type RecorderOptions struct {
 // An update event carries the new values only, so the recorder keeps a
 // copy of every document — the before-image of its next edit — taken
 // from each full read as it streams by and kept current by the events.
-// That copy (about the documents' size again, plus some 60 bytes a job)
-// is the daemon's one copy of the collection's documents; the state file
+// That copy (compact: each document's values, its field names kept once
+// per shape; see docStore) is the daemon's one copy of the collection's documents; the state file
 // is written from it too (Documents).
 type Recorder struct {
 	changestream.Sink
@@ -101,9 +101,7 @@ func (r *Recorder) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error)
 			if err == nil {
 				if key := docKey(d); key != "" {
 					seen++
-					if !r.docs.mark(key, d, read) {
-						r.docs.put(key, d, read)
-					}
+					r.docs.load(key, d, read)
 				}
 			}
 			if !yield(d, err) {
