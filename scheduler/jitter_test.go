@@ -184,7 +184,8 @@ func TestJitterSlotOnFakeClock(t *testing.T) {
 	r := e.load(id)
 	run := func(at time.Time) {
 		set(at)
-		e.newFiring(r).Run() // a fresh entry each time: nothing planned
+		n := *r                   // the stored record stays as it is
+		e.newFiring(id, &n).Run() // a fresh entry each time: nothing planned
 
 	}
 	s1, s2 := slot.Add(time.Minute), slot.Add(time.Minute+5*time.Second)
@@ -251,8 +252,23 @@ func TestJitterFires(t *testing.T) {
 func TestFiringNext(t *testing.T) {
 	sched := mustParse(t, "*/10 * * * * *", "")
 	t0 := time.Date(2024, 5, 10, 12, 0, 3, 0, time.UTC)
-	for _, delay := range []time.Duration{0, 3500 * time.Millisecond, 25 * time.Second} {
-		f := &firing{sched: sched, delay: delay}
+	// Jobs whose delays under a 30s bound are about 0, 3.5s and 25s.
+	for _, about := range []time.Duration{0, 3500 * time.Millisecond, 25 * time.Second} {
+		id, bound := "job", time.Duration(0)
+		if about > 0 {
+			bound = 30 * time.Second
+			for i := 0; ; i++ {
+				id = fmt.Sprintf("job-%d", i)
+				if d := JitterDelay(id, bound); d >= about && d < about+time.Second && d%time.Second != 0 {
+					break
+				}
+			}
+		}
+		delay := JitterDelay(id, bound)
+		r := record{t: &timing{sched: sched}}
+		r = r.withState(jobState{jitter: bound})
+		f := &firing{e: New(Options{Shards: 1, Logger: quiet()}), id: id}
+		f.rec.Store(&r)
 		n1 := f.Next(t0)
 		if want := sched.Next(t0.Add(-delay)).Add(delay); !n1.Equal(want) {
 			t.Fatalf("delay %s: Next(%s) = %s, want %s", delay, t0, n1, want)
@@ -264,8 +280,8 @@ func TestFiringNext(t *testing.T) {
 		if !n2.Equal(n1.Add(10 * time.Second)) {
 			t.Fatalf("delay %s: Next(%s) = %s, want 10s later", delay, n1, n2)
 		}
-		if f.planned != [2]time.Time{n1.Add(-delay), n2.Add(-delay)} {
-			t.Fatalf("delay %s: planned %v, want [%s %s]", delay, f.planned, n1.Add(-delay), n2.Add(-delay))
+		if planned := [2]time.Time{unpackPlanned(f.planned[0], time.UTC), unpackPlanned(f.planned[1], time.UTC)}; planned != [2]time.Time{n1.Add(-delay), n2.Add(-delay)} {
+			t.Fatalf("delay %s: planned %v, want [%s %s]", delay, planned, n1.Add(-delay), n2.Add(-delay))
 		}
 	}
 }

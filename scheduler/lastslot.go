@@ -8,9 +8,9 @@ import "time"
 // what catch-up after downtime looks at.
 func (e *Engine) LastSlot(id string, now time.Time) (time.Time, bool) {
 	r := e.load(id)
-	if r == nil || !r.valid || r.entry == 0 {
+	if r == nil || !r.valid || r.fire == nil {
 		return time.Time{}, false
 	}
-	s := prevActivation(r.sched, now)
+	s := prevActivation(r.sched(), now)
 	return s, !s.IsZero()
 }

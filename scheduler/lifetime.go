@@ -25,12 +25,14 @@ func (e *Engine) End(id string, s schedule.Schedule, reason string) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	old := e.load(id)
-	if old == nil || !old.valid || old.entry == 0 || old.cur.Timing() != s.Timing() {
+	if old == nil || !old.valid || old.fire == nil || old.schedule(id).Timing() != s.Timing() {
 		return false
 	}
-	r := *old
+	st := old.state()
+	st.ended = reason
+	r := old.withState(st)
 	e.retire(sh, old, false)
-	r.entry, r.fire, r.ended = 0, nil, reason
+	r.fire = nil
 	e.store(sh, id, &r)
 	e.log.Info("scheduler: job ended, disarmed", "job_id", id, "reason", reason)
 	return true
@@ -48,7 +50,7 @@ func (e *Engine) Recheck(match func(schedule.Schedule) bool) int {
 	e.mu.RLock()
 	ids := make([]string, 0, len(e.jobs))
 	for id, r := range e.jobs {
-		if latest, ok := r.latest(); ok && match(latest) {
+		if latest, ok := r.latest(id); ok && match(latest) {
 			ids = append(ids, id)
 		}
 	}
@@ -60,7 +62,7 @@ func (e *Engine) Recheck(match func(schedule.Schedule) bool) int {
 		sh.mu.Lock()
 		// Read again under the shard's lock: a Reload in between wins.
 		if r := e.load(id); r != nil {
-			if latest, ok := r.latest(); ok && match(latest) {
+			if latest, ok := r.latest(id); ok && match(latest) {
 				e.reloadLocked(sh, latest, applyOne)
 				n++
 			}
@@ -76,12 +78,12 @@ func (e *Engine) Recheck(match func(schedule.Schedule) bool) int {
 // latest is the job's latest decoded schedule: the refused one pending,
 // else the one in force; false when there is neither (the latest document
 // could not be decoded).
-func (r *record) latest() (schedule.Schedule, bool) {
+func (r *record) latest(id string) (schedule.Schedule, bool) {
 	switch {
-	case r.pending != nil:
-		return *r.pending, true
+	case r.state().pending != nil:
+		return *r.state().pending, true
 	case r.valid:
-		return r.cur, true
+		return r.schedule(id), true
 	}
 	return schedule.Schedule{}, false
 }

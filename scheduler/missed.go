@@ -18,7 +18,7 @@ func (e *Engine) FiresFrom(id string) (from time.Time, delay time.Duration, ok b
 	if ns == 0 {
 		return time.Time{}, 0, false
 	}
-	return time.Unix(0, ns), r.delay, true
+	return time.Unix(0, ns), r.delay(id), true
 }
 
 // NextFunc returns the slot sequence job id is armed with: a function
@@ -27,8 +27,8 @@ func (e *Engine) FiresFrom(id string) (from time.Time, delay time.Duration, ok b
 // later edit of the job does not change it.
 func (e *Engine) NextFunc(id string) (next func(t time.Time) time.Time, ok bool) {
 	r := e.load(id)
-	if r == nil || !r.valid || r.entry == 0 {
+	if r == nil || !r.valid || r.fire == nil {
 		return nil, false
 	}
-	return r.sched.Next, true
+	return r.sched().Next, true
 }

@@ -199,7 +199,7 @@ type Engine struct {
 	// by it.
 	life    sync.Mutex
 	started bool
-	syncs   uint64 // Syncs begun; the current one's number marks what it lists
+	syncs   uint32 // Syncs begun (never 0); the current one's number marks what it lists
 
 	// robfig operations, for tests proving that idempotent reloads do not
 	// touch robfig.
@@ -277,35 +277,6 @@ type shard struct {
 	cron *cron.Cron
 	// armed counts the shard's robfig entries; guarded by mu.
 	armed int
-}
-
-// record is the engine's state of one job. Invariant: entry != 0 exactly
-// when valid && cur.Enabled && ended == "" && the engine arms the job
-// (Options.Arms, as last asked).
-type record struct {
-	// cur is the last valid schedule, or the latest bad one while no valid
-	// schedule was ever applied.
-	cur   schedule.Schedule
-	valid bool
-	sched cron.Schedule // parsed cur; nil unless valid
-	entry cron.EntryID  // robfig entry in the job's shard; 0 when not armed
-	fire  *firing       // the robfig job of entry; nil when not armed
-	err   string        // last error, empty when the latest document was applied
-	slots *slotState    // shared by all entries the job ever had
-	// jitter is the jitter bound cur was armed with (part of its timing)
-	// and delay the resulting dispatch delay; zero without jitter.
-	jitter, delay time.Duration
-	// gen is the Sync (Engine.syncs) that last listed the job; 0 when
-	// none did. A Sync removes the jobs it did not mark.
-	gen uint64
-	// ended is why the job was disarmed by End (its run count reached
-	// max_runs); empty while it is not. A changed timing arms it again.
-	ended string
-	// pending is the latest schedule of the job that was decoded but
-	// refused (by the parse or the policy), while no later document
-	// replaced it: Recheck applies it again when what the policy checks
-	// may have changed (a calendar it names appeared).
-	pending *schedule.Schedule
 }
 
 // New returns an engine configured by opts. Call Start to run its timers.
@@ -477,7 +448,7 @@ func (e *Engine) store(sh *shard, id string, r *record) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.version.Add(1)
-	if old := e.jobs[id]; old != nil && old.entry != 0 {
+	if old := e.jobs[id]; old != nil && old.fire != nil {
 		e.armed--
 		sh.armed--
 	}
@@ -485,9 +456,10 @@ func (e *Engine) store(sh *shard, id string, r *record) {
 		delete(e.jobs, id)
 		return
 	}
-	if r.entry != 0 {
+	if r.fire != nil {
 		e.armed++
 		sh.armed++
+		r.fire.rec.Store(r) // the next fire carries r's fields
 	}
 	e.jobs[id] = r
 }
@@ -501,32 +473,34 @@ type parseKey struct {
 	hashID   string
 }
 
-// parseCache maps expressions already parsed by one Sync to their schedule.
-// Parsed schedules are immutable, so jobs with the same expression can
-// share one.
-type parseCache map[parseKey]cron.Schedule
+// parseCache maps expressions already parsed by one Sync to their timing.
+// Timings are immutable, so jobs with the same expression share one: its
+// strings and parsed schedule.
+type parseCache map[parseKey]*timing
 
 // check is Check in the engine's default zone with its policy, reusing
-// cache when it holds the expression (nil means no cache).
-func (e *Engine) check(s schedule.Schedule, cache parseCache) (cron.Schedule, error) {
+// cache when it holds the expression (nil means no cache). It returns the
+// timing of s, its schedule not bounded by s's lifetime.
+func (e *Engine) check(s schedule.Schedule, cache parseCache) (*timing, error) {
 	key := parseKey{expr: s.CronExpr, tz: s.Timezone, dst: s.DST}
 	if crondialect.UsesHash(s.CronExpr) {
 		key.hashID = s.ID
 	}
-	if sched, ok := cache[key]; ok {
+	if t, ok := cache[key]; ok {
 		if err := e.policyCheck(s); err != nil {
 			return nil, err
 		}
-		return sched, nil
+		return t, nil
 	}
 	sched, err := e.checkZoned(s)
 	if err != nil {
 		return nil, err
 	}
+	t := newTiming(s, sched)
 	if cache != nil {
-		cache[key] = sched
+		cache[key] = t
 	}
-	return sched, nil
+	return t, nil
 }
 
 // checkZoned is Check in the engine's default zone with its policy, its
@@ -577,7 +551,7 @@ type apply struct {
 	removeInline bool
 	// gen marks the records stored as listed by that Sync (record.gen);
 	// 0 outside a Sync.
-	gen uint64
+	gen uint32
 }
 
 // applyOne is how Reload and Remove apply one edit: logged at info, the
@@ -594,15 +568,13 @@ var applyOne = apply{lvl: slog.LevelInfo}
 // removes it before returning instead: Sync uses it, so that robfig's lists
 // match the engine's jobs when Sync returns. The caller holds sh.mu.
 func (e *Engine) retire(sh *shard, old *record, inline bool) {
-	if old.fire != nil {
-		old.fire.retired.Store(true)
-	}
+	old.fire.retired.Store(true)
 	e.removes.Add(1)
 	if inline {
-		sh.cron.Remove(old.entry)
+		sh.cron.Remove(old.fire.entry)
 		return
 	}
-	e.retired.add(sh, old.entry)
+	e.retired.add(sh, old.fire.entry)
 }
 
 // reload is Reload applying s as how says. It also reports whether the
@@ -623,47 +595,51 @@ func (e *Engine) reloadLocked(sh *shard, s schedule.Schedule, how apply) (Outcom
 	jitter := e.jitterOf(s)
 	old := e.load(s.ID)
 
-	if old != nil && old.valid && old.cur.Timing() == s.Timing() && old.jitter == jitter {
+	var oldCur schedule.Schedule
+	if old != nil {
+		oldCur = old.schedule(s.ID)
+	}
+	if old != nil && old.valid && oldCur.Timing() == s.Timing() && old.state().jitter == jitter {
 		// The same timing parses to the same schedule: only the policy's
 		// check (the action may have changed) is left to do.
 		if err := e.policyCheck(s); err != nil {
 			return Rejected, e.rejectLocked(s.ID, old, heapCopy(s), err, how.gen)
 		}
-		r := *old
-		r.cur, r.err, r.pending = s, "", nil
+		// The timing (and so the parsed schedule the entry runs on) is
+		// kept; the error and the pending schedule are cleared.
+		r := pack(s, old.t, jobState{jitter: jitter, ended: old.state().ended})
+		r.valid, r.fire, r.slots, r.gen = true, old.fire, old.slots, old.gen
 		r.mark(how.gen)
-		if r.fire != nil {
-			r.fire.cur.Store(&r.cur) // the next fire carries the new fields
-		}
 		e.store(sh, s.ID, &r)
 		if e.opts.Hooks.Applied != nil {
 			e.opts.Hooks.Applied(s.ID, Unchanged)
 		}
-		if old.err != "" {
+		if old.state().err != "" {
 			e.log.Log(context.Background(), how.lvl, "scheduler: schedule valid again, error cleared",
 				"job_id", s.ID, "cron_expr", s.CronExpr)
 		} else if e.log.Enabled(context.Background(), slog.LevelDebug) {
 			e.log.Debug("scheduler: schedule unchanged", "job_id", s.ID, "cron_expr", s.CronExpr)
 		}
-		return Unchanged, old.err != "" || !old.cur.SameExceptTiming(s)
+		return Unchanged, old.state().err != "" || !oldCur.SameExceptTiming(s)
 	}
-	sched, err := e.check(s, how.cache)
+	t, err := e.check(s, how.cache)
 	if err != nil {
 		return Rejected, e.rejectLocked(s.ID, old, heapCopy(s), err, how.gen)
 	}
 	// Only the slots the job's lifetime lets run are armed (a plain
-	// schedule is armed as parsed).
-	sched = lifetimeOf(s).Bound(sched)
+	// schedule is armed as parsed, in a timing other jobs may share).
+	if life := lifetimeOf(s); !life.IsZero() {
+		t = &timing{expr: t.expr, tz: t.tz, dst: t.dst, sched: life.Bound(t.sched)}
+	}
 
-	r := &record{cur: s, valid: true, sched: sched, jitter: jitter, delay: JitterDelay(s.ID, jitter)}
+	r := new(record)
+	*r = pack(s, t, jobState{jitter: jitter})
+	r.valid = true
 	if old != nil {
 		r.slots, r.gen = old.slots, old.gen
 	}
 	r.mark(how.gen)
-	if r.slots == nil {
-		r.slots = new(slotState)
-	}
-	wasArmed := old != nil && old.entry != 0
+	wasArmed := old != nil && old.fire != nil
 	outcome := Disarmed
 	if s.Enabled && !e.arms(s.ID) {
 		outcome = Held
@@ -671,11 +647,11 @@ func (e *Engine) reloadLocked(sh *shard, s schedule.Schedule, how apply) (Outcom
 	if s.Enabled && outcome != Held {
 		// Arm the new entry first: with the shard's run loop waiting,
 		// this hand-off returns at once; the old entry is retired after.
-		f := e.newFiring(r)
-		if wasArmed && old.fire != nil {
+		f := e.newFiring(s.ID, r)
+		if wasArmed {
 			old.fire.retired.Store(true) // never two live entries for one job
 		}
-		r.entry, r.fire = sh.cron.Schedule(f, f), f
+		f.entry = sh.cron.Schedule(f, f)
 		e.adds.Add(1)
 		outcome = Added
 		if wasArmed {
@@ -696,14 +672,14 @@ func (e *Engine) reloadLocked(sh *shard, s schedule.Schedule, how apply) (Outcom
 		if s.Timezone != "" {
 			attrs = append(attrs, slog.String("timezone", s.Timezone))
 		}
-		if r.entry != 0 {
-			if next := r.nextRun(e.now()); next.IsZero() {
+		if r.fire != nil {
+			if next := r.nextRun(s.ID, e.now()); next.IsZero() {
 				attrs = append(attrs, slog.String("ended", lifetime.ReasonAfterEnd))
 			} else {
 				attrs = append(attrs, slog.String("next_run", e.showTime(next, s.Timezone)))
 			}
-			if r.delay > 0 {
-				attrs = append(attrs, slog.Duration("jitter_delay", r.delay))
+			if d := r.delay(s.ID); d > 0 {
+				attrs = append(attrs, slog.Duration("jitter_delay", d))
 			}
 		}
 		e.log.LogAttrs(ctx, how.lvl, "scheduler: schedule applied", attrs...)
@@ -730,7 +706,7 @@ func (e *Engine) Reject(id string, err error) {
 // reject is Reject with the rejected schedule, when known, marking the
 // record for Sync gen (0: none). It reports whether the job's state
 // changed.
-func (e *Engine) reject(id string, bad *schedule.Schedule, err error, gen uint64) bool {
+func (e *Engine) reject(id string, bad *schedule.Schedule, err error, gen uint32) bool {
 	if id == "" {
 		e.log.Warn("scheduler: bad schedule without job id ignored", "error", err)
 		return false
@@ -743,7 +719,7 @@ func (e *Engine) reject(id string, bad *schedule.Schedule, err error, gen uint64
 
 // mark records that Sync gen listed the job; gen 0 (no Sync) leaves the
 // mark as it was.
-func (r *record) mark(gen uint64) {
+func (r *record) mark(gen uint32) {
 	if gen != 0 {
 		r.gen = gen
 	}
@@ -752,30 +728,30 @@ func (r *record) mark(gen uint64) {
 // rejectLocked records err for id; bad is the rejected schedule when known,
 // gen the Sync that lists it (0: none). It reports whether the job's state
 // changed. The caller holds the job's shard lock.
-func (e *Engine) rejectLocked(id string, old *record, bad *schedule.Schedule, err error, gen uint64) bool {
+func (e *Engine) rejectLocked(id string, old *record, bad *schedule.Schedule, err error, gen uint32) bool {
 	var r record
 	switch {
 	case old != nil && (old.valid || bad == nil):
 		r = *old // the last known good stays, armed or not
 	case bad != nil:
-		r = record{cur: *bad}
-	default:
-		r = record{cur: schedule.Schedule{ID: id}}
+		r = pack(*bad, newTiming(*bad, nil), jobState{})
 	}
 	if old != nil {
 		r.slots, r.gen = old.slots, old.gen
 	}
 	r.mark(gen)
-	r.err = err.Error()
-	r.pending = bad // nil for a document that could not be decoded: nothing to apply again
+	st := r.state()
+	st.err = err.Error()
+	st.pending = bad // nil for a document that could not be decoded: nothing to apply again
+	r = r.withState(st)
 	e.store(e.shardOf(id), id, &r)
-	changed := old == nil || old.err != r.err || old.cur != r.cur
+	changed := old == nil || old.state().err != st.err || old.schedule(id) != r.schedule(id)
 	lvl := slog.LevelWarn
 	if !changed {
 		lvl = slog.LevelDebug // the same rejection again, e.g. by a periodic resync
 	}
 	e.log.Log(context.Background(), lvl, "scheduler: schedule rejected, last known good kept",
-		"job_id", schedule.ShowKey(id), "error", err, "armed", r.entry != 0)
+		"job_id", schedule.ShowKey(id), "error", err, "armed", r.fire != nil)
 	return changed
 }
 
@@ -795,7 +771,7 @@ func (e *Engine) remove(id string, how apply) bool {
 	if old == nil {
 		return false
 	}
-	if old.entry != 0 {
+	if old.fire != nil {
 		e.retire(sh, old, how.removeInline)
 	}
 	e.store(sh, id, nil)
@@ -824,7 +800,9 @@ func (e *Engine) remove(id string, how apply) bool {
 func (e *Engine) Sync(items iter.Seq2[Item, error]) (SyncStats, error) {
 	e.life.Lock()
 	defer e.life.Unlock()
-	e.syncs++
+	if e.syncs++; e.syncs == 0 {
+		e.syncs = 1 // 0 marks a job no Sync listed
+	}
 	p := pauser{e: e}
 	defer p.resume()
 	var st SyncStats
@@ -1025,18 +1003,18 @@ func (e *Engine) Len() int {
 }
 
 func (r *record) status(id string, now time.Time) Status {
+	js := r.state()
 	st := Status{
-		Schedule:  r.cur,
-		LastError: r.err,
-		Armed:     r.entry != 0,
-		Delay:     r.delay,
-		Elsewhere: r.entry == 0 && r.valid && r.cur.Enabled && r.ended == "",
-		Ended:     r.ended,
+		Schedule:  r.schedule(id),
+		LastError: js.err,
+		Armed:     r.fire != nil,
+		Delay:     r.delay(id),
+		Elsewhere: r.fire == nil && r.valid && r.enabled && js.ended == "",
+		Ended:     js.ended,
 	}
-	st.ID = id
 	if st.Armed || st.Elsewhere {
-		st.NextRun = r.nextRun(now)
-		if st.NextRun.IsZero() && lifetimeOf(r.cur).Over(now) {
+		st.NextRun = r.nextRun(id, now)
+		if st.NextRun.IsZero() && r.life().Over(now) {
 			// The entry fires no more: its end_at has passed.
 			st.Armed, st.Elsewhere, st.Ended = false, false, lifetime.ReasonAfterEnd
 		}
@@ -1068,20 +1046,20 @@ func (e *Engine) Rearm() (armed, disarmed []string) {
 	for _, id := range ids {
 		sh := e.shardOf(id)
 		sh.mu.Lock()
-		if r := e.load(id); r != nil && r.valid && r.cur.Enabled && r.ended == "" {
-			want, have := e.opts.Arms(id), r.entry != 0
+		if r := e.load(id); r != nil && r.valid && r.enabled && r.state().ended == "" {
+			want, have := e.opts.Arms(id), r.fire != nil
 			switch {
 			case want && !have:
 				n := *r
-				f := e.newFiring(&n)
-				n.entry, n.fire = sh.cron.Schedule(f, f), f
+				f := e.newFiring(id, &n)
+				f.entry = sh.cron.Schedule(f, f)
 				e.adds.Add(1)
 				e.store(sh, id, &n)
 				armed = append(armed, id)
 			case !want && have:
 				n := *r
 				e.retire(sh, r, false)
-				n.entry, n.fire = 0, nil
+				n.fire = nil
 				e.store(sh, id, &n)
 				disarmed = append(disarmed, id)
 			}
@@ -1125,18 +1103,18 @@ func (e *Engine) zone(name string) (*time.Location, bool) {
 
 // nextRun returns the first slot of an armed job not dispatched by now: the
 // next activation after now-delay.
-func (r *record) nextRun(now time.Time) time.Time {
-	return r.sched.Next(now.Add(-r.delay))
+func (r *record) nextRun(id string, now time.Time) time.Time {
+	return r.sched().Next(now.Add(-r.delay(id)))
 }
 
 // entry returns the robfig entry armed for job id: its entry id and the next
 // activation robfig computed. For tests; it costs a snapshot of the shard.
 func (e *Engine) entry(id string) (cron.EntryID, time.Time, bool) {
 	r := e.load(id)
-	if r == nil || r.entry == 0 {
+	if r == nil || r.fire == nil {
 		return 0, time.Time{}, false
 	}
-	en := e.shardOf(id).cron.Entry(r.entry)
+	en := e.shardOf(id).cron.Entry(r.fire.entry)
 	if !en.Valid() {
 		return 0, time.Time{}, false
 	}
@@ -1144,55 +1122,67 @@ func (e *Engine) entry(id string) (cron.EntryID, time.Time, bool) {
 }
 
 // firing is the robfig job of one armed entry, and its robfig schedule.
+// Its schedule, slot state and jitter are its record's: a record stored
+// with the firing keeps the timing (Reload re-arms a job whose timing
+// changed) and the slot state, so they stay what the entry was armed
+// with.
 type firing struct {
-	e     *Engine
-	id    string
-	sched cron.Schedule // undelayed
-	delay time.Duration // jitter delay; robfig runs the job this long after each slot
-	slots *slotState
-	// cur is the job's current valid schedule, handed to the fire
-	// callback. A Reload that leaves the timing as it is keeps this entry
-	// and stores the new schedule here.
-	cur atomic.Pointer[schedule.Schedule]
+	e  *Engine
+	id string
+	// rec is the job's record while the entry is live: store keeps it
+	// current, so the next fire carries the fields of a Reload that left
+	// the timing as it is.
+	rec   atomic.Pointer[record]
+	entry cron.EntryID // the entry in the job's shard; written once, under its lock
+	// from is the time (Unix nanoseconds) robfig first asked for the
+	// entry's next activation; 0 until then. See Engine.FiresFrom.
+	from atomic.Int64
 	// retired is set once the job was replaced or removed: the entry
 	// neither runs nor is rescheduled, whether or not robfig has dropped
 	// it yet.
 	retired atomic.Bool
-	// from is the time (Unix nanoseconds) robfig first asked for the
-	// entry's next activation; 0 until then. See Engine.FiresFrom.
-	from atomic.Int64
 
 	mu sync.Mutex
-	// planned holds the last two activations of sched that Next handed to
-	// robfig (undelayed), the newer last; guarded by mu.
-	planned [2]time.Time
+	// planned holds the last two activations of the schedule that Next
+	// handed to robfig (undelayed), the newer last, as packPlanned keeps
+	// them in the engine's location; guarded by mu.
+	planned [2]int64
 }
 
-// newFiring returns the robfig job for the valid record r, firing r.cur.
-func (e *Engine) newFiring(r *record) *firing {
-	f := &firing{e: e, id: r.cur.ID, sched: r.sched, delay: r.delay, slots: r.slots}
-	f.cur.Store(&r.cur)
+// newFiring returns the robfig job for the valid record r of job id,
+// firing r's schedule, and sets it as r's (r.fire), giving r slot state
+// if it had none. The caller sets its entry and stores r.
+func (e *Engine) newFiring(id string, r *record) *firing {
+	if r.slots == nil {
+		r.slots = new(slotState)
+	}
+	f := &firing{e: e, id: id}
+	r.fire = f
+	f.rec.Store(r)
 	return f
 }
 
-// Next is the timer robfig runs the entry on: the activations of sched,
-// each moved delay later. It remembers the activations it hands out, so that
-// Run can name its slot without searching for it: robfig asks for the
-// following activation right after starting a run, so the run's own is then
-// one of the last two.
+// Next is the timer robfig runs the entry on: the activations of its
+// schedule, each moved by the job's jitter delay. It remembers the
+// activations it hands out, so that Run can name its slot without
+// searching for it: robfig asks for the following activation right after
+// starting a run, so the run's own is then one of the last two.
 func (f *firing) Next(t time.Time) time.Time {
 	if f.retired.Load() {
 		return time.Time{} // robfig never runs an entry without a next activation
 	}
 	f.from.CompareAndSwap(0, t.UnixNano())
-	n := f.sched.Next(t.Add(-f.delay))
+	r := f.rec.Load()
+	delay := r.delay(f.id)
+	n := r.sched().Next(t.Add(-delay))
 	if n.IsZero() {
 		return n
 	}
+	p := packPlanned(n, f.e.opts.Location)
 	f.mu.Lock()
-	f.planned[0], f.planned[1] = f.planned[1], n
+	f.planned[0], f.planned[1] = f.planned[1], p
 	f.mu.Unlock()
-	return n.Add(f.delay)
+	return n.Add(delay)
 }
 
 // Run computes the fire's slot and calls the fire callback, recovering
@@ -1206,7 +1196,10 @@ func (f *firing) Run() {
 	f.mu.Lock()
 	planned := f.planned
 	f.mu.Unlock()
-	slot, ok := f.slots.claim(f.sched, now.Add(-f.delay), planned[1], planned[0])
+	r := f.rec.Load()
+	delay := r.delay(f.id)
+	loc := f.e.opts.Location
+	slot, ok := r.slots.claim(r.sched(), now.Add(-delay), unpackPlanned(planned[1], loc), unpackPlanned(planned[0], loc))
 	if !ok {
 		f.e.log.Warn("scheduler: fire without a slot of its own dropped",
 			"job_id", f.id, "now", now)
@@ -1219,7 +1212,7 @@ func (f *firing) Run() {
 		}
 	}()
 	if f.e.opts.Fire != nil {
-		f.e.opts.Fire(schedule.Due{Schedule: *f.cur.Load(), Slot: slot, Delay: f.delay})
+		f.e.opts.Fire(schedule.Due{Schedule: r.schedule(f.id), Slot: slot, Delay: delay})
 	}
 }
 

@@ -1,0 +1,143 @@
+package scheduler
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/cronswap/cronswap/schedule"
+)
+
+// roundTripTimes are times a schedule's time fields may hold: the zero
+// time, what the decoder makes (UTC, whole milliseconds), and what a Go
+// caller may hand the engine (another location, a monotonic reading, the
+// zero instant in a location, beyond Unix nanoseconds).
+func roundTripTimes(t *testing.T) []time.Time {
+	seoul, err := time.LoadLocation("Asia/Seoul")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := time.Date(2024, 5, 1, 9, 30, 0, 123_000_000, time.UTC)
+	return []time.Time{
+		{},
+		d,
+		d.Local(),
+		d.In(seoul),
+		d.In(time.FixedZone("X", 3600)),
+		time.Now(),       // with a monotonic reading
+		time.Now().UTC(), // without
+		time.Time{}.In(seoul),
+		time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Unix(0, 0).UTC(),
+		time.Unix(0, 0),
+	}
+}
+
+// A record gives back exactly (==) the schedule it was made from, whatever
+// its fields hold, so that Status, the fire callback and the comparisons
+// of Reload see what was applied: every field of schedule.Schedule, by
+// reflection, set alone and all at once, each time field through every
+// kind of time.
+func TestRecordKeepsTheScheduleExactly(t *testing.T) {
+	full := schedule.Schedule{ID: "job", CronExpr: "0 9 * * *", Timezone: "Europe/Berlin", DST: schedule.DSTPlain,
+		Enabled: true, Job: "act", Category: "cat", Args: `{"a":1}`,
+		UpdatedAt: time.Date(2024, 5, 1, 0, 0, 0, 0, time.UTC),
+		StartAt:   time.Date(2024, 6, 1, 0, 0, 0, 0, time.UTC), EndAt: time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC),
+		MaxRuns: 7, PausedUntil: time.Date(2024, 7, 1, 0, 0, 0, 0, time.UTC), Exclude: `["holidays"]`}
+	var cases []schedule.Schedule
+	fv := reflect.ValueOf(full)
+	for i := range fv.NumField() {
+		s := schedule.Schedule{ID: "job"}
+		reflect.ValueOf(&s).Elem().Field(i).Set(fv.Field(i))
+		cases = append(cases, s)
+	}
+	cases = append(cases, full, schedule.Schedule{ID: "job"})
+	timeFields := []string{"UpdatedAt", "StartAt", "EndAt", "PausedUntil"}
+	for _, tm := range roundTripTimes(t) {
+		for _, f := range timeFields {
+			for _, base := range []schedule.Schedule{{ID: "job"}, full} {
+				s := base
+				reflect.ValueOf(&s).Elem().FieldByName(f).Set(reflect.ValueOf(tm))
+				cases = append(cases, s)
+			}
+		}
+	}
+	sched := cron.Every(time.Minute)
+	for i, s := range cases {
+		for _, st := range []jobState{{}, {jitter: time.Second, err: "e", ended: "max_runs", pending: &s}} {
+			for _, parsed := range []cron.Schedule{nil, sched} {
+				r := pack(s, newTiming(s, parsed), st)
+				if got := r.schedule(s.ID); got != s {
+					t.Fatalf("case %d (%+v): the record gives back %+v", i, s, got)
+				}
+				if r.state() != st {
+					t.Fatalf("case %d: state %+v, want %+v", i, r.state(), st)
+				}
+				if r.sched() != parsed {
+					t.Fatalf("case %d: parsed schedule %v, want %v", i, r.sched(), parsed)
+				}
+				if (r.x == nil) != (st == jobState{} && lifetimeOf(s).IsZero() && s.Exclude == "" && r.updKind != timeFull) {
+					t.Fatalf("case %d: side fields %+v for %+v", i, r.x, s)
+				}
+			}
+		}
+	}
+}
+
+// The record of a plain schedule, as the decoder makes it (updated_at in
+// UTC), holds no side fields, and the jobs of one Sync with the same
+// expression share one timing.
+func TestRecordOfAPlainScheduleIsCompact(t *testing.T) {
+	e := New(Options{Shards: 4, Logger: quiet(), Arms: func(string) bool { return false }})
+	var items []Item
+	for i := range 10 {
+		items = append(items, Item{Schedule: schedule.Schedule{ID: fmt.Sprintf("j%d", i), CronExpr: fmt.Sprintf("0 %d * * *", i%2),
+			Enabled: true, Job: "act", Category: "cat", Args: `{"i":1}`,
+			UpdatedAt: time.UnixMilli(1714550400123 + int64(i)).UTC()}})
+	}
+	if st := syncItems(e, items); st.Held != len(items) {
+		t.Fatalf("Sync: %+v", st)
+	}
+	timings := map[*timing]bool{}
+	for _, it := range items {
+		r := e.load(it.Schedule.ID)
+		if r.x != nil || r.slots != nil || r.fire != nil {
+			t.Fatalf("%s: side fields %+v, slots %v, fire %v; want none", it.Schedule.ID, r.x, r.slots, r.fire)
+		}
+		if got := r.schedule(it.Schedule.ID); got != it.Schedule {
+			t.Fatalf("%s: %+v, want %+v", it.Schedule.ID, got, it.Schedule)
+		}
+		timings[r.t] = true
+	}
+	if len(timings) != 2 {
+		t.Fatalf("%d timings for 2 expressions", len(timings))
+	}
+}
+
+// An activation robfig is handed comes back exactly from firing.planned
+// when it is in the engine's location, and is not kept otherwise (Run
+// then searches for the slot).
+func TestPlannedActivationsComeBackExactly(t *testing.T) {
+	seoul, err := time.LoadLocation("Asia/Seoul")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, loc := range []*time.Location{time.UTC, time.Local, seoul} {
+		for _, tm := range roundTripTimes(t) {
+			ns := packPlanned(tm, loc)
+			if ns == 0 {
+				if tm.Location() == loc && tm.Round(0) == tm && !tm.IsZero() && tm.Year() > 1700 && tm.Year() < 2200 && tm.UnixNano() != 0 {
+					t.Errorf("%v in %v not kept", tm, loc)
+				}
+				continue
+			}
+			if got := unpackPlanned(ns, loc); got != tm {
+				t.Errorf("%v kept in %v comes back as %v", tm, loc, got)
+			}
+		}
+	}
+}
