@@ -165,7 +165,7 @@ func BenchmarkResyncUnchanged(b *testing.B) {
 	e := armedEngine(b, n)
 	defer stopEngine(b, e)
 	items := benchItems(n)
-	now := time.Now()
+	now := time.Now().UTC() // as the decoder makes it: UTC, no monotonic reading
 	for i := range items {
 		items[i].Schedule.UpdatedAt = now
 	}
@@ -248,7 +248,7 @@ func BenchmarkReloadChanged(b *testing.B) {
 // (new updated_at, same timing) with n jobs armed: robfig is not touched.
 func BenchmarkReloadUnchanged(b *testing.B) {
 	benchReloads(b, Unchanged, func(items []Item) func(k int) schedule.Schedule {
-		now := time.Now()
+		now := time.Now().UTC() // as the decoder makes it: UTC, no monotonic reading
 		return func(k int) schedule.Schedule {
 			s := items[k].Schedule
 			s.UpdatedAt = now

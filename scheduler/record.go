@@ -104,14 +104,24 @@ func newTiming(s schedule.Schedule, sched cron.Schedule) *timing {
 
 // pack returns the record holding s (but its id) with timing t, which
 // must hold s's expression, zone and daylight-saving mode, and state st.
-func pack(s schedule.Schedule, t *timing, st jobState) record {
-	r := record{t: t, job: internName(s.Job), cat: internName(s.Category), args: s.Args, enabled: s.Enabled}
-	x := extra{life: lifetimeOf(s), exclude: s.Exclude, jobState: st}
-	r.upd, r.updKind = packTime(s.UpdatedAt)
-	if r.updKind == timeFull {
-		x.updatedAt = s.UpdatedAt
+// prev, when not nil, is the job's record so far: its names are reused
+// where they are s's (most edits keep the action and category).
+func pack(s schedule.Schedule, t *timing, st jobState, prev *record) record {
+	r := record{t: t, args: s.Args, enabled: s.Enabled}
+	if prev != nil {
+		r.job, r.cat = prev.job.or(s.Job), prev.cat.or(s.Category)
+	} else {
+		r.job, r.cat = internName(s.Job), internName(s.Category)
 	}
-	r.setExtra(x)
+	r.upd, r.updKind = packTime(s.UpdatedAt)
+	life := lifetimeOf(s)
+	if st == (jobState{}) && life.IsZero() && s.Exclude == "" && r.updKind != timeFull {
+		return r // the common case: no side fields
+	}
+	r.x = &extra{life: life, exclude: s.Exclude, jobState: st}
+	if r.updKind == timeFull {
+		r.x.updatedAt = s.UpdatedAt
+	}
 	return r
 }
 
@@ -171,6 +181,28 @@ func (r *record) schedule(id string) schedule.Schedule {
 		}
 	}
 	return s
+}
+
+// sameTiming reports whether r's schedule has the timing of s
+// (schedule.Schedule.Timing), without making r's schedule.
+func (r *record) sameTiming(s schedule.Schedule) bool {
+	var t timing
+	if r.t != nil {
+		t = *r.t
+	}
+	return t.expr == s.CronExpr && t.tz == s.Timezone && t.dst == s.DST && r.enabled == s.Enabled &&
+		r.life() == lifetimeOf(s)
+}
+
+// sameExceptTiming reports whether r's schedule agrees with s on every
+// field but the timing and UpdatedAt (schedule.Schedule.SameExceptTiming)
+// but the ID, the job map's key; without making r's schedule.
+func (r *record) sameExceptTiming(s schedule.Schedule) bool {
+	var exclude string
+	if r.x != nil {
+		exclude = r.x.exclude
+	}
+	return r.job.String() == s.Job && r.cat.String() == s.Category && r.args == s.Args && exclude == s.Exclude
 }
 
 // sched is r's parsed schedule; nil unless r is valid.
@@ -245,6 +277,15 @@ func internName(s string) name {
 		return name{}
 	}
 	return name{unique.Make(s)}
+}
+
+// or returns n when it names s, else the name of s: no lookup when a
+// name is kept.
+func (n name) or(s string) name {
+	if n.String() == s {
+		return n
+	}
+	return internName(s)
 }
 
 // String returns the string n names.

@@ -67,10 +67,16 @@ func TestRecordKeepsTheScheduleExactly(t *testing.T) {
 		}
 	}
 	sched := cron.Every(time.Minute)
+	// The job's record so far, whose names pack reuses when they match.
+	prevs := []*record{nil}
+	for _, p := range []schedule.Schedule{full, {ID: "job"}, {ID: "job", Job: "other", Category: "other"}} {
+		r := pack(p, newTiming(p, nil), jobState{}, nil)
+		prevs = append(prevs, &r)
+	}
 	for i, s := range cases {
 		for _, st := range []jobState{{}, {jitter: time.Second, err: "e", ended: "max_runs", pending: &s}} {
-			for _, parsed := range []cron.Schedule{nil, sched} {
-				r := pack(s, newTiming(s, parsed), st)
+			for k, parsed := range []cron.Schedule{nil, sched} {
+				r := pack(s, newTiming(s, parsed), st, prevs[(i+k)%len(prevs)])
 				if got := r.schedule(s.ID); got != s {
 					t.Fatalf("case %d (%+v): the record gives back %+v", i, s, got)
 				}
@@ -83,6 +89,20 @@ func TestRecordKeepsTheScheduleExactly(t *testing.T) {
 				if (r.x == nil) != (st == jobState{} && lifetimeOf(s).IsZero() && s.Exclude == "" && r.updKind != timeFull) {
 					t.Fatalf("case %d: side fields %+v for %+v", i, r.x, s)
 				}
+			}
+		}
+	}
+	// Reload compares a record with the next schedule of its job without
+	// making the record's schedule: the same answers as the schedule's own
+	// comparisons.
+	for i, a := range cases {
+		r := pack(a, newTiming(a, nil), jobState{}, nil)
+		for j, b := range cases {
+			if got, want := r.sameTiming(b), a.Timing() == b.Timing(); got != want {
+				t.Fatalf("cases %d, %d: sameTiming %v, want %v (%+v, %+v)", i, j, got, want, a, b)
+			}
+			if got, want := r.sameExceptTiming(b), a.SameExceptTiming(b); got != want {
+				t.Fatalf("cases %d, %d: sameExceptTiming %v, want %v (%+v, %+v)", i, j, got, want, a, b)
 			}
 		}
 	}

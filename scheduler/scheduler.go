@@ -595,11 +595,7 @@ func (e *Engine) reloadLocked(sh *shard, s schedule.Schedule, how apply) (Outcom
 	jitter := e.jitterOf(s)
 	old := e.load(s.ID)
 
-	var oldCur schedule.Schedule
-	if old != nil {
-		oldCur = old.schedule(s.ID)
-	}
-	if old != nil && old.valid && oldCur.Timing() == s.Timing() && old.state().jitter == jitter {
+	if old != nil && old.valid && old.sameTiming(s) && old.state().jitter == jitter {
 		// The same timing parses to the same schedule: only the policy's
 		// check (the action may have changed) is left to do.
 		if err := e.policyCheck(s); err != nil {
@@ -607,7 +603,7 @@ func (e *Engine) reloadLocked(sh *shard, s schedule.Schedule, how apply) (Outcom
 		}
 		// The timing (and so the parsed schedule the entry runs on) is
 		// kept; the error and the pending schedule are cleared.
-		r := pack(s, old.t, jobState{jitter: jitter, ended: old.state().ended})
+		r := pack(s, old.t, jobState{jitter: jitter, ended: old.state().ended}, old)
 		r.valid, r.fire, r.slots, r.gen = true, old.fire, old.slots, old.gen
 		r.mark(how.gen)
 		e.store(sh, s.ID, &r)
@@ -620,7 +616,7 @@ func (e *Engine) reloadLocked(sh *shard, s schedule.Schedule, how apply) (Outcom
 		} else if e.log.Enabled(context.Background(), slog.LevelDebug) {
 			e.log.Debug("scheduler: schedule unchanged", "job_id", s.ID, "cron_expr", s.CronExpr)
 		}
-		return Unchanged, old.state().err != "" || !oldCur.SameExceptTiming(s)
+		return Unchanged, old.state().err != "" || !old.sameExceptTiming(s)
 	}
 	t, err := e.check(s, how.cache)
 	if err != nil {
@@ -633,7 +629,7 @@ func (e *Engine) reloadLocked(sh *shard, s schedule.Schedule, how apply) (Outcom
 	}
 
 	r := new(record)
-	*r = pack(s, t, jobState{jitter: jitter})
+	*r = pack(s, t, jobState{jitter: jitter}, old)
 	r.valid = true
 	if old != nil {
 		r.slots, r.gen = old.slots, old.gen
@@ -734,7 +730,7 @@ func (e *Engine) rejectLocked(id string, old *record, bad *schedule.Schedule, er
 	case old != nil && (old.valid || bad == nil):
 		r = *old // the last known good stays, armed or not
 	case bad != nil:
-		r = pack(*bad, newTiming(*bad, nil), jobState{})
+		r = pack(*bad, newTiming(*bad, nil), jobState{}, old)
 	}
 	if old != nil {
 		r.slots, r.gen = old.slots, old.gen
