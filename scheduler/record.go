@@ -118,10 +118,16 @@ func pack(s schedule.Schedule, t *timing, st jobState, prev *record) record {
 	if st == (jobState{}) && life.IsZero() && s.Exclude == "" && r.updKind != timeFull {
 		return r // the common case: no side fields
 	}
-	r.x = &extra{life: life, exclude: s.Exclude, jobState: st}
+	x := extra{life: life, exclude: s.Exclude, jobState: st}
 	if r.updKind == timeFull {
-		r.x.updatedAt = s.UpdatedAt
+		x.updatedAt = s.UpdatedAt
 	}
+	if prev != nil && prev.x != nil && *prev.x == x {
+		r.x = prev.x // immutable: a resync that finds them unchanged allocates none
+		return r
+	}
+	r.x = new(extra)
+	*r.x = x
 	return r
 }
 

@@ -92,6 +92,17 @@ func TestRecordKeepsTheScheduleExactly(t *testing.T) {
 			}
 		}
 	}
+	// Side fields equal to those of the job's record so far are shared.
+	withSide := full
+	withSide.UpdatedAt = time.Now()
+	prev := pack(withSide, newTiming(withSide, nil), jobState{jitter: time.Second}, nil)
+	if r := pack(withSide, prev.t, jobState{jitter: time.Second}, &prev); r.x != prev.x || r.schedule("job") != withSide {
+		t.Fatalf("equal side fields not shared: %p, %p", r.x, prev.x)
+	}
+	if r := pack(withSide, nil, jobState{}, &prev); r.x == prev.x || r.state() != (jobState{}) {
+		t.Fatalf("side fields shared though the state differs: %+v", r.state())
+	}
+
 	// Reload compares a record with the next schedule of its job without
 	// making the record's schedule: the same answers as the schedule's own
 	// comparisons.
