@@ -3,6 +3,8 @@ package scheduler
 import (
 	"fmt"
 	"reflect"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,5 +172,72 @@ func TestPlannedActivationsComeBackExactly(t *testing.T) {
 				t.Errorf("%v kept in %v comes back as %v", tm, loc, got)
 			}
 		}
+	}
+}
+
+// A fire reads the job's record while Reload stores the next one: every
+// fire carries one whole schedule that was applied (its action, category
+// and args from one document, never a mix), and go test -race finds no
+// race between the two.
+func TestFireReadsTheRecordWhileReloadStoresIt(t *testing.T) {
+	var (
+		mu  sync.Mutex
+		now = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+		got []schedule.Schedule
+	)
+	// Not started: the test runs the entry itself, each time a second
+	// later on the engine's clock, so every run has a slot of its own.
+	e := New(Options{Shards: 1, Logger: quiet(),
+		Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now },
+		Fire: func(d schedule.Due) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, d.Schedule)
+		}})
+	version := func(i int) schedule.Schedule {
+		s := sch("a", "* * * * * *")
+		s.Job, s.Category, s.Args = fmt.Sprintf("act-%d", i), fmt.Sprintf("cat-%d", i), fmt.Sprintf(`{"v":%d}`, i)
+		return s
+	}
+	expect(t, e.Reload(version(0)), Added)
+	f := e.load("a").fire
+	const edits = 2000
+	var editing atomic.Bool
+	editing.Store(true)
+	started := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		runs := 0
+		close(started)
+		for editing.Load() || runs == 0 {
+			mu.Lock()
+			now = now.Add(time.Second)
+			mu.Unlock()
+			f.Run()
+			runs++
+		}
+		done <- runs
+	}()
+	<-started
+	for i := 1; i <= edits; i++ {
+		expect(t, e.Reload(version(i)), Unchanged)
+	}
+	editing.Store(false)
+	runs := <-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != runs {
+		t.Fatalf("%d fires of %d runs", len(got), runs)
+	}
+	last := -1
+	for _, s := range got {
+		var i int
+		if _, err := fmt.Sscanf(s.Job, "act-%d", &i); err != nil || s != version(i) {
+			t.Fatalf("a fire carried %+v, which no Reload applied", s)
+		}
+		if i < last {
+			t.Fatalf("a fire carried version %d after one carried %d", i, last)
+		}
+		last = i
 	}
 }
