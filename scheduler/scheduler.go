@@ -78,6 +78,11 @@ type Options struct {
 	// another replica arms it. Nil arms every job. Rearm asks again for
 	// every job.
 	Arms func(id string) bool
+	// Stalled, when set, is called instead of Fire for a fire whose job's
+	// armed entry skipped slots before it (the process stalled past
+	// them): the slots of d's schedule strictly after after and before
+	// d.Slot. The callee decides those slots and fires d (see stall.go).
+	Stalled func(d schedule.Due, after time.Time)
 }
 
 // Hooks are optional callbacks for observability. They are called
@@ -1206,7 +1211,7 @@ func (f *firing) Run() {
 	f.mu.Lock()
 	planned := f.planned
 	f.mu.Unlock()
-	slot, ok := f.slots.claim(f.sched, now.Add(-f.delay), planned[1], planned[0])
+	slot, last, ok := f.slots.claimAfter(f.sched, now.Add(-f.delay), planned[1], planned[0])
 	if !ok {
 		f.e.log.Warn("scheduler: fire without a slot of its own dropped",
 			"job_id", f.id, "now", now)
@@ -1218,8 +1223,13 @@ func (f *firing) Run() {
 				"job_id", f.id, "slot", slot, "panic", fmt.Sprint(p))
 		}
 	}()
+	d := schedule.Due{Schedule: *f.cur.Load(), Slot: slot, Delay: f.delay}
+	if after, ok := f.skipped(slot, last); ok && f.e.opts.Stalled != nil {
+		f.e.opts.Stalled(d, after)
+		return
+	}
 	if f.e.opts.Fire != nil {
-		f.e.opts.Fire(schedule.Due{Schedule: *f.cur.Load(), Slot: slot, Delay: f.delay})
+		f.e.opts.Fire(d)
 	}
 }
 
