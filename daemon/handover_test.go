@@ -208,3 +208,30 @@ func TestHandOverReadFailingRecordsTheWindowMissed(t *testing.T) {
 		}
 	}
 }
+
+// A member of the previous view that does not divide armed every job:
+// while it lives, no job newly armed here is orphaned; once it is gone
+// too, the jobs whose two armers are gone are.
+func TestOrphanedWithAMemberArmingEveryJob(t *testing.T) {
+	m := func(id string, divides bool) members.Member { return members.Member{ID: id, Divides: divides} }
+	prev := []members.Member{m("r1", true), m("a", true), m("b", true), m("all", false)}
+	var ids []string
+	for i := range 50 {
+		ids = append(ids, fmt.Sprintf("job%02d", i))
+	}
+	if got := orphaned(ids, prev, []members.Member{m("r1", true), m("all", false)}); len(got) != 0 {
+		t.Errorf("orphaned %v while the member arming every job lives, want none", got)
+	}
+	got := orphaned(ids, prev, []members.Member{m("r1", true)})
+	if len(got) == 0 {
+		t.Fatal("no job orphaned with a, b and all gone")
+	}
+	for _, id := range got {
+		if a, b := members.Armers(id, prev); a.ID == "r1" || b.ID == "r1" {
+			t.Errorf("%s orphaned, but r1 armed it before (%s, %s)", id, a.ID, b.ID)
+		}
+	}
+	if len(got) == len(ids) {
+		t.Errorf("every job orphaned, want those r1 did not arm only")
+	}
+}
