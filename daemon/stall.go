@@ -43,7 +43,7 @@ func (s *Service) stallGap(d schedule.Due, after, now time.Time, next record.Nex
 	for _, m := range missed {
 		count += m.Count
 	}
-	s.log.Warn("stall: this replica's timer skipped slots of the job; offering those within its catch-up window, recording the others missed",
+	s.log.Info("stall: this replica's timer skipped slots of the job; offering those within its catch-up window, recording the others missed",
 		"job_id", d.Schedule.ID, "scheduled_at", d.Slot, "last_fired_slot", after, "offered", len(offers),
 		"missed", count, "catchup", window)
 	for _, m := range missed {
