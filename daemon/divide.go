@@ -50,18 +50,25 @@ func (s *Service) runDivide(ctx context.Context) {
 		return
 	}
 	var last string
+	var prev []members.Member
 	t := time.NewTicker(redivideEvery)
 	defer t.Stop()
 	for {
-		if key := liveKey(s.members.LiveView()); key != last {
+		live := s.members.LiveView()
+		if key := liveKey(live); key != last {
 			armed, disarmed := s.engine.Rearm()
+			orphans := armed // the first division: no view to tell
+			if last != "" {
+				orphans = orphaned(armed, prev, live)
+			}
 			if last != "" || len(armed)+len(disarmed) > 0 {
 				s.log.Info("live members changed; schedules re-divided", "live", key,
-					"armed_here", len(armed), "disarmed_here", len(disarmed), "armed", s.engine.Len())
+					"armed_here", len(armed), "disarmed_here", len(disarmed), "handed_over", len(orphans),
+					"armed", s.engine.Len())
 			}
-			last = key
-			if len(armed) > 0 {
-				s.handOver(ctx, armed, time.Now())
+			last, prev = key, live
+			if len(orphans) > 0 {
+				s.handOver(ctx, orphans, time.Now())
 			}
 		}
 		select {
@@ -81,6 +88,34 @@ func liveKey(live []members.Member) string {
 	return strings.Join(ids, ",")
 }
 
+// orphaned returns the jobs of ids (just armed here) that no member of
+// the previous live view prev armed and live still holds: both their
+// armers (members.Armers over prev, as Membership.Arms chose them) are
+// gone, so no replica armed them since. The others were armed by a
+// surviving armer all along, whose fires decided their slots. A member of
+// prev that does not divide armed every job: while it lives, none is
+// orphaned.
+func orphaned(ids []string, prev, live []members.Member) []string {
+	alive := make(map[string]bool, len(live))
+	for _, m := range live {
+		alive[m.ID] = true
+	}
+	for _, m := range prev {
+		if !m.Divides && alive[m.ID] {
+			return nil
+		}
+	}
+	var out []string
+	for _, id := range ids {
+		first, second := members.Armers(id, prev)
+		if (first.ID != "" && alive[first.ID]) || (second.ID != "" && alive[second.ID]) {
+			continue
+		}
+		out = append(out, id)
+	}
+	return out
+}
+
 // handOverWindow is how long a job can have gone without an armed replica
 // before it was armed here: both its armers gone (noticed when their
 // lease passes, then at the next redivide tick after the view's read)
@@ -98,29 +133,36 @@ func (s *Service) claimGrace() time.Duration {
 	return firepath.DefaultClaimGrace
 }
 
-// handOver offers the fire path, for each job just armed here at now, the
-// slots of the hand-over: those after its last decided slot (its lock's
-// last_slot) and before this engine's first activation of it, within
-// handOverWindow before now — each once, oldest first, whatever the job's
-// catch-up setting (the claim decides: a slot another replica ran, or is
-// running, is not run again). The slots between the last decided one and
-// the window are recorded missed (record.MissedHandOver): no replica armed
-// the job then. A job whose lock cannot be read is left to its timer.
+// handOverReads bounds the tries of the hand-over's read of the decided
+// slots; the waits between them double from a second.
+const handOverReads = 4
+
+// handOver offers the fire path, for each job just armed here at now that
+// no live replica armed before (orphaned), the slots of the hand-over:
+// those after its last decided slot (its lock's last_slot) and before this
+// engine's first activation of it, within handOverWindow before now — each
+// once, oldest first, whatever the job's catch-up setting (the claim
+// decides: a slot another replica ran, or is running, is not run again).
+// The slots between the last decided one and the window are recorded
+// missed (record.MissedHandOver): no replica armed the job then. When the
+// decided slots cannot be read (handOverReads tries), the window's slots
+// are recorded missed, hand_over, rather than left without a record; the
+// recorder leaves out any a replica decided.
 func (s *Service) handOver(ctx context.Context, ids []string, now time.Time) {
-	rctx, cancel := context.WithTimeout(ctx, decidedReadTimeout)
-	decided, err := s.store.DecidedSlots(rctx, ids, now)
-	cancel()
-	if err != nil {
-		s.log.Warn("hand-over: could not read the decided slots; the jobs armed here fire from their next slot",
-			"jobs", len(ids), "error", err)
+	decided, err := s.readHandOver(ctx, ids, now)
+	if ctx.Err() != nil {
 		return
+	}
+	if err != nil {
+		s.log.Warn("hand-over: could not read the decided slots; the slots of the hand-over window are recorded missed",
+			"collection", record.LocksCollection, "jobs", len(ids), "reason", record.MissedHandOver, "error", err)
 	}
 	window := s.handOverWindow()
 	sem := make(chan struct{}, handOverWorkers)
 	var wg sync.WaitGroup
 	for _, id := range ids {
 		last, ok := decided[id]
-		if !ok {
+		if !ok && err == nil {
 			continue // never decided anywhere: a new job, the start-up gaps' and catch-up's business
 		}
 		select {
@@ -130,14 +172,37 @@ func (s *Service) handOver(ctx context.Context, ids []string, now time.Time) {
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			s.handOverJob(ctx, id, last, now, window)
+			s.handOverJob(ctx, id, last, err == nil, now, window)
 		})
 	}
 	wg.Wait()
 }
 
-// handOverJob is handOver for one job whose last decided slot is last.
-func (s *Service) handOverJob(ctx context.Context, id string, last, now time.Time, window time.Duration) {
+// readHandOver reads the decided slots of ids, trying handOverReads times.
+func (s *Service) readHandOver(ctx context.Context, ids []string, now time.Time) (map[string]time.Time, error) {
+	wait := time.Second
+	for try := 1; ; try++ {
+		rctx, cancel := context.WithTimeout(ctx, decidedReadTimeout)
+		decided, err := s.store.DecidedSlots(rctx, ids, now)
+		cancel()
+		if err == nil || try == handOverReads {
+			return decided, err
+		}
+		s.log.Warn("hand-over: could not read the decided slots; trying again", "collection", record.LocksCollection,
+			"jobs", len(ids), "attempt", try, "retry_in", wait, "error", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
+}
+
+// handOverJob is handOver for one job whose last decided slot is last
+// (known false: it could not be read; the window's slots are then
+// recorded missed).
+func (s *Service) handOverJob(ctx context.Context, id string, last time.Time, known bool, now time.Time, window time.Duration) {
 	st, ok := s.engine.Get(id)
 	if !ok || !st.Armed {
 		return // disarmed again meanwhile
@@ -162,8 +227,7 @@ func (s *Service) handOverJob(ctx context.Context, id string, last, now time.Tim
 	if !st.UpdatedAt.IsZero() && st.UpdatedAt.After(start) {
 		start = st.UpdatedAt // the schedule was not in force before
 	}
-	// Slots after last and before start: recorded missed.
-	if lo, hi := last, start.Add(-time.Nanosecond); hi.After(lo) {
+	missed := func(lo, hi time.Time) {
 		first, lastMissed, n, _ := record.CountSlots(next, lo, hi)
 		if n > 0 {
 			m := record.MissedRange{JobID: id, From: first.UTC(), To: lastMissed.UTC(), Count: n, Reason: record.MissedHandOver}
@@ -171,6 +235,16 @@ func (s *Service) handOverJob(ctx context.Context, id string, last, now time.Tim
 				"last_scheduled_at", m.To, "count", m.Count, "reason", m.Reason)
 			s.runner.RecordMissed(st.Schedule, delay, m)
 		}
+	}
+	if !known {
+		// The window's slots, up to this engine's first: no telling which
+		// were decided; the recorder leaves those out.
+		missed(start.Add(-time.Nanosecond), from.Add(-delay))
+		return
+	}
+	// Slots after last and before start: recorded missed.
+	if hi := start.Add(-time.Nanosecond); hi.After(last) {
+		missed(last, hi)
 	}
 	// Slots from start (and after last) until this engine fires: offered.
 	lo := last
@@ -191,6 +265,7 @@ func (s *Service) handOverJob(ctx context.Context, id string, last, now time.Tim
 			return
 		}
 		d := schedule.Due{Schedule: st.Schedule, Slot: slot, Delay: delay}
-		s.runner.FireCatchUp(d, time.Since(slot)+window)
+		// Claimed one after the other, oldest first; the runs go on.
+		s.runner.Offer(d, time.Since(slot)+window)
 	}
 }

@@ -158,13 +158,19 @@ type gapInput struct {
 	window time.Duration
 	now    time.Time
 	next   record.NextFunc
+	// reason is the reason of the gap's slots within the catch-up window
+	// (empty: no_replica_running, the start-up's); those older are
+	// outside_catchup_window, unless reason is given: then the window is
+	// not looked at.
+	reason string
 }
 
 // startupGaps returns the missed ranges of one job's start-up gap: every
 // slot after the decided one (and not before notBefore) that this engine
 // does not fire and the catch-up does not offer, collapsed into at most two
 // ranges — the slots older than the catch-up window
-// (outside_catchup_window) and the others (no_replica_running).
+// (outside_catchup_window) and the others (no_replica_running). A stall's
+// gap (stall.go) goes the same way, all of it under its own reason.
 func startupGaps(id string, in gapInput, log *slog.Logger) []record.MissedRange {
 	hi := in.firesFrom.Add(-in.delay)
 	if !in.catchUp.IsZero() && !in.catchUp.After(hi) {
@@ -181,8 +187,12 @@ func startupGaps(id string, in gapInput, log *slog.Logger) []record.MissedRange 
 		after, through time.Time
 		reason         string
 	}
-	parts := []part{{lo, hi, record.MissedNoReplica}}
-	if in.window > 0 {
+	reason := in.reason
+	if reason == "" {
+		reason = record.MissedNoReplica
+	}
+	parts := []part{{lo, hi, reason}}
+	if in.window > 0 && in.reason == "" {
 		// The catch-up offers only slots s with now-s <= window.
 		cut := in.now.Add(-in.window).Add(-time.Nanosecond)
 		switch {

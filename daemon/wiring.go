@@ -129,6 +129,9 @@ func (s *Service) newEngine() *scheduler.Engine {
 		// Dividing the schedules: this replica arms the jobs it owns and
 		// those it is second for among the live members (divide.go).
 		Arms: s.armsFunc(),
+		// A fire after a stall of this process: the slots its timer
+		// skipped are offered or recorded missed first (stall.go).
+		Stalled: s.fireAfterStall,
 	})
 }
 

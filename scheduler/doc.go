@@ -82,6 +82,14 @@
 // memory survives re-arming the job (a changed expression, enabled false
 // then true) and is forgotten by Remove.
 //
+// A run woken later than the following activation (the process stalled)
+// names the latest slot, and the ones between the last slot reported and
+// it were skipped. When the slot before the one reported is later than
+// both the last slot reported and the entry's first activation, the fire
+// goes to Options.Stalled instead of Fire, with the last slot the entry
+// did fire (or the last one before it was armed): the caller decides the
+// skipped slots before firing this one.
+//
 // # Jitter
 //
 // Options.Policy gives a job a jitter bound b (the daemon takes it from

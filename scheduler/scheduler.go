@@ -78,6 +78,11 @@ type Options struct {
 	// another replica arms it. Nil arms every job. Rearm asks again for
 	// every job.
 	Arms func(id string) bool
+	// Stalled, when set, is called instead of Fire for a fire whose job's
+	// armed entry skipped slots before it (the process stalled past
+	// them): the slots of d's schedule strictly after after and before
+	// d.Slot. The callee decides those slots and fires d (see stall.go).
+	Stalled func(d schedule.Due, after time.Time)
 }
 
 // Hooks are optional callbacks for observability. They are called
@@ -1195,7 +1200,8 @@ func (f *firing) Run() {
 	r := f.rec.Load()
 	delay := r.delay(f.id)
 	loc := f.e.opts.Location
-	slot, ok := r.slots.claim(r.sched(), now.Add(-delay), unpackPlanned(planned[1], loc), unpackPlanned(planned[0], loc))
+	sched := r.sched()
+	slot, last, ok := r.slots.claimAfter(sched, now.Add(-delay), unpackPlanned(planned[1], loc), unpackPlanned(planned[0], loc))
 	if !ok {
 		f.e.log.Warn("scheduler: fire without a slot of its own dropped",
 			"job_id", f.id, "now", now)
@@ -1207,8 +1213,13 @@ func (f *firing) Run() {
 				"job_id", f.id, "slot", slot, "panic", fmt.Sprint(p))
 		}
 	}()
+	d := schedule.Due{Schedule: r.schedule(f.id), Slot: slot, Delay: delay}
+	if after, ok := f.skipped(sched, delay, slot, last); ok && f.e.opts.Stalled != nil {
+		f.e.opts.Stalled(d, after)
+		return
+	}
 	if f.e.opts.Fire != nil {
-		f.e.opts.Fire(schedule.Due{Schedule: r.schedule(f.id), Slot: slot, Delay: delay})
+		f.e.opts.Fire(d)
 	}
 }
 

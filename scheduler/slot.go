@@ -92,6 +92,13 @@ type slotState struct {
 // latest activation <= now, as activations are whole seconds, and no search
 // is needed.
 func (st *slotState) claim(sched cron.Schedule, now time.Time, planned ...time.Time) (time.Time, bool) {
+	s, _, ok := st.claimAfter(sched, now, planned...)
+	return s, ok
+}
+
+// claimAfter is claim, also returning the slot reported before (zero for
+// the job's first).
+func (st *slotState) claimAfter(sched cron.Schedule, now time.Time, planned ...time.Time) (slot, prev time.Time, ok bool) {
 	var s time.Time
 	for _, p := range planned {
 		if d := now.Round(0).Sub(p); !p.IsZero() && d >= 0 && d < time.Second {
@@ -103,17 +110,18 @@ func (st *slotState) claim(sched cron.Schedule, now time.Time, planned ...time.T
 		s = prevActivation(sched, now)
 	}
 	if s.IsZero() {
-		return time.Time{}, false
+		return time.Time{}, time.Time{}, false
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	prev = st.last
 	if !st.last.IsZero() && !s.After(st.last) {
 		n := sched.Next(st.last)
 		if n.IsZero() || n.After(now.Round(0)) {
-			return time.Time{}, false
+			return time.Time{}, time.Time{}, false
 		}
 		s = n
 	}
 	st.last = s
-	return s, true
+	return s, prev, true
 }

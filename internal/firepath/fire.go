@@ -158,6 +158,9 @@ type fire struct {
 	// waiting to learn it (an off-schedule run, a buffered fire).
 	result *OffScheduleResult
 	done   func()
+	// answered, if set, is called once the fire's claim is answered,
+	// before it runs (Runner.Offer).
+	answered func()
 	// trace is the fire's trace; nil when it is not traced.
 	trace *fireTrace
 }

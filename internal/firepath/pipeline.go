@@ -285,6 +285,9 @@ func (r *Runner) claim(f *fire) {
 // claimed settles f's claim and, when f won it, runs it.
 func (r *Runner) claimed(f *fire, a claimAnswer) {
 	defer r.exit(f)
+	if f.answered != nil {
+		f.answered()
+	}
 	if !r.settle(f, a) {
 		return
 	}

@@ -153,6 +153,20 @@ func (r *Runner) FireCatchUp(d schedule.Due, window time.Duration) {
 	r.startWait(r.slotFire(d, max(window, r.startingDeadline(d))))
 }
 
+// Offer is FireCatchUp returning once the fire's claim is answered (or
+// the fire ended without one) rather than when its run ends: offering a
+// job's older slots one after the other, oldest first, each is claimed
+// before the next, as the claim takes no slot older than one claimed.
+func (r *Runner) Offer(d schedule.Due, window time.Duration) {
+	f := r.slotFire(d, max(window, r.startingDeadline(d)))
+	answered := make(chan struct{})
+	var once sync.Once
+	f.answered = func() { once.Do(func() { close(answered) }) }
+	f.done = f.answered
+	r.start(f)
+	<-answered
+}
+
 // newRun is what the action is handed for due, run under l (zero without
 // a store: a run id of its own, fence 0).
 func (r *Runner) newRun(d schedule.Due, l record.Lease) jobs.Run {

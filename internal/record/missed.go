@@ -31,11 +31,15 @@ const (
 	// replica armed the job at the slots (its armers were gone), and they
 	// were older than the hand-over window when a replica took it over.
 	MissedHandOver = "hand_over"
+	// MissedStalled: the replica that armed the job stalled (the process
+	// frozen or paused) past the slots, and the job's catch-up window did
+	// not cover them when it ran again.
+	MissedStalled = "stalled"
 )
 
 // MissedReasons lists every reason of a missed record.
 var MissedReasons = []string{MissedNoReplica, MissedUnreachable, MissedShuttingDown,
-	MissedStartingDeadline, MissedOutsideCatchup, MissedQueueFull, MissedPaused, MissedHandOver}
+	MissedStartingDeadline, MissedOutsideCatchup, MissedQueueFull, MissedPaused, MissedHandOver, MissedStalled}
 
 // MissedRange is a run of consecutive slots of one job that did not run,
 // for one reason: the slots From..To of the job's schedule, Count of them.

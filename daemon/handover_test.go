@@ -1,0 +1,237 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+
+	"github.com/cronswap/cronswap/internal/faultproxy"
+	"github.com/cronswap/cronswap/internal/members"
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/internal/testmongo"
+)
+
+// handOverEnv is one dividing daemon (r1) beside three members that are
+// documents only: g1 and g3, whose leases pass together soon after the
+// start, and g2, live for an hour. Once g1 and g3 are gone, r1 arms every
+// job (two live members); of the jobs it did not arm before, those whose
+// two armers were g1 and g3 had no live armer (orphans), the others had
+// g2. reads holds the job ids of each read of the decided slots the
+// daemon sent through the proxy.
+type handOverEnv struct {
+	db      *mongo.Database
+	proxy   *faultproxy.Proxy
+	d       *running
+	ids     []string
+	orphans []string // sorted
+	newHere []string // jobs r1 arms only once g1 and g3 are gone
+	mu      sync.Mutex
+	reads   [][]string
+}
+
+// isDecidedRead matches the read of the decided slots (runstore
+// DecidedSlots): a find on job_locks by _id projecting last_slot.
+func isDecidedRead(cmd bsoncore.Document) bool {
+	if faultproxy.CommandName("find")(cmd) && faultproxy.Collection(record.LocksCollection)(cmd) {
+		proj, ok := cmd.Lookup("projection").DocumentOK()
+		return ok && proj.Lookup("last_slot").Type != 0
+	}
+	return false
+}
+
+func newHandOverEnv(t *testing.T, nJobs int) *handOverEnv {
+	t.Helper()
+	direct := testmongo.Client(t)
+	e := &handOverEnv{db: testmongo.NewDatabase(t, direct)}
+	uri := testmongo.Shared(t).URI
+	upstream, ok := faultproxy.Upstream(uri)
+	if !ok {
+		t.Fatalf("cannot proxy %q", uri)
+	}
+	p, err := faultproxy.New(context.Background(), upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.proxy = p
+	through := testmongo.ClientFor(t, p.URI(uri)).Database(e.db.Name())
+	t.Cleanup(func() { _ = p.Close() })
+
+	now := time.Now()
+	dies := now.Add(8 * time.Second)
+	ghost := func(id string, until time.Time) members.Member {
+		return members.Member{ID: id, Host: "ghost", PID: 1, Incarnation: "ghost-" + id, Divides: true,
+			StartedAt: now, HeartbeatAt: now, LeaseUntil: until, ExpireAt: now.Add(2 * time.Hour)}
+	}
+	ghosts := []members.Member{ghost("g1", dies), ghost("g2", now.Add(time.Hour)), ghost("g3", dies)}
+	for _, g := range ghosts {
+		if _, err := e.db.Collection(members.CollectionName).InsertOne(context.Background(), g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var docs []any
+	for i := range nJobs {
+		id := fmt.Sprintf("ho%03d", i)
+		e.ids = append(e.ids, id)
+		docs = append(docs, bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: "* * * * * *"},
+			{Key: "job", Value: "tick"}, {Key: "updated_at", Value: now}})
+	}
+	if _, err := e.db.Collection("schedules").InsertMany(context.Background(), docs); err != nil {
+		t.Fatal(err)
+	}
+	// Who armed what before, and after, g1 and g3 are gone.
+	before := append(slices.Clone(ghosts), members.Member{ID: "r1"})
+	for _, id := range e.ids {
+		a, b := members.Armers(id, before)
+		switch {
+		case a.ID == "r1" || b.ID == "r1":
+		case a.ID == "g2" || b.ID == "g2":
+			e.newHere = append(e.newHere, id)
+		default:
+			e.orphans = append(e.orphans, id)
+			e.newHere = append(e.newHere, id)
+		}
+	}
+	if len(e.orphans) == 0 || len(e.orphans) == len(e.newHere) {
+		t.Fatalf("jobs newly armed here %v, orphans %v: want some of each", e.newHere, e.orphans)
+	}
+	// Counts the ids of every read of the decided slots (and fails none).
+	p.FailAlways(func(cmd bsoncore.Document) bool {
+		if isDecidedRead(cmd) {
+			var ids []string
+			if in, ok := cmd.Lookup("filter", "_id", "$in").ArrayOK(); ok {
+				vals, _ := in.Values()
+				for _, v := range vals {
+					ids = append(ids, v.StringValue())
+				}
+			}
+			slices.Sort(ids)
+			e.mu.Lock()
+			e.reads = append(e.reads, ids)
+			e.mu.Unlock()
+		}
+		return false
+	}, faultproxy.ErrorReply{})
+
+	opts := testOptions()
+	opts.InstanceID = "r1"
+	opts.DivideSchedules = true
+	opts.MembersHeartbeat, opts.MembersLease = time.Second, 3*time.Second
+	opts.ClaimGrace = 100 * time.Millisecond
+	e.d = startDaemon(t, through, opts)
+	waitFor(t, 30*time.Second, "r1 armed its share beside g1, g2 and g3", func() bool {
+		n := 0
+		for _, id := range e.ids {
+			if armed(e.d.engine, id) {
+				n++
+			}
+		}
+		return n == len(e.ids)-len(e.newHere)
+	})
+	waitFor(t, 30*time.Second, "the start-up's read of the decided slots", func() bool { return len(e.readsSince(0)) >= 1 })
+	return e
+}
+
+// readsSince returns the reads of the decided slots counted from the
+// n-th on.
+func (e *handOverEnv) readsSince(n int) [][]string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.reads[min(n, len(e.reads)):])
+}
+
+// The hand-over reads the decided slots only of the jobs whose two armers
+// both died: the jobs newly armed here that a live member armed already
+// are left to that member's fires. A failed read is tried again.
+func TestHandOverReadsOnlyOrphanedJobs(t *testing.T) {
+	e := newHandOverEnv(t, 40)
+	start := len(e.readsSince(0)) // the start-up's read
+	e.proxy.FailNext(isDecidedRead, faultproxy.ErrorReply{Code: 1, CodeName: "InternalError", Errmsg: "hand-over read refused by the test"})
+	waitFor(t, 30*time.Second, "r1 armed every job", func() bool {
+		for _, id := range e.ids {
+			if !armed(e.d.engine, id) {
+				return false
+			}
+		}
+		return true
+	})
+	waitFor(t, 30*time.Second, "the hand-over's read tried again", func() bool { return len(e.readsSince(start)) >= 2 })
+	reads := e.readsSince(start)
+	for i, ids := range reads {
+		if !slices.Equal(ids, e.orphans) {
+			t.Errorf("read %d of the decided slots asked for %v, want the orphans %v (of the %d jobs newly armed here)",
+				i+1, ids, e.orphans, len(e.newHere))
+		}
+	}
+	if len(reads) != 2 {
+		t.Errorf("%d reads of the decided slots after the re-division, want 2 (one refused, one tried again)", len(reads))
+	}
+	if _, ok := e.d.logs.find(func(r map[string]any) bool {
+		return r["msg"] == "live members changed; schedules re-divided" && r["handed_over"] == float64(len(e.orphans)) &&
+			r["armed_here"] == float64(len(e.newHere))
+	}); !ok {
+		t.Errorf("no re-division logged with armed_here %d, handed_over %d", len(e.newHere), len(e.orphans))
+	}
+}
+
+// A hand-over read that fails every try leaves no orphan's slots without
+// a record: the window's slots, up to r1's first, are recorded missed,
+// hand_over.
+func TestHandOverReadFailingRecordsTheWindowMissed(t *testing.T) {
+	e := newHandOverEnv(t, 40)
+	e.proxy.FailTimes(handOverReads, isDecidedRead,
+		faultproxy.ErrorReply{Code: 1, CodeName: "InternalError", Errmsg: "hand-over read refused by the test"})
+	for _, id := range e.orphans {
+		waitFor(t, 60*time.Second, id+" recorded missed, hand_over", func() bool {
+			for _, r := range runsOf(t, e.db, id, time.Time{}) {
+				if r.Status == record.StatusMissed && r.Reason == record.MissedHandOver && r.Count > 0 {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	for _, id := range e.newHere {
+		if slices.Contains(e.orphans, id) {
+			continue
+		}
+		for _, r := range runsOf(t, e.db, id, time.Time{}) {
+			if r.Reason == record.MissedHandOver {
+				t.Errorf("%s, armed by g2 before, recorded missed hand_over: %+v", id, r)
+			}
+		}
+	}
+}
+
+// A member of the previous view that does not divide armed every job:
+// while it lives, no job newly armed here is orphaned; once it is gone
+// too, the jobs whose two armers are gone are.
+func TestOrphanedWithAMemberArmingEveryJob(t *testing.T) {
+	m := func(id string, divides bool) members.Member { return members.Member{ID: id, Divides: divides} }
+	prev := []members.Member{m("r1", true), m("a", true), m("b", true), m("all", false)}
+	var ids []string
+	for i := range 50 {
+		ids = append(ids, fmt.Sprintf("job%02d", i))
+	}
+	if got := orphaned(ids, prev, []members.Member{m("r1", true), m("all", false)}); len(got) != 0 {
+		t.Errorf("orphaned %v while the member arming every job lives, want none", got)
+	}
+	got := orphaned(ids, prev, []members.Member{m("r1", true)})
+	if len(got) == 0 {
+		t.Fatal("no job orphaned with a, b and all gone")
+	}
+	for _, id := range got {
+		if a, b := members.Armers(id, prev); a.ID == "r1" || b.ID == "r1" {
+			t.Errorf("%s orphaned, but r1 armed it before (%s, %s)", id, a.ID, b.ID)
+		}
+	}
+	if len(got) == len(ids) {
+		t.Errorf("every job orphaned, want those r1 did not arm only")
+	}
+}
