@@ -45,6 +45,8 @@ import io.netty.channel.Channel;
  * <li>{@code hello} is answered like {@code isMaster};</li>
  * <li>cursor replies are cut into batches as a server cuts them: 101 documents in a first batch unless the command
  * names a batchSize, at most 16 MiB of documents in any reply ({@link ServerBatches});</li>
+ * <li>a plain find is read as its cursor advances, a batch at a time ({@link StreamedFind}), not matched and
+ * collected whole before its first batch;</li>
  * <li>a reply holds copies of the stored documents, taken under the lock that keeps writes out ({@link #detached}).
  * The library answers a query with the stored documents themselves and changes them in place on an update, and
  * netty encodes a reply on its event loop after the handler has returned, outside any lock: a write that added a
