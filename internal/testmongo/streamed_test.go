@@ -137,10 +137,14 @@ func TestFindDuringWritesReturnsEachDocumentOnce(t *testing.T) {
 			}
 		}
 	}()
-	defer func() {
-		close(done)
-		wg.Wait()
-	}()
+	var once sync.Once
+	stopWriter := func() {
+		once.Do(func() {
+			close(done)
+			wg.Wait()
+		})
+	}
+	defer stopWriter()
 
 	cur, err := coll.Find(c, bson.D{}, options.Find().SetBatchSize(37))
 	if err != nil {
@@ -185,6 +189,7 @@ func TestFindDuringWritesReturnsEachDocumentOnce(t *testing.T) {
 	if err := cur.Err(); err != nil {
 		t.Fatalf("after %d documents: %v", len(seen), err)
 	}
+	stopWriter() // writeErr is the writer's until it has stopped
 	if writeErr != nil {
 		t.Fatalf("concurrent writer: %v", writeErr)
 	}
