@@ -38,6 +38,7 @@ type scaleSettings struct {
 	reloadEditRate float64
 	settleLimit    time.Duration
 	serverHeap     string
+	serverJVMArgs  []string
 	oplogMax       int
 	out            string
 	logDir         string
@@ -85,6 +86,8 @@ func scaleMain(args []string) int {
 	fs.DurationVar(&o.settleLimit, "settle", 10*time.Minute,
 		"wait at most this long after a cold start for its start-up work (first sightings, CPU) to settle before measuring edits")
 	fs.StringVar(&o.serverHeap, "server-heap", "6g", "the test server's -Xmx")
+	serverJVM := fs.String("server-jvm-args", "", "the test server's extra JVM options, space-separated "+
+		"(e.g. -XX:TieredStopAtLevel=4: C2 as well as C1; the default is internal/testmongo's C1 only)")
 	fs.IntVar(&o.oplogMax, "oplog-max-entries", 200000, "the test server's oplog bound (0: none; 1,000,000 inserts need a bound or the heap)")
 	fs.StringVar(&o.out, "out", "docs", "directory for bench-scale-results.txt (appended; '' writes none)")
 	fs.StringVar(&o.logDir, "logs", "", "keep the daemons' logs and state files here")
@@ -92,6 +95,7 @@ func scaleMain(args []string) int {
 		"as heap-LABEL-N.pb.gz (go tool pprof -sample_index=inuse_space)")
 	fs.DurationVar(&o.timeout, "timeout", 90*time.Minute, "the whole run's deadline")
 	_ = fs.Parse(args)
+	o.serverJVMArgs = strings.Fields(*serverJVM)
 	for _, s := range strings.Split(*ns, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1000 {
@@ -224,7 +228,7 @@ func scaleN(ctx context.Context, o scaleSettings, n int, logDir string) (*scaleR
 		extra = append(extra, "--oplog-max-entries", strconv.Itoa(o.oplogMax))
 	}
 	srv, err := testmongo.Start(ctx, testmongo.Options{StartTimeout: 2 * time.Minute, IgnoreEnv: true,
-		JVMArgs: []string{"-Xmx" + o.serverHeap}, ExtraArgs: extra})
+		JVMArgs: append([]string{"-Xmx" + o.serverHeap}, o.serverJVMArgs...), ExtraArgs: extra})
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +240,8 @@ func scaleN(ctx context.Context, o scaleSettings, n int, logDir string) (*scaleR
 	defer func() { _ = client.Disconnect(context.Background()) }()
 	dbName := fmt.Sprintf("bench_scale_%d", n)
 	coll := client.Database(dbName).Collection("schedules")
-	logf("=== N=%d: loading into a fresh server (-Xmx%s, oplog bound %d)", n, o.serverHeap, o.oplogMax)
+	logf("=== N=%d: loading into a fresh server (-Xmx%s %s, oplog bound %d)", n, o.serverHeap,
+		strings.Join(o.serverJVMArgs, " "), o.oplogMax)
 	if r.loadTime, r.collBytes, err = loadScale(ctx, coll, n); err != nil {
 		return nil, err
 	}
@@ -664,8 +669,9 @@ func msOf(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/1e6) }
 func scaleHeader(o scaleSettings, env machine, started time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "bench scale %s–%s UTC: N=%v, %d edits at %.3g/s (+%d warm-up), %.3g edits/s during each cold start; "+
-		"test server -Xmx%s, oplog bound %d\n", started.Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04"),
-		o.ns, o.edits, o.rate, o.warmup, o.reloadEditRate, o.serverHeap, o.oplogMax)
+		"test server -Xmx%s%s, oplog bound %d\n", started.Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04"),
+		o.ns, o.edits, o.rate, o.warmup, o.reloadEditRate, o.serverHeap,
+		strings.Join(append([]string{""}, o.serverJVMArgs...), " "), o.oplogMax)
 	fmt.Fprintf(&b, "machine: %d CPUs %s, %s, Linux %s, %s; load average %s → %s\n",
 		env.cpus, env.cpuModel, env.memTotal, env.kernel, env.goVersion, env.loadBefore, env.loadAfter)
 	for _, bd := range o.builds {

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/testmongo"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -41,6 +42,9 @@ type serverSettings struct {
 	rounds  int
 	bulk    int
 	finds   int
+	// fullReads are the reads of the whole collection per round, as a
+	// daemon's full read (batches of changestream.SnapshotBatchSize).
+	fullReads int
 }
 
 // serverTarget is one test server under measurement.
@@ -56,7 +60,8 @@ type serverTarget struct {
 }
 
 // serverOps are the measured operations in report order.
-var serverOps = []string{"bulk update by _id (per doc)", "insertMany (per doc)", "find by job_id", "find by job_id + scheduled_at range"}
+var serverOps = []string{"bulk update by _id (per doc)", "insertMany (per doc)", "find by job_id", "find by job_id + scheduled_at range",
+	"full read: first batch", "full read: all documents"}
 
 func serverMain(args []string) int {
 	fs := flag.NewFlagSet("bench server", flag.ContinueOnError)
@@ -70,6 +75,7 @@ func serverMain(args []string) int {
 	fs.IntVar(&o.rounds, "rounds", 5, "measured rounds (one uncounted warm-up round first)")
 	fs.IntVar(&o.bulk, "bulk", 1000, "documents per bulk update and per insertMany")
 	fs.IntVar(&o.finds, "finds", 100, "finds of each kind per round")
+	fs.IntVar(&o.fullReads, "full-reads", 1, "reads of the whole collection per round, as a daemon's full read (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -100,8 +106,8 @@ func serverMain(args []string) int {
 			}
 		}
 	}
-	if len(o.labels) != len(o.jars) || o.docs < o.jobs || o.jobs < 1 || o.rounds < 1 || o.bulk < 1 || o.finds < 1 {
-		fmt.Fprintln(os.Stderr, "bench server: -labels must match -jars; -docs ≥ -jobs ≥ 1; -rounds, -bulk, -finds ≥ 1")
+	if len(o.labels) != len(o.jars) || o.docs < o.jobs || o.jobs < 1 || o.rounds < 1 || o.bulk < 1 || o.finds < 1 || o.fullReads < 0 {
+		fmt.Fprintln(os.Stderr, "bench server: -labels must match -jars; -docs ≥ -jobs ≥ 1; -rounds, -bulk, -finds ≥ 1; -full-reads ≥ 0")
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
@@ -140,6 +146,9 @@ func runServerBench(ctx context.Context, o serverSettings) error {
 	fmt.Printf("%d records (%d jobs) in job_runs, %d rounds, bulk %d, %d finds of each kind a round\n",
 		o.docs, o.jobs, o.rounds, o.bulk, o.finds)
 	for _, op := range serverOps {
+		if len(targets[0].samples[op]) == 0 {
+			continue // -full-reads 0
+		}
 		fmt.Printf("\n%s\n", op)
 		var medians []time.Duration
 		for _, t := range targets {
@@ -294,5 +303,33 @@ func (t *serverTarget) round(ctx context.Context, o serverSettings, round int, b
 		}
 		record(serverOps[3], time.Since(start), 1)
 	}
+	for range o.fullReads {
+		first, all, n, err := fullRead(ctx, t.runs)
+		if err != nil {
+			return fmt.Errorf("full read: %w", err)
+		}
+		if n < o.docs {
+			return fmt.Errorf("full read returned %d documents, want at least %d", n, o.docs)
+		}
+		record(serverOps[4], first, 1)
+		record(serverOps[5], all, 1)
+	}
 	return nil
+}
+
+// fullRead reads the whole collection as a daemon's full read does (a find
+// with changestream.SnapshotBatchSize, no filter, no sort): the time to the
+// first batch, to the last document, and the documents read.
+func fullRead(ctx context.Context, coll *mongo.Collection) (first, all time.Duration, n int, err error) {
+	start := time.Now()
+	cur, err := coll.Find(ctx, bson.D{}, options.Find().SetBatchSize(changestream.SnapshotBatchSize))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
+	first = time.Since(start)
+	for cur.Next(ctx) {
+		n++
+	}
+	return first, time.Since(start), n, cur.Err()
 }

@@ -45,6 +45,8 @@ import io.netty.channel.Channel;
  * <li>{@code hello} is answered like {@code isMaster};</li>
  * <li>cursor replies are cut into batches as a server cuts them: 101 documents in a first batch unless the command
  * names a batchSize, at most 16 MiB of documents in any reply ({@link ServerBatches});</li>
+ * <li>a plain find is read as its cursor advances, a batch at a time ({@link StreamedFind}), not matched and
+ * collected whole before its first batch;</li>
  * <li>a reply holds copies of the stored documents, taken under the lock that keeps writes out ({@link #detached}).
  * The library answers a query with the stored documents themselves and changes them in place on an update, and
  * netty encodes a reply on its event loop after the handler has returned, outside any lock: a write that added a
@@ -245,18 +247,80 @@ final class CompatBackend implements MongoBackend {
     }
 
     /**
-     * A find, its result cut into batches as a server cuts them ({@link ServerBatches}): the library is asked for the
-     * whole result (no batchSize, so it keeps no cursor of its own), and the reply is cut to the first batch. The
+     * A find. A plain scan of an in-memory collection is a {@link StreamedFind}: each batch read as the cursor
+     * advances. Any other is cut into batches as a server cuts them ({@link ServerBatches}): the library is asked for
+     * the whole result (no batchSize, so it keeps no cursor of its own), and the reply is cut to the first batch. The
      * query itself runs under the collection's own monitor, as the library's do, not under {@link #lock}: a slow one
      * (an {@code $in} of a thousand ids is matched against every document) would hold up every write; only the cut,
      * which measures the documents, and the copy of the first batch take the read lock.
      */
     private Document find(Channel channel, String databaseName, String command, Document query) {
+        StreamedFind streamed = StreamedFind.open(delegate.resolveDatabase(databaseName), command, query,
+            internals.cursors()::generateCursorId);
+        if (streamed != null) {
+            return streamedFirst(command, streamed, ServerBatches.firstBatchCount(query.get("batchSize")),
+                Boolean.TRUE.equals(query.get("singleBatch")));
+        }
         Document whole = query.clone();
         Object batchSize = whole.remove("batchSize");
         Document response = delegate.handleCommand(channel, databaseName, command, whole);
         return read(command, () -> ServerBatches.cutFirstBatch(internals.cursors(), response,
             ServerBatches.firstBatchCount(batchSize), Boolean.TRUE.equals(query.get("singleBatch"))));
+    }
+
+    /**
+     * The first batch of a {@link StreamedFind}; the cursor is registered for the getMores unless it is exhausted or
+     * the find asked for a single batch.
+     */
+    private Document streamedFirst(String command, StreamedFind cursor, int count, boolean singleBatch) {
+        List<Document> batch = streamedBatch(command, cursor, count);
+        long id = 0;
+        if (!singleBatch && !cursor.isEmpty()) {
+            internals.cursors().add(cursor);
+            id = cursor.getId();
+        }
+        Document reply = new Document("id", id).append("ns", cursor.ns()).append("firstBatch", batch);
+        return new Document("cursor", reply).append("ok", 1.0);
+    }
+
+    /** A getMore on a {@link StreamedFind}: its next batch, and cursor id 0 (the cursor removed) at its end. */
+    private Document streamedGetMore(String command, StreamedFind cursor, Document query) {
+        Object batchSize = query.get("batchSize");
+        int count = batchSize instanceof Number && ((Number) batchSize).intValue() > 0
+            ? ((Number) batchSize).intValue() : Integer.MAX_VALUE;
+        List<Document> batch;
+        try {
+            batch = streamedBatch(command, cursor, count);
+        } catch (RuntimeException e) {
+            internals.cursors().remove(cursor);
+            throw e;
+        }
+        long id = cursor.getId();
+        if (cursor.isEmpty()) {
+            internals.cursors().remove(cursor);
+            id = 0;
+        }
+        Document reply = new Document("id", id).append("ns", cursor.ns()).append("nextBatch", batch);
+        return new Document("cursor", reply).append("ok", 1.0);
+    }
+
+    /**
+     * The next batch of a streamed find, read in steps ({@link StreamedFind#step}), each under the read lock, so that
+     * a write waits for one step at most, not for a whole batch; the documents are copies taken in the step.
+     */
+    private List<Document> streamedBatch(String command, StreamedFind cursor, int count) {
+        ServerBatches.Budget budget = new ServerBatches.Budget(count);
+        List<Document> batch = new ArrayList<>();
+        boolean complete = false;
+        while (!complete) {
+            acquire(lock.readLock(), command);
+            try {
+                complete = cursor.step(budget, batch);
+            } finally {
+                lock.readLock().unlock();
+            }
+        }
+        return batch;
     }
 
     /** An aggregate (not a change stream): the library's whole result, cut into batches like a find's. */
@@ -290,9 +354,13 @@ final class CompatBackend implements MongoBackend {
 
     private Document getMore(Channel channel, String databaseName, String command, Document query) {
         long cursorId = ((Number) query.get(command)).longValue();
-        Optional<ServerBatches.Batched> batched = batchedCursor(cursorId);
-        if (batched.isPresent()) {
-            return read(command, () -> ServerBatches.getMore(internals.cursors(), batched.get(), query));
+        Optional<Cursor> own = ownCursor(cursorId);
+        if (own.isPresent() && own.get() instanceof StreamedFind) {
+            return streamedGetMore(command, (StreamedFind) own.get(), query);
+        }
+        if (own.isPresent()) {
+            ServerBatches.Batched batched = (ServerBatches.Batched) own.get();
+            return read(command, () -> ServerBatches.getMore(internals.cursors(), batched, query));
         }
         Optional<ChangeStreamOplog.ChangeStreamCursor> cursor =
             ChangeStreamOplog.cursor(internals.cursors(), cursorId);
@@ -324,11 +392,14 @@ final class CompatBackend implements MongoBackend {
         }
     }
 
-    /** The find or aggregate cursor {@code id}, if it is one {@link ServerBatches} keeps. */
-    private Optional<ServerBatches.Batched> batchedCursor(long id) {
+    /**
+     * The find or aggregate cursor {@code id}, if it is one of the launcher's: a {@link ServerBatches.Batched} or a
+     * {@link StreamedFind}.
+     */
+    private Optional<Cursor> ownCursor(long id) {
         try {
             Cursor cursor = internals.cursors().getCursor(id);
-            return cursor instanceof ServerBatches.Batched ? Optional.of((ServerBatches.Batched) cursor)
+            return cursor instanceof ServerBatches.Batched || cursor instanceof StreamedFind ? Optional.of(cursor)
                 : Optional.empty();
         } catch (RuntimeException e) {
             return Optional.empty();

@@ -12,6 +12,7 @@ import java.util.Objects;
 import java.util.Set;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Supplier;
+import java.util.stream.Stream;
 
 import de.bwaldvogel.mongo.MongoCollection;
 import de.bwaldvogel.mongo.backend.ArrayFilters;
@@ -302,6 +303,11 @@ final class IndexedMemory {
 
         private final CommittedWrites committed;
 
+        /** One past the highest position a document was ever stored at: below it, a document or a hole (null). */
+        private int extent;
+        /** Set when the collection is dropped: a {@link StreamedFind} reading it fails. */
+        private volatile boolean dropped;
+
         IndexedCollection(Database database, String name, CollectionOptions options, CursorRegistry cursors,
                           Supplier<ChangeStreamOplog> oplog) {
             super(database, name, options, cursors);
@@ -312,6 +318,89 @@ final class IndexedMemory {
         public synchronized void addDocument(Document document) {
             super.addDocument(document);
             committed.inserted(document);
+        }
+
+        @Override
+        protected synchronized Integer addDocumentInternal(Document document) {
+            Integer position = super.addDocumentInternal(document);
+            extent = Math.max(extent, position + 1);
+            return position;
+        }
+
+        @Override
+        public void drop() {
+            dropped = true;
+            super.drop();
+        }
+
+        /** Whether the collection was dropped. */
+        boolean isDropped() {
+            return dropped;
+        }
+
+        /**
+         * Whether a find with this filter scans the collection (no index offers candidates), as a {@link StreamedFind}
+         * reads it; if so, it is counted as a scan in the query counters.
+         */
+        synchronized boolean startScan(Document filter) {
+            if (candidates(filter, count() / 2 + 16) != null) {
+                return false;
+            }
+            scans.incrementAndGet();
+            return true;
+        }
+
+        /**
+         * Where a {@link #scan} step stopped: the next position to examine; whether it stopped because the batch is
+         * complete (its budget full, or the next match did not fit); whether no position is left.
+         */
+        record Scan(int next, boolean stopped, boolean exhausted) {
+        }
+
+        /**
+         * One step of a {@link StreamedFind}: from position {@code from} on, at most {@code maxExamined} positions,
+         * adds to {@code batch} a deep copy of each document matching {@code filter} (projected when {@code
+         * projection} is not null) while {@code budget} admits it. A match the budget refuses is not passed: the
+         * next step examines it again. The caller holds the read lock, so the copies are whole.
+         */
+        synchronized Scan scan(int from, int maxExamined, Document filter, Document projection,
+                               ServerBatches.Budget budget, List<Document> batch) {
+            int position = from;
+            long seen = 0;
+            boolean stopped = false;
+            while (position < extent && position - from < maxExamined) {
+                if (budget.full()) {
+                    stopped = true;
+                    break;
+                }
+                Document stored = getDocument(position);
+                if (stored != null) {
+                    seen++;
+                    Document match = matched(stored, filter, projection);
+                    if (match != null) {
+                        if (!budget.admit(match)) {
+                            stopped = true;
+                            break;
+                        }
+                        batch.add(match.cloneDeeply());
+                    }
+                }
+                position++;
+            }
+            examined.addAndGet(seen);
+            return new Scan(position, stopped || budget.full(), position >= extent);
+        }
+
+        /** The document as the find returns it (projected), or null if it does not match the filter. */
+        private Document matched(Document stored, Document filter, Document projection) {
+            if (projection == null) {
+                return documentMatchesQuery(stored, filter) ? stored : null;
+            }
+            // the library's own matching and projection (a positional projection needs the filter)
+            for (Document projected : matchDocumentsFromStream(filter, Stream.of(stored), 0, 0, 0, null, projection)) {
+                return projected;
+            }
+            return null;
         }
 
         @Override

@@ -114,6 +114,11 @@ final class ServerBatches {
             this.count = count;
         }
 
+        /** Whether the batch holds as many documents as it may. */
+        boolean full() {
+            return taken >= count;
+        }
+
         /** Whether {@code document} goes in the batch; counts it if so. */
         boolean admit(Document document) {
             if (taken >= count) {
