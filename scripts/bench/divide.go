@@ -25,17 +25,19 @@ import (
 
 // divideSettings are the flags of "bench divide".
 type divideSettings struct {
-	n            int
-	replicas     int
-	binary       string
-	serverHeap   string
-	oplogMax     int
-	stable       time.Duration
-	settle       time.Duration
-	out          string
-	logDir       string
-	heapProfiles string
-	timeout      time.Duration
+	n          int
+	replicas   int
+	binary     string
+	serverHeap string
+	// serverJVMArgs are the test server's extra JVM options (-server-jvm-args).
+	serverJVMArgs []string
+	oplogMax      int
+	stable        time.Duration
+	settle        time.Duration
+	out           string
+	logDir        string
+	heapProfiles  string
+	timeout       time.Duration
 	// The kill/join phase (divide_schedules on; -hot 0 leaves it out).
 	hot                          int
 	heartbeat, lease, claimGrace time.Duration
@@ -51,6 +53,8 @@ func divideMain(args []string) int {
 	fs.IntVar(&o.replicas, "replicas", 4, "replicas started side by side")
 	fs.StringVar(&o.binary, "binary", "", "daemon binary (default: a build of this tree)")
 	fs.StringVar(&o.serverHeap, "server-heap", "6g", "the test server's -Xmx")
+	serverJVM := fs.String("server-jvm-args", "", "the test server's extra JVM options, space-separated "+
+		"(e.g. -XX:TieredStopAtLevel=4: C2 as well as C1; the default is internal/testmongo's C1 only)")
 	fs.IntVar(&o.oplogMax, "oplog-max-entries", 200000, "the test server's oplog bound (0: none)")
 	fs.DurationVar(&o.stable, "stable", 15*time.Second,
 		"the replicas' armed counts must stay the same this long (more than a heartbeat, 10 s) before they are read")
@@ -66,6 +70,7 @@ func divideMain(args []string) int {
 	fs.DurationVar(&o.claimGrace, "claim-grace", 0, "the replicas' members.claim_grace (0: the default, 2s)")
 	fs.DurationVar(&o.before, "before", 15*time.Second, "kill/join: every replica up this long before the kill")
 	fs.DurationVar(&o.after, "after", 20*time.Second, "kill/join: slots counted this long after the armed counts settled on the join")
+	o.serverJVMArgs = strings.Fields(*serverJVM)
 	rounds := fs.String("settings", "off,on", "the divide_schedules rounds, in order (off, on, or both)")
 	_ = fs.Parse(args)
 	for _, v := range strings.Split(*rounds, ",") {
@@ -126,7 +131,7 @@ func runDivide(ctx context.Context, o divideSettings) error {
 		extra = append(extra, "--oplog-max-entries", strconv.Itoa(o.oplogMax))
 	}
 	srv, err := testmongo.Start(ctx, testmongo.Options{StartTimeout: 2 * time.Minute, IgnoreEnv: true,
-		JVMArgs: []string{"-Xmx" + o.serverHeap}, ExtraArgs: extra})
+		JVMArgs: append([]string{"-Xmx" + o.serverHeap}, o.serverJVMArgs...), ExtraArgs: extra})
 	if err != nil {
 		return err
 	}
@@ -159,10 +164,11 @@ func runDivide(ctx context.Context, o divideSettings) error {
 		}
 	}
 	env.loadAfter = loadAvg()
-	text := fmt.Sprintf("bench divide %s–%s UTC: N=%d (%.1f MB, the second load took %s), %d replicas of %s; test server -Xmx%s, oplog bound %d\n"+
+	text := fmt.Sprintf("bench divide %s–%s UTC: N=%d (%.1f MB, the second load took %s), %d replicas of %s; test server -Xmx%s%s, oplog bound %d\n"+
 		"machine: %d CPUs %s, %s, Linux %s, %s; load average %s → %s\n",
 		started.Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04"), o.n, float64(collBytes)/1e6,
-		loadTime.Round(time.Second), o.replicas, ws.binary, o.serverHeap, o.oplogMax,
+		loadTime.Round(time.Second), o.replicas, ws.binary, o.serverHeap,
+		strings.Join(append([]string{""}, o.serverJVMArgs...), " "), o.oplogMax,
 		env.cpus, env.cpuModel, env.memTotal, env.kernel, env.goVersion, env.loadBefore, env.loadAfter) + divideTable(rounds)
 	fmt.Print(text)
 	if o.out == "" {
