@@ -7,31 +7,16 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/internal/scaledoc"
 )
 
 // benchJobs is how many documents the docStore benchmarks load.
 const benchJobs = 100_000
 
-// benchZones are the zones of the scale bench's documents.
-var benchZones = []string{"", "UTC", "Europe/Berlin", "Europe/London", "America/New_York", "America/Los_Angeles",
-	"America/Sao_Paulo", "Asia/Tokyo", "Asia/Kolkata", "Australia/Sydney", "Africa/Johannesburg", "Europe/Moscow",
-	"America/Chicago", "Asia/Shanghai", "Pacific/Auckland", "Asia/Singapore", "Europe/Paris", "America/Denver",
-	"Asia/Dubai", "America/Halifax"}
-
-// benchDoc is document k as the scale bench (scripts/bench/scale.go) makes
-// it: a per-customer yearly digest in a zone of its own, with args.
+// benchDoc is document k of the scale bench (internal/scaledoc).
 func benchDoc(b *testing.B, k int, now time.Time) bson.Raw {
-	d := bson.D{
-		{Key: "_id", Value: fmt.Sprintf("job-%06d", k)},
-		{Key: "cron_expr", Value: fmt.Sprintf("%d %d 1 1 *", k%60, (k/60)%24)},
-		{Key: "job", Value: "noop"},
-		{Key: "args", Value: bson.D{{Key: "customer", Value: fmt.Sprintf("c%07d", k)}, {Key: "digest", Value: "daily"}}},
-		{Key: "updated_at", Value: now},
-	}
-	if z := benchZones[k%len(benchZones)]; z != "" {
-		d = append(d, bson.E{Key: "timezone", Value: z})
-	}
-	raw, err := bson.Marshal(d)
+	raw, err := bson.Marshal(scaledoc.Doc(k, now))
 	if err != nil {
 		b.Fatal(err)
 	}

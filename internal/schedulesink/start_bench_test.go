@@ -12,32 +12,15 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/internal/history"
+	"github.com/cronswap/cronswap/internal/scaledoc"
 	"github.com/cronswap/cronswap/internal/schedulesink"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
 
-// startZones are the zones of the scale bench's schedules
-// (scripts/bench/scale.go): one schedule per customer, in its own zone.
-var startZones = []string{"", "UTC", "Europe/Berlin", "Europe/London", "America/New_York", "America/Los_Angeles",
-	"America/Sao_Paulo", "Asia/Tokyo", "Asia/Kolkata", "Australia/Sydney", "Africa/Johannesburg", "Europe/Moscow",
-	"America/Chicago", "Asia/Shanghai", "Pacific/Auckland", "Asia/Singapore", "Europe/Paris", "America/Denver",
-	"Asia/Dubai", "America/Halifax"}
-
-// startDoc is schedule k of the scale bench: a yearly digest at a minute
-// and hour of its own, in a zone of its own, with args.
+// startDoc is schedule k of the scale bench (internal/scaledoc).
 func startDoc(k int, now time.Time) bson.Raw {
-	d := bson.D{
-		{Key: "_id", Value: fmt.Sprintf("job%07d", k)},
-		{Key: "cron_expr", Value: fmt.Sprintf("%d %d 1 1 *", k%60, (k/60)%24)},
-		{Key: "job", Value: "noop"},
-		{Key: "args", Value: bson.D{{Key: "customer", Value: fmt.Sprintf("c%07d", k)}, {Key: "digest", Value: "daily"}}},
-		{Key: "updated_at", Value: now},
-	}
-	if z := startZones[k%len(startZones)]; z != "" {
-		d = append(d, bson.E{Key: "timezone", Value: z})
-	}
-	b, err := bson.Marshal(d)
+	b, err := bson.Marshal(scaledoc.Doc(k, now))
 	if err != nil {
 		panic(err)
 	}

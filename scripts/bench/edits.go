@@ -11,15 +11,13 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/cronswap/cronswap/internal/scaledoc"
 	"github.com/cronswap/cronswap/internal/testmongo"
 )
 
 // initialExpr is every loaded schedule's expression: January 1st, far from
 // any run of the bench, so nothing fires.
 const initialExpr = "0 0 1 1 *"
-
-// jobID names the k-th loaded schedule.
-func jobID(k int) string { return fmt.Sprintf("job-%06d", k) }
 
 // editExpr is the unique expression edit i sets: minute, hour, day 1–28 and
 // month January–October vary with i, so no two edits set the same value, none
@@ -41,7 +39,7 @@ func load(ctx context.Context, coll *mongo.Collection, n, batch int) (time.Durat
 	var size int64
 	for k := 0; k < n; k++ {
 		doc := bson.D{
-			{Key: "_id", Value: jobID(k)},
+			{Key: "_id", Value: scaledoc.ID(k)},
 			{Key: "cron_expr", Value: initialExpr},
 			{Key: "job", Value: "noop"},
 			{Key: "updated_at", Value: now},
@@ -216,7 +214,7 @@ func driveEdits(ctx context.Context, coll *mongo.Collection, t *tracker, o setti
 				return held, errors.New("edits stopped being armed (in-flight bound never freed within 2m)")
 			}
 		}
-		job := jobID(int((int64(i) * int64(stride)) % int64(o.n)))
+		job := scaledoc.ID(int((int64(i) * int64(stride)) % int64(o.n)))
 		e := t.add(job, editExpr(i))
 		res, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: job}},
 			bson.D{{Key: "$set", Value: bson.D{{Key: "cron_expr", Value: e.expr}, {Key: "updated_at", Value: time.Now().UTC()}}}})

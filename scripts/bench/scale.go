@@ -25,6 +25,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/cronswap/cronswap/internal/scaledoc"
 	"github.com/cronswap/cronswap/internal/testmongo"
 )
 
@@ -48,30 +49,6 @@ type scaleSettings struct {
 
 // build is one daemon binary and its label in the report.
 type build struct{ label, binary string }
-
-// scaleZones are the schedules' zones: one schedule per customer, each in
-// the customer's own zone, many with daylight saving.
-var scaleZones = []string{"", "UTC", "Europe/Berlin", "Europe/London", "America/New_York", "America/Los_Angeles",
-	"America/Sao_Paulo", "Asia/Tokyo", "Asia/Kolkata", "Australia/Sydney", "Africa/Johannesburg", "Europe/Moscow",
-	"America/Chicago", "Asia/Shanghai", "Pacific/Auckland", "Asia/Singapore", "Europe/Paris", "America/Denver",
-	"Asia/Dubai", "America/Halifax"}
-
-// scaleDoc is schedule k of the scale bench: a yearly digest on January 1st
-// at a minute and hour of its own, in a zone of its own (nothing fires
-// during a run), with args, as a per-customer schedule looks.
-func scaleDoc(k int, now time.Time) bson.D {
-	d := bson.D{
-		{Key: "_id", Value: jobID(k)},
-		{Key: "cron_expr", Value: fmt.Sprintf("%d %d 1 1 *", k%60, (k/60)%24)},
-		{Key: "job", Value: "noop"},
-		{Key: "args", Value: bson.D{{Key: "customer", Value: fmt.Sprintf("c%07d", k)}, {Key: "digest", Value: "daily"}}},
-		{Key: "updated_at", Value: now},
-	}
-	if z := scaleZones[k%len(scaleZones)]; z != "" {
-		d = append(d, bson.E{Key: "timezone", Value: z})
-	}
-	return d
-}
 
 func scaleMain(args []string) int {
 	fs := flag.NewFlagSet("bench scale", flag.ExitOnError)
@@ -270,7 +247,7 @@ func loadScale(ctx context.Context, coll *mongo.Collection, n int) (time.Duratio
 	for lo := 0; lo < n; lo += batch {
 		docs := make([]any, 0, batch)
 		for k := lo; k < min(lo+batch, n); k++ {
-			d := scaleDoc(k, now)
+			d := scaledoc.Doc(k, now)
 			if raw, err := bson.Marshal(d); err == nil {
 				size += int64(len(raw))
 			}
@@ -535,7 +512,7 @@ func startReloadEditor(ctx context.Context, coll *mongo.Collection, n int, rate 
 				return
 			case <-tick.C:
 			}
-			job := jobID(int((int64(i) * int64(stride)) % int64(n)))
+			job := scaledoc.ID(int((int64(i) * int64(stride)) % int64(n)))
 			expr := editExpr(i)
 			if _, err := coll.UpdateOne(ectx, bson.D{{Key: "_id", Value: job}},
 				bson.D{{Key: "$set", Value: bson.D{{Key: "cron_expr", Value: expr}, {Key: "updated_at", Value: time.Now().UTC()}}}}); err != nil {

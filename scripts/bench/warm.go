@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/cronswap/cronswap/internal/scaledoc"
 	"github.com/cronswap/cronswap/internal/statefile"
 	"github.com/cronswap/cronswap/resumetoken"
 )
@@ -87,7 +88,7 @@ func measureWarm(ctx context.Context, o settings, r *modeResult, d *daemon, t *t
 	r.warm = w
 	first := o.warmup + o.edits
 	stride := strideFor(o.n)
-	job := func(i int) string { return jobID(int((int64(i) * int64(stride)) % int64(o.n))) }
+	job := func(i int) string { return scaledoc.ID(int((int64(i) * int64(stride)) % int64(o.n))) }
 	set := func(e *edit) error {
 		res, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: e.job}},
 			bson.D{{Key: "$set", Value: bson.D{{Key: "cron_expr", Value: e.expr}, {Key: "updated_at", Value: time.Now().UTC()}}}})
