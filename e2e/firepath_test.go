@@ -613,15 +613,19 @@ func TestFirePathDroppedIndexNoDuplicate(t *testing.T) {
 	}
 	waitFor(t, 60*time.Second, "every job running", func() bool { return allSince(time.Now().Add(-time.Second)) })
 
-	var dbDropped time.Time
+	// The dropDatabase takes effect at a moment between mongosh's start
+	// (dbDropping) and its return (dbDropped): a run from then on may be
+	// one the drop made the database forget.
+	var dbDropping, dbDropped time.Time
 	for phase, drop := range []string{`db.job_runs.drop()`, `db.dropDatabase()`} {
 		frozen := ds[phase]
 		frozenID, otherID := fmt.Sprintf("r%d", phase+1), fmt.Sprintf("r%d", 2-phase)
 		frozen.signal(syscall.SIGSTOP)
+		dropping := time.Now()
 		mongosh(t, uri, db.Name(), drop)
 		dropped := time.Now()
 		if phase == 1 {
-			dbDropped = dropped
+			dbDropping, dbDropped = dropping, dropped
 			writeSchedules()
 		}
 		waitFor(t, 60*time.Second, otherID+" running on after "+drop, func() bool {
@@ -648,7 +652,7 @@ func TestFirePathDroppedIndexNoDuplicate(t *testing.T) {
 		rerunAfterDrop := hs[0].Slot.Before(dbDropped)
 		for i, h := range hs {
 			by = append(by, h.Instance+"@"+h.At.Format(time.StampMilli))
-			if i > 0 && h.At.Before(dbDropped) {
+			if i > 0 && h.At.Before(dbDropping) {
 				rerunAfterDrop = false
 			}
 		}
