@@ -178,12 +178,13 @@ func (s *Service) handOver(ctx context.Context, ids []string, now time.Time) {
 	wg.Wait()
 }
 
-// readHandOver reads the decided slots of ids, trying handOverReads times.
-func (s *Service) readHandOver(ctx context.Context, ids []string, now time.Time) (map[string]time.Time, error) {
+// readHandOver reads the decided slots of ids at or before notAfter,
+// trying handOverReads times.
+func (s *Service) readHandOver(ctx context.Context, ids []string, notAfter time.Time) (map[string]time.Time, error) {
 	wait := time.Second
 	for try := 1; ; try++ {
 		rctx, cancel := context.WithTimeout(ctx, decidedReadTimeout)
-		decided, err := s.store.DecidedSlots(rctx, ids, now)
+		decided, err := s.store.DecidedSlots(rctx, ids, notAfter)
 		cancel()
 		if err == nil || try == handOverReads {
 			return decided, err

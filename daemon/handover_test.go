@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	"github.com/cronswap/cronswap/internal/faultproxy"
 	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/record"
-	"github.com/cronswap/cronswap/internal/testmongo"
 )
 
 // handOverEnv is one dividing daemon (r1) beside three members that are
@@ -32,8 +30,7 @@ type handOverEnv struct {
 	ids     []string
 	orphans []string // sorted
 	newHere []string // jobs r1 arms only once g1 and g3 are gone
-	mu      sync.Mutex
-	reads   [][]string
+	reads   func() [][]string
 }
 
 // isDecidedRead matches the read of the decided slots (runstore
@@ -48,20 +45,10 @@ func isDecidedRead(cmd bsoncore.Document) bool {
 
 func newHandOverEnv(t *testing.T, nJobs int) *handOverEnv {
 	t.Helper()
-	direct := testmongo.Client(t)
-	e := &handOverEnv{db: testmongo.NewDatabase(t, direct)}
-	uri := testmongo.Shared(t).URI
-	upstream, ok := faultproxy.Upstream(uri)
-	if !ok {
-		t.Fatalf("cannot proxy %q", uri)
-	}
-	p, err := faultproxy.New(context.Background(), upstream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.proxy = p
-	through := testmongo.ClientFor(t, p.URI(uri)).Database(e.db.Name())
-	t.Cleanup(func() { _ = p.Close() })
+	e := &handOverEnv{}
+	var through *mongo.Database
+	e.db, through, e.proxy = proxiedDatabase(t)
+	p := e.proxy
 
 	now := time.Now()
 	dies := now.Add(8 * time.Second)
@@ -101,23 +88,7 @@ func newHandOverEnv(t *testing.T, nJobs int) *handOverEnv {
 	if len(e.orphans) == 0 || len(e.orphans) == len(e.newHere) {
 		t.Fatalf("jobs newly armed here %v, orphans %v: want some of each", e.newHere, e.orphans)
 	}
-	// Counts the ids of every read of the decided slots (and fails none).
-	p.FailAlways(func(cmd bsoncore.Document) bool {
-		if isDecidedRead(cmd) {
-			var ids []string
-			if in, ok := cmd.Lookup("filter", "_id", "$in").ArrayOK(); ok {
-				vals, _ := in.Values()
-				for _, v := range vals {
-					ids = append(ids, v.StringValue())
-				}
-			}
-			slices.Sort(ids)
-			e.mu.Lock()
-			e.reads = append(e.reads, ids)
-			e.mu.Unlock()
-		}
-		return false
-	}, faultproxy.ErrorReply{})
+	e.reads = countDecidedReads(p)
 
 	opts := testOptions()
 	opts.InstanceID = "r1"
@@ -141,9 +112,8 @@ func newHandOverEnv(t *testing.T, nJobs int) *handOverEnv {
 // readsSince returns the reads of the decided slots counted from the
 // n-th on.
 func (e *handOverEnv) readsSince(n int) [][]string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return slices.Clone(e.reads[min(n, len(e.reads)):])
+	reads := e.reads()
+	return reads[min(n, len(reads)):]
 }
 
 // The hand-over reads the decided slots only of the jobs whose two armers

@@ -3,9 +3,11 @@ package daemon
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/cronswap/cronswap/internal/members"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 )
@@ -24,6 +26,14 @@ type decidedAtStart struct {
 	// are dropped once recordStartupGaps has walked them.
 	asked map[string]bool
 	ok    bool
+	// vouchers are the other members that fired when the read was made,
+	// by which the jobs they arm were not asked for; view is the live
+	// view it was made in. Both are fixed before the engine starts and
+	// read by confirmVouchers.
+	vouchers, view []members.Member
+	// firingAt is when the engine began firing: set before
+	// parts.engineStarted is closed.
+	firingAt time.Time
 }
 
 // decidedReadTimeout bounds the start-up read of the decided slots; the
@@ -39,13 +49,37 @@ func (s *Service) slots(id string) (record.NextFunc, bool) {
 // readDecided reads the decided slots of the armed jobs (runstore.Store
 // DecidedSlots) and then closes s.decided.read. A failure is logged: the
 // start-up gaps are then not looked for.
+//
+// A job that another live member fires (Member.FiringSince) and arms
+// (members.Armers over the live view, or every job when that member does
+// not divide) is not asked for: that member decided its slots while this
+// one started, so it has no start-up gap. A replica joining a live
+// deployment thus reads nothing. Those members vouch for the jobs until
+// confirmVouchers has seen each heartbeat after this engine began
+// firing.
 func (s *Service) readDecided() {
 	defer s.decided.readOnce.Do(func() { close(s.decided.read) })
-	var ids []string
+	view := s.members.LiveView()
+	firing := firingOthers(view, s.opts.InstanceID)
+	var armedIDs []string
 	for st := range s.engine.All() {
 		if st.Armed {
-			ids = append(ids, st.ID)
+			armedIDs = append(armedIDs, st.ID)
 		}
+	}
+	ids := orphaned(armedIDs, view, firing)
+	s.decided.mu.Lock()
+	s.decided.vouchers, s.decided.view = firing, view
+	s.decided.mu.Unlock()
+	if len(firing) > 0 {
+		s.log.Info("start-up: other members fire already; the decided slots are read only for the jobs none of them arms",
+			"firing", liveKey(firing), "armed", len(armedIDs), "asked", len(ids))
+	}
+	if len(ids) == 0 && len(armedIDs) > 0 {
+		s.decided.mu.Lock()
+		s.decided.ok = true
+		s.decided.mu.Unlock()
+		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), decidedReadTimeout)
 	defer cancel()
@@ -62,6 +96,108 @@ func (s *Service) readDecided() {
 		s.decided.asked[id] = true
 	}
 	s.decided.slots, s.decided.ok = slots, true
+}
+
+// firingOthers returns the members of view, other than instance, that
+// fire (Member.FiringSince is set).
+func firingOthers(view []members.Member, instance string) []members.Member {
+	var out []members.Member
+	for _, m := range view {
+		if m.ID != instance && !m.FiringSince.IsZero() {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// confirmVouchers follows the members that vouched for the jobs the
+// start-up read left out (readDecided) until each has either heartbeated
+// after this engine began firing at firingAt — it was alive then, so its
+// jobs had no gap — or left the live view without one: it may have died
+// before this engine fired, leaving the slots from its death to this
+// engine's first without a replica. For the jobs armed here that no
+// confirmed member arms (orphaned over the start's view), the slots after
+// the last one decided before firingAt and before this engine's first are
+// then recorded missed (record.MissedHandOver; the recorder leaves out
+// any a replica decided): this engine's claims have moved each job past
+// them, so they can no longer run.
+func (s *Service) confirmVouchers(ctx context.Context, firingAt time.Time) {
+	s.decided.mu.Lock()
+	pending, view := s.decided.vouchers, s.decided.view
+	s.decided.mu.Unlock()
+	var confirmed, gone []members.Member
+	t := time.NewTicker(redivideEvery)
+	defer t.Stop()
+	for len(pending) > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		live := s.members.LiveView()
+		pending = slices.DeleteFunc(pending, func(m members.Member) bool {
+			i := slices.IndexFunc(live, func(l members.Member) bool { return l.ID == m.ID && l.Incarnation == m.Incarnation })
+			switch {
+			case i < 0:
+				gone = append(gone, m)
+			case live[i].HeartbeatAt.After(firingAt):
+				confirmed = append(confirmed, m)
+			default:
+				return false
+			}
+			return true
+		})
+	}
+	if len(gone) == 0 {
+		if len(confirmed) > 0 {
+			s.log.Info("start-up: the members that fired when this one started heartbeated since it fired",
+				"confirmed", liveKey(confirmed))
+		}
+		return
+	}
+	var armedIDs []string
+	for st := range s.engine.All() {
+		if st.Armed {
+			armedIDs = append(armedIDs, st.ID)
+		}
+	}
+	ids := orphaned(armedIDs, view, confirmed)
+	s.log.Warn("start-up: members that fired when this one started are gone without a heartbeat since it fired; the slots their jobs may have lost before this engine fired are looked for",
+		"gone", liveKey(gone), "confirmed", liveKey(confirmed), "jobs", len(ids))
+	if len(ids) == 0 {
+		return
+	}
+	decided, err := s.readHandOver(ctx, ids, firingAt)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("start-up: could not read the decided slots; the slots lost before this engine fired, if any, are not recorded",
+				"collection", record.RunsCollection, "jobs", len(ids), "error", err)
+		}
+		return
+	}
+	now := time.Now()
+	for _, id := range ids {
+		last, ok := decided[id]
+		if !ok || ctx.Err() != nil {
+			continue // never decided anywhere: the catch-up's business, as at any start
+		}
+		st, ok := s.engine.Get(id)
+		from, delay, fires := s.engine.FiresFrom(id)
+		next, nextOK := s.engine.NextFunc(id)
+		if !ok || !fires || !nextOK {
+			continue // disarmed meanwhile
+		}
+		notBefore := now.Add(-s.opts.Retention)
+		if st.UpdatedAt.After(notBefore) {
+			notBefore = st.UpdatedAt
+		}
+		for _, m := range startupGaps(id, gapInput{decided: last, notBefore: notBefore, firesFrom: from, delay: delay,
+			now: now, next: next, reason: record.MissedHandOver}, s.log) {
+			s.log.Info("start-up: slots lost before this engine fired", "job_id", m.JobID, "scheduled_at", m.From,
+				"last_scheduled_at", m.To, "count", m.Count, "reason", m.Reason)
+			s.runner.RecordMissed(st.Schedule, delay, m)
+		}
+	}
 }
 
 // firesFromWait bounds the wait for the engine's timers to start before

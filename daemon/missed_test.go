@@ -12,7 +12,6 @@ import (
 
 	"github.com/cronswap/cronswap/internal/faultproxy"
 	"github.com/cronswap/cronswap/internal/record"
-	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -75,19 +74,7 @@ func TestStartupGaps(t *testing.T) {
 // polls for readiness every 50 ms), and the slots since the job's
 // document was written, which no replica ran, are still recorded missed.
 func TestStartupGapWaitsForTheDecidedSlots(t *testing.T) {
-	direct := testmongo.Client(t)
-	db := testmongo.NewDatabase(t, direct)
-	uri := testmongo.Shared(t).URI
-	upstream, ok := faultproxy.Upstream(uri)
-	if !ok {
-		t.Fatalf("cannot proxy %q", uri)
-	}
-	p, err := faultproxy.New(context.Background(), upstream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	through := testmongo.ClientFor(t, p.URI(uri)).Database(db.Name())
-	t.Cleanup(func() { _ = p.Close() }) // after the client's disconnect
+	db, through, p := proxiedDatabase(t)
 
 	// Written 6 s ago, never fired anywhere: its slots since then are the gap.
 	written := time.Now().Add(-6 * time.Second)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cronswap/cronswap/changestream"
@@ -107,7 +108,10 @@ func (s *Service) startParts() *parts {
 	go func() {
 		defer close(p.divideDone)
 		<-p.engineStarted
+		var confirm sync.WaitGroup
+		confirm.Go(func() { s.confirmVouchers(watchCtx, s.decided.firingAt) })
 		s.runDivide(watchCtx) // with DivideSchedules: re-divide as the live members change
+		confirm.Wait()
 	}()
 	go func() {
 		// Notifications are delivered once this process holds its id.
@@ -215,6 +219,15 @@ func (s *Service) startEngine(ctx context.Context, joined <-chan struct{}) {
 	// that the start-up gaps are the real ones.
 	s.readDecided()
 	s.engine.Start()
+	// The others may now leave this engine's jobs out of their start-up
+	// reads (readDecided): it fires them from here on.
+	firingAt := time.Now()
+	fctx, cancel := context.WithTimeout(ctx, s.members.Heartbeat())
+	defer cancel()
+	if err := s.members.Firing(fctx, firingAt); err != nil {
+		s.log.Warn("could not record in the members that this engine fires", "collection", members.CollectionName, "error", err)
+	}
+	s.decided.firingAt = firingAt
 }
 
 // status is the /api/status view of this instance.

@@ -75,6 +75,9 @@ type Membership struct {
 
 	mu   sync.Mutex
 	self Member // as last written; the fields other than times are fixed at New
+	// firingSince is Member.FiringSince, kept apart from self so that a
+	// heartbeat written before Firing cannot take it back.
+	firingSince time.Time
 
 	// view is the cached read of the live members (nil before the first
 	// read), replaced whole by refreshView.
@@ -148,6 +151,9 @@ func (m *Membership) doc(now time.Time) Member {
 	if d.StartedAt.IsZero() {
 		d.StartedAt = now
 	}
+	m.mu.Lock()
+	d.FiringSince = m.firingSince
+	m.mu.Unlock()
 	d.HeartbeatAt = now
 	d.LeaseUntil = now.Add(m.opts.Lease)
 	d.ExpireAt = d.LeaseUntil.Add(m.opts.Retention)
@@ -293,14 +299,18 @@ func (m *Membership) beat(ctx context.Context) error {
 	defer cancel()
 	now := m.opts.Now()
 	d := m.doc(now)
+	set := bson.D{
+		{Key: "host", Value: d.Host}, {Key: "pid", Value: d.PID}, {Key: "machine", Value: d.Machine}, {Key: "http", Value: d.HTTP},
+		{Key: "divides", Value: d.Divides},
+		{Key: "started_at", Value: d.StartedAt}, {Key: "heartbeat_at", Value: d.HeartbeatAt},
+		{Key: "lease_until", Value: d.LeaseUntil}, {Key: "expire_at", Value: d.ExpireAt},
+	}
+	if !d.FiringSince.IsZero() {
+		set = append(set, bson.E{Key: "firing_since", Value: d.FiringSince})
+	}
 	res, err := m.coll.UpdateOne(bctx,
 		bson.D{{Key: "_id", Value: d.ID}, {Key: "incarnation", Value: d.Incarnation}},
-		bson.D{{Key: "$set", Value: bson.D{
-			{Key: "host", Value: d.Host}, {Key: "pid", Value: d.PID}, {Key: "machine", Value: d.Machine}, {Key: "http", Value: d.HTTP},
-			{Key: "divides", Value: d.Divides},
-			{Key: "started_at", Value: d.StartedAt}, {Key: "heartbeat_at", Value: d.HeartbeatAt},
-			{Key: "lease_until", Value: d.LeaseUntil}, {Key: "expire_at", Value: d.ExpireAt},
-		}}},
+		bson.D{{Key: "$set", Value: set}},
 		options.UpdateOne().SetUpsert(true))
 	switch {
 	case hasCode(err, codeDuplicateKey):
@@ -323,6 +333,18 @@ func (m *Membership) beat(ctx context.Context) error {
 	}
 	m.setSelf(d)
 	return nil
+}
+
+// Firing records that this process's engine fires from at on, having
+// read what the database decided before it (Member.FiringSince), and
+// writes it at once with a heartbeat (one update); the heartbeats after
+// it carry it too, so a failed write here is made good by the next one.
+// Call it once, after Join.
+func (m *Membership) Firing(ctx context.Context, at time.Time) error {
+	m.mu.Lock()
+	m.firingSince = at
+	m.mu.Unlock()
+	return m.beat(ctx)
 }
 
 // Leave removes this process's document, if it still holds it, so that

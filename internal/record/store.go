@@ -106,7 +106,8 @@ type Store interface {
 	// another replica is not returned.
 	RecordMissed(ctx context.Context, m MissedRange, next NextFunc, instance string, now time.Time) ([]MissedRange, error)
 	// DecidedSlots returns, for each of ids the database knows, the latest
-	// slot decided for it: the lock's last slot, else the newest record in
-	// job_runs at or before notAfter.
+	// slot decided for it at or before notAfter: the lock's last slot,
+	// else (no lock, or its last slot is after notAfter) the newest
+	// record in job_runs at or before notAfter.
 	DecidedSlots(ctx context.Context, ids []string, notAfter time.Time) (map[string]time.Time, error)
 }

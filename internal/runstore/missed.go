@@ -200,6 +200,9 @@ func (s *Store) DecidedSlots(ctx context.Context, ids []string, notAfter time.Ti
 		}
 		seen := make(map[string]bool, len(locks))
 		for _, l := range locks {
+			if l.LastSlot.After(notAfter) {
+				continue // decided since: job_runs says what was decided by then
+			}
 			seen[l.ID] = true
 			if !l.LastSlot.IsZero() {
 				out[l.ID] = l.LastSlot

@@ -87,6 +87,10 @@ type handoffResult struct {
 	problems     []string
 	loadAfter    string
 	runsByMember map[string]int // runs of the hot jobs' slots in the window, per instance
+	// neither describes each slot neither run once nor recorded missed:
+	// its run record (status, instance, reason) if any, and its ledger
+	// lines.
+	neither []string
 }
 
 // firstAfter is the first slot after the death of one job the killed
@@ -393,6 +397,12 @@ func (res *handoffResult) account(runs []record.RunDoc, lines map[slotKey]int, h
 				p.missed[missed[k]]++
 			default:
 				p.none++
+				what := "no record in job_runs"
+				if hasRun {
+					what = fmt.Sprintf("job_runs status %s by %s (reason %q, error %q)", r.Status, r.Instance, r.Reason, r.Error)
+				}
+				res.neither = append(res.neither, fmt.Sprintf("%s %s: %s; %d ledger lines",
+					id, t.UTC().Format("15:04:05"), what, n))
 			}
 			if hasRun {
 				lates[i] = append(lates[i], r.StartedAt.Sub(r.ScheduledAt))
@@ -457,6 +467,9 @@ func handoffTable(res *handoffResult) string {
 	}
 	fmt.Fprintf(&b, "\njoin: %s arms %d schedules once the counts held still (the live replicas: %v); runs of the window per instance %v; %d ledger lines; load average after %s\n",
 		res.joiner, res.joinerArmed, res.armedAfter, res.runsByMember, res.ledgerLines, res.loadAfter)
+	for _, n := range firstN(res.neither, 20) {
+		fmt.Fprintf(&b, "  neither run once nor recorded missed: %s\n", n)
+	}
 	for _, p := range firstN(res.problems, 5) {
 		fmt.Fprintf(&b, "  problem: %s\n", p)
 	}
