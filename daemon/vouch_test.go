@@ -24,18 +24,8 @@ import (
 func proxiedDatabase(t *testing.T) (direct, through *mongo.Database, p *faultproxy.Proxy) {
 	t.Helper()
 	direct = testmongo.NewDatabase(t, testmongo.Client(t))
-	uri := testmongo.Shared(t).URI
-	upstream, ok := faultproxy.Upstream(uri)
-	if !ok {
-		t.Fatalf("cannot proxy %q", uri)
-	}
-	p, err := faultproxy.New(context.Background(), upstream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	through = testmongo.ClientFor(t, p.URI(uri)).Database(direct.Name())
-	t.Cleanup(func() { _ = p.Close() }) // after the client's disconnect
-	return direct, through, p
+	p, client := testmongo.ProxiedClient(t)
+	return direct, client.Database(direct.Name()), p
 }
 
 // countDecidedReads makes p note the job ids of every read of the decided

@@ -38,7 +38,6 @@ type runSpan struct {
 func TestDroppedDatabaseStaleHolderStops(t *testing.T) {
 	t.Parallel()
 	const ttl = MinLockTTL
-	uri := testmongo.Shared(t).URI
 	e := newFireEnv(t)
 	var (
 		mu    sync.Mutex
@@ -60,16 +59,7 @@ func TestDroppedDatabaseStaleHolderStops(t *testing.T) {
 		return ctx.Err()
 	})})
 	a := e.runner(t, "a", ttl)
-	upstream, ok := faultproxy.Upstream(uri)
-	if !ok {
-		t.Skipf("cannot proxy %q", uri)
-	}
-	p, err := faultproxy.New(context.Background(), upstream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := testmongo.ClientFor(t, p.URI(uri))
-	t.Cleanup(func() { _ = p.Close() }) // after the client's disconnect
+	p, client := testmongo.ProxiedClient(t)
 	locks, runs := record.Collections(client.Database(e.db.Name()))
 	b := NewRunner(RunnerOptions{Registry: e.reg, InstanceID: "b", Logger: slog.New(slog.DiscardHandler), TTL: ttl,
 		Store: runstore.New(locks, runs, runstore.Options{Instance: "b", Logger: slog.New(slog.DiscardHandler)})})

@@ -15,18 +15,8 @@ import (
 // a check running at that moment).
 func proxied(t *testing.T) (through, direct fixture, p *faultproxy.Proxy) {
 	t.Helper()
-	uri := testmongo.Shared(t).URI
-	upstream, ok := faultproxy.Upstream(uri)
-	if !ok {
-		t.Fatalf("cannot proxy %q", uri)
-	}
-	p, err := faultproxy.New(context.Background(), upstream)
-	if err != nil {
-		t.Fatal(err)
-	}
 	direct = newFixture(t)
-	client := testmongo.ClientFor(t, p.URI(uri))
-	t.Cleanup(func() { _ = p.Close() })
+	p, client := testmongo.ProxiedClient(t)
 	db := client.Database(direct.db.Name())
 	return fixture{db: db, runs: db.Collection(direct.runs.Name()), notes: Collection(db)}, direct, p
 }

@@ -27,20 +27,10 @@ type faultReplica struct {
 // proxy, and a direct view of the database's collections.
 func faultReplicas(t *testing.T, n int) ([]faultReplica, storeEnv) {
 	t.Helper()
-	uri := testmongo.Shared(t).URI
 	e := newStoreEnv(t)
 	var out []faultReplica
 	for k := range n {
-		upstream, ok := faultproxy.Upstream(uri)
-		if !ok {
-			t.Skipf("cannot proxy %q", uri)
-		}
-		p, err := faultproxy.New(context.Background(), upstream)
-		if err != nil {
-			t.Fatal(err)
-		}
-		client := testmongo.ClientFor(t, p.URI(uri))
-		t.Cleanup(func() { _ = p.Close() }) // after the client's disconnect (cleanups run last-in first-out)
+		p, client := testmongo.ProxiedClient(t)
 		locks, runs := record.Collections(client.Database(e.db.Name()))
 		inst := fmt.Sprintf("r%d", k)
 		s := New(locks, runs, Options{Instance: inst, Logger: slog.New(slog.DiscardHandler)})

@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/internal/childproc"
+	"github.com/cronswap/cronswap/internal/faultproxy"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
@@ -532,6 +533,24 @@ func ClientFor(tb testing.TB, uri string) *mongo.Client {
 		_ = client.Disconnect(ctx)
 	})
 	return client
+}
+
+// ProxiedClient puts a fault proxy (internal/faultproxy) in front of the shared server and returns it with a
+// client connected through it, for tests that hold, fail or count what one party sends. Both are closed when
+// the test ends, the client first.
+func ProxiedClient(tb testing.TB) (*faultproxy.Proxy, *mongo.Client) {
+	tb.Helper()
+	uri := Shared(tb).URI
+	upstream, ok := faultproxy.Upstream(uri)
+	if !ok {
+		tb.Fatalf("cannot put a fault proxy in front of %q", uri)
+	}
+	p, err := faultproxy.New(context.Background(), upstream)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = p.Close() }) // registered first: runs after the client's disconnect
+	return p, ClientFor(tb, p.URI(uri))
 }
 
 // NewDatabase returns a database with a name unique to this test and drops it when the test ends.
