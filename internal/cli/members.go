@@ -17,6 +17,8 @@ type memberView struct {
 	PID         int     `json:"pid"`
 	Incarnation string  `json:"incarnation"`
 	StartedAt   *string `json:"started_at"`
+	// FiringSince is when the member's engine began firing (null before).
+	FiringSince *string `json:"firing_since"`
 	HeartbeatAt *string `json:"heartbeat_at"`
 	LeaseUntil  *string `json:"lease_until"`
 	// HeartbeatAgeSeconds is how long ago the last heartbeat was written.
@@ -44,7 +46,8 @@ type memberView struct {
 func newMemberView(m members.Member, now time.Time, owned, armed int) memberView {
 	return memberView{
 		InstanceID: m.ID, Host: m.Host, PID: m.PID, Incarnation: m.Incarnation,
-		StartedAt: jsonTime(m.StartedAt, nil), HeartbeatAt: jsonTime(m.HeartbeatAt, nil), LeaseUntil: jsonTime(m.LeaseUntil, nil),
+		StartedAt: jsonTime(m.StartedAt, nil), FiringSince: jsonTime(m.FiringSince, nil),
+		HeartbeatAt: jsonTime(m.HeartbeatAt, nil), LeaseUntil: jsonTime(m.LeaseUntil, nil),
 		HeartbeatAgeSeconds: now.Sub(m.HeartbeatAt).Seconds(), LeaseLeftSeconds: m.LeaseUntil.Sub(now).Seconds(),
 		Live: m.LiveAt(now), OwnedJobs: owned, ArmedJobs: armed, Divides: m.Divides, HTTP: m.HTTP,
 	}

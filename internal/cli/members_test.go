@@ -21,7 +21,7 @@ func TestMembersList(t *testing.T) {
 	now := time.Now()
 	docs := []any{
 		members.Member{ID: "r1", Host: "host-1", PID: 11, Incarnation: "aaaa", StartedAt: now.Add(-time.Hour),
-			HeartbeatAt: now.Add(-2 * time.Second), LeaseUntil: now.Add(time.Hour), ExpireAt: now.Add(2 * time.Hour)},
+			FiringSince: now.Add(-time.Hour).Add(time.Second), HeartbeatAt: now.Add(-2 * time.Second), LeaseUntil: now.Add(time.Hour), ExpireAt: now.Add(2 * time.Hour)},
 		members.Member{ID: "r2", Host: "host-2", PID: 22, Incarnation: "bbbb", StartedAt: now.Add(-time.Hour),
 			HeartbeatAt: now.Add(-time.Second), LeaseUntil: now.Add(time.Hour), ExpireAt: now.Add(2 * time.Hour)},
 		members.Member{ID: "r3", Host: "host-3", PID: 33, Incarnation: "cccc", StartedAt: now.Add(-2 * time.Hour),
@@ -81,6 +81,9 @@ func TestMembersList(t *testing.T) {
 			if age := v["heartbeat_age_seconds"].(float64); age < 0.5 || age > 60 {
 				t.Errorf("%s heartbeat age %v", id, age)
 			}
+		}
+		if firing, _ := v["firing_since"].(string); (id == "r1") != (firing != "") {
+			t.Errorf("%s: firing_since %v, want it set for r1 only (the only one whose engine fires)", id, v["firing_since"])
 		}
 		if v["host"] != fmt.Sprintf("host-%d", i+1) || v["incarnation"] == "" {
 			t.Errorf("row %v", v)
