@@ -1,4 +1,4 @@
-package faultproxy
+package faultproxy_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/cronswap/cronswap/internal/faultproxy"
 	"github.com/cronswap/cronswap/internal/testmongo"
 )
 
@@ -21,32 +22,39 @@ func TestChangeStreamThroughProxyIntegration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: needs mongo-server.jar (scripts/mongo.sh build) or " + testmongo.EnvURI)
 	}
-	ctx := ctxTimeout(t, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
 	srv, err := testmongo.Start(ctx, testmongo.Options{})
 	if err != nil {
 		t.Fatalf("testmongo.Start: %v", err)
 	}
 	t.Cleanup(func() { _ = srv.Stop() })
-	upstream, ok := Upstream(srv.URI)
+	upstream, ok := faultproxy.Upstream(srv.URI)
 	if !ok {
 		t.Skipf("cannot proxy %q (SRV URI)", srv.URI)
 	}
 
-	p := newProxy(t, upstream)
+	// Not t.Context(): it is canceled before Cleanup functions run, and
+	// the client still needs the proxy to disconnect.
+	p, err := faultproxy.New(context.Background(), upstream)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Close() }) // after the client's disconnect
 	client := testmongo.ClientFor(t, p.URI(srv.URI))
 	coll := testmongo.NewDatabase(t, client).Collection("events")
 	if _, err := coll.InsertOne(ctx, bson.D{{Key: "n", Value: 0}}); err != nil { // create the collection
 		t.Fatal(err)
 	}
 
-	historyLost := ErrorReply{
+	historyLost := faultproxy.ErrorReply{
 		Code:     286,
 		CodeName: "ChangeStreamHistoryLost",
 		Errmsg:   "Resume of change stream was not possible, as the resume point may no longer be in the oplog.",
 	}
 
 	// 1. Opening the stream fails.
-	p.FailNext(IsChangeStreamAggregate, historyLost)
+	p.FailNext(faultproxy.IsChangeStreamAggregate, historyLost)
 	if _, err := coll.Watch(ctx, mongo.Pipeline{}); !hasCode(err, 286) {
 		t.Fatalf("Watch with injected aggregate error: %v, want code 286", err)
 	}
