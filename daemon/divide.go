@@ -89,26 +89,52 @@ func liveKey(live []members.Member) string {
 }
 
 // orphaned returns the jobs of ids (just armed here) that no member of
-// the previous live view prev armed and live still holds: both their
-// armers (members.Armers over prev, as Membership.Arms chose them) are
-// gone, so no replica armed them since. The others were armed by a
-// surviving armer all along, whose fires decided their slots. A member of
-// prev that does not divide armed every job: while it lives, none is
-// orphaned.
+// the previous live view prev armed and live still holds while firing
+// since before the other went: both their armers (members.Armers over
+// prev, as Membership.Arms chose them) are gone, or the one left had not
+// begun firing (Member.FiringSince, as live has it) by the last heartbeat
+// of the one gone (its HeartbeatAt in prev), so the slots between may
+// have had no replica. The others were armed by a firing armer all
+// along, whose fires decided their slots. A member of prev that does not
+// divide armed every job: while it lives, and fired before the last
+// heartbeat of every member gone since prev, none is orphaned.
 func orphaned(ids []string, prev, live []members.Member) []string {
-	alive := make(map[string]bool, len(live))
+	alive := make(map[string]members.Member, len(live))
 	for _, m := range live {
-		alive[m.ID] = true
+		alive[m.ID] = m
+	}
+	// firedBefore reports whether m is in live and fired since at or
+	// before t (any time, when t is zero).
+	firedBefore := func(m members.Member, t time.Time) bool {
+		l, ok := alive[m.ID]
+		return ok && !l.FiringSince.IsZero() && (t.IsZero() || !l.FiringSince.After(t))
+	}
+	// lastGone is the earliest last heartbeat of prev's members gone from
+	// live: a member firing since before it fired while all of them lived.
+	var lastGone time.Time
+	for _, m := range prev {
+		if _, ok := alive[m.ID]; !ok && (lastGone.IsZero() || m.HeartbeatAt.Before(lastGone)) {
+			lastGone = m.HeartbeatAt
+		}
 	}
 	for _, m := range prev {
-		if !m.Divides && alive[m.ID] {
+		if !m.Divides && firedBefore(m, lastGone) {
 			return nil
 		}
+	}
+	covers := func(a, other members.Member) bool {
+		if a.ID == "" {
+			return false
+		}
+		if _, ok := alive[other.ID]; ok || other.ID == "" {
+			return firedBefore(a, time.Time{}) // no death between them
+		}
+		return firedBefore(a, other.HeartbeatAt)
 	}
 	var out []string
 	for _, id := range ids {
 		first, second := members.Armers(id, prev)
-		if (first.ID != "" && alive[first.ID]) || (second.ID != "" && alive[second.ID]) {
+		if covers(first, second) || covers(second, first) {
 			continue
 		}
 		out = append(out, id)

@@ -54,7 +54,8 @@ func newHandOverEnv(t *testing.T, nJobs int) *handOverEnv {
 	dies := now.Add(8 * time.Second)
 	ghost := func(id string, until time.Time) members.Member {
 		return members.Member{ID: id, Host: "ghost", PID: 1, Incarnation: "ghost-" + id, Divides: true,
-			StartedAt: now, HeartbeatAt: now, LeaseUntil: until, ExpireAt: now.Add(2 * time.Hour)}
+			StartedAt: now.Add(-time.Minute), FiringSince: now.Add(-time.Minute), HeartbeatAt: now, LeaseUntil: until,
+			ExpireAt: now.Add(2 * time.Hour)}
 	}
 	ghosts := []members.Member{ghost("g1", dies), ghost("g2", now.Add(time.Hour)), ghost("g3", dies)}
 	for _, g := range ghosts {
@@ -105,7 +106,12 @@ func newHandOverEnv(t *testing.T, nJobs int) *handOverEnv {
 		}
 		return n == len(e.ids)-len(e.newHere)
 	})
-	waitFor(t, 30*time.Second, "the start-up's read of the decided slots", func() bool { return len(e.readsSince(0)) >= 1 })
+	// The ghosts fire: each job r1 arms has one of them as its other
+	// armer, so r1 reads no decided slot at start-up.
+	waitFor(t, 30*time.Second, "r1 firing", func() bool { return !e.d.service.members.Self().FiringSince.IsZero() })
+	if reads := e.readsSince(0); len(reads) != 0 {
+		t.Fatalf("r1 read the decided slots of %v at start-up, want none: the ghosts fire", reads)
+	}
 	return e
 }
 
@@ -183,7 +189,10 @@ func TestHandOverReadFailingRecordsTheWindowMissed(t *testing.T) {
 // while it lives, no job newly armed here is orphaned; once it is gone
 // too, the jobs whose two armers are gone are.
 func TestOrphanedWithAMemberArmingEveryJob(t *testing.T) {
-	m := func(id string, divides bool) members.Member { return members.Member{ID: id, Divides: divides} }
+	since := time.Now().Add(-time.Hour)
+	m := func(id string, divides bool) members.Member {
+		return members.Member{ID: id, Divides: divides, FiringSince: since, HeartbeatAt: since.Add(30 * time.Minute)}
+	}
 	prev := []members.Member{m("r1", true), m("a", true), m("b", true), m("all", false)}
 	var ids []string
 	for i := range 50 {
@@ -203,5 +212,44 @@ func TestOrphanedWithAMemberArmingEveryJob(t *testing.T) {
 	}
 	if len(got) == len(ids) {
 		t.Errorf("every job orphaned, want those r1 did not arm only")
+	}
+}
+
+// A live armer counts only if it fired since before the last heartbeat of
+// the armer that went: one that had not begun firing (a replica still
+// reading the collection when the other died) or began after leaves the
+// job orphaned, so that its slots between are handed over.
+func TestOrphanedCountsOnlyAnArmerFiringBeforeTheOtherWent(t *testing.T) {
+	died := time.Now().Add(-time.Minute)
+	self := members.Member{ID: "r1", Divides: true, FiringSince: died.Add(-time.Hour), HeartbeatAt: died}
+	gone := members.Member{ID: "x", Divides: true, FiringSince: died.Add(-time.Hour), HeartbeatAt: died}
+	joiner := func(firing time.Time) members.Member {
+		return members.Member{ID: "j", Divides: true, FiringSince: firing, HeartbeatAt: died}
+	}
+	prev := []members.Member{self, joiner(time.Time{}), gone}
+	var ids []string // jobs whose armers in prev were x and j
+	for i := 0; len(ids) < 5 && i < 1000; i++ {
+		id := fmt.Sprintf("job%03d", i)
+		if a, b := members.Armers(id, prev); (a.ID == "x" && b.ID == "j") || (a.ID == "j" && b.ID == "x") {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		t.Fatal("no job armed by x and j")
+	}
+	for _, c := range []struct {
+		name   string
+		firing time.Time
+		orphan bool
+	}{
+		{"j not firing", time.Time{}, true},
+		{"j firing since after x's last heartbeat", died.Add(time.Second), true},
+		{"j firing since before x's last heartbeat", died.Add(-time.Second), false},
+	} {
+		live := []members.Member{self, joiner(c.firing)}
+		got := orphaned(ids, prev, live)
+		if want := map[bool]int{true: len(ids), false: 0}[c.orphan]; len(got) != want {
+			t.Errorf("%s: %d of the %d jobs x and j armed are orphaned, want %d", c.name, len(got), len(ids), want)
+		}
 	}
 }

@@ -118,9 +118,10 @@ func firingOthers(view []members.Member, instance string) []members.Member {
 // engine's first without a replica. For the jobs armed here that no
 // confirmed member arms (orphaned over the start's view), the slots after
 // the last one decided before firingAt and before this engine's first are
-// then recorded missed (record.MissedHandOver; the recorder leaves out
-// any a replica decided): this engine's claims have moved each job past
-// them, so they can no longer run.
+// then recorded as the start-up gap would have recorded them
+// (no_replica_running, or outside_catchup_window; the recorder leaves out
+// any a replica decided, the catch-up's included): this engine's claims
+// have moved each job past them, so they can no longer run.
 func (s *Service) confirmVouchers(ctx context.Context, firingAt time.Time) {
 	s.decided.mu.Lock()
 	pending, view := s.decided.vouchers, s.decided.view
@@ -191,10 +192,11 @@ func (s *Service) confirmVouchers(ctx context.Context, firingAt time.Time) {
 		if st.UpdatedAt.After(notBefore) {
 			notBefore = st.UpdatedAt
 		}
+		// The start-up gap's rule, computed late: no replica ran them.
 		for _, m := range startupGaps(id, gapInput{decided: last, notBefore: notBefore, firesFrom: from, delay: delay,
-			now: now, next: next, reason: record.MissedHandOver}, s.log) {
-			s.log.Info("start-up: slots lost before this engine fired", "job_id", m.JobID, "scheduled_at", m.From,
-				"last_scheduled_at", m.To, "count", m.Count, "reason", m.Reason)
+			window: s.catchupFor(st.ActionName()), now: now, next: next}, s.log) {
+			s.log.Info("start-up: slots missed while no replica ran", "job_id", m.JobID, "scheduled_at", m.From,
+				"last_scheduled_at", m.To, "count", m.Count, "reason", m.Reason, "vouched_by_gone", true)
 			s.runner.RecordMissed(st.Schedule, delay, m)
 		}
 	}

@@ -160,7 +160,8 @@ func TestStartupReadLeftOutWhileAnotherMemberFires(t *testing.T) {
 // A member that vouched for the jobs at start-up but is gone without a
 // heartbeat since this engine fired may have died before it: the slots
 // after each job's last decided one and before this engine's first are
-// then recorded missed, hand_over, so every slot ran or is on record.
+// then recorded missed as the start-up gap records them
+// (no_replica_running), so every slot ran or is on record.
 // Without that (or with the decided slots read after this engine's claims
 // moved each job on), those slots would have no record at all.
 func TestVoucherGoneWithoutAHeartbeatRecordsTheGap(t *testing.T) {
@@ -169,10 +170,10 @@ func TestVoucherGoneWithoutAHeartbeatRecordsTheGap(t *testing.T) {
 	until := e.g1.LeaseUntil.Truncate(time.Second).Add(-2 * time.Second)
 	for _, id := range e.ids {
 		var holes []time.Time
-		var handOver int
+		var noReplica int
 		waitFor(t, 30*time.Second, id+": every slot after the decided one ran or is recorded missed", func() bool {
 			covered := map[int64]bool{}
-			handOver = 0
+			noReplica = 0
 			for _, r := range runsOf(t, e.db, id, time.Time{}) {
 				last := r.ScheduledAt
 				switch r.Status {
@@ -182,8 +183,8 @@ func TestVoucherGoneWithoutAHeartbeatRecordsTheGap(t *testing.T) {
 					if !r.LastScheduledAt.IsZero() {
 						last = r.LastScheduledAt
 					}
-					if r.Reason == record.MissedHandOver {
-						handOver += int(r.Count)
+					if r.Reason == record.MissedNoReplica {
+						noReplica += int(r.Count)
 					}
 				}
 				for s := r.ScheduledAt; !s.After(last); s = s.Add(time.Second) {
@@ -198,8 +199,8 @@ func TestVoucherGoneWithoutAHeartbeatRecordsTheGap(t *testing.T) {
 			}
 			return len(holes) == 0
 		})
-		if handOver == 0 {
-			t.Errorf("%s: no slot recorded missed hand_over; the slots between %s and r1's first fire were lost", id, e.decided)
+		if noReplica == 0 {
+			t.Errorf("%s: no slot recorded missed no_replica_running; the slots between %s and r1's first fire were lost", id, e.decided)
 		}
 	}
 	if _, ok := e.d.logs.find(func(r map[string]any) bool {

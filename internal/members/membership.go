@@ -343,6 +343,7 @@ func (m *Membership) beat(ctx context.Context) error {
 func (m *Membership) Firing(ctx context.Context, at time.Time) error {
 	m.mu.Lock()
 	m.firingSince = at
+	m.self.FiringSince = at // this process's view of itself, written or not
 	m.mu.Unlock()
 	return m.beat(ctx)
 }
