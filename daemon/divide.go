@@ -66,11 +66,15 @@ func (s *Service) runDivide(ctx context.Context) {
 					"armed_here", len(armed), "disarmed_here", len(disarmed), "handed_over", len(orphans),
 					"armed", s.engine.Len())
 			}
-			last, prev = key, live
+			last = key
 			if len(orphans) > 0 {
 				s.handOver(ctx, orphans, time.Now())
 			}
 		}
+		// The view of the same members is kept as it is read, so that a
+		// member that goes is judged by its last heartbeat seen (orphaned),
+		// not by the one it had when it joined the view.
+		prev = live
 		select {
 		case <-ctx.Done():
 			return

@@ -253,3 +253,52 @@ func TestOrphanedCountsOnlyAnArmerFiringBeforeTheOtherWent(t *testing.T) {
 		}
 	}
 }
+
+// A member that goes is judged by its last heartbeat seen, not by the one
+// it had when the view last changed: g2 begins firing after r1 first
+// divided (after g1's and g3's heartbeats then) but before their last
+// ones, so it fired while they lived, and the jobs it armed with them are
+// not orphaned. Only the jobs of g1 and g3 together are read.
+func TestHandOverJudgesAGoneMemberByItsLastHeartbeatSeen(t *testing.T) {
+	e := newHandOverEnv(t, 40)
+	start := len(e.readsSince(0))
+	coll := e.db.Collection(members.CollectionName)
+	set := func(id string, fields bson.D) {
+		t.Helper()
+		if _, err := coll.UpdateOne(context.Background(), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: fields}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	firing := time.Now()
+	set("g2", bson.D{{Key: "firing_since", Value: firing}})
+	beat := firing.Add(10 * time.Millisecond)
+	for _, g := range []string{"g1", "g3"} {
+		set(g, bson.D{{Key: "heartbeat_at", Value: beat}, {Key: "lease_until", Value: time.Now().Add(4 * time.Second)}})
+	}
+	waitFor(t, 30*time.Second, "r1 sees g2 firing and g1's and g3's last heartbeats", func() bool {
+		n := 0
+		for _, m := range e.d.service.members.LiveView() {
+			switch {
+			case m.ID == "g2" && m.FiringSince.Equal(firing.Truncate(time.Millisecond)),
+				(m.ID == "g1" || m.ID == "g3") && !m.HeartbeatAt.Before(beat.Truncate(time.Millisecond)):
+				n++
+			}
+		}
+		return n == 3
+	})
+	waitFor(t, 30*time.Second, "r1 armed every job", func() bool {
+		for _, id := range e.ids {
+			if !armed(e.d.engine, id) {
+				return false
+			}
+		}
+		return true
+	})
+	waitFor(t, 30*time.Second, "the hand-over's read", func() bool { return len(e.readsSince(start)) >= 1 })
+	for i, ids := range e.readsSince(start) {
+		if !slices.Equal(ids, e.orphans) {
+			t.Errorf("read %d of the decided slots asked for %d jobs %v, want the %d orphans %v: g2 fired before g1's and g3's last heartbeats",
+				i+1, len(ids), ids, len(e.orphans), e.orphans)
+		}
+	}
+}
