@@ -61,12 +61,7 @@ func (s *Service) readDecided() {
 	defer s.decided.readOnce.Do(func() { close(s.decided.read) })
 	view := s.members.LiveView()
 	firing := firingOthers(view, s.opts.InstanceID)
-	var armedIDs []string
-	for st := range s.engine.All() {
-		if st.Armed {
-			armedIDs = append(armedIDs, st.ID)
-		}
-	}
+	armedIDs := s.armedJobs()
 	ids := orphaned(armedIDs, view, firing)
 	s.decided.mu.Lock()
 	s.decided.vouchers, s.decided.view = firing, view
@@ -98,6 +93,17 @@ func (s *Service) readDecided() {
 	s.decided.slots, s.decided.ok = slots, true
 }
 
+// armedJobs returns the ids of the jobs the engine arms.
+func (s *Service) armedJobs() []string {
+	var ids []string
+	for st := range s.engine.All() {
+		if st.Armed {
+			ids = append(ids, st.ID)
+		}
+	}
+	return ids
+}
+
 // firingOthers returns the members of view, other than instance, that
 // fire (Member.FiringSince is set).
 func firingOthers(view []members.Member, instance string) []members.Member {
@@ -121,12 +127,19 @@ func firingOthers(view []members.Member, instance string) []members.Member {
 // then recorded as the start-up gap would have recorded them
 // (no_replica_running, or outside_catchup_window; the recorder leaves out
 // any a replica decided, the catch-up's included): this engine's claims
-// have moved each job past them, so they can no longer run.
+// have moved each job past them, so they can no longer run. When the
+// decided slots cannot be read (handOverReads tries), the slots since the
+// gone members were last seen alive are recorded the same way.
 func (s *Service) confirmVouchers(ctx context.Context, firingAt time.Time) {
 	s.decided.mu.Lock()
 	pending, view := s.decided.vouchers, s.decided.view
 	s.decided.mu.Unlock()
 	var confirmed, gone []members.Member
+	// The latest heartbeat seen of each member still pending.
+	lastAlive := make(map[string]time.Time, len(pending))
+	for _, m := range pending {
+		lastAlive[m.ID] = m.HeartbeatAt
+	}
 	t := time.NewTicker(redivideEvery)
 	defer t.Stop()
 	for len(pending) > 0 {
@@ -144,6 +157,7 @@ func (s *Service) confirmVouchers(ctx context.Context, firingAt time.Time) {
 			case live[i].HeartbeatAt.After(firingAt):
 				confirmed = append(confirmed, m)
 			default:
+				lastAlive[m.ID] = live[i].HeartbeatAt
 				return false
 			}
 			return true
@@ -156,29 +170,38 @@ func (s *Service) confirmVouchers(ctx context.Context, firingAt time.Time) {
 		}
 		return
 	}
-	var armedIDs []string
-	for st := range s.engine.All() {
-		if st.Armed {
-			armedIDs = append(armedIDs, st.ID)
-		}
-	}
-	ids := orphaned(armedIDs, view, confirmed)
+	ids := orphaned(s.armedJobs(), view, confirmed)
 	s.log.Warn("start-up: members that fired when this one started are gone without a heartbeat since it fired; the slots their jobs may have lost before this engine fired are looked for",
 		"gone", liveKey(gone), "confirmed", liveKey(confirmed), "jobs", len(ids))
 	if len(ids) == 0 {
 		return
 	}
 	decided, err := s.readHandOver(ctx, ids, firingAt)
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("start-up: could not read the decided slots; the slots lost before this engine fired, if any, are not recorded",
-				"collection", record.RunsCollection, "jobs", len(ids), "error", err)
-		}
+	if ctx.Err() != nil {
 		return
+	}
+	// When the decided slots cannot be read, the gap is taken to start
+	// where the gone members were last seen alive, less the claim grace
+	// and a re-divide tick (a slot due just before could still have been
+	// theirs to claim): its slots are recorded missed, rather than left
+	// without a record, and the recorder leaves out any a replica decided.
+	var aliveUntil time.Time
+	if err != nil {
+		for _, m := range gone {
+			if at := lastAlive[m.ID]; aliveUntil.IsZero() || at.Before(aliveUntil) {
+				aliveUntil = at
+			}
+		}
+		aliveUntil = aliveUntil.Add(-s.claimGrace() - redivideEvery)
+		s.log.Warn("start-up: could not read the decided slots; the slots since the gone members were last seen alive are recorded missed",
+			"collection", record.LocksCollection, "jobs", len(ids), "since", aliveUntil, "error", err)
 	}
 	now := time.Now()
 	for _, id := range ids {
 		last, ok := decided[id]
+		if err != nil {
+			last, ok = aliveUntil, true
+		}
 		if !ok || ctx.Err() != nil {
 			continue // never decided anywhere: the catch-up's business, as at any start
 		}

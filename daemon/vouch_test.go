@@ -59,7 +59,7 @@ func countDecidedReads(p *faultproxy.Proxy) func() [][]string {
 
 // vouchEnv is a daemon (r1, every job armed) starting beside g1, a member
 // that is a document only: it fires (firing_since) and does not divide,
-// and heartbeated at the start. Each of the every-second jobs was last
+// and heartbeated 2 s before the start. Each of the every-second jobs was last
 // decided 4 s before r1 starts (its lock's last_slot), as if g1 had fired
 // them until then.
 type vouchEnv struct {
@@ -69,15 +69,16 @@ type vouchEnv struct {
 	decided time.Time
 	reads   func() [][]string
 	g1      members.Member
+	proxy   *faultproxy.Proxy
 }
 
 func newVouchEnv(t *testing.T, g1Lease time.Duration) *vouchEnv {
 	t.Helper()
 	db, through, p := proxiedDatabase(t)
-	e := &vouchEnv{db: db, reads: countDecidedReads(p)}
+	e := &vouchEnv{db: db, reads: countDecidedReads(p), proxy: p}
 	now := time.Now()
 	e.g1 = members.Member{ID: "g1", Host: "ghost", PID: 1, Incarnation: "ghost-g1", StartedAt: now.Add(-time.Minute),
-		FiringSince: now.Add(-time.Minute), HeartbeatAt: now, LeaseUntil: now.Add(g1Lease), ExpireAt: now.Add(2 * time.Hour)}
+		FiringSince: now.Add(-time.Minute), HeartbeatAt: now.Add(-2 * time.Second), LeaseUntil: now.Add(g1Lease), ExpireAt: now.Add(2 * time.Hour)}
 	if _, err := db.Collection(members.CollectionName).InsertOne(context.Background(), e.g1); err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +109,43 @@ func newVouchEnv(t *testing.T, g1Lease time.Duration) *vouchEnv {
 	e.d = startDaemon(t, through, opts)
 	waitFor(t, 30*time.Second, "r1 firing", func() bool { return !e.d.service.members.Self().FiringSince.IsZero() })
 	return e
+}
+
+// coveredUntil waits until every slot of job id after from and up to
+// until ran or is recorded missed, and returns how many are recorded
+// missed no_replica_running.
+func (e *vouchEnv) coveredUntil(t *testing.T, id string, from, until time.Time) (noReplica int) {
+	t.Helper()
+	var holes []time.Time
+	waitFor(t, 30*time.Second, id+": every slot after "+from.Format(time.TimeOnly)+" ran or is recorded missed", func() bool {
+		covered := map[int64]bool{}
+		noReplica = 0
+		for _, r := range runsOf(t, e.db, id, time.Time{}) {
+			last := r.ScheduledAt
+			switch r.Status {
+			case record.StatusRunning, record.StatusClaiming:
+				continue
+			case record.StatusMissed:
+				if !r.LastScheduledAt.IsZero() {
+					last = r.LastScheduledAt
+				}
+				if r.Reason == record.MissedNoReplica {
+					noReplica += int(r.Count)
+				}
+			}
+			for s := r.ScheduledAt; !s.After(last); s = s.Add(time.Second) {
+				covered[s.Unix()] = true
+			}
+		}
+		holes = holes[:0]
+		for s := from.Truncate(time.Second).Add(time.Second); !s.After(until); s = s.Add(time.Second) {
+			if !covered[s.Unix()] {
+				holes = append(holes, s)
+			}
+		}
+		return len(holes) == 0
+	})
+	return noReplica
 }
 
 // heartbeat writes g1's heartbeat at now, its lease a minute on.
@@ -169,37 +207,7 @@ func TestVoucherGoneWithoutAHeartbeatRecordsTheGap(t *testing.T) {
 	// Slots up to 2 s before g1's lease passes (r1 fires those after them).
 	until := e.g1.LeaseUntil.Truncate(time.Second).Add(-2 * time.Second)
 	for _, id := range e.ids {
-		var holes []time.Time
-		var noReplica int
-		waitFor(t, 30*time.Second, id+": every slot after the decided one ran or is recorded missed", func() bool {
-			covered := map[int64]bool{}
-			noReplica = 0
-			for _, r := range runsOf(t, e.db, id, time.Time{}) {
-				last := r.ScheduledAt
-				switch r.Status {
-				case record.StatusRunning, record.StatusClaiming:
-					continue
-				case record.StatusMissed:
-					if !r.LastScheduledAt.IsZero() {
-						last = r.LastScheduledAt
-					}
-					if r.Reason == record.MissedNoReplica {
-						noReplica += int(r.Count)
-					}
-				}
-				for s := r.ScheduledAt; !s.After(last); s = s.Add(time.Second) {
-					covered[s.Unix()] = true
-				}
-			}
-			holes = holes[:0]
-			for s := e.decided.Add(time.Second); !s.After(until); s = s.Add(time.Second) {
-				if !covered[s.Unix()] {
-					holes = append(holes, s)
-				}
-			}
-			return len(holes) == 0
-		})
-		if noReplica == 0 {
+		if n := e.coveredUntil(t, id, e.decided, until); n == 0 {
 			t.Errorf("%s: no slot recorded missed no_replica_running; the slots between %s and r1's first fire were lost", id, e.decided)
 		}
 	}
@@ -211,5 +219,28 @@ func TestVoucherGoneWithoutAHeartbeatRecordsTheGap(t *testing.T) {
 	}
 	if n := len(e.reads()); n == 0 {
 		t.Error("no read of the decided slots after g1 was gone")
+	}
+}
+
+// When the decided slots cannot be read after a voucher is gone, the
+// slots since it was last seen alive (less the claim grace and a tick) are
+// recorded missed no_replica_running instead: every slot after g1's last
+// heartbeat ran or is on record. Without that, the failed read left them
+// with no record (only a log line).
+func TestVoucherGoneAndTheReadFailingRecordsTheGap(t *testing.T) {
+	e := newVouchEnv(t, 3*time.Second)
+	e.proxy.FailAlways(isDecidedRead, faultproxy.ErrorReply{})
+	// The slots from g1's last heartbeat to r1's first fire had no replica.
+	until := e.d.service.members.Self().FiringSince.Truncate(time.Second)
+	waitFor(t, 60*time.Second, "the failed read logged", func() bool {
+		_, ok := e.d.logs.find(func(r map[string]any) bool {
+			return r["msg"] == "start-up: could not read the decided slots; the slots since the gone members were last seen alive are recorded missed"
+		})
+		return ok
+	})
+	for _, id := range e.ids {
+		if n := e.coveredUntil(t, id, e.g1.HeartbeatAt, until); n == 0 {
+			t.Errorf("%s: no slot recorded missed no_replica_running after the read failed", id)
+		}
 	}
 }
