@@ -37,7 +37,10 @@ type divideSettings struct {
 	out           string
 	logDir        string
 	heapProfiles  string
-	timeout       time.Duration
+	// cpuProfiles, when set, receives a CPU profile of each live replica
+	// taken over the cpuProfileFor after the joiner is ready.
+	cpuProfiles string
+	timeout     time.Duration
 	// The kill/join phase (divide_schedules on; -hot 0 leaves it out).
 	hot                          int
 	heartbeat, lease, claimGrace time.Duration
@@ -63,6 +66,8 @@ func divideMain(args []string) int {
 	fs.StringVar(&o.logDir, "logs", "", "keep the daemons' logs here")
 	fs.StringVar(&o.heapProfiles, "heap-profiles", "", "save each replica's heap profile (after a GC) in this directory, "+
 		"as heap-ID-N.pb.gz (go tool pprof -sample_index=inuse_space)")
+	fs.StringVar(&o.cpuProfiles, "cpu-profiles", "", "kill/join: save a CPU profile of each live replica, taken over the "+
+		cpuProfileFor.String()+" after the joiner is ready, in this directory")
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Minute, "the whole run's deadline")
 	fs.IntVar(&o.hot, "hot", 60, "every-second jobs added for the kill/join phase of the divide_schedules round (0: no such phase)")
 	fs.DurationVar(&o.heartbeat, "heartbeat", 0, "the replicas' members.heartbeat (0: the default, 10s)")

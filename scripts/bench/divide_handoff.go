@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -193,6 +194,8 @@ func runHandoff(ctx context.Context, o divideSettings, ws *workspace, uri string
 		return nil, j, fmt.Errorf("%s: %w", res.joiner, err)
 	}
 	logf("handoff: %s joined, ready after %s", res.joiner, res.joinReady.Round(time.Millisecond))
+	profiling := cpuProfiles(ctx, o.cpuProfiles, append(slices.Clone(ds[1:]), j), append(slices.Clone(ids[1:]), res.joiner))
+	defer profiling.Wait()
 	// The others see it at their next heartbeat; the armed counts then
 	// hold still.
 	live := append(slices.Clone(ds[1:]), j)
@@ -247,6 +250,32 @@ func runHandoff(ctx context.Context, o divideSettings, ws *workspace, uri string
 	res.account(runs, lines, hot, owned, before, end)
 	res.loadAfter = loadAvg()
 	return res, j, nil
+}
+
+// cpuProfileFor is how long each replica's CPU profile runs (-cpu-profiles).
+const cpuProfileFor = 30 * time.Second
+
+// cpuProfiles saves a CPU profile of each of ds (named names), taken over
+// the next cpuProfileFor, as dir/cpu-<name>.pb.gz, in the background;
+// nothing when dir is empty. Wait on the group before the daemons stop.
+func cpuProfiles(ctx context.Context, dir string, ds []*daemon, names []string) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	if dir == "" {
+		return &wg
+	}
+	for i, d := range ds {
+		wg.Go(func() {
+			path := fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(cpuProfileFor.Seconds()))
+			prof, err := d.getWithin(ctx, path, cpuProfileFor+time.Minute)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, "cpu-"+names[i]+".pb.gz"), prof, 0o644)
+			}
+			if err != nil {
+				logf("handoff: CPU profile of %s: %v", names[i], err)
+			}
+		})
+	}
+	return &wg
 }
 
 // sightingsQuiet waits up to limit until some daemon of ds has written
