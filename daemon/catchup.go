@@ -18,25 +18,22 @@ import (
 // was not in force then. Whether the slot was really missed is not decided
 // here but by the lock claim (last fire < slot), so a slot that ran, here
 // or on another replica, is never run again.
-func catchUpSlots(jobs iter.Seq[scheduler.Status], now time.Time, window func(action string) time.Duration,
+func catchUpSlots(armed iter.Seq2[schedule.Schedule, time.Duration], now time.Time, window func(action string) time.Duration,
 	lastSlot func(id string, now time.Time) (time.Time, bool)) []schedule.Due {
 	var out []schedule.Due
-	for st := range jobs {
-		if !st.Armed {
-			continue
-		}
-		w := window(st.ActionName())
+	for sched, delay := range armed {
+		w := window(sched.ActionName())
 		if w <= 0 {
 			continue
 		}
-		slot, ok := lastSlot(st.ID, now)
+		slot, ok := lastSlot(sched.ID, now)
 		if !ok || now.Sub(slot) > w {
 			continue
 		}
-		if !st.UpdatedAt.IsZero() && slot.Before(st.UpdatedAt) {
+		if !sched.UpdatedAt.IsZero() && slot.Before(sched.UpdatedAt) {
 			continue
 		}
-		out = append(out, schedule.Due{Schedule: st.Schedule, Slot: slot, Delay: st.Delay})
+		out = append(out, schedule.Due{Schedule: sched, Slot: slot, Delay: delay})
 	}
 	return out
 }
@@ -59,7 +56,7 @@ func runCatchUp(ctx context.Context, engine *scheduler.Engine, ready func() bool
 		}
 	}
 	now := time.Now()
-	fires := catchUpSlots(engine.All(), now, window, engine.LastSlot)
+	fires := catchUpSlots(engine.Armed(), now, window, engine.LastSlot)
 	if gaps != nil {
 		gaps(ctx, now, fires)
 	}

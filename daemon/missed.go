@@ -96,10 +96,8 @@ func (s *Service) readDecided() {
 // armedJobs returns the ids of the jobs the engine arms.
 func (s *Service) armedJobs() []string {
 	var ids []string
-	for st := range s.engine.All() {
-		if st.Armed {
-			ids = append(ids, st.ID)
-		}
+	for sched := range s.engine.Armed() {
+		ids = append(ids, sched.ID)
 	}
 	return ids
 }
@@ -257,9 +255,12 @@ func (s *Service) recordStartupGaps(ctx context.Context, now time.Time, catchUp 
 	}
 	retention := s.opts.Retention
 	waitUntil := time.Now().Add(firesFromWait)
-	for st := range s.engine.All() {
-		if !st.Armed || !asked[st.ID] {
-			continue // armed after the engine started: its fires say what happened
+	// Only the jobs asked for: a replica starting beside firing members
+	// asked for few or none, and walks no more.
+	for id := range asked {
+		st, ok := s.engine.Get(id)
+		if !ok || !st.Armed {
+			continue // disarmed since: its armers' fires say what happened
 		}
 		// A job that never fired anywhere is due since its document was
 		// written (as the catch-up counts it); without updated_at there is

@@ -2,11 +2,14 @@ package scheduler
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cronswap/cronswap/internal/lifetime"
+	"github.com/cronswap/cronswap/schedule"
 )
 
 // With Options.Arms the engine keeps every valid job but arms only those
@@ -89,5 +92,118 @@ func TestRearmLeavesAnEndedJobUnarmed(t *testing.T) {
 	expect(t, e.Reload(s), Added)
 	if st := mustGet(t, e, "capped"); !st.Armed || st.Ended != "" {
 		t.Fatalf("max_runs raised: %+v, want armed again", st)
+	}
+}
+
+// Armed yields exactly the jobs All reports armed, each with the schedule
+// and delay All gives it: not a job armed elsewhere (Options.Arms), nor a
+// disabled or rejected one, nor one whose end_at has passed.
+func TestArmedYieldsOnlyArmedJobs(t *testing.T) {
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	now := base
+	e := New(Options{Logger: quiet(), Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now },
+		Arms: func(id string) bool { return id != "elsewhere" },
+		Policy: testPolicy{jitter: func(s schedule.Schedule) time.Duration {
+			if s.ID == "jittered" {
+				return time.Minute
+			}
+			return 0
+		}}})
+	ending := sch("ending", "* * * * * *")
+	ending.EndAt = base.Add(20 * time.Second)
+	disabled := sch("disabled", "0 9 * * *")
+	disabled.Enabled = false
+	syncItems(e, []Item{{Schedule: sch("a", "0 9 * * *")}, {Schedule: sch("elsewhere", "0 9 * * *")},
+		{Schedule: ending}, {Schedule: disabled}, {Schedule: sch("jittered", "0 9 * * *")},
+		{Schedule: sch("bad", "0 9 * * *"), Err: errors.New("bad document")}})
+	check := func(want ...string) {
+		t.Helper()
+		all := map[string]Status{}
+		for st := range e.All() {
+			if st.Armed {
+				all[st.ID] = st
+			}
+		}
+		var got []string
+		for s, delay := range e.Armed() {
+			got = append(got, s.ID)
+			if s.ID == "jittered" && delay == 0 {
+				t.Error("jittered: no delay yielded")
+			}
+			if st, ok := all[s.ID]; !ok || st.Schedule != s || st.Delay != delay {
+				t.Errorf("Armed yields %s %+v delay %v; All has %+v (armed %v)", s.ID, s, delay, st, ok)
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) || len(all) != len(want) {
+			t.Errorf("Armed yields %v, want %v (All armed %d)", got, want, len(all))
+		}
+	}
+	check("a", "ending", "jittered")
+	mu.Lock()
+	now = base.Add(time.Hour) // past ending's end_at
+	mu.Unlock()
+	check("a", "jittered")
+}
+
+// entriesNow counts the robfig entries of all e's shards as they are,
+// retired ones still waiting in the queue included (robfigEntries waits
+// for the queue first).
+func entriesNow(e *Engine) int {
+	n := 0
+	for _, sh := range e.shards {
+		n += len(sh.cron.Entries())
+	}
+	return n
+}
+
+// A re-division that disarms many jobs takes their robfig entries out in
+// paced bursts (retireBurst, then a pause while more wait), not all at
+// once; Stop drains the rest without waiting for the pauses. Here the
+// pause is an hour: the first burst goes, the rest waits until Stop.
+func TestRetiredEntriesLeaveInPacedBurstsAndAtOnceOnStop(t *testing.T) {
+	var mu sync.Mutex
+	armHere := true
+	e := New(Options{Logger: quiet(), Shards: 4, Arms: func(string) bool { mu.Lock(); defer mu.Unlock(); return armHere }})
+	e.retired.pause = time.Hour
+	const n = 3*retireBurst + 10
+	var items []Item
+	for i := range n {
+		items = append(items, Item{Schedule: sch(fmt.Sprintf("j%04d", i), "0 9 * * *")})
+	}
+	syncItems(e, items)
+	e.Start()
+	if got := entriesNow(e); got != n {
+		t.Fatalf("%d robfig entries, want %d", got, n)
+	}
+	mu.Lock()
+	armHere = false
+	mu.Unlock()
+	if _, disarmed := e.Rearm(); len(disarmed) != n {
+		t.Fatalf("Rearm disarmed %d, want %d", len(disarmed), n)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for entriesNow(e) > n-retireBurst {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d robfig entries after 30 s, want the first burst of %d gone", entriesNow(e), retireBurst)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := entriesNow(e); got != n-retireBurst {
+		t.Fatalf("%d robfig entries after the first burst, want %d: the rest waits for the pause", got, n-retireBurst)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		<-e.Stop().Done()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Stop did not return within 30 s: it waited for the drain's pause")
+	}
+	if got := entriesNow(e); got != 0 {
+		t.Fatalf("%d robfig entries after Stop, want 0", got)
 	}
 }

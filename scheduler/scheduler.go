@@ -222,12 +222,32 @@ type Engine struct {
 // be taken out of their shards. One goroutine drains it while it is not
 // empty and exits when it is, so no goroutine outlives the work and a burst
 // of edits costs one goroutine, not one per edit.
+//
+// The drain is paced: retireBurst entries back to back, then a pause of
+// retirePause while more wait. Each removal is a hand-off to the shard's
+// run loop, which re-sorts the shard and builds a new entry list, so a
+// re-division that disarms tens of thousands of jobs at once (Rearm) would
+// otherwise take a core for seconds, away from the claims of the jobs
+// still firing, and, on a small machine, from the database beside it. A
+// retired entry waiting its turn costs nothing but memory: it has no next
+// activation and never runs. wait (Stop) drains the rest without pauses.
 type retiredQueue struct {
 	mu       sync.Mutex
 	idle     sync.Cond // signalled when draining stops; uses mu
 	pending  []retiredEntry
 	draining bool
+	hurry    bool          // set by wait: no more pauses
+	pause    time.Duration // retirePause; tests change it
+	// woken ends a pause at once when wait sets hurry.
+	woken chan struct{}
 }
+
+// retireBurst and retirePause pace the retired queue's drain: at most
+// about 5,000 removals a second while a backlog lasts.
+const (
+	retireBurst = 256
+	retirePause = 50 * time.Millisecond
+)
 
 type retiredEntry struct {
 	sh *shard
@@ -246,12 +266,17 @@ func (q *retiredQueue) add(sh *shard, id cron.EntryID) {
 }
 
 func (q *retiredQueue) drain() {
+	burst := 0 // removed since the last pause
 	for {
 		q.mu.Lock()
-		batch := q.pending
-		q.pending = nil
-		if len(batch) == 0 {
-			q.draining = false
+		n := min(len(q.pending), retireBurst-burst)
+		batch := slices.Clone(q.pending[:n])
+		q.pending = q.pending[n:]
+		if len(q.pending) == 0 {
+			q.pending = nil // the backing array of a large backlog goes
+		}
+		if n == 0 {
+			q.draining, q.hurry = false, false
 			q.idle.Broadcast()
 			q.mu.Unlock()
 			return
@@ -260,13 +285,36 @@ func (q *retiredQueue) drain() {
 		for _, r := range batch {
 			r.sh.cron.Remove(r.id)
 		}
+		if burst += n; burst < retireBurst {
+			continue
+		}
+		burst = 0
+		q.mu.Lock()
+		more, hurry, pause := len(q.pending) > 0, q.hurry, q.pause
+		q.mu.Unlock()
+		if more && !hurry && pause > 0 {
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+			case <-q.woken:
+				t.Stop()
+			}
+		}
 	}
 }
 
-// wait returns once every queued entry has been removed.
+// wait returns once every queued entry has been removed, draining the
+// rest without pauses.
 func (q *retiredQueue) wait() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.draining {
+		q.hurry = true
+		select {
+		case q.woken <- struct{}{}:
+		default:
+		}
+	}
 	for q.draining {
 		q.idle.Wait()
 	}
@@ -304,6 +352,7 @@ func New(opts Options) *Engine {
 		jobs: make(map[string]*record),
 	}
 	e.retired.idle.L = &e.retired.mu
+	e.retired.pause, e.retired.woken = retirePause, make(chan struct{}, 1)
 	cl := cronLogger{opts.Logger}
 	for range opts.Shards {
 		e.shards = append(e.shards, &shard{cron: cron.New(
@@ -965,6 +1014,34 @@ func (e *Engine) All() iter.Seq[Status] {
 				x.r = cur
 			}
 			if !yield(x.r.status(x.id, now)) {
+				return
+			}
+		}
+	}
+}
+
+// Armed yields the schedule of every armed job (Status.Armed) and the
+// delay its fires carry, in no particular order, taken as All takes them
+// but without computing each job's next run (only a job whose end_at has
+// passed needs it, to tell whether it still fires): a walk over every job
+// at start-up that needs no more than these costs a fraction of All's.
+func (e *Engine) Armed() iter.Seq2[schedule.Schedule, time.Duration] {
+	return func(yield func(schedule.Schedule, time.Duration) bool) {
+		e.mu.RLock()
+		ids := make([]string, 0, e.armed)
+		for id, r := range e.jobs {
+			if r.fire != nil {
+				ids = append(ids, id)
+			}
+		}
+		e.mu.RUnlock()
+		now := e.now()
+		for _, id := range ids {
+			r := e.load(id)
+			if r == nil || r.fire == nil || (r.life().Over(now) && r.nextRun(id, now).IsZero()) {
+				continue // disarmed since, or fires no more (as status says)
+			}
+			if !yield(r.schedule(id), r.delay(id)) {
 				return
 			}
 		}
