@@ -179,7 +179,7 @@ const handOverReads = 4
 // are recorded missed, hand_over, rather than left without a record; the
 // recorder leaves out any a replica decided.
 func (s *Service) handOver(ctx context.Context, ids []string, now time.Time) {
-	decided, err := s.readHandOver(ctx, ids, now)
+	decided, err := s.readDecidedSlots(ctx, "hand-over", ids, now)
 	if ctx.Err() != nil {
 		return
 	}
@@ -206,28 +206,6 @@ func (s *Service) handOver(ctx context.Context, ids []string, now time.Time) {
 		})
 	}
 	wg.Wait()
-}
-
-// readHandOver reads the decided slots of ids at or before notAfter,
-// trying handOverReads times.
-func (s *Service) readHandOver(ctx context.Context, ids []string, notAfter time.Time) (map[string]time.Time, error) {
-	wait := time.Second
-	for try := 1; ; try++ {
-		rctx, cancel := context.WithTimeout(ctx, decidedReadTimeout)
-		decided, err := s.store.DecidedSlots(rctx, ids, notAfter)
-		cancel()
-		if err == nil || try == handOverReads {
-			return decided, err
-		}
-		s.log.Warn("hand-over: could not read the decided slots; trying again", "collection", record.LocksCollection,
-			"jobs", len(ids), "attempt", try, "retry_in", wait, "error", err)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(wait):
-		}
-		wait *= 2
-	}
 }
 
 // handOverJob is handOver for one job whose last decided slot is last

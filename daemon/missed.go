@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -12,9 +13,10 @@ import (
 	"github.com/cronswap/cronswap/schedule"
 )
 
-// decidedAtStart is the latest decided slot of each job, as the database
-// said just before this daemon's engine started (so none of it is this
-// daemon's own doing). ok is false when it could not be read.
+// decidedAtStart is the latest decided slot of each job at or before the
+// instant this daemon's engine began firing (less the longest jitter
+// delay, so none of it is this daemon's own doing), read while it fires.
+// ok is false when it could not be read.
 type decidedAtStart struct {
 	// read is closed once readDecided has its answer (or its failure):
 	// the start-up gaps are computed from it, so they wait for it.
@@ -31,14 +33,20 @@ type decidedAtStart struct {
 	// view it was made in. Both are fixed before the engine starts and
 	// read by confirmVouchers.
 	vouchers, view []members.Member
-	// firingAt is when the engine began firing: set before
+	// firingAt is when the engine began firing, and notAfter the latest
+	// slot it cannot have claimed (planDecided): set before
 	// parts.engineStarted is closed.
-	firingAt time.Time
+	firingAt, notAfter time.Time
 }
 
-// decidedReadTimeout bounds the start-up read of the decided slots; the
-// engine waits for it.
+// decidedReadTimeout bounds one try of a read of the decided slots of
+// decidedReadSlice jobs (readDecidedSlots).
 const decidedReadTimeout = 10 * time.Second
+
+// decidedReadSlice is how many jobs' decided slots one try reads: a read
+// of a million jobs on a busy server goes a slice at a time, each with
+// its own tries, rather than all within one timeout.
+const decidedReadSlice = 10000
 
 // slots gives the runner the slot sequence of an armed job.
 func (s *Service) slots(id string) (record.NextFunc, bool) {
@@ -46,23 +54,24 @@ func (s *Service) slots(id string) (record.NextFunc, bool) {
 	return next, ok
 }
 
-// readDecided reads the decided slots of the armed jobs (runstore.Store
-// DecidedSlots) and then closes s.decided.read. A failure is logged: the
-// start-up gaps are then not looked for.
+// planDecided chooses, just before the engine starts, the armed jobs
+// whose decided slots readDecided will read, and the instant it reads
+// them at: the latest a slot this engine cannot have claimed may be
+// (firingAt less the longest delay of an armed job's fires: a jittered
+// job fires a slot that late after it).
 //
 // A job that another live member fires (Member.FiringSince) and arms
 // (members.Armers over the live view, or every job when that member does
-// not divide) is not asked for: that member decided its slots while this
-// one started, so it has no start-up gap. A replica joining a live
+// not divide) is not asked for: that member decides its slots while this
+// one starts, so it has no start-up gap. A replica joining a live
 // deployment thus reads nothing. Those members vouch for the jobs until
 // confirmVouchers has seen each heartbeat after this engine began
-// firing.
-func (s *Service) readDecided() {
-	defer s.decided.readOnce.Do(func() { close(s.decided.read) })
+// firing; they are stored here, before the engine starts.
+func (s *Service) planDecided(firingAt time.Time) (ids []string, notAfter time.Time) {
 	view := s.members.LiveView()
 	firing := firingOthers(view, s.opts.InstanceID)
-	armedIDs := s.armedJobs()
-	ids := orphaned(armedIDs, view, firing)
+	armedIDs, maxDelay := s.armedJobs()
+	ids = orphaned(armedIDs, view, firing)
 	s.decided.mu.Lock()
 	s.decided.vouchers, s.decided.view = firing, view
 	s.decided.mu.Unlock()
@@ -70,20 +79,28 @@ func (s *Service) readDecided() {
 		s.log.Info("start-up: other members fire already; the decided slots are read only for the jobs none of them arms",
 			"firing", liveKey(firing), "armed", len(armedIDs), "asked", len(ids))
 	}
-	if len(ids) == 0 && len(armedIDs) > 0 {
-		s.decided.mu.Lock()
-		s.decided.ok = true
-		s.decided.mu.Unlock()
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), decidedReadTimeout)
-	defer cancel()
-	slots, err := s.store.DecidedSlots(ctx, ids, time.Now())
+	notAfter = firingAt.Add(-maxDelay)
+	s.decided.mu.Lock()
+	s.decided.notAfter = notAfter
+	s.decided.mu.Unlock()
+	return ids, notAfter
+}
+
+// readDecided reads the decided slots of ids at or before notAfter
+// (planDecided) while the engine fires, and then closes s.decided.read:
+// what this engine's own claims decide comes after notAfter, so neither
+// waits for the other. A failure is logged: the start-up gaps are then
+// not looked for.
+func (s *Service) readDecided(ctx context.Context, ids []string, notAfter time.Time) {
+	defer s.decided.readOnce.Do(func() { close(s.decided.read) })
+	slots, err := s.readDecidedSlots(ctx, "start-up", ids, notAfter)
 	s.decided.mu.Lock()
 	defer s.decided.mu.Unlock()
 	if err != nil {
-		s.log.Warn("could not read the decided slots; slots missed while no replica ran are not recorded this time",
-			"collection", record.LocksCollection, "error", err)
+		if ctx.Err() == nil {
+			s.log.Warn("could not read the decided slots; slots missed while no replica ran are not recorded this time",
+				"collection", record.LocksCollection, "jobs", len(ids), "error", err)
+		}
 		return
 	}
 	s.decided.asked = make(map[string]bool, len(ids))
@@ -93,13 +110,48 @@ func (s *Service) readDecided() {
 	s.decided.slots, s.decided.ok = slots, true
 }
 
-// armedJobs returns the ids of the jobs the engine arms.
-func (s *Service) armedJobs() []string {
-	var ids []string
-	for sched := range s.engine.Armed() {
-		ids = append(ids, sched.ID)
+// readDecidedSlots reads the decided slots of ids at or before notAfter
+// (runstore.Store DecidedSlots), decidedReadSlice jobs at a time, trying
+// each slice handOverReads times with decidedReadTimeout each, the waits
+// between tries doubling from a second; who names the reader in the
+// logs.
+func (s *Service) readDecidedSlots(ctx context.Context, who string, ids []string, notAfter time.Time) (map[string]time.Time, error) {
+	out := map[string]time.Time{}
+	for i := 0; i < len(ids); i += decidedReadSlice {
+		part := ids[i:min(i+decidedReadSlice, len(ids))]
+		wait := time.Second
+		for try := 1; ; try++ {
+			rctx, cancel := context.WithTimeout(ctx, decidedReadTimeout)
+			decided, err := s.store.DecidedSlots(rctx, part, notAfter)
+			cancel()
+			if err == nil {
+				maps.Copy(out, decided)
+				break
+			}
+			if try == handOverReads || ctx.Err() != nil {
+				return nil, err
+			}
+			s.log.Warn(who+": could not read the decided slots; trying again", "collection", record.LocksCollection,
+				"jobs", len(part), "attempt", try, "retry_in", wait, "error", err)
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(wait):
+			}
+			wait *= 2
+		}
 	}
-	return ids
+	return out, nil
+}
+
+// armedJobs returns the ids of the jobs the engine arms and the longest
+// delay of their fires (jitter).
+func (s *Service) armedJobs() (ids []string, maxDelay time.Duration) {
+	for sched, delay := range s.engine.Armed() {
+		ids = append(ids, sched.ID)
+		maxDelay = max(maxDelay, delay)
+	}
+	return ids, maxDelay
 }
 
 // firingOthers returns the members of view, other than instance, that
@@ -168,13 +220,17 @@ func (s *Service) confirmVouchers(ctx context.Context, firingAt time.Time) {
 		}
 		return
 	}
-	ids := orphaned(s.armedJobs(), view, confirmed)
+	armedIDs, _ := s.armedJobs()
+	ids := orphaned(armedIDs, view, confirmed)
 	s.log.Warn("start-up: members that fired when this one started are gone without a heartbeat since it fired; the slots their jobs may have lost before this engine fired are looked for",
 		"gone", liveKey(gone), "confirmed", liveKey(confirmed), "jobs", len(ids))
 	if len(ids) == 0 {
 		return
 	}
-	decided, err := s.readHandOver(ctx, ids, firingAt)
+	s.decided.mu.Lock()
+	notAfter := s.decided.notAfter
+	s.decided.mu.Unlock()
+	decided, err := s.readDecidedSlots(ctx, "start-up", ids, notAfter)
 	if ctx.Err() != nil {
 		return
 	}

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/cronswap/cronswap/internal/faultproxy"
 	"github.com/cronswap/cronswap/internal/record"
@@ -107,4 +110,62 @@ func TestStartupGapWaitsForTheDecidedSlots(t *testing.T) {
 	if m.Reason != record.MissedNoReplica || m.ScheduledAt.Before(written) || m.Count < 4 {
 		t.Errorf("missed record %+v: want no_replica_running from %s, at least 4 slots", m, written)
 	}
+}
+
+// The engine fires while the start-up read of the decided slots is still
+// unanswered: that read looks at what was decided before the engine began
+// firing, and the first fires do not wait for it. Once it is answered, the
+// start-up gap is recorded as ever.
+func TestEngineFiresWhileTheStartupReadIsHeld(t *testing.T) {
+	db, through, p := proxiedDatabase(t)
+	written := time.Now().Add(-6 * time.Second)
+	if _, err := db.Collection(schedule.CollectionName).InsertOne(context.Background(), bson.D{{Key: "_id", Value: "early"},
+		{Key: "cron_expr", Value: "* * * * * *"}, {Key: "job", Value: "tick"}, {Key: "updated_at", Value: written}}); err != nil {
+		t.Fatal(err)
+	}
+	// Every read of the decided slots waits at the proxy until released:
+	// a daemon whose engine waited for that read (4 tries of 10 s) would
+	// fire nothing within the 30 s below.
+	held, release := make(chan struct{}, 1), make(chan struct{})
+	var releaseOnce sync.Once
+	releaseReads := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(releaseReads)
+	var answered atomic.Bool
+	p.FailAlways(func(cmd bsoncore.Document) bool {
+		if isDecidedRead(cmd) {
+			select {
+			case held <- struct{}{}:
+			default:
+			}
+			<-release
+			answered.Store(true)
+		}
+		return false
+	}, faultproxy.ErrorReply{})
+	startDaemon(t, through, testOptions())
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the decided slots were never read")
+	}
+	waitFor(t, 30*time.Second, "a slot run while the start-up read is held", func() bool {
+		for _, r := range runsOf(t, db, "early", written) {
+			if r.Status == record.StatusSucceeded {
+				return true
+			}
+		}
+		return false
+	})
+	if answered.Load() {
+		t.Fatal("a read of the decided slots went through before the test released them")
+	}
+	releaseReads()
+	waitFor(t, 30*time.Second, "the start-up gap on record", func() bool {
+		for _, r := range runsOf(t, db, "early", written.Add(-time.Second)) {
+			if r.Status == record.StatusMissed && r.Reason == record.MissedNoReplica && r.Count >= 4 {
+				return true
+			}
+		}
+		return false
+	})
 }

@@ -54,8 +54,8 @@ type Service struct {
 	// replica's run starts and ends.
 	events *httpapi.Broker
 	http   http.Handler
-	// decided holds what the store said was decided per job just before
-	// the engine started (see readDecided).
+	// decided holds what the store said was decided per job before the
+	// engine began firing (see planDecided and readDecided).
 	decided decidedAtStart
 
 	// tracer is Options.TracerProvider's (nil: tracing off); edits traces

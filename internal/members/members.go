@@ -101,10 +101,11 @@ type Member struct {
 	Divides bool `bson:"divides,omitempty" json:"divides,omitempty"`
 	// StartedAt is when this incarnation registered.
 	StartedAt time.Time `bson:"started_at" json:"started_at"`
-	// FiringSince is when this incarnation's engine began firing, once it
-	// had read what the database decided before it (Membership.Firing);
-	// zero until then. A member that starts while another fires needs no
-	// such read: the other decided every slot meanwhile.
+	// FiringSince is when this incarnation's engine began firing
+	// (Membership.Firing); zero until then. It then reads what the
+	// database decided before that, to find its start-up gap. A member
+	// that starts while another fires needs no such read for the jobs the
+	// other arms: the other decides every slot meanwhile.
 	FiringSince time.Time `bson:"firing_since,omitempty" json:"firing_since,omitzero"`
 	// HeartbeatAt is the member's last heartbeat.
 	HeartbeatAt time.Time `bson:"heartbeat_at" json:"heartbeat_at"`

@@ -335,9 +335,8 @@ func (m *Membership) beat(ctx context.Context) error {
 	return nil
 }
 
-// Firing records that this process's engine fires from at on, having
-// read what the database decided before it (Member.FiringSince), and
-// writes it at once with a heartbeat (one update); the heartbeats after
+// Firing records that this process's engine fires from at on
+// (Member.FiringSince), and writes it at once with a heartbeat (one update); the heartbeats after
 // it carry it too, so a failed write here is made good by the next one.
 // Call it once, after Join.
 func (m *Membership) Firing(ctx context.Context, at time.Time) error {
