@@ -115,6 +115,19 @@ func newHandOverEnv(t *testing.T, nJobs int) *handOverEnv {
 	return e
 }
 
+// waitAllArmed waits until r1 arms every job (g1 and g3 gone).
+func (e *handOverEnv) waitAllArmed(t *testing.T) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "r1 armed every job", func() bool {
+		for _, id := range e.ids {
+			if !armed(e.d.engine, id) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // readsSince returns the reads of the decided slots counted from the
 // n-th on.
 func (e *handOverEnv) readsSince(n int) [][]string {
@@ -129,14 +142,7 @@ func TestHandOverReadsOnlyOrphanedJobs(t *testing.T) {
 	e := newHandOverEnv(t, 40)
 	start := len(e.readsSince(0)) // the start-up's read
 	e.proxy.FailNext(isDecidedRead, faultproxy.ErrorReply{Code: 1, CodeName: "InternalError", Errmsg: "hand-over read refused by the test"})
-	waitFor(t, 30*time.Second, "r1 armed every job", func() bool {
-		for _, id := range e.ids {
-			if !armed(e.d.engine, id) {
-				return false
-			}
-		}
-		return true
-	})
+	e.waitAllArmed(t)
 	waitFor(t, 30*time.Second, "the hand-over's read tried again", func() bool { return len(e.readsSince(start)) >= 2 })
 	reads := e.readsSince(start)
 	for i, ids := range reads {
@@ -286,14 +292,7 @@ func TestHandOverJudgesAGoneMemberByItsLastHeartbeatSeen(t *testing.T) {
 		}
 		return n == 3
 	})
-	waitFor(t, 30*time.Second, "r1 armed every job", func() bool {
-		for _, id := range e.ids {
-			if !armed(e.d.engine, id) {
-				return false
-			}
-		}
-		return true
-	})
+	e.waitAllArmed(t)
 	waitFor(t, 30*time.Second, "the hand-over's read", func() bool { return len(e.readsSince(start)) >= 1 })
 	for i, ids := range e.readsSince(start) {
 		if !slices.Equal(ids, e.orphans) {
