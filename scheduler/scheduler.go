@@ -223,14 +223,17 @@ type Engine struct {
 // empty and exits when it is, so no goroutine outlives the work and a burst
 // of edits costs one goroutine, not one per edit.
 //
-// The drain is paced: retireBurst entries back to back, then a pause of
-// retirePause while more wait. Each removal is a hand-off to the shard's
-// run loop, which re-sorts the shard and builds a new entry list, so a
-// re-division that disarms tens of thousands of jobs at once (Rearm) would
-// otherwise take a core for seconds, away from the claims of the jobs
-// still firing, and, on a small machine, from the database beside it. A
-// retired entry waiting its turn costs nothing but memory: it has no next
-// activation and never runs. wait (Stop) drains the rest without pauses.
+// The drain is paced: at most retireBurst removals, then a pause of
+// retirePause from the last of them before the next, however the entries
+// arrive (one Rearm adding them while the drainer runs, or several edits
+// between which the drainer exits). Each removal is a hand-off to the
+// shard's run loop, which re-sorts the shard and builds a new entry list,
+// so a re-division that disarms tens of thousands of jobs at once (Rearm)
+// would otherwise take a core for seconds, away from the claims of the
+// jobs still firing, and, on a small machine, from the database beside
+// it. A retired entry waiting its turn costs nothing but memory: it has no
+// next activation and never runs. wait (Stop) drains the rest without
+// pauses.
 type retiredQueue struct {
 	mu       sync.Mutex
 	idle     sync.Cond // signalled when draining stops; uses mu
@@ -238,6 +241,12 @@ type retiredQueue struct {
 	draining bool
 	hurry    bool          // set by wait: no more pauses
 	pause    time.Duration // retirePause; tests change it
+	// burst counts the removals since the last pause, and burstEnd is when
+	// the burst reached retireBurst: the next removal waits for
+	// burstEnd+pause. Both outlive one drainer, so a drainer that finds the
+	// queue empty mid-burst and exits cannot start a fresh burst early.
+	burst    int
+	burstEnd time.Time
 	// woken ends a pause at once when wait sets hurry.
 	woken chan struct{}
 }
@@ -266,40 +275,45 @@ func (q *retiredQueue) add(sh *shard, id cron.EntryID) {
 }
 
 func (q *retiredQueue) drain() {
-	burst := 0 // removed since the last pause
 	for {
 		q.mu.Lock()
-		n := min(len(q.pending), retireBurst-burst)
-		batch := slices.Clone(q.pending[:n])
-		q.pending = q.pending[n:]
 		if len(q.pending) == 0 {
 			q.pending = nil // the backing array of a large backlog goes
-		}
-		if n == 0 {
 			q.draining, q.hurry = false, false
+			select {
+			case <-q.woken: // a wake-up nobody waited for must not cut a later pause
+			default:
+			}
 			q.idle.Broadcast()
 			q.mu.Unlock()
 			return
 		}
+		if q.burst >= retireBurst {
+			left := q.pause - time.Since(q.burstEnd)
+			if !q.hurry && left > 0 {
+				q.mu.Unlock()
+				t := time.NewTimer(left)
+				select {
+				case <-t.C:
+				case <-q.woken:
+					t.Stop()
+				}
+				continue
+			}
+			q.burst = 0
+		}
+		n := min(len(q.pending), retireBurst-q.burst)
+		batch := slices.Clone(q.pending[:n])
+		q.pending = q.pending[n:]
 		q.mu.Unlock()
 		for _, r := range batch {
 			r.sh.cron.Remove(r.id)
 		}
-		if burst += n; burst < retireBurst {
-			continue
-		}
-		burst = 0
 		q.mu.Lock()
-		more, hurry, pause := len(q.pending) > 0, q.hurry, q.pause
-		q.mu.Unlock()
-		if more && !hurry && pause > 0 {
-			t := time.NewTimer(pause)
-			select {
-			case <-t.C:
-			case <-q.woken:
-				t.Stop()
-			}
+		if q.burst += n; q.burst >= retireBurst {
+			q.burstEnd = time.Now()
 		}
+		q.mu.Unlock()
 	}
 }
 
