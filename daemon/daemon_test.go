@@ -80,14 +80,18 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 }
 
 // startDaemon runs a service on db with opts (its logger replaced by one
-// the test reads) and the action tick (exec true), until the test ends.
-func startDaemon(t *testing.T, db *mongo.Database, opts Options) *running {
+// the test reads) and the action tick (exec true), until the test ends;
+// each tweak changes the service before it runs.
+func startDaemon(t *testing.T, db *mongo.Database, opts Options, tweaks ...func(*Service)) *running {
 	t.Helper()
 	r := &running{logs: &logBuffer{}}
 	opts.Logger = slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s, err := New(db, opts)
 	if err != nil {
 		t.Fatalf("daemon: %v", err)
+	}
+	for _, tweak := range tweaks {
+		tweak(s) // before Run: the internals tests scale down
 	}
 	if err := s.Handle("tick", jobs.HandlerFunc(func(context.Context, jobs.Run) error { return nil }), jobs.Policy{}); err != nil {
 		t.Fatal(err)

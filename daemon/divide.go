@@ -175,24 +175,29 @@ const handOverReads = 4
 // decides: a slot another replica ran, or is running, is not run again).
 // The slots between the last decided one and the window are recorded
 // missed (record.MissedHandOver): no replica armed the job then. When the
-// decided slots cannot be read (handOverReads tries), the window's slots
-// are recorded missed, hand_over, rather than left without a record; the
-// recorder leaves out any a replica decided.
+// decided slots of a job cannot be read (handOverReads tries of its
+// slice), the window's slots are recorded missed, hand_over, rather than
+// left without a record; the recorder leaves out any a replica decided.
 func (s *Service) handOver(ctx context.Context, ids []string, now time.Time) {
-	decided, err := s.readDecidedSlots(ctx, "hand-over", ids, now)
+	decided, unread, err := s.readDecidedSlots(ctx, "hand-over", ids, now)
 	if ctx.Err() != nil {
 		return
 	}
 	if err != nil {
-		s.log.Warn("hand-over: could not read the decided slots; the slots of the hand-over window are recorded missed",
-			"collection", record.LocksCollection, "jobs", len(ids), "reason", record.MissedHandOver, "error", err)
+		s.log.Warn("hand-over: could not read the decided slots of some jobs; their slots of the hand-over window are recorded missed",
+			"collection", record.LocksCollection, "jobs", len(unread), "read", len(ids)-len(unread), "reason", record.MissedHandOver, "error", err)
+	}
+	unknown := make(map[string]bool, len(unread))
+	for _, id := range unread {
+		unknown[id] = true
 	}
 	window := s.handOverWindow()
 	sem := make(chan struct{}, handOverWorkers)
 	var wg sync.WaitGroup
 	for _, id := range ids {
 		last, ok := decided[id]
-		if !ok && err == nil {
+		known := !unknown[id]
+		if !ok && known {
 			continue // never decided anywhere: a new job, the start-up gaps' and catch-up's business
 		}
 		select {
@@ -202,7 +207,7 @@ func (s *Service) handOver(ctx context.Context, ids []string, now time.Time) {
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			s.handOverJob(ctx, id, last, err == nil, now, window)
+			s.handOverJob(ctx, id, last, known, now, window)
 		})
 	}
 	wg.Wait()

@@ -43,6 +43,23 @@ func isDecidedRead(cmd bsoncore.Document) bool {
 	return false
 }
 
+// decidedReadIDs returns the job ids a read of the decided slots asks for
+// (its filter's _id $in).
+func decidedReadIDs(cmd bsoncore.Document) []string {
+	var ids []string
+	in, ok := cmd.Lookup("filter", "_id", "$in").ArrayOK()
+	if !ok {
+		return nil
+	}
+	vals, _ := in.Values()
+	for _, v := range vals {
+		if id, ok := v.StringValueOK(); ok {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
 func newHandOverEnv(t *testing.T, nJobs int) *handOverEnv {
 	t.Helper()
 	e := &handOverEnv{}
@@ -277,9 +294,11 @@ func TestHandOverJudgesAGoneMemberByItsLastHeartbeatSeen(t *testing.T) {
 	}
 	firing := time.Now()
 	set("g2", bson.D{{Key: "firing_since", Value: firing}})
-	beat := firing.Add(10 * time.Millisecond)
+	// One lease end for both, so that they leave the view at the same
+	// tick however long the updates take.
+	beat, until := firing.Add(10*time.Millisecond), time.Now().Add(4*time.Second)
 	for _, g := range []string{"g1", "g3"} {
-		set(g, bson.D{{Key: "heartbeat_at", Value: beat}, {Key: "lease_until", Value: time.Now().Add(4 * time.Second)}})
+		set(g, bson.D{{Key: "heartbeat_at", Value: beat}, {Key: "lease_until", Value: until}})
 	}
 	waitFor(t, 30*time.Second, "r1 sees g2 firing and g1's and g3's last heartbeats", func() bool {
 		n := 0

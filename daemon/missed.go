@@ -43,9 +43,10 @@ type decidedAtStart struct {
 // decidedReadSlice jobs (readDecidedSlots).
 const decidedReadTimeout = 10 * time.Second
 
-// decidedReadSlice is how many jobs' decided slots one try reads: a read
-// of a million jobs on a busy server goes a slice at a time, each with
-// its own tries, rather than all within one timeout.
+// decidedReadSlice is how many jobs' decided slots one try reads (the
+// Service's decidedSlice; tests make it smaller): a read of a million
+// jobs on a busy server goes a slice at a time, each with its own tries,
+// rather than all within one timeout.
 const decidedReadSlice = 10000
 
 // slots gives the runner the slot sequence of an armed job.
@@ -90,21 +91,22 @@ func (s *Service) planDecided(firingAt time.Time) (ids []string, notAfter time.T
 // (planDecided) while the engine fires, and then closes s.decided.read:
 // what this engine's own claims decide comes after notAfter, so neither
 // waits for the other. A failure is logged: the start-up gaps are then
-// not looked for.
+// looked for only among the jobs whose slices were read.
 func (s *Service) readDecided(ctx context.Context, ids []string, notAfter time.Time) {
 	defer s.decided.readOnce.Do(func() { close(s.decided.read) })
-	slots, err := s.readDecidedSlots(ctx, "start-up", ids, notAfter)
+	slots, unread, err := s.readDecidedSlots(ctx, "start-up", ids, notAfter)
 	s.decided.mu.Lock()
 	defer s.decided.mu.Unlock()
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("could not read the decided slots; slots missed while no replica ran are not recorded this time",
-				"collection", record.LocksCollection, "jobs", len(ids), "error", err)
-		}
+	if err != nil && ctx.Err() == nil {
+		s.log.Warn("could not read the decided slots of some jobs; their slots missed while no replica ran are not recorded this time",
+			"collection", record.LocksCollection, "jobs", len(unread), "read", len(ids)-len(unread), "error", err)
+	}
+	if ctx.Err() != nil {
 		return
 	}
-	s.decided.asked = make(map[string]bool, len(ids))
-	for _, id := range ids {
+	read := ids[:len(ids)-len(unread)]
+	s.decided.asked = make(map[string]bool, len(read))
+	for _, id := range read {
 		s.decided.asked[id] = true
 	}
 	s.decided.slots, s.decided.ok = slots, true
@@ -114,34 +116,36 @@ func (s *Service) readDecided(ctx context.Context, ids []string, notAfter time.T
 // (runstore.Store DecidedSlots), decidedReadSlice jobs at a time, trying
 // each slice handOverReads times with decidedReadTimeout each, the waits
 // between tries doubling from a second; who names the reader in the
-// logs.
-func (s *Service) readDecidedSlots(ctx context.Context, who string, ids []string, notAfter time.Time) (map[string]time.Time, error) {
-	out := map[string]time.Time{}
-	for i := 0; i < len(ids); i += decidedReadSlice {
-		part := ids[i:min(i+decidedReadSlice, len(ids))]
+// logs. A slice whose tries all fail ends the read: decided then holds
+// the slices read before it, unread the ids from it on (a suffix of ids),
+// and err its last failure.
+func (s *Service) readDecidedSlots(ctx context.Context, who string, ids []string, notAfter time.Time) (decided map[string]time.Time, unread []string, err error) {
+	decided = map[string]time.Time{}
+	for i := 0; i < len(ids); i += s.decidedSlice {
+		part := ids[i:min(i+s.decidedSlice, len(ids))]
 		wait := time.Second
 		for try := 1; ; try++ {
 			rctx, cancel := context.WithTimeout(ctx, decidedReadTimeout)
-			decided, err := s.store.DecidedSlots(rctx, part, notAfter)
+			slots, err := s.store.DecidedSlots(rctx, part, notAfter)
 			cancel()
 			if err == nil {
-				maps.Copy(out, decided)
+				maps.Copy(decided, slots)
 				break
 			}
 			if try == handOverReads || ctx.Err() != nil {
-				return nil, err
+				return decided, ids[i:], err
 			}
 			s.log.Warn(who+": could not read the decided slots; trying again", "collection", record.LocksCollection,
 				"jobs", len(part), "attempt", try, "retry_in", wait, "error", err)
 			select {
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return decided, ids[i:], ctx.Err()
 			case <-time.After(wait):
 			}
 			wait *= 2
 		}
 	}
-	return out, nil
+	return decided, nil, nil
 }
 
 // armedJobs returns the ids of the jobs the engine arms and the longest
@@ -177,9 +181,10 @@ func firingOthers(view []members.Member, instance string) []members.Member {
 // then recorded as the start-up gap would have recorded them
 // (no_replica_running, or outside_catchup_window; the recorder leaves out
 // any a replica decided, the catch-up's included): this engine's claims
-// have moved each job past them, so they can no longer run. When the
-// decided slots cannot be read (handOverReads tries), the slots since the
-// gone members were last seen alive are recorded the same way.
+// have moved each job past them, so they can no longer run. For a job
+// whose decided slot cannot be read (handOverReads tries of its slice),
+// the slots since the gone members were last seen alive are recorded the
+// same way.
 func (s *Service) confirmVouchers(ctx context.Context, firingAt time.Time) {
 	s.decided.mu.Lock()
 	pending, view := s.decided.vouchers, s.decided.view
@@ -230,15 +235,16 @@ func (s *Service) confirmVouchers(ctx context.Context, firingAt time.Time) {
 	s.decided.mu.Lock()
 	notAfter := s.decided.notAfter
 	s.decided.mu.Unlock()
-	decided, err := s.readDecidedSlots(ctx, "start-up", ids, notAfter)
+	decided, unread, err := s.readDecidedSlots(ctx, "start-up", ids, notAfter)
 	if ctx.Err() != nil {
 		return
 	}
-	// When the decided slots cannot be read, the gap is taken to start
-	// where the gone members were last seen alive, less the claim grace
-	// and a re-divide tick (a slot due just before could still have been
-	// theirs to claim): its slots are recorded missed, rather than left
-	// without a record, and the recorder leaves out any a replica decided.
+	// When the decided slots of a job cannot be read, its gap is taken to
+	// start where the gone members were last seen alive, less the claim
+	// grace and a re-divide tick (a slot due just before could still have
+	// been theirs to claim): its slots are recorded missed, rather than
+	// left without a record, and the recorder leaves out any a replica
+	// decided.
 	var aliveUntil time.Time
 	if err != nil {
 		for _, m := range gone {
@@ -247,13 +253,17 @@ func (s *Service) confirmVouchers(ctx context.Context, firingAt time.Time) {
 			}
 		}
 		aliveUntil = aliveUntil.Add(-s.claimGrace() - redivideEvery)
-		s.log.Warn("start-up: could not read the decided slots; the slots since the gone members were last seen alive are recorded missed",
-			"collection", record.LocksCollection, "jobs", len(ids), "since", aliveUntil, "error", err)
+		s.log.Warn("start-up: could not read the decided slots of some jobs; their slots since the gone members were last seen alive are recorded missed",
+			"collection", record.LocksCollection, "jobs", len(unread), "read", len(ids)-len(unread), "since", aliveUntil, "error", err)
+	}
+	unknown := make(map[string]bool, len(unread))
+	for _, id := range unread {
+		unknown[id] = true
 	}
 	now := time.Now()
 	for _, id := range ids {
 		last, ok := decided[id]
-		if err != nil {
+		if unknown[id] {
 			last, ok = aliveUntil, true
 		}
 		if !ok || ctx.Err() != nil {

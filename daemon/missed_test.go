@@ -169,3 +169,66 @@ func TestEngineFiresWhileTheStartupReadIsHeld(t *testing.T) {
 		return false
 	})
 }
+
+// The start-up read goes a slice at a time; a slice whose every try fails
+// ends it, and the slices read before it still count: their jobs' start-up
+// gaps are recorded. Here each slice is one job and every read after the
+// first fails, so the job read first has its gap on record and the other
+// has none (it is logged as not read). Before, one failed slice threw away
+// what the others had read.
+func TestStartupReadFailingASliceKeepsTheSlicesRead(t *testing.T) {
+	db, through, p := proxiedDatabase(t)
+	written := time.Now().Add(-6 * time.Second)
+	for _, id := range []string{"gap-a", "gap-b"} {
+		if _, err := db.Collection(schedule.CollectionName).InsertOne(context.Background(), bson.D{{Key: "_id", Value: id},
+			{Key: "cron_expr", Value: "* * * * * *"}, {Key: "job", Value: "tick"}, {Key: "updated_at", Value: written}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var readFirst []string
+	p.FailAlways(func(cmd bsoncore.Document) bool {
+		if !isDecidedRead(cmd) {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if readFirst == nil {
+			readFirst = decidedReadIDs(cmd)
+			return false
+		}
+		return true
+	}, faultproxy.ErrorReply{})
+	d := startDaemon(t, through, testOptions(), func(s *Service) { s.decidedSlice = 1 })
+	waitFor(t, 60*time.Second, "the failed slice logged", func() bool {
+		_, ok := d.logs.find(func(r map[string]any) bool {
+			return r["msg"] == "could not read the decided slots of some jobs; their slots missed while no replica ran are not recorded this time" &&
+				r["jobs"] == 1.0 && r["read"] == 1.0
+		})
+		return ok
+	})
+	mu.Lock()
+	read := readFirst
+	mu.Unlock()
+	if len(read) != 1 {
+		t.Fatalf("the first read asked for %v, want one job", read)
+	}
+	unread := "gap-a"
+	if read[0] == unread {
+		unread = "gap-b"
+	}
+	noReplica := func(id string) int {
+		n := 0
+		for _, r := range runsOf(t, db, id, written.Add(-time.Second)) {
+			if r.Status == record.StatusMissed && r.Reason == record.MissedNoReplica {
+				n += int(r.Count)
+			}
+		}
+		return n
+	}
+	waitFor(t, 30*time.Second, read[0]+"'s start-up gap on record", func() bool { return noReplica(read[0]) >= 4 })
+	// The other job's gap is not looked for: only what its catch-up ran.
+	if n := noReplica(unread); n != 0 {
+		t.Errorf("%s: %d slots recorded no_replica_running, want none: its decided slot was never read", unread, n)
+	}
+}

@@ -57,6 +57,9 @@ type Service struct {
 	// decided holds what the store said was decided per job before the
 	// engine began firing (see planDecided and readDecided).
 	decided decidedAtStart
+	// decidedSlice is how many jobs one read of the decided slots asks
+	// for (decidedReadSlice; tests make it smaller).
+	decidedSlice int
 
 	// tracer is Options.TracerProvider's (nil: tracing off); edits traces
 	// the watcher's changes and what each armed (nil: off).

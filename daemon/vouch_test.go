@@ -36,13 +36,7 @@ func countDecidedReads(p *faultproxy.Proxy) func() [][]string {
 	var reads [][]string
 	p.FailAlways(func(cmd bsoncore.Document) bool {
 		if isDecidedRead(cmd) {
-			var ids []string
-			if in, ok := cmd.Lookup("filter", "_id", "$in").ArrayOK(); ok {
-				vals, _ := in.Values()
-				for _, v := range vals {
-					ids = append(ids, v.StringValue())
-				}
-			}
+			ids := decidedReadIDs(cmd)
 			slices.Sort(ids)
 			mu.Lock()
 			reads = append(reads, ids)
@@ -234,7 +228,7 @@ func TestVoucherGoneAndTheReadFailingRecordsTheGap(t *testing.T) {
 	until := e.d.service.members.Self().FiringSince.Truncate(time.Second)
 	waitFor(t, 60*time.Second, "the failed read logged", func() bool {
 		_, ok := e.d.logs.find(func(r map[string]any) bool {
-			return r["msg"] == "start-up: could not read the decided slots; the slots since the gone members were last seen alive are recorded missed"
+			return r["msg"] == "start-up: could not read the decided slots of some jobs; their slots since the gone members were last seen alive are recorded missed"
 		})
 		return ok
 	})

@@ -32,7 +32,8 @@ func newService(db *mongo.Database, opts Options) *Service {
 	return &Service{opts: opts, db: db, log: opts.Logger.With("instance_id", opts.InstanceID),
 		registry: actions.NewRegistry(),
 		synced:   make(chan struct{}), away: make(chan struct{}), decided: decidedAtStart{read: make(chan struct{})},
-		events: httpapi.NewBroker(httpapi.BrokerOptions{})}
+		decidedSlice: decidedReadSlice,
+		events:       httpapi.NewBroker(httpapi.BrokerOptions{})}
 }
 
 // newMetrics creates the metrics on the caller's registerer, or on a
