@@ -15,7 +15,9 @@ import (
 
 	"github.com/cronswap/cronswap/internal/faultproxy"
 	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
+	"github.com/cronswap/cronswap/scheduler"
 )
 
 // every returns the slot sequence of a job firing every d.
@@ -230,5 +232,66 @@ func TestStartupReadFailingASliceKeepsTheSlicesRead(t *testing.T) {
 	// The other job's gap is not looked for: only what its catch-up ran.
 	if n := noReplica(unread); n != 0 {
 		t.Errorf("%s: %d slots recorded no_replica_running, want none: its decided slot was never read", unread, n)
+	}
+}
+
+// A jittered job's first fire after the engine starts is for a slot
+// before that instant (its fire comes a delay after its slot), and that
+// fire's claim may come before the start-up read of the decided slots is
+// answered. The read asks only for what was decided at or before the
+// start less the longest delay, so it never takes that claim for the
+// job's last decided slot: the slots since the job's document was written
+// still all ran or are on record. Asking up to the start would take the
+// engine's own claim as decided and leave the slots before it without a
+// record.
+func TestStartupReadIgnoresAJitteredJobsOwnFirstClaim(t *testing.T) {
+	const bound = 5 * time.Second
+	id := ""
+	for i := 0; id == ""; i++ { // a job whose fires come 2–4 s after their slots
+		if d := scheduler.JitterDelay(fmt.Sprintf("late%d", i), bound); d >= 2*time.Second && d < 4*time.Second {
+			id = fmt.Sprintf("late%d", i)
+		}
+	}
+	db, through, p := proxiedDatabase(t)
+	written := time.Now().Add(-8 * time.Second).Truncate(time.Second)
+	if _, err := db.Collection(schedule.CollectionName).InsertOne(context.Background(), bson.D{{Key: "_id", Value: id},
+		{Key: "cron_expr", Value: "* * * * * *"}, {Key: "job", Value: "jittered"}, {Key: "updated_at", Value: written}}); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseReads := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(releaseReads)
+	p.FailAlways(func(cmd bsoncore.Document) bool {
+		if isDecidedRead(cmd) {
+			<-release
+		}
+		return false
+	}, faultproxy.ErrorReply{})
+	d := startDaemon(t, through, testOptions(), func(s *Service) {
+		if err := s.Handle("jittered", jobs.HandlerFunc(func(context.Context, jobs.Run) error { return nil }),
+			jobs.Policy{Jitter: bound}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	var firingAt, first time.Time
+	waitFor(t, 30*time.Second, "the jittered job's first run", func() bool {
+		if firingAt = d.service.members.Self().FiringSince; firingAt.IsZero() {
+			return false
+		}
+		for _, r := range runsOf(t, db, id, written) {
+			if r.Status == record.StatusSucceeded && r.StartedAt.After(firingAt) {
+				first = r.ScheduledAt
+				return true
+			}
+		}
+		return false
+	})
+	if !first.Before(firingAt) {
+		t.Fatalf("first run for slot %s, not before the engine fired at %s: no claim for the read to mistake", first, firingAt)
+	}
+	releaseReads()
+	if n := coveredUntil(t, db, id, written, first); n == 0 {
+		t.Errorf("%s: no slot recorded missed no_replica_running before its first run", id)
 	}
 }

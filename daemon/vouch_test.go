@@ -105,16 +105,16 @@ func newVouchEnv(t *testing.T, g1Lease time.Duration) *vouchEnv {
 	return e
 }
 
-// coveredUntil waits until every slot of job id after from and up to
-// until ran or is recorded missed, and returns how many are recorded
-// missed no_replica_running.
-func (e *vouchEnv) coveredUntil(t *testing.T, id string, from, until time.Time) (noReplica int) {
+// coveredUntil waits until every slot of the every-second job id after
+// from and up to until ran or is recorded missed in db, and returns how
+// many are recorded missed no_replica_running.
+func coveredUntil(t *testing.T, db *mongo.Database, id string, from, until time.Time) (noReplica int) {
 	t.Helper()
 	var holes []time.Time
 	waitFor(t, 30*time.Second, id+": every slot after "+from.Format(time.TimeOnly)+" ran or is recorded missed", func() bool {
 		covered := map[int64]bool{}
 		noReplica = 0
-		for _, r := range runsOf(t, e.db, id, time.Time{}) {
+		for _, r := range runsOf(t, db, id, time.Time{}) {
 			last := r.ScheduledAt
 			switch r.Status {
 			case record.StatusRunning, record.StatusClaiming:
@@ -201,7 +201,7 @@ func TestVoucherGoneWithoutAHeartbeatRecordsTheGap(t *testing.T) {
 	// Slots up to 2 s before g1's lease passes (r1 fires those after them).
 	until := e.g1.LeaseUntil.Truncate(time.Second).Add(-2 * time.Second)
 	for _, id := range e.ids {
-		if n := e.coveredUntil(t, id, e.decided, until); n == 0 {
+		if n := coveredUntil(t, e.db, id, e.decided, until); n == 0 {
 			t.Errorf("%s: no slot recorded missed no_replica_running; the slots between %s and r1's first fire were lost", id, e.decided)
 		}
 	}
@@ -233,7 +233,7 @@ func TestVoucherGoneAndTheReadFailingRecordsTheGap(t *testing.T) {
 		return ok
 	})
 	for _, id := range e.ids {
-		if n := e.coveredUntil(t, id, e.g1.HeartbeatAt, until); n == 0 {
+		if n := coveredUntil(t, e.db, id, e.g1.HeartbeatAt, until); n == 0 {
 			t.Errorf("%s: no slot recorded missed no_replica_running after the read failed", id)
 		}
 	}
