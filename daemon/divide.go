@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,8 +17,9 @@ import (
 // only when this replica is one of its armers among the live members
 // (members.Armers: its owner and its next owner), and keeps every other
 // job's last known good unarmed. When the live members change, runDivide
-// re-asks the engine (Engine.Rearm): the jobs that moved here are armed,
-// those that moved away disarmed. A member that dies leaves each of its
+// re-asks the engine (Engine.Rearm): the jobs that moved here are armed
+// (at once when no live replica fired them meanwhile, else at the
+// engine's pace), those that moved away disarmed. A member that dies leaves each of its
 // jobs armed by the other armer, which claims the job's fires after the
 // claim grace as it always did; a member that joins arms its share from
 // its first full read, while the members it displaces still fire until
@@ -45,32 +47,68 @@ const handOverWorkers = 16
 // runDivide re-divides the schedules each time the live members differ
 // from those it last divided for, until ctx ends. Call it once the engine
 // has started.
+//
+// A re-division arms at once only the jobs no live replica fired
+// meanwhile (orphanRule), and hands them over; the jobs another armer
+// fires, all of them after a single death, are armed at the engine's pace
+// (Engine.ArmPaced) until the view changes again. Since those are armed
+// here only from the end of their round, a round is kept until every live
+// member has heartbeated after it: a member gone before that may have
+// left one of them with no replica between its death and the round, and
+// such jobs are handed over too.
 func (s *Service) runDivide(ctx context.Context) {
 	if !s.opts.DivideSchedules {
 		return
 	}
 	var last string
 	var prev []members.Member
+	var rounds []armRound
 	t := time.NewTicker(redivideEvery)
 	defer t.Stop()
 	for {
 		live := s.members.LiveView()
 		if key := liveKey(live); key != last {
-			armed, disarmed := s.engine.Rearm()
-			orphans := armed // the first division: no view to tell
+			started := time.Now()
+			var urgent func(string) bool // the first division: every job at once, and handed over
 			if last != "" {
-				orphans = orphaned(armed, prev, live)
+				urgent = orphanRule(prev, live, s.opts.InstanceID, neverHere)
 			}
-			if last != "" || len(armed)+len(disarmed) > 0 {
+			armed, deferred, disarmed := s.engine.Rearm(urgent)
+			var late map[time.Time][]string
+			if last != "" {
+				late = s.armedLateAndOrphaned(rounds, prev, live, armed)
+			}
+			if last != "" || len(armed)+len(deferred)+len(disarmed) > 0 {
+				nLate := 0
+				for _, ids := range late {
+					nLate += len(ids)
+				}
 				s.log.Info("live members changed; schedules re-divided", "live", key,
-					"armed_here", len(armed), "disarmed_here", len(disarmed), "handed_over", len(orphans),
-					"armed", s.engine.Len())
+					"armed_here", len(armed), "deferred_here", len(deferred), "disarmed_here", len(disarmed),
+					"handed_over", len(armed)+nLate, "armed", s.engine.Len())
 			}
 			last = key
-			if len(orphans) > 0 {
-				s.handOver(ctx, orphans, time.Now())
+			if len(armed) > 0 {
+				s.handOver(ctx, armed, started)
+			}
+			// A job armed late is handed over as of its round's start: this
+			// replica's own claims of it all come after.
+			for from, ids := range late {
+				s.handOver(ctx, ids, from)
+			}
+			if len(deferred) > 0 {
+				paced, rest := s.engine.ArmPaced(deferred, func() bool {
+					return ctx.Err() != nil || liveKey(s.members.LiveView()) != key
+				})
+				s.log.Info("schedules re-divided: the deferred jobs armed at the engine's pace", "live", key,
+					"armed_here", len(paced), "not_armed", len(rest), "took", time.Since(started), "armed", s.engine.Len())
+				if len(paced) > 0 {
+					slices.Sort(paced)
+					rounds = append(rounds, armRound{ids: paced, from: started, at: time.Now()})
+				}
 			}
 		}
+		rounds = slices.DeleteFunc(rounds, func(r armRound) bool { return heardSince(live, s.opts.InstanceID, r.at) })
 		// The view of the same members is kept as it is read, so that a
 		// member that goes is judged by its last heartbeat seen (orphaned),
 		// not by the one it had when it joined the view.
@@ -83,6 +121,71 @@ func (s *Service) runDivide(ctx context.Context) {
 	}
 }
 
+// armRound is the jobs one re-division armed here at the engine's pace
+// (sorted), from when it began (none was armed before) until at (all
+// were).
+type armRound struct {
+	ids      []string
+	from, at time.Time
+}
+
+// armedLateAndOrphaned returns, by the start of the latest round that
+// armed each, the jobs armed here by rounds (and not by this re-division,
+// armed) that are still armed and orphaned when this replica is taken to
+// fire each only since the end of that round (orphanRule over prev and
+// live).
+func (s *Service) armedLateAndOrphaned(rounds []armRound, prev, live []members.Member, armed []string) map[time.Time][]string {
+	if len(rounds) == 0 {
+		return nil
+	}
+	// latest returns the latest round that armed id.
+	latest := func(id string) (armRound, bool) {
+		var found armRound
+		for _, r := range rounds {
+			if _, ok := slices.BinarySearch(r.ids, id); ok && r.at.After(found.at) {
+				found = r
+			}
+		}
+		return found, !found.at.IsZero()
+	}
+	orphan := orphanRule(prev, live, s.opts.InstanceID, func(id string) (time.Time, bool) {
+		r, _ := latest(id)
+		return r.at, true
+	})
+	seen := make(map[string]bool, len(armed))
+	for _, id := range armed {
+		seen[id] = true
+	}
+	out := map[time.Time][]string{}
+	for _, r := range rounds {
+		for _, id := range r.ids {
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			if !orphan(id) {
+				continue
+			}
+			if st, ok := s.engine.Get(id); ok && st.Armed {
+				l, _ := latest(id)
+				out[l.from] = append(out[l.from], id)
+			}
+		}
+	}
+	return out
+}
+
+// heardSince reports whether every member of live but self has
+// heartbeated after at.
+func heardSince(live []members.Member, self string, at time.Time) bool {
+	for _, m := range live {
+		if m.ID != self && !m.HeartbeatAt.After(at) {
+			return false
+		}
+	}
+	return true
+}
+
 // liveKey names a live view by its members' instance ids.
 func liveKey(live []members.Member) string {
 	ids := make([]string, len(live))
@@ -92,26 +195,61 @@ func liveKey(live []members.Member) string {
 	return strings.Join(ids, ",")
 }
 
-// orphaned returns the jobs of ids (just armed here) that no member of
-// the previous live view prev armed and live still holds while firing
-// since before the other went: both their armers (members.Armers over
-// prev, as Membership.Arms chose them) are gone, or the one left had not
-// begun firing (Member.FiringSince, as live has it) by the last heartbeat
-// of the one gone (its HeartbeatAt in prev), so the slots between may
-// have had no replica. The others were armed by a firing armer all
-// along, whose fires decided their slots. A member of prev that does not
-// divide armed every job: while it lives, and fired before the last
-// heartbeat of every member gone since prev, none is orphaned.
+// neverHere is orphanRule's selfSince for jobs not armed here: this
+// replica fired none of them.
+func neverHere(string) (time.Time, bool) { return time.Time{}, false }
+
+// orphaned returns the jobs of ids (just armed here) that orphanRule
+// finds orphaned over prev and live, with no member taken for this
+// replica (none of prev's armers of a job just armed here is this one).
 func orphaned(ids []string, prev, live []members.Member) []string {
+	orphan := orphanRule(prev, live, "", nil)
+	var out []string
+	for _, id := range ids {
+		if orphan(id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// orphanRule returns whether a job that no member of the previous live
+// view prev armed and live still holds while firing since before the
+// other went: both its armers (members.Armers over prev, as
+// Membership.Arms chose them) are gone, or the one left had not begun
+// firing (Member.FiringSince, as live has it) by the last heartbeat of
+// the one gone (its HeartbeatAt in prev), so the slots between may have
+// had no replica. The others were armed by a firing armer all along,
+// whose fires decided their slots. A member of prev that does not divide
+// armed every job: while it lives, and fired before the last heartbeat of
+// every member gone since prev, none is orphaned.
+//
+// When one of a job's armers is self (this replica), selfSince gives when
+// it began firing that job, if later than its FiringSince, or false when
+// it did not arm it at all (a job it deferred, neverHere).
+func orphanRule(prev, live []members.Member, self string, selfSince func(id string) (time.Time, bool)) func(id string) bool {
 	alive := make(map[string]members.Member, len(live))
 	for _, m := range live {
 		alive[m.ID] = m
 	}
-	// firedBefore reports whether m is in live and fired since at or
-	// before t (any time, when t is zero).
-	firedBefore := func(m members.Member, t time.Time) bool {
+	// firedBefore reports whether m is in live and fired job id since at
+	// or before t (any time, when t is zero).
+	firedBefore := func(m members.Member, id string, t time.Time) bool {
 		l, ok := alive[m.ID]
-		return ok && !l.FiringSince.IsZero() && (t.IsZero() || !l.FiringSince.After(t))
+		if !ok || l.FiringSince.IsZero() {
+			return false
+		}
+		since := l.FiringSince
+		if m.ID == self && selfSince != nil {
+			at, armed := selfSince(id)
+			if !armed {
+				return false
+			}
+			if at.After(since) {
+				since = at
+			}
+		}
+		return t.IsZero() || !since.After(t)
 	}
 	// lastGone is the earliest last heartbeat of prev's members gone from
 	// live: a member firing since before it fired while all of them lived.
@@ -122,28 +260,23 @@ func orphaned(ids []string, prev, live []members.Member) []string {
 		}
 	}
 	for _, m := range prev {
-		if !m.Divides && firedBefore(m, lastGone) {
-			return nil
+		if !m.Divides && m.ID != self && firedBefore(m, "", lastGone) {
+			return func(string) bool { return false }
 		}
 	}
-	covers := func(a, other members.Member) bool {
+	covers := func(a, other members.Member, id string) bool {
 		if a.ID == "" {
 			return false
 		}
 		if _, ok := alive[other.ID]; ok || other.ID == "" {
-			return firedBefore(a, time.Time{}) // no death between them
+			return firedBefore(a, id, time.Time{}) // no death between them
 		}
-		return firedBefore(a, other.HeartbeatAt)
+		return firedBefore(a, id, other.HeartbeatAt)
 	}
-	var out []string
-	for _, id := range ids {
+	return func(id string) bool {
 		first, second := members.Armers(id, prev)
-		if covers(first, second) || covers(second, first) {
-			continue
-		}
-		out = append(out, id)
+		return !covers(first, second, id) && !covers(second, first, id)
 	}
-	return out
 }
 
 // handOverWindow is how long a job can have gone without an armed replica

@@ -60,6 +60,47 @@ func decidedReadIDs(cmd bsoncore.Document) []string {
 	return ids
 }
 
+// ghostsAndJobs inserts into db the members g1, g2 and g3, documents
+// only (firing since a minute before now, their last heartbeat at now,
+// their leases ending at until), and nJobs every-second jobs ho000…; it
+// returns the members and the jobs' ids.
+func ghostsAndJobs(t *testing.T, db *mongo.Database, now time.Time, until [3]time.Time, nJobs int) ([]members.Member, []string) {
+	t.Helper()
+	var ghosts []members.Member
+	for i, id := range []string{"g1", "g2", "g3"} {
+		g := members.Member{ID: id, Host: "ghost", PID: 1, Incarnation: "ghost-" + id, Divides: true,
+			StartedAt: now.Add(-time.Minute), FiringSince: now.Add(-time.Minute), HeartbeatAt: now, LeaseUntil: until[i],
+			ExpireAt: now.Add(2 * time.Hour)}
+		if _, err := db.Collection(members.CollectionName).InsertOne(context.Background(), g); err != nil {
+			t.Fatal(err)
+		}
+		ghosts = append(ghosts, g)
+	}
+	var ids []string
+	var docs []any
+	for i := range nJobs {
+		id := fmt.Sprintf("ho%03d", i)
+		ids = append(ids, id)
+		docs = append(docs, bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: "* * * * * *"},
+			{Key: "job", Value: "tick"}, {Key: "updated_at", Value: now}})
+	}
+	if _, err := db.Collection("schedules").InsertMany(context.Background(), docs); err != nil {
+		t.Fatal(err)
+	}
+	return ghosts, ids
+}
+
+// dividingR1 is the options of the dividing daemon r1 beside the ghosts:
+// a heartbeat a second, a lease of 3 s, a claim grace of 100 ms.
+func dividingR1() Options {
+	opts := testOptions()
+	opts.InstanceID = "r1"
+	opts.DivideSchedules = true
+	opts.MembersHeartbeat, opts.MembersLease = time.Second, 3*time.Second
+	opts.ClaimGrace = 100 * time.Millisecond
+	return opts
+}
+
 func newHandOverEnv(t *testing.T, nJobs int) *handOverEnv {
 	t.Helper()
 	e := &handOverEnv{}
@@ -69,27 +110,8 @@ func newHandOverEnv(t *testing.T, nJobs int) *handOverEnv {
 
 	now := time.Now()
 	dies := now.Add(8 * time.Second)
-	ghost := func(id string, until time.Time) members.Member {
-		return members.Member{ID: id, Host: "ghost", PID: 1, Incarnation: "ghost-" + id, Divides: true,
-			StartedAt: now.Add(-time.Minute), FiringSince: now.Add(-time.Minute), HeartbeatAt: now, LeaseUntil: until,
-			ExpireAt: now.Add(2 * time.Hour)}
-	}
-	ghosts := []members.Member{ghost("g1", dies), ghost("g2", now.Add(time.Hour)), ghost("g3", dies)}
-	for _, g := range ghosts {
-		if _, err := e.db.Collection(members.CollectionName).InsertOne(context.Background(), g); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var docs []any
-	for i := range nJobs {
-		id := fmt.Sprintf("ho%03d", i)
-		e.ids = append(e.ids, id)
-		docs = append(docs, bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: "* * * * * *"},
-			{Key: "job", Value: "tick"}, {Key: "updated_at", Value: now}})
-	}
-	if _, err := e.db.Collection("schedules").InsertMany(context.Background(), docs); err != nil {
-		t.Fatal(err)
-	}
+	var ghosts []members.Member
+	ghosts, e.ids = ghostsAndJobs(t, e.db, now, [3]time.Time{dies, now.Add(time.Hour), dies}, nJobs)
 	// Who armed what before, and after, g1 and g3 are gone.
 	before := append(slices.Clone(ghosts), members.Member{ID: "r1"})
 	for _, id := range e.ids {
@@ -108,12 +130,7 @@ func newHandOverEnv(t *testing.T, nJobs int) *handOverEnv {
 	}
 	e.reads = countDecidedReads(p)
 
-	opts := testOptions()
-	opts.InstanceID = "r1"
-	opts.DivideSchedules = true
-	opts.MembersHeartbeat, opts.MembersLease = time.Second, 3*time.Second
-	opts.ClaimGrace = 100 * time.Millisecond
-	e.d = startDaemon(t, through, opts)
+	e.d = startDaemon(t, through, dividingR1())
 	waitFor(t, 30*time.Second, "r1 armed its share beside g1, g2 and g3", func() bool {
 		n := 0
 		for _, id := range e.ids {
@@ -153,8 +170,9 @@ func (e *handOverEnv) readsSince(n int) [][]string {
 }
 
 // The hand-over reads the decided slots only of the jobs whose two armers
-// both died: the jobs newly armed here that a live member armed already
-// are left to that member's fires. A failed read is tried again.
+// both died, which are armed at once: the jobs newly armed here that a
+// live member armed already are left to that member's fires, and armed at
+// the engine's pace. A failed read is tried again.
 func TestHandOverReadsOnlyOrphanedJobs(t *testing.T) {
 	e := newHandOverEnv(t, 40)
 	start := len(e.readsSince(0)) // the start-up's read
@@ -171,11 +189,13 @@ func TestHandOverReadsOnlyOrphanedJobs(t *testing.T) {
 	if len(reads) != 2 {
 		t.Errorf("%d reads of the decided slots after the re-division, want 2 (one refused, one tried again)", len(reads))
 	}
+	// The orphans are armed at once; the jobs g2 fires, at the engine's pace.
 	if _, ok := e.d.logs.find(func(r map[string]any) bool {
 		return r["msg"] == "live members changed; schedules re-divided" && r["handed_over"] == float64(len(e.orphans)) &&
-			r["armed_here"] == float64(len(e.newHere))
+			r["armed_here"] == float64(len(e.orphans)) && r["deferred_here"] == float64(len(e.newHere)-len(e.orphans))
 	}); !ok {
-		t.Errorf("no re-division logged with armed_here %d, handed_over %d", len(e.newHere), len(e.orphans))
+		t.Errorf("no re-division logged with armed_here %d, deferred_here %d, handed_over %d",
+			len(e.orphans), len(e.newHere)-len(e.orphans), len(e.orphans))
 	}
 }
 
@@ -317,6 +337,55 @@ func TestHandOverJudgesAGoneMemberByItsLastHeartbeatSeen(t *testing.T) {
 		if !slices.Equal(ids, e.orphans) {
 			t.Errorf("read %d of the decided slots asked for %d jobs %v, want the %d orphans %v: g2 fired before g1's and g3's last heartbeats",
 				i+1, len(ids), ids, len(e.orphans), e.orphans)
+		}
+	}
+}
+
+// A job armed at the engine's pace is fired here only from the end of its
+// round, so a member that leaves after the round, with its last heartbeat
+// before the round ended, may have left it with no replica between: it
+// is handed over then. Here g1 goes first: r1 defers the jobs it takes
+// from g1 (each has g2 or g3 firing), and arms them at its pace. Then g2
+// goes, its last heartbeat before that round: of those jobs, the ones g2
+// armed with r1 are read and handed over — no others, since no job was
+// orphaned at either re-division by the rule for jobs just armed.
+func TestHandOverOfJobsArmedLateWhoseOtherArmerWentBefore(t *testing.T) {
+	db, through, p := proxiedDatabase(t)
+	now := time.Now()
+	ghosts, ids := ghostsAndJobs(t, db, now, [3]time.Time{now.Add(4 * time.Second), now.Add(9 * time.Second), now.Add(time.Hour)}, 60)
+	reads := countDecidedReads(p)
+	self := members.Member{ID: "r1"}
+	all := append(slices.Clone(ghosts), self)
+	afterG1 := []members.Member{ghosts[1], ghosts[2], self}
+	var late []string // armed here once g1 is gone, with g2 as the other armer
+	for _, id := range ids {
+		a, b := members.Armers(id, all)
+		if a.ID == "r1" || b.ID == "r1" {
+			continue
+		}
+		if a, b := members.Armers(id, afterG1); (a.ID == "r1" && b.ID == "g2") || (a.ID == "g2" && b.ID == "r1") {
+			late = append(late, id)
+		}
+	}
+	if len(late) == 0 {
+		t.Fatal("no job r1 takes from g1 with g2 as the other armer: pick other ids")
+	}
+	d := startDaemon(t, through, dividingR1())
+	waitFor(t, 30*time.Second, "r1 firing", func() bool { return !d.service.members.Self().FiringSince.IsZero() })
+	waitFor(t, 30*time.Second, "g1 gone and the jobs taken from it armed at r1's pace", func() bool {
+		_, ok := d.logs.find(func(r map[string]any) bool {
+			return r["msg"] == "schedules re-divided: the deferred jobs armed at the engine's pace" && r["live"] == "g2,g3,r1"
+		})
+		return ok
+	})
+	if got := reads(); len(got) != 0 {
+		t.Fatalf("decided slots read for %v once g1 was gone, want none: g2 or g3 fired each job r1 took", got)
+	}
+	waitFor(t, 30*time.Second, "g2 gone and its jobs armed late read", func() bool { return len(reads()) > 0 })
+	for i, got := range reads() {
+		if !slices.Equal(got, late) {
+			t.Errorf("read %d of the decided slots asked for %v, want the %d jobs r1 armed late with g2 as the other armer %v",
+				i+1, got, len(late), late)
 		}
 	}
 }

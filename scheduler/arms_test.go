@@ -38,7 +38,7 @@ func TestArmsAndRearm(t *testing.T) {
 	mu.Lock()
 	here = map[string]bool{"b": true, "c": true}
 	mu.Unlock()
-	armed, disarmed := e.Rearm()
+	armed, _, disarmed := e.Rearm(nil)
 	if !slices.Equal(armed, []string{"c"}) || !slices.Equal(disarmed, []string{"a"}) {
 		t.Fatalf("Rearm: armed %v, disarmed %v; want [c], [a]", armed, disarmed)
 	}
@@ -54,7 +54,7 @@ func TestArmsAndRearm(t *testing.T) {
 	if _, _, ok := e.entry("a"); ok {
 		t.Fatal("a still has a robfig entry")
 	}
-	if armed, disarmed := e.Rearm(); len(armed)+len(disarmed) != 0 {
+	if armed, _, disarmed := e.Rearm(nil); len(armed)+len(disarmed) != 0 {
 		t.Fatalf("Rearm with nothing changed: %v, %v", armed, disarmed)
 	}
 	if e.Len() != 2 {
@@ -80,7 +80,7 @@ func TestRearmLeavesAnEndedJobUnarmed(t *testing.T) {
 		mu.Lock()
 		here = arms
 		mu.Unlock()
-		if armed, disarmed := e.Rearm(); len(armed)+len(disarmed) != 0 {
+		if armed, _, disarmed := e.Rearm(nil); len(armed)+len(disarmed) != 0 {
 			t.Fatalf("Rearm (arms %v) of an ended job: armed %v, disarmed %v; want neither", arms, armed, disarmed)
 		}
 		st := mustGet(t, e, "capped")
@@ -159,15 +159,15 @@ func entriesNow(e *Engine) int {
 }
 
 // A re-division that disarms many jobs takes their robfig entries out in
-// paced bursts (retireBurst, then a pause while more wait), not all at
+// paced bursts (paceBurst, then a pause while more wait), not all at
 // once; Stop drains the rest without waiting for the pauses. Here the
 // pause is an hour: the first burst goes, the rest waits until Stop.
 func TestRetiredEntriesLeaveInPacedBurstsAndAtOnceOnStop(t *testing.T) {
 	var mu sync.Mutex
 	armHere := true
 	e := New(Options{Logger: quiet(), Shards: 4, Arms: func(string) bool { mu.Lock(); defer mu.Unlock(); return armHere }})
-	e.retired.pause = time.Hour
-	const n = 3*retireBurst + 10
+	e.retired.pace.pause = time.Hour
+	const n = 3*paceBurst + 10
 	var items []Item
 	for i := range n {
 		items = append(items, Item{Schedule: sch(fmt.Sprintf("j%04d", i), "0 9 * * *")})
@@ -180,18 +180,18 @@ func TestRetiredEntriesLeaveInPacedBurstsAndAtOnceOnStop(t *testing.T) {
 	mu.Lock()
 	armHere = false
 	mu.Unlock()
-	if _, disarmed := e.Rearm(); len(disarmed) != n {
+	if _, _, disarmed := e.Rearm(nil); len(disarmed) != n {
 		t.Fatalf("Rearm disarmed %d, want %d", len(disarmed), n)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for entriesNow(e) > n-retireBurst {
+	for entriesNow(e) > n-paceBurst {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d robfig entries after 30 s, want the first burst of %d gone", entriesNow(e), retireBurst)
+			t.Fatalf("%d robfig entries after 30 s, want the first burst of %d gone", entriesNow(e), paceBurst)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if got := entriesNow(e); got != n-retireBurst {
-		t.Fatalf("%d robfig entries after the first burst, want %d: the rest waits for the pause", got, n-retireBurst)
+	if got := entriesNow(e); got != n-paceBurst {
+		t.Fatalf("%d robfig entries after the first burst, want %d: the rest waits for the pause", got, n-paceBurst)
 	}
 	stopped := make(chan struct{})
 	go func() {
@@ -205,5 +205,74 @@ func TestRetiredEntriesLeaveInPacedBurstsAndAtOnceOnStop(t *testing.T) {
 	}
 	if got := entriesNow(e); got != 0 {
 		t.Fatalf("%d robfig entries after Stop, want 0", got)
+	}
+}
+
+// Rearm arms at once only the jobs urgent names and defers the others,
+// unarmed; ArmPaced arms them in bursts of paceBurst, asking stop before
+// each, and skips a job Arms no longer gives it, one removed meanwhile
+// and one a Reload armed already.
+func TestRearmDefersAndArmPacedArms(t *testing.T) {
+	var mu sync.Mutex
+	armAll, moved := false, ""
+	arms := func(id string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return armAll && id != moved || id == "base"
+	}
+	e := New(Options{Logger: quiet(), Shards: 8, Arms: arms})
+	items := []Item{{Schedule: sch("base", "0 9 * * *")}, {Schedule: sch("urgent", "0 9 * * *")},
+		{Schedule: sch("removed", "0 9 * * *")}, {Schedule: sch("reloaded", "0 9 * * *")}}
+	const many = paceBurst + 10
+	for i := range many {
+		items = append(items, Item{Schedule: sch(fmt.Sprintf("d%04d", i), "0 9 * * *")})
+	}
+	syncItems(e, items)
+	e.Start()
+	defer e.Stop()
+	if e.Len() != 1 {
+		t.Fatalf("%d armed, want 1", e.Len())
+	}
+	mu.Lock()
+	armAll = true
+	mu.Unlock()
+	armed, deferred, disarmed := e.Rearm(func(id string) bool { return id == "urgent" })
+	if !slices.Equal(armed, []string{"urgent"}) || len(deferred) != many+2 || len(disarmed) != 0 {
+		t.Fatalf("Rearm: armed %v, %d deferred, disarmed %v; want [urgent], %d, none", armed, len(deferred), disarmed, many+2)
+	}
+	if e.Len() != 2 {
+		t.Fatalf("%d armed after Rearm, want 2: the deferred jobs are not armed yet", e.Len())
+	}
+	// Meanwhile: one deferred job removed, one armed by a Reload, one
+	// moved on to another replica. They come first.
+	special := []string{"removed", "reloaded", "d0000"}
+	deferred = append(slices.Clone(special), slices.DeleteFunc(deferred, func(id string) bool { return slices.Contains(special, id) })...)
+	e.Remove("removed")
+	if o := e.Reload(sch("reloaded", "0 8 * * *")); o != Added {
+		t.Fatalf("Reload of a deferred job: %v, want added (armed)", o)
+	}
+	mu.Lock()
+	moved = "d0000"
+	mu.Unlock()
+	calls := 0
+	got, rest := e.ArmPaced(deferred, func() bool { calls++; return calls > 1 })
+	if len(got) != paceBurst-3 || !slices.Equal(rest, deferred[paceBurst:]) {
+		t.Fatalf("ArmPaced stopped after one burst: armed %d, rest %d; want %d, %d",
+			len(got), len(rest), paceBurst-3, len(deferred)-paceBurst)
+	}
+	for _, id := range special {
+		if slices.Contains(got, id) {
+			t.Errorf("ArmPaced armed %s", id)
+		}
+	}
+	got, rest = e.ArmPaced(rest, func() bool { return false })
+	if len(got) != len(deferred)-paceBurst || len(rest) != 0 {
+		t.Fatalf("ArmPaced: armed %d, rest %d; want %d, 0", len(got), len(rest), len(deferred)-paceBurst)
+	}
+	if want := 3 + many - 1; e.Len() != want { // base, urgent, reloaded and the d jobs but d0000
+		t.Fatalf("%d armed, want %d", e.Len(), want)
+	}
+	if st, _ := e.Get("d0000"); st.Armed {
+		t.Error("d0000 armed, though Arms gave it to another replica before its turn")
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -559,4 +560,55 @@ func memInUse() uint64 {
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc + ms.StackInuse
+}
+
+// BenchmarkRearm is a re-division at a million jobs, by shard count: the
+// engine holds 1,000,000 jobs and arms a third of them (as two armers of
+// six members would), then Rearm arms a sixth more (a member died: its
+// jobs' third armer is here now) and, later, disarms them again (a member
+// joined). arm_cpu_s is the process CPU of the arming Rearm, disarm_cpu_s
+// that of the disarming Rearm and the drain of the entries it retires
+// (wait; at the drain's pace this is not the wall time), and
+// empty_engine_kb the heap and stacks of a started engine without jobs.
+// robfig sorts a running shard's entries on every add and remove, so both
+// costs grow with the entries per shard.
+func BenchmarkRearm(b *testing.B) {
+	const n = 1_000_000
+	const moved = (n + 3) / 6 // the jobs i with i%6 == 2
+	items := benchItems(n)
+	for _, shards := range []int{1024, 4096} {
+		b.Run(fmt.Sprintf("shards=%d", shards), func(b *testing.B) {
+			var armCPU, disarmCPU, idle []float64
+			for range b.N {
+				var sixths atomic.Int32
+				sixths.Store(2)
+				arms := func(id string) bool {
+					i, _ := strconv.Atoi(id[len("job-"):]) // benchID
+					return int32(i%6) < sixths.Load()
+				}
+				before := memInUse()
+				e := benchEngine(Options{Shards: shards, Arms: arms})
+				idle = append(idle, float64(int64(memInUse())-int64(before))/1024)
+				syncItems(e, items)
+				sixths.Store(3)
+				c0 := cpuTime()
+				if armed, _, _ := e.Rearm(nil); len(armed) != moved {
+					b.Fatalf("Rearm armed %d, want %d", len(armed), moved)
+				}
+				armCPU = append(armCPU, (cpuTime() - c0).Seconds())
+				sixths.Store(2)
+				c0 = cpuTime()
+				if _, _, disarmed := e.Rearm(nil); len(disarmed) != moved {
+					b.Fatalf("Rearm disarmed %d, want %d", len(disarmed), moved)
+				}
+				e.retired.wait()
+				disarmCPU = append(disarmCPU, (cpuTime() - c0).Seconds())
+				stopEngine(b, e)
+				runtime.GC()
+			}
+			b.ReportMetric(median(armCPU), "arm_cpu_s")
+			b.ReportMetric(median(disarmCPU), "disarm_cpu_s")
+			b.ReportMetric(median(idle), "empty_engine_kb")
+		})
+	}
 }

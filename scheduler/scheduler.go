@@ -223,40 +223,83 @@ type Engine struct {
 // empty and exits when it is, so no goroutine outlives the work and a burst
 // of edits costs one goroutine, not one per edit.
 //
-// The drain is paced: at most retireBurst removals, then a pause of
-// retirePause from the last of them before the next, however the entries
-// arrive (one Rearm adding them while the drainer runs, or several edits
-// between which the drainer exits). Each removal is a hand-off to the
-// shard's run loop, which re-sorts the shard and builds a new entry list,
-// so a re-division that disarms tens of thousands of jobs at once (Rearm)
-// would otherwise take a core for seconds, away from the claims of the
-// jobs still firing, and, on a small machine, from the database beside
-// it. A retired entry waiting its turn costs nothing but memory: it has no
-// next activation and never runs. wait (Stop) drains the rest without
-// pauses.
+// The drain is paced by the engine's budget of robfig changes (pace,
+// shared with ArmPaced): each removal is a hand-off to the shard's run
+// loop, which re-sorts the shard and builds a new entry list, so a
+// re-division that disarms tens of thousands of jobs at once (Rearm) would
+// otherwise take a core for seconds, away from the claims of the jobs
+// still firing, and, on a small machine, from the database beside it. A
+// retired entry waiting its turn costs nothing but memory: it has no next
+// activation and never runs. wait (Stop) drains the rest without pauses.
 type retiredQueue struct {
 	mu       sync.Mutex
 	idle     sync.Cond // signalled when draining stops; uses mu
 	pending  []retiredEntry
 	draining bool
-	hurry    bool          // set by wait: no more pauses
-	pause    time.Duration // retirePause; tests change it
-	// burst counts the removals since the last pause, and burstEnd is when
-	// the burst reached retireBurst: the next removal waits for
-	// burstEnd+pause. Both outlive one drainer, so a drainer that finds the
-	// queue empty mid-burst and exits cannot start a fresh burst early.
-	burst    int
-	burstEnd time.Time
+	hurry    bool // set by wait: no more pauses
+	pace     *pacer
 	// woken ends a pause at once when wait sets hurry.
 	woken chan struct{}
 }
 
-// retireBurst and retirePause pace the retired queue's drain: at most
-// about 5,000 removals a second while a backlog lasts.
+// paceBurst and pacePause are the engine's budget of robfig changes made
+// in bulk (the retired queue's drain and ArmPaced, together): paceBurst
+// changes, then a pause of pacePause from the end of the last of them —
+// about 5,000 a second while a backlog lasts on an idle machine, fewer on
+// a busy one, where the changes themselves take longer.
 const (
-	retireBurst = 256
-	retirePause = 50 * time.Millisecond
+	paceBurst = 256
+	pacePause = 50 * time.Millisecond
 )
+
+// pacer keeps the engine's budget of robfig changes made in bulk: its
+// users reserve their changes before making them and say when they are
+// done.
+type pacer struct {
+	mu    sync.Mutex
+	pause time.Duration // pacePause; tests change it
+	count int           // changes reserved since the last pause
+	last  time.Time     // when the last of them was made
+}
+
+// reserve returns once n (<= paceBurst) more changes fit the budget,
+// waiting when they would make the burst longer than paceBurst until
+// pause has passed since its last change. It does not wait when hurry
+// reports true, and stops waiting when woken receives.
+func (p *pacer) reserve(n int, hurry func() bool, woken <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.count > 0 && p.count+n > paceBurst {
+		left := p.pause - time.Since(p.last)
+		if left <= 0 || hurry() {
+			p.count, p.last = 0, time.Now()
+			break
+		}
+		p.mu.Unlock()
+		t := time.NewTimer(left)
+		select {
+		case <-t.C:
+		case <-woken:
+			t.Stop()
+		}
+		p.mu.Lock()
+	}
+	p.count += n
+}
+
+// room is how many changes fit the current burst without a pause.
+func (p *pacer) room() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return paceBurst - p.count
+}
+
+// done records that the changes reserved were made.
+func (p *pacer) done() {
+	p.mu.Lock()
+	p.last = time.Now()
+	p.mu.Unlock()
+}
 
 type retiredEntry struct {
 	sh *shard
@@ -276,6 +319,7 @@ func (q *retiredQueue) add(sh *shard, id cron.EntryID) {
 
 func (q *retiredQueue) drain() {
 	for {
+		room := q.pace.room() // before q.mu: reserve takes q.mu (hurried) under the pacer's
 		q.mu.Lock()
 		if len(q.pending) == 0 {
 			q.pending = nil // the backing array of a large backlog goes
@@ -288,33 +332,28 @@ func (q *retiredQueue) drain() {
 			q.mu.Unlock()
 			return
 		}
-		if q.burst >= retireBurst {
-			left := q.pause - time.Since(q.burstEnd)
-			if !q.hurry && left > 0 {
-				q.mu.Unlock()
-				t := time.NewTimer(left)
-				select {
-				case <-t.C:
-				case <-q.woken:
-					t.Stop()
-				}
-				continue
-			}
-			q.burst = 0
+		// What fits the current burst goes at once; with no room left, a
+		// whole burst waits for the pause.
+		n := min(len(q.pending), paceBurst)
+		if room > 0 {
+			n = min(n, room)
 		}
-		n := min(len(q.pending), retireBurst-q.burst)
 		batch := slices.Clone(q.pending[:n])
 		q.pending = q.pending[n:]
 		q.mu.Unlock()
+		q.pace.reserve(n, q.hurried, q.woken)
 		for _, r := range batch {
 			r.sh.cron.Remove(r.id)
 		}
-		q.mu.Lock()
-		if q.burst += n; q.burst >= retireBurst {
-			q.burstEnd = time.Now()
-		}
-		q.mu.Unlock()
+		q.pace.done()
 	}
+}
+
+// hurried reports whether wait asked the drain to skip its pauses.
+func (q *retiredQueue) hurried() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.hurry
 }
 
 // wait returns once every queued entry has been removed, draining the
@@ -366,7 +405,7 @@ func New(opts Options) *Engine {
 		jobs: make(map[string]*record),
 	}
 	e.retired.idle.L = &e.retired.mu
-	e.retired.pause, e.retired.woken = retirePause, make(chan struct{}, 1)
+	e.retired.pace, e.retired.woken = &pacer{pause: pacePause}, make(chan struct{}, 1)
 	cl := cronLogger{opts.Logger}
 	for range opts.Shards {
 		e.shards = append(e.shards, &shard{cron: cron.New(
@@ -1118,14 +1157,18 @@ func (r *record) status(id string, now time.Time) Status {
 func (e *Engine) arms(id string) bool { return e.opts.Arms == nil || e.opts.Arms(id) }
 
 // Rearm asks Options.Arms again for every valid, enabled job that has not
-// ended (End): it arms the jobs it now arms and disarms those it no longer
-// does, and returns both.
+// ended (End): it disarms the jobs it no longer arms, arms at once those
+// it now arms for which urgent reports true (every one when urgent is
+// nil), and returns the others in deferred, unarmed, for ArmPaced. Each
+// robfig add re-sorts the job's running shard, so arming tens of thousands
+// of jobs at once takes a core for seconds; the caller defers those
+// another replica fires meanwhile.
 // A job Rearm arms fires from its next activation after now; the slots
 // before are the caller's to decide (the daemon's hand-over). Without
 // Arms it does nothing.
-func (e *Engine) Rearm() (armed, disarmed []string) {
+func (e *Engine) Rearm(urgent func(id string) bool) (armed, deferred, disarmed []string) {
 	if e.opts.Arms == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	e.life.Lock()
 	defer e.life.Unlock()
@@ -1141,12 +1184,10 @@ func (e *Engine) Rearm() (armed, disarmed []string) {
 		if r := e.load(id); r != nil && r.valid && r.enabled && r.state().ended == "" {
 			want, have := e.opts.Arms(id), r.fire != nil
 			switch {
+			case want && !have && urgent != nil && !urgent(id):
+				deferred = append(deferred, id)
 			case want && !have:
-				n := *r
-				f := e.newFiring(id, &n)
-				f.entry = sh.cron.Schedule(f, f)
-				e.adds.Add(1)
-				e.store(sh, id, &n)
+				e.armNow(sh, id, r)
 				armed = append(armed, id)
 			case !want && have:
 				n := *r
@@ -1158,11 +1199,52 @@ func (e *Engine) Rearm() (armed, disarmed []string) {
 		}
 		sh.mu.Unlock()
 	}
-	if len(armed)+len(disarmed) > 0 {
+	if len(armed)+len(deferred)+len(disarmed) > 0 {
 		e.log.Info("scheduler: jobs re-divided among the replicas", "armed_here", len(armed),
-			"disarmed_here", len(disarmed), "armed", e.Len())
+			"deferred_here", len(deferred), "disarmed_here", len(disarmed), "armed", e.Len())
 	}
-	return armed, disarmed
+	return armed, deferred, disarmed
+}
+
+// ArmPaced arms the jobs of ids (Rearm's deferred) that Options.Arms still
+// arms here and that are still valid, enabled, not ended and unarmed, in
+// bursts of paceBurst within the engine's budget of robfig changes, which
+// it shares with the retired queue's drain (about 5,000 a second between
+// them). Before each burst it asks stop, and returns when stop
+// reports true: armed are the jobs it armed, rest the ids it did not come
+// to (a suffix of ids).
+func (e *Engine) ArmPaced(ids []string, stop func() bool) (armed, rest []string) {
+	for len(ids) > 0 {
+		if stop() {
+			return armed, ids
+		}
+		burst := ids[:min(len(ids), paceBurst)]
+		ids = ids[len(burst):]
+		e.retired.pace.reserve(len(burst), func() bool { return false }, nil)
+		e.life.Lock()
+		for _, id := range burst {
+			sh := e.shardOf(id)
+			sh.mu.Lock()
+			if r := e.load(id); r != nil && r.valid && r.enabled && r.state().ended == "" && r.fire == nil && e.arms(id) {
+				e.armNow(sh, id, r)
+				armed = append(armed, id)
+			}
+			sh.mu.Unlock()
+		}
+		e.life.Unlock()
+		e.retired.pace.done()
+	}
+	return armed, nil
+}
+
+// armNow arms job id's valid record r in its shard sh, whose lock the
+// caller holds.
+func (e *Engine) armNow(sh *shard, id string, r *record) {
+	n := *r
+	f := e.newFiring(id, &n)
+	f.entry = sh.cron.Schedule(f, f)
+	e.adds.Add(1)
+	e.store(sh, id, &n)
 }
 
 // showTime formats t for the log as the CLI shows a job's times: RFC 3339

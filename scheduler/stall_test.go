@@ -85,7 +85,7 @@ func TestRearmedJobIsNotAStall(t *testing.T) {
 	expect(t, e.Reload(sch("tick", "* * * * * *")), Added)
 	before := nextStallFire(t, fires)
 	arms.Store(false)
-	if _, disarmed := e.Rearm(); len(disarmed) != 1 {
+	if _, _, disarmed := e.Rearm(nil); len(disarmed) != 1 {
 		t.Fatalf("disarmed %v", disarmed)
 	}
 	// Drain the fires of the disarmed entry; wait until at least three
@@ -101,7 +101,7 @@ func TestRearmedJobIsNotAStall(t *testing.T) {
 		}
 	}
 	arms.Store(true)
-	if armed, _ := e.Rearm(); len(armed) != 1 {
+	if armed, _, _ := e.Rearm(nil); len(armed) != 1 {
 		t.Fatalf("armed %v", armed)
 	}
 	f := nextStallFire(t, fires)
