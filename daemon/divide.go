@@ -19,11 +19,11 @@ import (
 // job's last known good unarmed. When the live members change, runDivide
 // re-asks the engine (Engine.Rearm): the jobs that moved here are armed
 // (at once when no live replica fired them meanwhile, else at the
-// engine's pace), those that moved away disarmed. A member that dies leaves each of its
-// jobs armed by the other armer, which claims the job's fires after the
-// claim grace as it always did; a member that joins arms its share from
-// its first full read, while the members it displaces still fire until
-// they see it. Exactly once stays with the claim.
+// engine's pace), those that moved away disarmed. A member that dies
+// leaves each of its jobs armed by the other armer, which claims the
+// job's fires after the claim grace as it always did; a member that joins
+// arms its share from its first full read, while the members it displaces
+// still fire until they see it. Exactly once stays with the claim.
 
 // armsFunc is the engine's Options.Arms: with DivideSchedules, whether
 // this replica arms the job (members.Membership.Arms); nil (every job)
@@ -138,19 +138,18 @@ func (s *Service) armedLateAndOrphaned(rounds []armRound, prev, live []members.M
 	if len(rounds) == 0 {
 		return nil
 	}
-	// latest returns the latest round that armed id.
-	latest := func(id string) (armRound, bool) {
+	// latest returns the latest round that armed id (one of rounds).
+	latest := func(id string) armRound {
 		var found armRound
 		for _, r := range rounds {
 			if _, ok := slices.BinarySearch(r.ids, id); ok && r.at.After(found.at) {
 				found = r
 			}
 		}
-		return found, !found.at.IsZero()
+		return found
 	}
 	orphan := orphanRule(prev, live, s.opts.InstanceID, func(id string) (time.Time, bool) {
-		r, _ := latest(id)
-		return r.at, true
+		return latest(id).at, true
 	})
 	seen := make(map[string]bool, len(armed))
 	for _, id := range armed {
@@ -167,8 +166,8 @@ func (s *Service) armedLateAndOrphaned(rounds []armRound, prev, live []members.M
 				continue
 			}
 			if st, ok := s.engine.Get(id); ok && st.Armed {
-				l, _ := latest(id)
-				out[l.from] = append(out[l.from], id)
+				from := latest(id).from
+				out[from] = append(out[from], id)
 			}
 		}
 	}
