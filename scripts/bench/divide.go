@@ -47,6 +47,9 @@ type divideSettings struct {
 	before, after                time.Duration
 	// settings are the divide_schedules rounds run, in order.
 	settings []bool
+	// safepoints is the test server's log of its stop-the-world pauses
+	// (set by runDivide).
+	safepoints string
 }
 
 func divideMain(args []string) int {
@@ -75,9 +78,9 @@ func divideMain(args []string) int {
 	fs.DurationVar(&o.claimGrace, "claim-grace", 0, "the replicas' members.claim_grace (0: the default, 2s)")
 	fs.DurationVar(&o.before, "before", 15*time.Second, "kill/join: every replica up this long before the kill")
 	fs.DurationVar(&o.after, "after", 20*time.Second, "kill/join: slots counted this long after the armed counts settled on the join")
-	o.serverJVMArgs = strings.Fields(*serverJVM)
 	rounds := fs.String("settings", "off,on", "the divide_schedules rounds, in order (off, on, or both)")
 	_ = fs.Parse(args)
+	o.serverJVMArgs = strings.Fields(*serverJVM)
 	for _, v := range strings.Split(*rounds, ",") {
 		switch strings.TrimSpace(v) {
 		case "off":
@@ -135,8 +138,10 @@ func runDivide(ctx context.Context, o divideSettings) error {
 	if o.oplogMax > 0 {
 		extra = append(extra, "--oplog-max-entries", strconv.Itoa(o.oplogMax))
 	}
+	o.safepoints = filepath.Join(ws.logDir, "server-safepoints.log")
+	jvm := append(append([]string{"-Xmx" + o.serverHeap}, o.serverJVMArgs...), safepointLogOption(o.safepoints))
 	srv, err := testmongo.Start(ctx, testmongo.Options{StartTimeout: 2 * time.Minute, IgnoreEnv: true,
-		JVMArgs: append([]string{"-Xmx" + o.serverHeap}, o.serverJVMArgs...), ExtraArgs: extra})
+		JVMArgs: jvm, ExtraArgs: extra})
 	if err != nil {
 		return err
 	}

@@ -88,6 +88,9 @@ type handoffResult struct {
 	problems     []string
 	loadAfter    string
 	runsByMember map[string]int // runs of the hot jobs' slots in the window, per instance
+	// serverPauses are the test server's stop-the-world pauses with every
+	// replica up, after the death and after the join.
+	serverPauses [3]pauseSummary
 	// neither describes each slot neither run once nor recorded missed:
 	// its run record (status, instance, reason) if any, and its ledger
 	// lines.
@@ -248,6 +251,13 @@ func runHandoff(ctx context.Context, o divideSettings, ws *workspace, uri string
 		res.ledgerLines += n
 	}
 	res.account(runs, lines, hot, owned, before, end)
+	if ps, err := readSafepoints(o.safepoints); err != nil {
+		res.problems = append(res.problems, fmt.Sprintf("the test server's pauses not read: %v", err))
+	} else {
+		for i, w := range [][2]time.Time{{before, res.killAt}, {res.killAt, res.joinAt}, {res.joinAt, end}} {
+			res.serverPauses[i] = summarisePauses(ps, w[0], w[1])
+		}
+	}
 	res.loadAfter = loadAvg()
 	return res, j, nil
 }
@@ -496,6 +506,8 @@ func handoffTable(res *handoffResult) string {
 	}
 	fmt.Fprintf(&b, "\njoin: %s arms %d schedules once the counts held still (the live replicas: %v); runs of the window per instance %v; %d ledger lines; load average after %s\n",
 		res.joiner, res.joinerArmed, res.armedAfter, res.runsByMember, res.ledgerLines, res.loadAfter)
+	fmt.Fprintf(&b, "test server stop-the-world (its safepoint log): all up %s; after the death %s; after the join %s\n",
+		res.serverPauses[0], res.serverPauses[1], res.serverPauses[2])
 	for _, n := range firstN(res.neither, 20) {
 		fmt.Fprintf(&b, "  neither run once nor recorded missed: %s\n", n)
 	}

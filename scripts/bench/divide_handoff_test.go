@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -62,5 +64,31 @@ func TestHandoffAccount(t *testing.T) {
 	}
 	if len(res.first) != 1 || res.first[0].job != "a" || !res.first[0].slot.Equal(at(4)) || res.first[0].missed != record.MissedHandOver {
 		t.Errorf("first slots after the death %+v, want a's at 4, recorded missed hand_over", res.first)
+	}
+}
+
+// readSafepoints reads the end time and length of each stop-the-world
+// pause of a JDK 17 safepoint log and skips other lines; summarisePauses
+// counts those that ended in a window.
+func TestServerPauses(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "safepoints.log")
+	log := `[2026-12-03T14:17:46.419+0000] Safepoint "Cleanup", Time since last: 1001677073 ns, Reaching safepoint: 8762409 ns, Cleanup: 61231 ns, At safepoint: 10906 ns, Total: 8834546 ns
+[2026-12-03T14:17:47.000+0000] some other line
+[2026-12-03T14:17:48.500+0000] Safepoint "GenCollectForAllocation", Time since last: 1 ns, Reaching safepoint: 1 ns, At safepoint: 1200000000 ns, Total: 1200000001 ns
+[2026-12-03T14:17:50.000+0000] Safepoint "Cleanup", Time since last: 1 ns, Reaching safepoint: 1 ns, At safepoint: 1 ns, Total: 3000000 ns
+`
+	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := readSafepoints(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 3 || ps[1].d != 1200000001 || !ps[1].end.Equal(time.Date(2026, 12, 3, 14, 17, 48, 500e6, time.UTC)) {
+		t.Fatalf("pauses %+v", ps)
+	}
+	s := summarisePauses(ps, time.Date(2026, 12, 3, 14, 17, 47, 0, time.UTC), time.Date(2026, 12, 3, 14, 17, 50, 0, time.UTC))
+	if s.n != 1 || s.total != 1200000001 || s.max != 1200000001 || s.over1s != 1 {
+		t.Fatalf("summary %+v", s)
 	}
 }
