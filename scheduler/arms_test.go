@@ -153,7 +153,7 @@ func TestArmedYieldsOnlyArmedJobs(t *testing.T) {
 func entriesNow(e *Engine) int {
 	n := 0
 	for _, sh := range e.shards {
-		n += len(sh.cron.Entries())
+		n += shardEntries(sh)
 	}
 	return n
 }

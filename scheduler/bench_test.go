@@ -502,7 +502,7 @@ func cpuTime() time.Duration {
 }
 
 // BenchmarkShards compares shard counts at 100,000 jobs (DefaultShards is
-// 1024): sync_ms is one Sync into an empty running engine; reloadloop_ms
+// 4096): sync_ms is one Sync into an empty running engine; reloadloop_ms
 // loads the same jobs with one Reload each instead (no paused shards, no
 // parse cache: what Sync did before they were added); changed_p50_ns and
 // changed_p99_ns are single changed Reloads with all jobs armed;

@@ -27,9 +27,11 @@
 //
 // robfig sorts all entries of an engine on every add, remove and wake, so
 // with many jobs a single engine becomes slow to edit and quadratic to load.
-// Jobs are therefore spread over several robfig engines (shards, 1024 by
+// Jobs are therefore spread over several robfig engines (shards, 4096 by
 // default) by an FNV-1a hash of their id, which keeps an edit at about a
-// hundred entries to sort with 100,000 jobs armed.
+// hundred entries to sort with 500,000 jobs armed. A shard's robfig engine
+// (a goroutine and a timer) is made when the shard first gets an entry, so
+// a small engine runs only the shards it uses.
 //
 // A robfig engine that is not running appends new entries without sorting
 // and sorts them once when started. Sync uses that: the shards that hold no

@@ -22,10 +22,13 @@ import (
 
 // DefaultShards is the number of robfig engines when Options.Shards is not
 // set. robfig re-sorts all entries of an engine on every add and remove, so
-// the cost of one edit grows with the jobs per shard: 1024 shards keep that
-// at about 100 entries with 100,000 jobs armed, for the price of one idle
-// goroutine and timer per shard (see scripts/bench-engine.sh).
-const DefaultShards = 1024
+// the cost of one change grows with the jobs per shard: 4096 shards keep
+// that at about 120 entries with 500,000 jobs armed (a re-division of a
+// million jobs among replicas changes ~150,000 entries per replica). A
+// shard's robfig engine, goroutine and timer are made when it first gets
+// an entry, so an engine of a few jobs runs a few of them (see
+// scripts/bench-engine.sh).
+const DefaultShards = 4096
 
 // FireFunc is called when an armed job fires. d carries the schedule as
 // armed (decoded and validated), the cron slot (the scheduled activation
@@ -301,16 +304,18 @@ func (p *pacer) done() {
 	p.mu.Unlock()
 }
 
+// retiredEntry is one robfig entry to take out: its shard's robfig engine
+// and its id.
 type retiredEntry struct {
-	sh *shard
-	id cron.EntryID
+	cron *cron.Cron
+	id   cron.EntryID
 }
 
 // add queues one entry, starting the drainer if none runs.
-func (q *retiredQueue) add(sh *shard, id cron.EntryID) {
+func (q *retiredQueue) add(c *cron.Cron, id cron.EntryID) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.pending = append(q.pending, retiredEntry{sh, id})
+	q.pending = append(q.pending, retiredEntry{c, id})
 	if !q.draining {
 		q.draining = true
 		go q.drain()
@@ -343,7 +348,7 @@ func (q *retiredQueue) drain() {
 		q.mu.Unlock()
 		q.pace.reserve(n, q.hurried, q.woken)
 		for _, r := range batch {
-			r.sh.cron.Remove(r.id)
+			r.cron.Remove(r.id)
 		}
 		q.pace.done()
 	}
@@ -379,8 +384,13 @@ type shard struct {
 	// shard, including the robfig calls, so that concurrent changes of one
 	// job apply in some order and never leak an entry. It is taken before
 	// Engine.mu, never the other way round.
-	mu   sync.Mutex
+	mu sync.Mutex
+	// cron is the shard's robfig engine, made by Engine.timers when the
+	// shard first gets an entry and kept from then on; guarded by mu.
 	cron *cron.Cron
+	// running says whether cron runs, or is to be started when it is made:
+	// the engine runs and the shard is not paused by a Sync; guarded by mu.
+	running bool
 	// armed counts the shard's robfig entries; guarded by mu.
 	armed int
 }
@@ -406,14 +416,22 @@ func New(opts Options) *Engine {
 	}
 	e.retired.idle.L = &e.retired.mu
 	e.retired.pace, e.retired.woken = &pacer{pause: pacePause}, make(chan struct{}, 1)
-	cl := cronLogger{opts.Logger}
 	for range opts.Shards {
-		e.shards = append(e.shards, &shard{cron: cron.New(
-			cron.WithLocation(opts.Location),
-			cron.WithLogger(cl),
-		)})
+		e.shards = append(e.shards, &shard{})
 	}
 	return e
+}
+
+// timers returns shard sh's robfig engine, made the first time the shard
+// gets an entry and started then if the shard runs. The caller holds sh.mu.
+func (e *Engine) timers(sh *shard) *cron.Cron {
+	if sh.cron == nil {
+		sh.cron = cron.New(cron.WithLocation(e.opts.Location), cron.WithLogger(cronLogger{e.log}))
+		if sh.running {
+			sh.cron.Start()
+		}
+	}
+	return sh.cron
 }
 
 // Start starts the timers of all shards. Jobs may be loaded before or after.
@@ -422,7 +440,12 @@ func (e *Engine) Start() {
 	defer e.life.Unlock()
 	e.started = true
 	for _, sh := range e.shards {
-		sh.cron.Start()
+		sh.mu.Lock()
+		sh.running = true
+		if sh.cron != nil {
+			sh.cron.Start()
+		}
+		sh.mu.Unlock()
 	}
 }
 
@@ -434,9 +457,14 @@ func (e *Engine) Stop() context.Context {
 	defer e.life.Unlock()
 	e.started = false
 	e.retired.wait()
-	ctxs := make([]context.Context, len(e.shards))
-	for i, sh := range e.shards {
-		ctxs[i] = sh.cron.Stop()
+	var ctxs []context.Context
+	for _, sh := range e.shards {
+		sh.mu.Lock()
+		sh.running = false
+		if sh.cron != nil {
+			ctxs = append(ctxs, sh.cron.Stop())
+		}
+		sh.mu.Unlock()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
@@ -681,7 +709,7 @@ func (e *Engine) retire(sh *shard, old *record, inline bool) {
 		sh.cron.Remove(old.fire.entry)
 		return
 	}
-	e.retired.add(sh, old.fire.entry)
+	e.retired.add(sh.cron, old.fire.entry)
 }
 
 // reload is Reload applying s as how says. It also reports whether the
@@ -754,7 +782,7 @@ func (e *Engine) reloadLocked(sh *shard, s schedule.Schedule, how apply) (Outcom
 		if wasArmed {
 			old.fire.retired.Store(true) // never two live entries for one job
 		}
-		f.entry = sh.cron.Schedule(f, f)
+		f.entry = e.timers(sh).Schedule(f, f)
 		e.adds.Add(1)
 		outcome = Added
 		if wasArmed {
@@ -1014,7 +1042,10 @@ func (p *pauser) pauseIfEmpty(id string) {
 	sh := p.e.shards[i]
 	sh.mu.Lock()
 	if sh.armed == 0 {
-		sh.cron.Stop()
+		sh.running = false
+		if sh.cron != nil {
+			sh.cron.Stop()
+		}
 		p.paused = append(p.paused, sh)
 	}
 	sh.mu.Unlock()
@@ -1024,15 +1055,22 @@ func (p *pauser) pauseIfEmpty(id string) {
 // computed the first activation of all its entries, so that Sync returns
 // with every timer armed.
 func (p *pauser) resume() {
+	var started []*cron.Cron
 	for _, sh := range p.paused {
-		sh.cron.Start()
+		sh.mu.Lock()
+		sh.running = true
+		if sh.cron != nil {
+			sh.cron.Start()
+			started = append(started, sh.cron)
+		}
+		sh.mu.Unlock()
 	}
-	for _, sh := range p.paused {
+	for _, c := range started {
 		// A running robfig engine handles Remove in its run loop, which
 		// first computes the next activation of every entry and sorts
 		// them. Entry id 0 is never assigned, so this removes nothing: it
 		// only waits for the run loop.
-		sh.cron.Remove(0)
+		c.Remove(0)
 	}
 }
 
@@ -1242,7 +1280,7 @@ func (e *Engine) ArmPaced(ids []string, stop func() bool) (armed, rest []string)
 func (e *Engine) armNow(sh *shard, id string, r *record) {
 	n := *r
 	f := e.newFiring(id, &n)
-	f.entry = sh.cron.Schedule(f, f)
+	f.entry = e.timers(sh).Schedule(f, f)
 	e.adds.Add(1)
 	e.store(sh, id, &n)
 }
@@ -1288,7 +1326,14 @@ func (e *Engine) entry(id string) (cron.EntryID, time.Time, bool) {
 	if r == nil || r.fire == nil {
 		return 0, time.Time{}, false
 	}
-	en := e.shardOf(id).cron.Entry(r.fire.entry)
+	sh := e.shardOf(id)
+	sh.mu.Lock()
+	c := sh.cron
+	sh.mu.Unlock()
+	if c == nil {
+		return 0, time.Time{}, false
+	}
+	en := c.Entry(r.fire.entry)
 	if !en.Valid() {
 		return 0, time.Time{}, false
 	}

@@ -446,14 +446,26 @@ func sameStats(a, b SyncStats) bool {
 // Remove are done and counts shard i's robfig entries.
 func settledEntries(e *Engine, i int) int {
 	e.retired.wait()
-	return len(e.shards[i].cron.Entries())
+	return shardEntries(e.shards[i])
+}
+
+// shardEntries counts the robfig entries of sh, 0 when its robfig engine
+// was never made.
+func shardEntries(sh *shard) int {
+	sh.mu.Lock()
+	c := sh.cron
+	sh.mu.Unlock()
+	if c == nil {
+		return 0
+	}
+	return len(c.Entries())
 }
 
 func robfigEntries(e *Engine) int {
 	e.retired.wait()
 	n := 0
 	for _, sh := range e.shards {
-		n += len(sh.cron.Entries())
+		n += shardEntries(sh)
 	}
 	return n
 }

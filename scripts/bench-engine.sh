@@ -19,7 +19,7 @@
 # (p50/p99/max over operations, or over the iterations of one run for
 # sync_*), ratio = baseline / engine (higher is better for the engine),
 # bytes/job = live heap per armed job. BenchmarkShards compares shard counts
-# (DefaultShards is 1024) and Sync against a plain loop of Reloads.
+# (DefaultShards is 4096) and Sync against a plain loop of Reloads.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
