@@ -12,24 +12,50 @@ import "hash/fnv"
 // member that was second for it. The incarnation is not hashed, so a
 // restarted instance owns the same jobs as before. The zero Member is
 // returned when live is empty.
+//
+// Only a member whose engine fires (FiringSince set) owns jobs, unless no
+// member of live fires yet (a deployment starting): a replica still
+// reading its schedules claims nothing at the slot, so while it starts the
+// jobs it is to own stay with the firing member that owns them without it,
+// which claims their fires at once instead of after the claim grace.
 func Owner(jobID string, live []Member) Member {
-	var c choice
+	var o ownerChoice
 	for _, m := range live {
-		c.consider(jobID, m)
+		o.consider(jobID, m)
 	}
-	return c.best
+	return o.best()
 }
 
-// choice is Owner's running pick: the member with the highest weight seen
-// so far (ties to the smaller instance id).
+// ownerChoice is Owner's running pick: the best of the members that fire,
+// and the best of all, for when none fires.
+type ownerChoice struct{ firing, all choice }
+
+func (o *ownerChoice) consider(jobID string, m Member) {
+	w := weight(jobID, m.ID)
+	o.all.take(m, w)
+	if !m.FiringSince.IsZero() {
+		o.firing.take(m, w)
+	}
+}
+
+// best is the owner among the members considered (the zero Member when
+// there were none).
+func (o *ownerChoice) best() Member {
+	if o.firing.any {
+		return o.firing.best
+	}
+	return o.all.best
+}
+
+// choice is a running pick: the member with the highest weight seen so
+// far (ties to the smaller instance id).
 type choice struct {
 	best Member
 	w    uint64
 	any  bool
 }
 
-func (c *choice) consider(jobID string, m Member) {
-	w := weight(jobID, m.ID)
+func (c *choice) take(m Member, w uint64) {
 	if !c.any || w > c.w || (w == c.w && m.ID < c.best.ID) {
 		c.best, c.w, c.any = m, w, true
 	}
@@ -78,9 +104,11 @@ func OwnedCounts(jobIDs []string, live []Member) map[string]int {
 }
 
 // Armers returns the two members of live that arm jobID's timer when the
-// replicas divide the schedules: its owner (Owner) and the member whose
-// rendezvous weight comes second — the one that owns the job once the
-// owner is gone, so that it is armed already when that happens. second is
+// replicas divide the schedules: the two with the highest rendezvous
+// weights, firing or not — its owner (Owner) once every member fires, and
+// the member that owns the job once the owner is gone, so that it is
+// armed already when that happens. While one member joins, the job's
+// owner (the best of the members that fire) is one of the two. second is
 // the zero Member when live has fewer than two members. With R live
 // members each arms about 2/R of the jobs; a member that joins or leaves
 // moves only the jobs whose first two it changes.

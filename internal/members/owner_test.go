@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"testing"
+	"time"
 )
 
 func ids(n int) []string {
@@ -157,5 +158,41 @@ func TestArmersAreOwnerAndSuccessor(t *testing.T) {
 	// A member that does not divide arms every job.
 	if counts := ArmedCounts(jobs, named("r1", "r2")); counts["r1"] != len(jobs) || counts["r2"] != len(jobs) {
 		t.Fatalf("members arming every job: %v", counts)
+	}
+}
+
+// While some members fire, only they own jobs: a member still starting
+// (no FiringSince) owns none, and the jobs it is to own stay with the best
+// of the members that fire — one of the job's two armers — while every
+// other job keeps its owner. Once it fires it takes them; with none
+// firing, the owner is the best of all.
+func TestOwnerIsAMemberThatFires(t *testing.T) {
+	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	live := named("r1", "r2", "r3")
+	live[0].FiringSince, live[1].FiringSince = at, at
+	starting := 0
+	for _, id := range ids(3000) {
+		best := Owner(id, named("r1", "r2", "r3")).ID // none fires: the best of all
+		got := Owner(id, live).ID
+		want := best
+		if best == "r3" {
+			starting++
+			want = Owner(id, live[:2]).ID
+		}
+		if got != want {
+			t.Fatalf("%s: owner %s, want %s (the best of all is %s)", id, got, want, best)
+		}
+		if first, second := Armers(id, live); got != first.ID && got != second.ID {
+			t.Fatalf("%s: owner %s is not one of its armers %s, %s", id, got, first.ID, second.ID)
+		}
+	}
+	if starting < 3000/5 {
+		t.Fatalf("only %d of 3000 jobs are the starting member's best", starting)
+	}
+	live[2].FiringSince = at
+	for _, id := range ids(3000) {
+		if got, want := Owner(id, live).ID, Owner(id, named("r1", "r2", "r3")).ID; got != want {
+			t.Fatalf("%s: owner %s once all fire, want %s", id, got, want)
+		}
 	}
 }

@@ -109,13 +109,13 @@ func (m *Membership) Owns(jobID string) bool {
 		return true
 	}
 	now := m.opts.Now()
-	var c choice
+	var o ownerChoice
 	for _, d := range v.members {
 		if m.liveAt(d, now) {
-			c.consider(jobID, d)
+			o.consider(jobID, d)
 		}
 	}
-	return !c.any || c.best.ID == m.selfID
+	return !o.all.any || o.best().ID == m.selfID
 }
 
 // Arms reports whether this member arms jobID's timer when the replicas
