@@ -81,11 +81,10 @@ func TestViewReadAfterJoinAndEachHeartbeat(t *testing.T) {
 	}
 }
 
-// Three members with the same view split the jobs: every job is owned by
-// exactly one of them, the one members.Owner names, and each owns about a
-// third.
-func TestOwnsSplitsJobsAcrossThreeMembers(t *testing.T) {
-	db := newDB(t)
+// joinedThree returns members r1, r2 and r3 of db, joined (heartbeat
+// 50 ms, lease 10 s) but not running.
+func joinedThree(t *testing.T, db *mongo.Database) []*Membership {
+	t.Helper()
 	var ms []*Membership
 	for _, id := range []string{"r1", "r2", "r3"} {
 		m := New(db, Options{InstanceID: id, Heartbeat: 50 * time.Millisecond, Lease: 10 * time.Second, Logger: quiet})
@@ -94,6 +93,14 @@ func TestOwnsSplitsJobsAcrossThreeMembers(t *testing.T) {
 		}
 		ms = append(ms, m)
 	}
+	return ms
+}
+
+// Three members with the same view split the jobs: every job is owned by
+// exactly one of them, the one members.Owner names, and each owns about a
+// third.
+func TestOwnsSplitsJobsAcrossThreeMembers(t *testing.T) {
+	ms := joinedThree(t, newDB(t))
 	for _, m := range ms {
 		run(t, m)
 	}
@@ -352,15 +359,7 @@ func TestHeartbeatIsOneUpdateAndOneFind(t *testing.T) {
 // members that fire, so their fires are claimed at once rather than after
 // the grace; once it fires and the others have read that, it owns them.
 func TestOwnsWaitsForAJoinerToFire(t *testing.T) {
-	db := newDB(t)
-	var ms []*Membership
-	for _, id := range []string{"r1", "r2", "r3"} {
-		m := New(db, Options{InstanceID: id, Heartbeat: 50 * time.Millisecond, Lease: 10 * time.Second, Logger: quiet})
-		if err := m.Join(ctxFor(t, 10*time.Second)); err != nil {
-			t.Fatal(err)
-		}
-		ms = append(ms, m)
-	}
+	ms := joinedThree(t, newDB(t))
 	at := time.Now()
 	for _, m := range ms[:2] {
 		if err := m.Firing(ctxFor(t, 10*time.Second), at); err != nil {
