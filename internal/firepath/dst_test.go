@@ -85,13 +85,17 @@ const dstChildEnv = "CRONSWAP_TEST_DST_FIREPATH_CHILD"
 //
 // Waiting for a real transition is not an option, so the zones are
 // synthetic, written as TZif files and found by name the way the daemon
-// finds any zone, through $ZONEINFO: "Test/FallBack" goes back 10 s, from
-// UTC+0 to UTC-0:00:10, 8 s from now, so the wall time 3 s before the
-// change occurs twice, 10 s apart; "Test/SpringForward" jumps 10 s ahead
-// at the same instant, so the 10 s of wall time after it never occur. Each
-// job's expression names the second, minute and hour of one such wall time.
-// A job in UTC that fires after everything else bounds the wait for what
-// must not happen.
+// finds any zone, through $ZONEINFO: "Test/FallBack" goes back 10 s, 8 s
+// from now, so the wall time 3 s before the change occurs twice, 10 s
+// apart; "Test/SpringForward" jumps 10 s ahead at the same instant, so the
+// 10 s of wall time after it never occur. Each job's expression names the
+// second, minute and hour of one such wall time. Before the change both
+// zones run a few seconds ahead of UTC, so that every wall time the test
+// uses lies in one minute whatever the second it starts at: robfig's
+// plain search finds a repeated wall time again only within the minute
+// (from :59 it moves on to the next minute and never returns). A job in UTC
+// that fires after everything else bounds the wait for what must not
+// happen.
 //
 // time.LoadLocation reads $ZONEINFO once per process, at its first call,
 // so the test runs itself in a process of its own with ZONEINFO set.
@@ -115,9 +119,13 @@ func TestDaylightSavingThroughTheFirePath(t *testing.T) {
 
 	base := time.Now().Truncate(time.Second)
 	change := base.Add(8 * time.Second)
+	// Before the change the zones' clocks are lead seconds ahead of UTC,
+	// which puts base at the wall second :20: the wall times below run
+	// from :18 (just after the fall back) to :38 (the end of the jump).
+	lead := int32((80 - base.Second()) % 60)
 	writeZone := func(name string, after zoneType) {
 		t.Helper()
-		before := zoneType{offset: 0, isDST: !after.isDST, abbr: "ZZA"}
+		before := zoneType{offset: lead, isDST: !after.isDST, abbr: "ZZA"}
 		data := tzif([]int64{base.Add(-24 * time.Hour).Unix(), change.Unix()}, []zoneType{before, after})
 		path := filepath.Join(dir, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -127,13 +135,15 @@ func TestDaylightSavingThroughTheFirePath(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	writeZone("Test/FallBack", zoneType{offset: -10, isDST: false, abbr: "ZZB"})
-	writeZone("Test/SpringForward", zoneType{offset: 10, isDST: true, abbr: "ZZC"})
+	writeZone("Test/FallBack", zoneType{offset: lead - 10, isDST: false, abbr: "ZZB"})
+	writeZone("Test/SpringForward", zoneType{offset: lead + 10, isDST: true, abbr: "ZZC"})
 
-	// Wall times are read off UTC: both zones are UTC+0 before the change.
-	at := func(wall time.Time) string {
-		return wall.UTC().Format("5 4 15") + " * * *"
+	// The expression of the wall time both zones show at instant (read as
+	// before the change), and of instant in UTC.
+	at := func(instant time.Time) string {
+		return instant.UTC().Add(time.Duration(lead)*time.Second).Format("5 4 15") + " * * *"
 	}
+	atUTC := func(instant time.Time) string { return instant.UTC().Format("5 4 15") + " * * *" }
 	repeatedFirst := change.Add(-3 * time.Second) // wall time occurs again 10 s later
 	repeatedSecond := repeatedFirst.Add(10 * time.Second)
 	skipped := change.Add(4 * time.Second) // as a wall time: inside the 10 s the clocks skip
@@ -144,7 +154,7 @@ func TestDaylightSavingThroughTheFirePath(t *testing.T) {
 		{{Key: "_id", Value: "fall_plain"}, {Key: "cron_expr", Value: at(repeatedFirst)}, {Key: "timezone", Value: "Test/FallBack"}, {Key: "dst", Value: "plain"}},
 		{{Key: "_id", Value: "spring_shift"}, {Key: "cron_expr", Value: at(skipped)}, {Key: "timezone", Value: "Test/SpringForward"}, {Key: "dst", Value: "shift"}},
 		{{Key: "_id", Value: "spring_plain"}, {Key: "cron_expr", Value: at(skipped)}, {Key: "timezone", Value: "Test/SpringForward"}, {Key: "dst", Value: "plain"}},
-		{{Key: "_id", Value: "sentinel"}, {Key: "cron_expr", Value: at(sentinel)}, {Key: "timezone", Value: "UTC"}},
+		{{Key: "_id", Value: "sentinel"}, {Key: "cron_expr", Value: atUTC(sentinel)}, {Key: "timezone", Value: "UTC"}},
 	}
 
 	var (
