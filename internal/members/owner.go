@@ -55,8 +55,14 @@ type choice struct {
 	any  bool
 }
 
+// beaten reports whether m, of weight w, comes before the pick: the one
+// order of members for a job (Owner, Owns and Armers all use it).
+func (c *choice) beaten(m Member, w uint64) bool {
+	return !c.any || w > c.w || (w == c.w && m.ID < c.best.ID)
+}
+
 func (c *choice) take(m Member, w uint64) {
-	if !c.any || w > c.w || (w == c.w && m.ID < c.best.ID) {
+	if c.beaten(m, w) {
 		c.best, c.w, c.any = m, w, true
 	}
 }
@@ -125,12 +131,11 @@ type top2 struct{ first, second choice }
 
 func (t *top2) consider(jobID string, m Member) {
 	w := weight(jobID, m.ID)
-	beats := func(c choice) bool { return !c.any || w > c.w || (w == c.w && m.ID < c.best.ID) }
 	switch {
-	case beats(t.first):
+	case t.first.beaten(m, w):
 		t.second = t.first
 		t.first = choice{best: m, w: w, any: true}
-	case beats(t.second):
+	case t.second.beaten(m, w):
 		t.second = choice{best: m, w: w, any: true}
 	}
 }
