@@ -15,6 +15,17 @@ import (
 // (a full read that finds many jobs without a sighting, after an upgrade).
 const DefaultSightingsBatch = 500
 
+// DefaultSightingsReadBatch is how many live sightings one reply carries
+// when Run reads them, at the first full read it handles.
+const DefaultSightingsReadBatch = 1000
+
+// readRestFactor paces that read: after each reply it waits this many
+// times what the reply took, so that it asks at most a quarter of the
+// server's time, and less of a server that answers slowly (a replica
+// joining a deployment of a million jobs reads a million sightings while
+// the others claim their fires).
+const readRestFactor = 3
+
 // SightingsOptions configures Sightings; zero fields take the defaults.
 type SightingsOptions struct {
 	// Instance names this replica in what it writes.
@@ -27,6 +38,8 @@ type SightingsOptions struct {
 	QueueSize int
 	// Batch is DefaultSightingsBatch when zero.
 	Batch int
+	// ReadBatch is DefaultSightingsReadBatch when zero.
+	ReadBatch int
 	// RetryMin and RetryMax bound the wait between two attempts of a
 	// failed write (defaults DefaultRetryMin, DefaultRetryMax).
 	RetryMin, RetryMax time.Duration
@@ -46,10 +59,11 @@ type SightingsOptions struct {
 // write is conditional, see seenModel and goneModel); a delete event, or a
 // full read without a job that has a live sighting, marks it deleted, so
 // that it expires a retention later. Run reads the live sightings once, at
-// the first full read it handles, and keeps them in memory: a later full
-// read (a resync, a poll) writes only for jobs that appeared or
-// disappeared, so an idle daemon sends nothing, and a deployment that had
-// no sightings gets one per job at its first start, never again.
+// the first full read it handles, at a pace (readRestFactor), and keeps
+// them in memory: a later full read (a resync, a poll) writes only for
+// jobs that appeared or disappeared, so an idle daemon sends nothing, and
+// a deployment that had no sightings gets one per job at its first start,
+// never again.
 type Sightings struct {
 	coll *mongo.Collection
 	opts SightingsOptions
@@ -67,6 +81,10 @@ type Sightings struct {
 	// with a new pass, and the others are the jobs it no longer found.
 	live map[string]uint32
 	pass uint32
+
+	// rest waits between two replies of the live sightings' read
+	// (restFor; tests record it).
+	rest func(ctx context.Context, took time.Duration) error
 }
 
 // sightingOp is one thing seen, in the order the watcher saw it.
@@ -94,6 +112,9 @@ func NewSightings(coll *mongo.Collection, opts SightingsOptions) *Sightings {
 	if opts.Batch <= 0 {
 		opts.Batch = DefaultSightingsBatch
 	}
+	if opts.ReadBatch <= 0 {
+		opts.ReadBatch = DefaultSightingsReadBatch
+	}
 	if opts.RetryMin <= 0 {
 		opts.RetryMin = DefaultRetryMin
 	}
@@ -106,7 +127,19 @@ func NewSightings(coll *mongo.Collection, opts SightingsOptions) *Sightings {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Sightings{coll: coll, opts: opts, wake: make(chan struct{}, 1)}
+	return &Sightings{coll: coll, opts: opts, wake: make(chan struct{}, 1), rest: restFor}
+}
+
+// restFor waits readRestFactor times took, or until ctx ends.
+func restFor(ctx context.Context, took time.Duration) error {
+	t := time.NewTimer(readRestFactor * took)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // Inserted hands over a job's insert event at at (its time).
@@ -277,7 +310,7 @@ func (s *Sightings) apply(ctx context.Context, op sightingOp) error {
 // leaves what was written marked; the retry walks op again.
 func (s *Sightings) present(ctx context.Context, op sightingOp) error {
 	if s.live == nil {
-		live, err := readLive(ctx, s.coll)
+		live, err := readLive(ctx, s.coll, s.opts.ReadBatch, s.rest)
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package history
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -208,5 +209,96 @@ func TestSightingsOncePerJobAcrossReplicasAndLives(t *testing.T) {
 	edits, err := List(context.Background(), coll, "a", 0)
 	if err != nil || len(edits) != 1 || edits[0].ID != "8200000000000001" {
 		t.Errorf("List of a = %+v (%v), want its edit only, not its sighting", edits, err)
+	}
+}
+
+// The live sightings are read a reply of ReadBatch at a time, with a rest
+// after each reply past the first, and the reconciliation that follows
+// writes only what changed: the jobs new to the read, and the live ones it
+// no longer contains.
+func TestLiveSightingsReadAtAPace(t *testing.T) {
+	db := testmongo.NewDatabase(t, testmongo.Client(t))
+	var (
+		mu       sync.Mutex
+		getMores []int64 // their batchSize
+	)
+	monitor := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName != "getMore" {
+			return
+		}
+		if coll, _ := e.Command.Lookup("collection").StringValueOK(); coll == CollectionName {
+			mu.Lock()
+			defer mu.Unlock()
+			getMores = append(getMores, e.Command.Lookup("batchSize").AsInt64())
+		}
+	}}
+	client, err := mongo.Connect(options.Client().ApplyURI(testmongo.Shared(t).URI).SetMonitor(monitor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	coll := client.Database(db.Name()).Collection(CollectionName)
+
+	const live, deleted = 2500, 300
+	var docs []any
+	var present []string
+	for i := range live + deleted {
+		id := fmt.Sprintf("job%04d", i)
+		d := bson.D{{Key: "_id", Value: FirstSeenID(id)}, {Key: "job_id", Value: id}, {Key: "op", Value: OpFirstSeen},
+			{Key: "at", Value: wall0}, {Key: FieldSource, Value: SourceRead}, {Key: "instance", Value: "seed"}, {Key: "recorded_at", Value: wall0}}
+		if i >= live {
+			d = append(d, bson.E{Key: FieldDeletedAt, Value: wall0}, bson.E{Key: "expire_at", Value: wall0.Add(time.Hour)})
+		} else if i >= 5 { // job0000…job0004 are gone from the read
+			present = append(present, id)
+		}
+		docs = append(docs, d)
+	}
+	if _, err := coll.InsertMany(context.Background(), docs); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		present = append(present, fmt.Sprintf("new%02d", i))
+	}
+
+	s := NewSightings(coll, SightingsOptions{Instance: "r1", Retention: time.Hour, ReadBatch: 1000, Logger: slog.New(slog.DiscardHandler)})
+	var rests []time.Duration
+	s.rest = func(_ context.Context, took time.Duration) error {
+		rests = append(rests, took) // Run's goroutine only; read after Run returned
+		return nil
+	}
+	s.Present(present, wall0.Add(time.Minute))
+	s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s.Run(ctx)
+	if ctx.Err() != nil {
+		t.Fatal("Run did not write the read's sightings within a minute")
+	}
+
+	mu.Lock()
+	if len(getMores) != 2 || getMores[0] != 1000 || getMores[1] != 1000 {
+		t.Errorf("getMores of the live sightings' read, by batchSize: %v; want [1000 1000] (2,500 live in replies of 1,000)", getMores)
+	}
+	mu.Unlock()
+	if len(rests) != 2 {
+		t.Errorf("rests between replies: %v; want one after each of the 2 getMores", rests)
+	}
+	for _, took := range rests {
+		if took <= 0 {
+			t.Errorf("a rest for a reply that took %v", took)
+		}
+	}
+	for i := range 10 {
+		if sg, ok := sightingOf(t, coll, fmt.Sprintf("new%02d", i)); !ok || sg.Instance != "r1" || !sg.At.Equal(wall0.Add(time.Minute)) {
+			t.Errorf("new%02d: %+v (exists %v), want r1's sighting from the read", i, sg, ok)
+		}
+	}
+	for i := range 5 {
+		if sg, _ := sightingOf(t, coll, fmt.Sprintf("job%04d", i)); !sg.DeletedAt.Equal(wall0.Add(time.Minute)) {
+			t.Errorf("job%04d, live but not in the read: %+v, want deleted at the read", i, sg)
+		}
+	}
+	if n, err := coll.CountDocuments(context.Background(), bson.D{{Key: "instance", Value: "seed"}, {Key: FieldDeletedAt, Value: bson.D{{Key: "$exists", Value: false}}}}); err != nil || n != live-5 {
+		t.Errorf("live sightings left as they were: %d (%v), want %d", n, err, live-5)
 	}
 }
