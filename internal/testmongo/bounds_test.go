@@ -140,6 +140,81 @@ func TestTTLMonitorDeletesExpiredDocuments(t *testing.T) {
 	}
 }
 
+// ttlMetrics reads serverStatus's metrics.ttl: a server's passes and deletedDocuments, and this server's own
+// cronswapExaminedLocked (documents the TTL deletions examined while holding the write lock).
+type ttlMetrics struct {
+	Passes         int64 `bson:"passes"`
+	Deleted        int64 `bson:"deletedDocuments"`
+	ExaminedLocked int64 `bson:"cronswapExaminedLocked"`
+}
+
+func readTTLMetrics(t *testing.T, c context.Context, client *mongo.Client) ttlMetrics {
+	t.Helper()
+	var status struct {
+		Metrics struct {
+			TTL ttlMetrics `bson:"ttl"`
+		} `bson:"metrics"`
+	}
+	if err := client.Database("admin").RunCommand(c, bson.D{{Key: "serverStatus", Value: 1}}).Decode(&status); err != nil {
+		t.Fatalf("serverStatus: %v", err)
+	}
+	return status.Metrics.TTL
+}
+
+// TestTTLPassScansWithoutTheWriteLock: a TTL pass looks for expired documents as a streamed find reads, under the
+// read lock a step at a time, and holds the write lock only to delete what it found, by _id, a batch at a time (a
+// server walks its TTL index and yields; a pass that held the write lock over its scan stopped every client for
+// two seconds a minute at a million history entries). 2,500 expired documents among 20,000 live ones: all are
+// deleted, in more than one batch, the live ones stay, and the deletions examined exactly the expired documents.
+func TestTTLPassScansWithoutTheWriteLock(t *testing.T) {
+	managed(t)
+	c := ctx(t, 120*time.Second)
+	srv, err := testmongo.Start(c, testmongo.Options{ExtraArgs: []string{"--ttl-monitor-secs", "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop() })
+	client := testmongo.ClientFor(t, srv.URI)
+	runs := client.Database("cronswap").Collection("job_runs")
+	if _, err := runs.Indexes().CreateOne(c, mongo.IndexModel{Keys: bson.D{{Key: "expire_at", Value: 1}},
+		Options: options.Index().SetExpireAfterSeconds(0)}); err != nil {
+		t.Fatal(err)
+	}
+	const live, expired = 20000, 2500
+	now := time.Now()
+	docs := make([]any, 0, live+expired)
+	for i := range live + expired {
+		at := now.Add(time.Hour)
+		if i%9 == 0 && i/9 < expired {
+			at = now.Add(-time.Hour)
+		}
+		docs = append(docs, doc(fmt.Sprintf("r%05d", i), "expire_at", at))
+	}
+	if _, err := runs.InsertMany(c, docs); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		m := readTTLMetrics(t, c, client)
+		if m.Deleted >= expired {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("TTL metrics %+v after 60s, want %d deleted", m, expired)
+		}
+	}
+	m := readTTLMetrics(t, c, client)
+	if m.Deleted != expired || m.ExaminedLocked != expired {
+		t.Errorf("TTL metrics %+v: want %d deleted, and as many examined under the write lock (not the %d scanned)",
+			m, expired, live+expired)
+	}
+	if n, err := runs.CountDocuments(c, bson.D{}); err != nil || n != live {
+		t.Errorf("job_runs keeps %d (%v), want the %d live", n, err, live)
+	}
+	if n, err := runs.CountDocuments(c, bson.D{{Key: "expire_at", Value: bson.D{{Key: "$lt", Value: now}}}}); err != nil || n != 0 {
+		t.Errorf("%d expired documents left (%v)", n, err)
+	}
+}
+
 // TestBoundedOplogH2 bounds an H2 server's oplog to 50 entries: it never holds more (in memory and in the file),
 // also across a restart; a resume token older than the bound gets 286 (ChangeStreamHistoryLost), before and after
 // the restart, while a token from the newest entries is honoured across the restart. Without the flag the bound

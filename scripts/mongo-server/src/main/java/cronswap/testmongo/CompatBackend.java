@@ -13,7 +13,6 @@ import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.Lock;
 import java.util.concurrent.locks.ReadWriteLock;
 import java.util.concurrent.locks.ReentrantReadWriteLock;
-import java.util.stream.Collectors;
 
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -99,6 +98,8 @@ final class CompatBackend implements MongoBackend {
     /** TTL monitor passes run and documents they deleted, for serverStatus's {@code metrics.ttl}. */
     private final AtomicLong ttlPasses = new AtomicLong();
     private final AtomicLong ttlDeleted = new AtomicLong();
+    /** Documents the TTL monitor's deletions examined while holding the write lock ({@link #deleteExpired}). */
+    private final AtomicLong ttlExaminedLocked = new AtomicLong();
 
     CompatBackend(MongoBackend delegate) {
         this.delegate = delegate;
@@ -479,38 +480,49 @@ final class CompatBackend implements MongoBackend {
         return response;
     }
 
+    /** Expired documents one hold of the write lock deletes, in a TTL pass over an in-memory collection. */
+    static final int TTL_DELETE_BATCH = 1_000;
+
     /**
      * One pass of a TTL monitor, as a real server's runs every 60 s: in every collection with a TTL index (an index on
      * one field with {@code expireAfterSeconds}), deletes the documents whose field is a date (or an array holding
      * one) more than expireAfterSeconds in the past. The deletes are ordinary ones: change streams see them. Counted
      * in serverStatus's {@code metrics.ttl}; returns the number of documents deleted.
+     *
+     * <p>Like a server's, a pass does not stop the other clients while it looks for what expired. A server walks the
+     * TTL index and yields; here the in-memory collections are scanned in steps of {@link StreamedFind#STEP}
+     * positions, each under the read lock, as a streamed find is, and what expired is deleted by {@code _id}, {@link
+     * #TTL_DELETE_BATCH} documents under one hold of the write lock, with the expiry checked again. (Holding the write
+     * lock for the whole scan stopped every client for two seconds a minute at a million history entries.) A
+     * collection of the H2 backend is still expired by one delete under the write lock.
      */
     int expireTtl() {
-        lock.writeLock().lock();
+        List<Document> indexes = new ArrayList<>();
+        List<MongoDatabase> databases = new ArrayList<>();
+        acquire(lock.readLock(), "ttl pass");
         try {
-            int deleted = 0;
             for (String databaseName : internals.databaseNames()) {
                 MongoDatabase database = delegate.resolveDatabase(databaseName);
                 MongoCollection<?> catalogue = database.resolveCollection("system.indexes", false);
                 if (catalogue == null) {
                     continue;
                 }
-                List<Document> ttlIndexes = catalogue
-                    .handleQueryAsStream(new Document("expireAfterSeconds", new Document("$exists", true)))
-                    .collect(Collectors.toList());
-                for (Document index : ttlIndexes) {
-                    deleted += expire(database, index);
-                }
+                catalogue.handleQueryAsStream(new Document("expireAfterSeconds", new Document("$exists", true)))
+                    .forEach(index -> {
+                        indexes.add(index);
+                        databases.add(database);
+                    });
             }
-            if (deleted > 0) {
-                internals.afterWrite();
-            }
-            ttlDeleted.addAndGet(deleted);
-            ttlPasses.incrementAndGet();
-            return deleted;
         } finally {
-            lock.writeLock().unlock();
+            lock.readLock().unlock();
         }
+        int deleted = 0;
+        for (int i = 0; i < indexes.size(); i++) {
+            deleted += expire(databases.get(i), indexes.get(i));
+        }
+        ttlDeleted.addAndGet(deleted);
+        ttlPasses.incrementAndGet();
+        return deleted;
     }
 
     /** Deletes the documents the TTL index (its description in system.indexes) has expired. */
@@ -523,13 +535,88 @@ final class CompatBackend implements MongoBackend {
             return 0; // a server ignores expireAfterSeconds on a compound index
         }
         String collectionName = ((String) namespace).substring(database.getDatabaseName().length() + 1);
-        MongoCollection<?> collection = database.resolveCollection(collectionName, false);
+        String field = ((Document) key).keySet().iterator().next();
+        Instant cutoff = getClock().instant().minusMillis((long) (((Number) seconds).doubleValue() * 1000));
+        Document expired = new Document(field, new Document("$lt", cutoff));
+        MongoCollection<?> collection;
+        acquire(lock.readLock(), "ttl pass");
+        try {
+            collection = database.resolveCollection(collectionName, false);
+        } finally {
+            lock.readLock().unlock();
+        }
         if (collection == null) {
             return 0;
         }
-        String field = ((Document) key).keySet().iterator().next();
-        Instant cutoff = getClock().instant().minusMillis((long) (((Number) seconds).doubleValue() * 1000));
-        return collection.deleteDocuments(new Document(field, new Document("$lt", cutoff)), 0);
+        if (!(collection instanceof IndexedMemory.IndexedCollection)) {
+            return deleteExpired(collection, expired, null);
+        }
+        IndexedMemory.IndexedCollection indexed = (IndexedMemory.IndexedCollection) collection;
+        Document idOnly = new Document("_id", 1);
+        int deleted = 0;
+        int next = 0;
+        boolean exhausted = false;
+        while (!exhausted) {
+            // a round: the ids of the expired documents the scan meets, up to a reply's 16 MiB of them
+            List<Document> found = new ArrayList<>();
+            ServerBatches.Budget budget = new ServerBatches.Budget(Integer.MAX_VALUE);
+            boolean full = false;
+            while (!exhausted && !full) {
+                acquire(lock.readLock(), "ttl pass");
+                try {
+                    if (indexed.isDropped()) {
+                        return deleted;
+                    }
+                    IndexedMemory.IndexedCollection.Scan scan =
+                        indexed.scan(next, StreamedFind.STEP, expired, idOnly, budget, found);
+                    next = scan.next();
+                    exhausted = scan.exhausted();
+                    full = scan.stopped();
+                } finally {
+                    lock.readLock().unlock();
+                }
+            }
+            for (int from = 0; from < found.size(); from += TTL_DELETE_BATCH) {
+                List<Object> ids = new ArrayList<>();
+                for (Document document : found.subList(from, Math.min(found.size(), from + TTL_DELETE_BATCH))) {
+                    ids.add(document.get("_id"));
+                }
+                deleted += deleteExpired(collection, expired, ids);
+            }
+        }
+        return deleted;
+    }
+
+    /**
+     * Deletes from collection, under the write lock, the documents that match expired, among ids when it is not
+     * null; the documents the deletion's query examined there count in serverStatus's {@code
+     * metrics.ttl.cronswapExaminedLocked} (in-memory collections only).
+     */
+    private int deleteExpired(MongoCollection<?> collection, Document expired, List<Object> ids) {
+        Document filter = ids == null ? expired
+            : new Document("$and", List.of(new Document("_id", new Document("$in", ids)), expired));
+        acquire(lock.writeLock(), "ttl pass");
+        try {
+            if (collection instanceof IndexedMemory.IndexedCollection
+                && ((IndexedMemory.IndexedCollection) collection).isDropped()) {
+                return 0;
+            }
+            long before = examined(collection);
+            int deleted = collection.deleteDocuments(filter, 0);
+            ttlExaminedLocked.addAndGet(examined(collection) - before);
+            if (deleted > 0) {
+                internals.afterWrite();
+            }
+            return deleted;
+        } finally {
+            lock.writeLock().unlock();
+        }
+    }
+
+    /** The documents collection's queries have examined so far (its query counters), 0 outside memory. */
+    private static long examined(MongoCollection<?> collection) {
+        return collection instanceof IndexedMemory.IndexedCollection
+            ? ((IndexedMemory.IndexedCollection) collection).examinedSoFar() : 0;
     }
 
     // ---------------------------------------------------------------- plain delegation
@@ -569,14 +656,17 @@ final class CompatBackend implements MongoBackend {
         return delegate.getCurrentOperations(query);
     }
 
-    /** The library's serverStatus, with {@code metrics.ttl} ({@code passes}, {@code deletedDocuments}) as a server's. */
+    /**
+     * The library's serverStatus, with {@code metrics.ttl} ({@code passes}, {@code deletedDocuments}) as a server's,
+     * and this server's own {@code cronswapExaminedLocked} (see {@link #deleteExpired}).
+     */
     @Override
     public Document getServerStatus() {
         Document status = delegate.getServerStatus();
         Object metrics = status.get("metrics");
         if (metrics instanceof Document) {
             ((Document) metrics).put("ttl", new Document("passes", ttlPasses.get())
-                .append("deletedDocuments", ttlDeleted.get()));
+                .append("deletedDocuments", ttlDeleted.get()).append("cronswapExaminedLocked", ttlExaminedLocked.get()));
         }
         return status;
     }

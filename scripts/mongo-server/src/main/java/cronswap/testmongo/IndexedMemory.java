@@ -454,6 +454,11 @@ final class IndexedMemory {
             return (int) Math.min(Integer.MAX_VALUE, size);
         }
 
+        /** The documents the collection's queries gave to the matcher so far (the counters' {@code examined}). */
+        long examinedSoFar() {
+            return examined.get();
+        }
+
         /** The query counters ({@code cronswapQueryStats}): scans, indexed, examined, built. */
         synchronized Document queryStats() {
             long built = 0;
