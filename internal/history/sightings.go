@@ -85,6 +85,9 @@ type Sightings struct {
 	// rest waits between two replies of the live sightings' read
 	// (restFor; tests record it).
 	rest func(ctx context.Context, took time.Duration) error
+	// closing is closed by Close: the read rests no more, so that what
+	// is queued behind it is written within the daemon's stop if it can.
+	closing chan struct{}
 }
 
 // sightingOp is one thing seen, in the order the watcher saw it.
@@ -127,16 +130,21 @@ func NewSightings(coll *mongo.Collection, opts SightingsOptions) *Sightings {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Sightings{coll: coll, opts: opts, wake: make(chan struct{}, 1), rest: restFor}
+	s := &Sightings{coll: coll, opts: opts, wake: make(chan struct{}, 1), closing: make(chan struct{})}
+	s.rest = s.restFor
+	return s
 }
 
-// restFor waits readRestFactor times took, or until ctx ends.
-func restFor(ctx context.Context, took time.Duration) error {
+// restFor waits readRestFactor times took, until Close is called, or
+// until ctx ends.
+func (s *Sightings) restFor(ctx context.Context, took time.Duration) error {
 	t := time.NewTimer(readRestFactor * took)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-s.closing:
+		return nil
 	case <-t.C:
 		return nil
 	}
@@ -191,6 +199,7 @@ func (s *Sightings) Close() {
 	defer s.mu.Unlock()
 	if !s.closed {
 		s.closed = true
+		close(s.closing)
 		select {
 		case s.wake <- struct{}{}:
 		default:

@@ -302,3 +302,25 @@ func TestLiveSightingsReadAtAPace(t *testing.T) {
 		t.Errorf("live sightings left as they were: %d (%v), want %d", n, err, live-5)
 	}
 }
+
+// Once Close is called the live sightings' read rests no more: what is
+// queued behind it is written within the daemon's stop if it can be.
+func TestLiveSightingsReadStopsRestingAtClose(t *testing.T) {
+	s := NewSightings(nil, SightingsOptions{Instance: "r1", Retention: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	rested := make(chan error, 1)
+	go func() { rested <- s.rest(context.Background(), time.Hour) }() // a rest of three hours
+	s.Close()
+	select {
+	case err := <-rested:
+		if err != nil {
+			t.Fatalf("rest after Close: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the read still rests 30 s after Close")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := NewSightings(nil, SightingsOptions{Retention: time.Hour}).rest(ctx, time.Hour); err == nil {
+		t.Error("a rest with its context ended returned no error")
+	}
+}
