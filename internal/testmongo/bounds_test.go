@@ -32,22 +32,6 @@ func readOplogStats(t *testing.T, c context.Context, client *mongo.Client) oplog
 	return s
 }
 
-// ttlPasses reads serverStatus's metrics.ttl.passes, the TTL monitor's passes so far.
-func ttlPasses(t *testing.T, c context.Context, client *mongo.Client) int64 {
-	t.Helper()
-	var status struct {
-		Metrics struct {
-			TTL struct {
-				Passes int64 `bson:"passes"`
-			} `bson:"ttl"`
-		} `bson:"metrics"`
-	}
-	if err := client.Database("admin").RunCommand(c, bson.D{{Key: "serverStatus", Value: 1}}).Decode(&status); err != nil {
-		t.Fatalf("serverStatus: %v", err)
-	}
-	return status.Metrics.TTL.Passes
-}
-
 // TestTTLMonitorDeletesExpiredDocuments: with --ttl-monitor-secs 1 the server deletes what its TTL indexes expired
 // (a date field, or an array holding one, older than expireAfterSeconds), as a real server's TTL monitor does every
 // 60 s, and change streams see ordinary delete events; documents not yet expired, or whose field is no date, stay.
@@ -110,8 +94,8 @@ func TestTTLMonitorDeletesExpiredDocuments(t *testing.T) {
 				t.Fatalf("TTL deletes %q, want %q", deletes, want)
 			}
 			// two more passes (serverStatus metrics.ttl.passes, as on a real server): nothing else expires
-			passes := ttlPasses(t, c, db.Client())
-			for deadline := time.Now().Add(30 * time.Second); ttlPasses(t, c, db.Client()) < passes+2; {
+			passes := readTTLMetrics(t, c, db.Client()).Passes
+			for deadline := time.Now().Add(30 * time.Second); readTTLMetrics(t, c, db.Client()).Passes < passes+2; {
 				if time.Now().After(deadline) {
 					t.Fatalf("no two TTL passes after %d within 30s", passes)
 				}
