@@ -99,7 +99,11 @@ func TestStartupGapWaitsForTheDecidedSlots(t *testing.T) {
 	waitFor(t, 30*time.Second, "the daemon ready", func() bool {
 		return d.service.watcher.Status().Ready && d.service.blackouts.ready()
 	})
-	time.Sleep(time.Second) // the database's slow answer
+	// The database answers slowly: the job fires while its decided
+	// slots are still being read, and only then does the answer come.
+	waitFor(t, 20*time.Second, "a fire of the job while the read is held", func() bool {
+		return slices.ContainsFunc(runsOf(t, db, "gap", written), func(r record.RunDoc) bool { return r.Status != record.StatusMissed })
+	})
 	read.Release()
 
 	var missed []record.RunDoc
