@@ -84,8 +84,17 @@ func TestBlackoutWindowTakesEffectLive(t *testing.T) {
 		})
 		return ok
 	})
-	// Let a few more slots pass under the window.
-	time.Sleep(3 * time.Second)
+	// A few more slots, after the bad window, skipped under the good one.
+	refused := time.Now()
+	waitFor(t, 10*time.Second, "three more fires of bill skipped by the window", func() bool {
+		n := 0
+		for _, r := range runsOf(t, db, "bill", refused) {
+			if r.Status == record.StatusSkipped && r.BlackoutID == "freeze" {
+				n++
+			}
+		}
+		return n >= 3
+	})
 	deleted := time.Now()
 	if _, err := db.Collection(blackout.CollectionName).DeleteOne(ctx, bson.D{{Key: "_id", Value: "freeze"}}); err != nil {
 		t.Fatal(err)

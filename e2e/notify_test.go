@@ -151,7 +151,9 @@ func TestNotificationsDeliveredOnceAcrossRestarts(t *testing.T) {
 	}
 
 	sink.down.Store(false)
-	time.Sleep(3 * time.Second) // a few more failures delivered at once
+	// A few more failures with the sink up: delivered at once.
+	upFailed := failedRuns()
+	waitFor(t, 20*time.Second, "two more failed runs with the sink up", func() bool { return failedRuns() >= upFailed+2 })
 	if _, err := db.Collection("schedules").UpdateOne(testCtx(t), bson.D{{Key: "_id", Value: "failing"}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "enabled", Value: false}, {Key: "updated_at", Value: time.Now()}}}}); err != nil {
 		t.Fatal(err)
