@@ -167,7 +167,7 @@ func readLive(ctx context.Context, coll *mongo.Collection, batch int, rest func(
 		}
 		if fetches {
 			if err := rest(ctx, time.Since(began)); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("read the first sightings in %s: %w", coll.Name(), err)
 			}
 		}
 		if id, ok := cur.Current.Lookup("job_id").StringValueOK(); ok {

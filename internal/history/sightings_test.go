@@ -2,8 +2,10 @@ package history
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -300,6 +302,14 @@ func TestLiveSightingsReadAtAPace(t *testing.T) {
 	}
 	if n, err := coll.CountDocuments(context.Background(), bson.D{{Key: "instance", Value: "seed"}, {Key: FieldDeletedAt, Value: bson.D{{Key: "$exists", Value: false}}}}); err != nil || n != live-5 {
 		t.Errorf("live sightings left as they were: %d (%v), want %d", n, err, live-5)
+	}
+
+	// A rest that ends (the daemon's context) ends the read with an error
+	// that says which collection it was reading.
+	stopped := errors.New("rest ended")
+	_, err = readLive(context.Background(), coll, 1000, func(context.Context, time.Duration) error { return stopped })
+	if !errors.Is(err, stopped) || !strings.Contains(err.Error(), CollectionName) {
+		t.Errorf("read whose rest ended: %v; want it to wrap the rest's error and name %s", err, CollectionName)
 	}
 }
 
