@@ -23,6 +23,11 @@ type State struct {
 	// save, from the store on a load) as they are ranged over, at most
 	// once, so neither a save nor a load holds the whole collection.
 	Docs iter.Seq2[bson.Raw, error]
+	// Documents is how many documents Docs yields when the store knows it
+	// before they are read (a state file's count), 0 when it does not: a
+	// hint to size what keeps them, not a check (Docs itself fails on a
+	// store that does not hold what it says).
+	Documents int
 }
 
 // StateStore persists State for warm restarts (see Options.State).

@@ -1,10 +1,16 @@
 package daemon
 
 import (
+	"context"
+	"errors"
+	"io/fs"
 	"net/http/httptest"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/metrics"
@@ -49,14 +55,57 @@ func TestMetricsHooksEditToArmedFallsBackToUpdatedAt(t *testing.T) {
 
 func TestStateStoreFromOptions(t *testing.T) {
 	db := testmongo.Client(t).Database("db")
-	if s := stateStore(Options{}, db); s != nil {
+	reserved := -1
+	reserve := func(n int) { reserved = n }
+	if s := stateStore(Options{}, db, reserve); s != nil {
 		t.Fatalf("no StateFile: got %v, want nil", s)
 	}
-	opts := Options{StateFile: "/var/lib/cronswap/state", InstanceID: "a"}
-	f, ok := stateStore(opts, db).(*statefile.File)
-	if !ok || f.Path() != opts.StateFile {
-		t.Fatalf("StateFile set: got %#v", stateStore(opts, db))
+	opts := Options{StateFile: filepath.Join(t.TempDir(), "state"), InstanceID: "a"}
+	s, ok := stateStore(opts, db, reserve).(reservingStore)
+	if f, isFile := s.StateStore.(*statefile.File); !ok || !isFile || f.Path() != opts.StateFile {
+		t.Fatalf("StateFile set: got %#v", stateStore(opts, db, reserve))
 	}
+
+	// No file yet: nothing to make room for.
+	ctx := context.Background()
+	if _, err := s.Load(ctx); !errors.Is(err, fs.ErrNotExist) || reserved != -1 {
+		t.Fatalf("Load without a file: %v, reserved %d; want fs.ErrNotExist and no reservation", err, reserved)
+	}
+	// A file of three schedules: room for three before the first is read.
+	docs := func(yield func(bson.Raw, error) bool) {
+		for _, id := range []string{"a", "b", "c"} {
+			d, _ := bson.Marshal(bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: "* * * * *"}})
+			if !yield(d, nil) {
+				return
+			}
+		}
+	}
+	if err := s.Save(ctx, changestream.State{Token: tokenDoc(t), Docs: docs}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Load(ctx)
+	if err != nil || reserved != 3 || st.Documents != 3 {
+		t.Fatalf("Load of three: %v, reserved %d, Documents %d; want room for 3 made at the load", err, reserved, st.Documents)
+	}
+	n := 0
+	for _, err := range st.Docs {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n != 3 {
+		t.Errorf("the loaded file yielded %d documents, want 3", n)
+	}
+}
+
+// tokenDoc is a resume token's shape: a document with _data.
+func tokenDoc(t *testing.T) bson.Raw {
+	b, err := bson.Marshal(bson.D{{Key: "_data", Value: "82"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // Event apply ends when the engine armed the job (its Applied hook, before

@@ -157,7 +157,7 @@ func (s *Service) newWatcher() *changestream.Watcher {
 		// blackouts, triggers).
 		Logger: s.log.With("collection", schedule.CollectionName),
 		Hooks:  hooks,
-		State:  stateStore(s.opts, s.db),
+		State:  stateStore(s.opts, s.db, s.reserve),
 		// The state file holds the documents the edit history keeps
 		// (the before-images of the next edits): one copy of them.
 		StateDocs: s.history.recorder.Documents,

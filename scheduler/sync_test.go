@@ -91,6 +91,33 @@ func TestSyncWhileStopped(t *testing.T) {
 	}
 }
 
+// Reserve sizes an empty engine for a first Sync, which is applied as
+// always (more jobs than reserved for, too); an engine that holds jobs
+// keeps them and their entries.
+func TestReserveBeforeTheFirstSync(t *testing.T) {
+	e := newEngine(t, Options{Shards: 4})
+	e.Reserve(2)
+	var items []Item
+	for i := range 5 {
+		items = append(items, Item{Schedule: sch(fmt.Sprintf("job-%d", i), "0 9 * * *")})
+	}
+	if st := syncItems(e, items); st.Added != 5 || e.Known() != 5 || e.Len() != 5 {
+		t.Fatalf("Sync after Reserve(2) = %+v, known %d, armed %d; want 5 added", st, e.Known(), e.Len())
+	}
+	before := mustEntry(t, e, "job-0")
+	e.Reserve(1000)
+	e.Reserve(-1)
+	if e.Known() != 5 || e.Len() != 5 {
+		t.Fatalf("Reserve on an engine of 5 jobs left %d known, %d armed", e.Known(), e.Len())
+	}
+	if got := mustEntry(t, e, "job-0"); got.id != before.id {
+		t.Errorf("job-0 re-armed by a Reserve: %+v -> %+v", before, got)
+	}
+	if st := syncItems(e, items); st.Unchanged != 5 || st.Removed != 0 {
+		t.Errorf("a second Sync of the same jobs = %+v; want all 5 unchanged", st)
+	}
+}
+
 // syncItems runs e.Sync over items, which cannot fail.
 func syncItems(e *Engine, items []Item) SyncStats {
 	st, err := e.Sync(func(yield func(Item, error) bool) {

@@ -162,6 +162,55 @@ func TestDocStoreLoadAndSweep(t *testing.T) {
 	}
 }
 
+// A store that reserved room for n documents loads n without growing a
+// shard's table, and keeps every one; a reservation does nothing to a
+// shard that holds documents.
+func TestDocStoreReserve(t *testing.T) {
+	const n = 100_000
+	d := newDocStore()
+	d.reserve(n)
+	sizes := make([]int, docShards)
+	for i := range d.shards {
+		sizes[i] = len(d.shards[i].t.slots)
+		if sizes[i] == 0 {
+			t.Fatalf("shard %d has no room after a reservation of %d", i, n)
+		}
+	}
+	doc := func(i int) (string, bson.Raw) {
+		key := fmt.Sprintf("job-%06d", i)
+		raw, err := bson.Marshal(bson.D{{Key: "_id", Value: key}, {Key: "cron_expr", Value: "0 9 * * *"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return key, raw
+	}
+	for i := range n {
+		key, raw := doc(i)
+		d.load(key, raw, 1)
+	}
+	for i := range d.shards {
+		if got := len(d.shards[i].t.slots); got != sizes[i] {
+			t.Errorf("shard %d grew from %d to %d slots while the %d reserved for were loaded", i, sizes[i], got, n)
+		}
+	}
+	if got := d.len(); got != n {
+		t.Fatalf("len = %d, want %d", got, n)
+	}
+	for _, i := range []int{0, n / 2, n - 1} {
+		key, raw := doc(i)
+		if got := d.get(key); !bytes.Equal(got, raw) {
+			t.Errorf("%s = %s, want %s", key, bson.Raw(got), raw)
+		}
+	}
+	// Held documents are never moved by a later reservation.
+	d.reserve(10 * n)
+	for i := range d.shards {
+		if got := len(d.shards[i].t.slots); got != sizes[i] {
+			t.Errorf("shard %d resized by a reservation while it holds documents: %d → %d slots", i, sizes[i], got)
+		}
+	}
+}
+
 // A key whose hash another key has is stored, found, replaced and removed
 // like any other.
 func TestDocStoreHashClash(t *testing.T) {

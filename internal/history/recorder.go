@@ -120,6 +120,13 @@ func (r *Recorder) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error)
 	return changed, nil
 }
 
+// Reserve makes room for about n documents in a recorder that holds
+// none, so that a first full read of that many (a warm start's state
+// file, whose count is known before it is read) does not grow the copy
+// step by step as it goes. It is a hint: it does nothing to the shards
+// that hold documents, and a read of more or fewer is kept as always.
+func (r *Recorder) Reserve(n int) { r.docs.reserve(n) }
+
 // Documents lists the documents the recorder holds (as the events left
 // them), one at a time, each valid until the next: the state file's
 // documents (changestream.Options.StateDocs). It may run on any goroutine

@@ -259,7 +259,7 @@ func (f *File) Load(_ context.Context) (changestream.State, error) {
 		return changestream.State{}, fmt.Errorf("read state file: %w", err)
 	}
 	defer in.Close()
-	hdr, err := check(in)
+	hdr, count, err := check(in)
 	if err != nil {
 		return changestream.State{}, fmt.Errorf("state file %s: %w", f.path, err)
 	}
@@ -267,31 +267,45 @@ func (f *File) Load(_ context.Context) (changestream.State, error) {
 		return changestream.State{}, fmt.Errorf("state file %s is for watcher %q on %s, not %q on %s: %w",
 			f.path, hdr.WatcherID, hdr.Source, f.opts.WatcherID, f.opts.Source, ErrMismatch)
 	}
-	return changestream.State{Token: hdr.Token, Docs: f.docs()}, nil
+	return changestream.State{Token: hdr.Token, Docs: f.docs(), Documents: count}, nil
 }
 
 // check reads a whole state file once: its prefix and header, then every
 // byte into the checksum, which must match the trailer's. It returns the
-// header.
-func check(in *os.File) (header, error) {
+// header and the trailer's count of documents (which the documents' read
+// checks again).
+func check(in *os.File) (header, int, error) {
 	fi, err := in.Stat()
 	if err != nil {
-		return header{}, err
+		return header{}, 0, err
 	}
 	size := fi.Size()
 	if size < prefixLen+5+trailerLen {
-		return header{}, fmt.Errorf("%d bytes, too short: %w", size, ErrCorrupt)
+		return header{}, 0, fmt.Errorf("%d bytes, too short: %w", size, ErrCorrupt)
 	}
 	crc := crc32.New(castagnoli)
 	r := bufio.NewReaderSize(io.TeeReader(io.LimitReader(in, size-4), crc), 1<<20)
 	hdr, err := readHeader(r)
 	if err != nil {
-		return header{}, err
+		return header{}, 0, err
 	}
 	if _, err := io.Copy(io.Discard, r); err != nil {
-		return header{}, err
+		return header{}, 0, err
 	}
-	return hdr, checkSum(in, crc.Sum32())
+	if err := checkSum(in, crc.Sum32()); err != nil {
+		return header{}, 0, err
+	}
+	var c [8]byte
+	if _, err := in.ReadAt(c[:], size-12); err != nil {
+		return header{}, 0, fmt.Errorf("reading the count: %v: %w", err, ErrCorrupt)
+	}
+	// No document is shorter than 5 bytes: a larger count is refused when
+	// the documents are read, and must not size anything before that.
+	count := binary.LittleEndian.Uint64(c[:])
+	if count > uint64(size/5) {
+		return header{}, 0, fmt.Errorf("count %d in %d bytes: %w", count, size, ErrCorrupt)
+	}
+	return hdr, int(count), nil
 }
 
 // checkSum reads the trailing checksum from in and compares it with got.

@@ -103,6 +103,9 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if got.Documents != n {
+			t.Errorf("%d documents: the loaded state says %d before they are read", n, got.Documents)
+		}
 		if !equalState(t, got, want) {
 			t.Fatalf("%d documents: loaded state differs from the saved one", n)
 		}
