@@ -1,11 +1,16 @@
 package main
 
 import (
+	"crypto/sha256"
+	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cronswap/cronswap/internal/testmongo"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -107,5 +112,23 @@ func TestDescribeIdleScalesToAMinute(t *testing.T) {
 	}
 	if want := "getMore 60.0,update 12.0,isMaster 6.0"; strings.Join(parts, ",") != want {
 		t.Errorf("parts = %q, want %q", strings.Join(parts, ","), want)
+	}
+}
+
+// A results file names the test server's jar it measured, with the start
+// of its SHA-256 (here of a stand-in file).
+func TestServerJarNamesTheJarAndItsHash(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "mongo-server.jar")
+	if err := os.WriteFile(p, []byte("jar"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(testmongo.EnvJar, p)
+	sum := sha256.Sum256([]byte("jar"))
+	if got, want := serverJar(), fmt.Sprintf("%s (sha256 %x…)", p, sum[:6]); got != want {
+		t.Errorf("serverJar() = %q, want %q", got, want)
+	}
+	t.Setenv(testmongo.EnvJar, filepath.Join(t.TempDir(), "absent.jar"))
+	if got := serverJar(); !strings.HasPrefix(got, "unknown (") {
+		t.Errorf("serverJar() with no jar = %q, want it to say unknown and why", got)
 	}
 }

@@ -175,10 +175,11 @@ func runDivide(ctx context.Context, o divideSettings) error {
 	}
 	env.loadAfter = loadAvg()
 	text := fmt.Sprintf("bench divide %s–%s UTC: N=%d (%.1f MB, the second load took %s), %d replicas of %s; test server -Xmx%s%s, oplog bound %d\n"+
+		"test server jar: %s\n"+
 		"machine: %d CPUs %s, %s, Linux %s, %s; load average %s → %s\n",
 		started.Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04"), o.n, float64(collBytes)/1e6,
 		loadTime.Round(time.Second), o.replicas, ws.binary, o.serverHeap,
-		strings.Join(append([]string{""}, o.serverJVMArgs...), " "), o.oplogMax,
+		strings.Join(append([]string{""}, o.serverJVMArgs...), " "), o.oplogMax, serverJar(),
 		env.cpus, env.cpuModel, env.memTotal, env.kernel, env.goVersion, env.loadBefore, env.loadAfter) + divideTable(rounds)
 	fmt.Print(text)
 	if o.out == "" {

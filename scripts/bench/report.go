@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -11,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/cronswap/cronswap/internal/testmongo"
 )
 
 // machine describes where the numbers come from.
@@ -65,6 +69,27 @@ func loadAvg() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// serverJar names the test server's jar a benchmark launches
+// (testmongo.JarPath: CRONSWAP_MONGO_JAR, or the repository's build) with
+// the start of its SHA-256, so that a results file says which build of
+// the server it measured.
+func serverJar() string {
+	p, err := testmongo.JarPath()
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return p + " (unreadable: " + err.Error() + ")"
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return p + " (unreadable: " + err.Error() + ")"
+	}
+	return fmt.Sprintf("%s (sha256 %x…)", p, h.Sum(nil)[:6])
 }
 
 // series is a named sample of latencies in milliseconds.

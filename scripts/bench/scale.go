@@ -649,6 +649,7 @@ func scaleHeader(o scaleSettings, env machine, started time.Time) string {
 		"test server -Xmx%s%s, oplog bound %d\n", started.Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04"),
 		o.ns, o.edits, o.rate, o.warmup, o.reloadEditRate, o.serverHeap,
 		strings.Join(append([]string{""}, o.serverJVMArgs...), " "), o.oplogMax)
+	fmt.Fprintf(&b, "test server jar: %s\n", serverJar())
 	fmt.Fprintf(&b, "machine: %d CPUs %s, %s, Linux %s, %s; load average %s → %s\n",
 		env.cpus, env.cpuModel, env.memTotal, env.kernel, env.goVersion, env.loadBefore, env.loadAfter)
 	for _, bd := range o.builds {
