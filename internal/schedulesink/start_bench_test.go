@@ -28,6 +28,26 @@ func startDoc(k int, now time.Time) bson.Raw {
 	return b
 }
 
+// startDocs is schedules 0…n-1 of the scale bench, marshalled.
+func startDocs(n int) []bson.Raw {
+	now := time.Now()
+	docs := make([]bson.Raw, n)
+	for k := range docs {
+		docs[k] = startDoc(k, now)
+	}
+	return docs
+}
+
+// newStart is what a start applies the documents to: a fresh engine (not
+// started, as at start-up) behind the schedules sink and the edit
+// history's recorder.
+func newStart() (*scheduler.Engine, *history.Recorder) {
+	engine := scheduler.New(scheduler.Options{Logger: infoLogger(), Fire: func(schedule.Due) {}, Policy: actionPolicy{}})
+	rec := history.NewRecorder(schedulesink.New(engine, infoLogger(), nil), nopQueue{},
+		history.RecorderOptions{Instance: "b", Retention: time.Hour, Logger: quietLogger()})
+	return engine, rec
+}
+
 // streamed yields docs one at a time from one reused buffer, as a full
 // read hands them over.
 func streamed(docs []bson.Raw) iter.Seq2[bson.Raw, error] {
@@ -68,17 +88,11 @@ func (actionPolicy) Jitter(schedule.Schedule) time.Duration { return 0 }
 // the other processes stretch.
 func BenchmarkStartApply200k(b *testing.B) {
 	const n = 200000
-	now := time.Now()
-	docs := make([]bson.Raw, n)
-	for k := range docs {
-		docs[k] = startDoc(k, now)
-	}
+	docs := startDocs(n)
 	var cpu time.Duration
 	for b.Loop() {
 		b.StopTimer()
-		engine := scheduler.New(scheduler.Options{Logger: infoLogger(), Fire: func(schedule.Due) {}, Policy: actionPolicy{}})
-		rec := history.NewRecorder(schedulesink.New(engine, infoLogger(), nil), nopQueue{},
-			history.RecorderOptions{Instance: "b", Retention: time.Hour, Logger: quietLogger()})
+		engine, rec := newStart()
 		b.StartTimer()
 		cpu0 := cpuTime()
 		if _, err := rec.ReplaceAll(streamed(docs)); err != nil {
@@ -107,17 +121,11 @@ func BenchmarkStartApply200k(b *testing.B) {
 // (reserved / grown).
 func BenchmarkStartReserve1M(b *testing.B) {
 	const n = 1_000_000
-	now := time.Now()
-	docs := make([]bson.Raw, n)
-	for k := range docs {
-		docs[k] = startDoc(k, now)
-	}
+	docs := startDocs(n)
 	var cpu, wall [2]time.Duration // [grown, reserved]
 	var heap [2]uint64             // live heap after the start, summed
 	start := func(reserve bool) {
-		engine := scheduler.New(scheduler.Options{Logger: infoLogger(), Fire: func(schedule.Due) {}, Policy: actionPolicy{}})
-		rec := history.NewRecorder(schedulesink.New(engine, infoLogger(), nil), nopQueue{},
-			history.RecorderOptions{Instance: "b", Retention: time.Hour, Logger: quietLogger()})
+		engine, rec := newStart()
 		i := 0
 		if reserve {
 			i = 1
