@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -90,5 +91,54 @@ func TestLongGetMoreWaitWakesOnEditAndOnCancel(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatalf("a waiting getMore did not return within 10 s of the cancel (wait %s)", wait)
+	}
+}
+
+// A start's first full read, while the engine holds nothing, counts the
+// collection (one command) and makes room for that many before the read;
+// later full reads, and any while the engine holds jobs, only read.
+func TestFirstFullReadMakesRoomForTheCollection(t *testing.T) {
+	var counts atomic.Int64
+	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName == "count" || e.CommandName == "aggregate" {
+			counts.Add(1)
+		}
+	}}
+	client, err := mongo.Connect(options.Client().ApplyURI(testmongo.Shared(t).URI).SetMonitor(mon))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	coll := testmongo.NewDatabase(t, client).Collection(schedule.CollectionName)
+	ctx := context.Background()
+	if _, err := coll.InsertMany(ctx, []any{bson.D{{Key: "_id", Value: "a"}}, bson.D{{Key: "_id", Value: "b"}}, bson.D{{Key: "_id", Value: "c"}}}); err != nil {
+		t.Fatal(err)
+	}
+	read := func(f changestream.Feed) int {
+		n := 0
+		for _, err := range f.Snapshot(ctx) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+		return n
+	}
+	var reserved []int
+	empty := true
+	f := &reservingFeed{Feed: changestream.NewMongoFeed(coll, 0), coll: coll, empty: func() bool { return empty },
+		reserve: func(n int) { reserved = append(reserved, n) }, log: slog.New(slog.DiscardHandler)}
+	if n := read(f); n != 3 || len(reserved) != 1 || reserved[0] != 3 || counts.Load() != 1 {
+		t.Fatalf("first full read: %d documents, reserved %v, %d count commands; want 3, [3], 1", n, reserved, counts.Load())
+	}
+	if n := read(f); n != 3 || len(reserved) != 1 || counts.Load() != 1 {
+		t.Errorf("second full read: %d documents, reserved %v, %d count commands; want 3 read and no count", n, reserved, counts.Load())
+	}
+	empty = false
+	g := &reservingFeed{Feed: changestream.NewMongoFeed(coll, 0), coll: coll, empty: func() bool { return empty },
+		reserve: func(n int) { reserved = append(reserved, n) }, log: slog.New(slog.DiscardHandler)}
+	if n := read(g); n != 3 || len(reserved) != 1 || counts.Load() != 1 {
+		t.Errorf("first full read with jobs held (after a warm start): %d documents, reserved %v, %d count commands; want 3 read and no count",
+			n, reserved, counts.Load())
 	}
 }

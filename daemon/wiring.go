@@ -150,7 +150,7 @@ func (s *Service) newWatcher() *changestream.Watcher {
 	hooks.Synced = func() { s.syncedOnce.Do(func() { close(s.synced) }) }
 	return changestream.New(s.opts.watch(changestream.Options{
 		ID:     s.opts.InstanceID,
-		Feed:   changestream.NewMongoFeed(s.db.Collection(schedule.CollectionName), getMoreWait(s.opts.ResyncInterval)),
+		Feed:   s.schedulesFeed(),
 		Tokens: resumetoken.NewMongoStore(s.db.Collection(resumetoken.CollectionName)),
 		Sink:   s.history.recorder,
 		// Every watcher's lines name its collection (schedules,
@@ -162,6 +162,20 @@ func (s *Service) newWatcher() *changestream.Watcher {
 		// (the before-images of the next edits): one copy of them.
 		StateDocs: s.history.recorder.Documents,
 	}))
+}
+
+// schedulesFeed is the schedules' change stream and full reads; the first
+// full read of a start makes room for the collection's documents
+// (reservingFeed).
+func (s *Service) schedulesFeed() changestream.Feed {
+	coll := s.db.Collection(schedule.CollectionName)
+	return &reservingFeed{
+		Feed:    changestream.NewMongoFeed(coll, getMoreWait(s.opts.ResyncInterval)),
+		coll:    coll,
+		empty:   func() bool { return s.engine.Known() == 0 },
+		reserve: s.reserve,
+		log:     s.log,
+	}
 }
 
 func (s *Service) registerGauges() error {
