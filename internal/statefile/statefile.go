@@ -121,6 +121,9 @@ type header struct {
 const (
 	prefixLen  = 12
 	trailerLen = 4 + 8 + 4
+	// countFromEnd is where the count starts, counted from the end of the
+	// file: before the checksum's 4 bytes.
+	countFromEnd = 8 + 4
 )
 
 // Save writes st atomically (see the package doc), reading st.Docs once.
@@ -296,7 +299,7 @@ func check(in *os.File) (header, int, error) {
 		return header{}, 0, err
 	}
 	var c [8]byte
-	if _, err := in.ReadAt(c[:], size-12); err != nil {
+	if _, err := in.ReadAt(c[:], size-countFromEnd); err != nil {
 		return header{}, 0, fmt.Errorf("reading the count: %v: %w", err, ErrCorrupt)
 	}
 	// No document is shorter than 5 bytes: a larger count is refused when
