@@ -142,3 +142,34 @@ func TestFirstFullReadMakesRoomForTheCollection(t *testing.T) {
 			n, reserved, counts.Load())
 	}
 }
+
+// A count that fails (here: asked of a client already disconnected) is
+// skipped: nothing is reserved, and the full read proceeds as without it.
+func TestFirstFullReadWithoutItsCountStillReads(t *testing.T) {
+	client := testmongo.Client(t)
+	coll := testmongo.NewDatabase(t, client).Collection(schedule.CollectionName)
+	ctx := context.Background()
+	if _, err := coll.InsertMany(ctx, []any{bson.D{{Key: "_id", Value: "a"}}, bson.D{{Key: "_id", Value: "b"}}}); err != nil {
+		t.Fatal(err)
+	}
+	gone, err := mongo.Connect(options.Client().ApplyURI(testmongo.Shared(t).URI))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.Disconnect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reserved := 0
+	f := &reservingFeed{Feed: changestream.NewMongoFeed(coll, 0), coll: gone.Database(coll.Database().Name()).Collection(coll.Name()),
+		empty: func() bool { return true }, reserve: func(n int) { reserved += n }, log: slog.New(slog.DiscardHandler)}
+	n := 0
+	for _, err := range f.Snapshot(ctx) {
+		if err != nil {
+			t.Fatalf("the full read failed with its count: %v", err)
+		}
+		n++
+	}
+	if n != 2 || reserved != 0 {
+		t.Errorf("read %d documents, reserved %d; want both documents read and nothing reserved", n, reserved)
+	}
+}

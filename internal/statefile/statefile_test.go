@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -182,6 +183,12 @@ func TestCorruptFilesAreRefused(t *testing.T) {
 	c := bytes.Clone(b[:len(b)-4])
 	c[8] = 1
 	check("version 1", binaryAppendCRC(c))
+	// An intact checksum over a count no file of this size could hold
+	// (written by something else than Save) is refused at the load, before
+	// anything is sized by it.
+	c = bytes.Clone(b[:len(b)-4])
+	binary.LittleEndian.PutUint64(c[len(c)-8:], 1<<40)
+	check("a count of 2^40 documents", binaryAppendCRC(c))
 }
 
 func binaryAppendCRC(body []byte) []byte {
