@@ -8,9 +8,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// refusal decodes d and returns its *Error, failing unless it is a refusal
+// mustRefuse decodes d and returns its *Error, failing unless it is a refusal
 // of field.
-func refusal(t *testing.T, d bson.D, field string) *Error {
+func mustRefuse(t *testing.T, d bson.D, field string) *Error {
 	t.Helper()
 	s, err := Decode(marshal(t, d))
 	var se *Error
@@ -28,7 +28,7 @@ func refusal(t *testing.T, d bson.D, field string) *Error {
 }
 
 func TestDecodeEnabledNullRefused(t *testing.T) {
-	se := refusal(t, doc("billing", "0 9 * * *", bson.E{Key: FieldEnabled, Value: nil}), FieldEnabled)
+	se := mustRefuse(t, doc("billing", "0 9 * * *", bson.E{Key: FieldEnabled, Value: nil}), FieldEnabled)
 	msg := se.Error()
 	for _, want := range []string{`"billing"`, "field enabled", "not null", "true or false", "enabled: false"} {
 		if !strings.Contains(msg, want) {
@@ -59,7 +59,7 @@ func TestDecodeArgsTooLongForTheEnvironment(t *testing.T) {
 	if raw := marshal(t, d); len(raw) > MaxDocumentBytes {
 		t.Fatalf("test document is %d bytes: over the document limit, so it tests that one", len(raw))
 	}
-	se := refusal(t, d, FieldArgs)
+	se := mustRefuse(t, d, FieldArgs)
 	msg := se.Error()
 	for _, want := range []string{`"export"`, "field args", "as JSON, more than the 131057", EnvArgs, `{"region": "eu"`} {
 		if !strings.Contains(msg, want) {
@@ -150,7 +150,7 @@ func TestCronExprLimitCountsTheWhiteSpace(t *testing.T) {
 		{"white space only", "   \t ", []string{"empty expression: 5 bytes of white space only"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			se := refusal(t, doc("pad", c.expr), FieldCronExpr)
+			se := mustRefuse(t, doc("pad", c.expr), FieldCronExpr)
 			_, perr := ParseExpr(c.expr, nil)
 			for _, want := range c.want {
 				if !strings.Contains(se.Error(), want) {

@@ -19,6 +19,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/cronswap/cronswap/internal/lifetime"
+	"github.com/cronswap/cronswap/internal/refusal"
 )
 
 // Limits on what a schedules document may hold. Anything larger is not a
@@ -202,17 +203,7 @@ type Error struct {
 // Error renders the refusal as `schedule "<id>": field <field>: <reason>`,
 // leaving out the parts that are empty.
 func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("schedule")
-	if e.ID != "" {
-		fmt.Fprintf(&b, " %q", e.ID)
-	}
-	if e.Field != "" {
-		fmt.Fprintf(&b, ": field %s", e.Field)
-	}
-	b.WriteString(": ")
-	b.WriteString(e.Reason)
-	return b.String()
+	return refusal.Message("schedule", e.ID, e.Field, e.Reason)
 }
 
 // Unwrap makes errors.Is(err, ErrInvalid) true.

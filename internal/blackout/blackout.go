@@ -22,6 +22,7 @@ import (
 	"github.com/robfig/cron/v3"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/cronswap/cronswap/internal/refusal"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -76,17 +77,7 @@ type Error struct {
 
 // Error implements error: "blackout window "<id>": field <f>: <reason>".
 func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("blackout window")
-	if e.ID != "" {
-		fmt.Fprintf(&b, " %q", e.ID)
-	}
-	if e.Field != "" {
-		fmt.Fprintf(&b, ": field %s", e.Field)
-	}
-	b.WriteString(": ")
-	b.WriteString(e.Reason)
-	return b.String()
+	return refusal.Message("blackout window", e.ID, e.Field, e.Reason)
 }
 
 // Unwrap makes errors.Is(err, ErrInvalid) true.

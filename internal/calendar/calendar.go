@@ -17,6 +17,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/cronswap/cronswap/internal/refusal"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -85,17 +86,7 @@ type Error struct {
 
 // Error renders the refusal as `calendar "<name>": field <f>: <reason>`.
 func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("calendar")
-	if e.Name != "" {
-		fmt.Fprintf(&b, " %q", e.Name)
-	}
-	if e.Field != "" {
-		fmt.Fprintf(&b, ": field %s", e.Field)
-	}
-	b.WriteString(": ")
-	b.WriteString(e.Reason)
-	return b.String()
+	return refusal.Message("calendar", e.Name, e.Field, e.Reason)
 }
 
 // Unwrap makes errors.Is(err, ErrInvalid) true.
