@@ -1,59 +1,41 @@
 package daemon
 
 import (
-	"context"
 	"fmt"
 	"iter"
 	"log/slog"
 	"slices"
-	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/calendar"
 	"github.com/cronswap/cronswap/internal/record"
-	"github.com/cronswap/cronswap/resumetoken"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
 
 // calendarWatch keeps the daemon's calendars equal to the calendars
-// collection, through a change-stream watcher of its own (as
-// blackoutWatch), answers the fire path's question whether a slot falls on
-// a date of a calendar its schedule excludes, and checks, as part of the
-// engine's policy, that every calendar a schedule excludes is there and
-// valid. A calendar that changes makes the engine check again the
+// collection (through its sideWatch), answers the fire path's question
+// whether a slot falls on a date of a calendar its schedule excludes, and
+// checks, as part of the engine's policy, that every calendar a schedule
+// excludes is there and valid. A calendar that changes makes the engine check again the
 // schedules that exclude it (scheduler.Engine.Recheck).
 type calendarWatch struct {
-	set     *calendar.Set
-	loc     *time.Location
-	watcher *changestream.Watcher
+	set *calendar.Set
+	loc *time.Location
 	// recheck is the engine's Recheck, set once the engine is built
 	// (before the watcher starts).
 	recheck func(match func(schedule.Schedule) bool) int
-	// synced is closed after the first full read of the collection: the
-	// engine does not fire before it.
-	synced     chan struct{}
-	syncedOnce sync.Once
+	*sideWatch
 }
 
 // newCalendarWatch returns the watch over db's calendars collection; it
 // reads nothing until start.
 func newCalendarWatch(db *mongo.Database, opts Options, log *slog.Logger) *calendarWatch {
-	c := &calendarWatch{set: calendar.NewSet(log), loc: opts.Location, synced: make(chan struct{})}
-	c.watcher = changestream.New(opts.watch(changestream.Options{
-		ID:     opts.InstanceID + "/" + calendar.CollectionName,
-		Feed:   changestream.NewMongoFeed(db.Collection(calendar.CollectionName), blackoutsMaxAwait),
-		Tokens: resumetoken.NewMemoryStore(),
-		Sink:   calendarSink{c},
-		Logger: log.With("collection", calendar.CollectionName),
-		Hooks: changestream.Hooks{
-			Synced: func() { c.syncedOnce.Do(func() { close(c.synced) }) },
-		},
-	}))
+	c := &calendarWatch{set: calendar.NewSet(log), loc: opts.Location}
+	c.sideWatch = newSideWatch(db, calendar.CollectionName, calendarSink{c}, opts, log)
 	return c
 }
 
@@ -112,32 +94,6 @@ func (c *calendarWatch) match(s schedule.Schedule, slot time.Time) (record.Exclu
 		}
 	}
 	return record.Exclusion{}, false
-}
-
-// ready reports whether the calendars have been read once.
-func (c *calendarWatch) ready() bool {
-	select {
-	case <-c.synced:
-		return true
-	default:
-		return false
-	}
-}
-
-// start runs the watcher as blackoutWatch.start does.
-func (c *calendarWatch) start(ctx context.Context, joined, away <-chan struct{}) <-chan struct{} {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		select {
-		case <-joined:
-		case <-away:
-		case <-ctx.Done():
-			return
-		}
-		_ = c.watcher.Run(ctx) // errors only for an unknown mode, which config refuses
-	}()
-	return done
 }
 
 // changed makes the engine check again the schedules that exclude one of
