@@ -198,7 +198,6 @@ func (s *Service) shutdown(p *parts, runErr error) error {
 	// Open event streams end here, not when the program's HTTP server
 	// shuts down (it may outlive the service).
 	s.events.Close()
-	s.log.Info("stopped")
 	return runErr
 }
 

@@ -139,9 +139,12 @@ func (s *Service) Run(ctx context.Context) error {
 		return errors.New("daemon: Run called twice")
 	}
 	stopBackground := s.startBackground()
-	defer stopBackground()
 	s.logStarted()
 	p := s.startParts()
-	runErr := p.wait(ctx)
-	return s.shutdown(p, runErr)
+	err := s.shutdown(p, p.wait(ctx))
+	// The edit history's queued entries and first sightings are written
+	// last (for at most historyFlushTimeout): "stopped" says all is done.
+	stopBackground()
+	s.log.Info("stopped")
+	return err
 }
