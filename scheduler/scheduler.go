@@ -153,8 +153,10 @@ type SyncStats struct {
 	// Per outcome, the number of items (Removed: of jobs absent from the
 	// snapshot).
 	Added, Replaced, Unchanged, Disarmed, Removed, Rejected, Held int
-	// Changed lists, sorted, the ids whose state the sync changed: timer,
-	// any other schedule field but updated_at, or recorded error. A snapshot that
+	// Changed lists, each once, the ids whose state the sync changed:
+	// timer, any other schedule field but updated_at, or recorded error;
+	// those the snapshot listed in its order, then those it removed,
+	// sorted. A snapshot that
 	// matches the engine yields none, even when it holds bad documents that
 	// were rejected before; re-saved documents that differ only in
 	// updated_at do not count either.
@@ -687,6 +689,18 @@ type apply struct {
 	// gen marks the records stored as listed by that Sync (record.gen);
 	// 0 outside a Sync.
 	gen uint32
+	// relisted, set by Sync, becomes true when a job is applied that the
+	// same Sync listed already (see noteListed).
+	relisted *bool
+}
+
+// noteListed sets how.relisted when old, the record a Sync is about to
+// replace, was listed by that Sync already: the snapshot lists its job
+// twice (a collection scan may return a document that moved again).
+func (how apply) noteListed(old *record) {
+	if how.relisted != nil && old != nil && old.gen == how.gen {
+		*how.relisted = true
+	}
 }
 
 // applyOne is how Reload and Remove apply one edit: logged at info, the
@@ -729,6 +743,7 @@ func (e *Engine) reload(s schedule.Schedule, how apply) (Outcome, bool) {
 func (e *Engine) reloadLocked(sh *shard, s schedule.Schedule, how apply) (Outcome, bool) {
 	jitter := e.jitterOf(s)
 	old := e.load(s.ID)
+	how.noteListed(old)
 
 	if old != nil && old.valid && old.sameTiming(s) && old.state().jitter == jitter {
 		// The same timing parses to the same schedule: only the policy's
@@ -831,13 +846,13 @@ func (e *Engine) Reject(id string, err error) {
 	if err == nil {
 		err = errors.New("rejected without a reason")
 	}
-	e.reject(id, nil, err, 0)
+	e.reject(id, nil, err, applyOne)
 }
 
 // reject is Reject with the rejected schedule, when known, marking the
 // record for Sync gen (0: none). It reports whether the job's state
 // changed.
-func (e *Engine) reject(id string, bad *schedule.Schedule, err error, gen uint32) bool {
+func (e *Engine) reject(id string, bad *schedule.Schedule, err error, how apply) bool {
 	if id == "" {
 		e.log.Warn("scheduler: bad schedule without job id ignored", "error", err)
 		return false
@@ -845,7 +860,9 @@ func (e *Engine) reject(id string, bad *schedule.Schedule, err error, gen uint32
 	sh := e.shardOf(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return e.rejectLocked(id, e.load(id), bad, err, gen)
+	old := e.load(id)
+	how.noteListed(old)
+	return e.rejectLocked(id, old, bad, err, how.gen)
 }
 
 // mark records that Sync gen listed the job; gen 0 (no Sync) leaves the
@@ -939,16 +956,19 @@ func (e *Engine) Sync(items iter.Seq2[Item, error]) (SyncStats, error) {
 	var st SyncStats
 	// Per-job changes are logged at debug level; the robfig lists match
 	// the engine's jobs when Sync returns, so retired entries go inline.
-	how := apply{lvl: slog.LevelDebug, cache: make(parseCache), removeInline: true, gen: e.syncs}
+	// relisted: only when the snapshot lists a job twice can Changed
+	// hold an id twice.
+	relisted := false
+	how := apply{lvl: slog.LevelDebug, cache: make(parseCache), removeInline: true, gen: e.syncs, relisted: &relisted}
 	for it, err := range items {
 		if err != nil {
-			st.finish()
+			st.finish(relisted)
 			return st, err
 		}
 		id := it.Schedule.ID
 		if it.Err != nil {
 			st.Rejected++
-			if e.reject(id, heapCopy(it.Schedule), it.Err, how.gen) {
+			if e.reject(id, heapCopy(it.Schedule), it.Err, how) {
 				st.Changed = append(st.Changed, id)
 			}
 			continue
@@ -973,13 +993,14 @@ func (e *Engine) Sync(items iter.Seq2[Item, error]) (SyncStats, error) {
 		}
 	}
 	e.mu.RUnlock()
+	slices.Sort(gone)
 	for _, id := range gone {
 		if e.remove(id, how) {
 			st.Removed++
 			st.Changed = append(st.Changed, id)
 		}
 	}
-	st.finish()
+	st.finish(relisted)
 	e.log.Info("scheduler: full sync applied", "added", st.Added, "replaced", st.Replaced,
 		"unchanged", st.Unchanged, "disarmed", st.Disarmed, "removed", st.Removed,
 		"rejected", st.Rejected, "held", st.Held, "armed", e.Len())
@@ -1009,10 +1030,23 @@ func (st *SyncStats) count(o Outcome) {
 	}
 }
 
-// finish sorts Changed and drops its duplicates.
-func (st *SyncStats) finish() {
-	slices.Sort(st.Changed)
-	st.Changed = slices.Compact(st.Changed)
+// finish drops the second and later mentions of an id from Changed when
+// the snapshot listed a job more than once (relisted), keeping the order.
+// Changed is not sorted: a million ids read in the state file's order
+// took most of a second to sort, at the end of a start, on its path to
+// ready.
+func (st *SyncStats) finish(relisted bool) {
+	if !relisted {
+		return
+	}
+	seen := make(map[string]bool, len(st.Changed))
+	st.Changed = slices.DeleteFunc(st.Changed, func(id string) bool {
+		if seen[id] {
+			return true
+		}
+		seen[id] = true
+		return false
+	})
 }
 
 // pauser pauses, during one Sync, the shards that hold no armed job when

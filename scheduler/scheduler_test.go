@@ -387,7 +387,7 @@ func TestSync(t *testing.T) {
 	}
 	got := syncItems(e, items)
 	want := SyncStats{Added: 1, Replaced: 1, Unchanged: 1, Disarmed: 1, Removed: 2, Rejected: 3,
-		Changed: []string{"b", "c", "d", "e", "f", "g", "z"}}
+		Changed: []string{"b", "c", "e", "f", "g", "d", "z"}} // the snapshot's order, then the removed
 	if !sameStats(got, want) {
 		t.Fatalf("Sync = %+v, want %+v", got, want)
 	}

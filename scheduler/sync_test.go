@@ -166,6 +166,40 @@ func TestSyncStoppedByAReadErrorRemovesNothing(t *testing.T) {
 	}
 }
 
+// Changed names each job the Sync changed once: those the snapshot
+// listed in its order (a warm start's state file is in no id order, and
+// sorting a million ids at its end held the start back), then those it
+// removed, sorted; a job the snapshot lists twice (a collection scan may
+// return a document that moved) is named once.
+func TestSyncChangedOncePerJobInTheSnapshotsOrder(t *testing.T) {
+	e := New(Options{})
+	for _, id := range []string{"x", "w", "v"} {
+		expect(t, e.Reload(sch(id, "0 9 * * *")), Added)
+	}
+	st := syncItems(e, []Item{
+		{Schedule: sch("c", "0 9 * * *")},
+		{Schedule: sch("a", "0 9 * * *")},
+		{Schedule: sch("b", "0 9 * * *")},
+		{Schedule: sch("a", "0 10 * * *")}, // listed again, changed again
+		{Schedule: sch("c", "0 9 * * *")},  // listed again, unchanged
+		{Schedule: sch("a", "0 10 * * *")}, // and again, unchanged
+	})
+	if want := []string{"c", "a", "b", "v", "w", "x"}; !slices.Equal(st.Changed, want) {
+		t.Fatalf("Changed = %v, want %v", st.Changed, want)
+	}
+	if st.Removed != 3 {
+		t.Fatalf("stats %+v, want v, w and x removed", st)
+	}
+	if s, ok := e.Get("a"); !ok || s.CronExpr != "0 10 * * *" {
+		t.Fatalf("a = %+v (known %v), want its last listing armed", s, ok)
+	}
+	// A snapshot that lists no job twice keeps its order as it is.
+	st = syncItems(e, []Item{{Schedule: sch("b", "0 8 * * *")}, {Schedule: sch("a", "0 8 * * *")}, {Schedule: sch("c", "0 9 * * *")}})
+	if want := []string{"b", "a"}; !slices.Equal(st.Changed, want) {
+		t.Fatalf("Changed = %v, want %v", st.Changed, want)
+	}
+}
+
 // TestSyncHashesEachJob: jobs of one Sync that share an expression share
 // its parsed schedule, except an expression with H, whose values are
 // hashed from each job's id: every job gets its own slots, the same as
