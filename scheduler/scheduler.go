@@ -156,10 +156,9 @@ type SyncStats struct {
 	// Changed lists, each once, the ids whose state the sync changed:
 	// timer, any other schedule field but updated_at, or recorded error;
 	// those the snapshot listed in its order, then those it removed,
-	// sorted. A snapshot that
-	// matches the engine yields none, even when it holds bad documents that
-	// were rejected before; re-saved documents that differ only in
-	// updated_at do not count either.
+	// sorted. A snapshot that matches the engine yields none, even when it
+	// holds bad documents that were rejected before; re-saved documents
+	// that differ only in updated_at do not count either.
 	Changed []string
 }
 
@@ -850,8 +849,8 @@ func (e *Engine) Reject(id string, err error) {
 }
 
 // reject is Reject with the rejected schedule, when known, marking the
-// record for Sync gen (0: none). It reports whether the job's state
-// changed.
+// record as listed by how's Sync (none for applyOne). It reports whether
+// the job's state changed.
 func (e *Engine) reject(id string, bad *schedule.Schedule, err error, how apply) bool {
 	if id == "" {
 		e.log.Warn("scheduler: bad schedule without job id ignored", "error", err)
