@@ -17,6 +17,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/cronswap/cronswap/internal/faultproxy"
+	"github.com/cronswap/cronswap/internal/history"
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/internal/testmongo"
@@ -66,6 +68,9 @@ type running struct {
 	engine  *scheduler.Engine
 	logs    *logBuffer
 	addr    string
+	// stop ends Run and returns its error (at most once; later calls
+	// return nil). The test's cleanup calls it too.
+	stop func() error
 }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
@@ -102,9 +107,16 @@ func startDaemon(t *testing.T, db *mongo.Database, opts Options, tweaks ...func(
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
+	var stopOnce sync.Once
+	r.stop = func() (err error) {
+		stopOnce.Do(func() {
+			cancel()
+			err = <-done
+		})
+		return err
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := r.stop(); err != nil {
 			t.Errorf("daemon: %v", err)
 		}
 		srv.Close()
@@ -283,5 +295,33 @@ func TestTimelineServed(t *testing.T) {
 	}
 	if code, body := d.get(t, "/api/schedules/hourly/timeline?to=later"); code != http.StatusBadRequest {
 		t.Errorf("timeline with a bad to = %d %s", code, body)
+	}
+}
+
+// "stopped" is the daemon's last log line, after the edit history's last
+// writes: here a first sighting the database keeps refusing, which
+// shutdown waits for (historyFlushTimeout) and then gives up on, saying
+// so. An operator and a supervisor read "stopped" as the end.
+func TestStoppedIsLoggedAfterTheHistorysLastWrites(t *testing.T) {
+	proxy, client := testmongo.ProxiedClient(t)
+	db := testmongo.NewDatabase(t, client)
+	insertSchedules(t, db, "a")
+	proxy.FailAlways(faultproxy.All(faultproxy.CommandName("insert", "update", "delete"), faultproxy.Collection(history.CollectionName)),
+		faultproxy.ErrorReply{Code: 1, CodeName: "InternalError", Errmsg: "history write refused by the test"})
+	d := startDaemon(t, db, testOptions())
+	waitFor(t, 30*time.Second, "a first sighting's write refused", func() bool {
+		_, ok := d.logs.find(func(l map[string]any) bool { return l["msg"] == "writing first sightings failed; retrying" })
+		return ok
+	})
+	if err := d.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	recs := d.logs.records()
+	gaveUp := slices.IndexFunc(recs, func(l map[string]any) bool { return l["msg"] == "first sightings not written before shutdown" })
+	if gaveUp < 0 {
+		t.Fatal("no log line saying the first sightings were not written")
+	}
+	if last := recs[len(recs)-1]; last["msg"] != "stopped" {
+		t.Fatalf("last log line %v, want stopped (the history's gave-up line is at %d of %d)", last, gaveUp, len(recs))
 	}
 }
