@@ -135,14 +135,7 @@ func (s *Service) startParts() *parts {
 	return p
 }
 
-func (p *parts) isJoined() bool {
-	select {
-	case <-p.joined:
-		return true
-	default:
-		return false
-	}
-}
+func (p *parts) isJoined() bool { return closed(p.joined) }
 
 // wait returns when ctx ends (nil) or a part fails: the watcher, or the
 // membership (refused: another live process has this instance id, or taken

@@ -52,9 +52,12 @@ func newSideWatch(db *mongo.Database, collection string, sink changestream.Sink,
 }
 
 // ready reports whether the collection has been read once.
-func (w *sideWatch) ready() bool {
+func (w *sideWatch) ready() bool { return closed(w.synced) }
+
+// closed reports, without waiting, whether ch has been closed.
+func closed(ch <-chan struct{}) bool {
 	select {
-	case <-w.synced:
+	case <-ch:
 		return true
 	default:
 		return false
