@@ -355,6 +355,8 @@ func TestRelayGivesUpVisibly(t *testing.T) {
 	if d.Attempts != 3 || !strings.Contains(d.LastError, "HTTP 503") || d.JobID != "job1" {
 		t.Fatalf("failed notification: %+v", d)
 	}
+	// The status is written before the Failed hook runs: wait for the hook.
+	waitFor(t, 10*time.Second, "the Failed hook told it was given up", func() bool { return gaveUp.Load() >= 1 })
 	if s.refused.Load() != 3 || gaveUp.Load() != 1 {
 		t.Fatalf("refused %d requests, gave up %d times; want 3 and 1", s.refused.Load(), gaveUp.Load())
 	}
