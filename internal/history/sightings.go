@@ -19,6 +19,12 @@ const DefaultSightingsBatch = 500
 // when Run reads them, at the first full read it handles.
 const DefaultSightingsReadBatch = 1000
 
+// sightingsProgressEvery is how often a full read's walk that writes
+// sightings logs how far it got (a first start of a million jobs writes
+// a million, 500 at a time, for half a minute or more); the walk ends
+// with one line of what it wrote.
+const sightingsProgressEvery = 10 * time.Second
+
 // readRestFactor paces that read: after each reply it waits this many
 // times what the reply took, so that it asks at most a quarter of the
 // server's time, and less of a server that answers slowly (a replica
@@ -88,6 +94,9 @@ type Sightings struct {
 	// closing is closed by Close: the read rests no more, so that what
 	// is queued behind it is written within the daemon's stop if it can.
 	closing chan struct{}
+	// progressEvery is sightingsProgressEvery (tests make it 0: a line
+	// after every batch).
+	progressEvery time.Duration
 }
 
 // sightingOp is one thing seen, in the order the watcher saw it.
@@ -130,7 +139,8 @@ func NewSightings(coll *mongo.Collection, opts SightingsOptions) *Sightings {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Sightings{coll: coll, opts: opts, wake: make(chan struct{}, 1), closing: make(chan struct{})}
+	s := &Sightings{coll: coll, opts: opts, wake: make(chan struct{}, 1), closing: make(chan struct{}),
+		progressEvery: sightingsProgressEvery}
 	s.rest = s.restFor
 	return s
 }
@@ -317,6 +327,11 @@ func (s *Sightings) apply(ctx context.Context, op sightingOp) error {
 // at a time, so that neither a set of the read's jobs nor a list of the
 // jobs to write is built: at a first start that is every job. An error
 // leaves what was written marked; the retry walks op again.
+//
+// Each of its two walks (the jobs sighted, the jobs gone) logs one line
+// when it wrote something, with how many and how long it took, and a
+// progress line every progressEvery while it runs; each batch is logged
+// at debug.
 func (s *Sightings) present(ctx context.Context, op sightingOp) error {
 	if s.live == nil {
 		live, err := readLive(ctx, s.coll, s.opts.ReadBatch, s.rest)
@@ -328,6 +343,7 @@ func (s *Sightings) present(ctx context.Context, op sightingOp) error {
 	s.pass++
 	pass := s.pass
 	now := s.opts.Now()
+	sighted := s.walkLog("first sightings recorded from a full read", "first sightings being recorded from a full read", op.at)
 	seen := make([]string, 0, min(len(op.ids), s.opts.Batch))
 	flush := func() error {
 		if len(seen) == 0 {
@@ -343,7 +359,7 @@ func (s *Sightings) present(ctx context.Context, op sightingOp) error {
 		for _, id := range seen {
 			s.live[id] = pass
 		}
-		s.opts.Logger.Info("first sightings recorded from a full read", "collection", s.coll.Name(), "jobs", len(seen), "at", op.at)
+		sighted.wrote(len(seen))
 		seen = seen[:0]
 		return nil
 	}
@@ -361,12 +377,15 @@ func (s *Sightings) present(ctx context.Context, op sightingOp) error {
 	if err := flush(); err != nil {
 		return err
 	}
+	sighted.done()
 	var gone []string
 	for id, p := range s.live {
 		if p != pass {
 			gone = append(gone, id)
 		}
 	}
+	marked := s.walkLog("first sightings of jobs a full read no longer found marked deleted",
+		"first sightings of jobs a full read no longer found being marked deleted", op.at)
 	for len(gone) > 0 {
 		n := min(len(gone), s.opts.Batch)
 		models := make([]mongo.WriteModel, n)
@@ -379,10 +398,45 @@ func (s *Sightings) present(ctx context.Context, op sightingOp) error {
 		for _, id := range gone[:n] {
 			delete(s.live, id)
 		}
-		s.opts.Logger.Info("first sightings of jobs a full read no longer found marked deleted", "collection", s.coll.Name(), "jobs", n, "at", op.at)
+		marked.wrote(n)
 		gone = gone[n:]
 	}
+	marked.done()
 	return nil
+}
+
+// walkLog logs one of present's walks: msg once at its end when it wrote
+// anything, progress every progressEvery while it runs, each batch at
+// debug.
+type walkLog struct {
+	s             *Sightings
+	msg, progress string
+	at            time.Time // the full read's
+	started, last time.Time
+	jobs          int
+}
+
+func (s *Sightings) walkLog(msg, progress string, at time.Time) *walkLog {
+	now := time.Now()
+	return &walkLog{s: s, msg: msg, progress: progress, at: at, started: now, last: now}
+}
+
+// wrote counts a batch of n jobs written.
+func (w *walkLog) wrote(n int) {
+	w.jobs += n
+	log := w.s.opts.Logger
+	log.Debug("first sightings: a batch written", "collection", w.s.coll.Name(), "jobs", n, "at", w.at)
+	if now := time.Now(); now.Sub(w.last) >= w.s.progressEvery {
+		w.last = now
+		log.Info(w.progress, "collection", w.s.coll.Name(), "jobs", w.jobs, "elapsed", now.Sub(w.started), "at", w.at)
+	}
+}
+
+// done logs the walk's line, when it wrote anything.
+func (w *walkLog) done() {
+	if w.jobs > 0 {
+		w.s.opts.Logger.Info(w.msg, "collection", w.s.coll.Name(), "jobs", w.jobs, "took", time.Since(w.started), "at", w.at)
+	}
 }
 
 // write sends models as one unordered bulk write and returns how many

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -332,5 +333,88 @@ func TestLiveSightingsReadStopsRestingAtClose(t *testing.T) {
 	cancel()
 	if err := NewSightings(nil, SightingsOptions{Retention: time.Hour}).rest(ctx, time.Hour); err == nil {
 		t.Error("a rest with its context ended returned no error")
+	}
+}
+
+// logLines keeps the message and attributes of every record logged at
+// info or above.
+type logLines struct {
+	mu    sync.Mutex
+	lines []slog.Record
+}
+
+func (l *logLines) Enabled(_ context.Context, level slog.Level) bool { return level >= slog.LevelInfo }
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, r.Clone())
+	return nil
+}
+func (l *logLines) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logLines) WithGroup(string) slog.Handler      { return l }
+
+// jobs returns the "jobs" attribute of each line logged with msg.
+func (l *logLines) jobs(msg string) []int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []int64
+	for _, r := range l.lines {
+		if r.Message != msg {
+			continue
+		}
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "jobs" {
+				out = append(out, a.Value.Int64())
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// A full read that writes many batches of sightings logs one line for
+// them all (a first start of a million jobs wrote 2,000 lines, one a
+// batch), and so does one that marks many deleted; with progress asked
+// after every batch, a progress line follows each batch with the count so
+// far.
+func TestAFullReadsSightingsAreLoggedOncePerWalk(t *testing.T) {
+	db := testmongo.NewDatabase(t, testmongo.Client(t))
+	coll := db.Collection(CollectionName)
+	logs := &logLines{}
+	s := NewSightings(coll, SightingsOptions{Instance: "r1", Retention: time.Hour, Batch: 100, Logger: slog.New(logs)})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	ids := make([]string, 1050)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("job%04d", i)
+	}
+	if err := s.present(ctx, sightingOp{kind: sightPresent, ids: ids, at: wall0}); err != nil {
+		t.Fatal(err)
+	}
+	const (
+		recorded = "first sightings recorded from a full read"
+		marked   = "first sightings of jobs a full read no longer found marked deleted"
+	)
+	if got := logs.jobs(recorded); len(got) != 1 || got[0] != 1050 {
+		t.Errorf("lines %q of a read of 1,050 new jobs in batches of 100, by jobs: %v; want one, of 1050", recorded, got)
+	}
+	// A read without 250 of them: one line for the 250 marked deleted,
+	// and none for the jobs sighted (there were none to write).
+	s.progressEvery = 0
+	if err := s.present(ctx, sightingOp{kind: sightPresent, ids: ids[250:], at: wall0.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := logs.jobs(marked); len(got) != 1 || got[0] != 250 {
+		t.Errorf("lines %q of a read without 250 jobs, by jobs: %v; want one, of 250", marked, got)
+	}
+	if got := logs.jobs(recorded); len(got) != 1 {
+		t.Errorf("lines %q after a read with no job to sight: %d; want still the first one only", recorded, len(got))
+	}
+	if got := logs.jobs("first sightings of jobs a full read no longer found being marked deleted"); !slices.Equal(got, []int64{100, 200, 250}) {
+		t.Errorf("progress lines of the 250 marked deleted in batches of 100, by jobs so far: %v; want [100 200 250]", got)
+	}
+	if n, err := coll.CountDocuments(ctx, bson.D{{Key: FieldDeletedAt, Value: bson.D{{Key: "$exists", Value: true}}}}); err != nil || n != 250 {
+		t.Errorf("sightings marked deleted: %d (%v), want 250", n, err)
 	}
 }

@@ -99,8 +99,9 @@ const (
 	msgFullReload   = "full reload"
 	// msgArmedFromFile is the warm start (changestream/watcher.go warmStart).
 	msgArmedFromFile = "armed from state file"
-	// msgSightingsRecorded ends the first start's write of every job's
-	// first sighting (internal/history/sightings.go).
+	// msgSightingsRecorded is logged once a full read's first sightings
+	// are written: at a first start, every job's
+	// (internal/history/sightings.go).
 	msgSightingsRecorded = "first sightings recorded from a full read"
 )
 
@@ -119,8 +120,8 @@ type daemon struct {
 	problems []string    // warn and error records
 	split    *logRecord  // the sink's latest decode/engine split, not yet matched to a reload
 	sighted  time.Time   // the bench's clock at the first "first sightings recorded" record
-	// lastSighted is the bench's clock at the latest such record (the
-	// sightings are written in batches).
+	// lastSighted is the bench's clock at the latest such record (one a
+	// full read that wrote sightings).
 	lastSighted time.Time
 }
 
