@@ -201,15 +201,24 @@ func neverHere(string) (time.Time, bool) { return time.Time{}, false }
 // orphaned returns the jobs of ids (just armed here) that orphanRule
 // finds orphaned over prev and live, with no member taken for this
 // replica (none of prev's armers of a job just armed here is this one).
+// When every job is orphaned (a replica starting alone: at a first start
+// that is every job it arms) it returns ids itself, not a copy; the
+// caller must not modify ids while it uses the result.
 func orphaned(ids []string, prev, live []members.Member) []string {
 	orphan := orphanRule(prev, live, "", nil)
-	var out []string
-	for _, id := range ids {
+	for i, id := range ids {
 		if orphan(id) {
-			out = append(out, id)
+			continue
 		}
+		out := slices.Clone(ids[:i])
+		for _, id := range ids[i+1:] {
+			if orphan(id) {
+				out = append(out, id)
+			}
+		}
+		return out
 	}
-	return out
+	return ids
 }
 
 // orphanRule returns whether a job that no member of the previous live

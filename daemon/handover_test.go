@@ -258,6 +258,49 @@ func TestOrphanedWithAMemberArmingEveryJob(t *testing.T) {
 	}
 }
 
+// A replica starting alone finds every job it arms orphaned (at a first
+// start of a million jobs, a million): orphaned then hands back the list
+// it was given, without a copy; when it drops some, the list given is
+// left as it was.
+func TestOrphanedEveryJobIsTheListGiven(t *testing.T) {
+	since := time.Now().Add(-time.Hour)
+	self := members.Member{ID: "r1", Divides: true, FiringSince: since, HeartbeatAt: since.Add(30 * time.Minute)}
+	other := members.Member{ID: "r2", Divides: true, FiringSince: since, HeartbeatAt: since.Add(30 * time.Minute)}
+	var ids []string
+	for i := range 1000 {
+		ids = append(ids, fmt.Sprintf("job%04d", i))
+	}
+	// As planDecided asks it: the live view (this replica alone), and no
+	// other member firing.
+	view := []members.Member{self}
+	got := orphaned(ids, view, nil)
+	if len(got) != len(ids) || &got[0] != &ids[0] {
+		t.Errorf("a replica alone: %d of %d jobs orphaned, sharing the list given: %v; want all of them, the list itself",
+			len(got), len(ids), len(got) > 0 && &got[0] == &ids[0])
+	}
+	rule := testing.AllocsPerRun(10, func() { orphanRule(view, nil, "", nil) })
+	if allocs := testing.AllocsPerRun(10, func() { orphaned(ids, view, nil) }); allocs > rule {
+		t.Errorf("orphaned of 1,000 jobs, all orphaned: %v allocations, want the rule's %v only", allocs, rule)
+	}
+	// r2 fires beside it and r3 joins without firing yet: the jobs r2
+	// arms are not orphaned, the others are, and the list given is left
+	// as it was.
+	three := []members.Member{self, other, {ID: "r3", Divides: true, HeartbeatAt: since.Add(30 * time.Minute)}}
+	before := slices.Clone(ids)
+	got = orphaned(ids, three, []members.Member{other})
+	if len(got) == 0 || len(got) == len(ids) {
+		t.Errorf("r2 firing beside r1: %d of %d jobs orphaned, want those r2 does not arm", len(got), len(ids))
+	}
+	for _, id := range got {
+		if a, b := members.Armers(id, three); a.ID == "r2" || b.ID == "r2" {
+			t.Errorf("%s orphaned, but r2 arms it", id)
+		}
+	}
+	if !slices.Equal(ids, before) {
+		t.Error("orphaned changed the list it was given")
+	}
+}
+
 // A live armer counts only if it fired since before the last heartbeat of
 // the armer that went: one that had not begun firing (a replica still
 // reading the collection when the other died) or began after leaves the

@@ -24,9 +24,10 @@ type decidedAtStart struct {
 	readOnce sync.Once
 	mu       sync.Mutex
 	slots    map[string]time.Time
-	// asked holds the jobs whose decided slot was asked for. Both maps
-	// are dropped once recordStartupGaps has walked them.
-	asked map[string]bool
+	// asked holds the jobs whose decided slot was read (once each, a
+	// prefix of planDecided's list, sharing its array). Both are dropped
+	// once recordStartupGaps has walked them.
+	asked []string
 	ok    bool
 	// vouchers are the other members that fired when the read was made,
 	// by which the jobs they arm were not asked for; view is the live
@@ -104,11 +105,7 @@ func (s *Service) readDecided(ctx context.Context, ids []string, notAfter time.T
 	if ctx.Err() != nil {
 		return
 	}
-	read := ids[:len(ids)-len(unread)]
-	s.decided.asked = make(map[string]bool, len(read))
-	for _, id := range read {
-		s.decided.asked[id] = true
-	}
+	s.decided.asked = ids[:len(ids)-len(unread)]
 	s.decided.slots, s.decided.ok = slots, true
 }
 
@@ -151,6 +148,7 @@ func (s *Service) readDecidedSlots(ctx context.Context, who string, ids []string
 // armedJobs returns the ids of the jobs the engine arms and the longest
 // delay of their fires (jitter).
 func (s *Service) armedJobs() (ids []string, maxDelay time.Duration) {
+	ids = make([]string, 0, s.engine.Len())
 	for sched, delay := range s.engine.Armed() {
 		ids = append(ids, sched.ID)
 		maxDelay = max(maxDelay, delay)
@@ -308,8 +306,8 @@ func (s *Service) recordStartupGaps(ctx context.Context, now time.Time, catchUp 
 	}
 	s.decided.mu.Lock()
 	decided, asked, ok := s.decided.slots, s.decided.asked, s.decided.ok
-	// Asked once, at start-up: the maps (one entry per armed job) are not
-	// kept past this walk.
+	// Asked once, at start-up: the map and the list (one entry per armed
+	// job) are not kept past this walk.
 	s.decided.slots, s.decided.asked = nil, nil
 	s.decided.mu.Unlock()
 	if !ok {
@@ -323,7 +321,7 @@ func (s *Service) recordStartupGaps(ctx context.Context, now time.Time, catchUp 
 	waitUntil := time.Now().Add(firesFromWait)
 	// Only the jobs asked for: a replica starting beside firing members
 	// asked for few or none, and walks no more.
-	for id := range asked {
+	for _, id := range asked {
 		st, ok := s.engine.Get(id)
 		if !ok || !st.Armed {
 			continue // disarmed since: its armers' fires say what happened

@@ -205,7 +205,7 @@ func (d *docStore) sweep(read uint32) {
 // jobIDs returns the keys that are job ids (not RefusedKeys). Each shares
 // the memory of its stored document.
 func (d *docStore) jobIDs() []string {
-	var ids []string
+	ids := make([]string, 0, d.len())
 	add := func(s storedDoc) {
 		k := s.key()
 		if _, refused := schedule.RefusedID(k); !refused {
