@@ -343,7 +343,7 @@ func (s *Sightings) present(ctx context.Context, op sightingOp) error {
 	s.pass++
 	pass := s.pass
 	now := s.opts.Now()
-	sighted := s.walkLog("first sightings recorded from a full read", "first sightings being recorded from a full read", op.at)
+	sighted := s.newWalkLog("first sightings recorded from a full read", "first sightings being recorded from a full read", op.at)
 	seen := make([]string, 0, min(len(op.ids), s.opts.Batch))
 	flush := func() error {
 		if len(seen) == 0 {
@@ -384,7 +384,7 @@ func (s *Sightings) present(ctx context.Context, op sightingOp) error {
 			gone = append(gone, id)
 		}
 	}
-	marked := s.walkLog("first sightings of jobs a full read no longer found marked deleted",
+	marked := s.newWalkLog("first sightings of jobs a full read no longer found marked deleted",
 		"first sightings of jobs a full read no longer found being marked deleted", op.at)
 	for len(gone) > 0 {
 		n := min(len(gone), s.opts.Batch)
@@ -416,7 +416,8 @@ type walkLog struct {
 	jobs          int
 }
 
-func (s *Sightings) walkLog(msg, progress string, at time.Time) *walkLog {
+// newWalkLog starts the log of a walk of a full read taken at at.
+func (s *Sightings) newWalkLog(msg, progress string, at time.Time) *walkLog {
 	now := time.Now()
 	return &walkLog{s: s, msg: msg, progress: progress, at: at, started: now, last: now}
 }
