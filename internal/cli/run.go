@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -30,6 +31,7 @@ import (
 // Handle, serves the service's HTTP surface and runs it until ctx ends. On
 // error nothing is left open.
 func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	setMemoryLimit(log.With("instance_id", cfg.InstanceID), memlimit.FromCgroup)
 	// Only the daemon runs the actions, so only it requires their
 	// programs, variables and files to be there.
 	registry, err := actions.Start(cfg.Jobs, actionHost(cfg))

@@ -1,0 +1,73 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"math"
+	"os"
+	"runtime/debug"
+	"strings"
+	"testing"
+
+	"github.com/KimMachineGun/automemlimit/memlimit"
+)
+
+// The Go runtime's soft memory limit is process-wide: these cases run in
+// order, and the limit in force before them is restored after.
+func TestMemoryLimitFollowsTheContainers(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(before) })
+	// Neither variable set, whatever the environment of the test.
+	for _, v := range []string{"GOMEMLIMIT", "AUTOMEMLIMIT"} {
+		t.Setenv(v, "")
+		os.Unsetenv(v)
+	}
+	const gib = 1 << 30
+	run := func(container memlimit.Provider) string {
+		var b bytes.Buffer
+		debug.SetMemoryLimit(math.MaxInt64)
+		setMemoryLimit(slog.New(slog.NewTextHandler(&b, nil)), container)
+		return b.String()
+	}
+
+	// A container limited to 1 GiB: 90 % of it, logged.
+	logged := run(memlimit.Limit(gib))
+	if got, want := debug.SetMemoryLimit(-1), int64(966367641); got != want {
+		t.Errorf("Go memory limit in a container of 1 GiB: %d, want %d", got, want)
+	}
+	if !strings.Contains(logged, "go_memory_limit_bytes=966367641") {
+		t.Errorf("log in a container of 1 GiB: %q, want the limit set", logged)
+	}
+	// No limit (a machine, a container without one): none set, nothing
+	// logged.
+	if logged := run(func() (uint64, error) { return 0, memlimit.ErrNoLimit }); logged != "" || debug.SetMemoryLimit(-1) != math.MaxInt64 {
+		t.Errorf("no container limit: limit %d, log %q; want none, and no line", debug.SetMemoryLimit(-1), logged)
+	}
+	// In no cgroup: the same, quietly.
+	if logged := run(func() (uint64, error) { return 0, memlimit.ErrNoCgroup }); logged != "" || debug.SetMemoryLimit(-1) != math.MaxInt64 {
+		t.Errorf("in no cgroup: limit %d, log %q; want none, and no line", debug.SetMemoryLimit(-1), logged)
+	}
+	// A limit that cannot be read: none, and a warning that says what to do.
+	logged = run(func() (uint64, error) { return 0, errors.New("permission denied") })
+	if debug.SetMemoryLimit(-1) != math.MaxInt64 || !strings.Contains(logged, "level=WARN") || !strings.Contains(logged, "GOMEMLIMIT") {
+		t.Errorf("unreadable container limit: limit %d, log %q; want none, and a warning naming GOMEMLIMIT", debug.SetMemoryLimit(-1), logged)
+	}
+	// AUTOMEMLIMIT changes the ratio, or turns it off.
+	t.Setenv("AUTOMEMLIMIT", "0.5")
+	run(memlimit.Limit(gib))
+	if got := debug.SetMemoryLimit(-1); got != gib/2 {
+		t.Errorf("AUTOMEMLIMIT=0.5 in a container of 1 GiB: %d, want %d", got, gib/2)
+	}
+	t.Setenv("AUTOMEMLIMIT", "off")
+	if logged := run(memlimit.Limit(gib)); debug.SetMemoryLimit(-1) != math.MaxInt64 || !strings.Contains(logged, "AUTOMEMLIMIT=off") {
+		t.Errorf("AUTOMEMLIMIT=off: limit %d, log %q; want none, and said", debug.SetMemoryLimit(-1), logged)
+	}
+	// GOMEMLIMIT set: the runtime took it at start; it is left alone, and
+	// logged.
+	os.Unsetenv("AUTOMEMLIMIT")
+	t.Setenv("GOMEMLIMIT", "700MiB")
+	if logged := run(memlimit.Limit(gib)); debug.SetMemoryLimit(-1) != math.MaxInt64 || !strings.Contains(logged, "GOMEMLIMIT=700MiB") {
+		t.Errorf("GOMEMLIMIT set: limit %d, log %q; want the container's not applied, and GOMEMLIMIT logged", debug.SetMemoryLimit(-1), logged)
+	}
+}
