@@ -25,8 +25,9 @@ const memoryLimitRatio = 0.9
 // FromCgroup: the cgroup's, v1 or v2), unless GOMEMLIMIT is set (the
 // runtime took it at start) or AUTOMEMLIMIT is "off" (AUTOMEMLIMIT=0.8
 // changes the ratio). It logs the limit in force, and where it came
-// from; a limit it could not read is logged at warn, and the daemon
-// runs without one. Only `cronswap run` calls it: a Go service that
+// from; a limit it could not read, or an AUTOMEMLIMIT that is neither
+// a share in (0, 1] nor "off", is logged at warn, and the daemon runs
+// without one. Only `cronswap run` calls it: a Go service that
 // embeds the daemon owns its process's limit.
 func setMemoryLimit(log *slog.Logger, container memlimit.Provider) {
 	if v := os.Getenv("GOMEMLIMIT"); v != "" {
@@ -42,7 +43,8 @@ func setMemoryLimit(log *slog.Logger, container memlimit.Provider) {
 	case errors.Is(err, memlimit.ErrCgroupsNotSupported), errors.Is(err, memlimit.ErrNoCgroup):
 		return // not Linux, or in no cgroup: no container limit to follow
 	case err != nil:
-		log.Warn("could not read the container's memory limit; running without a Go memory limit (set GOMEMLIMIT)", "error", err)
+		// An unreadable limit, or an AUTOMEMLIMIT that is not a share.
+		log.Warn("could not set the Go memory limit from the container's; running without one (set GOMEMLIMIT, or AUTOMEMLIMIT to a share or off)", "error", err)
 	case limit != math.MaxInt64:
 		log.Info("Go memory limit", "from", "the container's memory limit", "go_memory_limit_bytes", limit)
 	}

@@ -59,6 +59,10 @@ func TestMemoryLimitFollowsTheContainers(t *testing.T) {
 	if got := debug.SetMemoryLimit(-1); got != gib/2 {
 		t.Errorf("AUTOMEMLIMIT=0.5 in a container of 1 GiB: %d, want %d", got, gib/2)
 	}
+	t.Setenv("AUTOMEMLIMIT", "most")
+	if logged := run(memlimit.Limit(gib)); debug.SetMemoryLimit(-1) != math.MaxInt64 || !strings.Contains(logged, "level=WARN") || !strings.Contains(logged, "most") {
+		t.Errorf("AUTOMEMLIMIT=most: limit %d, log %q; want none, and a warning quoting it", debug.SetMemoryLimit(-1), logged)
+	}
 	t.Setenv("AUTOMEMLIMIT", "off")
 	if logged := run(memlimit.Limit(gib)); debug.SetMemoryLimit(-1) != math.MaxInt64 || !strings.Contains(logged, "AUTOMEMLIMIT=off") {
 		t.Errorf("AUTOMEMLIMIT=off: limit %d, log %q; want none, and said", debug.SetMemoryLimit(-1), logged)
