@@ -30,14 +30,8 @@ const memoryLimitRatio = 0.9
 // without one. Only `cronswap run` calls it: a Go service that
 // embeds the daemon owns its process's limit.
 func setMemoryLimit(log *slog.Logger, container memlimit.Provider) {
-	if v := os.Getenv("GOMEMLIMIT"); v != "" {
-		log.Info("Go memory limit", "from", "GOMEMLIMIT", "GOMEMLIMIT", v)
-		return
-	}
-	if os.Getenv("AUTOMEMLIMIT") == "off" {
-		log.Info("Go memory limit: none (AUTOMEMLIMIT=off)")
-		return
-	}
+	// The library decides (GOMEMLIMIT first, then AUTOMEMLIMIT, then the
+	// container's limit); the environment only says which it took.
 	limit, err := memlimit.Set(memlimit.WithProvider(container), memlimit.WithRatio(memoryLimitRatio))
 	switch {
 	case errors.Is(err, memlimit.ErrCgroupsNotSupported), errors.Is(err, memlimit.ErrNoCgroup):
@@ -45,6 +39,10 @@ func setMemoryLimit(log *slog.Logger, container memlimit.Provider) {
 	case err != nil:
 		// An unreadable limit, or an AUTOMEMLIMIT that is not a share.
 		log.Warn("could not set the Go memory limit from the container's; running without one (set GOMEMLIMIT, or AUTOMEMLIMIT to a share or off)", "error", err)
+	case os.Getenv("GOMEMLIMIT") != "":
+		log.Info("Go memory limit", "from", "GOMEMLIMIT", "GOMEMLIMIT", os.Getenv("GOMEMLIMIT"))
+	case os.Getenv("AUTOMEMLIMIT") == "off":
+		log.Info("Go memory limit: none (AUTOMEMLIMIT=off)")
 	case limit != math.MaxInt64:
 		log.Info("Go memory limit", "from", "the container's memory limit", "go_memory_limit_bytes", limit)
 	}
