@@ -205,10 +205,9 @@ func event(op, id, expr string, n int) item {
 // memSink records what is armed; optionally it checks the token store at
 // each call to prove tokens are saved only after apply.
 type memSink struct {
-	mu       sync.Mutex
-	armed    map[string]string
-	replaces int
-	applied  []string
+	mu      sync.Mutex
+	armed   map[string]string
+	applied []string
 }
 
 func newMemSink() *memSink { return &memSink{armed: map[string]string{}} }
@@ -231,7 +230,6 @@ func (s *memSink) Delete(id bson.RawValue) {
 func (s *memSink) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.replaces++
 	seen := map[string]bool{}
 	var changed []string
 	for d, err := range docs {
@@ -276,8 +274,6 @@ func (s *memSink) snapshot() map[string]string {
 	}
 	return out
 }
-
-func (s *memSink) replaceCount() int { s.mu.Lock(); defer s.mu.Unlock(); return s.replaces }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()

@@ -65,7 +65,7 @@ func TestEditSpansRememberWhatArmedEachJob(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, a := range spans[2].Attributes {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	if attrs["job_id"] != "billing" || attrs["cronswap.schedule.cron_expr"] != "0 8 * * *" || attrs["cronswap.schedule.updated_by"] != "ops" {
 		t.Errorf("apply span attributes %v", attrs)

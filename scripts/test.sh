@@ -78,6 +78,13 @@ step "go vet"
 go vet ./...
 (cd scripts/bench && go vet ./...)
 
+# staticcheck (pinned; staticcheck.conf says which checks are off and why):
+# unused code, deprecated calls, the bugs vet does not look for.
+step "staticcheck"
+staticcheck=honnef.co/go/tools/cmd/staticcheck@v0.8.2
+go run "$staticcheck" ./...
+(cd scripts/bench && go run "$staticcheck" ./...)
+
 step "go test -race"
 go test -race -count=1 -timeout 30m "$@" ./...
 (cd scripts/bench && go test -race -count=1 -timeout 10m "$@" ./...)

@@ -354,7 +354,7 @@ func TestExecActionLeavesNothingBehind(t *testing.T) {
 
 // runGroupKill starts `sh -c 'sleep 300 & echo $! > PIDFILE; wait'`, ends ctx
 // via end, and checks that Run returns promptly and the grandchild is gone.
-func runGroupKill(t *testing.T, ctx context.Context, end func(pidfile string)) (error, time.Duration) {
+func runGroupKill(t *testing.T, ctx context.Context, end func(pidfile string)) (time.Duration, error) {
 	t.Helper()
 	pidfile := filepath.Join(t.TempDir(), "sleep.pid")
 	a := &ExecAction{Argv: []string{"sh", "-c", `sleep 300 & echo $! > "$1"; echo waiting for sleep >&2; wait`, "sh", pidfile}}
@@ -380,7 +380,7 @@ func runGroupKill(t *testing.T, ctx context.Context, end func(pidfile string)) (
 	}
 
 	waitPIDGone(t, pidfile, 10*time.Second, "grandchild sleep to be gone")
-	return res.err, res.took
+	return res.took, res.err
 }
 
 // waitPIDGone reads the pid a test action wrote to pidfile, makes sure the
@@ -434,7 +434,7 @@ func TestExecActionTimeoutKillsProcessGroup(t *testing.T) {
 	const timeout = 2 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	err, took := runGroupKill(t, ctx, nil)
+	took, err := runGroupKill(t, ctx, nil)
 	checkKilledExitError(t, err, context.DeadlineExceeded)
 	if took < timeout-100*time.Millisecond {
 		t.Errorf("Run returned after %v, before the %v deadline", took, timeout)
@@ -451,7 +451,7 @@ func TestExecActionCancelKillsProcessGroup(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var cancelledAt time.Time
-	err, took := runGroupKill(t, ctx, func(pidfile string) {
+	took, err := runGroupKill(t, ctx, func(pidfile string) {
 		waitFor(t, 30*time.Second, "pid file", func() bool {
 			b, err := os.ReadFile(pidfile)
 			return err == nil && bytes.HasSuffix(b, []byte("\n"))

@@ -199,16 +199,6 @@ func (e storeEnv) run(t testing.TB, runID string) record.RunDoc {
 	return d
 }
 
-// rawRun reads a record as stored, to see which fields are there.
-func (e storeEnv) rawRun(t testing.TB, runID string) bson.Raw {
-	t.Helper()
-	raw, err := e.runs.FindOne(testCtx(t), bson.D{{Key: "_id", Value: runID}}).Raw()
-	if err != nil {
-		t.Fatalf("run %s: %v", runID, err)
-	}
-	return raw
-}
-
 func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)

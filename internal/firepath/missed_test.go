@@ -353,15 +353,6 @@ func (r replica) claimOne(t testing.TB, f record.FireClaim, now time.Time, want 
 	return o
 }
 
-func (r replica) take(t *testing.T, job string, o jobs.Overlap, now time.Time) *record.BufferedRun {
-	t.Helper()
-	run, err := r.TakeBuffered(testCtx(t), job, record.BufferTake{Instance: r.inst, Incarnation: r.inc, Overlap: o, Clock: func() time.Time { return now }, TTL: 10 * time.Second})
-	if err != nil {
-		t.Fatalf("take buffered %s by %s: %v", job, r.inst, err)
-	}
-	return run
-}
-
 func (r replica) end(t *testing.T, l record.Lease, at time.Time) {
 	t.Helper()
 	if errs := r.EndBatch(testCtx(t), []record.LeaseEnd{{Lease: l, End: record.RunEnd{Status: record.StatusSucceeded, EndedAt: at}}}); errs[0] != nil {

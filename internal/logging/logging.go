@@ -30,7 +30,7 @@ func New(w io.Writer, format, level string) (*slog.Logger, error) {
 	case FormatJSON:
 		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
 	case FormatText, "":
-		return slog.New(tint.NewHandler(w, &tint.Options{
+		return slog.New(tint.NewTextHandler(w, &tint.Options{
 			Level:      lvl,
 			TimeFormat: time.DateTime + ".000",
 			NoColor:    !isTerminal(w),

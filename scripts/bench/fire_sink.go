@@ -136,13 +136,6 @@ func (s *sink) drain() ([]arrival, int) {
 	return out, s.bad
 }
 
-// count returns how many requests were recorded (since the last drain).
-func (s *sink) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.arrivals)
-}
-
 // release answers every held request now.
 func (s *sink) release() { s.stopOnce.Do(func() { close(s.stop) }) }
 
