@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, vet, and every test (unit, integration
+# The whole test suite: formatting, vet, staticcheck, and every test (unit, integration
 # against the test server, end-to-end through the binary and mongosh) with
 # the race detector, in the daemon's module and in scripts/bench (a module of
 # its own), the deployment files' checks, then the repository checks.
