@@ -102,8 +102,11 @@ type RunDoc struct {
 	// abandoned by SweepExpired.
 	LeaseUntil time.Time `bson:"lease_until,omitempty" json:"lease_until,omitzero"`
 	// ExpireAt drives the TTL index (runs.retention after the run ended or
-	// was skipped).
-	ExpireAt time.Time `bson:"expire_at" json:"-"`
+	// was skipped). Every writer sets it; a record written without one has
+	// no expire_at and is kept, where a zero date would have the TTL
+	// monitor delete it at its next pass (and with it the record that
+	// makes the slot's fire run once).
+	ExpireAt time.Time `bson:"expire_at,omitempty" json:"-"`
 
 	// Attempt is the slot's current (or last) attempt when its action
 	// retries (1 the first; 0: the action does not retry); Attempts lists

@@ -1,0 +1,30 @@
+package record
+
+import (
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// TestRunDocWithoutExpiryHasNoExpireAt: a record written without an expiry
+// carries no expire_at (the TTL monitor leaves it), not a zero date (which
+// it would delete at its next pass); one with an expiry carries it.
+func TestRunDocWithoutExpiryHasNoExpireAt(t *testing.T) {
+	slot := time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)
+	doc := RunDoc{ID: RunID("j", slot), JobID: "j", ScheduledAt: slot, Status: StatusRunning}
+	raw, err := bson.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := bson.Raw(raw).LookupErr("expire_at"); err == nil {
+		t.Fatalf("a record without an expiry has expire_at %v, which a TTL index expires at once", v)
+	}
+	doc.ExpireAt = slot.Add(24 * time.Hour)
+	if raw, err = bson.Marshal(doc); err != nil {
+		t.Fatal(err)
+	}
+	if got := bson.Raw(raw).Lookup("expire_at").Time(); !got.Equal(doc.ExpireAt) {
+		t.Fatalf("expire_at %v, want %v", got, doc.ExpireAt)
+	}
+}
