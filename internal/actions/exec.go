@@ -150,15 +150,22 @@ func (a *ExecAction) HandleOutput(ctx context.Context, f jobs.Run) (Output, erro
 	return out, &ExitError{Code: code, Stderr: out.Stderr, Err: err}
 }
 
-// tempOutput creates the temporary file that takes one output stream.
+// tempOutput creates the temporary file that takes one output stream, and
+// on Unix removes its name at once: the daemon and the program hold it
+// open, and it disappears with the last of them, however the daemon ends,
+// so a daemon killed mid-run (SIGKILL, out of memory) leaves no job output
+// on disk. Where an open file cannot be removed, removeOutput removes it
+// after the run.
 func tempOutput(stream string) (*os.File, error) {
 	f, err := os.CreateTemp("", "cronswap-"+stream+"-*")
 	if err != nil {
 		return nil, fmt.Errorf("%s file: %w", stream, err)
 	}
+	_ = os.Remove(f.Name())
 	return f, nil
 }
 
+// removeOutput closes f and removes its name if tempOutput could not.
 func removeOutput(f *os.File) {
 	_ = f.Close()
 	_ = os.Remove(f.Name())

@@ -338,6 +338,26 @@ func TestExecActionSuccess(t *testing.T) {
 	}
 }
 
+// TestExecActionOutputFilesHaveNoName: while a program runs, the files
+// that take its output have no name in the temporary directory, so a
+// daemon killed mid-run leaves none of its jobs' output on disk; the
+// output is still captured. (Not parallel: it sets TMPDIR.)
+func TestExecActionOutputFilesHaveNoName(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	a := &ExecAction{Argv: []string{"sh", "-c", `ls -A "$TMPDIR"; echo listed >&2`}}
+	out, err := a.HandleOutput(context.Background(), testFire())
+	if err != nil {
+		t.Fatalf("HandleOutput: %v", err)
+	}
+	if out.Stdout != "" || out.Stderr != "listed" {
+		t.Fatalf("HandleOutput = %+v; want an empty listing of the temporary directory on stdout, and stderr captured", out)
+	}
+	if left, err := os.ReadDir(tmp); err != nil || len(left) != 0 {
+		t.Fatalf("after the run the temporary directory holds %v (%v), want nothing", left, err)
+	}
+}
+
 func TestExecActionLeavesNothingBehind(t *testing.T) {
 	t.Parallel()
 	pidfile := filepath.Join(t.TempDir(), "sleep.pid")
