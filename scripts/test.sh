@@ -78,7 +78,7 @@ step "go vet"
 go vet ./...
 (cd scripts/bench && go vet ./...)
 
-# staticcheck (pinned; staticcheck.conf says which checks are off and why):
+# staticcheck (pinned; every check but the one staticcheck.conf names):
 # unused code, deprecated calls, the bugs vet does not look for.
 step "staticcheck"
 staticcheck=honnef.co/go/tools/cmd/staticcheck@v0.8.2

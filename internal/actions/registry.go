@@ -121,10 +121,10 @@ func (r *Registry) Jitter(s schedule.Schedule) time.Duration {
 }
 
 // AnyRetries reports whether some registered action retries failed runs.
-func (g *Registry) AnyRetries() bool {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	for _, s := range g.actions {
+func (r *Registry) AnyRetries() bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, s := range r.actions {
 		if s.Retry.Enabled() {
 			return true
 		}

@@ -159,7 +159,7 @@ func TestClaimBatchBufferAllInOrder(t *testing.T) {
 	}
 	now := base.Add(5 * time.Second)
 	l := held.Lease
-	var last int64 = l.Fence
+	last := l.Fence
 	for i, id := range want {
 		a.end(t, l, now)
 		run := b.take(t, "j", jobs.OverlapBufferAll, now)

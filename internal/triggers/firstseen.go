@@ -8,9 +8,9 @@ import (
 	"github.com/cronswap/cronswap/internal/history"
 )
 
-// FieldBeforeFirstSeen, true on a backfill request, lets it run a slot at
-// or before the job's first sighting (CheckFirstSeen); `cronswap backfill
-// --before-first-seen` sets it.
+// FieldBeforeFirstSeen is the field that, true on a backfill request, lets
+// it run a slot at or before the job's first sighting (CheckFirstSeen);
+// `cronswap backfill --before-first-seen` sets it.
 const FieldBeforeFirstSeen = "before_first_seen"
 
 // ErrBeforeFirstSeen is wrapped by CheckFirstSeen's refusal.

@@ -17,9 +17,9 @@ import (
 	"github.com/cronswap/cronswap/schedule"
 )
 
-// StatusAlreadyRan: a backfill request whose slot had been decided before
-// (ran, skipped, or another record of it): nothing ran; the error names
-// the record.
+// StatusAlreadyRan is the status of a backfill request whose slot had been
+// decided before (ran, skipped, or another record of it): nothing ran; the
+// error names the record.
 const StatusAlreadyRan = "already_ran"
 
 // Batching of the store's requests: the writes of many requests go out as

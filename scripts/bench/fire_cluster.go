@@ -134,11 +134,11 @@ func vmRSS(pid int) int64 {
 	if err != nil {
 		return -1
 	}
-	return parseVmRSS(string(b))
+	return parseVMRSS(string(b))
 }
 
-// parseVmRSS finds "VmRSS:   12345 kB" in a /proc/<pid>/status text.
-func parseVmRSS(status string) int64 {
+// parseVMRSS finds "VmRSS:   12345 kB" in a /proc/<pid>/status text.
+func parseVMRSS(status string) int64 {
 	for _, line := range strings.Split(status, "\n") {
 		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
 			f := strings.Fields(v)

@@ -70,10 +70,10 @@ func TestSustainedExprSpreadsOverTheMinute(t *testing.T) {
 }
 
 func TestParseVmRSS(t *testing.T) {
-	if v := parseVmRSS("Name:\tcronswap\nVmPeak:\t  999 kB\nVmRSS:\t   41234 kB\nThreads: 9\n"); v != 41234 {
+	if v := parseVMRSS("Name:\tcronswap\nVmPeak:\t  999 kB\nVmRSS:\t   41234 kB\nThreads: 9\n"); v != 41234 {
 		t.Errorf("VmRSS = %d", v)
 	}
-	if v := parseVmRSS("Name: x\n"); v != -1 {
+	if v := parseVMRSS("Name: x\n"); v != -1 {
 		t.Errorf("no VmRSS = %d, want -1", v)
 	}
 }
