@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,7 +43,10 @@ type divideSettings struct {
 	cpuProfiles string
 	timeout     time.Duration
 	// The kill/join phase (divide_schedules on; -hot 0 leaves it out).
-	hot                          int
+	hot int
+	// kill is how many replicas the phase SIGKILLs together (the first
+	// ones): 2 orphans the jobs whose two armers both die.
+	kill                         int
 	heartbeat, lease, claimGrace time.Duration
 	before, after                time.Duration
 	// settings are the divide_schedules rounds run, in order.
@@ -73,6 +77,7 @@ func divideMain(args []string) int {
 		cpuProfileFor.String()+" after the joiner is ready, in this directory")
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Minute, "the whole run's deadline")
 	fs.IntVar(&o.hot, "hot", 60, "every-second jobs added for the kill/join phase of the divide_schedules round (0: no such phase)")
+	fs.IntVar(&o.kill, "kill", 1, "kill/join: replicas SIGKILLed together, the first ones (2: the jobs whose two armers both die are orphaned and handed over)")
 	fs.DurationVar(&o.heartbeat, "heartbeat", 0, "the replicas' members.heartbeat (0: the default, 10s)")
 	fs.DurationVar(&o.lease, "lease", 0, "the replicas' members.lease (0: the default, 30s)")
 	fs.DurationVar(&o.claimGrace, "claim-grace", 0, "the replicas' members.claim_grace (0: the default, 2s)")
@@ -94,6 +99,10 @@ func divideMain(args []string) int {
 	}
 	if o.n < 1000 || o.replicas < 1 {
 		fmt.Fprintln(os.Stderr, "bench divide: -n must be at least 1000 and -replicas at least 1")
+		return 2
+	}
+	if o.kill < 1 || o.kill >= o.replicas {
+		fmt.Fprintf(os.Stderr, "bench divide: -kill %d: want at least 1 and fewer than the %d replicas\n", o.kill, o.replicas)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -270,7 +279,7 @@ func runDivideRound(ctx context.Context, o divideSettings, ws *workspace, uri st
 		logf("%s: armed %d, known %d, RSS %d MB, heap after GC %d MB", p.id, p.armed, p.known, p.rssKB/1024, p.heap>>20)
 	}
 	if divide && o.hot > 0 {
-		victim := ds[0]
+		victims := slices.Clone(ds[:o.kill])
 		h, joiner, err := runHandoff(ctx, o, ws, uri, db, ds, ids)
 		if joiner != nil {
 			if _, err := joiner.shutdown(2 * time.Minute); err != nil {
@@ -281,7 +290,9 @@ func runDivideRound(ctx context.Context, o divideSettings, ws *workspace, uri st
 		if err != nil {
 			return nil, fmt.Errorf("kill/join: %w", err)
 		}
-		h.problems = victim.Problems()
+		for _, v := range victims {
+			h.problems = append(h.problems, v.Problems()...)
+		}
 		r.handoff = h
 	}
 	for i, d := range ds {

@@ -1,8 +1,8 @@
 package main
 
 // The kill/join phase of "bench divide" (divide_schedules on): a set of
-// every-second jobs beside the N schedules, one replica SIGKILLed, later a
-// replica joining; the run ledger (job_runs, and the action's own file)
+// every-second jobs beside the N schedules, one replica SIGKILLed (or two
+// together, -kill 2), later a replica joining; the run ledger (job_runs, and the action's own file)
 // says whether every slot ran exactly once, how late the dead replica's
 // jobs ran, and which slots were recorded missed and why.
 
@@ -73,9 +73,11 @@ func (o divideSettings) membersConfig() string {
 
 // handoffResult is what the kill/join phase measured.
 type handoffResult struct {
-	hot, owned   int           // every-second jobs; of them, owned by the killed replica
-	timing       handoffTiming // the replicas' membership timing
-	victim       string
+	hot, owned int           // every-second jobs; of them, owned by a killed replica
+	orphaned   int           // of the owned, those whose two armers were both killed
+	timing     handoffTiming // the replicas' membership timing
+	victims    []string      // the killed replicas
+
 	joiner       string
 	killAt       time.Time
 	joinAt       time.Time     // the joiner's process start
@@ -116,12 +118,13 @@ type handoffPhase struct {
 }
 
 // runHandoff runs the kill/join phase on the settled replicas ds (with
-// their ids) of db: it adds o.hot every-second jobs, kills ds[0], starts a
-// replica joining, and reads the ledger. ds[0] is nil when it returns (the
-// process is gone); the joiner is returned for the caller to stop.
+// their ids) of db: it adds o.hot every-second jobs, kills the first o.kill
+// of ds together, starts a replica joining, and reads the ledger. The
+// killed ones are nil in ds when it returns (their processes are gone);
+// the joiner is returned for the caller to stop.
 func runHandoff(ctx context.Context, o divideSettings, ws *workspace, uri string, db *mongo.Database,
 	ds []*daemon, ids []string) (*handoffResult, *daemon, error) {
-	res := &handoffResult{hot: o.hot, timing: o.timing(), victim: ids[0], runsByMember: map[string]int{}}
+	res := &handoffResult{hot: o.hot, timing: o.timing(), victims: slices.Clone(ids[:o.kill]), runsByMember: map[string]int{}}
 	// The replicas' first start writes every job's first sighting, in
 	// batches, for minutes at a large N: the phase starts once no batch
 	// has been written for 10 s, so that it measures the hand-over, not
@@ -142,6 +145,7 @@ func runHandoff(ctx context.Context, o divideSettings, ws *workspace, uri string
 	}
 	logf("handoff: %d every-second jobs added; waiting until each is armed by two replicas", o.hot)
 	owners := map[string]string{}
+	armers := map[string][]string{}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		ok := true
@@ -151,7 +155,7 @@ func runHandoff(ctx context.Context, o divideSettings, ws *workspace, uri string
 				ok = false
 				break
 			}
-			owners[id] = s.Owner
+			owners[id], armers[id] = s.Owner, s.ArmedBy
 		}
 		if ok {
 			break
@@ -163,8 +167,11 @@ func runHandoff(ctx context.Context, o divideSettings, ws *workspace, uri string
 	}
 	var owned []string
 	for _, id := range hot {
-		if owners[id] == ids[0] {
+		if slices.Contains(res.victims, owners[id]) {
 			owned = append(owned, id)
+			if !slices.ContainsFunc(armers[id], func(a string) bool { return !slices.Contains(res.victims, a) }) {
+				res.orphaned++
+			}
 		}
 	}
 	res.owned = len(owned)
@@ -173,13 +180,17 @@ func runHandoff(ctx context.Context, o divideSettings, ws *workspace, uri string
 	// Killed between two slots, so that no slot races the kill.
 	time.Sleep(time.Until(before.Add(o.before).Add(400 * time.Millisecond)))
 	res.killAt = time.Now()
-	if err := ds[0].cmd.Process.Kill(); err != nil {
-		return nil, nil, fmt.Errorf("SIGKILL %s: %w", ids[0], err)
+	for i := range o.kill {
+		if err := ds[i].cmd.Process.Kill(); err != nil {
+			return nil, nil, fmt.Errorf("SIGKILL %s: %w", ids[i], err)
+		}
 	}
-	<-ds[0].done
-	ds[0] = nil
-	logf("handoff: %s (owner of %d of the %d every-second jobs) SIGKILLed at %s", ids[0], len(owned), o.hot,
-		res.killAt.Format("15:04:05.000"))
+	for i := range o.kill {
+		<-ds[i].done
+		ds[i] = nil
+	}
+	logf("handoff: %s (owners of %d of the %d every-second jobs, %d of them armed by no other replica) SIGKILLed at %s",
+		strings.Join(res.victims, " and "), len(owned), o.hot, res.orphaned, res.killAt.Format("15:04:05.000"))
 	// The survivors see the lease pass (≤ lease after the last heartbeat)
 	// and re-divide; then a replica joins.
 	time.Sleep(time.Until(res.killAt.Add(res.timing.lease + res.timing.heartbeat + 5*time.Second)))
@@ -197,11 +208,11 @@ func runHandoff(ctx context.Context, o divideSettings, ws *workspace, uri string
 		return nil, j, fmt.Errorf("%s: %w", res.joiner, err)
 	}
 	logf("handoff: %s joined, ready after %s", res.joiner, res.joinReady.Round(time.Millisecond))
-	profiling := cpuProfiles(ctx, o.cpuProfiles, append(slices.Clone(ds[1:]), j), append(slices.Clone(ids[1:]), res.joiner))
+	profiling := cpuProfiles(ctx, o.cpuProfiles, append(slices.Clone(ds[o.kill:]), j), append(slices.Clone(ids[o.kill:]), res.joiner))
 	defer profiling.Wait()
 	// The others see it at their next heartbeat; the armed counts then
 	// hold still.
-	live := append(slices.Clone(ds[1:]), j)
+	live := append(slices.Clone(ds[o.kill:]), j)
 	var last []int64
 	since := time.Now()
 	for start := time.Now(); time.Since(start) < o.settle; time.Sleep(time.Second) {
@@ -398,9 +409,13 @@ func (res *handoffResult) account(runs []record.RunDoc, lines map[slotKey]int, h
 		isOwned[id] = true
 	}
 	kill := res.killAt
+	theKilled := "the killed replica's jobs"
+	if len(res.victims) > 1 {
+		theKilled = "the killed replicas' jobs"
+	}
 	phases := []*handoffPhase{
-		{name: "all up, the killed replica's jobs"}, {name: "all up, the other jobs"},
-		{name: "after the death, the killed replica's jobs"}, {name: "after the death, the other jobs"},
+		{name: "all up, " + theKilled}, {name: "all up, the other jobs"},
+		{name: "after the death, " + theKilled}, {name: "after the death, the other jobs"},
 		{name: "after the join, every job"},
 	}
 	lates := make([][]time.Duration, len(phases))
@@ -428,7 +443,7 @@ func (res *handoffResult) account(runs []record.RunDoc, lines map[slotKey]int, h
 			n := lines[k]
 			p.slots++
 			switch {
-			case hasRun && (n == 1 || (n == 0 && r.Status == record.StatusAbandoned && r.Instance == res.victim)):
+			case hasRun && (n == 1 || (n == 0 && r.Status == record.StatusAbandoned && slices.Contains(res.victims, r.Instance))):
 				p.once++
 			case n > 1:
 				p.doubled++
@@ -468,8 +483,8 @@ func handoffTable(res *handoffResult) string {
 	var b strings.Builder
 	t := res.timing
 	fmt.Fprintf(&b, "\nkill/join (divide_schedules true): %d every-second jobs (action: a line appended to a file) beside the N; "+
-		"membership heartbeat %s, lease %s, claim grace %s; %s SIGKILLed at %s owning %d of them; %s started %s after the kill, ready in %s\n",
-		res.hot, t.heartbeat, t.lease, t.grace, res.victim, res.killAt.UTC().Format("15:04:05.000"), res.owned,
+		"membership heartbeat %s, lease %s, claim grace %s; %s SIGKILLed at %s owning %d of them (%d armed by no other replica); %s started %s after the kill, ready in %s\n",
+		res.hot, t.heartbeat, t.lease, t.grace, strings.Join(res.victims, " and "), res.killAt.UTC().Format("15:04:05.000"), res.owned, res.orphaned,
 		res.joiner, res.joinAt.Sub(res.killAt).Round(100*time.Millisecond), res.joinReady.Round(100*time.Millisecond))
 	var worst firstAfter
 	bad := 0

@@ -16,7 +16,7 @@ import (
 func TestHandoffAccount(t *testing.T) {
 	base := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return base.Add(time.Duration(s) * time.Second) }
-	res := &handoffResult{victim: "r1", killAt: at(3).Add(400 * time.Millisecond), joinAt: at(6).Add(200 * time.Millisecond),
+	res := &handoffResult{victims: []string{"r1"}, killAt: at(3).Add(400 * time.Millisecond), joinAt: at(6).Add(200 * time.Millisecond),
 		runsByMember: map[string]int{}}
 	run := func(job string, s int, by, status string, late time.Duration) record.RunDoc {
 		return record.RunDoc{JobID: job, ScheduledAt: at(s), Instance: by, Status: status, StartedAt: at(s).Add(late)}
