@@ -319,7 +319,42 @@ const handOverReads = 4
 // decided slots of a job cannot be read (handOverReads tries of its
 // slice), the window's slots are recorded missed, hand_over, rather than
 // left without a record; the recorder leaves out any a replica decided.
+//
+// The jobs with a slot in the window go first (inWindow), in a read of
+// their own: only their slots can still run, and they must be claimed
+// before the engine's own first fires of the jobs, or they are skipped for
+// a later slot. The others (two dead replicas leave tens of thousands of
+// daily jobs, none due in the window) are read after them, only to record
+// older gaps.
 func (s *Service) handOver(ctx context.Context, ids []string, now time.Time) {
+	due, rest := s.inWindow(ids, now)
+	s.handOverSome(ctx, due, now)
+	s.handOverSome(ctx, rest, now)
+}
+
+// inWindow splits ids into the jobs with a slot in the hand-over window
+// before now (a second after it included) and the others, in their order.
+// A job the engine does not arm (disarmed again meanwhile) is among the
+// others.
+func (s *Service) inWindow(ids []string, now time.Time) (due, rest []string) {
+	from := now.Add(-s.handOverWindow() - time.Nanosecond)
+	for _, id := range ids {
+		if next, ok := s.engine.NextFunc(id); ok {
+			if t := next(from); !t.IsZero() && !t.After(now.Add(time.Second)) {
+				due = append(due, id)
+				continue
+			}
+		}
+		rest = append(rest, id)
+	}
+	return due, rest
+}
+
+// handOverSome is handOver for the jobs ids, read together.
+func (s *Service) handOverSome(ctx context.Context, ids []string, now time.Time) {
+	if len(ids) == 0 {
+		return
+	}
 	decided, unread, err := s.readDecidedSlots(ctx, "hand-over", ids, now)
 	if ctx.Err() != nil {
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,9 +63,10 @@ func decidedReadIDs(cmd bsoncore.Document) []string {
 
 // ghostsAndJobs inserts into db the members g1, g2 and g3, documents
 // only (firing since a minute before now, their last heartbeat at now,
-// their leases ending at until), and nJobs every-second jobs ho000…; it
-// returns the members and the jobs' ids.
-func ghostsAndJobs(t *testing.T, db *mongo.Database, now time.Time, until [3]time.Time, nJobs int) ([]members.Member, []string) {
+// their leases ending at until), nJobs every-second jobs ho000… and
+// nYearly jobs hy000… due at midnight on 1 January; it returns the
+// members and the jobs' ids.
+func ghostsAndJobs(t *testing.T, db *mongo.Database, now time.Time, until [3]time.Time, nJobs, nYearly int) ([]members.Member, []string) {
 	t.Helper()
 	var ghosts []members.Member
 	for i, id := range []string{"g1", "g2", "g3"} {
@@ -78,10 +80,13 @@ func ghostsAndJobs(t *testing.T, db *mongo.Database, now time.Time, until [3]tim
 	}
 	var ids []string
 	var docs []any
-	for i := range nJobs {
-		id := fmt.Sprintf("ho%03d", i)
+	for i := range nJobs + nYearly {
+		id, expr := fmt.Sprintf("ho%03d", i), "* * * * * *"
+		if i >= nJobs {
+			id, expr = fmt.Sprintf("hy%03d", i-nJobs), "0 0 1 1 *"
+		}
 		ids = append(ids, id)
-		docs = append(docs, bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: "* * * * * *"},
+		docs = append(docs, bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: expr},
 			{Key: "job", Value: "tick"}, {Key: "updated_at", Value: now}})
 	}
 	if _, err := db.Collection("schedules").InsertMany(context.Background(), docs); err != nil {
@@ -101,7 +106,9 @@ func dividingR1() Options {
 	return opts
 }
 
-func newHandOverEnv(t *testing.T, nJobs int) *handOverEnv {
+// newHandOverEnv starts r1 beside the ghosts, with nJobs every-second
+// jobs and nYearly yearly ones (ghostsAndJobs).
+func newHandOverEnv(t *testing.T, nJobs, nYearly int) *handOverEnv {
 	t.Helper()
 	e := &handOverEnv{}
 	var through *mongo.Database
@@ -111,7 +118,7 @@ func newHandOverEnv(t *testing.T, nJobs int) *handOverEnv {
 	now := time.Now()
 	dies := now.Add(8 * time.Second)
 	var ghosts []members.Member
-	ghosts, e.ids = ghostsAndJobs(t, e.db, now, [3]time.Time{dies, now.Add(time.Hour), dies}, nJobs)
+	ghosts, e.ids = ghostsAndJobs(t, e.db, now, [3]time.Time{dies, now.Add(time.Hour), dies}, nJobs, nYearly)
 	// Who armed what before, and after, g1 and g3 are gone.
 	before := append(slices.Clone(ghosts), members.Member{ID: "r1"})
 	for _, id := range e.ids {
@@ -174,7 +181,7 @@ func (e *handOverEnv) readsSince(n int) [][]string {
 // live member armed already are left to that member's fires, and armed at
 // the engine's pace. A failed read is tried again.
 func TestHandOverReadsOnlyOrphanedJobs(t *testing.T) {
-	e := newHandOverEnv(t, 40)
+	e := newHandOverEnv(t, 40, 0)
 	start := len(e.readsSince(0)) // the start-up's read
 	e.proxy.FailNext(isDecidedRead, faultproxy.ErrorReply{Code: 1, CodeName: "InternalError", Errmsg: "hand-over read refused by the test"})
 	e.waitAllArmed(t)
@@ -199,11 +206,38 @@ func TestHandOverReadsOnlyOrphanedJobs(t *testing.T) {
 	}
 }
 
+// Of the orphans, those with a slot in the hand-over window are read
+// first, in a read of their own: theirs are the slots that can still run,
+// and the engine's own first fires must not come before them. The others
+// (yearly jobs here, none due in the window) are read after them.
+func TestHandOverReadsTheJobsDueInTheWindowFirst(t *testing.T) {
+	e := newHandOverEnv(t, 40, 40)
+	var due, yearly []string
+	for _, id := range e.orphans {
+		if strings.HasPrefix(id, "hy") {
+			yearly = append(yearly, id)
+		} else {
+			due = append(due, id)
+		}
+	}
+	if len(due) == 0 || len(yearly) == 0 {
+		t.Fatalf("orphans %v: want every-second and yearly jobs among them", e.orphans)
+	}
+	start := len(e.readsSince(0))
+	e.waitAllArmed(t)
+	waitFor(t, 30*time.Second, "the hand-over's two reads", func() bool { return len(e.readsSince(start)) >= 2 })
+	reads := e.readsSince(start)
+	if len(reads) != 2 || !slices.Equal(reads[0], due) || !slices.Equal(reads[1], yearly) {
+		t.Fatalf("reads of the decided slots after the re-division %v, want the orphans due in the window %v, then the yearly ones %v",
+			reads, due, yearly)
+	}
+}
+
 // A hand-over read that fails every try leaves no orphan's slots without
 // a record: the window's slots, up to r1's first, are recorded missed,
 // hand_over.
 func TestHandOverReadFailingRecordsTheWindowMissed(t *testing.T) {
-	e := newHandOverEnv(t, 40)
+	e := newHandOverEnv(t, 40, 0)
 	e.proxy.FailTimes(handOverReads, isDecidedRead,
 		faultproxy.ErrorReply{Code: 1, CodeName: "InternalError", Errmsg: "hand-over read refused by the test"})
 	for _, id := range e.orphans {
@@ -346,7 +380,7 @@ func TestOrphanedCountsOnlyAnArmerFiringBeforeTheOtherWent(t *testing.T) {
 // ones, so it fired while they lived, and the jobs it armed with them are
 // not orphaned. Only the jobs of g1 and g3 together are read.
 func TestHandOverJudgesAGoneMemberByItsLastHeartbeatSeen(t *testing.T) {
-	e := newHandOverEnv(t, 40)
+	e := newHandOverEnv(t, 40, 0)
 	start := len(e.readsSince(0))
 	coll := e.db.Collection(members.CollectionName)
 	set := func(id string, fields bson.D) {
@@ -395,7 +429,7 @@ func TestHandOverJudgesAGoneMemberByItsLastHeartbeatSeen(t *testing.T) {
 func TestHandOverOfJobsArmedLateWhoseOtherArmerWentBefore(t *testing.T) {
 	db, through, p := proxiedDatabase(t)
 	now := time.Now()
-	ghosts, ids := ghostsAndJobs(t, db, now, [3]time.Time{now.Add(4 * time.Second), now.Add(9 * time.Second), now.Add(time.Hour)}, 60)
+	ghosts, ids := ghostsAndJobs(t, db, now, [3]time.Time{now.Add(4 * time.Second), now.Add(9 * time.Second), now.Add(time.Hour)}, 60, 0)
 	reads := countDecidedReads(p)
 	self := members.Member{ID: "r1"}
 	all := append(slices.Clone(ghosts), self)
