@@ -49,13 +49,14 @@ const handOverWorkers = 16
 // has started.
 //
 // A re-division arms at once only the jobs no live replica fired
-// meanwhile (orphanRule), and hands them over; the jobs another armer
-// fires, all of them after a single death, are armed at the engine's pace
-// (Engine.ArmPaced) until the view changes again. Since those are armed
-// here only from the end of their round, a round is kept until every live
-// member has heartbeated after it: a member gone before that may have
-// left one of them with no replica between its death and the round, and
-// such jobs are handed over too.
+// meanwhile (orphanRule), and hands them over, their fires held until
+// their slots of the hand-over are claimed (handOverGates); the jobs
+// another armer fires, all of them after a single death, are armed at the
+// engine's pace (Engine.ArmPaced) until the view changes again. Since
+// those are armed here only from the end of their round, a round is kept
+// until every live member has heartbeated after it: a member gone before
+// that may have left one of them with no replica between its death and
+// the round, and such jobs are handed over too.
 func (s *Service) runDivide(ctx context.Context) {
 	if !s.opts.DivideSchedules {
 		return
@@ -72,6 +73,12 @@ func (s *Service) runDivide(ctx context.Context) {
 			var urgent func(string) bool // the first division: every job at once, and handed over
 			if last != "" {
 				urgent = orphanRule(prev, live, s.opts.InstanceID, neverHere)
+				// The fires of the jobs armed at once wait for their
+				// hand-over (handOverGates), from before the first is armed.
+				s.gates.expect(func(id string) bool {
+					from, _, ok := s.engine.FiresFrom(id)
+					return ok && !from.Before(started) && urgent(id)
+				})
 			}
 			armed, deferred, disarmed := s.engine.Rearm(urgent)
 			var late map[time.Time][]string
@@ -87,10 +94,16 @@ func (s *Service) runDivide(ctx context.Context) {
 					"armed_here", len(armed), "deferred_here", len(deferred), "disarmed_here", len(disarmed),
 					"handed_over", len(armed)+nLate, "armed", s.engine.Len())
 			}
-			last = key
-			if len(armed) > 0 {
+			if last != "" {
+				due, rest := s.inWindow(armed, started)
+				s.gates.hold(due)
+				s.handOverSome(ctx, due, started)
+				s.gates.release(due...)
+				s.handOverSome(ctx, rest, started)
+			} else if len(armed) > 0 {
 				s.handOver(ctx, armed, started)
 			}
+			last = key
 			// A job armed late is handed over as of its round's start: this
 			// replica's own claims of it all come after.
 			for from, ids := range late {
@@ -119,6 +132,21 @@ func (s *Service) runDivide(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// fireArmed is the engine's fire callback: the fire goes to the fire
+// path's claim batch (Runner.Submit), unless its job is being handed over
+// (handOverGates). Then it waits for the hand-over's offers and the fires
+// of the job before it, and is offered with the hand-over window to start
+// in, its claim answered before the next one's.
+func (s *Service) fireArmed(d schedule.Due) {
+	gate := s.gates.turn(d.Schedule.ID)
+	if gate == nil {
+		s.runner.Submit(d)
+		return
+	}
+	defer s.gates.done(d.Schedule.ID, gate)
+	s.runner.Offer(d, s.handOverWindow())
 }
 
 // armRound is the jobs one re-division armed here at the engine's pace
@@ -323,9 +351,10 @@ const handOverReads = 4
 // The jobs with a slot in the window go first (inWindow), in a read of
 // their own: only their slots can still run, and they must be claimed
 // before the engine's own first fires of the jobs, or they are skipped for
-// a later slot. The others (two dead replicas leave tens of thousands of
-// daily jobs, none due in the window) are read after them, only to record
-// older gaps.
+// a later slot (at a re-division, runDivide also holds those fires until
+// then: handOverGates). The others (two dead replicas leave tens of
+// thousands of daily jobs, none due in the window) are read after them,
+// only to record older gaps.
 func (s *Service) handOver(ctx context.Context, ids []string, now time.Time) {
 	due, rest := s.inWindow(ids, now)
 	s.handOverSome(ctx, due, now)
@@ -350,7 +379,9 @@ func (s *Service) inWindow(ids []string, now time.Time) (due, rest []string) {
 	return due, rest
 }
 
-// handOverSome is handOver for the jobs ids, read together.
+// handOverSome is handOver for the jobs ids, read together. It releases
+// the fires of each job it offers slots for (handOverGates) once they are
+// answered.
 func (s *Service) handOverSome(ctx context.Context, ids []string, now time.Time) {
 	if len(ids) == 0 {
 		return
@@ -393,6 +424,7 @@ func (s *Service) handOverSome(ctx context.Context, ids []string, now time.Time)
 // (known false: it could not be read; the window's slots are then
 // recorded missed).
 func (s *Service) handOverJob(ctx context.Context, id string, last time.Time, known bool, now time.Time, window time.Duration) {
+	defer s.gates.release(id) // its fires, held for this, go on
 	st, ok := s.engine.Get(id)
 	if !ok || !st.Armed {
 		return // disarmed again meanwhile

@@ -466,3 +466,81 @@ func TestHandOverOfJobsArmedLateWhoseOtherArmerWentBefore(t *testing.T) {
 		}
 	}
 }
+
+// The engine's fires of a job handed over wait for the hand-over's
+// offers: the window's slots are claimed first, oldest first, then the
+// engine's own, so that none is skipped for a later slot claimed before
+// it. The hand-over's read of the decided slots is held back here until
+// the engine has a fire of an orphan to send (waiting for its turn, or,
+// without the gates, claimed), as a slow database does. Every slot from
+// the last decided one on is then run (or skipped by the job's overlap
+// policy while the run before it holds the lock), or recorded missed,
+// hand_over, before the window.
+func TestHandOverClaimsItsSlotsBeforeTheEnginesFires(t *testing.T) {
+	e := newHandOverEnv(t, 40, 0)
+	decided := time.Now().Truncate(time.Second)
+	for _, id := range e.orphans {
+		if _, err := e.db.Collection(record.LocksCollection).InsertOne(context.Background(), bson.D{{Key: "_id", Value: id},
+			{Key: "state", Value: record.LockFree}, {Key: "last_slot", Value: decided}, {Key: "fence", Value: int64(0)},
+			{Key: "updated_at", Value: decided}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := e.proxy.HoldNext(isDecidedRead)
+	t.Cleanup(read.Release)
+	select {
+	case <-read.Held():
+	case <-time.After(60 * time.Second):
+		t.Fatal("no hand-over read of the decided slots within 60 s")
+	}
+	heldAt := time.Now()
+	waitFor(t, 30*time.Second, "a fire of an orphan after the re-division, waiting its turn or claimed", func() bool {
+		if e.d.service.gates.waiting() > 0 {
+			return true
+		}
+		for _, id := range e.orphans {
+			if len(runsOf(t, e.db, id, heldAt)) > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	read.Release()
+	until := time.Now().Add(2 * time.Second).Truncate(time.Second)
+	for _, id := range e.orphans {
+		var runs []record.RunDoc
+		waitFor(t, 30*time.Second, id+"'s slots up to "+until.Format(time.RFC3339)+" decided", func() bool {
+			runs = runsOf(t, e.db, id, decided)
+			for _, r := range runs {
+				if !r.ScheduledAt.Before(until) && r.Status != record.StatusClaiming && r.Status != record.StatusRunning {
+					return true
+				}
+			}
+			return false
+		})
+		covered := map[time.Time]string{}
+		for _, r := range runs {
+			// The job's overlap policy (skip) may skip a slot whose previous
+			// run still holds the lock, as for any fire; nothing else may.
+			if r.Status == record.StatusSkipped && strings.HasSuffix(r.Reason, " still holds the lock") {
+				covered[r.ScheduledAt.UTC()] = record.StatusSucceeded + " "
+				continue
+			}
+			last := r.ScheduledAt
+			if r.Status == record.StatusMissed && !r.LastScheduledAt.IsZero() {
+				last = r.LastScheduledAt
+			}
+			for s := r.ScheduledAt; !s.After(last); s = s.Add(time.Second) {
+				covered[s.UTC()] = r.Status + " " + r.Reason
+			}
+		}
+		for s := decided.Add(time.Second); !s.After(until); s = s.Add(time.Second) {
+			switch got := covered[s.UTC()]; got {
+			case record.StatusSucceeded + " ", record.StatusMissed + " " + record.MissedHandOver:
+			default:
+				t.Errorf("%s: slot %s is %q, want succeeded (or skipped, the run before holding the lock), or missed %s before the window",
+					id, s.Format(time.RFC3339), got, record.MissedHandOver)
+			}
+		}
+	}
+}

@@ -44,6 +44,7 @@ type Service struct {
 	store     *runstore.Store
 	runner    *firepath.Runner
 	engine    *scheduler.Engine
+	gates     *handOverGates // the engine's fires of jobs being handed over wait for it (divide.go)
 	watcher   *changestream.Watcher
 	history   *editHistory
 	blackouts *blackoutWatch // blackouts.go

@@ -30,8 +30,8 @@ import (
 
 func newService(db *mongo.Database, opts Options) *Service {
 	return &Service{opts: opts, db: db, log: opts.Logger.With("instance_id", opts.InstanceID),
-		registry: actions.NewRegistry(),
-		synced:   make(chan struct{}), away: make(chan struct{}), decided: decidedAtStart{read: make(chan struct{})},
+		registry: actions.NewRegistry(), gates: newHandOverGates(),
+		synced: make(chan struct{}), away: make(chan struct{}), decided: decidedAtStart{read: make(chan struct{})},
 		decidedSlice: decidedReadSlice,
 		events:       httpapi.NewBroker(httpapi.BrokerOptions{})}
 }
@@ -113,8 +113,9 @@ func (s *Service) newEngine() *scheduler.Engine {
 		Location: s.opts.Location,
 		// Submit: a fire waiting for its claim batch holds no goroutine.
 		// Fire lateness is observed by the fire path when a worker takes
-		// the fire (fireHooks), not here.
-		Fire:   s.runner.Submit,
+		// the fire (fireHooks), not here. A fire of a job being handed
+		// over waits for the hand-over's offers first (divide.go).
+		Fire:   s.fireArmed,
 		Logger: s.log,
 		// The registry is the handlers' policy: a schedule naming no
 		// registered handler, or excluding a calendar not in force, is
