@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/internal/childproc"
+	"github.com/cronswap/cronswap/internal/scratch"
 	"github.com/cronswap/cronswap/internal/secret"
 	"github.com/cronswap/cronswap/jobs"
 )
@@ -150,26 +151,19 @@ func (a *ExecAction) HandleOutput(ctx context.Context, f jobs.Run) (Output, erro
 	return out, &ExitError{Code: code, Stderr: out.Stderr, Err: err}
 }
 
-// tempOutput creates the temporary file that takes one output stream, and
-// on Unix removes its name at once: the daemon and the program hold it
-// open, and it disappears with the last of them, however the daemon ends,
-// so a daemon killed mid-run (SIGKILL, out of memory) leaves no job output
-// on disk. Where an open file cannot be removed, removeOutput removes it
-// after the run.
+// tempOutput creates the temporary file that takes one output stream
+// (scratch.New: on Unix it has no name, so a daemon killed mid-run leaves
+// no job output on disk). removeOutput closes it.
 func tempOutput(stream string) (*os.File, error) {
-	f, err := os.CreateTemp("", "cronswap-"+stream+"-*")
+	f, err := scratch.New("cronswap-" + stream + "-*")
 	if err != nil {
 		return nil, fmt.Errorf("%s file: %w", stream, err)
 	}
-	_ = os.Remove(f.Name())
 	return f, nil
 }
 
-// removeOutput closes f and removes its name if tempOutput could not.
-func removeOutput(f *os.File) {
-	_ = f.Close()
-	_ = os.Remove(f.Name())
-}
+// removeOutput closes f, a file from tempOutput (scratch.Close).
+func removeOutput(f *os.File) { _ = scratch.Close(f) }
 
 // fileTail returns the last n bytes of f with every known secret redacted,
 // trimmed of surrounding space: the one truncation rule of every output

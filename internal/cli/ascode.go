@@ -16,6 +16,7 @@ import (
 
 	"github.com/cronswap/cronswap/internal/admin"
 	"github.com/cronswap/cronswap/internal/schedfile"
+	"github.com/cronswap/cronswap/internal/scratch"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
@@ -308,16 +309,19 @@ func (s *session) applyBatch(ctx context.Context, changes []admin.Change, meta a
 // plan it.
 type source struct {
 	name string // as given; "-" for stdin
-	path string // what to open
+	path string // what to open, when not stdin
 	max  int64
-	tmp  bool // path is a copy of stdin to remove
+	// stdin is the copy of stdin (scratch.New: no name on disk, so a CLI
+	// killed meanwhile leaves nothing behind), size bytes; nil for a file.
+	stdin *os.File
+	size  int64
 	// filter selects what is compared and pruned (--category, --id-prefix):
 	// an entry it does not select is refused.
 	filter admin.ScheduleFilter
 }
 
 // openFile checks --file, --max-file-size and the selection; stdin is copied to a
-// temporary file (at most the limit), since the file is read twice.
+// temporary file without a name (at most the limit), since the file is read twice.
 func openFile(c *ucli.Context, stdin io.Reader) (*source, error) {
 	name := c.String("file")
 	if name == "" {
@@ -353,16 +357,12 @@ func openFile(c *ucli.Context, stdin io.Reader) (*source, error) {
 		}
 		return &source{name: name, path: name, max: max, filter: filter}, nil
 	}
-	f, err := os.CreateTemp("", "cronswap-stdin-*.yaml")
+	f, err := scratch.New("cronswap-stdin-*.yaml")
 	if err != nil {
 		return nil, ucli.Exit(err.Error(), ExitUserError)
 	}
-	defer f.Close()
-	src := &source{name: "-", path: f.Name(), max: max, tmp: true, filter: filter}
+	src := &source{name: "-", max: max, stdin: f, filter: filter}
 	n, err := io.Copy(f, io.LimitReader(stdin, max+1))
-	if err == nil {
-		err = f.Close()
-	}
 	if err != nil {
 		src.close()
 		return nil, ucli.Exit("read stdin: "+err.Error(), ExitUserError)
@@ -371,10 +371,16 @@ func openFile(c *ucli.Context, stdin io.Reader) (*source, error) {
 		src.close()
 		return nil, tooLarge(n)
 	}
+	src.size = n
 	return src, nil
 }
 
+// reader reads the file from its start, each time it is called; close the
+// closer when done.
 func (s *source) reader() (*schedfile.Reader, io.Closer, error) {
+	if s.stdin != nil {
+		return schedfile.NewReader(io.NewSectionReader(s.stdin, 0, s.size), s.max), io.NopCloser(nil), nil
+	}
 	f, err := os.Open(s.path)
 	if err != nil {
 		return nil, nil, err
@@ -382,9 +388,10 @@ func (s *source) reader() (*schedfile.Reader, io.Closer, error) {
 	return schedfile.NewReader(f, s.max), f, nil
 }
 
+// close lets go of the copy of stdin, if any.
 func (s *source) close() {
-	if s.tmp {
-		_ = os.Remove(s.path)
+	if s.stdin != nil {
+		_ = scratch.Close(s.stdin)
 	}
 }
 

@@ -3,6 +3,8 @@ package cli_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -612,5 +614,42 @@ func TestExportRefusesBadValuesFirst(t *testing.T) {
 	r := run(t, "export", "--category", "billing", "--id-prefix", "team.a/", "-o", "json", "--mongo-uri", uri, "--timeout", "300ms")
 	if r.code != cli.ExitUnreachable {
 		t.Errorf("export with values: %v", r)
+	}
+}
+
+// tmpWatcher is stdin that, each time it is read, notes the entries of
+// dir (the command's $TMPDIR) while the command copies it.
+type tmpWatcher struct {
+	r    io.Reader
+	dir  string
+	seen []string
+}
+
+func (w *tmpWatcher) Read(p []byte) (int, error) {
+	entries, _ := os.ReadDir(w.dir)
+	for _, e := range entries {
+		w.seen = append(w.seen, e.Name())
+	}
+	return w.r.Read(p)
+}
+
+// Schedules given on stdin are copied to a temporary file that has no
+// name on disk (a CLI killed meanwhile leaves nothing), and both reads of
+// it — the plan and the apply — see the whole of it.
+func TestApplyFromStdinLeavesNoFile(t *testing.T) {
+	e := newEnv(t)
+	e.ok("init")
+	dir := t.TempDir()
+	t.Setenv("TMPDIR", dir)
+	in := &tmpWatcher{dir: dir, r: strings.NewReader("_id: a\ncron_expr: '@daily'\n---\n_id: b\ncron_expr: '@hourly'\n")}
+	r := e.runFrom(in, "apply", "-f", "-", "--by", "ci")
+	if r.code != cli.ExitOK || e.count("schedules") != 2 {
+		t.Fatalf("apply -f -: %v, %d schedules", r, e.count("schedules"))
+	}
+	if len(in.seen) != 0 {
+		t.Fatalf("files in $TMPDIR while stdin was copied: %v, want none", in.seen)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("files left in $TMPDIR: %v", entries)
 	}
 }

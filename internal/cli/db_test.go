@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -60,13 +61,19 @@ func (e *env) run(args ...string) result {
 // runIn runs a command with stdin.
 func (e *env) runIn(stdin string, args ...string) result {
 	e.t.Helper()
+	return e.runFrom(strings.NewReader(stdin), args...)
+}
+
+// runFrom runs a command with stdin read from r.
+func (e *env) runFrom(r io.Reader, args ...string) result {
+	e.t.Helper()
 	e.t.Setenv(config.EnvConfig, "")
 	e.t.Setenv(config.EnvMongoURI, "")
 	e.t.Setenv(config.EnvInstanceID, "")
 	var stdout, stderr bytes.Buffer
 	full := append([]string{"cronswap"}, args...)
 	full = append(full, "--config", e.cfg, "--timeout", "30s")
-	code := cli.Run(full, strings.NewReader(stdin), &stdout, &stderr)
+	code := cli.Run(full, r, &stdout, &stderr)
 	return result{code, stdout.String(), stderr.String()}
 }
 
