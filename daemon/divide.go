@@ -66,6 +66,15 @@ func (s *Service) runDivide(ctx context.Context) {
 	var rounds []armRound
 	t := time.NewTicker(redivideEvery)
 	defer t.Stop()
+	// The hand-overs' background reads (handOverRest) go on beside the
+	// loop, which keeps following the live members meanwhile.
+	var background sync.WaitGroup
+	defer background.Wait()
+	handOverRest := func(ids []string, from time.Time) {
+		if len(ids) > 0 {
+			background.Go(func() { s.handOverSome(ctx, ids, from, true) })
+		}
+	}
 	for {
 		live := s.members.LiveView()
 		if key := liveKey(live); key != last {
@@ -94,31 +103,37 @@ func (s *Service) runDivide(ctx context.Context) {
 					"armed_here", len(armed), "deferred_here", len(deferred), "disarmed_here", len(disarmed),
 					"handed_over", len(armed)+nLate, "armed", s.engine.Len())
 			}
+			// Each hand-over offers the slots of the jobs due in its window
+			// now, and reads the others in the background once the deferred
+			// jobs are armed.
+			due, rest := s.inWindow(armed, started)
 			if last != "" {
-				due, rest := s.inWindow(armed, started)
 				s.gates.hold(due)
-				s.handOverSome(ctx, due, started)
-				s.gates.release(due...)
-				s.handOverSome(ctx, rest, started)
-			} else if len(armed) > 0 {
-				s.handOver(ctx, armed, started)
 			}
+			s.handOverSome(ctx, due, started, false)
+			s.gates.release(due...)
 			last = key
 			// A job armed late is handed over as of its round's start: this
 			// replica's own claims of it all come after.
+			lateRest := map[time.Time][]string{}
 			for from, ids := range late {
-				s.handOver(ctx, ids, from)
+				due, lateRest[from] = s.inWindow(ids, from)
+				s.handOverSome(ctx, due, from, false)
 			}
 			if len(deferred) > 0 {
-				paced, rest := s.engine.ArmPaced(deferred, func() bool {
+				paced, notArmed := s.engine.ArmPaced(deferred, func() bool {
 					return ctx.Err() != nil || liveKey(s.members.LiveView()) != key
 				})
 				s.log.Info("schedules re-divided: the deferred jobs armed at the engine's pace", "live", key,
-					"armed_here", len(paced), "not_armed", len(rest), "took", time.Since(started), "armed", s.engine.Len())
+					"armed_here", len(paced), "not_armed", len(notArmed), "took", time.Since(started), "armed", s.engine.Len())
 				if len(paced) > 0 {
 					slices.Sort(paced)
 					rounds = append(rounds, armRound{ids: paced, from: started, at: time.Now()})
 				}
+			}
+			handOverRest(rest, started)
+			for from, ids := range lateRest {
+				handOverRest(ids, from)
 			}
 		}
 		rounds = slices.DeleteFunc(rounds, func(r armRound) bool { return heardSince(live, s.opts.InstanceID, r.at) })
@@ -336,17 +351,18 @@ func (s *Service) claimGrace() time.Duration {
 // slots; the waits between them double from a second.
 const handOverReads = 4
 
-// handOver offers the fire path, for each job just armed here at now that
-// no live replica armed before (orphaned), the slots of the hand-over:
-// those after its last decided slot (its lock's last_slot) and before this
-// engine's first activation of it, within handOverWindow before now — each
-// once, oldest first, whatever the job's catch-up setting (the claim
-// decides: a slot another replica ran, or is running, is not run again).
-// The slots between the last decided one and the window are recorded
-// missed (record.MissedHandOver): no replica armed the job then. When the
-// decided slots of a job cannot be read (handOverReads tries of its
-// slice), the window's slots are recorded missed, hand_over, rather than
-// left without a record; the recorder leaves out any a replica decided.
+// The hand-over (runDivide, handOverSome): for each job just armed here
+// at now that no live replica armed before (orphaned), the fire path is
+// offered the slots after its last decided slot (its lock's last_slot)
+// and before this engine's first activation of it, within handOverWindow
+// before now — each once, oldest first, whatever the job's catch-up
+// setting (the claim decides: a slot another replica ran, or is running,
+// is not run again). The slots between the last decided one and the
+// window are recorded missed (record.MissedHandOver): no replica armed the
+// job then. When the decided slots of a job cannot be read (handOverReads
+// tries of its slice), the window's slots are recorded missed, hand_over,
+// rather than left without a record; the recorder leaves out any a
+// replica decided.
 //
 // The jobs with a slot in the window go first (inWindow), in a read of
 // their own: only their slots can still run, and they must be claimed
@@ -354,12 +370,9 @@ const handOverReads = 4
 // a later slot (at a re-division, runDivide also holds those fires until
 // then: handOverGates). The others (two dead replicas leave tens of
 // thousands of daily jobs, none due in the window) are read after them,
-// only to record older gaps.
-func (s *Service) handOver(ctx context.Context, ids []string, now time.Time) {
-	due, rest := s.inWindow(ids, now)
-	s.handOverSome(ctx, due, now)
-	s.handOverSome(ctx, rest, now)
-}
+// in the background once the deferred jobs are armed, only to record
+// older gaps: their reads as of now find the slots decided before it,
+// whatever the engine claimed since.
 
 // inWindow splits ids into the jobs with a slot in the hand-over window
 // before now (a second after it included) and the others, in their order.
@@ -379,16 +392,23 @@ func (s *Service) inWindow(ids []string, now time.Time) (due, rest []string) {
 	return due, rest
 }
 
-// handOverSome is handOver for the jobs ids, read together. It releases
-// the fires of each job it offers slots for (handOverGates) once they are
-// answered.
-func (s *Service) handOverSome(ctx context.Context, ids []string, now time.Time) {
+// handOverSome hands over the jobs ids (see "The hand-over" above), read
+// together (in the background, readDecidedSlots, for the jobs with no
+// slot in the window).
+// It releases the fires of each job it offers slots for (handOverGates)
+// once they are answered.
+func (s *Service) handOverSome(ctx context.Context, ids []string, now time.Time, background bool) {
 	if len(ids) == 0 {
 		return
 	}
-	decided, unread, err := s.readDecidedSlots(ctx, "hand-over", ids, now)
+	began := time.Now()
+	decided, unread, err := s.readDecidedSlots(ctx, "hand-over", ids, now, background)
 	if ctx.Err() != nil {
 		return
+	}
+	if background {
+		s.log.Info("hand-over: the decided slots of the jobs with none in the window read, in the background",
+			"jobs", len(ids)-len(unread), "took", time.Since(began))
 	}
 	if err != nil {
 		s.log.Warn("hand-over: could not read the decided slots of some jobs; their slots of the hand-over window are recorded missed",

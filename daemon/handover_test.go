@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -107,8 +108,8 @@ func dividingR1() Options {
 }
 
 // newHandOverEnv starts r1 beside the ghosts, with nJobs every-second
-// jobs and nYearly yearly ones (ghostsAndJobs).
-func newHandOverEnv(t *testing.T, nJobs, nYearly int) *handOverEnv {
+// jobs and nYearly yearly ones (ghostsAndJobs), and tweaks (startDaemon).
+func newHandOverEnv(t *testing.T, nJobs, nYearly int, tweaks ...func(*Service)) *handOverEnv {
 	t.Helper()
 	e := &handOverEnv{}
 	var through *mongo.Database
@@ -137,7 +138,7 @@ func newHandOverEnv(t *testing.T, nJobs, nYearly int) *handOverEnv {
 	}
 	e.reads = countDecidedReads(p)
 
-	e.d = startDaemon(t, through, dividingR1())
+	e.d = startDaemon(t, through, dividingR1(), tweaks...)
 	waitFor(t, 30*time.Second, "r1 armed its share beside g1, g2 and g3", func() bool {
 		n := 0
 		for _, id := range e.ids {
@@ -230,6 +231,67 @@ func TestHandOverReadsTheJobsDueInTheWindowFirst(t *testing.T) {
 	if len(reads) != 2 || !slices.Equal(reads[0], due) || !slices.Equal(reads[1], yearly) {
 		t.Fatalf("reads of the decided slots after the re-division %v, want the orphans due in the window %v, then the yearly ones %v",
 			reads, due, yearly)
+	}
+}
+
+// The orphans with no slot in the window (yearly here) are read in the
+// background: once the jobs deferred to the engine's pace are armed, in
+// slices a tenth the size of the others', each followed by a pause.
+func TestHandOverReadsTheOthersInTheBackgroundAfterArming(t *testing.T) {
+	e := newHandOverEnv(t, 40, 40, func(s *Service) { s.decidedSlice = 20 })
+	var due, yearly, deferred []string
+	for _, id := range e.newHere {
+		switch {
+		case !slices.Contains(e.orphans, id):
+			deferred = append(deferred, id)
+		case strings.HasPrefix(id, "hy"):
+			yearly = append(yearly, id)
+		default:
+			due = append(due, id)
+		}
+	}
+	if len(due) == 0 || len(yearly) < 3 || len(deferred) == 0 {
+		t.Fatalf("orphans %v, deferred %v: want every-second and at least 3 yearly orphans, and deferred jobs", e.orphans, deferred)
+	}
+	// Whether every deferred job was armed when the first read of yearly
+	// orphans went out.
+	var mu sync.Mutex
+	var armedBefore *bool
+	e.proxy.FailAlways(func(cmd bsoncore.Document) bool {
+		if ids := decidedReadIDs(cmd); isDecidedRead(cmd) && len(ids) > 0 && strings.HasPrefix(ids[0], "hy") {
+			mu.Lock()
+			defer mu.Unlock()
+			if armedBefore == nil {
+				all := !slices.ContainsFunc(deferred, func(id string) bool { return !armed(e.d.engine, id) })
+				armedBefore = &all
+			}
+		}
+		return false
+	}, faultproxy.ErrorReply{})
+	start := len(e.readsSince(0))
+	e.waitAllArmed(t)
+	want := 1 + (len(yearly)+1)/2 // the due ones, then the yearly ones two at a time
+	waitFor(t, 30*time.Second, "the hand-over's reads", func() bool { return len(e.readsSince(start)) >= want })
+	reads := e.readsSince(start)
+	if len(reads) != want || !slices.Equal(reads[0], due) {
+		t.Fatalf("reads of the decided slots after the re-division %v, want the %d due in the window %v first, then the yearly ones %v two at a time",
+			reads, len(due), due, yearly)
+	}
+	var got []string
+	for _, r := range reads[1:] {
+		if len(r) > 2 {
+			t.Errorf("a background read asked for %v: more than a tenth of the slice of 20", r)
+		}
+		got = append(got, r...)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, yearly) {
+		t.Errorf("background reads asked for %v, want the yearly orphans %v", got, yearly)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if armedBefore == nil || !*armedBefore {
+		t.Errorf("the yearly orphans were read before the %d deferred jobs were armed", len(deferred))
 	}
 }
 

@@ -50,6 +50,10 @@ const decidedReadTimeout = 10 * time.Second
 // rather than all within one timeout.
 const decidedReadSlice = 10000
 
+// backgroundReadDivisor divides decidedReadSlice for a background read of
+// the decided slots (readDecidedSlots).
+const backgroundReadDivisor = 10
+
 // slots gives the runner the slot sequence of an armed job.
 func (s *Service) slots(id string) (record.NextFunc, bool) {
 	next, ok := s.engine.NextFunc(id)
@@ -95,7 +99,7 @@ func (s *Service) planDecided(firingAt time.Time) (ids []string, notAfter time.T
 // looked for only among the jobs whose slices were read.
 func (s *Service) readDecided(ctx context.Context, ids []string, notAfter time.Time) {
 	defer s.decided.readOnce.Do(func() { close(s.decided.read) })
-	slots, unread, err := s.readDecidedSlots(ctx, "start-up", ids, notAfter)
+	slots, unread, err := s.readDecidedSlots(ctx, "start-up", ids, notAfter, false)
 	s.decided.mu.Lock()
 	defer s.decided.mu.Unlock()
 	if err != nil && ctx.Err() == nil {
@@ -116,17 +120,35 @@ func (s *Service) readDecided(ctx context.Context, ids []string, notAfter time.T
 // logs. A slice whose tries all fail ends the read: decided then holds
 // the slices read before it, unread the ids from it on (a suffix of ids),
 // and err its last failure.
-func (s *Service) readDecidedSlots(ctx context.Context, who string, ids []string, notAfter time.Time) (decided map[string]time.Time, unread []string, err error) {
+//
+// A background read (background true: nothing waits for it but records
+// of older gaps) goes in slices a tenth the size, and after each waits as
+// long as the slice took: it keeps the database at most half busy, and
+// never for long at a time, for the claims of the fires due meanwhile.
+func (s *Service) readDecidedSlots(ctx context.Context, who string, ids []string, notAfter time.Time, background bool) (decided map[string]time.Time, unread []string, err error) {
 	decided = map[string]time.Time{}
-	for i := 0; i < len(ids); i += s.decidedSlice {
-		part := ids[i:min(i+s.decidedSlice, len(ids))]
+	slice := s.decidedSlice
+	if background {
+		slice = max(slice/backgroundReadDivisor, 1)
+	}
+	for i := 0; i < len(ids); i += slice {
+		part := ids[i:min(i+slice, len(ids))]
 		wait := time.Second
 		for try := 1; ; try++ {
 			rctx, cancel := context.WithTimeout(ctx, decidedReadTimeout)
+			began := time.Now()
 			slots, err := s.store.DecidedSlots(rctx, part, notAfter)
+			took := time.Since(began)
 			cancel()
 			if err == nil {
 				maps.Copy(decided, slots)
+				if background && i+slice < len(ids) {
+					select {
+					case <-ctx.Done():
+						return decided, ids[i+slice:], ctx.Err()
+					case <-time.After(took):
+					}
+				}
 				break
 			}
 			if try == handOverReads || ctx.Err() != nil {
@@ -233,7 +255,7 @@ func (s *Service) confirmVouchers(ctx context.Context, firingAt time.Time) {
 	s.decided.mu.Lock()
 	notAfter := s.decided.notAfter
 	s.decided.mu.Unlock()
-	decided, unread, err := s.readDecidedSlots(ctx, "start-up", ids, notAfter)
+	decided, unread, err := s.readDecidedSlots(ctx, "start-up", ids, notAfter, false)
 	if ctx.Err() != nil {
 		return
 	}
