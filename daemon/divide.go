@@ -366,9 +366,11 @@ const handOverReads = 4
 //
 // The jobs with a slot in the window go first (inWindow), in a read of
 // their own: only their slots can still run, and they must be claimed
-// before the engine's own first fires of the jobs, or they are skipped for
-// a later slot (at a re-division, runDivide also holds those fires until
-// then: handOverGates). The others (two dead replicas leave tens of
+// before the engine's own first fires of the jobs, or the claim takes
+// them no more: a slot overtaken by a later one is recorded missed,
+// hand_over (Runner.Offer), not run (at a re-division, runDivide holds
+// those fires until then: handOverGates; a job armed late was fired
+// before). The others (two dead replicas leave tens of
 // thousands of daily jobs, none due in the window) are read after them,
 // in the background once the deferred jobs are armed, only to record
 // older gaps: their reads as of now find the slots decided before it,

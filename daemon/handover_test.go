@@ -509,6 +509,17 @@ func TestHandOverOfJobsArmedLateWhoseOtherArmerWentBefore(t *testing.T) {
 	if len(late) == 0 {
 		t.Fatal("no job r1 takes from g1 with g2 as the other armer: pick other ids")
 	}
+	// Each job's last decided slot, a second before the test: the
+	// hand-over of the jobs armed late offers their slots of the window
+	// since, which r1's engine overtook (it fires them from the end of the
+	// round, before g2 goes).
+	decided := now.Truncate(time.Second).Add(-time.Second)
+	for _, id := range ids {
+		if _, err := db.Collection(record.RunsCollection).InsertOne(context.Background(), record.RunDoc{ID: record.RunID(id, decided),
+			JobID: id, ScheduledAt: decided, Status: record.StatusSucceeded, EndedAt: decided, ExpireAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	d := startDaemon(t, through, dividingR1())
 	waitFor(t, 30*time.Second, "r1 firing", func() bool { return !d.service.members.Self().FiringSince.IsZero() })
 	waitFor(t, 30*time.Second, "g1 gone and the jobs taken from it armed at r1's pace", func() bool {
@@ -525,6 +536,25 @@ func TestHandOverOfJobsArmedLateWhoseOtherArmerWentBefore(t *testing.T) {
 		if !slices.Equal(got, late) {
 			t.Errorf("read %d of the decided slots asked for %v, want the %d jobs r1 armed late with g2 as the other armer %v",
 				i+1, got, len(late), late)
+		}
+	}
+	// Those slots were due while no replica armed the jobs, and the claim
+	// takes them no more: recorded missed, hand_over, naming the later
+	// slot — not skipped.
+	for _, id := range late {
+		waitFor(t, 30*time.Second, id+"'s overtaken slots of the window recorded missed", func() bool {
+			for _, r := range runsOf(t, db, id, decided) {
+				if r.Status == record.StatusMissed && r.Reason == record.MissedHandOver && strings.Contains(r.Error, "later slot") {
+					return true
+				}
+			}
+			return false
+		})
+		for _, r := range runsOf(t, db, id, decided) {
+			if r.Status == record.StatusSkipped && strings.Contains(r.Reason, "later slot") {
+				t.Errorf("%s: slot %s skipped (%s), want it recorded missed %s", id, r.ScheduledAt.UTC().Format(time.RFC3339),
+					r.Reason, record.MissedHandOver)
+			}
 		}
 	}
 }
@@ -592,8 +622,12 @@ func TestHandOverClaimsItsSlotsBeforeTheEnginesFires(t *testing.T) {
 			if r.Status == record.StatusMissed && !r.LastScheduledAt.IsZero() {
 				last = r.LastScheduledAt
 			}
+			got := r.Status + " " + r.Reason
+			if r.Error != "" {
+				got += " (" + r.Error + ")" // a slot of the window overtaken by the engine's later fire
+			}
 			for s := r.ScheduledAt; !s.After(last); s = s.Add(time.Second) {
-				covered[s.UTC()] = r.Status + " " + r.Reason
+				covered[s.UTC()] = got
 			}
 		}
 		for s := decided.Add(time.Second); !s.After(until); s = s.Add(time.Second) {

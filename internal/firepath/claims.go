@@ -44,8 +44,9 @@ func (r *Runner) claimInBatch(f *fire, then func(claimAnswer)) {
 // fireClaim is what f asks of its claim batch: its slot (or an off-schedule
 // run's own identity, its fence the claim time), the policy it claims
 // under, whether it checks for the owner's record first, its exclusion,
-// a cron slot's max_runs, and, when it may wait on the lock, the schedule
-// it came due under.
+// a cron slot's max_runs and what it is recorded missed with when a later
+// slot overtook it, and, when it may wait on the lock, the schedule it
+// came due under.
 func (r *Runner) fireClaim(f *fire) record.FireClaim {
 	o := f.action.Overlap
 	fc := record.FireClaim{JobID: f.jobID(), Slot: f.due.Slot.UTC(), Overlap: o, Check: !f.owner, Exclusion: f.exclusion}
@@ -53,7 +54,7 @@ func (r *Runner) fireClaim(f *fire) record.FireClaim {
 		fc.RunID, fc.Fence, fc.OffSchedule = f.runID, r.clock.Now().UnixMilli(), true
 		fc.Buffer = f.mayWait && o.Buffers()
 	} else {
-		fc.MaxRuns = f.due.Schedule.MaxRuns
+		fc.MaxRuns, fc.OvertakenReason = f.due.Schedule.MaxRuns, f.overtaken
 	}
 	if o.Buffers() && (!fc.OffSchedule || fc.Buffer) {
 		fc.Schedule = &f.due.Schedule

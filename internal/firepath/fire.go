@@ -145,6 +145,10 @@ type fire struct {
 	// admitted: the fire runs within an admission it inherited (a
 	// buffered fire taken up by the run it waited for).
 	admitted bool
+	// overtaken, when set, is the reason a cron slot is recorded missed
+	// with if a later slot of its job was claimed first (a slot a
+	// hand-over offers: Runner.Offer), instead of skipped.
+	overtaken string
 
 	// Set along the way.
 	action       actions.Action

@@ -11,7 +11,8 @@ import (
 
 // memStore is an in-memory BatchStore with the claim semantics of the
 // MongoDB one (a record per slot decides; a forbid lock is taken by the
-// winner or the fire is skipped), for testing the runner's side of the
+// winner or the fire is skipped; a cron slot older than the lock's last
+// slot is skipped, or recorded missed with its OvertakenReason), for testing the runner's side of the
 // fire path. Hooks let a test hold or fail a step.
 type memStore struct {
 	mu      sync.Mutex
@@ -63,6 +64,17 @@ func (s *memStore) ClaimBatch(_ context.Context, b record.BatchClaim) []record.C
 		s.records[id] = rec
 		l := record.Lease{JobID: f.JobID, RunID: id, Instance: b.Instance, Incarnation: b.Incarnation, Slot: f.Slot,
 			Fence: record.FenceOf(f.Slot), Overlap: f.Overlap, Until: b.Now.Add(b.TTL)}
+		if lk := s.locks[f.JobID]; lk != nil && !f.OffSchedule && lk.LastSlot.After(f.Slot) {
+			// A later slot was claimed first: skipped, or recorded missed
+			// with the reason the fire names for that.
+			rec.Status, rec.Reason = record.StatusSkipped, "a later slot was claimed"
+			out[i] = record.ClaimOutcome{Result: record.Skipped, Reason: rec.Reason}
+			if f.OvertakenReason != "" {
+				rec.Status, rec.Reason, rec.Count = record.StatusMissed, f.OvertakenReason, 1
+				out[i] = record.ClaimOutcome{Result: record.Missed, Reason: f.OvertakenReason}
+			}
+			continue
+		}
 		if f.Overlap.TakesLock() {
 			lk := s.locks[f.JobID]
 			if lk != nil && lk.State == record.LockRunning && !lk.LeaseUntil.Before(b.Now) {

@@ -373,6 +373,13 @@ func (r *Runner) settle(f *fire, a claimAnswer) bool {
 			r.drainSoon(id, f.action.Overlap) // fires may wait on a lock no live run holds
 		}
 		return false
+	case record.Missed:
+		// Overtaken by a later slot claimed first: the claim recorded the
+		// slot missed (logged as such).
+		slot := f.due.Slot.UTC()
+		r.reportMissed(record.MissedRange{JobID: id, From: slot, To: slot, Count: 1, Reason: a.Reason})
+		f.tell(OffScheduleResult{Status: record.StatusMissed, NotRun: a.Reason})
+		return false
 	case record.Buffered:
 		r.bufferedClaim(log, id, f.action.Overlap, a.ClaimOutcome)
 		f.tell(OffScheduleResult{Status: record.StatusBuffered, Error: a.Reason, Lease: a.Lease})

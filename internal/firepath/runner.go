@@ -153,12 +153,17 @@ func (r *Runner) FireCatchUp(d schedule.Due, window time.Duration) {
 	r.startWait(r.slotFire(d, max(window, r.startingDeadline(d))))
 }
 
-// Offer is FireCatchUp returning once the fire's claim is answered (or
-// the fire ended without one) rather than when its run ends: offering a
-// job's older slots one after the other, oldest first, each is claimed
-// before the next, as the claim takes no slot older than one claimed.
+// Offer is FireCatchUp for a slot a hand-over offers, returning once the
+// fire's claim is answered (or the fire ended without one) rather than
+// when its run ends: offering a job's older slots one after the other,
+// oldest first, each is claimed before the next, as the claim takes no
+// slot older than one claimed. A slot a later one overtook all the same
+// (claimed first by this replica's engine, or another's) is recorded
+// missed, record.MissedHandOver, not skipped: no replica had the job
+// armed when it was due.
 func (r *Runner) Offer(d schedule.Due, window time.Duration) {
 	f := r.slotFire(d, max(window, r.startingDeadline(d)))
+	f.overtaken = record.MissedHandOver
 	answered := make(chan struct{})
 	var once sync.Once
 	f.answered = func() { once.Do(func() { close(answered) }) }

@@ -132,6 +132,11 @@ const (
 	// fire waits on the lock, its record says buffered, and it runs when a
 	// replica takes the lock for it (TakeBuffered).
 	Buffered
+	// Missed: this claim won the slot, but a later slot of the job was
+	// claimed first, and the fire names what such a slot is recorded
+	// with (FireClaim.OvertakenReason): the slot is consumed and its
+	// record is a missed record of that one slot, with the reason.
+	Missed
 )
 
 // String returns the result as the lock_acquisitions_total label.
@@ -145,6 +150,8 @@ func (r ClaimResult) String() string {
 		return "already_fired"
 	case Buffered:
 		return "buffered"
+	case Missed:
+		return "missed"
 	}
 	return "error"
 }
@@ -212,6 +219,12 @@ type FireClaim struct {
 	// skipped (ClaimOutcome.MaxRunsReached); one that takes the lock, or
 	// under OverlapAllow the slot, counts one more run in the same write.
 	MaxRuns int
+	// OvertakenReason, when set on a cron slot, is the reason its slot is
+	// recorded missed with, rather than skipped, when its claim finds a
+	// later slot of the job claimed first (Result Missed): a slot a
+	// hand-over offers (MissedHandOver), due while no replica armed the
+	// job, which the new armer's own fires overtook.
+	OvertakenReason string
 	// RunID and Fence, when not empty, replace RunID(JobID, Slot) and
 	// FenceOf(Slot): the identity of an off-schedule run (OffSchedule).
 	RunID string
@@ -245,7 +258,8 @@ type BatchClaim struct {
 // ClaimOutcome answers one fire of a batch (same index as
 // BatchClaim.Fires).
 type ClaimOutcome struct {
-	// Result is Acquired, Skipped or AlreadyFired; zero when Err is set.
+	// Result is Acquired, Skipped, AlreadyFired, Buffered or Missed; zero
+	// when Err is set.
 	Result ClaimResult
 	// Lease is set when Result is Acquired.
 	Lease Lease
@@ -253,8 +267,9 @@ type ClaimOutcome struct {
 	// and it is known.
 	Holder      string
 	HolderRunID string
-	// Reason says why the fire was skipped (Result Skipped) or why the
-	// slot is already decided (AlreadyFired, when known).
+	// Reason says why the fire was skipped (Result Skipped), why the
+	// slot is already decided (AlreadyFired, when known), or the reason
+	// its missed record gives (Missed).
 	Reason string
 	// CancelRunID names the holding run this fire asked to stop (Result
 	// Buffered under OverlapCancelOther), when it asked.

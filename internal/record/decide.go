@@ -26,6 +26,10 @@ type ClaimFire struct {
 	// MaxRuns is the schedule's max_runs (0: none); off-schedule fires
 	// have none.
 	MaxRuns int
+	// OvertakenReason is FireClaim.OvertakenReason: a cron slot overtaken
+	// by a later slot claimed first is recorded missed with it, not
+	// skipped.
+	OvertakenReason string
 	// Now is the claimer's clock.
 	Now time.Time
 }
@@ -61,7 +65,8 @@ const (
 	// ClaimPush: put the fire on the lock's buffer, then decide again.
 	ClaimPush
 	// ClaimSkip: the fire is not run (Skipped): a live run holds the lock,
-	// the buffer is full, or a later slot was claimed.
+	// the buffer is full, or a later slot was claimed (recorded missed
+	// instead when ClaimDecision.MissedReason is set).
 	ClaimSkip
 	// ClaimLookTaken: read whether a taker of buffered fires already
 	// started the fire, then decide again with ClaimFire.Taken set.
@@ -73,6 +78,11 @@ type ClaimDecision struct {
 	Step ClaimStep
 	// Reason says why the fire is skipped or waits.
 	Reason string
+	// MissedReason, with ClaimSkip of a cron slot overtaken by a later
+	// slot claimed first, is ClaimFire.OvertakenReason: the slot is
+	// recorded missed with it instead of skipped (Reason says what
+	// overtook it).
+	MissedReason string
 	// MaxRunsReached: skipped because the job's run count reached
 	// ClaimFire.MaxRuns (lifetime.ReasonMaxRuns).
 	MaxRunsReached bool
@@ -94,7 +104,8 @@ type ClaimDecision struct {
 // every overlap policy against every lock state, for cron slots and
 // off-schedule runs alike (docs/locks.md, the state table; docs/overlap.md);
 // it does no I/O: the store reads and writes, and asks again with what it
-// learnt. A cron slot must be later than the lock's last slot, and its
+// learnt. A cron slot must be later than the lock's last slot (one that
+// is not is skipped, or recorded missed with its OvertakenReason), and its
 // write moves it; an off-schedule run neither requires nor moves it, takes
 // the lock only below its fence, and waits on the lock only when it may.
 // A cron slot whose job's run count has reached its max_runs is skipped
@@ -114,7 +125,7 @@ func DecideClaim(l LockState, f ClaimFire) ClaimDecision {
 		case off || l.LastSlot.Equal(lease.Slot):
 			return ClaimDecision{Step: ClaimAcquired}
 		case laterClaimed:
-			return laterSlot(l)
+			return laterSlot(l, f)
 		case capped:
 			return maxRunsReached()
 		}
@@ -138,7 +149,7 @@ func DecideClaim(l LockState, f ClaimFire) ClaimDecision {
 		}
 	}
 	if laterClaimed {
-		return laterSlot(l)
+		return laterSlot(l, f)
 	}
 	if capped {
 		return maxRunsReached()
@@ -170,8 +181,10 @@ func maxRunsReached() ClaimDecision {
 	return ClaimDecision{Step: ClaimSkip, MaxRunsReached: true, Reason: lifetime.ReasonMaxRuns}
 }
 
-func laterSlot(l LockState) ClaimDecision {
-	return ClaimDecision{Step: ClaimSkip,
+// laterSlot skips a cron slot overtaken by the later slot l names, or,
+// when f names a reason for that, records it missed.
+func laterSlot(l LockState, f ClaimFire) ClaimDecision {
+	return ClaimDecision{Step: ClaimSkip, MissedReason: f.OvertakenReason,
 		Reason: fmt.Sprintf("a later slot was claimed (last slot %s)", l.LastSlot.UTC().Format(time.RFC3339Nano))}
 }
 

@@ -2,6 +2,7 @@ package record
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -284,6 +285,49 @@ func TestDecideClaimMaxRuns(t *testing.T) {
 			f := fireOf(tc.off, o)
 			if got := name(DecideClaim(tc.lock(f), f), f); got != tc.want[p] {
 				t.Errorf("%s, overlap %s: %s, want %s", tc.name, o, got, tc.want[p])
+			}
+		}
+	}
+}
+
+// A cron slot overtaken by a later slot claimed first is recorded missed
+// with the reason its fire names (a slot a hand-over offers), under every
+// policy; without one it is skipped. The reason changes nothing else: a
+// slot not overtaken is decided as without it, and an off-schedule run is
+// never overtaken.
+func TestDecideClaimOvertakenReason(t *testing.T) {
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	slot := now.Truncate(time.Minute)
+	for _, o := range []jobs.Overlap{jobs.OverlapAllow, jobs.OverlapSkip, jobs.OverlapBufferOne, jobs.OverlapBufferAll, jobs.OverlapCancelOther} {
+		for _, tc := range []struct {
+			name     string
+			off      bool
+			lastSlot time.Time
+			reason   string
+			want     string // the step, and the missed reason
+		}{
+			{"overtaken, a reason", false, slot.Add(time.Minute), MissedHandOver, "skip missed=hand_over"},
+			{"overtaken, the slot itself claimed", false, slot.Add(time.Minute), "", "skip missed="},
+			{"not overtaken, a reason", false, slot.Add(-time.Minute), MissedHandOver, "again missed="},
+			{"run-now behind a later slot, a reason", true, slot.Add(time.Minute), MissedHandOver, "again missed="},
+		} {
+			l := Lease{JobID: "j", Slot: slot, Instance: "a", Incarnation: "a1", RunID: RunID("j", slot),
+				Fence: FenceOf(slot), Overlap: o, Token: "t1", OffSchedule: tc.off}
+			if tc.off {
+				l.RunID, l.Fence = "trigger/r1", now.UnixMilli()
+			}
+			f := ClaimFire{Lease: l, MayWait: true, Now: now, OvertakenReason: tc.reason}
+			lock := LockState{State: LockFree, LastSlot: tc.lastSlot, LastSlotOK: true, Fence: FenceOf(slot.Add(-time.Minute)), BufferOK: true}
+			d := DecideClaim(lock, f)
+			want := tc.want
+			if tc.off && !o.TakesLock() {
+				want = "acquired missed=" // an off-schedule run under allow takes no lock
+			}
+			if got := stepName(d, f) + " missed=" + d.MissedReason; got != want {
+				t.Errorf("%s, overlap %s: %s, want %s", tc.name, o, got, tc.want)
+			}
+			if d.MissedReason != "" && !strings.Contains(d.Reason, "later slot") {
+				t.Errorf("%s, overlap %s: reason %q, want the later slot named", tc.name, o, d.Reason)
 			}
 		}
 	}

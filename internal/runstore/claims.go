@@ -42,6 +42,9 @@ type claimer struct {
 	// pushed marks the fires put on their lock's buffer by this call
 	// (the write sent; whether it matched is read back).
 	pushed []bool
+	// overtaken says, by fire, what overtook a fire recorded missed
+	// (Result Missed): the missed record's error.
+	overtaken map[int]string
 	// nonce identifies this call; each fire's token is the nonce and its
 	// index.
 	nonce string
@@ -554,6 +557,13 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 			case record.ClaimSkip:
 				c.out[i] = record.ClaimOutcome{Result: record.Skipped, Holder: d.Holder, HolderRunID: d.HolderRunID,
 					Reason: d.Reason, Repaired: repaired[i], MaxRunsReached: d.MaxRunsReached}
+				if d.MissedReason != "" {
+					c.out[i] = record.ClaimOutcome{Result: record.Missed, Reason: d.MissedReason, Repaired: repaired[i]}
+					if c.overtaken == nil {
+						c.overtaken = map[int]string{}
+					}
+					c.overtaken[i] = d.Reason
+				}
 			case record.ClaimPush:
 				pushing = append(pushing, toBuffer{i: i, d: d})
 			}
@@ -586,7 +596,7 @@ func (c *claimer) decide(ctx context.Context, i int, v record.LockState) record.
 	f := record.ClaimFire{Lease: c.leases[i], MayWait: !c.b.Fires[i].OffSchedule || c.b.Fires[i].Buffer,
 		Pushed: c.pushed[i], Now: c.b.Now}
 	if !c.b.Fires[i].OffSchedule {
-		f.MaxRuns = c.b.Fires[i].MaxRuns
+		f.MaxRuns, f.OvertakenReason = c.b.Fires[i].MaxRuns, c.b.Fires[i].OvertakenReason
 	}
 	d := record.DecideClaim(v, f)
 	if d.Step == record.ClaimLookTaken {
@@ -630,8 +640,10 @@ func (c *claimer) readLocks(ctx context.Context, idx []int) (map[string]bson.Raw
 
 // closeUnrun turns the running records of fires this replica won but will
 // not run into skipped records (one bulkWrite for all): the lock was held,
-// or taking it failed with the server's refusal. Fires whose outcome is
-// unknown keep their record for Disown.
+// or taking it failed with the server's refusal; a fire overtaken by a
+// later slot that names a reason for it (record.Missed) into a missed
+// record of its slot. Fires whose outcome is unknown keep their record for
+// Disown.
 func (c *claimer) closeUnrun(ctx context.Context) {
 	var models []mongo.WriteModel
 	var which, promoted []int
@@ -666,6 +678,20 @@ func (c *claimer) closeUnrun(ctx context.Context) {
 						{Key: "$unset", Value: bson.D{{Key: "reason", Value: ""}}}})) // a wait on the lock that ended
 				promoted = append(promoted, i)
 			}
+			continue
+		}
+		if o.Result == record.Missed {
+			// Overtaken by a later slot: a missed record of its one slot.
+			models = append(models, mongo.NewUpdateOneModel().SetFilter(mine).SetUpdate(bson.D{
+				{Key: "$set", Value: withNotice(bson.D{
+					{Key: "status", Value: record.StatusMissed}, {Key: "last_scheduled_at", Value: l.Slot},
+					{Key: "count", Value: int64(1)}, {Key: "reason", Value: o.Reason}, {Key: "error", Value: c.overtaken[i]},
+					{Key: "fence", Value: int64(0)}, {Key: "recorded_at", Value: c.b.Now},
+					{Key: "expire_at", Value: c.b.Now.Add(c.s.retention)},
+				}, record.StatusMissed, o.Reason, c.b.Now)},
+				{Key: "$unset", Value: bson.D{{Key: "started_at", Value: ""}, {Key: "lease_until", Value: ""}}},
+			}))
+			which = append(which, i)
 			continue
 		}
 		reason := o.Reason
@@ -706,6 +732,6 @@ func (c *claimer) closeUnrun(ctx context.Context) {
 		for _, i := range which {
 			jobs = append(jobs, c.leases[i].RunID)
 		}
-		c.s.log.Warn("could not record skipped fires", "instance_id", c.b.Instance, "runs", strings.Join(jobs, ","), "error", err)
+		c.s.log.Warn("could not record skipped or missed fires", "instance_id", c.b.Instance, "runs", strings.Join(jobs, ","), "error", err)
 	}
 }

@@ -403,6 +403,53 @@ func TestClaimBatchLaterSlotClaimedFirst(t *testing.T) {
 	}
 }
 
+// A slot a hand-over offers (a reason for being overtaken), earlier than
+// one already claimed for the job, is recorded missed with that reason
+// instead of skipped, under a policy that takes the lock and under allow:
+// one missed record of the slot, notified, decided for the start-up gaps
+// and the missed recorder, and the lock's last slot left where it was.
+func TestClaimBatchOvertakenSlotRecordedMissed(t *testing.T) {
+	t.Parallel()
+	e := newStoreEnv(t)
+	a, b := e.replica("a", "a1"), e.replica("b", "b1")
+	t2 := base.Add(2 * time.Second)
+	for _, mk := range []func(string, time.Time) record.FireClaim{forbid, allow} {
+		job := "j-" + string(mk("", base).Overlap)
+		o := a.claimOne(t, mk(job, t2), t2, record.Acquired)
+		if errs := a.EndBatch(testCtx(t), []record.LeaseEnd{{Lease: o.Lease, End: record.RunEnd{Status: record.StatusSucceeded, EndedAt: t2}}}); errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+		offered := mk(job, base)
+		offered.OvertakenReason = record.MissedHandOver
+		m := b.claimOne(t, offered, t2, record.Missed)
+		if m.Reason != record.MissedHandOver {
+			t.Errorf("%s: outcome reason %q, want %q", job, m.Reason, record.MissedHandOver)
+		}
+		r := e.run(t, record.RunID(job, base))
+		if r.Status != record.StatusMissed || r.Reason != record.MissedHandOver || r.Count != 1 ||
+			!r.LastScheduledAt.Equal(base) || !strings.Contains(r.Error, "later slot") || r.Notice == nil {
+			t.Errorf("%s: record %+v, want one slot missed %s, the later slot named, notified", job, r, record.MissedHandOver)
+		}
+		if raw := e.rawRun(t, record.RunID(job, base)); raw.Lookup("lease_until").Type != 0 || raw.Lookup("started_at").Type != 0 {
+			t.Errorf("%s: the missed record keeps a lease or a start: %s", job, raw)
+		}
+		decided, err := b.DecidedSlots(testCtx(t), []string{job}, t2)
+		if err != nil || !decided[job].Equal(t2) {
+			t.Errorf("%s: decided slots %v (%v), want the later slot", job, decided, err)
+		}
+		if mk(job, base).Overlap.TakesLock() {
+			if l := e.lock(t, job); !l.LastSlot.Equal(t2) {
+				t.Errorf("%s: lock's last slot %v, want %v", job, l.LastSlot, t2)
+			}
+		}
+		// Without a reason, the same fire of another slot is skipped.
+		plain := b.claimOne(t, mk(job, base.Add(time.Second)), t2, record.Skipped)
+		if r := e.run(t, record.RunID(job, base.Add(time.Second))); r.Status != record.StatusSkipped || !strings.Contains(plain.Reason, "later slot") {
+			t.Errorf("%s: without a reason: %+v, record %+v; want skipped for the later slot", job, plain, r)
+		}
+	}
+}
+
 // Many replicas racing for one slot, and for the next one: one winner per
 // slot, whatever the policy.
 func TestClaimBatchConcurrentClaims(t *testing.T) {
