@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cronswap/cronswap/internal/members"
+	"github.com/cronswap/cronswap/internal/pace"
 	"github.com/cronswap/cronswap/internal/record"
 	"github.com/cronswap/cronswap/schedule"
 )
@@ -122,9 +123,10 @@ func (s *Service) readDecided(ctx context.Context, ids []string, notAfter time.T
 // and err its last failure.
 //
 // A background read (background true: nothing waits for it but records
-// of older gaps) goes in slices a tenth the size, and after each waits as
-// long as the slice took: it keeps the database at most half busy, and
-// never for long at a time, for the claims of the fires due meanwhile.
+// of older gaps) goes in slices a tenth the size, and rests after each
+// (pace.Rest): it asks the database for at most a quarter of its time,
+// and never for long at a time, leaving it to the claims of the fires due
+// meanwhile.
 func (s *Service) readDecidedSlots(ctx context.Context, who string, ids []string, notAfter time.Time, background bool) (decided map[string]time.Time, unread []string, err error) {
 	decided = map[string]time.Time{}
 	slice := s.decidedSlice
@@ -143,10 +145,8 @@ func (s *Service) readDecidedSlots(ctx context.Context, who string, ids []string
 			if err == nil {
 				maps.Copy(decided, slots)
 				if background && i+slice < len(ids) {
-					select {
-					case <-ctx.Done():
-						return decided, ids[i+slice:], ctx.Err()
-					case <-time.After(took):
+					if err := pace.Rest(ctx, took, nil); err != nil {
+						return decided, ids[i+slice:], err
 					}
 				}
 				break

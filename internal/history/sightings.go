@@ -9,6 +9,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/cronswap/cronswap/internal/pace"
 )
 
 // DefaultSightingsBatch is the most sighting writes one bulk write sends
@@ -24,13 +26,6 @@ const DefaultSightingsReadBatch = 1000
 // a million, 500 at a time, for half a minute or more); the walk ends
 // with one line of what it wrote.
 const sightingsProgressEvery = 10 * time.Second
-
-// readRestFactor paces that read: after each reply it waits this many
-// times what the reply took, so that it asks at most a quarter of the
-// server's time, and less of a server that answers slowly (a replica
-// joining a deployment of a million jobs reads a million sightings while
-// the others claim their fires).
-const readRestFactor = 3
 
 // SightingsOptions configures Sightings; zero fields take the defaults.
 type SightingsOptions struct {
@@ -65,7 +60,7 @@ type SightingsOptions struct {
 // write is conditional, see seenModel and goneModel); a delete event, or a
 // full read without a job that has a live sighting, marks it deleted, so
 // that it expires a retention later. Run reads the live sightings once, at
-// the first full read it handles, at a pace (readRestFactor), and keeps
+// the first full read it handles, at a pace (pace.Rest), and keeps
 // them in memory: a later full read (a resync, a poll) writes only for
 // jobs that appeared or disappeared, so an idle daemon sends nothing, and
 // a deployment that had no sightings gets one per job at its first start,
@@ -145,19 +140,12 @@ func NewSightings(coll *mongo.Collection, opts SightingsOptions) *Sightings {
 	return s
 }
 
-// restFor waits readRestFactor times took, until Close is called, or
-// until ctx ends.
+// restFor rests after a reply of the live sightings' read (pace.Rest),
+// until Close is called, or until ctx ends: a joining replica of a
+// million jobs reads a million sightings while the others claim their
+// fires.
 func (s *Sightings) restFor(ctx context.Context, took time.Duration) error {
-	t := time.NewTimer(readRestFactor * took)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.closing:
-		return nil
-	case <-t.C:
-		return nil
-	}
+	return pace.Rest(ctx, took, s.closing)
 }
 
 // Inserted hands over a job's insert event at at (its time).

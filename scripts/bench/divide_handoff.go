@@ -238,19 +238,16 @@ func runHandoff(ctx context.Context, o divideSettings, ws *workspace, uri string
 		return nil, j, fmt.Errorf("delete the every-second jobs: %w", err)
 	}
 	time.Sleep(3 * time.Second) // the replicas disarm them before they are stopped
+	// A slot not run is recorded missed once no replica can start it, and
+	// a loaded database may hold that write back (its retries back off):
+	// wait for a record of every slot too, up to the same minute.
 	var runs []record.RunDoc
 	for wait := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
 		runs, err = readRuns(ctx, db, window)
 		if err != nil {
 			return nil, j, err
 		}
-		busy := 0
-		for _, r := range runs {
-			if r.Status == record.StatusRunning || r.Status == record.StatusClaiming {
-				busy++
-			}
-		}
-		if busy == 0 || time.Now().After(wait) {
+		if (busyRuns(runs) == 0 && unrecordedSlots(runs, hot, before, end) == 0) || time.Now().After(wait) {
 			break
 		}
 	}
@@ -378,6 +375,42 @@ func readLedger(path string) (map[slotKey]int, error) {
 		out[slotKey{fs[0], t.Unix()}]++
 	}
 	return out, sc.Err()
+}
+
+// busyRuns counts the records of runs still running or claiming.
+func busyRuns(runs []record.RunDoc) int {
+	n := 0
+	for _, r := range runs {
+		if r.Status == record.StatusRunning || r.Status == record.StatusClaiming {
+			n++
+		}
+	}
+	return n
+}
+
+// unrecordedSlots counts the slots of the every-second jobs hot in
+// [before, end) that no record of runs names: neither a run's nor a missed
+// range's.
+func unrecordedSlots(runs []record.RunDoc, hot []string, before, end time.Time) int {
+	recorded := map[slotKey]bool{}
+	for _, r := range runs {
+		last := r.ScheduledAt
+		if r.Status == record.StatusMissed && r.LastScheduledAt.After(last) {
+			last = r.LastScheduledAt
+		}
+		for t := r.ScheduledAt; !t.After(last); t = t.Add(time.Second) {
+			recorded[slotKey{r.JobID, t.Unix()}] = true
+		}
+	}
+	n := 0
+	for _, id := range hot {
+		for t := before; t.Before(end); t = t.Add(time.Second) {
+			if !recorded[slotKey{id, t.Unix()}] {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // account sorts every (job, slot) of [before, end) into the phases: all

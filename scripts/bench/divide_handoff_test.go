@@ -43,6 +43,9 @@ func TestHandoffAccount(t *testing.T) {
 	runs = append(runs, record.RunDoc{JobID: "a", ScheduledAt: at(4), LastScheduledAt: at(5), Count: 2,
 		Status: record.StatusMissed, Reason: record.MissedHandOver})
 	lines[slotKey{"b", at(8).Unix()}]++ // b at 8 ran twice by its ledger
+	if n := unrecordedSlots(runs, []string{"a", "b"}, at(0), at(9)); n != 1 {
+		t.Errorf("unrecorded slots: %d, want 1 (b at 7; a's missed range counts for both its slots)", n)
+	}
 	res.account(runs, lines, []string{"a", "b"}, []string{"a"}, at(0), at(9))
 
 	want := []struct{ slots, once, doubled, handOver, none int }{
