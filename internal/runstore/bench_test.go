@@ -97,3 +97,44 @@ func quantileMs(ds []time.Duration, q float64) float64 {
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
 	return float64(ds[int(q*float64(len(ds)-1))].Microseconds()) / 1000
 }
+
+// BenchmarkDecidedSlots measures one read of the decided slots of ids
+// jobs with no lock document (a hand-over's daily orphans that never
+// fired: each read asks job_runs), beside 20,000 run records of other
+// jobs, against the test server (or CRONSWAP_MONGO_URI). It reports the
+// read's time per job asked: how long one read of a background hand-over
+// holds the server, by the jobs it names.
+func BenchmarkDecidedSlots(b *testing.B) {
+	e := newStoreEnv(b)
+	ctx := context.Background()
+	const records = 20000
+	slot := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	docs := make([]any, 0, 1000)
+	for i := range records {
+		at := slot.Add(time.Duration(i%100) * time.Second)
+		id := fmt.Sprintf("ran-%d", i/100)
+		docs = append(docs, record.RunDoc{ID: record.RunID(id, at), JobID: id, ScheduledAt: at, Status: record.StatusSucceeded,
+			EndedAt: at, ExpireAt: at.Add(time.Hour)})
+		if len(docs) == cap(docs) {
+			if _, err := e.runs.InsertMany(ctx, docs); err != nil {
+				b.Fatal(err)
+			}
+			docs = docs[:0]
+		}
+	}
+	s := e.replica("bench", "inc")
+	for _, n := range []int{100, 1000} {
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("orphan-%d", i)
+		}
+		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := s.DecidedSlots(ctx, ids, slot.Add(time.Hour)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/job")
+		})
+	}
+}

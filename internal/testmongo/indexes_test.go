@@ -2,6 +2,7 @@ package testmongo_test
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -236,15 +237,22 @@ func readQueryStats(t *testing.T, db *mongo.Database, coll string) queryStats {
 	return s
 }
 
-// TestFirePathQueriesUseIndexes: the daemon's reads and conditional writes
-// on job_runs (a job's records by job_id, by (job_id, scheduled_at range)
-// sorted, by (job_id, slot) pairs in an $or, by _id with a status, the
-// expired leases by status) examine only the documents of their index key,
-// never the whole collection.
-func TestFirePathQueriesUseIndexes(t *testing.T) {
+// The run records seedJobRuns writes: jobs jobs (job-000, ...) of perJob
+// slots each, a minute apart from seedStart.
+const jobs, perJob = 200, 20
+
+// seedStart is the first slot of seedJobRuns's records.
+func seedStart() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
+
+// seedJobRuns creates job_runs in a new database of a launched server,
+// with the fire path's indexes, and writes its records (one in a hundred
+// running, the others succeeded, each with its lease_until at its slot); it
+// returns the database, the collection and the documents in the order
+// written.
+func seedJobRuns(t *testing.T) (*mongo.Database, *mongo.Collection, []any) {
+	t.Helper()
 	managed(t)
-	client := testmongo.Client(t)
-	db := testmongo.NewDatabase(t, client)
+	db := testmongo.NewDatabase(t, testmongo.Client(t))
 	c := ctx(t, 2*time.Minute)
 	runs := db.Collection("job_runs")
 	if _, err := runs.Indexes().CreateMany(c, []mongo.IndexModel{
@@ -253,11 +261,9 @@ func TestFirePathQueriesUseIndexes(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	const jobs, perJob = 200, 20
-	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var docs []any
 	for i := range jobs * perJob {
-		job, slot := fmt.Sprintf("job-%03d", i%jobs), base.Add(time.Duration(i/jobs)*time.Minute)
+		job, slot := fmt.Sprintf("job-%03d", i%jobs), seedStart().Add(time.Duration(i/jobs)*time.Minute)
 		status := "succeeded"
 		if i%100 == 0 {
 			status = "running"
@@ -268,6 +274,17 @@ func TestFirePathQueriesUseIndexes(t *testing.T) {
 	if _, err := runs.InsertMany(c, docs); err != nil {
 		t.Fatal(err)
 	}
+	return db, runs, docs
+}
+
+// TestFirePathQueriesUseIndexes: the daemon's reads and conditional writes
+// on job_runs (a job's records by job_id, by (job_id, scheduled_at range)
+// sorted, by (job_id, slot) pairs in an $or, by _id with a status, the
+// expired leases by status) examine only the documents of their index key,
+// never the whole collection.
+func TestFirePathQueriesUseIndexes(t *testing.T) {
+	db, runs, docs := seedJobRuns(t)
+	c, base := ctx(t, 2*time.Minute), seedStart()
 	before := readQueryStats(t, db, "job_runs")
 
 	if got := findIDs(t, runs, bson.D{{Key: "job_id", Value: "job-007"}}, options.Find()); len(got) != perJob {
@@ -372,4 +389,53 @@ func TestCollStatsSizeFollowsWrites(t *testing.T) {
 	}
 	delete(docs, "s5")
 	check("updated and deleted")
+}
+
+// TestAggregateLeadingMatchUsesIndexes: an aggregate whose pipeline begins
+// with a $match an index serves (the hand-over's read of the decided
+// slots: a list of job ids and a slot bound, then the newest slot of each)
+// examines only that index's candidates, as a server's does, and answers
+// as the same pipeline read from a scan (a $sort first).
+func TestAggregateLeadingMatchUsesIndexes(t *testing.T) {
+	db, runs, _ := seedJobRuns(t)
+	c, base := ctx(t, 2*time.Minute), seedStart()
+	match := bson.D{{Key: "$match", Value: bson.D{{Key: "job_id", Value: bson.D{{Key: "$in", Value: bson.A{"job-001", "job-150", "nope"}}}},
+		{Key: "scheduled_at", Value: bson.D{{Key: "$lte", Value: base.Add(10 * time.Minute)}}}}}}
+	group := bson.D{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$job_id"}, {Key: "slot", Value: bson.D{{Key: "$max", Value: "$scheduled_at"}}}}}}
+	newest := func(pipeline mongo.Pipeline) map[string]time.Time {
+		t.Helper()
+		cur, err := runs.Aggregate(c, pipeline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rows []struct {
+			ID   string    `bson:"_id"`
+			Slot time.Time `bson:"slot"`
+		}
+		if err := cur.All(c, &rows); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]time.Time{}
+		for _, r := range rows {
+			out[r.ID] = r.Slot
+		}
+		return out
+	}
+	before := readQueryStats(t, db, "job_runs")
+	indexed := newest(mongo.Pipeline{match, group})
+	mid := readQueryStats(t, db, "job_runs")
+	scanned := newest(mongo.Pipeline{{{Key: "$sort", Value: bson.D{{Key: "_id", Value: 1}}}}, match, group})
+	after := readQueryStats(t, db, "job_runs")
+
+	want := map[string]time.Time{"job-001": base.Add(10 * time.Minute), "job-150": base.Add(10 * time.Minute)}
+	if !maps.Equal(indexed, want) || !maps.Equal(scanned, want) {
+		t.Errorf("newest slots: with the leading $match %v, read from a scan %v; want %v", indexed, scanned, want)
+	}
+	if mid.Scans != before.Scans || mid.Indexed-before.Indexed != 1 || mid.Examined-before.Examined > 2*perJob {
+		t.Errorf("the leading $match: %d scans, %d indexed, %d documents examined; want none, one, at most %d",
+			mid.Scans-before.Scans, mid.Indexed-before.Indexed, mid.Examined-before.Examined, 2*perJob)
+	}
+	if after.Scans-mid.Scans != 1 {
+		t.Errorf("a $sort first: %d scans, want one (the collection read whole)", after.Scans-mid.Scans)
+	}
 }

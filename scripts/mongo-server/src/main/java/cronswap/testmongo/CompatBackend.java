@@ -13,6 +13,7 @@ import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.Lock;
 import java.util.concurrent.locks.ReadWriteLock;
 import java.util.concurrent.locks.ReentrantReadWriteLock;
+import java.util.function.Supplier;
 
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -326,11 +327,34 @@ final class CompatBackend implements MongoBackend {
 
     /** An aggregate (not a change stream): the library's whole result, cut into batches like a find's. */
     private Document aggregate(Channel channel, String databaseName, String command, Document query) {
-        Document response = delegate.handleCommand(channel, databaseName, command, query);
+        Document response = withLeadingMatch(databaseName, query,
+            () -> delegate.handleCommand(channel, databaseName, command, query));
         Object cursor = query.get("cursor");
         Object batchSize = cursor instanceof Document ? ((Document) cursor).get("batchSize") : null;
         return ServerBatches.cutFirstBatch(internals.cursors(), response, ServerBatches.firstBatchCount(batchSize),
             false);
+    }
+
+    /**
+     * Runs aggregate with the aggregate's collection reading only an index's candidates for the pipeline's leading
+     * {@code $match}, as a server's does ({@link IndexedMemory.IndexedCollection#withLeadingMatch}); otherwise as is.
+     */
+    private Document withLeadingMatch(String databaseName, Document query, Supplier<Document> aggregate) {
+        Object name = query.get("aggregate");
+        Object pipeline = query.get("pipeline");
+        if (!(name instanceof String) || !(pipeline instanceof List) || ((List<?>) pipeline).isEmpty()
+            || !(((List<?>) pipeline).get(0) instanceof Document)) {
+            return aggregate.get();
+        }
+        Document first = (Document) ((List<?>) pipeline).get(0);
+        if (first.size() != 1 || !(first.get("$match") instanceof Document)) {
+            return aggregate.get();
+        }
+        MongoCollection<?> collection = delegate.resolveDatabase(databaseName).resolveCollection((String) name, false);
+        if (!(collection instanceof IndexedMemory.IndexedCollection)) {
+            return aggregate.get();
+        }
+        return ((IndexedMemory.IndexedCollection) collection).withLeadingMatch((Document) first.get("$match"), aggregate);
     }
 
     private Document changeStreamAggregate(Channel channel, String databaseName, String command, Document query) {

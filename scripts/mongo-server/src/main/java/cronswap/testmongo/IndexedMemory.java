@@ -49,6 +49,8 @@ import io.netty.buffer.Unpooled;
  * {@code $and}; for {@code $or}, the union when every branch has one). The library's matcher still applies the whole
  * filter to each candidate, so what matches is unchanged; candidates are visited in the order a scan visits them
  * (position order, reversed for {@code $natural: -1}), so results come in the same order as without the index.</li>
+ * <li>An aggregate whose pipeline begins with a {@code $match} reads only that filter's candidates, the same way
+ * ({@link IndexedCollection#withLeadingMatch}); the library reads the whole collection for every aggregate.</li>
  * </ul>
  *
  * Only top-level fields with scalar values (string, number, boolean, date, ObjectId) are indexed and looked up;
@@ -336,6 +338,58 @@ final class IndexedMemory {
         /** Whether the collection was dropped. */
         boolean isDropped() {
             return dropped;
+        }
+
+        /**
+         * The filter of the leading {@code $match} of an aggregate of this collection, set by {@link CompatBackend}
+         * on the thread that runs it and taken by the aggregation's read of the collection ({@link
+         * #queryAllAsStream}).
+         */
+        private final ThreadLocal<Document> leadingMatch = new ThreadLocal<>();
+
+        /**
+         * Runs an aggregate whose pipeline begins with {@code {$match: filter}}: the aggregation reads only the
+         * candidates an index offers for the filter, as a server's does, instead of the whole collection (the library
+         * reads every document and matches each). The {@code $match} stage still applies the whole filter to each, so
+         * the result is unchanged.
+         */
+        <T> T withLeadingMatch(Document filter, Supplier<T> aggregate) {
+            leadingMatch.set(filter);
+            try {
+                return aggregate.get();
+            } finally {
+                leadingMatch.remove();
+            }
+        }
+
+        /**
+         * The whole collection, or, for the first read of an aggregate with a leading {@code $match} ({@link
+         * #withLeadingMatch}), the candidates an index offers for its filter, in position order (as a scan visits
+         * them); counted in the query counters as an indexed query, or as a scan when no index offers any.
+         */
+        @Override
+        public synchronized Stream<Document> queryAllAsStream() {
+            Document filter = leadingMatch.get();
+            if (filter == null) {
+                return super.queryAllAsStream();
+            }
+            leadingMatch.remove(); // the aggregation's source only, not a later read of the same collection
+            Set<Integer> candidates = candidates(filter, count() / 2 + 16);
+            if (candidates == null) {
+                return super.queryAllAsStream(); // counted as a scan by queryDocuments
+            }
+            indexed.incrementAndGet();
+            examined.addAndGet(candidates.size());
+            List<Integer> ordered = new ArrayList<>(candidates);
+            Collections.sort(ordered);
+            List<Document> documents = new ArrayList<>(ordered.size());
+            for (Integer position : ordered) {
+                Document document = getDocument(position);
+                if (document != null) {
+                    documents.add(document);
+                }
+            }
+            return documents.stream();
         }
 
         /**
