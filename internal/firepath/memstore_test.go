@@ -12,8 +12,9 @@ import (
 // memStore is an in-memory BatchStore with the claim semantics of the
 // MongoDB one (a record per slot decides; a forbid lock is taken by the
 // winner or the fire is skipped; a cron slot older than the lock's last
-// slot is skipped, or recorded missed with its OvertakenReason), for testing the runner's side of the
-// fire path. Hooks let a test hold or fail a step.
+// slot is skipped, or recorded missed with its OvertakenReason), for
+// testing the runner's side of the fire path. Hooks let a test hold or
+// fail a step.
 type memStore struct {
 	mu      sync.Mutex
 	records map[string]*record.RunDoc // by run id
