@@ -307,7 +307,7 @@ func TestDecideClaimOvertakenReason(t *testing.T) {
 			want     string // the step, and the missed reason
 		}{
 			{"overtaken, a reason", false, slot.Add(time.Minute), MissedHandOver, "skip missed=hand_over"},
-			{"overtaken, the slot itself claimed", false, slot.Add(time.Minute), "", "skip missed="},
+			{"overtaken, no reason", false, slot.Add(time.Minute), "", "skip missed="},
 			{"not overtaken, a reason", false, slot.Add(-time.Minute), MissedHandOver, "again missed="},
 			{"run-now behind a later slot, a reason", true, slot.Add(time.Minute), MissedHandOver, "again missed="},
 		} {
@@ -324,7 +324,7 @@ func TestDecideClaimOvertakenReason(t *testing.T) {
 				want = "acquired missed=" // an off-schedule run under allow takes no lock
 			}
 			if got := stepName(d, f) + " missed=" + d.MissedReason; got != want {
-				t.Errorf("%s, overlap %s: %s, want %s", tc.name, o, got, tc.want)
+				t.Errorf("%s, overlap %s: %s, want %s", tc.name, o, got, want)
 			}
 			if d.MissedReason != "" && !strings.Contains(d.Reason, "later slot") {
 				t.Errorf("%s, overlap %s: reason %q, want the later slot named", tc.name, o, d.Reason)
