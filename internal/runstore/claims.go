@@ -682,15 +682,9 @@ func (c *claimer) closeUnrun(ctx context.Context) {
 		}
 		if o.Result == record.Missed {
 			// Overtaken by a later slot: a missed record of its one slot.
-			models = append(models, mongo.NewUpdateOneModel().SetFilter(mine).SetUpdate(bson.D{
-				{Key: "$set", Value: withNotice(bson.D{
-					{Key: "status", Value: record.StatusMissed}, {Key: "last_scheduled_at", Value: l.Slot},
-					{Key: "count", Value: int64(1)}, {Key: "reason", Value: o.Reason}, {Key: "error", Value: c.overtaken[i]},
-					{Key: "fence", Value: int64(0)}, {Key: "recorded_at", Value: c.b.Now},
-					{Key: "expire_at", Value: c.b.Now.Add(c.s.retention)},
-				}, record.StatusMissed, o.Reason, c.b.Now)},
-				{Key: "$unset", Value: bson.D{{Key: "started_at", Value: ""}, {Key: "lease_until", Value: ""}}},
-			}))
+			set := append(c.s.missedFields(l.Slot, 1, o.Reason, c.b.Now, "", ""),
+				bson.E{Key: "error", Value: c.overtaken[i]}, bson.E{Key: "fence", Value: int64(0)})
+			models = append(models, mongo.NewUpdateOneModel().SetFilter(mine).SetUpdate(missedUpdate(set)))
 			which = append(which, i)
 			continue
 		}

@@ -16,6 +16,15 @@ import (
 // endUpdate is the update writing a run's end on its running record.
 func (s *Store) endUpdate(e record.LeaseEnd) bson.D {
 	end := e.End
+	if end.Status == record.StatusMissed {
+		// The claimed slot did not start: its record becomes a missed
+		// record of that one slot.
+		set := s.missedFields(e.Lease.Slot, 1, end.Reason, end.EndedAt, end.TraceParent, end.TraceState)
+		set = append(set, bson.E{Key: "ended_at", Value: end.EndedAt})
+		set = append(set, outputFields(end, "error")...)
+		set = append(set, observedFields(end)...)
+		return missedUpdate(set)
+	}
 	set := bson.D{
 		{Key: "status", Value: end.Status},
 		{Key: "ended_at", Value: end.EndedAt},
@@ -27,17 +36,6 @@ func (s *Store) endUpdate(e record.LeaseEnd) bson.D {
 	if end.Reason == record.ReasonReplaced {
 		// Abandoned by design, not by a fault: the record says so.
 		set = append(set, bson.E{Key: "reason", Value: record.ReasonReplaced})
-	}
-	if end.Status == record.StatusMissed {
-		// The claimed slot did not start: its record becomes a missed
-		// record of that one slot.
-		set = append(set,
-			bson.E{Key: "last_scheduled_at", Value: e.Lease.Slot},
-			bson.E{Key: "count", Value: int64(1)},
-			bson.E{Key: "reason", Value: end.Reason},
-			bson.E{Key: "recorded_at", Value: end.EndedAt})
-		return bson.D{{Key: "$set", Value: set},
-			{Key: "$unset", Value: bson.D{{Key: "started_at", Value: ""}, {Key: "lease_until", Value: ""}}}}
 	}
 	if e.Lease.Attempt > 0 {
 		return s.attemptEndUpdate(e, set)
@@ -278,14 +276,7 @@ func (s *Store) Disown(ctx context.Context, leases []record.Lease, reason string
 		runs = append(runs, mongo.NewUpdateOneModel().
 			SetFilter(bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{record.StatusRunning, record.StatusClaiming, record.StatusBuffered}}}},
 				{Key: "instance", Value: l.Instance}, {Key: "incarnation", Value: l.Incarnation}, {Key: "claim", Value: l.Token}}).
-			SetUpdate(bson.D{
-				{Key: "$set", Value: withNotice(bson.D{
-					{Key: "status", Value: record.StatusMissed}, {Key: "last_scheduled_at", Value: l.Slot},
-					{Key: "count", Value: int64(1)}, {Key: "reason", Value: reason},
-					{Key: "recorded_at", Value: now}, {Key: "expire_at", Value: now.Add(s.retention)},
-				}, record.StatusMissed, reason, now)},
-				{Key: "$unset", Value: bson.D{{Key: "started_at", Value: ""}, {Key: "lease_until", Value: ""}}},
-			}))
+			SetUpdate(missedUpdate(s.missedFields(l.Slot, 1, reason, now, "", ""))))
 		if l.Overlap.TakesLock() {
 			locks = append(locks, mongo.NewUpdateOneModel().
 				SetFilter(bson.D{{Key: "_id", Value: l.JobID}, {Key: "run_id", Value: l.RunID}, {Key: "state", Value: record.LockRunning},

@@ -11,7 +11,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/cronswap/cronswap/internal/notify"
 	"github.com/cronswap/cronswap/internal/record"
 )
 
@@ -38,12 +37,11 @@ func (s *Store) RecordMissed(ctx context.Context, m record.MissedRange, next rec
 	}
 	var written []record.MissedRange
 	for _, p := range pieces {
-		_, err := s.runs.InsertOne(ctx, record.RunDoc{
-			ID: record.MissedID(p.JobID, p.From), JobID: p.JobID, ScheduledAt: p.From, LastScheduledAt: p.To,
-			Count: p.Count, Reason: p.Reason, Status: record.StatusMissed, Instance: instance,
-			RecordedAt: now, ExpireAt: now.Add(s.retention),
-			Notice: missedNotice(p.Reason, now),
-		})
+		doc := append(bson.D{
+			{Key: "_id", Value: record.MissedID(p.JobID, p.From)}, {Key: "job_id", Value: p.JobID},
+			{Key: "scheduled_at", Value: p.From}, {Key: "instance", Value: instance}, {Key: "fence", Value: int64(0)},
+		}, s.missedFields(p.To, p.Count, p.Reason, now, "", "")...)
+		_, err := s.runs.InsertOne(ctx, doc)
 		if mongo.IsDuplicateKeyError(err) {
 			continue // recorded already, here or on another replica
 		}
@@ -59,14 +57,26 @@ func (s *Store) RecordMissed(ctx context.Context, m record.MissedRange, next rec
 	return written, nil
 }
 
-// missedNotice is the notice of a missed record of reason written at now,
-// nil when it is not notified.
-func missedNotice(reason string, now time.Time) *notify.Notice {
-	kind, ok := NoticeKind(record.StatusMissed, reason)
-	if !ok {
-		return nil
-	}
-	return new(notify.NewNotice(kind, now))
+// missedFields are the fields every missed record holds, whichever write
+// makes it (RecordMissed's insert, or the record of a claimed slot turned
+// missed by its claim, its end or Disown): the status, the last of the
+// count slots it covers from its scheduled_at, their reason, when it was
+// recorded (now), its expiry and, when its reason is notified, its notice
+// (of the trace traceparent and tracestate name, if any).
+func (s *Store) missedFields(last time.Time, count int64, reason string, now time.Time, traceparent, tracestate string) bson.D {
+	return withTracedNotice(bson.D{
+		{Key: "status", Value: record.StatusMissed}, {Key: "last_scheduled_at", Value: last},
+		{Key: "count", Value: count}, {Key: "reason", Value: reason},
+		{Key: "recorded_at", Value: now}, {Key: "expire_at", Value: now.Add(s.retention)},
+	}, record.StatusMissed, reason, now, traceparent, tracestate)
+}
+
+// missedUpdate is the update turning the record of a claimed slot into a
+// missed record of it: set (missedFields, and what the writer adds) set,
+// and the fields of a run that started removed.
+func missedUpdate(set bson.D) bson.D {
+	return bson.D{{Key: "$set", Value: set},
+		{Key: "$unset", Value: bson.D{{Key: "started_at", Value: ""}, {Key: "lease_until", Value: ""}}}}
 }
 
 // consume moves the job's last slot up to through, so that no claim takes

@@ -89,3 +89,65 @@ func TestRecordMissedSplitsAroundRuns(t *testing.T) {
 		t.Fatalf("%d slots recorded missed, want 14 (every slot of t0-5s..t0+9s but the one that ran)", total)
 	}
 }
+
+// A missed record of one slot holds the same fields whichever write made
+// it: RecordMissed's insert, Disown, a claimed slot's end that did not
+// start, or a hand-over's claim overtaken by a later slot. None keeps a
+// start or a lease (the insert once wrote a zero started_at).
+func TestMissedRecordsOfEveryWriterHoldTheSameFields(t *testing.T) {
+	t.Parallel()
+	e := newStoreEnv(t)
+	ctx := testCtx(t)
+	a := e.replica("a", "a1")
+	now := base.Add(10 * time.Second)
+	runIDs := map[string]string{}
+
+	if _, err := a.RecordMissed(ctx, record.MissedRange{JobID: "w-insert", From: base, To: base, Count: 1, Reason: record.MissedNoReplica},
+		everySecond, "a", now); err != nil {
+		t.Fatal(err)
+	}
+	runIDs["insert"] = record.MissedID("w-insert", base)
+
+	disowned := a.claimOne(t, forbid("w-disown", base), base, record.Acquired)
+	if err := a.Disown(ctx, []record.Lease{disowned.Lease}, record.MissedUnreachable, now); err != nil {
+		t.Fatal(err)
+	}
+	runIDs["disown"] = disowned.Lease.RunID
+
+	ended := a.claimOne(t, forbid("w-end", base), base, record.Acquired)
+	if errs := a.EndBatch(ctx, []record.LeaseEnd{{Lease: ended.Lease,
+		End: record.RunEnd{Status: record.StatusMissed, Reason: record.MissedShuttingDown, EndedAt: now}}}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	runIDs["end"] = ended.Lease.RunID
+
+	later := base.Add(2 * time.Second)
+	won := a.claimOne(t, forbid("w-claim", later), later, record.Acquired)
+	if errs := a.EndBatch(ctx, []record.LeaseEnd{{Lease: won.Lease, End: record.RunEnd{Status: record.StatusSucceeded, EndedAt: later}}}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	offered := forbid("w-claim", base)
+	offered.OvertakenReason = record.MissedHandOver
+	a.claimOne(t, offered, later, record.Missed)
+	runIDs["claim"] = record.RunID("w-claim", base)
+
+	for writer, id := range runIDs {
+		raw := e.rawRun(t, id)
+		for _, key := range []string{"_id", "job_id", "scheduled_at", "instance", "fence", "status", "last_scheduled_at",
+			"count", "reason", "recorded_at", "expire_at", "notice"} {
+			if raw.Lookup(key).Type == 0 {
+				t.Errorf("%s: missed record without %s: %s", writer, key, raw)
+			}
+		}
+		for _, key := range []string{"started_at", "lease_until"} {
+			if raw.Lookup(key).Type != 0 {
+				t.Errorf("%s: missed record with %s: %s", writer, key, raw)
+			}
+		}
+		r := e.run(t, id)
+		if r.Status != record.StatusMissed || r.Count != 1 || !r.ScheduledAt.Equal(base) || !r.LastScheduledAt.Equal(base) ||
+			r.RecordedAt.IsZero() || !r.ExpireAt.After(r.RecordedAt) {
+			t.Errorf("%s: record %+v, want one slot missed at %s", writer, r, base)
+		}
+	}
+}
