@@ -83,8 +83,9 @@ type Sightings struct {
 	live map[string]uint32
 	pass uint32
 
-	// rest waits between two replies of the live sightings' read
-	// (restFor; tests record it).
+	// rest waits between two replies of the live sightings' read, and
+	// after each batch a full read's walk writes (restFor; tests record
+	// it).
 	rest func(ctx context.Context, took time.Duration) error
 	// closing is closed by Close: the read rests no more, so that what
 	// is queued behind it is written within the daemon's stop if it can.
@@ -140,10 +141,11 @@ func NewSightings(coll *mongo.Collection, opts SightingsOptions) *Sightings {
 	return s
 }
 
-// restFor rests after a reply of the live sightings' read (pace.Rest),
-// until Close is called, or until ctx ends: a joining replica of a
-// million jobs reads a million sightings while the others claim their
-// fires.
+// restFor rests after a reply of the live sightings' read, and after each
+// batch a full read's walk writes (pace.Rest), until Close is called, or
+// until ctx ends: a joining replica of a million jobs reads a million
+// sightings while the others claim their fires, and a first start writes
+// a million while its own fires are claimed.
 func (s *Sightings) restFor(ctx context.Context, took time.Duration) error {
 	return pace.Rest(ctx, took, s.closing)
 }
@@ -341,7 +343,7 @@ func (s *Sightings) present(ctx context.Context, op sightingOp) error {
 		for i, id := range seen {
 			models[i] = seenModel(id, op.at, SourceRead, s.opts.Instance, now)
 		}
-		if _, err := s.write(ctx, models); err != nil {
+		if err := s.pacedWrite(ctx, models); err != nil {
 			return err
 		}
 		for _, id := range seen {
@@ -380,7 +382,7 @@ func (s *Sightings) present(ctx context.Context, op sightingOp) error {
 		for i, id := range gone[:n] {
 			models[i] = goneModel(id, op.at, s.opts.Retention)
 		}
-		if _, err := s.write(ctx, models); err != nil {
+		if err := s.pacedWrite(ctx, models); err != nil {
 			return err
 		}
 		for _, id := range gone[:n] {
@@ -426,6 +428,20 @@ func (w *walkLog) done() {
 	if w.jobs > 0 {
 		w.s.opts.Logger.Info(w.msg, "collection", w.s.coll.Name(), "jobs", w.jobs, "took", time.Since(w.started), "at", w.at)
 	}
+}
+
+// pacedWrite is write for the walks of a full read (a first start of a
+// million jobs writes a million sightings), which nothing waits for: it
+// rests after each batch as a background read does (rest, pace.Rest), so
+// that the walk takes at most a share of the server's time and the
+// replica's claims and edits are not queued behind it; after Close it
+// rests no more.
+func (s *Sightings) pacedWrite(ctx context.Context, models []mongo.WriteModel) error {
+	began := time.Now()
+	if _, err := s.write(ctx, models); err != nil {
+		return err
+	}
+	return s.rest(ctx, time.Since(began))
 }
 
 // write sends models as one unordered bulk write and returns how many

@@ -283,8 +283,10 @@ func TestLiveSightingsReadAtAPace(t *testing.T) {
 		t.Errorf("getMores of the live sightings' read, by batchSize: %v; want [1000 1000] (2,500 live in replies of 1,000)", getMores)
 	}
 	mu.Unlock()
-	if len(rests) != 2 {
-		t.Errorf("rests between replies: %v; want one after each of the 2 getMores", rests)
+	// The read rests after each of its 2 getMores; the walks that write
+	// rest after each batch: the 10 new jobs, then the 5 gone.
+	if len(rests) != 4 {
+		t.Errorf("rests: %v; want one after each of the read's 2 getMores and each of the walks' 2 batches", rests)
 	}
 	for _, took := range rests {
 		if took <= 0 {
