@@ -23,7 +23,7 @@ const DefaultSightingsReadBatch = 1000
 
 // sightingsProgressEvery is how often a full read's walk that writes
 // sightings logs how far it got (a first start of a million jobs writes
-// a million, 500 at a time, for half a minute or more); the walk ends
+// a million, 500 at a time, at a pace: two minutes or more); the walk ends
 // with one line of what it wrote.
 const sightingsProgressEvery = 10 * time.Second
 
