@@ -17,7 +17,7 @@
 #
 #   scripts/bench-divide.sh [-n 100000] [-replicas 4] [-binary PATH] [-hot 60] [-settings off,on]
 #                           [-heartbeat 10s] [-lease 30s] [-claim-grace 2s]
-#                           [-server-heap 6g] [-oplog-max-entries 200000] [-logs DIR]
+#                           [-server-heap 12g] [-oplog-max-entries 200000] [-logs DIR]
 #                           [-heap-profiles DIR: each replica's heap profile] [-h for all flags]
 #
 # Without -binary it builds this tree.

@@ -15,7 +15,7 @@
 #
 #   scripts/bench-scale.sh [-n 100000,400000,1000000] [-binaries before=PATH,after=PATH]
 #                          [-edits 300] [-rate 10] [-reload-edit-rate 20]
-#                          [-server-heap 6g] [-server-jvm-args "-XX:TieredStopAtLevel=4"] [-oplog-max-entries 200000] [-logs DIR]
+#                          [-server-heap 12g] [-server-jvm-args "-XX:TieredStopAtLevel=4"] [-oplog-max-entries 200000] [-logs DIR]
 #                          [-heap-profiles DIR: each build's heap profile at ready and once settled] [-h for all flags]
 #
 # Without -binaries it builds this tree as "after". A 1,000,000 point takes

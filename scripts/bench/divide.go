@@ -62,7 +62,7 @@ func divideMain(args []string) int {
 	fs.IntVar(&o.n, "n", 100000, "schedules (the scale bench's per-customer documents)")
 	fs.IntVar(&o.replicas, "replicas", 4, "replicas started side by side")
 	fs.StringVar(&o.binary, "binary", "", "daemon binary (default: a build of this tree)")
-	fs.StringVar(&o.serverHeap, "server-heap", "6g", "the test server's -Xmx")
+	fs.StringVar(&o.serverHeap, "server-heap", defaultServerHeap, serverHeapUsage)
 	serverJVM := fs.String("server-jvm-args", "", "the test server's extra JVM options, space-separated "+
 		"(e.g. -XX:TieredStopAtLevel=4: C2 as well as C1; the default is internal/testmongo's C1 only)")
 	fs.IntVar(&o.oplogMax, "oplog-max-entries", 200000, "the test server's oplog bound (0: none)")

@@ -62,7 +62,7 @@ func scaleMain(args []string) int {
 	fs.Float64Var(&o.reloadEditRate, "reload-edit-rate", 20, "edits per second made while the cold start's full reload runs")
 	fs.DurationVar(&o.settleLimit, "settle", 10*time.Minute,
 		"wait at most this long after a cold start for its start-up work (first sightings, CPU) to settle before measuring edits")
-	fs.StringVar(&o.serverHeap, "server-heap", "6g", "the test server's -Xmx")
+	fs.StringVar(&o.serverHeap, "server-heap", defaultServerHeap, serverHeapUsage)
 	serverJVM := fs.String("server-jvm-args", "", "the test server's extra JVM options, space-separated "+
 		"(e.g. -XX:TieredStopAtLevel=4: C2 as well as C1; the default is internal/testmongo's C1 only)")
 	fs.IntVar(&o.oplogMax, "oplog-max-entries", 200000, "the test server's oplog bound (0: none; 1,000,000 inserts need a bound or the heap)")

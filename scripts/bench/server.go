@@ -31,6 +31,16 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
+// defaultServerHeap is the -Xmx the scale and divide modes give the test
+// server: at 6g a million schedules, their first sightings and the oplog
+// keep its collector marking without end and the daemon's reads wait on
+// it (docs/BENCHMARKS.md, nineteen cold starts); 12g is the heap the
+// first trial of that size had.
+const defaultServerHeap = "12g"
+
+// serverHeapUsage is the help of the modes' -server-heap.
+const serverHeapUsage = "the test server's -Xmx"
+
 // serverSettings are the server micro-benchmark's command-line settings.
 type serverSettings struct {
 	jars   []string
