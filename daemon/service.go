@@ -67,6 +67,10 @@ type Service struct {
 	tracer trace.Tracer
 	edits  *editSpans
 
+	// arrivals are the jobs a full reload after the first put in force
+	// (arrival.go).
+	arrivals arrivals
+
 	armedAt    atomic.Int64  // unix nanoseconds of the engine's last Applied hook (see watchHooks)
 	synced     chan struct{} // closed by the watcher's first full sync
 	syncedOnce sync.Once

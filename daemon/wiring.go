@@ -127,6 +127,9 @@ func (s *Service) newEngine() *scheduler.Engine {
 		Hooks: scheduler.Hooks{Applied: func(id string, o scheduler.Outcome) {
 			s.armedAt.Store(time.Now().UnixNano())
 			s.edits.applied(id, o)
+			if o == scheduler.Added {
+				s.arrivals.applied(id) // a late arrival, in a full reload after the first (arrival.go)
+			}
 		}},
 		// Dividing the schedules: this replica arms the jobs it owns and
 		// those it is second for among the live members (divide.go).
@@ -139,7 +142,7 @@ func (s *Service) newEngine() *scheduler.Engine {
 
 func (s *Service) newHistory() *editHistory {
 	return newEditHistory(s.db.Collection(history.CollectionName),
-		eventSink{Sink: s.edits.sink(schedulesink.New(s.engine, s.log, s.metrics)), events: s.events},
+		arrivalSink{Sink: eventSink{Sink: s.edits.sink(schedulesink.New(s.engine, s.log, s.metrics)), events: s.events}, s: s},
 		s.opts.InstanceID, s.opts.Retention, s.log)
 }
 

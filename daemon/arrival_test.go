@@ -1,0 +1,87 @@
+package daemon
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/changestream"
+	"github.com/cronswap/cronswap/internal/faultproxy"
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/schedule"
+)
+
+// A job that reaches the replica only with a full reload after the first
+// (here a poll; a reload after the change stream lost its position goes
+// the same way) was not armed here from its document's updated_at until
+// then: those slots are recorded missed, no_replica_running, once no
+// replica can run them any more, and the job fires from then on.
+func TestLateArrivalsSlotsRecordedMissed(t *testing.T) {
+	db, through, p := proxiedDatabase(t)
+	insertSchedules(t, db, "other")
+	opts := testOptions()
+	opts.WatchMode = changestream.ModePoll
+	opts.PollInterval = 200 * time.Millisecond
+	d := startDaemon(t, through, opts)
+	waitFor(t, 30*time.Second, "ready", func() bool {
+		code, _ := d.get(t, "/readyz")
+		return code == http.StatusOK && armed(d.engine, "other")
+	})
+
+	// A poll's read held: the job inserted meanwhile reaches the replica
+	// only when it is let go, three seconds or more after the insert.
+	poll := p.HoldNext(faultproxy.All(faultproxy.CommandName("find"), faultproxy.Database(db.Name()),
+		faultproxy.Collection(schedule.CollectionName)))
+	defer poll.Release()
+	select {
+	case <-poll.Held():
+	case <-time.After(30 * time.Second):
+		t.Fatal("no poll read the schedules")
+	}
+	written := time.Now().Truncate(time.Millisecond)
+	if _, err := db.Collection(schedule.CollectionName).InsertOne(context.Background(), bson.D{{Key: "_id", Value: "late"},
+		{Key: "cron_expr", Value: "* * * * * *"}, {Key: "job", Value: "tick"}, {Key: "updated_at", Value: written}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "three seconds since the insert", func() bool { return time.Since(written) >= 3*time.Second })
+	if armed(d.engine, "late") {
+		t.Fatal("the late job armed while the poll's read was held")
+	}
+	poll.Release()
+	waitFor(t, 30*time.Second, "the late job armed by the poll", func() bool { return armed(d.engine, "late") })
+	armedAt := time.Now()
+
+	var missed, ran []record.RunDoc
+	waitFor(t, 30*time.Second, "the late arrival's gap on record and a fire after it", func() bool {
+		runs := runsOf(t, db, "late", written.Add(-time.Second))
+		missed = slices.DeleteFunc(slices.Clone(runs), func(r record.RunDoc) bool { return r.Status != record.StatusMissed })
+		ran = slices.DeleteFunc(runs, func(r record.RunDoc) bool { return r.Status == record.StatusMissed })
+		return len(missed) > 0 && len(ran) > 0
+	})
+	if len(missed) != 1 {
+		t.Fatalf("missed records %+v: want one range", missed)
+	}
+	m := missed[0]
+	if m.Reason != record.MissedNoReplica || m.ScheduledAt.Before(written) || m.Count < 2 || m.LastScheduledAt.After(armedAt) ||
+		!m.LastScheduledAt.Equal(m.ScheduledAt.Add(time.Duration(m.Count-1)*time.Second)) {
+		t.Errorf("missed record %+v: want no_replica_running of the slots from %s to %s", m, written, armedAt)
+	}
+	for _, r := range ran {
+		if !r.ScheduledAt.After(m.LastScheduledAt) {
+			t.Errorf("run of %s inside the missed range %s..%s", r.ScheduledAt, m.ScheduledAt, m.LastScheduledAt)
+		}
+	}
+	if _, ok := d.logs.find(func(l map[string]any) bool {
+		return l["msg"] == "slots missed before the job reached this replica" && l["job_id"] == "late"
+	}); !ok {
+		t.Error("no log line of the late arrival's gap")
+	}
+	// The job that was there from the start has no such record.
+	if runs := runsOf(t, db, "other", time.Time{}); slices.ContainsFunc(runs, func(r record.RunDoc) bool { return r.Status == record.StatusMissed }) {
+		t.Errorf("other: %+v, want no missed record", runs)
+	}
+}
