@@ -85,3 +85,53 @@ func TestLateArrivalsSlotsRecordedMissed(t *testing.T) {
 		t.Errorf("other: %+v, want no missed record", runs)
 	}
 }
+
+// The same after the change stream lost its position: the resume is
+// answered ChangeStreamHistoryLost, the reload's read is held for three
+// seconds, and a job inserted meanwhile has those slots on record.
+func TestLateArrivalAfterALostPositionSlotsRecordedMissed(t *testing.T) {
+	db, through, p := proxiedDatabase(t)
+	insertSchedules(t, db, "other")
+	d := startDaemon(t, through, testOptions())
+	waitFor(t, 30*time.Second, "ready", func() bool {
+		code, _ := d.get(t, "/readyz")
+		return code == http.StatusOK && armed(d.engine, "other")
+	})
+
+	reload := p.HoldNext(faultproxy.All(faultproxy.CommandName("find"), faultproxy.Database(db.Name()),
+		faultproxy.Collection(schedule.CollectionName)))
+	defer reload.Release()
+	p.FailNext(faultproxy.All(faultproxy.IsChangeStreamAggregate, faultproxy.Collection(schedule.CollectionName)),
+		faultproxy.ErrorReply{Code: 286, CodeName: "ChangeStreamHistoryLost",
+			Errmsg: "Resume of change stream was not possible, as the resume point may no longer be in the oplog.",
+			Labels: []string{"NonResumableChangeStreamError"}})
+	p.CutAll()
+	select {
+	case <-reload.Held():
+	case <-time.After(30 * time.Second):
+		t.Fatal("no full reload read the schedules after the cut")
+	}
+	written := time.Now().Truncate(time.Millisecond)
+	if _, err := db.Collection(schedule.CollectionName).InsertOne(context.Background(), bson.D{{Key: "_id", Value: "late"},
+		{Key: "cron_expr", Value: "* * * * * *"}, {Key: "job", Value: "tick"}, {Key: "updated_at", Value: written}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "three seconds since the insert", func() bool { return time.Since(written) >= 3*time.Second })
+	reload.Release()
+	waitFor(t, 30*time.Second, "the late job armed", func() bool { return armed(d.engine, "late") })
+	if _, ok := d.logs.find(func(l map[string]any) bool {
+		return l["msg"] == "full reload" && l["reason"] == changestream.ReasonLostPosition
+	}); !ok {
+		t.Fatal("no full reload after the lost position")
+	}
+
+	var missed []record.RunDoc
+	waitFor(t, 30*time.Second, "the late arrival's gap on record", func() bool {
+		missed = slices.DeleteFunc(runsOf(t, db, "late", written.Add(-time.Second)),
+			func(r record.RunDoc) bool { return r.Status != record.StatusMissed })
+		return len(missed) > 0
+	})
+	if m := missed[0]; len(missed) != 1 || m.Reason != record.MissedNoReplica || m.ScheduledAt.Before(written) || m.Count < 2 {
+		t.Errorf("missed records %+v: want one range of no_replica_running from %s, 2 slots or more", missed, written)
+	}
+}
