@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/changestream"
 	"github.com/cronswap/cronswap/internal/faultproxy"
@@ -21,38 +22,13 @@ import (
 // then: those slots are recorded missed, no_replica_running, once no
 // replica can run them any more, and the job fires from then on.
 func TestLateArrivalsSlotsRecordedMissed(t *testing.T) {
-	db, through, p := proxiedDatabase(t)
-	insertSchedules(t, db, "other")
 	opts := testOptions()
 	opts.WatchMode = changestream.ModePoll
 	opts.PollInterval = 200 * time.Millisecond
-	d := startDaemon(t, through, opts)
-	waitFor(t, 30*time.Second, "ready", func() bool {
-		code, _ := d.get(t, "/readyz")
-		return code == http.StatusOK && armed(d.engine, "other")
-	})
-
 	// A poll's read held: the job inserted meanwhile reaches the replica
 	// only when it is let go, three seconds or more after the insert.
-	poll := p.HoldNext(faultproxy.All(faultproxy.CommandName("find"), faultproxy.Database(db.Name()),
-		faultproxy.Collection(schedule.CollectionName)))
-	defer poll.Release()
-	select {
-	case <-poll.Held():
-	case <-time.After(30 * time.Second):
-		t.Fatal("no poll read the schedules")
-	}
-	written := time.Now().Truncate(time.Millisecond)
-	if _, err := db.Collection(schedule.CollectionName).InsertOne(context.Background(), bson.D{{Key: "_id", Value: "late"},
-		{Key: "cron_expr", Value: "* * * * * *"}, {Key: "job", Value: "tick"}, {Key: "updated_at", Value: written}}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "three seconds since the insert", func() bool { return time.Since(written) >= 3*time.Second })
-	if armed(d.engine, "late") {
-		t.Fatal("the late job armed while the poll's read was held")
-	}
-	poll.Release()
-	waitFor(t, 30*time.Second, "the late job armed by the poll", func() bool { return armed(d.engine, "late") })
+	db, d, _, poll := lateArrivalSetup(t, opts)
+	written := insertWhileHeld(t, d, db, poll)
 	armedAt := time.Now()
 
 	var missed, ran []record.RunDoc
@@ -90,35 +66,13 @@ func TestLateArrivalsSlotsRecordedMissed(t *testing.T) {
 // answered ChangeStreamHistoryLost, the reload's read is held for three
 // seconds, and a job inserted meanwhile has those slots on record.
 func TestLateArrivalAfterALostPositionSlotsRecordedMissed(t *testing.T) {
-	db, through, p := proxiedDatabase(t)
-	insertSchedules(t, db, "other")
-	d := startDaemon(t, through, testOptions())
-	waitFor(t, 30*time.Second, "ready", func() bool {
-		code, _ := d.get(t, "/readyz")
-		return code == http.StatusOK && armed(d.engine, "other")
-	})
-
-	reload := p.HoldNext(faultproxy.All(faultproxy.CommandName("find"), faultproxy.Database(db.Name()),
-		faultproxy.Collection(schedule.CollectionName)))
-	defer reload.Release()
+	db, d, p, reload := lateArrivalSetup(t, testOptions())
 	p.FailNext(faultproxy.All(faultproxy.IsChangeStreamAggregate, faultproxy.Collection(schedule.CollectionName)),
 		faultproxy.ErrorReply{Code: 286, CodeName: "ChangeStreamHistoryLost",
 			Errmsg: "Resume of change stream was not possible, as the resume point may no longer be in the oplog.",
 			Labels: []string{"NonResumableChangeStreamError"}})
 	p.CutAll()
-	select {
-	case <-reload.Held():
-	case <-time.After(30 * time.Second):
-		t.Fatal("no full reload read the schedules after the cut")
-	}
-	written := time.Now().Truncate(time.Millisecond)
-	if _, err := db.Collection(schedule.CollectionName).InsertOne(context.Background(), bson.D{{Key: "_id", Value: "late"},
-		{Key: "cron_expr", Value: "* * * * * *"}, {Key: "job", Value: "tick"}, {Key: "updated_at", Value: written}}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "three seconds since the insert", func() bool { return time.Since(written) >= 3*time.Second })
-	reload.Release()
-	waitFor(t, 30*time.Second, "the late job armed", func() bool { return armed(d.engine, "late") })
+	written := insertWhileHeld(t, d, db, reload)
 	if _, ok := d.logs.find(func(l map[string]any) bool {
 		return l["msg"] == "full reload" && l["reason"] == changestream.ReasonLostPosition
 	}); !ok {
@@ -134,4 +88,48 @@ func TestLateArrivalAfterALostPositionSlotsRecordedMissed(t *testing.T) {
 	if m := missed[0]; len(missed) != 1 || m.Reason != record.MissedNoReplica || m.ScheduledAt.Before(written) || m.Count < 2 {
 		t.Errorf("missed records %+v: want one range of no_replica_running from %s, 2 slots or more", missed, written)
 	}
+}
+
+// lateArrivalSetup starts a daemon with opts on a database holding the
+// job "other", through the fault proxy p, waits until it is ready, and
+// holds the next full read of the schedules (read, let go at the test's
+// end at the latest).
+func lateArrivalSetup(t *testing.T, opts Options) (db *mongo.Database, d *running, p *faultproxy.Proxy, read *faultproxy.Hold) {
+	t.Helper()
+	db, through, p := proxiedDatabase(t)
+	insertSchedules(t, db, "other")
+	d = startDaemon(t, through, opts)
+	waitFor(t, 30*time.Second, "ready", func() bool {
+		code, _ := d.get(t, "/readyz")
+		return code == http.StatusOK && armed(d.engine, "other")
+	})
+	read = p.HoldNext(faultproxy.All(faultproxy.CommandName("find"), faultproxy.Database(db.Name()),
+		faultproxy.Collection(schedule.CollectionName)))
+	t.Cleanup(read.Release)
+	return db, d, p, read
+}
+
+// insertWhileHeld waits for read, a full read of the schedules held by the
+// proxy, inserts the every-second job "late" (updated_at now), lets the
+// read go three seconds later, and waits for the job to be armed. It
+// returns the insert's updated_at.
+func insertWhileHeld(t *testing.T, d *running, db *mongo.Database, read *faultproxy.Hold) time.Time {
+	t.Helper()
+	select {
+	case <-read.Held():
+	case <-time.After(30 * time.Second):
+		t.Fatal("no full read of the schedules came")
+	}
+	written := time.Now().Truncate(time.Millisecond)
+	if _, err := db.Collection(schedule.CollectionName).InsertOne(context.Background(), bson.D{{Key: "_id", Value: "late"},
+		{Key: "cron_expr", Value: "* * * * * *"}, {Key: "job", Value: "tick"}, {Key: "updated_at", Value: written}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "three seconds since the insert", func() bool { return time.Since(written) >= 3*time.Second })
+	if armed(d.engine, "late") {
+		t.Fatal("the late job armed while the full read was held")
+	}
+	read.Release()
+	waitFor(t, 30*time.Second, "the late job armed", func() bool { return armed(d.engine, "late") })
+	return written
 }
