@@ -33,13 +33,14 @@ import (
 // arrivals collects the jobs a full reload puts in force, from the second
 // full reload on.
 type arrivals struct {
-	// collecting is reloading && synced, read without the lock by applied
-	// (called for every job of the first sync).
+	// collecting: a full reload after the first is under way. Read
+	// without the lock first by applied (called for every job of the
+	// first sync too).
 	collecting atomic.Bool
 
 	mu sync.Mutex
-	// synced: a full reload has completed; reloading: one is under way.
-	synced, reloading bool
+	// synced: a full reload has completed.
+	synced bool
 	// since is when the last completed full reload began; began, when
 	// the one under way did.
 	since, began time.Time
@@ -52,7 +53,7 @@ type arrivals struct {
 func (a *arrivals) begin(now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.reloading, a.began = true, now
+	a.began = now
 	a.collecting.Store(a.synced)
 }
 
@@ -63,7 +64,7 @@ func (a *arrivals) applied(id string) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.reloading && a.synced {
+	if a.collecting.Load() { // again, under the lock: end may have run
 		a.added = append(a.added, id)
 	}
 }
@@ -74,7 +75,6 @@ func (a *arrivals) applied(id string) {
 func (a *arrivals) end(ok bool) (added []string, since time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.reloading = false
 	a.collecting.Store(false)
 	if !ok {
 		return nil, time.Time{}
