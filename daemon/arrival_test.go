@@ -16,6 +16,36 @@ import (
 	"github.com/cronswap/cronswap/schedule"
 )
 
+// The jobs a full reload puts in force are collected from the second
+// reload on; a failed reload keeps them for its retry (which finds them in
+// force and adds them no more), and the bound handed out is when the last
+// completed reload began.
+func TestArrivalsCollectFromTheSecondReload(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	var a arrivals
+	a.begin(t0)
+	a.applied("startup") // the first sync: every job, none collected
+	if added, _ := a.end(true); added != nil {
+		t.Fatalf("first reload: %v, want none", added)
+	}
+	a.applied("between") // an event's arming, not a reload's
+	a.begin(t0.Add(time.Minute))
+	a.applied("x")
+	if added, _ := a.end(false); added != nil {
+		t.Fatalf("failed reload: %v, want none handed out yet", added)
+	}
+	a.begin(t0.Add(2 * time.Minute))
+	a.applied("y")
+	added, since := a.end(true)
+	if !slices.Equal(added, []string{"x", "y"}) || !since.Equal(t0) {
+		t.Fatalf("reload after a failed one: %v since %v, want [x y] since %v", added, since, t0)
+	}
+	a.begin(t0.Add(3 * time.Minute))
+	if added, since := a.end(true); added != nil || !since.Equal(t0.Add(2*time.Minute)) {
+		t.Fatalf("quiet reload: %v since %v, want none since %v", added, since, t0.Add(2*time.Minute))
+	}
+}
+
 // A job that reaches the replica only with a full reload after the first
 // (here a poll; a reload after the change stream lost its position goes
 // the same way) was not armed here from its document's updated_at until
@@ -28,6 +58,19 @@ func TestLateArrivalsSlotsRecordedMissed(t *testing.T) {
 	// A poll's read held: the job inserted meanwhile reaches the replica
 	// only when it is let go, three seconds or more after the insert.
 	db, d, _, poll := lateArrivalSetup(t, opts)
+	// Beside it, jobs whose updated_at tells nothing: none, a string (an
+	// operator's careless edit), and one in the future. They are armed
+	// all the same, and have no missed record.
+	untimed := map[string]any{"no-date": nil, "string-date": "2026-12-06T00:00:00Z", "future-date": time.Now().Add(time.Hour)}
+	for id, at := range untimed {
+		doc := bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: "* * * * * *"}, {Key: "job", Value: "tick"}}
+		if at != nil {
+			doc = append(doc, bson.E{Key: "updated_at", Value: at})
+		}
+		if _, err := db.Collection(schedule.CollectionName).InsertOne(context.Background(), doc); err != nil {
+			t.Fatal(err)
+		}
+	}
 	written := insertWhileHeld(t, d, db, poll)
 	armedAt := time.Now()
 
@@ -56,9 +99,15 @@ func TestLateArrivalsSlotsRecordedMissed(t *testing.T) {
 	}); !ok {
 		t.Error("no log line of the late arrival's gap")
 	}
-	// The job that was there from the start has no such record.
-	if runs := runsOf(t, db, "other", time.Time{}); slices.ContainsFunc(runs, func(r record.RunDoc) bool { return r.Status == record.StatusMissed }) {
-		t.Errorf("other: %+v, want no missed record", runs)
+	// The job that was there from the start has no such record, nor have
+	// those whose updated_at tells nothing, which fire.
+	for _, id := range []string{"other", "no-date", "string-date", "future-date"} {
+		if id != "other" && !armed(d.engine, id) {
+			t.Errorf("%s not armed", id)
+		}
+		if runs := runsOf(t, db, id, time.Time{}); slices.ContainsFunc(runs, func(r record.RunDoc) bool { return r.Status == record.StatusMissed }) {
+			t.Errorf("%s: %+v, want no missed record", id, runs)
+		}
 	}
 }
 
