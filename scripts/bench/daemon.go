@@ -50,6 +50,9 @@ type daemonSpec struct {
 	pprof bool
 	// divide sets divide_schedules (bench divide).
 	divide bool
+	// resyncInterval is the config's watch.resync_interval (0: none, as
+	// the benches measure a replica between full reads).
+	resyncInterval time.Duration
 	// extra is appended to the config (top-level keys).
 	extra string
 	// ledger, when set, adds the action "ledger", which appends
@@ -147,13 +150,13 @@ http:
 watch:
   mode: %s
   poll_interval: %s
-  resync_interval: 0s
+  resync_interval: %s
 shutdown:
   grace: 5s
 jobs:
   noop:
     exec: ["true"]
-`, s.uri, s.database, s.instanceID, s.pprof, s.mode, s.pollInterval)
+`, s.uri, s.database, s.instanceID, s.pprof, s.mode, s.pollInterval, s.resyncInterval)
 	if s.ledger != "" {
 		line := `printf '%s %s %s\n' "$CRONSWAP_JOB_ID" "$CRONSWAP_SCHEDULED_AT" "$CRONSWAP_INSTANCE_ID" >> ` + s.ledger
 		cfg += fmt.Sprintf("  ledger:\n    exec: [\"sh\", \"-c\", %q]\n    timeout: 20s\n    overlap: allow\n", line)
@@ -317,6 +320,37 @@ func (d *daemon) initialReload(ctx context.Context, limit time.Duration) (logRec
 // up to limit for it.
 func (d *daemon) armedFromFile(ctx context.Context, limit time.Duration) (logRecord, error) {
 	return d.firstRecord(ctx, limit, msgArmedFromFile, func() []logRecord { return d.warm })
+}
+
+// resyncReason is the reason a periodic full read logs
+// (changestream.ReasonResync).
+const resyncReason = "resync"
+
+// reloadsFor waits up to limit for k "full reload" records of reason and
+// returns those seen (fewer, with an error, when the limit passed first).
+func (d *daemon) reloadsFor(ctx context.Context, limit time.Duration, reason string, k int) ([]logRecord, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		var got []logRecord
+		d.mu.Lock()
+		for _, r := range d.reloads {
+			if r.Reason == reason {
+				got = append(got, r)
+			}
+		}
+		d.mu.Unlock()
+		if len(got) >= k {
+			return got[:k], nil
+		}
+		if time.Now().After(deadline) {
+			return got, fmt.Errorf("%d of %d %q full reloads within %s", len(got), k, reason, limit)
+		}
+		select {
+		case <-ctx.Done():
+			return got, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // firstRecord waits up to limit for list (read under d.mu) to hold a record.

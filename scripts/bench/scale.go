@@ -44,6 +44,8 @@ type scaleSettings struct {
 	out            string
 	logDir         string
 	heapProfiles   string
+	resyncs        int
+	resyncInterval time.Duration
 	timeout        time.Duration
 }
 
@@ -70,6 +72,9 @@ func scaleMain(args []string) int {
 	fs.StringVar(&o.logDir, "logs", "", "keep the daemons' logs and state files here")
 	fs.StringVar(&o.heapProfiles, "heap-profiles", "", "save each build's heap profile at ready (after a GC) in this directory, "+
 		"as heap-LABEL-N.pb.gz (go tool pprof -sample_index=inuse_space)")
+	fs.IntVar(&o.resyncs, "resyncs", 0, "after the warm start, wait for this many periodic full reads (watch.resync_interval) "+
+		"and report the RSS, its peak and the CPU they took (0: the warm daemon runs without resyncs, as before)")
+	fs.DurationVar(&o.resyncInterval, "resync-interval", 30*time.Second, "the warm daemon's watch.resync_interval when -resyncs is set")
 	fs.DurationVar(&o.timeout, "timeout", 90*time.Minute, "the whole run's deadline")
 	_ = fs.Parse(args)
 	o.serverJVMArgs = strings.Fields(*serverJVM)
@@ -112,6 +117,7 @@ type scalePoint struct {
 	settled    time.Duration // ready → the first sightings written (edits measured after)
 	coldReload logRecord     // its "full reload" record
 	coldRSS    int64         // kB at ready
+	coldCPU    int64         // clock ticks of CPU, process start → ready
 	heapAlloc  int64         // bytes live after a GC, at ready
 	heapIdle   int64         // bytes live after a GC, once the start-up work settled
 	reloadEdit reloadEdits
@@ -124,8 +130,17 @@ type scalePoint struct {
 	warmReady time.Duration // process start → /readyz 200 from the state file
 	warmRec   logRecord     // its "armed from state file" record
 	warmRSS   int64         // kB at ready
-	peakRSS   int64         // kB, VmHWM of the warm daemon
+	warmCPU   int64         // clock ticks of CPU, process start → ready
+	peakRSS   int64         // kB, VmHWM of the warm daemon at ready
 	coldPeak  int64         // kB, VmHWM of the cold daemon at its stop
+
+	// After the warm start, with -resyncs: the periodic full reads the
+	// warm daemon logged, the CPU from its ready to the last of them
+	// (idle time between them included), and its RSS and VmHWM then.
+	resyncs    []logRecord
+	resyncCPU  int64
+	resyncRSS  int64
+	resyncPeak int64
 
 	loadAfter string
 	problems  []string
@@ -360,6 +375,7 @@ func scalePointRun(ctx context.Context, o scaleSettings, b build, n int, uri, db
 		p.coldReload = rec
 	}
 	p.coldRSS = vmRSS(d.cmd.Process.Pid)
+	p.coldCPU = cpuTicks(d.cmd.Process.Pid)
 	p.heapAlloc = heapAfterGC(ctx, d, profilePath(o.heapProfiles, b.label, n))
 	logf("ready after %s, RSS %d MB, heap after GC %d MB (%d B/job)", p.coldReady.Round(time.Millisecond),
 		p.coldRSS/1024, p.heapAlloc>>20, p.heapAlloc/int64(n))
@@ -406,6 +422,9 @@ func scalePointRun(ctx context.Context, o scaleSettings, b build, n int, uri, db
 	}
 	logf("stopped in %s (state file %.1f MB); warm restart", p.shutdown.Round(time.Millisecond), float64(p.stateSize)/1e6)
 	spec.logPath = strings.TrimSuffix(spec.logPath, ".log") + "-warm.log"
+	if o.resyncs > 0 {
+		spec.resyncInterval = o.resyncInterval
+	}
 	w, err := startDaemon(ctx, spec)
 	if err != nil {
 		return nil, err
@@ -420,8 +439,21 @@ func scalePointRun(ctx context.Context, o scaleSettings, b build, n int, uri, db
 		p.problems = append(p.problems, "warm restart: "+err.Error())
 	}
 	p.warmRSS = vmRSS(w.cmd.Process.Pid)
+	p.warmCPU = cpuTicks(w.cmd.Process.Pid)
 	p.peakRSS = vmHWM(w.cmd.Process.Pid)
 	logf("warm ready after %s, RSS %d MB", p.warmReady.Round(time.Millisecond), p.warmRSS/1024)
+	if o.resyncs > 0 {
+		logf("waiting for %d resyncs (every %s)", o.resyncs, o.resyncInterval)
+		limit := time.Duration(o.resyncs) * (o.resyncInterval + 2*time.Minute)
+		if p.resyncs, err = w.reloadsFor(ctx, limit, resyncReason, o.resyncs); err != nil {
+			p.problems = append(p.problems, "resyncs: "+err.Error())
+		}
+		p.resyncCPU = cpuTicks(w.cmd.Process.Pid) - p.warmCPU
+		p.resyncRSS = vmRSS(w.cmd.Process.Pid)
+		p.resyncPeak = vmHWM(w.cmd.Process.Pid)
+		logf("after %d resyncs: RSS %d MB, peak %d MB, %.1f s of CPU since ready", len(p.resyncs),
+			p.resyncRSS/1024, p.resyncPeak/1024, float64(p.resyncCPU)/clockTicks)
+	}
 	w.stop()
 	p.problems = append(p.problems, w.Problems()...)
 	p.loadAfter = loadAvg()
@@ -662,8 +694,9 @@ func scaleHeader(o scaleSettings, env machine, started time.Time) string {
 func scaleTable(runs []*scaleRun) string {
 	var b strings.Builder
 	b.WriteString("\n| N | build | load | cold: start → ready | full reload logged (docs/s) | RSS at ready / peak | heap per job at ready / settled | " +
-		"edits during reload: lost | edit→armed p50 / p99 (floor) ms | p99 − floor p99 | stop | warm: start → ready | RSS warm |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		"edits during reload: lost | edit→armed p50 / p99 (floor) ms | p99 − floor p99 | stop | warm: start → ready | RSS warm | " +
+		"CPU to ready, cold / warm | resyncs: RSS / peak, CPU |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range runs {
 		for _, p := range r.points {
 			armed, floor, _ := latencies(p.edits)
@@ -674,16 +707,26 @@ func scaleTable(runs []*scaleRun) string {
 			if p.heapIdle > 0 {
 				heap += fmt.Sprintf(" / %d B", p.heapIdle/int64(p.n))
 			}
-			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s (%d/s) | %d / %d MB | %s | %d: %d | %s / %s (%s / %s) | %s | %s | %s | %d MB |\n",
+			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s (%d/s) | %d / %d MB | %s | %d: %d | %s / %s (%s / %s) | %s | %s | %s | %d MB | %s | %s |\n",
 				p.n, p.label, r.loadTime.Round(100*time.Millisecond), p.coldReady.Round(10*time.Millisecond),
 				time.Duration(p.coldReload.Duration).Round(10*time.Millisecond), docsPerSecond(p.coldReload),
 				p.coldRSS/1024, max(p.coldPeak, p.peakRSS)/1024, heap, p.reloadEdit.made, len(p.reloadEdit.lost),
 				msOf(quantileOf(armed, .5)), msOf(quantileOf(armed, .99)), msOf(quantileOf(floor, .5)), msOf(quantileOf(floor, .99)),
 				msOf(quantileOf(armed, .99)-quantileOf(floor, .99)), p.shutdown.Round(10*time.Millisecond),
-				p.warmReady.Round(10*time.Millisecond), p.warmRSS/1024)
+				p.warmReady.Round(10*time.Millisecond), p.warmRSS/1024,
+				fmt.Sprintf("%.1f / %.1f s", float64(p.coldCPU)/clockTicks, float64(p.warmCPU)/clockTicks), resyncCell(p))
 		}
 	}
 	return b.String()
+}
+
+// resyncCell is the table's account of the resyncs after the warm start
+// ("-" when none were asked for).
+func resyncCell(p *scalePoint) string {
+	if len(p.resyncs) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d: %d / %d MB, %.1f s", len(p.resyncs), p.resyncRSS/1024, p.resyncPeak/1024, float64(p.resyncCPU)/clockTicks)
 }
 
 func docsPerSecond(r logRecord) int64 {
@@ -716,11 +759,26 @@ func scaleText(r *scaleRun) string {
 		fmt.Fprintf(&b, "    SIGTERM → exit %s, state file %.1f MB; warm start → ready %s (armed from the file in %s), RSS %d MB, peak %d MB; load average %s\n",
 			p.shutdown.Round(time.Millisecond), float64(p.stateSize)/1e6, p.warmReady.Round(time.Millisecond),
 			time.Duration(p.warmRec.Duration).Round(time.Millisecond), p.warmRSS/1024, p.peakRSS/1024, p.loadAfter)
+		fmt.Fprintf(&b, "    CPU process start → ready: cold %.1f s, warm %.1f s\n", float64(p.coldCPU)/clockTicks, float64(p.warmCPU)/clockTicks)
+		if len(p.resyncs) > 0 {
+			fmt.Fprintf(&b, "    after %d resyncs (each a full read of %d documents, %s): RSS %d MB, peak %d MB, CPU since warm ready %.1f s\n",
+				len(p.resyncs), p.resyncs[0].Documents, resyncDurations(p.resyncs), p.resyncRSS/1024, p.resyncPeak/1024,
+				float64(p.resyncCPU)/clockTicks)
+		}
 		for _, pr := range firstN(p.problems, 10) {
 			fmt.Fprintf(&b, "    problem: %s\n", pr)
 		}
 	}
 	return b.String()
+}
+
+// resyncDurations lists how long each full read logged it took.
+func resyncDurations(recs []logRecord) string {
+	d := make([]string, len(recs))
+	for i, r := range recs {
+		d[i] = time.Duration(r.Duration).Round(10 * time.Millisecond).String()
+	}
+	return strings.Join(d, ", ")
 }
 
 func firstN(s []string, n int) []string {

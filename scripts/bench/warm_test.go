@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"path/filepath"
@@ -250,5 +251,26 @@ func TestValidateWarmEdits(t *testing.T) {
 		if err := o.validate(); (err == nil) != c.ok {
 			t.Errorf("modes %v, -warm-edits %d: validate = %v, want ok %v", c.modes, c.warm, err, c.ok)
 		}
+	}
+}
+
+func TestReloadsForCountsOnlyTheReasonAsked(t *testing.T) {
+	text := daemonLog(t, func(log *slog.Logger) {
+		log.Info(msgFullReload, "reason", "startup", "documents", 10, "duration", time.Second)
+		log.Info(msgFullReload, "reason", resyncReason, "documents", 10, "duration", 2*time.Second)
+		log.Info(msgFullReload, "reason", "lost_position", "documents", 10, "duration", time.Second)
+		log.Info(msgFullReload, "reason", resyncReason, "documents", 10, "duration", 3*time.Second)
+	})
+	d := &daemon{}
+	d.readLog(strings.NewReader(text), &bytes.Buffer{}, make(chan string, 1), nil)
+	got, err := d.reloadsFor(context.Background(), time.Second, resyncReason, 2)
+	if err != nil || len(got) != 2 || time.Duration(got[1].Duration) != 3*time.Second {
+		t.Errorf("two resyncs: %+v, %v", got, err)
+	}
+	if got, err := d.reloadsFor(context.Background(), 200*time.Millisecond, resyncReason, 3); err == nil || len(got) != 2 {
+		t.Errorf("three resyncs asked, two logged: %d records, error %v; want the two and an error", len(got), err)
+	}
+	if got := resyncDurations(got); got != "2s, 3s" {
+		t.Errorf("resyncDurations = %q", got)
 	}
 }
