@@ -144,6 +144,55 @@ func ExampleService_HTTPHandler() {
 	// daily_report: "@every 1s" armed=true handler=report
 }
 
+// A program waits for the service to fire its schedules before it reports
+// itself ready or starts what depends on them; Run's return tells it the
+// service stopped first.
+func ExampleService_Firing() {
+	db, drop := exampleDatabase("example_firing")
+	defer drop()
+
+	s, err := daemon.New(db, daemon.Options{InstanceID: "worker-1", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ran := make(chan string, 1)
+	if err := s.Handle("report", jobs.HandlerFunc(func(_ context.Context, run jobs.Run) error {
+		select {
+		case ran <- run.JobID:
+		default:
+		}
+		return nil
+	}), jobs.Policy{}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- s.Run(ctx) }()
+
+	select {
+	case <-s.Firing():
+		fmt.Println("firing: every schedule is armed")
+	case err := <-errc:
+		fmt.Println("stopped before firing:", err)
+		return
+	}
+	select {
+	case id := <-ran:
+		fmt.Println("first run:", id)
+	case err := <-errc:
+		fmt.Println("stopped before a run:", err)
+		return
+	}
+	cancel()
+	<-errc
+	// Output:
+	// firing: every schedule is armed
+	// first run: daily_report
+}
+
 // The cronswap_* metrics on the program's own Prometheus registry, which
 // the program serves with the rest of its metrics.
 func ExampleOptions_registerer() {

@@ -218,6 +218,7 @@ func (s *Service) startEngine(ctx context.Context, joined <-chan struct{}) (read
 	ids, notAfter := s.planDecided(firingAt)
 	s.decided.firingAt = firingAt
 	s.engine.Start()
+	close(s.firing)
 	// The others may now leave this engine's jobs out of their start-up
 	// reads (planDecided): it fires them from here on.
 	fctx, cancel := context.WithTimeout(ctx, s.members.Heartbeat())

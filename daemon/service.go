@@ -74,6 +74,7 @@ type Service struct {
 	armedAt    atomic.Int64  // unix nanoseconds of the engine's last Applied hook (see watchHooks)
 	synced     chan struct{} // closed by the watcher's first full sync
 	syncedOnce sync.Once
+	firing     chan struct{} // closed once the engine fires (startEngine); see Firing
 	away       chan struct{} // closed when joining the members first fails to reach the database
 	awayOnce   sync.Once
 }
@@ -126,6 +127,18 @@ func New(db *mongo.Database, opts Options) (*Service, error) {
 // protect every path but the health checks; with Options.PageDatabase an
 // operator's token may act from the status page.
 func (s *Service) HTTPHandler() http.Handler { return s.http }
+
+// Firing returns a channel that is closed once the service fires its
+// schedules: it has joined the members, armed every schedule (from
+// Options.StateFile or its first full read of the collection), read the
+// blackout windows and calendars, and started its timers. /readyz
+// answers 200 by then (it follows the schedules' change feed, which may be
+// ready a little earlier, and answers 503 again while the feed is down).
+// The start's bulk work — the full read, arming a large
+// collection — is done by then; what follows (the first sightings of the
+// edit history, the catch-up) runs in the background. The channel is
+// never closed when Run returns first.
+func (s *Service) Firing() <-chan struct{} { return s.firing }
 
 // Run runs the instance until ctx ends or a part fails, then shuts down in
 // order: no new fires; running handlers get Options.ShutdownGrace, then

@@ -31,7 +31,7 @@ import (
 func newService(db *mongo.Database, opts Options) *Service {
 	return &Service{opts: opts, db: db, log: opts.Logger.With("instance_id", opts.InstanceID),
 		registry: actions.NewRegistry(), gates: newHandOverGates(),
-		synced: make(chan struct{}), away: make(chan struct{}), decided: decidedAtStart{read: make(chan struct{})},
+		synced: make(chan struct{}), firing: make(chan struct{}), away: make(chan struct{}), decided: decidedAtStart{read: make(chan struct{})},
 		decidedSlice: decidedReadSlice,
 		events:       httpapi.NewBroker(httpapi.BrokerOptions{})}
 }

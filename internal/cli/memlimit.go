@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"math"
 	"os"
+	"runtime/debug"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 )
@@ -46,4 +48,41 @@ func setMemoryLimit(log *slog.Logger, container memlimit.Provider) {
 	case limit != math.MaxInt64:
 		log.Info("Go memory limit", "from", "the container's memory limit", "go_memory_limit_bytes", limit)
 	}
+}
+
+// steadyGCPercent is the collector's target (GOGC) that `cronswap run`
+// sets once the service fires (daemon.Service.Firing), when GOGC is not
+// set: the heap may then grow by 30 % of what a collection found live
+// before the next collection, not by all of it (the runtime's 100, kept
+// for the start). Nearly all of the daemon's heap is long-lived (each
+// job's engine record, armed timer and edit-history copy) and its garbage
+// comes in bursts — the start's background work, a resync every
+// watch.resync_interval, a full reload — which at 100 take the heap to
+// twice the jobs' memory: a replica of a million schedules keeps about
+// 0.6 GB live and reached 1.3-1.6 GB RSS at its resyncs, 0.95-0.99 GB at
+// 30. The start keeps 100: arming a million from the state file took up
+// to twice as long at 50. The cost is CPU, about a third more while
+// resyncing (docs/BENCHMARKS.md, "the Go collector's target lowered once
+// the schedules are armed").
+const steadyGCPercent = 30
+
+// lowerGCPercentOnceFiring sets the collector's target to
+// steadyGCPercent when firing is closed, unless GOGC is set (the runtime
+// took it at start; "off" included), and logs the target in force and
+// where it came from: at once when GOGC is set, else when it lowers the
+// target. It returns when it has done so or ctx ends. Only `cronswap
+// run` calls it: a Go service that embeds the daemon owns its process's
+// collector.
+func lowerGCPercentOnceFiring(ctx context.Context, log *slog.Logger, firing <-chan struct{}) {
+	if v := os.Getenv("GOGC"); v != "" {
+		log.Info("Go collector target", "from", "GOGC", "GOGC", v)
+		return
+	}
+	select {
+	case <-firing:
+	case <-ctx.Done():
+		return
+	}
+	debug.SetGCPercent(steadyGCPercent)
+	log.Info("Go collector target lowered now that the schedules are armed (GOGC unset)", "gogc", steadyGCPercent)
 }

@@ -2,7 +2,9 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"os"
@@ -73,5 +75,47 @@ func TestMemoryLimitFollowsTheContainers(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "700MiB")
 	if logged := run(memlimit.Limit(gib)); debug.SetMemoryLimit(-1) != math.MaxInt64 || !strings.Contains(logged, "GOMEMLIMIT=700MiB") {
 		t.Errorf("GOMEMLIMIT set: limit %d, log %q; want the container's not applied, and GOMEMLIMIT logged", debug.SetMemoryLimit(-1), logged)
+	}
+}
+
+// The collector's target is process-wide too: restored after.
+func TestGCPercentLoweredOnceFiringUnlessGOGCIsSet(t *testing.T) {
+	before := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(before) })
+	run := func(ctx context.Context, firing <-chan struct{}) string {
+		var b bytes.Buffer
+		debug.SetGCPercent(100)
+		lowerGCPercentOnceFiring(ctx, slog.New(slog.NewTextHandler(&b, nil)), firing)
+		return b.String()
+	}
+	closed := make(chan struct{})
+	close(closed)
+
+	t.Setenv("GOGC", "")
+	os.Unsetenv("GOGC")
+	// Not firing yet when the run ends: the start's target stays.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if logged := run(ctx, make(chan struct{})); debug.SetGCPercent(100) != 100 || logged != "" {
+		t.Errorf("stopped before firing: target changed or logged %q", logged)
+	}
+	logged := run(context.Background(), closed)
+	if got := debug.SetGCPercent(100); got != steadyGCPercent {
+		t.Errorf("GOGC unset, firing: target %d, want %d", got, steadyGCPercent)
+	}
+	if !strings.Contains(logged, fmt.Sprintf("gogc=%d", steadyGCPercent)) || !strings.Contains(logged, "GOGC unset") {
+		t.Errorf("GOGC unset: log %q, want the target and why", logged)
+	}
+	// Set: the runtime took it at start (here the test's 100 stands for
+	// it); left alone, and logged at once.
+	for _, v := range []string{"200", "off"} {
+		t.Setenv("GOGC", v)
+		logged := run(context.Background(), make(chan struct{}))
+		if got := debug.SetGCPercent(100); got != 100 {
+			t.Errorf("GOGC=%s: target changed to %d", v, got)
+		}
+		if !strings.Contains(logged, "GOGC="+v) {
+			t.Errorf("GOGC=%s: log %q, want the variable logged", v, logged)
+		}
 	}
 }
