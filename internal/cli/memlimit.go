@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"runtime/debug"
+	"runtime/metrics"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 )
@@ -52,28 +53,37 @@ func setMemoryLimit(log *slog.Logger, container memlimit.Provider) {
 
 // steadyGCPercent is the collector's target (GOGC) that `cronswap run`
 // sets once the service fires (daemon.Service.Firing), when GOGC is not
-// set: the heap may then grow by 30 % of what a collection found live
-// before the next collection, not by all of it (the runtime's 100, kept
-// for the start). Nearly all of the daemon's heap is long-lived (each
-// job's engine record, armed timer and edit-history copy) and its garbage
-// comes in bursts — the start's background work, a resync every
-// watch.resync_interval, a full reload — which at 100 take the heap to
-// twice the jobs' memory: a replica of a million schedules keeps about
-// 0.6 GB live and reached 1.3-1.6 GB RSS at its resyncs, 0.95-0.99 GB at
-// 30. The start keeps 100: arming a million from the state file took up
-// to twice as long at 50. The cost is CPU, about a third more while
-// resyncing (docs/BENCHMARKS.md, "the Go collector's target lowered once
-// the schedules are armed").
+// set and the live heap is at least largeHeap: the heap may then grow by
+// 30 % of what a collection found live before the next collection, not by
+// all of it (the runtime's 100, kept for the start). Nearly all of a large
+// heap is long-lived (each job's engine record, armed timer and
+// edit-history copy) and its garbage comes in bursts — the start's
+// background work, a resync every watch.resync_interval, a full reload —
+// which at 100 take the heap to twice the jobs' memory: a replica of a
+// million schedules keeps about 0.6 GB live and reached 1.3-1.6 GB RSS at
+// its resyncs, 0.92-0.99 GB at 30. The start keeps 100: arming a million
+// from the state file took up to twice as long at 50 (docs/BENCHMARKS.md,
+// "the Go collector's target lowered once the schedules are armed").
 const steadyGCPercent = 30
+
+// largeHeap is the live heap from which the lower target pays: a
+// collection costs about the same CPU for each byte allocated whatever the
+// heap's size, so 30 costs about three times the runtime's collection
+// work at any size (a burst of 10,000 fires took 25-40 % more CPU a fire
+// at 10,000 jobs), and saves 70 % of the live heap — worth it only where
+// that is hundreds of megabytes. 256 MiB is about 400,000 schedules.
+const largeHeap = 256 << 20
 
 // lowerGCPercentOnceFiring sets the collector's target to
 // steadyGCPercent when firing is closed, unless GOGC is set (the runtime
-// took it at start; "off" included), and logs the target in force and
-// where it came from: at once when GOGC is set, else when it lowers the
-// target. It returns when it has done so or ctx ends. Only `cronswap
-// run` calls it: a Go service that embeds the daemon owns its process's
-// collector.
-func lowerGCPercentOnceFiring(ctx context.Context, log *slog.Logger, firing <-chan struct{}) {
+// took it at start; "off" included) or the live heap (liveHeap, read
+// then) is under largeHeap, and logs the target in force and why: at once
+// when GOGC is set, else once firing. It returns when it has done so or
+// ctx ends. A heap that grows past largeHeap later (schedules added
+// without a restart) keeps the runtime's target until the next start.
+// Only `cronswap run` calls it: a Go service that embeds the daemon owns
+// its process's collector.
+func lowerGCPercentOnceFiring(ctx context.Context, log *slog.Logger, firing <-chan struct{}, liveHeap func() uint64) {
 	if v := os.Getenv("GOGC"); v != "" {
 		log.Info("Go collector target", "from", "GOGC", "GOGC", v)
 		return
@@ -83,6 +93,23 @@ func lowerGCPercentOnceFiring(ctx context.Context, log *slog.Logger, firing <-ch
 	case <-ctx.Done():
 		return
 	}
+	if live := liveHeap(); live < largeHeap {
+		log.Info("Go collector target kept at the runtime's default: the live heap is small", "gogc", 100,
+			"live_heap_bytes", live, "lowered_from_bytes", largeHeap)
+		return
+	}
 	debug.SetGCPercent(steadyGCPercent)
-	log.Info("Go collector target lowered now that the schedules are armed (GOGC unset)", "gogc", steadyGCPercent)
+	log.Info("Go collector target lowered now that the schedules are armed (GOGC unset, a large heap)", "gogc", steadyGCPercent,
+		"live_heap_bytes", liveHeap())
+}
+
+// runtimeLiveHeap is the heap the last collection found live
+// (runtime/metrics' /gc/heap/live:bytes).
+func runtimeLiveHeap() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }

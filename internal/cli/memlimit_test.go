@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -79,13 +80,13 @@ func TestMemoryLimitFollowsTheContainers(t *testing.T) {
 }
 
 // The collector's target is process-wide too: restored after.
-func TestGCPercentLoweredOnceFiringUnlessGOGCIsSet(t *testing.T) {
+func TestGCPercentLoweredOnceFiringForALargeHeapUnlessGOGCIsSet(t *testing.T) {
 	before := debug.SetGCPercent(100)
 	t.Cleanup(func() { debug.SetGCPercent(before) })
-	run := func(ctx context.Context, firing <-chan struct{}) string {
+	run := func(ctx context.Context, firing <-chan struct{}, live uint64) string {
 		var b bytes.Buffer
 		debug.SetGCPercent(100)
-		lowerGCPercentOnceFiring(ctx, slog.New(slog.NewTextHandler(&b, nil)), firing)
+		lowerGCPercentOnceFiring(ctx, slog.New(slog.NewTextHandler(&b, nil)), firing, func() uint64 { return live })
 		return b.String()
 	}
 	closed := make(chan struct{})
@@ -96,26 +97,39 @@ func TestGCPercentLoweredOnceFiringUnlessGOGCIsSet(t *testing.T) {
 	// Not firing yet when the run ends: the start's target stays.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if logged := run(ctx, make(chan struct{})); debug.SetGCPercent(100) != 100 || logged != "" {
+	if logged := run(ctx, make(chan struct{}), largeHeap); debug.SetGCPercent(100) != 100 || logged != "" {
 		t.Errorf("stopped before firing: target changed or logged %q", logged)
 	}
-	logged := run(context.Background(), closed)
+	// Firing with a large heap: lowered, and said.
+	logged := run(context.Background(), closed, largeHeap)
 	if got := debug.SetGCPercent(100); got != steadyGCPercent {
-		t.Errorf("GOGC unset, firing: target %d, want %d", got, steadyGCPercent)
+		t.Errorf("GOGC unset, firing, live heap %d: target %d, want %d", largeHeap, got, steadyGCPercent)
 	}
 	if !strings.Contains(logged, fmt.Sprintf("gogc=%d", steadyGCPercent)) || !strings.Contains(logged, "GOGC unset") {
-		t.Errorf("GOGC unset: log %q, want the target and why", logged)
+		t.Errorf("GOGC unset, a large heap: log %q, want the target and why", logged)
+	}
+	// Firing with a small heap: the runtime's target kept, and said.
+	logged = run(context.Background(), closed, largeHeap-1)
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GOGC unset, firing, live heap %d: target changed to %d", largeHeap-1, got)
+	}
+	if !strings.Contains(logged, "gogc=100") || !strings.Contains(logged, "small") {
+		t.Errorf("GOGC unset, a small heap: log %q, want the target kept and why", logged)
 	}
 	// Set: the runtime took it at start (here the test's 100 stands for
 	// it); left alone, and logged at once.
 	for _, v := range []string{"200", "off"} {
 		t.Setenv("GOGC", v)
-		logged := run(context.Background(), make(chan struct{}))
+		logged := run(context.Background(), make(chan struct{}), largeHeap)
 		if got := debug.SetGCPercent(100); got != 100 {
 			t.Errorf("GOGC=%s: target changed to %d", v, got)
 		}
 		if !strings.Contains(logged, "GOGC="+v) {
 			t.Errorf("GOGC=%s: log %q, want the variable logged", v, logged)
 		}
+	}
+	runtime.GC() // the metric is the last collection's finding
+	if runtimeLiveHeap() == 0 {
+		t.Error("runtimeLiveHeap read 0 after a collection: the runtime's live heap metric is not read")
 	}
 }

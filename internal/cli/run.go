@@ -109,7 +109,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 		httpDone <- err
 	}()
-	go lowerGCPercentOnceFiring(runCtx, log.With("instance_id", cfg.InstanceID), s.Firing())
+	go lowerGCPercentOnceFiring(runCtx, log.With("instance_id", cfg.InstanceID), s.Firing(), runtimeLiveHeap)
 	runErr := s.Run(runCtx)
 	shutdownHTTP(server, log)
 	if err := <-httpDone; runErr == nil && !errors.Is(err, http.ErrServerClosed) {
