@@ -132,12 +132,12 @@ func (s *Service) HTTPHandler() http.Handler { return s.http }
 // schedules: it has joined the members, armed every schedule (from
 // Options.StateFile or its first full read of the collection), read the
 // blackout windows and calendars, and started its timers. /readyz
-// answers 200 by then (it follows the schedules' change feed, which may be
-// ready a little earlier, and answers 503 again while the feed is down).
-// The start's bulk work — the full read, arming a large
-// collection — is done by then; what follows (the first sightings of the
-// edit history, the catch-up) runs in the background. The channel is
-// never closed when Run returns first.
+// answers 200 at about the same moment, a little before or after (it
+// follows the schedules' change feed: the first full read done and the
+// feed followed), and 503 again while the feed is down. The start's bulk
+// work — the full read, arming a large collection — is done by then; what
+// follows (the first sightings of the edit history, the catch-up) runs in
+// the background. The channel is never closed when Run returns first.
 func (s *Service) Firing() <-chan struct{} { return s.firing }
 
 // Run runs the instance until ctx ends or a part fails, then shuts down in
