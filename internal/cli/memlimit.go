@@ -93,14 +93,15 @@ func lowerGCPercentOnceFiring(ctx context.Context, log *slog.Logger, firing <-ch
 	case <-ctx.Done():
 		return
 	}
-	if live := liveHeap(); live < largeHeap {
+	live := liveHeap()
+	if live < largeHeap {
 		log.Info("Go collector target kept at the runtime's default: the live heap is small", "gogc", 100,
 			"live_heap_bytes", live, "lowered_from_bytes", largeHeap)
 		return
 	}
 	debug.SetGCPercent(steadyGCPercent)
 	log.Info("Go collector target lowered now that the schedules are armed (GOGC unset, a large heap)", "gogc", steadyGCPercent,
-		"live_heap_bytes", liveHeap())
+		"live_heap_bytes", live)
 }
 
 // runtimeLiveHeap is the heap the last collection found live

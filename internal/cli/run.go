@@ -31,7 +31,8 @@ import (
 // Handle, serves the service's HTTP surface and runs it until ctx ends. On
 // error nothing is left open.
 func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	setMemoryLimit(log.With("instance_id", cfg.InstanceID), memlimit.FromCgroup)
+	runtimeLog := log.With("instance_id", cfg.InstanceID) // the Go runtime's memory settings
+	setMemoryLimit(runtimeLog, memlimit.FromCgroup)
 	// Only the daemon runs the actions, so only it requires their
 	// programs, variables and files to be there.
 	registry, err := actions.Start(cfg.Jobs, actionHost(cfg))
@@ -109,7 +110,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 		httpDone <- err
 	}()
-	go lowerGCPercentOnceFiring(runCtx, log.With("instance_id", cfg.InstanceID), s.Firing(), runtimeLiveHeap)
+	go lowerGCPercentOnceFiring(runCtx, runtimeLog, s.Firing(), runtimeLiveHeap)
 	runErr := s.Run(runCtx)
 	shutdownHTTP(server, log)
 	if err := <-httpDone; runErr == nil && !errors.Is(err, http.ErrServerClosed) {
