@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime/debug"
 	"runtime/metrics"
+	"strconv"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 )
@@ -76,7 +77,8 @@ const largeHeap = 256 << 20
 
 // lowerGCPercentOnceFiring sets the collector's target to
 // steadyGCPercent when firing is closed, unless GOGC is set (the runtime
-// took it at start; "off" included) or the live heap (liveHeap, read
+// took it at start; "off" included; a value it cannot read, which it
+// takes as 100, is logged at warn) or the live heap (liveHeap, read
 // then) is under largeHeap, and logs the target in force and why: at once
 // when GOGC is set, else once firing. It returns when it has done so or
 // ctx ends. A heap that grows past largeHeap later (schedules added
@@ -85,6 +87,11 @@ const largeHeap = 256 << 20
 // its process's collector.
 func lowerGCPercentOnceFiring(ctx context.Context, log *slog.Logger, firing <-chan struct{}, liveHeap func() uint64) {
 	if v := os.Getenv("GOGC"); v != "" {
+		if _, err := strconv.Atoi(v); err != nil && v != "off" {
+			// The runtime reads anything else as 100, silently.
+			log.Warn("GOGC is neither a number nor off: the Go runtime uses 100", "GOGC", v)
+			return
+		}
 		log.Info("Go collector target", "from", "GOGC", "GOGC", v)
 		return
 	}

@@ -128,6 +128,13 @@ func TestGCPercentLoweredOnceFiringForALargeHeapUnlessGOGCIsSet(t *testing.T) {
 			t.Errorf("GOGC=%s: log %q, want the variable logged", v, logged)
 		}
 	}
+	// Set to what the runtime cannot read (it takes 100): left alone, and
+	// a warning that says so.
+	t.Setenv("GOGC", "fifty")
+	if logged := run(context.Background(), closed, largeHeap); debug.SetGCPercent(100) != 100 ||
+		!strings.Contains(logged, "level=WARN") || !strings.Contains(logged, "GOGC=fifty") {
+		t.Errorf("GOGC=fifty: target changed or log %q; want a warning quoting it", logged)
+	}
 	runtime.GC() // the metric is the last collection's finding
 	if runtimeLiveHeap() == 0 {
 		t.Error("runtimeLiveHeap read 0 after a collection: the runtime's live heap metric is not read")

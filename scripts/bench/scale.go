@@ -78,6 +78,11 @@ func scaleMain(args []string) int {
 	fs.DurationVar(&o.timeout, "timeout", 90*time.Minute, "the whole run's deadline")
 	_ = fs.Parse(args)
 	o.serverJVMArgs = strings.Fields(*serverJVM)
+	if o.resyncs < 0 || o.resyncs > 0 && o.resyncInterval <= 0 {
+		fmt.Fprintf(os.Stderr, "bench scale: -resyncs %d -resync-interval %s: resyncs need a positive interval, and a count of 0 or more\n",
+			o.resyncs, o.resyncInterval)
+		return 2
+	}
 	for _, s := range strings.Split(*ns, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1000 {
