@@ -363,14 +363,18 @@ func (s *Sink) run(t *task) bool {
 	}
 	forgot := false
 	for bump := 0; ; bump++ {
+		// Set by Started on the runner's worker, read once RunOffSchedule
+		// has returned the run's result.
+		var start RunStart
 		f := firepath.OffScheduleFire{Schedule: sched, Offered: seen, Deadline: s.opts.Deadline,
 			Started: func(l record.Lease) {
 				// Beside the action, not before it: the write goes with the
 				// next batch and never delays the start; written after the
-				// end it matches nothing. The worker's count keeps the group
-				// open until it is added.
+				// end it matches nothing, so Finish writes the start again.
+				// The worker's count keeps the group open until it is added.
+				start = RunStart{Lease: l, At: time.Now()}
 				s.wg.Add(1)
-				s.opts.Store.StartedLater(req.ID, l, time.Now(), func(err error) {
+				s.opts.Store.StartedLater(req.ID, l, start.At, func(err error) {
 					defer s.wg.Done()
 					s.write(req, StatusRunning, err)
 				})
@@ -400,7 +404,7 @@ func (s *Sink) run(t *task) bool {
 			return false
 		case res.Ran || res.Status == record.StatusSkipped:
 			log.Info("trigger ended", "run_id", f.RunID, "status", res.Status)
-			s.write(req, res.Status, s.opts.Store.Finish(s.ctx(), req.ID, f.RunID, res.Status, res.Error, time.Now()))
+			s.write(req, res.Status, s.opts.Store.Finish(s.ctx(), req.ID, f.RunID, start, res.Status, res.Error, time.Now()))
 			return false
 		case res.NotRun == firepath.NotRunShuttingDown:
 			log.Warn("trigger not run; left pending for another replica or the next start", "reason", res.NotRun, "error", res.Error)

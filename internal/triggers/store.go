@@ -392,10 +392,23 @@ func (s *Store) BufferedEnded(ctx context.Context, l record.Lease, res firepath.
 	return s.update(ctx, filter, set)
 }
 
+// RunStart is the start of a request's run as the run's Started
+// callback saw it: the lease it won and when its action started. The
+// zero RunStart is a run whose action never started (skipped).
+type RunStart struct {
+	Lease record.Lease
+	At    time.Time
+}
+
 // Finish writes the end of the run this replica ran (or skipped) for
-// request id: status and error as recorded on the run.
-func (s *Store) Finish(ctx context.Context, id bson.RawValue, runID, status, errMsg string, now time.Time) error {
+// request id: status and error as recorded on the run, and its start
+// (fence, started_at) again: the running write goes beside the action
+// (StartedLater) and may land after this one, when it matches nothing.
+func (s *Store) Finish(ctx context.Context, id bson.RawValue, runID string, start RunStart, status, errMsg string, now time.Time) error {
 	set := append(s.final(status, errMsg, now), bson.E{Key: FieldRunID, Value: runID}, bson.E{Key: FieldEndedAt, Value: now})
+	if !start.At.IsZero() {
+		set = append(set, bson.E{Key: FieldFence, Value: start.Lease.Fence}, bson.E{Key: FieldStartedAt, Value: start.At})
+	}
 	return s.update(ctx, runnable(id, StatusRunning), set)
 }
 

@@ -9,6 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/internal/testmongo"
 )
 
 // A run-now run's scheduled_at is never a whole second (every cron slot
@@ -80,5 +81,45 @@ func TestReplaceAllReconcilesRunningRequest(t *testing.T) {
 	}
 	if n := len(e.runs("report")); n != 0 {
 		t.Errorf("a running request ran again (%d)", n)
+	}
+}
+
+// A run's end written before its running write (they go in different
+// batches, two of which may be out at once) still leaves the request
+// with the run's start, fence and instance; the late running write then
+// matches nothing and changes nothing.
+func TestFinishBeforeTheRunningWriteKeepsTheStart(t *testing.T) {
+	t.Parallel()
+	db := testmongo.NewDatabase(t, testmongo.Client(t))
+	ctx := context.Background()
+	coll := Collection(db)
+	_, runs := record.Collections(db)
+	store := NewStore(coll, runs, nil, time.Hour, "a")
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "r1"}, {Key: "job_id", Value: "report"}}); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: "r1"}}).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := raw.Lookup("_id")
+	startedAt := time.Now().Add(-time.Second).Truncate(time.Millisecond)
+	start := RunStart{Lease: record.Lease{JobID: "report", RunID: RunIDOf("r1"), Instance: "a", Fence: 42}, At: startedAt}
+	if err := store.Finish(ctx, id, RunIDOf("r1"), start, record.StatusSucceeded, "", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	late := make(chan error, 1)
+	store.StartedLater(id, start.Lease, startedAt, func(err error) { late <- err })
+	if err := <-late; err != nil {
+		t.Fatal(err)
+	}
+	var m bson.M
+	if err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: "r1"}}).Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	started, _ := m[FieldStartedAt].(bson.DateTime)
+	if m[FieldStatus] != record.StatusSucceeded || m[FieldInstance] != "a" || m[FieldFence] != int64(42) ||
+		!started.Time().Equal(startedAt) || m[FieldEndedAt] == nil {
+		t.Errorf("request %v: want succeeded on a, fence 42, started at %v, an end", m, startedAt)
 	}
 }
