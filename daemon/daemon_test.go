@@ -206,6 +206,13 @@ func TestResyncRestoresMissedEventAndCountsDrift(t *testing.T) {
 	if got := d.metric(t, "cronswap_resync_drift_total"); got != 0 {
 		t.Fatalf("drift before tampering = %v, want 0", got)
 	}
+	// ... and decode none of the documents: the engine has them as they are.
+	waitFor(t, 30*time.Second, "a resync that decoded nothing", func() bool {
+		_, ok := d.logs.find(func(l map[string]any) bool {
+			return l["msg"] == "schedules replaced" && l["documents"] == 3.0 && l["decoded"] == 0.0
+		})
+		return ok
+	})
 
 	if !d.engine.Remove("b") {
 		t.Fatal("engine did not have b")
@@ -218,6 +225,12 @@ func TestResyncRestoresMissedEventAndCountsDrift(t *testing.T) {
 	}
 	if l["level"] != "WARN" || !slices.Equal(anyStrings(l["job_ids"]), []string{"b"}) {
 		t.Fatalf("drift log record %v: want a warning naming job b", l)
+	}
+	// The resync decoded b, the job the engine did not have, and only it.
+	if _, ok := d.logs.find(func(l map[string]any) bool {
+		return l["msg"] == "schedules replaced" && l["changed"] == 1.0 && l["decoded"] == 1.0
+	}); !ok {
+		t.Fatal("no full reload logged that it decoded b alone")
 	}
 	_, body := d.get(t, "/api/schedules/b")
 	var one struct {

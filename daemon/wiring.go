@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/changestream"
@@ -141,8 +142,12 @@ func (s *Service) newEngine() *scheduler.Engine {
 }
 
 func (s *Service) newHistory() *editHistory {
+	// A full read does not decode again the documents the recorder (which
+	// wraps this sink) holds unchanged: the engine was given them last.
+	unchanged := func(doc bson.Raw) bool { return s.history.recorder.Unchanged(doc) }
+	engine := schedulesink.New(s.engine, s.log, s.metrics).WithUnchanged(unchanged)
 	return newEditHistory(s.db.Collection(history.CollectionName),
-		arrivalSink{Sink: eventSink{Sink: s.edits.sink(schedulesink.New(s.engine, s.log, s.metrics)), events: s.events}, s: s},
+		arrivalSink{Sink: eventSink{Sink: s.edits.sink(engine), events: s.events}, s: s},
 		s.opts.InstanceID, s.opts.Retention, s.log)
 }
 

@@ -30,8 +30,8 @@ type timing struct {
 }
 
 // record is the engine's state of one job; its id is the key of the
-// engine's job map. Records are never modified once stored: a change
-// stores a new one. Invariant: fire != nil exactly when valid && enabled
+// engine's job map. Records are never modified once stored, but for gen: a
+// change stores a new one. Invariant: fire != nil exactly when valid && enabled
 // && ended() == "" && the engine arms the job (Options.Arms, as last
 // asked).
 type record struct {
@@ -52,7 +52,11 @@ type record struct {
 	// is first armed.
 	slots *slotState
 	// gen is the Sync (Engine.syncs) that last listed the job; 0 when
-	// none did. A Sync removes the jobs it did not mark.
+	// none did. A Sync removes the jobs it did not mark. The one field
+	// written in a stored record: by Sync, on its goroutine, with the
+	// job's shard lock held, when it lists the job as it is (relist); read
+	// by Sync, and copied into a new record only under that lock, so no
+	// one sees it change.
 	gen     uint32
 	enabled bool
 	valid   bool // the schedule is a valid one, parsed into t.sched

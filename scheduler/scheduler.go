@@ -142,10 +142,19 @@ func (o Outcome) String() string {
 
 // Item is one document of a full snapshot handed to Sync: either a decoded
 // schedule, or the error that made it undecodable (then Schedule.ID is the
-// job id if it could be read, else empty).
+// job id if it could be read, else empty), or, with Same, a job whose
+// document is the one the engine last applied for it.
 type Item struct {
 	Schedule schedule.Schedule
 	Err      error
+	// Same says the snapshot lists job Schedule.ID (the only field set)
+	// with the very document the engine last applied for it, byte for
+	// byte: Sync keeps the job as it is, counted unchanged, without
+	// decoding it again. Only a caller that follows what the engine was
+	// given may say so (a periodic resync of a million schedules spent
+	// most of its allocation decoding documents found unchanged); a job
+	// the engine does not know (Knows) cannot be Same.
+	Same bool
 }
 
 // SyncStats counts what Sync did.
@@ -199,7 +208,7 @@ type Engine struct {
 	shards []*shard
 
 	mu    sync.RWMutex
-	jobs  map[string]*record // guarded by mu; records are never modified once stored
+	jobs  map[string]*record // guarded by mu; records are never modified once stored (record.gen aside)
 	armed int                // guarded by mu
 	// version counts the records stored (Version); written under mu.
 	version atomic.Uint64
@@ -965,6 +974,16 @@ func (e *Engine) Sync(items iter.Seq2[Item, error]) (SyncStats, error) {
 			return st, err
 		}
 		id := it.Schedule.ID
+		if it.Same {
+			if e.relist(id, how) {
+				st.Unchanged++
+				continue
+			}
+			// Nothing to apply: the job was not decoded. It stays unknown
+			// until a snapshot lists its document.
+			e.log.Error("scheduler: a snapshot listed an unknown job as unchanged; not applied", "job_id", schedule.ShowKey(id))
+			continue
+		}
 		if it.Err != nil {
 			st.Rejected++
 			if e.reject(id, heapCopy(it.Schedule), it.Err, how) {
@@ -1005,6 +1024,28 @@ func (e *Engine) Sync(items iter.Seq2[Item, error]) (SyncStats, error) {
 		"rejected", st.Rejected, "held", st.Held, "armed", e.Len())
 	return st, nil
 }
+
+// relist marks job id listed by the Sync of how, as it is (Item.Same);
+// false when the engine does not know the job.
+func (e *Engine) relist(id string, how apply) bool {
+	sh := e.shardOf(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r := e.load(id)
+	if r == nil {
+		return false
+	}
+	how.noteListed(r)
+	r.mark(how.gen) // in place, the one field that may be (record.gen)
+	if e.opts.Hooks.Applied != nil {
+		e.opts.Hooks.Applied(id, Unchanged)
+	}
+	return true
+}
+
+// Knows reports whether the engine holds job id (armed or not, valid or
+// not): whether a snapshot may list it as Item.Same.
+func (e *Engine) Knows(id string) bool { return e.load(id) != nil }
 
 // parseCacheMax bounds a Sync's parse cache: past it the cache starts
 // over, so that a snapshot of distinct expressions holds no map of them

@@ -230,3 +230,38 @@ func TestSyncHashesEachJob(t *testing.T) {
 		t.Fatalf("50 jobs on \"H H * * *\" spread over %d minutes of the hour", len(minutes))
 	}
 }
+
+// A job listed Same is kept as the engine has it, counted unchanged and not
+// removed, its armed entry untouched; a Same job the engine does not know
+// is not added (it was never decoded); a job the snapshot does not list is
+// removed as always.
+func TestSyncKeepsJobsListedSame(t *testing.T) {
+	e := newEngine(t, Options{})
+	syncItems(e, []Item{{Schedule: sch("a", "0 9 * * *")}, {Schedule: sch("b", "0 9 * * *")}, {Schedule: sch("gone", "0 9 * * *")}})
+	before := mustEntry(t, e, "a")
+	if !e.Knows("a") || e.Knows("nobody") {
+		t.Fatal("Knows: want a known, nobody not")
+	}
+	st := syncItems(e, []Item{
+		{Schedule: schedule.Schedule{ID: "a"}, Same: true},
+		{Schedule: sch("b", "0 10 * * *")},
+		{Schedule: schedule.Schedule{ID: "nobody"}, Same: true},
+	})
+	if st.Unchanged != 1 || st.Replaced != 1 || st.Removed != 1 || st.Added != 0 || !slices.Equal(st.Changed, []string{"b", "gone"}) {
+		t.Fatalf("stats %+v, want a unchanged, b replaced, gone removed, nothing added", st)
+	}
+	if got := mustEntry(t, e, "a"); got.id != before.id {
+		t.Fatalf("a job listed Same was re-armed: %+v -> %+v", before, got)
+	}
+	if s, ok := e.Get("a"); !ok || !s.Armed || s.CronExpr != "0 9 * * *" {
+		t.Fatalf("a = %+v (known %v), want armed as it was", s, ok)
+	}
+	if e.Knows("nobody") || e.Knows("gone") {
+		t.Fatal("an unknown job listed Same was added, or an unlisted one kept")
+	}
+	// Listed Same, a job stays listed: the next Sync that lists it keeps it.
+	st = syncItems(e, []Item{{Schedule: schedule.Schedule{ID: "a"}, Same: true}, {Schedule: sch("b", "0 10 * * *")}})
+	if st.Removed != 0 || st.Unchanged != 2 || !e.Knows("a") {
+		t.Fatalf("stats %+v, want nothing removed", st)
+	}
+}

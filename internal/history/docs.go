@@ -163,8 +163,9 @@ func (d *docStore) reserve(n int) {
 
 // load stores doc under key as a full read read listed it: an unchanged
 // document is only marked listed (compared as rebuilt, not taken apart
-// again), not copied again.
-func (d *docStore) load(key string, doc bson.Raw, read uint32) {
+// again), not copied again. same reports that case: the store held
+// exactly doc for key.
+func (d *docStore) load(key string, doc bson.Raw, read uint32) (same bool) {
 	h := d.hash(key)
 	sh := d.shard(h)
 	d.enc.Lock()
@@ -176,12 +177,13 @@ func (d *docStore) load(key string, doc bson.Raw, read uint32) {
 		d.valuesBuf = d.rebuild(d.valuesBuf[:0], *s)
 		if bytes.Equal(d.valuesBuf, doc) {
 			s.read = read
-			return
+			return true
 		}
 		*s = newStoredDoc(d.encode(key, doc), read)
-		return
+		return false
 	}
 	sh.t.set(h, key, newStoredDoc(d.encode(key, doc), read), d.hash)
+	return false
 }
 
 func (d *docStore) remove(key string) {

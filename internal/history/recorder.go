@@ -74,6 +74,19 @@ type Recorder struct {
 	// unsighted is true from a full reload until the collection it left
 	// was handed to Sightings.
 	unsighted bool
+	// lockstep is true while docs and the sink follow the same documents:
+	// from the end of a full reload the sink applied until one it failed
+	// (a failed one may have stored here documents the sink never got).
+	// Between the two, the watcher hands both every event (the sink an
+	// update's looked-up document, which may be a later version than the
+	// event's: that version's own event follows). Written on the
+	// watcher's goroutine, read on the one that reads a full read.
+	lockstep bool
+	// listedSame is the first byte of the document a full read is handing
+	// on when it is the one docs held for its key, in lockstep; nil
+	// otherwise (Unchanged). Used only on the goroutine that reads the
+	// full read.
+	listedSame *byte
 }
 
 // NewRecorder returns a recorder wrapping sink and sending entries to q.
@@ -96,12 +109,17 @@ func (r *Recorder) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error)
 	r.reads++
 	read := r.reads
 	seen := 0
+	lockstep := r.lockstep
 	changed, err := r.Sink.ReplaceAll(func(yield func(bson.Raw, error) bool) {
+		defer func() { r.listedSame = nil }()
 		for d, err := range docs {
+			r.listedSame = nil
 			if err == nil {
 				if key := docKey(d); key != "" {
 					seen++
-					r.docs.load(key, d, read)
+					if r.docs.load(key, d, read) && lockstep && len(d) > 0 {
+						r.listedSame = &d[0]
+					}
 				}
 			}
 			if !yield(d, err) {
@@ -109,6 +127,7 @@ func (r *Recorder) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error)
 			}
 		}
 	})
+	r.lockstep = err == nil
 	if err != nil {
 		return changed, err
 	}
@@ -118,6 +137,18 @@ func (r *Recorder) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error)
 	}
 	r.exact, r.unsighted = false, true
 	return changed, nil
+}
+
+// Unchanged reports whether doc, which the full read in progress is
+// handing on to the wrapped sink (called from the sink's ReplaceAll,
+// while it reads doc), is byte for byte the document the recorder held
+// for its key, with the recorder and the sink following the same
+// documents (no full reload failed since the last one ended, every event
+// since handed to both): then the sink was given doc last for that key,
+// once the events before the read were applied, and may keep what it made
+// of it. It is false for any other document, copies of doc included.
+func (r *Recorder) Unchanged(doc bson.Raw) bool {
+	return len(doc) > 0 && r.listedSame == &doc[0]
 }
 
 // Reserve makes room for about n documents in a recorder that holds

@@ -351,3 +351,74 @@ func TestRecorderDocumentsFollowReadsAndEvents(t *testing.T) {
 		t.Fatalf("documents after a complete read: %v", got)
 	}
 }
+
+// askingSink is a sink that, in a full read, asks its recorder whether
+// each document it reads is unchanged (as the engine's sink does), and
+// whether a copy of it is: the answers by document id.
+type askingSink struct {
+	nopSink
+	r            *Recorder
+	same, copies map[string]bool
+	fail         error // returned after reading every document, once
+}
+
+func (s *askingSink) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error) {
+	s.same, s.copies = map[string]bool{}, map[string]bool{}
+	for d, err := range docs {
+		if err != nil {
+			return nil, err
+		}
+		id := d.Lookup("_id").StringValue()
+		s.same[id] = s.r.Unchanged(d)
+		s.copies[id] = s.r.Unchanged(bson.Raw(append([]byte(nil), d...)))
+	}
+	if err := s.fail; err != nil {
+		s.fail = nil
+		return nil, err
+	}
+	return nil, nil
+}
+
+// Unchanged says true, during a full read, only of the document being
+// handed on that is byte for byte the one the recorder held, while every
+// document the recorder holds was handed to the sink: never on the first
+// read, never for a changed document or a copy, not in the read after a
+// failed one, and again once a read succeeded. Outside a read it is false.
+func TestRecorderUnchangedOnlyForTheDocumentTheSinkWasGiven(t *testing.T) {
+	sink := &askingSink{}
+	r := NewRecorder(sink, &memQueue{}, RecorderOptions{Instance: "r1", Retention: time.Hour,
+		Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return wall0 }})
+	sink.r = r
+	doc := func(id, expr string) bson.Raw {
+		return raw(t, bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: expr}})
+	}
+	read := func(want map[string]bool, ds ...bson.Raw) {
+		t.Helper()
+		if _, err := r.ReplaceAll(docs(ds...)); err != nil && !strings.Contains(err.Error(), "failed on purpose") {
+			t.Fatal(err)
+		}
+		if !maps.Equal(sink.same, want) {
+			t.Fatalf("Unchanged during the read: %v, want %v", sink.same, want)
+		}
+		for id, same := range sink.copies {
+			if same {
+				t.Fatalf("Unchanged said true of a copy of %s", id)
+			}
+		}
+	}
+	read(map[string]bool{"a": false, "b": false}, doc("a", "0 1 * * *"), doc("b", "0 2 * * *"))
+	read(map[string]bool{"a": true, "b": false, "c": false}, doc("a", "0 1 * * *"), doc("b", "0 3 * * *"), doc("c", "0 4 * * *"))
+	// An event keeps the copy and the sink together (the watcher hands
+	// both the event); the next read finds the document as the event left it.
+	r.Observe(ev(t, 1, "update", "a", upd(t, bson.D{{Key: "cron_expr", Value: "0 5 * * *"}})))
+	read(map[string]bool{"a": true, "b": true, "c": true}, doc("a", "0 5 * * *"), doc("b", "0 3 * * *"), doc("c", "0 4 * * *"))
+	// A read the sink fails: what the recorder stored then may not have
+	// reached the sink, so the read after it decodes everything again.
+	sink.fail = errors.New("failed on purpose")
+	read(map[string]bool{"a": true, "b": true, "c": false}, doc("a", "0 5 * * *"), doc("b", "0 3 * * *"), doc("c", "0 6 * * *"))
+	read(map[string]bool{"a": false, "b": false, "c": false}, doc("a", "0 5 * * *"), doc("b", "0 3 * * *"), doc("c", "0 6 * * *"))
+	read(map[string]bool{"a": true, "b": true, "c": true}, doc("a", "0 5 * * *"), doc("b", "0 3 * * *"), doc("c", "0 6 * * *"))
+	if r.Unchanged(doc("a", "0 5 * * *")) {
+		t.Fatal("Unchanged said true outside a read")
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"iter"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 	"unique"
@@ -32,6 +33,9 @@ type Sink struct {
 	engine  *scheduler.Engine
 	log     *slog.Logger
 	metrics *metrics.Metrics
+	// unchanged, if set, says whether a document a full read hands on is
+	// the one the engine last applied for its job (WithUnchanged).
+	unchanged func(bson.Raw) bool
 }
 
 // New returns the sink applying documents to engine, logging refusals to
@@ -41,6 +45,20 @@ func New(engine *scheduler.Engine, log *slog.Logger, mx *metrics.Metrics) Sink {
 		log = slog.Default()
 	}
 	return Sink{engine: engine, log: log, metrics: mx}
+}
+
+// WithUnchanged returns the sink that, in a full read (ReplaceAll), does
+// not decode a document for which unchanged reports true while the read
+// hands it on — the very document the engine last applied for its job,
+// byte for byte — but lists the job as it is (scheduler.Item.Same), if the
+// engine knows it. unchanged is called on the goroutine that reads the
+// documents, once for each, before the next is read; it must say true
+// only of a document the engine was given for its job last (the edit
+// history's copy of the documents follows every document the engine
+// applies: history.Recorder.Unchanged).
+func (s Sink) WithUnchanged(unchanged func(bson.Raw) bool) Sink {
+	s.unchanged = unchanged
+	return s
 }
 
 // Upsert implements changestream.Sink: it decodes doc and reloads the job,
@@ -97,7 +115,9 @@ func (s Sink) Delete(id bson.RawValue) {
 // the documents into batches of decodeBatch, the decoder decodes a batch
 // at a time (spread over the CPUs), and the engine applies the batch
 // decoded before; so at most a few batches are held at once, and a stage
-// never waits for another's work on a different batch. It logs how the
+// never waits for another's work on a different batch. With WithUnchanged,
+// the documents the engine already has are not decoded. It logs how many
+// documents it read and decoded ("documents", "decoded") and how the
 // time divided between decoding and the engine, as "decode" (the
 // decoder's busy time, read waits excluded) and "engine" attributes: at
 // info level when something changed, at debug level otherwise (a periodic
@@ -114,12 +134,13 @@ func (s Sink) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error) {
 	var n int
 	go func() {
 		defer close(raws)
-		n = readBatches(docs, raws, rawFree, stop)
+		n = readBatches(docs, s.unchanged, raws, rawFree, stop)
 	}()
 	var decode time.Duration
+	var decoded int
 	go func() {
 		defer close(batches)
-		decode = s.decodeBatches(raws, rawFree, batches, free, stop)
+		decode, decoded = s.decodeBatches(raws, rawFree, batches, free, stop)
 	}()
 	var engineBusy time.Duration
 	items := func(yield func(scheduler.Item, error) bool) {
@@ -154,7 +175,7 @@ func (s Sink) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error) {
 	if len(st.Changed) > 0 {
 		lvl = slog.LevelInfo
 	}
-	s.log.Log(context.Background(), lvl, msgSchedulesReplaced, "documents", n, "changed", len(st.Changed),
+	s.log.Log(context.Background(), lvl, msgSchedulesReplaced, "documents", n, "decoded", decoded, "changed", len(st.Changed),
 		"decode", decode, "engine", engineBusy, "duration", time.Since(start))
 	return st.Changed, nil
 }
@@ -166,7 +187,8 @@ const decodeBatch = 1024
 // back, or the read's failure.
 type rawBatch struct {
 	buf  []byte
-	ends []int // end of document i in buf
+	ends []int  // end of document i in buf
+	same []bool // document i is the one the engine last applied (Sink.unchanged)
 	err  error
 }
 
@@ -179,9 +201,10 @@ type decodedBatch struct {
 // readBatches reads docs and copies them into batches of decodeBatch
 // (taken from free when one is there), sent to out, until docs ends,
 // fails (the failure is sent last, the documents of the batch it cut
-// short with it dropped) or stop is closed. It returns how many documents
-// it read.
-func readBatches(docs iter.Seq2[bson.Raw, error], out chan<- *rawBatch, free <-chan *rawBatch, stop <-chan struct{}) int {
+// short with it dropped) or stop is closed; unchanged, if not nil, is
+// asked of each document as it is read. It returns how many documents it
+// read.
+func readBatches(docs iter.Seq2[bson.Raw, error], unchanged func(bson.Raw) bool, out chan<- *rawBatch, free <-chan *rawBatch, stop <-chan struct{}) int {
 	n := 0
 	send := func(b *rawBatch) bool {
 		select {
@@ -202,11 +225,12 @@ func readBatches(docs iter.Seq2[bson.Raw, error], out chan<- *rawBatch, free <-c
 			select {
 			case b = <-free:
 			default:
-				b = &rawBatch{ends: make([]int, 0, decodeBatch)}
+				b = &rawBatch{ends: make([]int, 0, decodeBatch), same: make([]bool, 0, decodeBatch)}
 			}
 		}
 		b.buf = append(b.buf, d...)
 		b.ends = append(b.ends, len(b.buf))
+		b.same = append(b.same, unchanged != nil && unchanged(d))
 		if len(b.ends) == decodeBatch {
 			if !send(b) {
 				return n
@@ -225,10 +249,10 @@ func readBatches(docs iter.Seq2[bson.Raw, error], out chan<- *rawBatch, free <-c
 // batch's buffer back on rawFree and sends its items to out, until in is
 // closed, brings the read's failure (sent on last) or stop is closed.
 // Documents that name no job are logged and left out. It returns how long
-// it spent decoding.
+// it spent decoding, and how many documents it decoded (not those listed
+// as the engine has them: decodeChanged).
 func (s Sink) decodeBatches(in <-chan *rawBatch, rawFree chan<- *rawBatch, out chan<- decodedBatch,
-	free <-chan []scheduler.Item, stop <-chan struct{}) time.Duration {
-	var busy time.Duration
+	free <-chan []scheduler.Item, stop <-chan struct{}) (busy time.Duration, decoded int) {
 	send := func(b decodedBatch) bool {
 		select {
 		case out <- b:
@@ -241,7 +265,7 @@ func (s Sink) decodeBatches(in <-chan *rawBatch, rawFree chan<- *rawBatch, out c
 	for b := range in {
 		if b.err != nil {
 			send(decodedBatch{err: b.err})
-			return busy
+			return busy, decoded
 		}
 		t := time.Now()
 		raws = raws[:0]
@@ -255,9 +279,12 @@ func (s Sink) decodeBatches(in <-chan *rawBatch, rawFree chan<- *rawBatch, out c
 		case reuse = <-free:
 		default:
 		}
-		decoded := decodeInto(reuse, raws)
-		items := decoded[:0]
-		for _, it := range decoded {
+		batch := s.decodeChanged(reuse, raws, b.same)
+		items := batch[:0]
+		for _, it := range batch {
+			if !it.Same {
+				decoded++
+			}
 			if it.Err != nil && it.Schedule.ID == "" {
 				s.log.Warn("schedules document refused and not attributable to a job", "error", it.Err)
 				continue
@@ -265,17 +292,51 @@ func (s Sink) decodeBatches(in <-chan *rawBatch, rawFree chan<- *rawBatch, out c
 			items = append(items, it)
 		}
 		// The items hold copies of what they took from the documents.
-		b.buf, b.ends = b.buf[:0], b.ends[:0]
+		b.buf, b.ends, b.same = b.buf[:0], b.ends[:0], b.same[:0]
 		select {
 		case rawFree <- b:
 		default:
 		}
 		busy += time.Since(t)
 		if !send(decodedBatch{items: items}) {
-			return busy
+			return busy, decoded
 		}
 	}
-	return busy
+	return busy, decoded
+}
+
+// decodeChanged is decodeInto but for the documents same marks (the ones
+// the engine last applied), which it lists as the jobs they are
+// (scheduler.Item.Same) when the engine knows the job, decoding only their
+// _id.
+func (s Sink) decodeChanged(out []scheduler.Item, docs []bson.Raw, same []bool) []scheduler.Item {
+	if !slices.Contains(same, true) {
+		return decodeInto(out, docs)
+	}
+	if cap(out) < len(docs) {
+		out = make([]scheduler.Item, 0, len(docs))
+	}
+	out = out[:len(docs)]
+	var changed []int // the documents to decode, by index
+	for i, d := range docs {
+		out[i] = scheduler.Item{}
+		if same[i] {
+			if id, err := schedule.DecodeID(d.Lookup("_id")); err == nil && s.engine.Knows(id) {
+				out[i] = scheduler.Item{Schedule: schedule.Schedule{ID: id}, Same: true}
+				continue
+			}
+		}
+		changed = append(changed, i)
+	}
+	// Spread over the CPUs as DecodeAll does, when there are many.
+	todo := make([]bson.Raw, len(changed))
+	for k, i := range changed {
+		todo[k] = docs[i]
+	}
+	for k, it := range decodeInto(nil, todo) {
+		out[changed[k]] = it
+	}
+	return out
 }
 
 // msgSchedulesReplaced is the message Sink.ReplaceAll logs with the

@@ -271,3 +271,73 @@ func TestReplaceAllStreamsAndStopsAtAReadError(t *testing.T) {
 		t.Fatalf("%d jobs after a failed read, want all %d kept", got, n)
 	}
 }
+
+// With WithUnchanged, a full reload does not decode the documents the
+// function vouches for and the engine knows: the engine keeps those jobs
+// as they are (here, their documents differ from what the engine has, to
+// show they were not read), decodes the others, and a job it does not
+// know is decoded whatever the function says. Batches mixing the two
+// keep the documents' order; the log counts what was decoded.
+func TestReplaceAllDoesNotDecodeWhatTheEngineHas(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	engine := scheduler.New(scheduler.Options{Logger: slog.New(slog.DiscardHandler)})
+	doc := func(id, expr string) bson.Raw {
+		b, err := bson.Marshal(bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: expr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	n := decodeBatch + 100
+	var docs []bson.Raw
+	for i := range n {
+		docs = append(docs, doc(fmt.Sprintf("j%05d", i), "0 9 * * *"))
+	}
+	if _, err := New(engine, log, nil).ReplaceAll(docsOf(docs...)); err != nil {
+		t.Fatal(err)
+	}
+	vouched := func(d bson.Raw) bool {
+		id := d.Lookup("_id").StringValue()
+		return id == "new" || id[len(id)-1]%2 == 0
+	}
+	docs = docs[:0]
+	for i := range n {
+		docs = append(docs, doc(fmt.Sprintf("j%05d", i), "0 10 * * *"))
+	}
+	docs = append(docs, doc("new", "0 11 * * *"))
+	sink := New(engine, log, nil).WithUnchanged(vouched)
+	changed, err := sink.ReplaceAll(docsOf(docs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := n/2 + 1; len(changed) != want {
+		t.Fatalf("changed %d jobs, want %d (the odd ones and new)", len(changed), want)
+	}
+	for i := range n {
+		id := fmt.Sprintf("j%05d", i)
+		want := "0 10 * * *"
+		if i%2 == 0 {
+			want = "0 9 * * *"
+		}
+		if st, ok := engine.Get(id); !ok || st.CronExpr != want {
+			t.Fatalf("%s: %+v (known %v), want %q", id, st, ok, want)
+		}
+	}
+	if st, ok := engine.Get("new"); !ok || st.CronExpr != "0 11 * * *" {
+		t.Fatalf("new: %+v (known %v): a job the engine did not know must be decoded", st, ok)
+	}
+	var last struct {
+		Documents, Decoded int
+	}
+	for line := range strings.Lines(buf.String()) {
+		if strings.Contains(line, msgSchedulesReplaced) {
+			if err := json.Unmarshal([]byte(line), &last); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if last.Documents != n+1 || last.Decoded != n/2+1 {
+		t.Fatalf("logged %+v, want %d documents, %d decoded", last, n+1, n/2+1)
+	}
+}

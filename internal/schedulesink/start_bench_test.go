@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime"
+	"runtime/debug"
 	"syscall"
 	"testing"
 	"time"
@@ -218,4 +219,79 @@ func infoLogger() *slog.Logger { return slog.New(slog.NewJSONHandler(io.Discard,
 
 func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))
+}
+
+// BenchmarkResync1M is a periodic resync at 1,000,000 schedules that finds
+// nothing changed, the daemon's side of it (no server): the collection read
+// again through the edit history's recorder and the schedules sink into a
+// running engine that holds every job. Two replicas side by side in every
+// iteration, the order alternating: one whose sink lists as it is every
+// document the recorder holds unchanged (WithUnchanged, as the daemon
+// wires it), one that decodes every document. The collector's target is
+// 30, as cronswap run sets it for a heap this large. It reports each one's
+// CPU, wall time and bytes allocated per job, and the ratios (listed as
+// they are / decoded).
+func BenchmarkResync1M(b *testing.B) {
+	const n = 1_000_000
+	defer debug.SetGCPercent(debug.SetGCPercent(30))
+	docs := startDocs(n)
+	type replica struct {
+		engine *scheduler.Engine
+		rec    *history.Recorder
+	}
+	load := func(unchanged bool) replica {
+		engine := scheduler.New(scheduler.Options{Logger: infoLogger(), Fire: func(schedule.Due) {}, Policy: actionPolicy{}})
+		var rec *history.Recorder
+		sink := schedulesink.New(engine, infoLogger(), nil)
+		if unchanged {
+			sink = sink.WithUnchanged(func(d bson.Raw) bool { return rec.Unchanged(d) })
+		}
+		rec = history.NewRecorder(sink, nopQueue{}, history.RecorderOptions{Instance: "b", Retention: time.Hour, Logger: quietLogger()})
+		engine.Reserve(n)
+		rec.Reserve(n)
+		if _, err := rec.ReplaceAll(streamed(docs)); err != nil {
+			b.Fatal(err)
+		}
+		engine.Start()
+		b.Cleanup(func() { <-engine.Stop().Done() })
+		return replica{engine, rec}
+	}
+	replicas := [2]replica{load(false), load(true)} // [decoded, listed as they are]
+	var cpu, wall [2]time.Duration
+	var alloc [2]uint64
+	resync := func(i int) {
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		alloc0, cpu0, wall0 := ms.TotalAlloc, cpuTime(), time.Now()
+		changed, err := replicas[i].rec.ReplaceAll(streamed(docs))
+		if err != nil || len(changed) != 0 {
+			b.Fatalf("resync: %d changed, %v", len(changed), err)
+		}
+		cpu[i] += cpuTime() - cpu0
+		wall[i] += time.Since(wall0)
+		runtime.ReadMemStats(&ms)
+		alloc[i] += ms.TotalAlloc - alloc0
+		if replicas[i].engine.Known() != n {
+			b.Fatalf("known %d, want %d", replicas[i].engine.Known(), n)
+		}
+	}
+	iter := 0
+	b.ResetTimer()
+	for b.Loop() {
+		first := iter % 2
+		resync(first)
+		resync(1 - first)
+		iter++
+	}
+	per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(iter) / n }
+	b.ReportMetric(per(cpu[0]), "decoded-cpu-ns/job")
+	b.ReportMetric(per(cpu[1]), "same-cpu-ns/job")
+	b.ReportMetric(per(wall[0]), "decoded-ns/job")
+	b.ReportMetric(per(wall[1]), "same-ns/job")
+	b.ReportMetric(float64(alloc[0])/float64(iter)/n, "decoded-alloc-B/job")
+	b.ReportMetric(float64(alloc[1])/float64(iter)/n, "same-alloc-B/job")
+	b.ReportMetric(float64(cpu[1])/float64(cpu[0]), "cpu-ratio")
+	b.ReportMetric(float64(wall[1])/float64(wall[0]), "wall-ratio")
+	b.ReportMetric(float64(alloc[1])/float64(alloc[0]), "alloc-ratio")
 }

@@ -146,6 +146,9 @@ type scalePoint struct {
 	resyncCPU  int64
 	resyncRSS  int64
 	resyncPeak int64
+	// betweenCPU is the CPU (clock ticks) from the end of each resync to
+	// the end of the next: one resync and the idle time before it.
+	betweenCPU []int64
 
 	loadAfter string
 	problems  []string
@@ -449,9 +452,18 @@ func scalePointRun(ctx context.Context, o scaleSettings, b build, n int, uri, db
 	logf("warm ready after %s, RSS %d MB", p.warmReady.Round(time.Millisecond), p.warmRSS/1024)
 	if o.resyncs > 0 {
 		logf("waiting for %d resyncs (every %s)", o.resyncs, o.resyncInterval)
-		limit := time.Duration(o.resyncs) * (o.resyncInterval + 2*time.Minute)
-		if p.resyncs, err = w.reloadsFor(ctx, limit, resyncReason, o.resyncs); err != nil {
-			p.problems = append(p.problems, "resyncs: "+err.Error())
+		// One at a time, to take the CPU at the end of each.
+		var lastCPU int64
+		for k := 1; k <= o.resyncs; k++ {
+			if p.resyncs, err = w.reloadsFor(ctx, o.resyncInterval+2*time.Minute, resyncReason, k); err != nil {
+				p.problems = append(p.problems, "resyncs: "+err.Error())
+				break
+			}
+			cpu := cpuTicks(w.cmd.Process.Pid)
+			if k > 1 {
+				p.betweenCPU = append(p.betweenCPU, cpu-lastCPU)
+			}
+			lastCPU = cpu
 		}
 		p.resyncCPU = cpuTicks(w.cmd.Process.Pid) - p.warmCPU
 		p.resyncRSS = vmRSS(w.cmd.Process.Pid)
@@ -731,7 +743,11 @@ func resyncCell(p *scalePoint) string {
 	if len(p.resyncs) == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%d: %d / %d MB, %.1f s", len(p.resyncs), p.resyncRSS/1024, p.resyncPeak/1024, float64(p.resyncCPU)/clockTicks)
+	cell := fmt.Sprintf("%d: %d / %d MB, %.1f s", len(p.resyncs), p.resyncRSS/1024, p.resyncPeak/1024, float64(p.resyncCPU)/clockTicks)
+	if len(p.betweenCPU) > 0 {
+		cell += " (from one resync's end to the next: " + cpuSeconds(p.betweenCPU) + ")"
+	}
+	return cell
 }
 
 func docsPerSecond(r logRecord) int64 {
@@ -769,12 +785,25 @@ func scaleText(r *scaleRun) string {
 			fmt.Fprintf(&b, "    after %d resyncs (each a full read of %d documents, %s): RSS %d MB, peak %d MB, CPU since warm ready %.1f s\n",
 				len(p.resyncs), p.resyncs[0].Documents, resyncDurations(p.resyncs), p.resyncRSS/1024, p.resyncPeak/1024,
 				float64(p.resyncCPU)/clockTicks)
+			if len(p.betweenCPU) > 0 {
+				fmt.Fprintf(&b, "    CPU from the end of one resync to the end of the next (a resync and the idle time before it): %s\n",
+					cpuSeconds(p.betweenCPU))
+			}
 		}
 		for _, pr := range firstN(p.problems, 10) {
 			fmt.Fprintf(&b, "    problem: %s\n", pr)
 		}
 	}
 	return b.String()
+}
+
+// cpuSeconds lists clock-tick counts as seconds.
+func cpuSeconds(ticks []int64) string {
+	parts := make([]string, len(ticks))
+	for i, t := range ticks {
+		parts[i] = fmt.Sprintf("%.1f s", float64(t)/clockTicks)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // resyncDurations lists how long each full read logged it took.
