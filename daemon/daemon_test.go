@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -16,6 +19,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/cronswap/cronswap/internal/faultproxy"
 	"github.com/cronswap/cronswap/internal/history"
@@ -336,5 +340,102 @@ func TestStoppedIsLoggedAfterTheHistorysLastWrites(t *testing.T) {
 	}
 	if last := recs[len(recs)-1]; last["msg"] != "stopped" {
 		t.Fatalf("last log line %v, want stopped (the history's gave-up line is at %d of %d)", last, gaveUp, len(recs))
+	}
+}
+
+// Resyncs every 50 ms while jobs are edited in quick succession in every
+// way an operator edits them (a field set or removed, the document
+// replaced, deleted and inserted again): once the edits stop, the engine
+// holds exactly the collection, and keeps it through the resyncs after,
+// which list as they are the documents the edit history's copy holds
+// unchanged (a job so listed stays, its schedule the one the events
+// gave it).
+func TestResyncsAmidRapidEditsLeaveTheEngineEqualToTheCollection(t *testing.T) {
+	db := testmongo.NewDatabase(t, testmongo.Client(t))
+	coll := db.Collection(schedule.CollectionName)
+	ctx := context.Background()
+	const jobCount = 12
+	id := func(i int) string { return fmt.Sprintf("j%02d", i) }
+	doc := func(i, minute int) bson.D {
+		return bson.D{{Key: "_id", Value: id(i)}, {Key: "cron_expr", Value: fmt.Sprintf("%d * * * *", minute)},
+			{Key: "job", Value: "tick"}, {Key: "args", Value: bson.D{{Key: "m", Value: minute}}}}
+	}
+	for i := range jobCount {
+		if _, err := coll.InsertOne(ctx, doc(i, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := testOptions()
+	opts.ResyncInterval = 50 * time.Millisecond
+	d := startDaemon(t, db, opts)
+	waitFor(t, 30*time.Second, "ready", func() bool {
+		code, _ := d.get(t, "/readyz")
+		return code == http.StatusOK
+	})
+	resyncs := func() int {
+		n := 0
+		for _, l := range d.logs.records() {
+			if l["msg"] == "full reload" && l["reason"] == "resync" {
+				n++
+			}
+		}
+		return n
+	}
+	rnd := rand.New(rand.NewPCG(7, 11))
+	for n := range 400 {
+		i, minute := rnd.IntN(jobCount), rnd.IntN(60)
+		filter := bson.D{{Key: "_id", Value: id(i)}}
+		var err error
+		switch rnd.IntN(5) {
+		case 0, 1:
+			_, err = coll.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{{Key: "cron_expr", Value: fmt.Sprintf("%d * * * *", minute)}}}})
+		case 2:
+			_, err = coll.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{{Key: "args.m", Value: minute}}}, {Key: "$unset", Value: bson.D{{Key: "timezone", Value: ""}}}})
+		case 3:
+			_, err = coll.ReplaceOne(ctx, filter, doc(i, minute), options.Replace().SetUpsert(true))
+		case 4:
+			if _, err = coll.DeleteOne(ctx, filter); err == nil && n%2 == 0 {
+				_, err = coll.InsertOne(ctx, doc(i, minute))
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n%40 == 0 {
+			// A resync between these edits and the next ones.
+			k := resyncs()
+			waitFor(t, 30*time.Second, "a resync", func() bool { return resyncs() > k })
+		}
+	}
+	// The collection as the edits left it, as the engine should hold it.
+	want := map[string]string{}
+	cur, err := coll.Find(ctx, bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cur.Next(ctx) {
+		s, err := schedule.DecodeFields(cur.Current)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[s.ID] = s.CronExpr + " " + s.Args
+	}
+	if err := cur.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	engineHolds := func() map[string]string {
+		got := map[string]string{}
+		for i := range jobCount {
+			if st, ok := d.engine.Get(id(i)); ok {
+				got[id(i)] = st.CronExpr + " " + st.Args
+			}
+		}
+		return got
+	}
+	waitFor(t, 30*time.Second, "the engine equal to the collection", func() bool { return maps.Equal(engineHolds(), want) })
+	after := resyncs()
+	waitFor(t, 30*time.Second, "three more resyncs", func() bool { return resyncs() >= after+3 })
+	if got := engineHolds(); !maps.Equal(got, want) {
+		t.Fatalf("after the resyncs the engine holds %v, want %v", got, want)
 	}
 }
