@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -161,15 +162,8 @@ func BenchmarkStartReserve1M(b *testing.B) {
 		start(!first)
 		iter++
 	}
-	per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(iter) / n }
-	b.ReportMetric(per(cpu[0]), "grown-cpu-ns/job")
-	b.ReportMetric(per(cpu[1]), "reserved-cpu-ns/job")
-	b.ReportMetric(per(wall[0]), "grown-ns/job")
-	b.ReportMetric(per(wall[1]), "reserved-ns/job")
-	b.ReportMetric(float64(heap[0])/float64(iter)/n, "grown-heap-B/job")
-	b.ReportMetric(float64(heap[1])/float64(iter)/n, "reserved-heap-B/job")
-	b.ReportMetric(float64(cpu[1])/float64(cpu[0]), "cpu-ratio")
-	b.ReportMetric(float64(wall[1])/float64(wall[0]), "wall-ratio")
+	sideBySide{names: [2]string{"grown", "reserved"}, cpu: cpu, wall: wall, bytes: heap, bytesUnit: "heap-B/job"}.
+		report(b, iter, n, false)
 }
 
 // BenchmarkStartWarm1M is a warm start's path at 1,000,000 schedules as
@@ -284,14 +278,33 @@ func BenchmarkResync1M(b *testing.B) {
 		resync(1 - first)
 		iter++
 	}
-	per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(iter) / n }
-	b.ReportMetric(per(cpu[0]), "decoded-cpu-ns/job")
-	b.ReportMetric(per(cpu[1]), "same-cpu-ns/job")
-	b.ReportMetric(per(wall[0]), "decoded-ns/job")
-	b.ReportMetric(per(wall[1]), "same-ns/job")
-	b.ReportMetric(float64(alloc[0])/float64(iter)/n, "decoded-alloc-B/job")
-	b.ReportMetric(float64(alloc[1])/float64(iter)/n, "same-alloc-B/job")
-	b.ReportMetric(float64(cpu[1])/float64(cpu[0]), "cpu-ratio")
-	b.ReportMetric(float64(wall[1])/float64(wall[0]), "wall-ratio")
-	b.ReportMetric(float64(alloc[1])/float64(alloc[0]), "alloc-ratio")
+	sideBySide{names: [2]string{"decoded", "same"}, cpu: cpu, wall: wall, bytes: alloc, bytesUnit: "alloc-B/job"}.
+		report(b, iter, n, true)
+}
+
+// sideBySide is what a benchmark measured of two variants run alternately
+// in each of its iterations, summed: CPU, wall time, and a byte count
+// (bytesUnit names it, per job).
+type sideBySide struct {
+	names     [2]string
+	cpu, wall [2]time.Duration
+	bytes     [2]uint64
+	bytesUnit string
+}
+
+// report reports each variant's figures per job (over iters iterations of
+// jobs jobs) and the ratios of the second to the first: CPU, wall time,
+// and the bytes' too when bytesRatio is set.
+func (m sideBySide) report(b *testing.B, iters, jobs int, bytesRatio bool) {
+	per := func(v float64) float64 { return v / float64(iters) / float64(jobs) }
+	for i, name := range m.names {
+		b.ReportMetric(per(float64(m.cpu[i].Nanoseconds())), name+"-cpu-ns/job")
+		b.ReportMetric(per(float64(m.wall[i].Nanoseconds())), name+"-ns/job")
+		b.ReportMetric(per(float64(m.bytes[i])), name+"-"+m.bytesUnit)
+	}
+	b.ReportMetric(float64(m.cpu[1])/float64(m.cpu[0]), "cpu-ratio")
+	b.ReportMetric(float64(m.wall[1])/float64(m.wall[0]), "wall-ratio")
+	if bytesRatio {
+		b.ReportMetric(float64(m.bytes[1])/float64(m.bytes[0]), strings.TrimSuffix(m.bytesUnit, "-B/job")+"-ratio")
+	}
 }
