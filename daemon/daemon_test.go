@@ -439,3 +439,49 @@ func TestResyncsAmidRapidEditsLeaveTheEngineEqualToTheCollection(t *testing.T) {
 		t.Fatalf("after the resyncs the engine holds %v, want %v", got, want)
 	}
 }
+
+// A resync whose read the server fails (a flaky network, a failing
+// member) changes nothing and loses no job; the full read after it decodes
+// every document again, since the edit history's copy may then hold
+// documents the engine never got, and the resyncs after that decode none.
+func TestAResyncThatFailsMakesTheNextDecodeEverything(t *testing.T) {
+	proxy, client := testmongo.ProxiedClient(t)
+	db := testmongo.NewDatabase(t, client)
+	insertSchedules(t, db, "a", "b", "c")
+	opts := testOptions()
+	opts.ResyncInterval = 200 * time.Millisecond
+	d := startDaemon(t, db, opts)
+	allArmed := func() bool { return armed(d.engine, "a") && armed(d.engine, "b") && armed(d.engine, "c") }
+	replaced := func(decoded float64) func(l map[string]any) bool {
+		return func(l map[string]any) bool {
+			return l["msg"] == "schedules replaced" && l["documents"] == 3.0 && l["decoded"] == decoded
+		}
+	}
+	waitFor(t, 30*time.Second, "a resync that decoded nothing", func() bool {
+		_, ok := d.logs.find(replaced(0))
+		return ok && allArmed()
+	})
+	proxy.FailNext(faultproxy.All(faultproxy.CommandName("find"), faultproxy.Collection(schedule.CollectionName)),
+		faultproxy.ErrorReply{Code: 1, CodeName: "InternalError", Errmsg: "read failed by the test"})
+	waitFor(t, 30*time.Second, "the failed resync logged", func() bool {
+		_, ok := d.logs.find(func(l map[string]any) bool { return l["msg"] == "resync failed" })
+		return ok
+	})
+	failedAt := len(d.logs.records())
+	after := func(match func(map[string]any) bool) int {
+		recs := d.logs.records()
+		for i := failedAt; i < len(recs); i++ {
+			if match(recs[i]) {
+				return i
+			}
+		}
+		return -1
+	}
+	waitFor(t, 30*time.Second, "a resync after the failure that decoded everything, then one that decoded nothing", func() bool {
+		all := after(replaced(3))
+		return all >= 0 && after(replaced(0)) > all
+	})
+	if !allArmed() {
+		t.Fatal("a job lost after the failed resync")
+	}
+}
