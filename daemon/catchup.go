@@ -43,8 +43,9 @@ func catchUpSlots(armed iter.Seq2[schedule.Schedule, time.Duration], now time.Ti
 // decided one that neither it nor the engine will run; may be nil), then
 // hands each job's missed slot (catchUpSlots) to fire, concurrently, and
 // returns when they are done or ctx ends. The fire path's claim keeps it
-// exactly-once.
-func runCatchUp(ctx context.Context, engine *scheduler.Engine, ready func() bool, window func(action string) time.Duration,
+// exactly-once. someWindow false says no job has a catch-up window: there
+// is then no slot to offer, and the armed jobs are not walked.
+func runCatchUp(ctx context.Context, engine *scheduler.Engine, ready func() bool, someWindow bool, window func(action string) time.Duration,
 	fire scheduler.FireFunc, log *slog.Logger, gaps func(ctx context.Context, now time.Time, catchUp []schedule.Due)) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
@@ -56,7 +57,10 @@ func runCatchUp(ctx context.Context, engine *scheduler.Engine, ready func() bool
 		}
 	}
 	now := time.Now()
-	fires := catchUpSlots(engine.Armed(), now, window, engine.LastSlot)
+	var fires []schedule.Due
+	if someWindow {
+		fires = catchUpSlots(engine.Armed(), now, window, engine.LastSlot)
+	}
 	if gaps != nil {
 		gaps(ctx, now, fires)
 	}

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cronswap/cronswap/internal/actions"
+	"github.com/cronswap/cronswap/jobs"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
@@ -54,6 +56,32 @@ func TestCatchUpSlots(t *testing.T) {
 	for i := range want {
 		if got[i].Schedule != want[i].Schedule || !got[i].Slot.Equal(want[i].Slot) || got[i].Delay != want[i].Delay {
 			t.Errorf("fire %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// The start-up catch-up walks the armed jobs only when some job may have a
+// window: the default's, or a handler's own (a handler's 0 turns the
+// default off for its jobs only).
+func TestCatchupAnywhere(t *testing.T) {
+	hour, off := time.Hour, time.Duration(0)
+	for _, c := range []struct {
+		name     string
+		def      time.Duration
+		handlers map[string]*time.Duration
+		want     bool
+	}{
+		{"no window anywhere", 0, map[string]*time.Duration{"a": nil, "b": &off}, false},
+		{"no handler, no default", 0, nil, false},
+		{"the default", time.Minute, map[string]*time.Duration{"a": &off}, true},
+		{"one handler's own", 0, map[string]*time.Duration{"a": nil, "b": &hour}, true},
+	} {
+		s := &Service{opts: Options{Catchup: c.def}, registry: actions.NewRegistry()}
+		for name, w := range c.handlers {
+			s.registry.Register(name, actions.Action{Policy: jobs.Policy{Catchup: w}})
+		}
+		if got := s.catchupAnywhere(); got != c.want {
+			t.Errorf("%s: catchupAnywhere = %v, want %v", c.name, got, c.want)
 		}
 	}
 }

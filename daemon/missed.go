@@ -77,7 +77,7 @@ func (s *Service) slots(id string) (record.NextFunc, bool) {
 func (s *Service) planDecided(firingAt time.Time) (ids []string, notAfter time.Time) {
 	view := s.members.LiveView()
 	firing := firingOthers(view, s.opts.InstanceID)
-	armedIDs, maxDelay := s.armedJobs()
+	armedIDs, maxDelay := s.engine.ArmedIDs()
 	ids = orphaned(armedIDs, view, firing)
 	s.decided.mu.Lock()
 	s.decided.vouchers, s.decided.view = firing, view
@@ -167,17 +167,6 @@ func (s *Service) readDecidedSlots(ctx context.Context, who string, ids []string
 	return decided, nil, nil
 }
 
-// armedJobs returns the ids of the jobs the engine arms and the longest
-// delay of their fires (jitter).
-func (s *Service) armedJobs() (ids []string, maxDelay time.Duration) {
-	ids = make([]string, 0, s.engine.Len())
-	for sched, delay := range s.engine.Armed() {
-		ids = append(ids, sched.ID)
-		maxDelay = max(maxDelay, delay)
-	}
-	return ids, maxDelay
-}
-
 // firingOthers returns the members of view, other than instance, that
 // fire (Member.FiringSince is set).
 func firingOthers(view []members.Member, instance string) []members.Member {
@@ -245,7 +234,7 @@ func (s *Service) confirmVouchers(ctx context.Context, firingAt time.Time) {
 		}
 		return
 	}
-	armedIDs, _ := s.armedJobs()
+	armedIDs, _ := s.engine.ArmedIDs()
 	ids := orphaned(armedIDs, view, confirmed)
 	s.log.Warn("start-up: members that fired when this one started are gone without a heartbeat since it fired; the slots their jobs may have lost before this engine fired are looked for",
 		"gone", liveKey(gone), "confirmed", liveKey(confirmed), "jobs", len(ids))

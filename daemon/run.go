@@ -128,7 +128,7 @@ func (s *Service) startParts() *parts {
 		ready := func() bool {
 			return p.isJoined() && s.watcher.Status().Ready && s.blackouts.ready() && s.calendars.ready()
 		}
-		runCatchUp(watchCtx, s.engine, ready, s.catchupFor,
+		runCatchUp(watchCtx, s.engine, ready, s.catchupAnywhere(), s.catchupFor,
 			func(due schedule.Due) { s.runner.FireCatchUp(due, s.catchupFor(due.Schedule.ActionName())) },
 			s.log, s.recordStartupGaps)
 	}()

@@ -97,7 +97,8 @@ func TestRearmLeavesAnEndedJobUnarmed(t *testing.T) {
 
 // Armed yields exactly the jobs All reports armed, each with the schedule
 // and delay All gives it: not a job armed elsewhere (Options.Arms), nor a
-// disabled or rejected one, nor one whose end_at has passed.
+// disabled or rejected one, nor one whose end_at has passed. ArmedIDs
+// lists the same jobs, with the longest of their delays.
 func TestArmedYieldsOnlyArmedJobs(t *testing.T) {
 	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	var mu sync.Mutex
@@ -126,8 +127,10 @@ func TestArmedYieldsOnlyArmedJobs(t *testing.T) {
 			}
 		}
 		var got []string
+		var longest time.Duration
 		for s, delay := range e.Armed() {
 			got = append(got, s.ID)
+			longest = max(longest, delay)
 			if s.ID == "jittered" && delay == 0 {
 				t.Error("jittered: no delay yielded")
 			}
@@ -138,6 +141,11 @@ func TestArmedYieldsOnlyArmedJobs(t *testing.T) {
 		slices.Sort(got)
 		if !slices.Equal(got, want) || len(all) != len(want) {
 			t.Errorf("Armed yields %v, want %v (All armed %d)", got, want, len(all))
+		}
+		ids, maxDelay := e.ArmedIDs()
+		slices.Sort(ids)
+		if !slices.Equal(ids, want) || maxDelay != longest || longest == 0 {
+			t.Errorf("ArmedIDs = %v, longest delay %v; want %v, %v", ids, maxDelay, want, longest)
 		}
 	}
 	check("a", "ending", "jittered")

@@ -1192,25 +1192,58 @@ func (e *Engine) All() iter.Seq[Status] {
 // at start-up that needs no more than these costs a fraction of All's.
 func (e *Engine) Armed() iter.Seq2[schedule.Schedule, time.Duration] {
 	return func(yield func(schedule.Schedule, time.Duration) bool) {
-		e.mu.RLock()
-		ids := make([]string, 0, e.armed)
-		for id, r := range e.jobs {
-			if r.fire != nil {
-				ids = append(ids, id)
-			}
-		}
-		e.mu.RUnlock()
+		ids := e.armedSnapshot()
 		now := e.now()
 		for _, id := range ids {
 			r := e.load(id)
-			if r == nil || r.fire == nil || (r.life().Over(now) && r.nextRun(id, now).IsZero()) {
-				continue // disarmed since, or fires no more (as status says)
+			if !r.firesAt(id, now) {
+				continue
 			}
 			if !yield(r.schedule(id), r.delay(id)) {
 				return
 			}
 		}
 	}
+}
+
+// ArmedIDs returns the ids of the jobs Armed yields, in no particular
+// order, and the longest delay their fires carry: one list of ids, with no
+// schedule made for each job, for a walk at start-up that needs no more.
+func (e *Engine) ArmedIDs() (ids []string, maxDelay time.Duration) {
+	ids = e.armedSnapshot()
+	now := e.now()
+	n := 0
+	for _, id := range ids {
+		r := e.load(id)
+		if !r.firesAt(id, now) {
+			continue
+		}
+		ids[n] = id
+		n++
+		maxDelay = max(maxDelay, r.delay(id))
+	}
+	clear(ids[n:])
+	return ids[:n], maxDelay
+}
+
+// armedSnapshot returns the ids of the jobs armed now.
+func (e *Engine) armedSnapshot() []string {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	ids := make([]string, 0, e.armed)
+	for id, r := range e.jobs {
+		if r.fire != nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// firesAt reports whether r, the record of job id (nil: unknown), is armed
+// and still fires at now: false once its end_at has passed and it has no
+// next run (as Status says).
+func (r *record) firesAt(id string, now time.Time) bool {
+	return r != nil && r.fire != nil && !(r.life().Over(now) && r.nextRun(id, now).IsZero())
 }
 
 // Version returns a number that changes whenever the engine's jobs change:
