@@ -44,6 +44,7 @@ type scaleSettings struct {
 	out            string
 	logDir         string
 	heapProfiles   string
+	gcAtReady      bool
 	resyncs        int
 	resyncInterval time.Duration
 	timeout        time.Duration
@@ -72,6 +73,9 @@ func scaleMain(args []string) int {
 	fs.StringVar(&o.logDir, "logs", "", "keep the daemons' logs and state files here")
 	fs.StringVar(&o.heapProfiles, "heap-profiles", "", "save each build's heap profile at ready (after a GC) in this directory, "+
 		"as heap-LABEL-N.pb.gz (go tool pprof -sample_index=inuse_space)")
+	fs.BoolVar(&o.gcAtReady, "gc-at-ready", true, "weigh the cold daemon's live heap at ready by forcing a collection (pprof heap?gc=1); "+
+		"false leaves its collector alone until the start-up work settled, so that its peak RSS is its own: a collection forced "+
+		"while its engine starts counts the start's garbage live and raises the collector's next goal")
 	fs.IntVar(&o.resyncs, "resyncs", 0, "after the warm start, wait for this many periodic full reads (watch.resync_interval) "+
 		"and report the RSS, its peak and the CPU they took (0: the warm daemon runs without resyncs, as before)")
 	fs.DurationVar(&o.resyncInterval, "resync-interval", 30*time.Second, "the warm daemon's watch.resync_interval when -resyncs is set")
@@ -384,9 +388,13 @@ func scalePointRun(ctx context.Context, o scaleSettings, b build, n int, uri, db
 	}
 	p.coldRSS = vmRSS(d.cmd.Process.Pid)
 	p.coldCPU = cpuTicks(d.cmd.Process.Pid)
-	p.heapAlloc = heapAfterGC(ctx, d, profilePath(o.heapProfiles, b.label, n))
-	logf("ready after %s, RSS %d MB, heap after GC %d MB (%d B/job)", p.coldReady.Round(time.Millisecond),
-		p.coldRSS/1024, p.heapAlloc>>20, p.heapAlloc/int64(n))
+	if o.gcAtReady {
+		p.heapAlloc = heapAfterGC(ctx, d, profilePath(o.heapProfiles, b.label, n))
+		logf("ready after %s, RSS %d MB, heap after GC %d MB (%d B/job)", p.coldReady.Round(time.Millisecond),
+			p.coldRSS/1024, p.heapAlloc>>20, p.heapAlloc/int64(n))
+	} else {
+		logf("ready after %s, RSS %d MB, heap not weighed (-gc-at-ready=false)", p.coldReady.Round(time.Millisecond), p.coldRSS/1024)
+	}
 	p.reloadEdit = checkReloadEdits(ctx, d, made)
 	logf("edits made during the reload: %d, lost %d", p.reloadEdit.made, len(p.reloadEdit.lost))
 
@@ -764,11 +772,15 @@ func scaleText(r *scaleRun) string {
 		r.loadTime.Round(time.Millisecond), r.loadBefore)
 	for _, p := range r.points {
 		armed, floor, missing := latencies(p.edits)
+		heap := "not weighed at ready (-gc-at-ready=false)"
+		if p.heapAlloc > 0 {
+			heap = fmt.Sprintf("live heap after GC %.1f MB = %d B/job", float64(p.heapAlloc)/(1<<20), p.heapAlloc/int64(p.n))
+		}
 		fmt.Fprintf(&b, "  %s: cold start → ready %s; full reload logged %s (read %s, apply %s), %d documents; "+
-			"RSS %d MB at ready, peak %d MB; live heap after GC %.1f MB = %d B/job\n",
+			"RSS %d MB at ready, peak %d MB; %s\n",
 			p.label, p.coldReady.Round(time.Millisecond), time.Duration(p.coldReload.Duration).Round(time.Millisecond),
 			time.Duration(p.coldReload.Read).Round(time.Millisecond), time.Duration(p.coldReload.Apply).Round(time.Millisecond),
-			p.coldReload.Documents, p.coldRSS/1024, p.coldPeak/1024, float64(p.heapAlloc)/(1<<20), p.heapAlloc/int64(p.n))
+			p.coldReload.Documents, p.coldRSS/1024, p.coldPeak/1024, heap)
 		fmt.Fprintf(&b, "    edits during the cold start's reload: %d made, %d lost %v; start-up work settled %s after ready, "+
 			"live heap after GC then %.1f MB = %d B/job\n",
 			p.reloadEdit.made, len(p.reloadEdit.lost), firstN(p.reloadEdit.lost, 10), p.settled.Round(time.Second),
