@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 )
@@ -80,13 +81,13 @@ func TestMemoryLimitFollowsTheContainers(t *testing.T) {
 }
 
 // The collector's target is process-wide too: restored after.
-func TestGCPercentLoweredOnceFiringForALargeHeapUnlessGOGCIsSet(t *testing.T) {
+func TestGCPercentLoweredForALargeHeapUnlessGOGCIsSet(t *testing.T) {
 	before := debug.SetGCPercent(100)
 	t.Cleanup(func() { debug.SetGCPercent(before) })
-	run := func(ctx context.Context, firing <-chan struct{}, live uint64) string {
+	run := func(ctx context.Context, firing <-chan struct{}, poll <-chan time.Time, live uint64) string {
 		var b bytes.Buffer
 		debug.SetGCPercent(100)
-		lowerGCPercentOnceFiring(ctx, slog.New(slog.NewTextHandler(&b, nil)), firing, func() uint64 { return live })
+		lowerGCPercent(ctx, slog.New(slog.NewTextHandler(&b, nil)), firing, poll, func() uint64 { return live })
 		return b.String()
 	}
 	closed := make(chan struct{})
@@ -97,30 +98,77 @@ func TestGCPercentLoweredOnceFiringForALargeHeapUnlessGOGCIsSet(t *testing.T) {
 	// Not firing yet when the run ends: the start's target stays.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if logged := run(ctx, make(chan struct{}), largeHeap); debug.SetGCPercent(100) != 100 || logged != "" {
+	if logged := run(ctx, make(chan struct{}), nil, largeHeap); debug.SetGCPercent(100) != 100 || logged != "" {
 		t.Errorf("stopped before firing: target changed or logged %q", logged)
 	}
 	// Firing with a large heap: lowered, and said.
-	logged := run(context.Background(), closed, largeHeap)
-	if got := debug.SetGCPercent(100); got != steadyGCPercent {
-		t.Errorf("GOGC unset, firing, live heap %d: target %d, want %d", largeHeap, got, steadyGCPercent)
-	}
-	if !strings.Contains(logged, fmt.Sprintf("gogc=%d", steadyGCPercent)) || !strings.Contains(logged, "GOGC unset") {
-		t.Errorf("GOGC unset, a large heap: log %q, want the target and why", logged)
+	for _, poll := range []<-chan time.Time{nil, make(chan time.Time)} {
+		logged := run(context.Background(), closed, poll, largeHeap)
+		if got := debug.SetGCPercent(100); got != steadyGCPercent {
+			t.Errorf("GOGC unset, firing, live heap %d (polled: %v): target %d, want %d", largeHeap, poll != nil, got, steadyGCPercent)
+		}
+		if !strings.Contains(logged, fmt.Sprintf("gogc=%d", steadyGCPercent)) || !strings.Contains(logged, "GOGC unset") {
+			t.Errorf("GOGC unset, a large heap: log %q, want the target and why", logged)
+		}
 	}
 	// Firing with a small heap: the runtime's target kept, and said.
-	logged = run(context.Background(), closed, largeHeap-1)
+	logged := run(context.Background(), closed, nil, largeHeap-1)
 	if got := debug.SetGCPercent(100); got != 100 {
 		t.Errorf("GOGC unset, firing, live heap %d: target changed to %d", largeHeap-1, got)
 	}
 	if !strings.Contains(logged, "gogc=100") || !strings.Contains(logged, "small") {
 		t.Errorf("GOGC unset, a small heap: log %q, want the target kept and why", logged)
 	}
+	// A start that reads the whole collection (polled): lowered at the
+	// first tick that finds the live heap at the mark, before it fires.
+	var b bytes.Buffer
+	debug.SetGCPercent(100)
+	ticks, firing := make(chan time.Time), make(chan struct{})
+	reads := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		lowerGCPercent(context.Background(), slog.New(slog.NewTextHandler(&b, nil)), firing, ticks, func() uint64 {
+			if reads++; reads < 3 {
+				return largeHeap - 1 // still growing
+			}
+			return largeHeap
+		})
+	}()
+	for range 3 {
+		ticks <- time.Now()
+	}
+	<-done
+	if got := debug.SetGCPercent(100); got != steadyGCPercent || reads != 3 || !strings.Contains(b.String(), "during the start's full read") {
+		t.Errorf("a full read past the mark before firing: target %d after %d reads, log %q; want %d at the third read, and said",
+			got, reads, b.String(), steadyGCPercent)
+	}
+	// Not polled (a start from the state file): the heap is weighed only
+	// once the service fires.
+	b.Reset()
+	debug.SetGCPercent(100)
+	firing, done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		lowerGCPercent(context.Background(), slog.New(slog.NewTextHandler(&b, nil)), firing, nil, func() uint64 {
+			select {
+			case <-firing:
+			default:
+				t.Error("the heap was weighed before firing")
+			}
+			return largeHeap
+		})
+	}()
+	close(firing)
+	<-done
+	if got := debug.SetGCPercent(100); got != steadyGCPercent || !strings.Contains(b.String(), "now that the schedules are armed") {
+		t.Errorf("not polled: target %d, log %q; want %d at firing", got, b.String(), steadyGCPercent)
+	}
 	// Set: the runtime took it at start (here the test's 100 stands for
 	// it); left alone, and logged at once.
 	for _, v := range []string{"200", "off"} {
 		t.Setenv("GOGC", v)
-		logged := run(context.Background(), make(chan struct{}), largeHeap)
+		logged := run(context.Background(), make(chan struct{}), nil, largeHeap)
 		if got := debug.SetGCPercent(100); got != 100 {
 			t.Errorf("GOGC=%s: target changed to %d", v, got)
 		}
@@ -131,7 +179,7 @@ func TestGCPercentLoweredOnceFiringForALargeHeapUnlessGOGCIsSet(t *testing.T) {
 	// Set to what the runtime cannot read (it takes 100): left alone, and
 	// a warning that says so.
 	t.Setenv("GOGC", "fifty")
-	if logged := run(context.Background(), closed, largeHeap); debug.SetGCPercent(100) != 100 ||
+	if logged := run(context.Background(), closed, nil, largeHeap); debug.SetGCPercent(100) != 100 ||
 		!strings.Contains(logged, "level=WARN") || !strings.Contains(logged, "GOGC=fifty") {
 		t.Errorf("GOGC=fifty: target changed or log %q; want a warning quoting it", logged)
 	}

@@ -110,7 +110,13 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 		httpDone <- err
 	}()
-	go lowerGCPercentOnceFiring(runCtx, runtimeLog, s.Firing(), runtimeLiveHeap)
+	var heapTicks <-chan time.Time // a start that reads the whole collection weighs its heap as it goes
+	if !hasStateFile(cfg.StateFile) {
+		t := time.NewTicker(heapPoll)
+		defer t.Stop()
+		heapTicks = t.C
+	}
+	go lowerGCPercent(runCtx, runtimeLog, s.Firing(), heapTicks, runtimeLiveHeap)
 	runErr := s.Run(runCtx)
 	shutdownHTTP(server, log)
 	if err := <-httpDone; runErr == nil && !errors.Is(err, http.ErrServerClosed) {
