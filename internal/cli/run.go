@@ -110,13 +110,20 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 		httpDone <- err
 	}()
-	var heapTicks <-chan time.Time // a start that reads the whole collection weighs its heap as it goes
+	// A start that reads the whole collection weighs its heap as it goes,
+	// until the target is set.
+	var heapPolls *time.Ticker
+	var heapTicks <-chan time.Time
 	if !hasStateFile(cfg.StateFile) {
-		t := time.NewTicker(heapPoll)
-		defer t.Stop()
-		heapTicks = t.C
+		heapPolls = time.NewTicker(heapPoll)
+		heapTicks = heapPolls.C
 	}
-	go lowerGCPercent(runCtx, runtimeLog, s.Firing(), heapTicks, runtimeLiveHeap)
+	go func() {
+		lowerGCPercent(runCtx, runtimeLog, s.Firing(), heapTicks, runtimeLiveHeap)
+		if heapPolls != nil {
+			heapPolls.Stop()
+		}
+	}()
 	runErr := s.Run(runCtx)
 	shutdownHTTP(server, log)
 	if err := <-httpDone; runErr == nil && !errors.Is(err, http.ErrServerClosed) {
