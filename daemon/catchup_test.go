@@ -60,9 +60,9 @@ func TestCatchUpSlots(t *testing.T) {
 	}
 }
 
-// The start-up catch-up walks the armed jobs only when some job may have a
-// window: the default's, or a handler's own (a handler's 0 turns the
-// default off for its jobs only).
+// The start-up catch-up walks the armed jobs only when the jobs of some
+// handler have a window: the default's, or a handler's own (a handler's 0
+// turns the default off for its jobs only).
 func TestCatchupAnywhere(t *testing.T) {
 	hour, off := time.Hour, time.Duration(0)
 	for _, c := range []struct {
@@ -73,7 +73,8 @@ func TestCatchupAnywhere(t *testing.T) {
 	}{
 		{"no window anywhere", 0, map[string]*time.Duration{"a": nil, "b": &off}, false},
 		{"no handler, no default", 0, nil, false},
-		{"the default", time.Minute, map[string]*time.Duration{"a": &off}, true},
+		{"the default", time.Minute, map[string]*time.Duration{"a": &off, "b": nil}, true},
+		{"the default, off for every handler", time.Minute, map[string]*time.Duration{"a": &off, "b": &off}, false},
 		{"one handler's own", 0, map[string]*time.Duration{"a": nil, "b": &hour}, true},
 	} {
 		s := &Service{opts: Options{Catchup: c.def}, registry: actions.NewRegistry()}

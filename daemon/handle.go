@@ -52,11 +52,12 @@ func (s *Service) catchupFor(name string) time.Duration {
 	return s.opts.Catchup
 }
 
-// catchupAnywhere reports whether some job may have a catch-up window
-// (catchupFor): the default, or a handler's own. When none may, the
-// start-up catch-up has no slot to offer, and runCatchUp skips its walk
-// over the armed jobs (at a million: a list of every id, and a schedule
-// made for each, while the start's memory peaks).
+// catchupAnywhere reports whether the jobs of some registered handler
+// have a catch-up window (catchupFor: its own, else the default); a job
+// naming no registered handler is refused, never armed. When none has,
+// the start-up catch-up has no slot to offer, and runCatchUp skips its
+// walk over the armed jobs (at a million: a list of every id, and a
+// schedule made for each, while the start's memory peaks).
 func (s *Service) catchupAnywhere() bool {
-	return s.opts.Catchup > 0 || slices.ContainsFunc(s.registry.Names(), func(name string) bool { return s.catchupFor(name) > 0 })
+	return slices.ContainsFunc(s.registry.Names(), func(name string) bool { return s.catchupFor(name) > 0 })
 }

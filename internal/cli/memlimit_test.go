@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -186,5 +187,23 @@ func TestGCPercentLoweredForALargeHeapUnlessGOGCIsSet(t *testing.T) {
 	runtime.GC() // the metric is the last collection's finding
 	if runtimeLiveHeap() == 0 {
 		t.Error("runtimeLiveHeap read 0 after a collection: the runtime's live heap metric is not read")
+	}
+}
+
+// A start arms from the state file only when there is one to read: a
+// regular file that is not empty.
+func TestHasStateFile(t *testing.T) {
+	dir := t.TempDir()
+	full, empty := filepath.Join(dir, "state"), filepath.Join(dir, "empty")
+	if err := os.WriteFile(full, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]bool{full: true, empty: false, dir: false, filepath.Join(dir, "missing"): false, "": false} {
+		if got := hasStateFile(path); got != want {
+			t.Errorf("hasStateFile(%q) = %v, want %v", path, got, want)
+		}
 	}
 }
