@@ -11,6 +11,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/cronswap/cronswap/internal/opentable"
 	"github.com/cronswap/cronswap/schedule"
 )
 
@@ -30,7 +31,7 @@ const docShards = 256
 // its field names and types are kept once per store, as its shape (see
 // shapes), and the document only as its values; get and all give back the
 // very bytes put was given. A shard's documents are in a hash table of
-// their own (docTable): the key is read back from the stored bytes.
+// their own (opentable.Table): the key is read back from the stored bytes.
 type docStore struct {
 	hash   func(key string) uint64
 	shards [docShards]docShard
@@ -52,7 +53,7 @@ type docStore struct {
 
 type docShard struct {
 	mu sync.Mutex
-	t  docTable
+	t  opentable.Table[storedDoc] // a document's key is in its bytes (storedDoc.Key)
 }
 
 // storedDoc is one document and the full read that last listed it: n
@@ -85,8 +86,8 @@ func (s storedDoc) parts() (shape uint16, key, rest string) {
 	return uint16(i), key, data[w+kw+int(n):]
 }
 
-// key is s's key.
-func (s storedDoc) key() string {
+// Key is s's key (opentable.Keyed).
+func (s storedDoc) Key() string {
 	_, key, _ := s.parts()
 	return key
 }
@@ -120,7 +121,7 @@ func (d *docStore) get(key string) bson.Raw {
 	h := d.hash(key)
 	sh := d.shard(h)
 	sh.mu.Lock()
-	s, ok := sh.t.get(h, key)
+	s, ok := sh.t.Get(h, key)
 	sh.mu.Unlock()
 	if !ok {
 		return nil
@@ -136,7 +137,7 @@ func (d *docStore) put(key string, doc bson.Raw, read uint32) {
 	defer d.enc.Unlock()
 	s := newStoredDoc(d.encode(key, doc), read)
 	sh.mu.Lock()
-	sh.t.set(h, key, s, d.hash)
+	sh.t.Set(h, key, s, d.hash)
 	sh.mu.Unlock()
 }
 
@@ -154,8 +155,8 @@ func (d *docStore) reserve(n int) {
 	for i := range d.shards {
 		sh := &d.shards[i]
 		sh.mu.Lock()
-		if sh.t.used == 0 && sh.t.dead == 0 && len(sh.t.slots) < per {
-			sh.t.resize(per, d.hash)
+		if sh.t.Unused() && sh.t.Slots() < per {
+			sh.t.Resize(per, d.hash)
 		}
 		sh.mu.Unlock()
 	}
@@ -172,8 +173,8 @@ func (d *docStore) load(key string, doc bson.Raw, read uint32) (same bool) {
 	defer d.enc.Unlock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if i := sh.t.find(h, key); i >= 0 {
-		s := &sh.t.slots[i]
+	if i := sh.t.Find(h, key); i >= 0 {
+		s := sh.t.At(i)
 		d.valuesBuf = d.rebuild(d.valuesBuf[:0], *s)
 		if bytes.Equal(d.valuesBuf, doc) {
 			s.read = read
@@ -182,7 +183,7 @@ func (d *docStore) load(key string, doc bson.Raw, read uint32) (same bool) {
 		*s = newStoredDoc(d.encode(key, doc), read)
 		return false
 	}
-	sh.t.set(h, key, newStoredDoc(d.encode(key, doc), read), d.hash)
+	sh.t.Set(h, key, newStoredDoc(d.encode(key, doc), read), d.hash)
 	return false
 }
 
@@ -190,7 +191,7 @@ func (d *docStore) remove(key string) {
 	h := d.hash(key)
 	sh := d.shard(h)
 	sh.mu.Lock()
-	sh.t.remove(h, key, d.hash)
+	sh.t.Remove(h, key, d.hash)
 	sh.mu.Unlock()
 }
 
@@ -199,7 +200,7 @@ func (d *docStore) sweep(read uint32) {
 	for i := range d.shards {
 		sh := &d.shards[i]
 		sh.mu.Lock()
-		sh.t.sweep(read, d.hash)
+		sh.t.Sweep(func(s storedDoc) bool { return s.read != read }, d.hash)
 		sh.mu.Unlock()
 	}
 }
@@ -209,7 +210,7 @@ func (d *docStore) sweep(read uint32) {
 func (d *docStore) jobIDs() []string {
 	ids := make([]string, 0, d.len())
 	add := func(s storedDoc) {
-		k := s.key()
+		k := s.Key()
 		if _, refused := schedule.RefusedID(k); !refused {
 			ids = append(ids, k)
 		}
@@ -217,7 +218,7 @@ func (d *docStore) jobIDs() []string {
 	for i := range d.shards {
 		sh := &d.shards[i]
 		sh.mu.Lock()
-		sh.t.docs(add)
+		sh.t.Each(add)
 		sh.mu.Unlock()
 	}
 	return ids
@@ -229,7 +230,7 @@ func (d *docStore) len() int {
 	for i := range d.shards {
 		sh := &d.shards[i]
 		sh.mu.Lock()
-		n += sh.t.used
+		n += sh.t.Len()
 		sh.mu.Unlock()
 	}
 	return n
@@ -247,7 +248,7 @@ func (d *docStore) all() iter.Seq[bson.Raw] {
 			sh := &d.shards[i]
 			docs = docs[:0]
 			sh.mu.Lock()
-			sh.t.docs(func(s storedDoc) { docs = append(docs, s) })
+			sh.t.Each(func(s storedDoc) { docs = append(docs, s) })
 			sh.mu.Unlock()
 			for _, s := range docs {
 				buf = d.rebuild(buf[:0], s)

@@ -3,6 +3,7 @@ package history
 import (
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,9 +24,12 @@ func benchDoc(b *testing.B, k int, now time.Time) bson.Raw {
 	return raw
 }
 
-func benchDocs(b *testing.B) []bson.Raw {
+func benchDocs(b *testing.B) []bson.Raw { return benchDocsN(b, benchJobs) }
+
+// benchDocsN is documents 0 to n-1 of the scale bench.
+func benchDocsN(b *testing.B, n int) []bson.Raw {
 	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
-	ds := make([]bson.Raw, benchJobs)
+	ds := make([]bson.Raw, n)
 	for k := range ds {
 		ds[k] = benchDoc(b, k, now)
 	}
@@ -42,13 +46,33 @@ func liveHeap() uint64 {
 
 // BenchmarkRecorderLoad loads benchJobs scale-bench documents into a new
 // Recorder as a first full read does, then holds the job ids as the first
-// sightings do (Sightings.live, filled from the ids Present hands over).
-// heap-B/job is the live heap the recorder's copy holds after a GC,
-// sightings-B/job what the live set adds; ns/job is the load's CPU.
+// sightings do (Sightings.live). heap-B/job is the live heap the
+// recorder's copy holds after a GC, ns/job is the load's CPU, and the
+// other figures what the live set adds a job:
+//
+//   - sightings-B/job: filled from the ids a full read hands over (a
+//     deployment's first start, which writes every job's sighting);
+//   - sightings-read-B/job: filled from the server (readLive: a copy of
+//     each id), then renewed by a full read, as on every later start
+//     (sightings-renew-ns/job: the CPU of that full read's lookups, as
+//     Sightings.present makes them);
+//   - map-sightings-B/job and map-sightings-read-B/job: the same in a Go
+//     map of ids to passes, which the sightings kept before the liveSet
+//     (an assignment replaces a map's key too), for comparison.
+//
+// It runs at benchJobs and at a million jobs.
 func BenchmarkRecorderLoad(b *testing.B) {
-	ds := benchDocs(b)
-	var heap, sighted uint64
+	for _, n := range []int{benchJobs, 1_000_000} {
+		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) { benchmarkRecorderLoad(b, n) })
+	}
+}
+
+func benchmarkRecorderLoad(b *testing.B, jobs int) {
+	ds := benchDocsN(b, jobs)
+	var heap uint64
 	var load time.Duration
+	sets := map[string]uint64{}
+	renew := map[string]time.Duration{}
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		base := liveHeap()
@@ -60,23 +84,74 @@ func BenchmarkRecorderLoad(b *testing.B) {
 		}
 		load += time.Since(start)
 		b.StopTimer()
-		if n := r.docs.len(); n != benchJobs {
-			b.Fatalf("%d documents stored, want %d", n, benchJobs)
+		if n := r.docs.len(); n != jobs {
+			b.Fatalf("%d documents stored, want %d", n, jobs)
 		}
 		heap += liveHeap() - base
-		live := map[string]uint32{}
-		for _, id := range r.docs.jobIDs() {
-			live[id] = 1
+		ids := r.docs.jobIDs()
+		withIDs := liveHeap()
+		weigh := func(name string, fill func() any) {
+			set := fill()
+			sets[name] += liveHeap() - withIDs
+			runtime.KeepAlive(set)
 		}
-		withLive := liveHeap()
-		sighted += withLive - base
+		weigh("sightings", func() any {
+			live := newLiveSet()
+			for _, id := range ids {
+				live.set(id, 1)
+			}
+			if live.Len() != jobs {
+				b.Fatalf("live set of %d, want %d", live.Len(), jobs)
+			}
+			return live
+		})
+		weigh("sightings-read", func() any {
+			live := newLiveSet()
+			for _, id := range ids {
+				live.set(strings.Clone(id), 0)
+			}
+			start := time.Now()
+			for _, id := range ids {
+				if !live.renew(id, 1) {
+					b.Fatalf("%s not in the live set", id)
+				}
+			}
+			renew["sightings"] += time.Since(start)
+			return live
+		})
+		weigh("map-sightings", func() any {
+			live := map[string]uint32{}
+			for _, id := range ids {
+				live[id] = 1
+			}
+			return live
+		})
+		weigh("map-sightings-read", func() any {
+			live := map[string]uint32{}
+			for _, id := range ids {
+				live[strings.Clone(id)] = 0
+			}
+			start := time.Now()
+			for _, id := range ids {
+				if _, ok := live[id]; ok {
+					live[id] = 1
+				}
+			}
+			renew["map-sightings"] += time.Since(start)
+			return live
+		})
 		runtime.KeepAlive(r)
-		runtime.KeepAlive(live)
+		runtime.KeepAlive(ids)
 		b.StartTimer()
 	}
-	n := float64(b.N) * benchJobs
+	n := float64(b.N) * float64(jobs)
 	b.ReportMetric(float64(heap)/n, "heap-B/job")
-	b.ReportMetric(float64(sighted-heap)/n, "sightings-B/job")
+	for name, bytes := range sets {
+		b.ReportMetric(float64(bytes)/n, name+"-B/job")
+	}
+	for name, took := range renew {
+		b.ReportMetric(float64(took.Nanoseconds())/n, name+"-renew-ns/job")
+	}
 	b.ReportMetric(float64(load.Nanoseconds())/n, "ns/job")
 }
 

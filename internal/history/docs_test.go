@@ -104,7 +104,7 @@ func TestDocStoreRoundTrip(t *testing.T) {
 	for key, compact := range map[string]bool{"scale": true, "every-type": true, "empty": true, "other-id": true,
 		"bad-string": false, "bad-length": false, "cut": false, "unknown-type": false, "tiny": false} {
 		sh := d.shard(d.hash(key))
-		s, ok := sh.t.get(d.hash(key), key)
+		s, ok := sh.t.Get(d.hash(key), key)
 		if !ok {
 			t.Fatalf("%q not stored", key)
 		}
@@ -115,7 +115,7 @@ func TestDocStoreRoundTrip(t *testing.T) {
 			t.Errorf("%q: stored in %d bytes, the document is %d", key, s.n, len(want[key]))
 		}
 	}
-	if s, _ := d.shard(d.hash("scale")).t.get(d.hash("scale"), "scale"); s.n > 60 {
+	if s, _ := d.shard(d.hash("scale")).t.Get(d.hash("scale"), "scale"); s.n > 60 {
 		t.Errorf("the scale document (%d bytes) is stored in %d bytes, want at most 60", len(want["scale"]), s.n)
 	}
 }
@@ -171,7 +171,7 @@ func TestDocStoreReserve(t *testing.T) {
 	d.reserve(n)
 	sizes := make([]int, docShards)
 	for i := range d.shards {
-		sizes[i] = len(d.shards[i].t.slots)
+		sizes[i] = d.shards[i].t.Slots()
 		if sizes[i] == 0 {
 			t.Fatalf("shard %d has no room after a reservation of %d", i, n)
 		}
@@ -189,7 +189,7 @@ func TestDocStoreReserve(t *testing.T) {
 		d.load(key, raw, 1)
 	}
 	for i := range d.shards {
-		if got := len(d.shards[i].t.slots); got != sizes[i] {
+		if got := d.shards[i].t.Slots(); got != sizes[i] {
 			t.Errorf("shard %d grew from %d to %d slots while the %d reserved for were loaded", i, sizes[i], got, n)
 		}
 	}
@@ -205,7 +205,7 @@ func TestDocStoreReserve(t *testing.T) {
 	// Held documents are never moved by a later reservation.
 	d.reserve(10 * n)
 	for i := range d.shards {
-		if got := len(d.shards[i].t.slots); got != sizes[i] {
+		if got := d.shards[i].t.Slots(); got != sizes[i] {
 			t.Errorf("shard %d resized by a reservation while it holds documents: %d → %d slots", i, sizes[i], got)
 		}
 	}
@@ -277,7 +277,7 @@ func TestDocStoreShapeBound(t *testing.T) {
 		if got := d.get(key); !bytes.Equal(got, doc) {
 			t.Errorf("get(%q) = %s, want %s", key, bson.Raw(got), doc)
 		}
-		s, _ := d.shard(d.hash(key)).t.get(d.hash(key), key)
+		s, _ := d.shard(d.hash(key)).t.Get(d.hash(key), key)
 		if shape, _, _ := s.parts(); shape == wholeDoc {
 			whole++
 		}

@@ -151,31 +151,31 @@ func goneModel(job string, at time.Time, retention time.Duration) *mongo.UpdateO
 // reply took: at a replica's first full read there is one sighting per
 // job, and the read must not take the server from the claims of the
 // replicas that fire meanwhile.
-func readLive(ctx context.Context, coll *mongo.Collection, batch int, rest func(context.Context, time.Duration) error) (map[string]uint32, error) {
+func readLive(ctx context.Context, coll *mongo.Collection, batch int, rest func(context.Context, time.Duration) error) (liveSet, error) {
 	cur, err := coll.Find(ctx, bson.D{{Key: "_id", Value: firstSeenRange()}, {Key: FieldDeletedAt, Value: bson.D{{Key: "$exists", Value: false}}}},
 		options.Find().SetProjection(bson.D{{Key: "job_id", Value: 1}}).SetBatchSize(int32(batch)))
 	if err != nil {
-		return nil, fmt.Errorf("read the first sightings in %s: %w", coll.Name(), err)
+		return liveSet{}, fmt.Errorf("read the first sightings in %s: %w", coll.Name(), err)
 	}
 	defer cur.Close(ctx)
-	live := map[string]uint32{}
-	for {
-		fetches := cur.RemainingBatchLength() == 0 && len(live) > 0 // the reply after the find's
+	live := newLiveSet()
+	for read := 0; ; read++ {
+		fetches := cur.RemainingBatchLength() == 0 && read > 0 // the reply after the find's
 		began := time.Now()
 		if !cur.Next(ctx) {
 			break
 		}
 		if fetches {
 			if err := rest(ctx, time.Since(began)); err != nil {
-				return nil, fmt.Errorf("read the first sightings in %s: %w", coll.Name(), err)
+				return liveSet{}, fmt.Errorf("read the first sightings in %s: %w", coll.Name(), err)
 			}
 		}
 		if id, ok := cur.Current.Lookup("job_id").StringValueOK(); ok {
-			live[id] = 0
+			live.set(id, 0)
 		}
 	}
 	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("read the first sightings in %s: %w", coll.Name(), err)
+		return liveSet{}, fmt.Errorf("read the first sightings in %s: %w", coll.Name(), err)
 	}
 	return live, nil
 }

@@ -77,10 +77,11 @@ type Sightings struct {
 
 	// Owned by Run: the jobs this replica believes have a live sighting,
 	// each with the pass of present that last found it in a full read (0:
-	// none yet); nil until the first full read read them. One map, no
+	// none yet); the zero liveSet (no Sharded) until the first full read
+	// read them. One set, no
 	// per-read copy: a full read of every job marks the entries it lists
 	// with a new pass, and the others are the jobs it no longer found.
-	live map[string]uint32
+	live liveSet
 	pass uint32
 
 	// rest waits between two replies of the live sightings' read, and
@@ -289,8 +290,8 @@ func (s *Sightings) apply(ctx context.Context, op sightingOp) error {
 		if _, err := s.write(ctx, []mongo.WriteModel{seenModel(op.job, op.at, SourceInsert, s.opts.Instance, now)}); err != nil {
 			return err
 		}
-		if s.live != nil {
-			s.live[op.job] = s.pass
+		if s.live.Sharded != nil {
+			s.live.set(op.job, s.pass)
 		}
 		s.opts.Logger.Debug("first sighting: insert", "collection", s.coll.Name(), "job_id", op.job, "at", op.at)
 	case sightDeleted:
@@ -302,8 +303,8 @@ func (s *Sightings) apply(ctx context.Context, op sightingOp) error {
 		// is of a later life of the job, or was taken after this delete
 		// (a full read racing it). The job stays live here, so that the
 		// next full read without it marks it, if still needed.
-		if matched > 0 && s.live != nil {
-			delete(s.live, op.job)
+		if matched > 0 && s.live.Sharded != nil {
+			s.live.Remove(op.job)
 		}
 		s.opts.Logger.Debug("first sighting: delete", "collection", s.coll.Name(), "job_id", op.job, "at", op.at, "matched", matched)
 	case sightPresent:
@@ -323,7 +324,7 @@ func (s *Sightings) apply(ctx context.Context, op sightingOp) error {
 // progress line every progressEvery while it runs; each batch is logged
 // at debug.
 func (s *Sightings) present(ctx context.Context, op sightingOp) error {
-	if s.live == nil {
+	if s.live.Sharded == nil {
 		live, err := readLive(ctx, s.coll, s.opts.ReadBatch, s.rest)
 		if err != nil {
 			return err
@@ -347,15 +348,14 @@ func (s *Sightings) present(ctx context.Context, op sightingOp) error {
 			return err
 		}
 		for _, id := range seen {
-			s.live[id] = pass
+			s.live.set(id, pass)
 		}
 		sighted.wrote(len(seen))
 		seen = seen[:0]
 		return nil
 	}
 	for _, id := range op.ids {
-		if _, ok := s.live[id]; ok {
-			s.live[id] = pass
+		if s.live.renew(id, pass) {
 			continue
 		}
 		if seen = append(seen, id); len(seen) == s.opts.Batch {
@@ -368,12 +368,7 @@ func (s *Sightings) present(ctx context.Context, op sightingOp) error {
 		return err
 	}
 	sighted.done()
-	var gone []string
-	for id, p := range s.live {
-		if p != pass {
-			gone = append(gone, id)
-		}
-	}
+	gone := s.live.notIn(pass)
 	marked := s.newWalkLog("first sightings of jobs a full read no longer found marked deleted",
 		"first sightings of jobs a full read no longer found being marked deleted", op.at)
 	for len(gone) > 0 {
@@ -386,7 +381,7 @@ func (s *Sightings) present(ctx context.Context, op sightingOp) error {
 			return err
 		}
 		for _, id := range gone[:n] {
-			delete(s.live, id)
+			s.live.Remove(id)
 		}
 		marked.wrote(n)
 		gone = gone[n:]
