@@ -336,7 +336,7 @@ func heapInUse() uint64 {
 }
 
 // BenchmarkHeapPerJob reports the live heap the engine retains per armed job
-// with 100,000 armed: everything allocated from building the schedules
+// with 100,000 armed (CRONSWAP_BENCH_HEAP_JOBS sets another count): everything allocated from building the schedules
 // through Sync, minus what is garbage once the snapshot is dropped.
 // baseline_bytes/entry is the same for a robfig cron.Cron loaded the obvious
 // way (before Start, to keep it fast; the heap is the same).
@@ -345,7 +345,13 @@ func heapInUse() uint64 {
 // (Options.Arms false for all: a replica that divides the schedules keeps
 // the jobs another replica arms as their last known good).
 func BenchmarkHeapPerJob(b *testing.B) {
-	const n = 100_000
+	n := 100_000
+	if v := os.Getenv("CRONSWAP_BENCH_HEAP_JOBS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n <= 0 {
+			b.Fatalf("CRONSWAP_BENCH_HEAP_JOBS=%q: want a count of jobs", v)
+		}
+	}
 	var per, allocs, basePer, heldPer []float64
 	for range b.N {
 		before := heapInUse()
@@ -355,7 +361,7 @@ func BenchmarkHeapPerJob(b *testing.B) {
 		if held.Len() != 0 || held.Known() != n {
 			b.Fatalf("%d armed, %d known; want 0 and %d", held.Len(), held.Known(), n)
 		}
-		heldPer = append(heldPer, float64(int64(after)-int64(before))/n)
+		heldPer = append(heldPer, float64(int64(after)-int64(before))/float64(n))
 		stopEngine(b, held)
 		runtime.KeepAlive(held)
 		held = nil
@@ -367,13 +373,13 @@ func BenchmarkHeapPerJob(b *testing.B) {
 		runtime.ReadMemStats(&m0)
 		syncItems(e, items)
 		runtime.ReadMemStats(&m1)
-		allocs = append(allocs, float64(m1.Mallocs-m0.Mallocs)/n)
+		allocs = append(allocs, float64(m1.Mallocs-m0.Mallocs)/float64(n))
 		items = nil
 		after = heapInUse()
 		if e.Len() != n {
 			b.Fatalf("%d armed, want %d", e.Len(), n)
 		}
-		per = append(per, float64(int64(after)-int64(before))/n)
+		per = append(per, float64(int64(after)-int64(before))/float64(n))
 		stopEngine(b, e)
 		runtime.KeepAlive(e)
 		e = nil
@@ -387,7 +393,7 @@ func BenchmarkHeapPerJob(b *testing.B) {
 		}
 		c.Start()
 		after = heapInUse()
-		basePer = append(basePer, float64(int64(after)-int64(before))/n)
+		basePer = append(basePer, float64(int64(after)-int64(before))/float64(n))
 		<-c.Stop().Done()
 		runtime.KeepAlive(c)
 	}

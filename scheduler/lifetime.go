@@ -48,12 +48,12 @@ func (e *Engine) End(id string, s schedule.Schedule, reason string) bool {
 // jobs it applied again.
 func (e *Engine) Recheck(match func(schedule.Schedule) bool) int {
 	e.mu.RLock()
-	ids := make([]string, 0, len(e.jobs))
-	for id, r := range e.jobs {
+	ids := make([]string, 0, e.jobs.Len())
+	e.jobs.all(func(id string, r *record) {
 		if latest, ok := r.latest(id); ok && match(latest) {
 			ids = append(ids, id)
 		}
-	}
+	})
 	e.mu.RUnlock()
 	slices.Sort(ids)
 	n := 0

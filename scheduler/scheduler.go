@@ -208,8 +208,8 @@ type Engine struct {
 	shards []*shard
 
 	mu    sync.RWMutex
-	jobs  map[string]*record // guarded by mu; records are never modified once stored (record.gen aside)
-	armed int                // guarded by mu
+	jobs  jobIndex // guarded by mu; records are never modified once stored (record.gen aside)
+	armed int      // guarded by mu
 	// version counts the records stored (Version); written under mu.
 	version atomic.Uint64
 
@@ -422,7 +422,7 @@ func New(opts Options) *Engine {
 	e := &Engine{
 		opts: opts,
 		log:  opts.Logger,
-		jobs: make(map[string]*record),
+		jobs: newJobIndex(),
 	}
 	e.retired.idle.L = &e.retired.mu
 	e.retired.pace, e.retired.woken = &pacer{pause: pacePause}, make(chan struct{}, 1)
@@ -584,7 +584,7 @@ func checkPolicy(s schedule.Schedule, p Policy) error {
 func (e *Engine) load(id string) *record {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	return e.jobs[id]
+	return e.jobs.get(id)
 }
 
 // store replaces the record of id (nil deletes it) and keeps the armed
@@ -593,12 +593,12 @@ func (e *Engine) store(sh *shard, id string, r *record) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.version.Add(1)
-	if old := e.jobs[id]; old != nil && old.fire != nil {
+	if old := e.jobs.get(id); old != nil && old.fire != nil {
 		e.armed--
 		sh.armed--
 	}
 	if r == nil {
-		delete(e.jobs, id)
+		e.jobs.Remove(id)
 		return
 	}
 	if r.fire != nil {
@@ -606,7 +606,7 @@ func (e *Engine) store(sh *shard, id string, r *record) {
 		sh.armed++
 		r.fire.rec.Store(r) // the next fire carries r's fields
 	}
-	e.jobs[id] = r
+	e.jobs.set(id, r)
 }
 
 // parseKey is what a parsed expression depends on besides the engine's
@@ -1005,11 +1005,11 @@ func (e *Engine) Sync(items iter.Seq2[Item, error]) (SyncStats, error) {
 	}
 	e.mu.RLock()
 	var gone []string
-	for id, r := range e.jobs {
+	e.jobs.all(func(id string, r *record) {
 		if r.gen != how.gen {
 			gone = append(gone, id)
 		}
-	}
+	})
 	e.mu.RUnlock()
 	slices.Sort(gone)
 	for _, id := range gone {
@@ -1168,10 +1168,8 @@ func (e *Engine) All() iter.Seq[Status] {
 			r  *record
 		}
 		e.mu.RLock()
-		recs := make([]kv, 0, len(e.jobs))
-		for id, r := range e.jobs {
-			recs = append(recs, kv{id, r})
-		}
+		recs := make([]kv, 0, e.jobs.Len())
+		e.jobs.all(func(id string, r *record) { recs = append(recs, kv{id, r}) })
 		e.mu.RUnlock()
 		now := e.now()
 		for _, x := range recs {
@@ -1231,11 +1229,11 @@ func (e *Engine) armedSnapshot() []string {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	ids := make([]string, 0, e.armed)
-	for id, r := range e.jobs {
+	e.jobs.all(func(id string, r *record) {
 		if r.fire != nil {
 			ids = append(ids, id)
 		}
-	}
+	})
 	return ids
 }
 
@@ -1274,8 +1272,8 @@ func (e *Engine) Reserve(n int) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if len(e.jobs) == 0 {
-		e.jobs = make(map[string]*record, n)
+	if e.jobs.Len() == 0 {
+		e.jobs.Reserve(n)
 	}
 }
 
@@ -1284,7 +1282,7 @@ func (e *Engine) Reserve(n int) {
 func (e *Engine) Known() int {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	return len(e.jobs)
+	return e.jobs.Len()
 }
 
 // Len returns the number of armed jobs.
@@ -1334,10 +1332,8 @@ func (e *Engine) Rearm(urgent func(id string) bool) (armed, deferred, disarmed [
 	e.life.Lock()
 	defer e.life.Unlock()
 	e.mu.RLock()
-	ids := make([]string, 0, len(e.jobs))
-	for id := range e.jobs {
-		ids = append(ids, id)
-	}
+	ids := make([]string, 0, e.jobs.Len())
+	e.jobs.all(func(id string, _ *record) { ids = append(ids, id) })
 	e.mu.RUnlock()
 	for _, id := range ids {
 		sh := e.shardOf(id)
