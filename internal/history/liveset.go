@@ -35,6 +35,9 @@ func (e liveEntry) Key() string { return unsafe.String(e.p, e.n) }
 
 func newLiveSet() liveSet { return liveSet{opentable.NewSharded[liveEntry]()} }
 
+// loaded reports whether the set was read (the zero liveSet was not).
+func (l liveSet) loaded() bool { return l.Sharded != nil }
+
 // set stores id with pass, in place of the entry for id if there is one
 // (id's bytes are kept: they must not change).
 func (l liveSet) set(id string, pass uint32) { l.Set(newLiveEntry(id, pass)) }

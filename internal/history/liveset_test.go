@@ -82,6 +82,10 @@ func TestLiveSetRenewKeepsTheNewBytes(t *testing.T) {
 	if !ok || e.pass != 3 || e.p != unsafe.StringData(fromRead) {
 		t.Fatalf("entry after renew: %+v (found %v), want pass 3 on the read's bytes", e, ok)
 	}
+	live.set("", 3) // a sighting whose job_id is empty: kept and found like any
+	if _, ok := live.Get(""); !ok || !live.renew("", 3) {
+		t.Fatal("an empty id stored is not found")
+	}
 	if got := live.notIn(3); len(got) != 0 {
 		t.Fatalf("notIn(3) = %v, want none", got)
 	}

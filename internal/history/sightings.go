@@ -77,8 +77,7 @@ type Sightings struct {
 
 	// Owned by Run: the jobs this replica believes have a live sighting,
 	// each with the pass of present that last found it in a full read (0:
-	// none yet); the zero liveSet (no Sharded) until the first full read
-	// read them. One set, no
+	// none yet); not loaded until the first full read read them. One set, no
 	// per-read copy: a full read of every job marks the entries it lists
 	// with a new pass, and the others are the jobs it no longer found.
 	live liveSet
@@ -290,7 +289,7 @@ func (s *Sightings) apply(ctx context.Context, op sightingOp) error {
 		if _, err := s.write(ctx, []mongo.WriteModel{seenModel(op.job, op.at, SourceInsert, s.opts.Instance, now)}); err != nil {
 			return err
 		}
-		if s.live.Sharded != nil {
+		if s.live.loaded() {
 			s.live.set(op.job, s.pass)
 		}
 		s.opts.Logger.Debug("first sighting: insert", "collection", s.coll.Name(), "job_id", op.job, "at", op.at)
@@ -303,7 +302,7 @@ func (s *Sightings) apply(ctx context.Context, op sightingOp) error {
 		// is of a later life of the job, or was taken after this delete
 		// (a full read racing it). The job stays live here, so that the
 		// next full read without it marks it, if still needed.
-		if matched > 0 && s.live.Sharded != nil {
+		if matched > 0 && s.live.loaded() {
 			s.live.Remove(op.job)
 		}
 		s.opts.Logger.Debug("first sighting: delete", "collection", s.coll.Name(), "job_id", op.job, "at", op.at, "matched", matched)
@@ -324,7 +323,7 @@ func (s *Sightings) apply(ctx context.Context, op sightingOp) error {
 // progress line every progressEvery while it runs; each batch is logged
 // at debug.
 func (s *Sightings) present(ctx context.Context, op sightingOp) error {
-	if s.live.Sharded == nil {
+	if !s.live.loaded() {
 		live, err := readLive(ctx, s.coll, s.opts.ReadBatch, s.rest)
 		if err != nil {
 			return err
