@@ -20,7 +20,8 @@ import (
 //     deleted, the stream opens at the current position, and a full reload
 //     with the loss's reason is due;
 //   - reloaded: a full reload made the sink equal to the collection at the
-//     freshly opened stream's position, which is stored at once.
+//     freshly opened stream's position, which is stored at once in the
+//     background.
 //
 // It is used from the stream goroutine only; the saver it feeds saves in
 // the background.
@@ -90,16 +91,19 @@ func (p *position) lose(ctx context.Context, l loss, attrs ...any) {
 }
 
 // reloaded records that a full reload made the sink equal to the
-// collection, with the stream open at t: t is stored at once, so a restart
-// resumes from here even if no edit comes.
+// collection, with the stream open at t: the saver stores t at once, so a
+// restart resumes from here even if no edit comes, but in the background:
+// the stream is ready without waiting for the write (with a state file the
+// whole collection's, about a second at a million schedules). Until it is
+// written a restart starts from what was stored before (nothing on a first
+// start: a full reload again).
 func (p *position) reloaded(ctx context.Context, t bson.Raw) {
 	p.reload = ""
 	if t == nil {
 		return
 	}
 	p.token, p.savedAt = t, time.Time{}
-	p.saver.set(t, 1)
-	p.saver.flush(ctx)
+	p.saver.soon(ctx, t)
 }
 
 // advance moves the position to t: after an applied event (applied true,

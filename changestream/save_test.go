@@ -535,3 +535,57 @@ func TestSlowSavesAreSpacedByTheirCost(t *testing.T) {
 		t.Fatalf("%d state saves in %s: spacing stopped saving", saves, took.Round(time.Millisecond))
 	}
 }
+
+// gatedState is a memState whose saves wait until the test opens the gate,
+// as a large state file's write keeps its writer busy.
+type gatedState struct {
+	memState
+	entered chan struct{} // closed by the first save
+	once    sync.Once
+	gate    chan struct{}
+}
+
+func (s *gatedState) Save(ctx context.Context, st State) error {
+	s.once.Do(func() { close(s.entered) })
+	select {
+	case <-s.gate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.memState.Save(ctx, st)
+}
+
+// The position a full reload ends at is saved at once, without the save
+// delay, but in the background: the watcher is ready, and applies events,
+// while the state file is still being written; the write then stores that
+// position, and the events after it are saved as before (here at shutdown).
+func TestReadyWithoutWaitingForTheReloadsSave(t *testing.T) {
+	feed := newFakeFeed()
+	tokens := newSeqStore()
+	state := &gatedState{entered: make(chan struct{}), gate: make(chan struct{})}
+	sink := newMemSink()
+	w, stop := startWith(t, feed, tokens, sink, func(o *Options) {
+		o.State, o.StateDocs = state, sink.docs
+		o.SaveDelay = time.Hour
+	})
+	select {
+	case <-state.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reload's position was not being saved after 5 s: it waits for the save delay")
+	}
+	waitFor(t, "ready while the reload's position is being saved", func() bool { return w.Status().Ready })
+	feed.push(event("insert", "a", "@hourly", 1))
+	waitFor(t, "an event applied while the save waits", func() bool { return sink.snapshot()["a"] == "@hourly" })
+	if seq := tokens.sequence(); len(seq) != 0 {
+		t.Fatalf("tokens %v stored before the state file was written", seq)
+	}
+	close(state.gate)
+	waitFor(t, "the reload's position saved", func() bool {
+		st, _ := state.get()
+		return tokens.last() == data(0) && string(st.Token) == string(tok(0))
+	})
+	stop()
+	if st, _ := state.get(); tokens.last() != data(1) || string(st.Token) != string(tok(1)) {
+		t.Fatalf("after shutdown the stored token is %s and the state's %v, want %s", tokens.last(), st.Token, data(1))
+	}
+}

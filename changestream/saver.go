@@ -38,10 +38,11 @@ type saveTiming struct {
 }
 
 // saver persists the applied position off the apply path, coalesced: the
-// position owner hands it each applied token (applied) or idle position
-// (advanced) and carries on; a goroutine saves the latest one once it is
-// timing.delay old, or at once after timing.maxEvents events. flush saves
-// synchronously (full reloads, shutdown); drop forgets the stored token.
+// position owner hands it each applied token (applied), idle position
+// (advanced) or full reload's position (soon) and carries on; a goroutine
+// saves the latest one once it is timing.delay old, at once after
+// timing.maxEvents events or a full reload. flush saves synchronously
+// (before a full reload, at shutdown); drop forgets the stored token.
 // saveMu orders saves, flushes and drops so that an older token is never
 // written after a newer one or after a drop.
 type saver struct {
@@ -53,6 +54,7 @@ type saver struct {
 	mu       sync.Mutex
 	token    bson.Raw  // latest position not yet saved; nil when none
 	events   int       // events applied since the last save
+	prompt   bool      // token is a full reload's position: save it without the delay
 	since    time.Time // when the first of those events was applied
 	lastSave time.Time
 	lastTook time.Duration // how long the last save took
@@ -94,6 +96,27 @@ func (s *saver) applied(ctx context.Context, t bson.Raw) {
 	if s.set(t, 1) {
 		s.wake()
 	}
+}
+
+// soon records a full reload's position, to be saved without waiting for
+// timing.delay (still spaced by the saves' own cost) while the stream goes
+// on: a state file of a million schedules takes about a second to write,
+// which the stream's readiness need not wait for. With synchronous saves
+// (a negative delay) it is saved before soon returns.
+func (s *saver) soon(ctx context.Context, t bson.Raw) {
+	if t == nil {
+		return
+	}
+	if s.timing.delay < 0 {
+		s.set(t, 1)
+		s.flush(ctx)
+		return
+	}
+	s.set(t, 1)
+	s.mu.Lock()
+	s.prompt = true
+	s.mu.Unlock()
+	s.wake()
 }
 
 // advanced records an idle stream's new position (no event applied).
@@ -141,7 +164,7 @@ func (s *saver) due() (wait time.Duration, ok bool) {
 	}
 	spaced := time.Until(s.lastSave.Add(s.lastTook * saveDutyFactor))
 	if s.events > 0 {
-		if s.events >= s.timing.maxEvents {
+		if s.prompt || s.events >= s.timing.maxEvents {
 			return max(0, spaced), true
 		}
 		return max(time.Until(s.since.Add(s.timing.delay)), spaced), true
@@ -183,8 +206,8 @@ func (s *saver) flush(ctx context.Context) {
 	s.saveMu.Lock()
 	defer s.saveMu.Unlock()
 	s.mu.Lock()
-	t, events := s.token, s.events
-	s.token, s.events = nil, 0
+	t, events, prompt := s.token, s.events, s.prompt
+	s.token, s.events, s.prompt = nil, 0, false
 	s.mu.Unlock()
 	if t == nil {
 		return
@@ -194,7 +217,7 @@ func (s *saver) flush(ctx context.Context) {
 		// Keep it for the next attempt unless a newer one came meanwhile.
 		s.mu.Lock()
 		if s.token == nil {
-			s.token, s.events = t, events
+			s.token, s.events, s.prompt = t, events, prompt
 		}
 		s.retryAt = time.Now().Add(saveRetryDelay)
 		s.mu.Unlock()
@@ -212,7 +235,7 @@ func (s *saver) drop(ctx context.Context) {
 	s.saveMu.Lock()
 	defer s.saveMu.Unlock()
 	s.mu.Lock()
-	s.token, s.events = nil, 0
+	s.token, s.events, s.prompt = nil, 0, false
 	s.mu.Unlock()
 	s.to.forget(ctx)
 }
