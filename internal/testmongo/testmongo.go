@@ -160,6 +160,21 @@ func (s *Server) Port() int {
 	return s.port
 }
 
+// PID is the launched server's process id, so that a benchmark can read
+// what the server spent (its CPU in /proc); 0 for an external server or
+// one that is not running.
+func (s *Server) PID() int {
+	if s.external {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil || s.proc.exited() {
+		return 0
+	}
+	return s.proc.cmd.Process.Pid
+}
+
 // Running reports whether the launched process is alive.
 func (s *Server) Running() bool {
 	if s.external {

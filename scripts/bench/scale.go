@@ -47,6 +47,7 @@ type scaleSettings struct {
 	gcAtReady      bool
 	resyncs        int
 	resyncInterval time.Duration
+	serverReads    int
 	timeout        time.Duration
 }
 
@@ -79,9 +80,16 @@ func scaleMain(args []string) int {
 	fs.IntVar(&o.resyncs, "resyncs", 0, "after the warm start, wait for this many periodic full reads (watch.resync_interval) "+
 		"and report the RSS, its peak and the CPU they took (0: the warm daemon runs without resyncs, as before)")
 	fs.DurationVar(&o.resyncInterval, "resync-interval", 30*time.Second, "the warm daemon's watch.resync_interval when -resyncs is set")
+	fs.IntVar(&o.serverReads, "server-reads", 0, "after the load and before the first daemon starts, read the whole collection "+
+		"this many times through the driver, each timed with the test server's CPU: the test server's (a JVM's) read path is "+
+		"compiled during its first full read after a load, which a long-running server has long done (0: none, as before)")
 	fs.DurationVar(&o.timeout, "timeout", 90*time.Minute, "the whole run's deadline")
 	_ = fs.Parse(args)
 	o.serverJVMArgs = strings.Fields(*serverJVM)
+	if o.serverReads < 0 {
+		fmt.Fprintf(os.Stderr, "bench scale: -server-reads %d: a count of 0 or more\n", o.serverReads)
+		return 2
+	}
 	if o.resyncs < 0 || o.resyncs > 0 && o.resyncInterval <= 0 {
 		fmt.Fprintf(os.Stderr, "bench scale: -resyncs %d -resync-interval %s: resyncs need a positive interval, and a count of 0 or more\n",
 			o.resyncs, o.resyncInterval)
@@ -143,6 +151,10 @@ type scalePoint struct {
 	peakRSS   int64         // kB, VmHWM of the warm daemon at ready
 	coldPeak  int64         // kB, VmHWM of the cold daemon at its stop
 
+	// serverColdCPU and serverWarmCPU are the test server's CPU (clock
+	// ticks) from just before the cold and the warm start to their ready.
+	serverColdCPU, serverWarmCPU int64
+
 	// After the warm start, with -resyncs: the periodic full reads the
 	// warm daemon logged, the CPU from its ready to the last of them
 	// (idle time between them included), and its RSS and VmHWM then.
@@ -170,7 +182,19 @@ type scaleRun struct {
 	loadTime   time.Duration
 	collBytes  int64
 	loadBefore string
-	points     []*scalePoint
+	// serverReads are the whole-collection reads made before the first
+	// daemon started (-server-reads).
+	serverReads []serverRead
+	points      []*scalePoint
+}
+
+// serverRead is one whole-collection read through the driver: how long it
+// took, the documents it returned and the test server's CPU meanwhile
+// (clock ticks).
+type serverRead struct {
+	took      time.Duration
+	documents int
+	serverCPU int64
 }
 
 func runScale(ctx context.Context, o scaleSettings) error {
@@ -250,9 +274,18 @@ func scaleN(ctx context.Context, o scaleSettings, n int, logDir string) (*scaleR
 		return nil, err
 	}
 	logf("loaded %d schedules (%.1f MB) in %s", n, float64(r.collBytes)/1e6, r.loadTime.Round(time.Millisecond))
+	for k := 0; k < o.serverReads; k++ {
+		sr, err := readWholeCollection(ctx, coll, srv.PID())
+		if err != nil {
+			return nil, err
+		}
+		logf("read the %d schedules through the driver in %s, the test server's CPU %.1f s", sr.documents,
+			sr.took.Round(time.Millisecond), float64(sr.serverCPU)/clockTicks)
+		r.serverReads = append(r.serverReads, sr)
+	}
 	next := 0 // edits use distinct jobs and expressions across builds
 	for _, b := range o.builds {
-		p, err := scalePointRun(ctx, o, b, n, srv.URI, dbName, coll, logDir, &next)
+		p, err := scalePointRun(ctx, o, b, n, srv, dbName, coll, logDir, &next)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", b.label, err)
 		}
@@ -350,12 +383,37 @@ func cmpOr(a, b error) error {
 	return b
 }
 
+// readWholeCollection reads every document of coll as a client would
+// (the driver's default batches) and weighs the test server's CPU
+// meanwhile (serverPID 0: not weighed).
+func readWholeCollection(ctx context.Context, coll *mongo.Collection, serverPID int) (serverRead, error) {
+	var r serverRead
+	cpu0, start := cpuTicks(serverPID), time.Now()
+	cur, err := coll.Find(ctx, bson.D{})
+	if err != nil {
+		return r, fmt.Errorf("reading %s: %w", coll.Name(), err)
+	}
+	defer func() { _ = cur.Close(context.Background()) }()
+	for cur.Next(ctx) {
+		r.documents++
+	}
+	if err := cur.Err(); err != nil {
+		return r, fmt.Errorf("reading %s after %d documents: %w", coll.Name(), r.documents, err)
+	}
+	r.took = time.Since(start)
+	if serverPID > 0 {
+		r.serverCPU = cpuTicks(serverPID) - cpu0
+	}
+	return r, nil
+}
+
 // scalePointRun measures build b on the loaded collection: a cold start
 // (full reload) while edits are made, edits against the floor, a stop and a
 // warm restart from the state file.
-func scalePointRun(ctx context.Context, o scaleSettings, b build, n int, uri, dbName string,
+func scalePointRun(ctx context.Context, o scaleSettings, b build, n int, srv *testmongo.Server, dbName string,
 	coll *mongo.Collection, logDir string, next *int) (*scalePoint, error) {
 	p := &scalePoint{label: b.label, n: n}
+	uri := srv.URI
 	t := newTracker()
 	spec := daemonSpec{
 		binary: b.binary, uri: uri, database: dbName, mode: modeChangeStream, pollInterval: time.Second, pprof: true,
@@ -372,6 +430,7 @@ func scalePointRun(ctx context.Context, o scaleSettings, b build, n int, uri, db
 		return nil, err
 	}
 	logf("--- %s, N=%d: cold start (full reload) with %.3g edits/s made meanwhile", b.label, n, o.reloadEditRate)
+	serverCPU := cpuTicks(srv.PID())
 	d, err := startDaemon(ctx, spec)
 	if err != nil {
 		return nil, err
@@ -388,6 +447,7 @@ func scalePointRun(ctx context.Context, o scaleSettings, b build, n int, uri, db
 	}
 	p.coldRSS = vmRSS(d.cmd.Process.Pid)
 	p.coldCPU = cpuTicks(d.cmd.Process.Pid)
+	p.serverColdCPU = cpuTicks(srv.PID()) - serverCPU
 	if o.gcAtReady {
 		p.heapAlloc = heapAfterGC(ctx, d, profilePath(o.heapProfiles, b.label, n))
 		logf("ready after %s, RSS %d MB, heap after GC %d MB (%d B/job)", p.coldReady.Round(time.Millisecond),
@@ -441,6 +501,7 @@ func scalePointRun(ctx context.Context, o scaleSettings, b build, n int, uri, db
 	if o.resyncs > 0 {
 		spec.resyncInterval = o.resyncInterval
 	}
+	serverCPU = cpuTicks(srv.PID())
 	w, err := startDaemon(ctx, spec)
 	if err != nil {
 		return nil, err
@@ -449,6 +510,7 @@ func scalePointRun(ctx context.Context, o scaleSettings, b build, n int, uri, db
 	if p.warmReady, err = w.waitReady(ctx, readyLimit); err != nil {
 		return nil, err
 	}
+	p.serverWarmCPU = cpuTicks(srv.PID()) - serverCPU
 	if rec, err := w.armedFromFile(ctx, 10*time.Second); err == nil {
 		p.warmRec = rec
 	} else {
@@ -703,9 +765,10 @@ func msOf(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/1e6) }
 func scaleHeader(o scaleSettings, env machine, started time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "bench scale %s–%s UTC: N=%v, %d edits at %.3g/s (+%d warm-up), %.3g edits/s during each cold start; "+
-		"test server -Xmx%s%s, oplog bound %d\n", started.Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04"),
+		"test server -Xmx%s%s, oplog bound %d, %d whole-collection reads before the first start\n",
+		started.Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04"),
 		o.ns, o.edits, o.rate, o.warmup, o.reloadEditRate, o.serverHeap,
-		strings.Join(append([]string{""}, o.serverJVMArgs...), " "), o.oplogMax)
+		strings.Join(append([]string{""}, o.serverJVMArgs...), " "), o.oplogMax, o.serverReads)
 	fmt.Fprintf(&b, "test server jar: %s\n", serverJar())
 	fmt.Fprintf(&b, "machine: %d CPUs %s, %s, Linux %s, %s; load average %s → %s\n",
 		env.cpus, env.cpuModel, env.memTotal, env.kernel, env.goVersion, env.loadBefore, env.loadAfter)
@@ -770,6 +833,10 @@ func scaleText(r *scaleRun) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nN=%d: loaded %.1f MB in %s (load average before %s)\n", r.n, float64(r.collBytes)/1e6,
 		r.loadTime.Round(time.Millisecond), r.loadBefore)
+	for k, sr := range r.serverReads {
+		fmt.Fprintf(&b, "  before the first start, read %d of %d through the driver: %d documents in %s, the test server's CPU %.1f s\n",
+			k+1, len(r.serverReads), sr.documents, sr.took.Round(time.Millisecond), float64(sr.serverCPU)/clockTicks)
+	}
 	for _, p := range r.points {
 		armed, floor, missing := latencies(p.edits)
 		heap := "not weighed at ready (-gc-at-ready=false)"
@@ -792,7 +859,9 @@ func scaleText(r *scaleRun) string {
 		fmt.Fprintf(&b, "    SIGTERM → exit %s, state file %.1f MB; warm start → ready %s (armed from the file in %s), RSS %d MB, peak %d MB; load average %s\n",
 			p.shutdown.Round(time.Millisecond), float64(p.stateSize)/1e6, p.warmReady.Round(time.Millisecond),
 			time.Duration(p.warmRec.Duration).Round(time.Millisecond), p.warmRSS/1024, p.peakRSS/1024, p.loadAfter)
-		fmt.Fprintf(&b, "    CPU process start → ready: cold %.1f s, warm %.1f s\n", float64(p.coldCPU)/clockTicks, float64(p.warmCPU)/clockTicks)
+		fmt.Fprintf(&b, "    CPU process start → ready: cold %.1f s, warm %.1f s; the test server's meanwhile: cold %.1f s, warm %.1f s\n",
+			float64(p.coldCPU)/clockTicks, float64(p.warmCPU)/clockTicks,
+			float64(p.serverColdCPU)/clockTicks, float64(p.serverWarmCPU)/clockTicks)
 		if len(p.resyncs) > 0 {
 			fmt.Fprintf(&b, "    after %d resyncs (each a full read of %d documents, %s): RSS %d MB, peak %d MB, CPU since warm ready %.1f s\n",
 				len(p.resyncs), p.resyncs[0].Documents, resyncDurations(p.resyncs), p.resyncRSS/1024, p.resyncPeak/1024,
