@@ -138,6 +138,13 @@ func (f *MongoFeed) Snapshot(ctx context.Context) iter.Seq2[bson.Raw, error] {
 			b.reset()
 			free <- b
 		}
+		// The reader stops without handing anything over when the
+		// caller's context ends (a shutdown during a resync): the read is
+		// short, and must not end as if the collection ended there, or the
+		// sink takes every document not read as deleted.
+		if err := ctx.Err(); err != nil {
+			yield(nil, fmt.Errorf("read %s: %w", f.coll.Name(), err))
+		}
 	}
 }
 

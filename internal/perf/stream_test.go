@@ -2,6 +2,7 @@ package perf
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"runtime"
@@ -142,4 +143,48 @@ func TestFullReloadHoldsOneBatchAtATime(t *testing.T) {
 	if held <= bound {
 		t.Errorf("holding the whole collection grew the heap by only %d bytes: the measurement cannot tell", held)
 	}
+}
+
+// A full read whose context ends part-way (a shutdown during a resync)
+// ends with the context's error, never as if the collection ended there: a
+// sink given a short read without an error takes every job it did not see
+// as deleted (a resync cut this way once disarmed 734,000 of a million
+// schedules, and the state file saved at the shutdown then held the rest
+// only). The context is cancelled after 1,500 of 5,000 documents; the
+// batches already read may still be handed out, but the read must end with
+// the error.
+func TestFullReadCutByItsContextEndsWithAnError(t *testing.T) {
+	const n, cutAt = 5000, 1500
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db := testmongo.NewDatabase(t, testmongo.Client(t))
+	coll := db.Collection("schedules")
+	docs := make([]bson.Raw, n)
+	for i := range docs {
+		docs[i] = scheduleDoc(fmt.Sprintf("cut%05d", i), i)
+	}
+	insertMany(ctx, t, coll, docs)
+	feed := changestream.NewMongoFeed(coll, 100*time.Millisecond)
+	readCtx, cut := context.WithCancel(ctx)
+	defer cut()
+	read := 0
+	var ended error
+	for _, err := range feed.Snapshot(readCtx) {
+		if err != nil {
+			ended = err
+			break
+		}
+		if read++; read == cutAt {
+			cut()
+		}
+	}
+	switch {
+	case ended == nil && read < n:
+		t.Fatalf("the read cut after %d documents ended after %d of %d without an error: a sink takes the rest as deleted", cutAt, read, n)
+	case ended == nil:
+		t.Fatalf("the read handed out all %d documents though cut after %d: the cut came too late to test", n, cutAt)
+	case !errors.Is(ended, context.Canceled):
+		t.Fatalf("the cut read ended with %v, want the context's error", ended)
+	}
+	t.Logf("cut after %d documents: %d handed out, then %v", cutAt, read, ended)
 }
