@@ -589,3 +589,43 @@ func TestReadyWithoutWaitingForTheReloadsSave(t *testing.T) {
 		t.Fatalf("after shutdown the stored token is %s and the state's %v, want %s", tokens.last(), st.Token, data(1))
 	}
 }
+
+// A full reload does not wait for a position being saved: with the state
+// file's write held open and an event's position pending behind it, a
+// resync reads and applies the collection; the pending position is written
+// once the write ends.
+func TestResyncDoesNotWaitForAPendingSave(t *testing.T) {
+	feed := newFakeFeed()
+	feed.docs["a"] = doc("a", "0 9 * * *")
+	tokens := newSeqStore()
+	state := &gatedState{entered: make(chan struct{}), gate: make(chan struct{})}
+	sink := newMemSink()
+	var log *reloadLog
+	w, stop := startWith(t, feed, tokens, sink, func(o *Options) {
+		o.State, o.StateDocs = state, sink.docs
+		o.SaveDelay = 20 * time.Millisecond
+		o.ResyncInterval = -1 // only the call below
+		log = newReloadLog(o)
+	})
+	log.next(t, ReasonStartup)
+	<-state.entered // the reload's position is being written, and stays so
+	waitFor(t, "ready", func() bool { return w.Status().Ready })
+	feed.push(event("update", "a", "@hourly", 1)) // its position waits behind the write
+	waitFor(t, "the event applied", func() bool { return sink.snapshot()["a"] == "@hourly" })
+	sink.mu.Lock()
+	delete(sink.armed, "a") // drift for the resync to find
+	sink.mu.Unlock()
+	w.Resync("operator")
+	if r := log.next(t, "operator"); !slices.Equal(r.changed, []string{"a"}) {
+		t.Fatalf("resync changed %v, want [a]", r.changed)
+	}
+	if seq := tokens.sequence(); len(seq) != 0 {
+		t.Fatalf("tokens %v stored while the state file's write was held", seq)
+	}
+	close(state.gate)
+	waitFor(t, "the event's position saved after the write", func() bool {
+		st, _ := state.get()
+		return tokens.last() == data(1) && string(st.Token) == string(tok(1))
+	})
+	stop()
+}

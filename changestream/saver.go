@@ -41,8 +41,9 @@ type saveTiming struct {
 // position owner hands it each applied token (applied), idle position
 // (advanced) or full reload's position (soon) and carries on; a goroutine
 // saves the latest one once it is timing.delay old, at once after
-// timing.maxEvents events or a full reload. flush saves synchronously
-// (before a full reload, at shutdown); drop forgets the stored token.
+// timing.maxEvents events or a full reload. flush saves synchronously (at
+// shutdown, and after each event with a negative delay); drop forgets the
+// stored token.
 // saveMu orders saves, flushes and drops so that an older token is never
 // written after a newer one or after a drop.
 type saver struct {

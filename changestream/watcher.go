@@ -270,7 +270,11 @@ func (w *Watcher) fullReload(ctx context.Context, reason string) error {
 // read and applied one document at a time (Feed.Snapshot into
 // Sink.ReplaceAll), its progress in the status and the log.
 func (w *Watcher) reload(ctx context.Context, reason string) ([]string, error) {
-	w.saver.flush(ctx) // what was applied before stays saved if the reload fails
+	// A position applied before and not saved yet stays with the saver,
+	// which writes it in the background (the documents it lists with it
+	// are at least as new, read or not), so it stays saved if the reload
+	// fails; the read does not wait for that write, with a state file the
+	// whole collection's.
 	start := time.Now()
 	r := w.beginRead(reason, start)
 	changed, err := w.sink.ReplaceAll(r.count(w.opts.Feed.Snapshot(ctx)))
