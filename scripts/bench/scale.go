@@ -47,6 +47,7 @@ type scaleSettings struct {
 	gcAtReady      bool
 	resyncs        int
 	resyncInterval time.Duration
+	resyncEditRate float64
 	serverReads    int
 	timeout        time.Duration
 }
@@ -80,12 +81,19 @@ func scaleMain(args []string) int {
 	fs.IntVar(&o.resyncs, "resyncs", 0, "after the warm start, wait for this many periodic full reads (watch.resync_interval) "+
 		"and report the RSS, its peak and the CPU they took (0: the warm daemon runs without resyncs, as before)")
 	fs.DurationVar(&o.resyncInterval, "resync-interval", 30*time.Second, "the warm daemon's watch.resync_interval when -resyncs is set")
+	fs.Float64Var(&o.resyncEditRate, "resync-edit-rate", 0, "with -resyncs, edits per second made all the while the warm daemon waits for its "+
+		"resyncs, each timed from its write's acknowledgement to armed: those made during a resync against the others "+
+		"(0: none, as before; the resyncs' CPU and RSS then include applying them)")
 	fs.IntVar(&o.serverReads, "server-reads", 0, "after the load and before the first daemon starts, read the whole collection "+
 		"this many times through the driver, each timed with the test server's CPU: the test server's (a JVM's) read path is "+
 		"compiled during its first full read after a load, which a long-running server has long done (0: none, as before)")
 	fs.DurationVar(&o.timeout, "timeout", 90*time.Minute, "the whole run's deadline")
 	_ = fs.Parse(args)
 	o.serverJVMArgs = strings.Fields(*serverJVM)
+	if o.resyncEditRate < 0 || o.resyncEditRate > 0 && o.resyncs == 0 {
+		fmt.Fprintf(os.Stderr, "bench scale: -resync-edit-rate %g: a rate of 0 or more, and only with -resyncs\n", o.resyncEditRate)
+		return 2
+	}
 	if o.serverReads < 0 {
 		fmt.Fprintf(os.Stderr, "bench scale: -server-reads %d: a count of 0 or more\n", o.serverReads)
 		return 2
@@ -165,9 +173,77 @@ type scalePoint struct {
 	// betweenCPU is the CPU (clock ticks) from the end of each resync to
 	// the end of the next: one resync and the idle time before it.
 	betweenCPU []int64
+	// resyncEdits are the edits made while the warm daemon waited for its
+	// resyncs (-resync-edit-rate), acknowledgement → armed, split by
+	// whether the write was acknowledged during a resync's full read.
+	resyncEdits resyncEdits
 
 	loadAfter string
 	problems  []string
+}
+
+// resyncEdits are the edit → armed times of the edits made while the warm
+// daemon waited for its resyncs: during a resync's full read (acknowledged
+// between its start and its end) and outside them. An edit the resync's
+// own read found is armed by its diff, which logs no line per job: byRead
+// holds those, each timed to the end of the first resync that ended after
+// its acknowledgement (an upper bound), and is a part of during or outside
+// as well. lost are the jobs whose edit the daemon does not show armed;
+// missing counts the edits never acknowledged, or neither seen armed nor
+// followed by a resync.
+type resyncEdits struct {
+	during, outside, byRead []time.Duration
+	lost                    []string
+	missing                 int
+}
+
+// splitByResync times each edit from its acknowledgement to armed and puts
+// it with the edits acknowledged during one of the resyncs (each record's
+// time is its end, its duration the read and apply) or outside them. An
+// edit with no armed line whose job is not in lost (the daemon shows it
+// armed) was armed by the read of the first resync that ended after it.
+func splitByResync(edits []*edit, resyncs []logRecord, lost []string) resyncEdits {
+	r := resyncEdits{lost: lost}
+	for _, e := range edits {
+		if !e.acked || slices.Contains(lost, e.job) {
+			r.missing++
+			continue
+		}
+		var took time.Duration
+		switch {
+		case !e.armedLog.IsZero():
+			took = e.armedLog.Sub(e.ack)
+		default:
+			var end time.Time
+			for _, rs := range resyncs {
+				if rs.Time.After(e.ack) && (end.IsZero() || rs.Time.Before(end)) {
+					end = rs.Time
+				}
+			}
+			if end.IsZero() {
+				r.missing++
+				continue
+			}
+			took = end.Sub(e.ack)
+			r.byRead = append(r.byRead, took)
+		}
+		in := false
+		for _, rs := range resyncs {
+			if end := rs.Time; !e.ack.Before(end.Add(-time.Duration(rs.Duration))) && !e.ack.After(end) {
+				in = true
+				break
+			}
+		}
+		if in {
+			r.during = append(r.during, took)
+		} else {
+			r.outside = append(r.outside, took)
+		}
+	}
+	slices.Sort(r.during)
+	slices.Sort(r.outside)
+	slices.Sort(r.byRead)
+	return r
 }
 
 // reloadEdits are the edits made while a cold start's full reload ran.
@@ -522,6 +598,10 @@ func scalePointRun(ctx context.Context, o scaleSettings, b build, n int, srv *te
 	logf("warm ready after %s, RSS %d MB", p.warmReady.Round(time.Millisecond), p.warmRSS/1024)
 	if o.resyncs > 0 {
 		logf("waiting for %d resyncs (every %s)", o.resyncs, o.resyncInterval)
+		stopEdits := func() []*edit { return nil }
+		if o.resyncEditRate > 0 {
+			stopEdits = startResyncEdits(ctx, coll, t, n, o, next)
+		}
 		// One at a time, to take the CPU at the end of each.
 		var lastCPU int64
 		for k := 1; k <= o.resyncs; k++ {
@@ -538,6 +618,19 @@ func scalePointRun(ctx context.Context, o scaleSettings, b build, n int, srv *te
 		p.resyncCPU = cpuTicks(w.cmd.Process.Pid) - p.warmCPU
 		p.resyncRSS = vmRSS(w.cmd.Process.Pid)
 		p.resyncPeak = vmHWM(w.cmd.Process.Pid)
+		if edits := stopEdits(); len(edits) > 0 {
+			// The edits a resync's read found are armed by its diff, with
+			// no line per job: the daemon's API says whether they are armed.
+			unseen := map[string]string{}
+			for _, e := range edits {
+				if e.acked && e.armedLog.IsZero() {
+					unseen[e.job] = e.expr
+				}
+			}
+			p.resyncEdits = splitByResync(edits, p.resyncs, checkReloadEdits(ctx, w, unseen).lost)
+			logf("edits while waiting for the resyncs: %d during a resync, %d outside (%d armed by a resync's read), %d lost, %d missing",
+				len(p.resyncEdits.during), len(p.resyncEdits.outside), len(p.resyncEdits.byRead), len(p.resyncEdits.lost), p.resyncEdits.missing)
+		}
 		logf("after %d resyncs: RSS %d MB, peak %d MB, %.1f s of CPU since ready", len(p.resyncs),
 			p.resyncRSS/1024, p.resyncPeak/1024, float64(p.resyncCPU)/clockTicks)
 	}
@@ -545,6 +638,42 @@ func scalePointRun(ctx context.Context, o scaleSettings, b build, n int, srv *te
 	p.problems = append(p.problems, w.Problems()...)
 	p.loadAfter = loadAvg()
 	return p, nil
+}
+
+// startResyncEdits makes edits at o.resyncEditRate (each to its own job,
+// at most 1,000 unarmed) until the returned stop is called; stop then waits
+// up to a minute for the last of them to be armed and returns them all.
+func startResyncEdits(ctx context.Context, coll *mongo.Collection, t *tracker, n int, o scaleSettings, next *int) (stop func() []*edit) {
+	t.mu.Lock()
+	first := len(t.edits)
+	t.mu.Unlock()
+	from := *next
+	count := int(o.resyncEditRate*(float64(o.resyncs)*o.resyncInterval.Seconds()+180)) + 1
+	*next = from + count
+	ectx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		es := settings{n: n, rate: o.resyncEditRate, maxInflight: 1000}
+		if _, err := driveEdits(ectx, coll, t, es, from, from+count); err != nil && ectx.Err() == nil {
+			logf("edits during the resyncs stopped: %v", err)
+		}
+	}()
+	return func() []*edit {
+		cancel()
+		<-done
+		t.wait(ctx, time.Now().Add(time.Minute), func() bool {
+			for _, e := range t.edits[first:] {
+				if e.acked && e.armedLog.IsZero() {
+					return false
+				}
+			}
+			return true
+		})
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return append([]*edit(nil), t.edits[first:]...)
+	}
 }
 
 // waitSettled waits up to limit for the daemon's start-up work to be done
@@ -769,6 +898,9 @@ func scaleHeader(o scaleSettings, env machine, started time.Time) string {
 		started.Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04"),
 		o.ns, o.edits, o.rate, o.warmup, o.reloadEditRate, o.serverHeap,
 		strings.Join(append([]string{""}, o.serverJVMArgs...), " "), o.oplogMax, o.serverReads)
+	if o.resyncs > 0 {
+		fmt.Fprintf(&b, "warm daemon: %d resyncs every %s, %.3g edits/s meanwhile\n", o.resyncs, o.resyncInterval, o.resyncEditRate)
+	}
 	fmt.Fprintf(&b, "test server jar: %s\n", serverJar())
 	fmt.Fprintf(&b, "machine: %d CPUs %s, %s, Linux %s, %s; load average %s → %s\n",
 		env.cpus, env.cpuModel, env.memTotal, env.kernel, env.goVersion, env.loadBefore, env.loadAfter)
@@ -869,6 +1001,15 @@ func scaleText(r *scaleRun) string {
 			if len(p.betweenCPU) > 0 {
 				fmt.Fprintf(&b, "    CPU from the end of one resync to the end of the next (a resync and the idle time before it): %s\n",
 					cpuSeconds(p.betweenCPU))
+			}
+			if re := p.resyncEdits; len(re.during)+len(re.outside)+re.missing > 0 {
+				fmt.Fprintf(&b, "    edits meanwhile, write acknowledged → armed: %d during a resync p50 %s p99 %s max %s ms; "+
+					"%d outside p50 %s p99 %s max %s ms; %d of them armed by a resync's own read (to its end: p50 %s max %s ms); "+
+					"%d lost %v, %d missing\n",
+					len(re.during), msOf(quantileOf(re.during, .5)), msOf(quantileOf(re.during, .99)), msOf(quantileOf(re.during, 1)),
+					len(re.outside), msOf(quantileOf(re.outside, .5)), msOf(quantileOf(re.outside, .99)), msOf(quantileOf(re.outside, 1)),
+					len(re.byRead), msOf(quantileOf(re.byRead, .5)), msOf(quantileOf(re.byRead, 1)),
+					len(re.lost), firstN(re.lost, 10), re.missing)
 			}
 		}
 		for _, pr := range firstN(p.problems, 10) {
