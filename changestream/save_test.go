@@ -608,7 +608,11 @@ func TestResyncDoesNotWaitForAPendingSave(t *testing.T) {
 		log = newReloadLog(o)
 	})
 	log.next(t, ReasonStartup)
-	<-state.entered // the reload's position is being written, and stays so
+	select { // the reload's position is being written, and stays so
+	case <-state.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reload's position was not being saved after 5 s")
+	}
 	waitFor(t, "ready", func() bool { return w.Status().Ready })
 	feed.push(event("update", "a", "@hourly", 1)) // its position waits behind the write
 	waitFor(t, "the event applied", func() bool { return sink.snapshot()["a"] == "@hourly" })
