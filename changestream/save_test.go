@@ -32,6 +32,17 @@ func (s *seqStore) Save(ctx context.Context, id string, token bson.Raw) error {
 	return s.MemStore.Save(ctx, id, token)
 }
 
+// slowTokens is a seqStore whose saves take a while.
+type slowTokens struct {
+	*seqStore
+	took time.Duration
+}
+
+func (s slowTokens) Save(ctx context.Context, id string, token bson.Raw) error {
+	time.Sleep(s.took)
+	return s.seqStore.Save(ctx, id, token)
+}
+
 func (s *seqStore) sequence() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -199,8 +210,14 @@ func TestShutdownFlushesThePendingToken(t *testing.T) {
 func TestNegativeSaveDelaySavesEveryEvent(t *testing.T) {
 	feed := newFakeFeed()
 	tokens := newSeqStore()
-	w, _ := startWith(t, feed, tokens, newMemSink(), func(o *Options) { o.SaveDelay = -1 })
+	// Each save takes 100 ms, so that one made in the background after
+	// the start's reload could not be done by the time ready is seen.
+	slow := slowTokens{seqStore: tokens, took: 100 * time.Millisecond}
+	w, _ := startWith(t, feed, slow, newMemSink(), func(o *Options) { o.SaveDelay = -1 })
 	waitFor(t, "ready", func() bool { return w.Status().Ready })
+	if got := tokens.sequence(); !slices.Equal(got, []string{data(0)}) {
+		t.Fatalf("at ready the stored tokens are %v: the start's position is saved before it, synchronously", got)
+	}
 	pushUpdates(feed, 1, 5)
 	waitFor(t, "all saved", func() bool { return tokens.last() == data(5) })
 	want := []string{data(0), data(1), data(2), data(3), data(4), data(5)}

@@ -109,13 +109,12 @@ func (s *saver) soon(ctx context.Context, t bson.Raw) {
 		return
 	}
 	if s.timing.delay < 0 {
-		s.set(t, 1)
-		s.flush(ctx)
+		s.applied(ctx, t) // saved before returning, as every position then
 		return
 	}
 	s.set(t, 1)
 	s.mu.Lock()
-	s.prompt = true
+	s.prompt = true // with the token just set: flush takes both at once
 	s.mu.Unlock()
 	s.wake()
 }
