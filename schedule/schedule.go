@@ -300,7 +300,9 @@ func DecodeFields(raw bson.Raw) (s Schedule, err error) {
 			if !ok {
 				return s, invalid(id, FieldArgs, "is a malformed BSON document")
 			}
-			js, ok := appendRelaxedJSON(nil, doc, false)
+			// Sized once for the usual args, strings, whose JSON is
+			// shorter than their BSON (numbers may grow it once).
+			js, ok := appendRelaxedJSON(make([]byte, 0, min(len(doc), MaxArgsJSONBytes+1)), doc, false)
 			if !ok {
 				if js, err = bson.MarshalExtJSON(doc, false, false); err != nil {
 					return s, invalid(id, FieldArgs, "cannot be turned into JSON: %v", err)
@@ -528,21 +530,15 @@ func decodeDST(v bson.RawValue, id string) (DSTMode, error) {
 // run, which is refused as an expression that never fires is.
 func decodeLifetime(fs *docFields, s *Schedule) error {
 	id := s.ID
-	for _, f := range [...]struct {
-		name string
-		v    bson.RawValue
-		dst  *time.Time
-	}{{lifetime.FieldStartAt, fs.startAt, &s.StartAt}, {lifetime.FieldEndAt, fs.endAt, &s.EndAt},
-		{lifetime.FieldPausedUntil, fs.pausedUntil, &s.PausedUntil}} {
-		v := f.v
-		if v.Type == 0 || v.Type == bson.TypeNull {
-			continue
-		}
-		t, ok := v.TimeOK()
-		if !ok {
-			return invalid(id, f.name, "must be a date, not %s (e.g. %s: ISODate(\"2027-01-01T00:00:00Z\"), or new Date())", typeName(v.Type), f.name)
-		}
-		*f.dst = t.UTC()
+	var err error
+	if s.StartAt, err = optionalDate(fs.startAt, id, lifetime.FieldStartAt); err != nil {
+		return err
+	}
+	if s.EndAt, err = optionalDate(fs.endAt, id, lifetime.FieldEndAt); err != nil {
+		return err
+	}
+	if s.PausedUntil, err = optionalDate(fs.pausedUntil, id, lifetime.FieldPausedUntil); err != nil {
+		return err
 	}
 	if !s.StartAt.IsZero() && !s.EndAt.IsZero() && !s.EndAt.After(s.StartAt) {
 		return invalid(id, lifetime.FieldEndAt, "%s is not after %s %s: no slot could ever run",
@@ -572,6 +568,19 @@ func decodeLifetime(fs *docFields, s *Schedule) error {
 	}
 	s.MaxRuns = int(n)
 	return nil
+}
+
+// optionalDate reads an optional date field (absent or null: the zero
+// time), in UTC.
+func optionalDate(v bson.RawValue, id, field string) (time.Time, error) {
+	if v.Type == 0 || v.Type == bson.TypeNull {
+		return time.Time{}, nil
+	}
+	t, ok := v.TimeOK()
+	if !ok {
+		return time.Time{}, invalid(id, field, "must be a date, not %s (e.g. %s: ISODate(\"2027-01-01T00:00:00Z\"), or new Date())", typeName(v.Type), field)
+	}
+	return t.UTC(), nil
 }
 
 // decodeExclude reads the optional exclude field, an array of calendar
