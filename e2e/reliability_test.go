@@ -278,30 +278,44 @@ func TestAutoModeFallsBackToPolling(t *testing.T) {
 }
 
 // checkPollLatency makes an update, an insert and a delete and checks each
-// shows in /api/schedules within poll_interval + 1 s of being written.
+// shows in /api/schedules within poll_interval + 1 s of being written, and
+// has its line in the log at info level, as an event's change has in
+// stream mode (what an operator who edits with mongosh watches for).
 func checkPollLatency(t *testing.T, d *daemon, db *mongo.Database, interval time.Duration) {
 	t.Helper()
 	coll := db.Collection("schedules")
 	ctx := context.Background()
 	expr := fmt.Sprintf("%d 4 * * *", time.Now().Nanosecond()%60)
+	polled := "polled_" + d.cfgName()
+	logged := func(msg, id, outcome string) func(logLine) bool {
+		return func(l logLine) bool {
+			return l.str("msg") == msg && l.str("job_id") == id && l.str("outcome") == outcome && l.str("level") == "INFO"
+		}
+	}
 	edits := []struct {
-		what  string
-		write func() error
-		done  func(map[string]apiSchedule) bool
+		what   string
+		write  func() error
+		done   func(map[string]apiSchedule) bool
+		logged func(logLine) bool
 	}{
 		{"update", func() error {
 			_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "daily_report"}},
 				bson.D{{Key: "$set", Value: bson.D{{Key: "cron_expr", Value: expr}}}})
 			return err
-		}, func(m map[string]apiSchedule) bool { return m["daily_report"].CronExpr == expr }},
+		}, func(m map[string]apiSchedule) bool { return m["daily_report"].CronExpr == expr },
+			func(l logLine) bool {
+				return logged("scheduler: schedule applied", "daily_report", "replaced")(l) && l.str("cron_expr") == expr
+			}},
 		{"insert", func() error {
-			_, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "polled_" + d.cfgName()}, {Key: "cron_expr", Value: "@daily"}, {Key: "job", Value: "other"}})
+			_, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: polled}, {Key: "cron_expr", Value: "@daily"}, {Key: "job", Value: "other"}})
 			return err
-		}, func(m map[string]apiSchedule) bool { return m["polled_"+d.cfgName()].Armed }},
+		}, func(m map[string]apiSchedule) bool { return m[polled].Armed },
+			logged("scheduler: schedule applied", polled, "added")},
 		{"delete", func() error {
-			_, err := coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "polled_" + d.cfgName()}})
+			_, err := coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: polled}})
 			return err
-		}, func(m map[string]apiSchedule) bool { _, ok := m["polled_"+d.cfgName()]; return !ok }},
+		}, func(m map[string]apiSchedule) bool { _, ok := m[polled]; return !ok },
+			logged("scheduler: schedule removed", polled, "")},
 	}
 	for _, e := range edits {
 		if err := e.write(); err != nil {
@@ -314,6 +328,7 @@ func checkPollLatency(t *testing.T, d *daemon, db *mongo.Database, interval time
 		if took > interval+time.Second {
 			t.Errorf("%s took %s to arrive, more than poll_interval + 1 s", e.what, took)
 		}
+		d.waitLog(e.what+" logged at info level", e.logged)
 	}
 	waitStateExact(t, d, db, 10*time.Second)
 }

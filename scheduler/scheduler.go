@@ -221,6 +221,9 @@ type Engine struct {
 	life    sync.Mutex
 	started bool
 	syncs   uint32 // Syncs begun (never 0); the current one's number marks what it lists
+	// loaded: a Sync has ended without an error (the start's load of
+	// every job is done); later Syncs log each change as Reload does.
+	loaded bool
 
 	// robfig operations, for tests proving that idempotent reloads do not
 	// touch robfig.
@@ -944,8 +947,13 @@ func (e *Engine) remove(id string, how apply) bool {
 // an error, every known job that items did not list is removed. An error
 // from items ends the Sync there: what was applied stays (each item is a
 // current version), nothing is removed, and the error is returned with the
-// counts so far. Per-job changes are logged at debug level (rejections
-// still as warnings), the totals at info level. Sync is meant to be called
+// counts so far. Until a Sync has ended without an error (the start's
+// load of every job), per-job changes are logged at debug level; after
+// it each one is logged as Reload logs it, so that a change a full read
+// finds (a poll, a resync, an edit its read met before its event) has its
+// line too; rejections are warnings throughout. The totals are logged at
+// info level, after the first load only when something changed (a poll
+// that finds nothing logs nothing). Sync is meant to be called
 // by the single goroutine that also calls Reload and Remove: a job
 // reloaded concurrently with a Sync that does not list it may be removed
 // again.
@@ -965,12 +973,16 @@ func (e *Engine) Sync(items iter.Seq2[Item, error]) (SyncStats, error) {
 	p := pauser{e: e}
 	defer p.resume()
 	var st SyncStats
-	// Per-job changes are logged at debug level; the robfig lists match
-	// the engine's jobs when Sync returns, so retired entries go inline.
-	// relisted: only when the snapshot lists a job twice can Changed
-	// hold an id twice.
+	// Per-job changes are logged at debug level during the start's load,
+	// at Reload's level after it; the robfig lists match the engine's
+	// jobs when Sync returns, so retired entries go inline. relisted:
+	// only when the snapshot lists a job twice can Changed hold an id
+	// twice.
 	relisted := false
 	how := apply{lvl: slog.LevelDebug, cache: make(parseCache), removeInline: true, gen: e.syncs, relisted: &relisted}
+	if e.loaded {
+		how.lvl = applyOne.lvl
+	}
 	first := true
 	for it, err := range items {
 		if first {
@@ -1029,7 +1041,12 @@ func (e *Engine) Sync(items iter.Seq2[Item, error]) (SyncStats, error) {
 		}
 	}
 	st.finish(relisted)
-	e.log.Info("scheduler: full sync applied", "added", st.Added, "replaced", st.Replaced,
+	lvl := slog.LevelInfo
+	if e.loaded && len(st.Changed) == 0 {
+		lvl = slog.LevelDebug // a resync or a poll that found nothing
+	}
+	e.loaded = true
+	e.log.Log(context.Background(), lvl, "scheduler: full sync applied", "added", st.Added, "replaced", st.Replaced,
 		"unchanged", st.Unchanged, "disarmed", st.Disarmed, "removed", st.Removed,
 		"rejected", st.Rejected, "held", st.Held, "armed", e.Len())
 	return st, nil

@@ -1,9 +1,12 @@
 package scheduler
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -292,5 +295,60 @@ func TestSyncKeepsJobsListedSame(t *testing.T) {
 	st = syncItems(e, []Item{{Schedule: schedule.Schedule{ID: "a"}, Same: true}, {Schedule: sch("b", "0 10 * * *")}})
 	if st.Removed != 0 || st.Unchanged != 2 || !e.Knows("a") {
 		t.Fatalf("stats %+v, want nothing removed", st)
+	}
+}
+
+// Once the start's load is done, a change a full read finds — a poll, a
+// resync, an edit its read met before the edit's event — is logged per job
+// at info level as an event's Reload is ("schedule applied", the job, its
+// outcome): an operator who edits a job on a deployment that polls (a
+// standalone server) sees the line for it. The start's load logs its
+// million jobs at debug level, and a read that finds nothing logs nothing
+// at info, not even the totals. A load that fails part-way is still the
+// start's: its retry logs at debug level too.
+func TestSyncLogsEachChangeOnceLoaded(t *testing.T) {
+	var buf syncBuffer
+	e := newEngine(t, Options{Shards: 4, Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	type line struct {
+		Msg, JobID, Outcome string
+		Added               int
+	}
+	lines := func() []line {
+		t.Helper()
+		var out []line
+		for l := range strings.Lines(buf.String()) {
+			var rec struct {
+				Msg     string `json:"msg"`
+				JobID   string `json:"job_id"`
+				Outcome string `json:"outcome"`
+				Added   int    `json:"added"`
+			}
+			if err := json.Unmarshal([]byte(l), &rec); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, line{rec.Msg, rec.JobID, rec.Outcome, rec.Added})
+		}
+		buf.mu.Lock()
+		buf.b.Reset()
+		buf.mu.Unlock()
+		return out
+	}
+	broken := errors.New("read cut")
+	if _, err := e.Sync(func(yield func(Item, error) bool) {
+		_ = yield(Item{Schedule: sch("a", "0 9 * * *")}, nil) && yield(Item{}, broken)
+	}); !errors.Is(err, broken) {
+		t.Fatalf("Sync = %v, want the read's error", err)
+	}
+	syncItems(e, []Item{{Schedule: sch("a", "0 9 * * *")}, {Schedule: sch("b", "0 9 * * *")}})
+	if got, want := lines(), []line{{Msg: "scheduler: full sync applied", Added: 1}}; !slices.Equal(got, want) {
+		t.Errorf("the start's load and its retry logged %+v at info, want only the retry's totals %+v", got, want)
+	}
+	syncItems(e, []Item{{Schedule: sch("a", "0 8 * * *")}, {Schedule: sch("b", "0 9 * * *")}})
+	if got, want := lines(), []line{{Msg: "scheduler: schedule applied", JobID: "a", Outcome: "replaced"}, {Msg: "scheduler: full sync applied"}}; !slices.Equal(got, want) {
+		t.Errorf("a read that found job a changed logged %+v at info, want %+v", got, want)
+	}
+	syncItems(e, []Item{{Schedule: sch("a", "0 8 * * *")}, {Schedule: sch("b", "0 9 * * *")}})
+	if got := lines(); len(got) != 0 {
+		t.Errorf("a read that found nothing changed logged %+v at info, want nothing", got)
 	}
 }

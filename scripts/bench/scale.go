@@ -185,9 +185,11 @@ type scalePoint struct {
 // resyncEdits are the edit → armed times of the edits made while the warm
 // daemon waited for its resyncs: during a resync's full read (acknowledged
 // between its start and its end) and outside them. An edit the resync's
-// own read found is armed by its diff, which logs no line per job: byRead
-// holds those, each timed to the end of the first resync that ended after
-// its acknowledgement (an upper bound), and is a part of during or outside
+// own read found is armed by its diff, which logs a line per job only
+// since the builds of 2026-12-06 18:00 UTC (such an edit is then timed by
+// its line as any other): with a build before, byRead holds those, each
+// timed to the end of the first resync that ended after its
+// acknowledgement (an upper bound), and is a part of during or outside
 // as well. lost are the jobs whose edit the daemon does not show armed;
 // missing counts the edits never acknowledged, or neither seen armed nor
 // followed by a resync.
@@ -619,8 +621,10 @@ func scalePointRun(ctx context.Context, o scaleSettings, b build, n int, srv *te
 		p.resyncRSS = vmRSS(w.cmd.Process.Pid)
 		p.resyncPeak = vmHWM(w.cmd.Process.Pid)
 		if edits := stopEdits(); len(edits) > 0 {
-			// The edits a resync's read found are armed by its diff, with
-			// no line per job: the daemon's API says whether they are armed.
+			// The edits a resync's read found are armed by its diff, which
+			// logs a line per job since the builds of 2026-12-06 18:00 UTC
+			// and none before: for those the daemon's API says whether
+			// they are armed.
 			unseen := map[string]string{}
 			for _, e := range edits {
 				if e.acked && e.armedLog.IsZero() {
