@@ -216,8 +216,8 @@ type Engine struct {
 	// version counts the records stored (Version); written under mu.
 	version atomic.Uint64
 
-	// life serialises Start, Stop and Sync; started and syncs are guarded
-	// by it.
+	// life serialises Start, Stop and Sync; started, syncs and loaded are
+	// guarded by it.
 	life    sync.Mutex
 	started bool
 	syncs   uint32 // Syncs begun (never 0); the current one's number marks what it lists
