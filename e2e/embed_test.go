@@ -301,10 +301,21 @@ func TestEmbeddedServicesInOneProgram(t *testing.T) {
 		f := fire{e.JobID, e.Slot.UTC()}
 		byFire[f] = append(byFire[f], e.Instance)
 	}
+	// A handler writes its ledger entry before its run's end is recorded:
+	// the last fires read may still be running in job_runs.
 	runs := map[fire]embedRun{}
-	for _, r := range embedRuns(t, db, bson.D{{Key: "job_id", Value: bson.D{{Key: "$in", Value: bson.A{"tick", tock}}}}}) {
-		runs[fire{r.JobID, r.Slot.UTC()}] = r
-	}
+	waitFor(t, 30*time.Second, "the runs of the ledger's fires to be recorded ended", func() bool {
+		clear(runs)
+		for _, r := range embedRuns(t, db, bson.D{{Key: "job_id", Value: bson.D{{Key: "$in", Value: bson.A{"tick", tock}}}}}) {
+			runs[fire{r.JobID, r.Slot.UTC()}] = r
+		}
+		for f := range byFire {
+			if s := runs[f].Status; s == "" || s == "running" || s == "claiming" {
+				return false
+			}
+		}
+		return true
+	})
 	ranOn := map[string]int{}
 	var slots []time.Time // tick's, after the edit
 	oddSeconds := 0
