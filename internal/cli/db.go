@@ -43,7 +43,8 @@ type session struct {
 	// configFile is the config file given (--config or CRONSWAP_CONFIG);
 	// "" when none.
 	configFile string
-	// opTimeout bounds a command (10 × --timeout), or each round trip of
+	// opTimeout bounds a command (10 × --timeout; one that waits for the
+	// daemons, run-now --wait, has its wait on top), or each round trip of
 	// one that connect does not bound as a whole.
 	opTimeout time.Duration
 }
@@ -57,12 +58,29 @@ func withDB(c *ucli.Context, fn func(ctx context.Context, s *session) error) err
 	return withSession(c, true, fn)
 }
 
+// withDBWaiting is withDB for a command that also waits up to wait for
+// something the daemons do (run-now --wait): its deadline is the normal
+// budget, 10 × --timeout, plus wait, so that --wait means what it says
+// whatever --timeout is.
+func withDBWaiting(c *ucli.Context, wait time.Duration, fn func(ctx context.Context, s *session) error) error {
+	if _, err := outputFormat(c); err != nil {
+		return err
+	}
+	return connectAndRun(c, true, wait, fn)
+}
+
 // withSession is withDB without the check of --output (export's is yaml|json).
 // A bounded command has 10 × --timeout in all; one that is not (export,
 // plan and apply, whose work grows with the collection) gets a context
 // without deadline and bounds each of its round trips with
 // session.opTimeout.
 func withSession(c *ucli.Context, bounded bool, fn func(ctx context.Context, s *session) error) error {
+	return connectAndRun(c, bounded, 0, fn)
+}
+
+// connectAndRun is withSession with wait added to a bounded command's
+// budget.
+func connectAndRun(c *ucli.Context, bounded bool, wait time.Duration, fn func(ctx context.Context, s *session) error) error {
 	cfg, err := loadConfig(c)
 	if err != nil {
 		return err
@@ -99,7 +117,7 @@ func withSession(c *ucli.Context, bounded bool, fn func(ctx context.Context, s *
 	if !bounded {
 		return fn(ctx, s)
 	}
-	opCtx, opCancel := context.WithTimeout(ctx, s.opTimeout)
+	opCtx, opCancel := context.WithTimeout(ctx, s.opTimeout+wait)
 	defer opCancel()
 	return fn(opCtx, s)
 }

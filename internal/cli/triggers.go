@@ -46,7 +46,9 @@ func runNowCommand() *ucli.Command {
 			if wait < 0 {
 				return ucli.Exit(fmt.Sprintf("--wait %s: must not be negative", wait), ExitUserError)
 			}
-			return withDB(c, func(ctx context.Context, s *session) error {
+			// The wait comes on top of the command's normal budget, so
+			// a small --timeout (each operation's) never cuts it short.
+			return withDBWaiting(c, wait, func(ctx context.Context, s *session) error {
 				tid, err := s.store.RunNow(ctx, id, args, currentUser())
 				if notFound(err) {
 					return ucli.Exit(fmt.Sprintf("no schedule %q", id), ExitUserError)
@@ -62,19 +64,27 @@ func runNowCommand() *ucli.Command {
 					fmt.Fprintf(c.App.Writer, "requested a run of %s: trigger %s (run id %s)\n", id, tid.Hex(), out["run_id"])
 					return nil
 				}
-				m, err := waitOutcome(ctx, s, tid.Hex(), wait)
+				m, waited, err := waitOutcome(ctx, s, tid.Hex(), wait)
 				if err != nil {
 					return s.fail(err)
 				}
 				status, _ := m[triggers.FieldStatus].(string)
 				errMsg, _ := m[triggers.FieldError].(string)
 				out["status"], out["error"] = status, errMsg
+				if !triggers.Final(status) {
+					out["waited"] = waited.String()
+				}
 				if isJSON(c) {
 					if err := writeJSON(c.App.Writer, out); err != nil {
 						return err
 					}
 				} else {
-					fmt.Fprintf(c.App.Writer, "trigger %s of %s: %s\n", tid.Hex(), id, orPending(status))
+					if triggers.Final(status) {
+						fmt.Fprintf(c.App.Writer, "trigger %s of %s: %s\n", tid.Hex(), id, status)
+					} else {
+						fmt.Fprintf(c.App.Writer, "trigger %s of %s: still %s after waiting %s; its outcome will show in: cronswap schedules history %s\n",
+							tid.Hex(), id, orPending(status), waited, id)
+					}
 					if errMsg != "" {
 						fmt.Fprintf(c.App.Writer, "error: %s\n", errMsg)
 					}
@@ -88,30 +98,37 @@ func runNowCommand() *ucli.Command {
 	}
 }
 
+// orPending is a status that is not final, in words.
 func orPending(status string) string {
-	if status == "" {
+	switch status {
+	case "":
 		return "pending (no daemon has taken it yet)"
+	case triggers.StatusBuffered:
+		return "buffered (waiting on the job's lock)"
 	}
 	return status
 }
 
 // waitOutcome reads request key until its status is final or wait passed;
-// it returns the last document read.
-func waitOutcome(ctx context.Context, s *session, key string, wait time.Duration) (bson.M, error) {
-	deadline := time.Now().Add(wait)
+// it returns the last document read and how long it waited (wait, or
+// less when ctx ended first), rounded to the poll interval.
+func waitOutcome(ctx context.Context, s *session, key string, wait time.Duration) (bson.M, time.Duration, error) {
+	start := time.Now()
+	deadline := start.Add(wait)
 	coll := triggers.Collection(s.db)
+	waited := func() time.Duration { return min(time.Since(start), wait).Round(pollOutcome) }
 	for {
 		m, err := triggers.Get(ctx, coll, key)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		if st, _ := m[triggers.FieldStatus].(string); triggers.Final(st) || time.Now().After(deadline) {
-			return m, nil
+		if st, _ := m[triggers.FieldStatus].(string); triggers.Final(st) || !time.Now().Before(deadline) {
+			return m, waited(), nil
 		}
 		select {
-		case <-time.After(pollOutcome):
+		case <-time.After(min(pollOutcome, time.Until(deadline))):
 		case <-ctx.Done():
-			return m, nil
+			return m, waited(), nil
 		}
 	}
 }

@@ -1,11 +1,14 @@
 package cli_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/internal/cli"
 	"github.com/cronswap/cronswap/internal/record"
@@ -47,8 +50,70 @@ func TestRunNowWritesRequest(t *testing.T) {
 		}
 	}
 	r := e.run("run-now", "rep", "--wait", "300ms")
-	if r.code != cli.ExitUserError || !strings.Contains(r.stdout, "pending") {
-		t.Errorf("--wait with no daemon: %v, want exit 1 and pending", r)
+	if r.code != cli.ExitUserError || !strings.Contains(r.stdout, "still pending (no daemon has taken it yet) after waiting 300ms") ||
+		!strings.Contains(r.stdout, "cronswap schedules history rep") {
+		t.Errorf("--wait with no daemon: %v, want exit 1, still pending after waiting 300ms, and where to look later", r)
+	}
+}
+
+// run-now --wait waits as long as it is told, not 10 × --timeout (each
+// operation's bound): an outcome written 3 s after the request, well
+// past 10 × 200ms, is reported, exit 0.
+func TestRunNowWaitOutlastsTimeout(t *testing.T) {
+	e := newEnv(t)
+	e.ok("schedules", "set", "rep", "--cron", "0 9 * * *") // also clears the CRONSWAP_* variables for cli.Run below
+	done := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		var stdout, stderr bytes.Buffer
+		code := cli.Run([]string{"cronswap", "run-now", "rep", "--wait", "20s", "-o", "json", "--config", e.cfg, "--timeout", "200ms"},
+			strings.NewReader(""), &stdout, &stderr)
+		done <- result{code, stdout.String(), stderr.String()}
+	}()
+	// The request, once written: play the daemon that runs it.
+	coll := e.db.Collection(triggers.CollectionName)
+	c := ctx(t)
+	var id any
+	for id == nil {
+		var doc bson.M
+		err := coll.FindOne(c, bson.D{{Key: triggers.FieldJobID, Value: "rep"}}).Decode(&doc)
+		switch {
+		case err == nil:
+			id = doc["_id"]
+		case err != mongo.ErrNoDocuments:
+			t.Fatal(err)
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("run-now ended before its request was seen: %v", r)
+		case <-c.Done():
+			t.Fatal("no request written")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	// The outcome arrives 3 s after the command started: past its old
+	// budget (10 × 200ms), well within --wait.
+	select {
+	case r := <-done:
+		t.Fatalf("run-now ended before the outcome was written, after %s: %v", time.Since(start), r)
+	case <-time.After(time.Until(start.Add(3 * time.Second))):
+	}
+	if _, err := coll.UpdateOne(c, bson.D{{Key: "_id", Value: id}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: triggers.FieldStatus, Value: "succeeded"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-c.Done():
+		t.Fatal("run-now did not end within 30 s")
+	}
+	var out struct {
+		Status string `json:"status"`
+		Waited string `json:"waited"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != cli.ExitOK || out.Status != "succeeded" || out.Waited != "" {
+		t.Errorf("run-now --wait 20s --timeout 200ms with an outcome after 3 s: %v (%v), want exit 0 and succeeded", r, err)
 	}
 }
 
