@@ -17,6 +17,7 @@ import (
 	"github.com/cronswap/cronswap/internal/admin"
 	"github.com/cronswap/cronswap/internal/schedfile"
 	"github.com/cronswap/cronswap/internal/scratch"
+	"github.com/cronswap/cronswap/internal/timeline"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
@@ -160,13 +161,14 @@ func planCommand(stdin io.Reader) *ucli.Command {
 			"exit 3 when there are changes",
 		Flags: dbFlags(append(fileFlags("plan"),
 			&ucli.StringFlag{Name: "out", Usage: "save the plan, with the state each document was planned from, for apply --plan"},
-			&ucli.StringFlag{Name: "from", Usage: "show the next runs after this instant, RFC 3339 (default now)"})...),
+			&ucli.StringFlag{Name: "from", Usage: "show the next runs after this instant: RFC 3339, now, or relative like -2h, +7d (default now)"})...),
 		Action: func(c *ucli.Context) error {
+			// The same times as explain, backfill and blackouts take.
 			from := time.Now()
 			if v := c.String("from"); v != "" {
-				t, err := time.Parse(time.RFC3339, v)
+				t, err := timeline.ParseTime(v, from)
 				if err != nil {
-					return ucli.Exit(fmt.Sprintf("--from %q: want an RFC 3339 time like 2027-03-27T00:00:00Z", v), ExitUserError)
+					return ucli.Exit("--from: "+err.Error(), ExitUserError)
 				}
 				from = t
 			}

@@ -653,3 +653,44 @@ func TestApplyFromStdinLeavesNoFile(t *testing.T) {
 		t.Fatalf("files left in $TMPDIR: %v", entries)
 	}
 }
+
+// plan --from takes the times explain, backfill and blackouts take:
+// RFC 3339, now, and a signed offset from now; anything else is refused
+// before the file is read.
+func TestPlanFromTakesRelativeTimes(t *testing.T) {
+	e := newEnv(t)
+	file := e.file("s.yaml", "_id: hourly\ncron_expr: '0 * * * *'\n")
+	// The first run after from: the next whole hour (UTC, the config's
+	// zone). The hour may turn while plan runs: either side is right.
+	firstAfter := func(from time.Time) string { return from.UTC().Truncate(time.Hour).Add(time.Hour).Format(time.RFC3339) }
+	for _, c := range []struct {
+		from   string
+		offset time.Duration
+	}{
+		{"now", 0},
+		{"-2h", -2 * time.Hour},
+		{"+7d", 7 * 24 * time.Hour},
+		{"-90m", -90 * time.Minute},
+	} {
+		before := time.Now()
+		p := e.plan(cli.ExitChangesPending, "-f", file, "--from", c.from)
+		after := time.Now()
+		if len(p.Changes) != 1 || len(p.Changes[0].NextRuns.After) == 0 {
+			t.Fatalf("--from %s: %+v", c.from, p)
+		}
+		got := p.Changes[0].NextRuns.After[0].At
+		if got != firstAfter(before.Add(c.offset)) && got != firstAfter(after.Add(c.offset)) {
+			t.Errorf("--from %s: first run %s, want %s", c.from, got, firstAfter(before.Add(c.offset)))
+		}
+	}
+	p := e.plan(cli.ExitChangesPending, "-f", file, "--from", "2027-03-26T12:30:00Z")
+	if got := p.Changes[0].NextRuns.After[0].At; got != "2027-03-26T13:00:00Z" {
+		t.Errorf("--from 2027-03-26T12:30:00Z: first run %s", got)
+	}
+	for _, bad := range []string{"yesterday", "2h", "2027-03-26"} {
+		r := e.run("plan", "-f", filepath.Join(t.TempDir(), "absent.yaml"), "--from", bad)
+		if r.code != cli.ExitUserError || !strings.Contains(r.stderr, "--from: ") || !strings.Contains(r.stderr, "RFC 3339") && !strings.Contains(r.stderr, "needs a sign") {
+			t.Errorf("--from %s: %v, want exit 1 naming --from and what it takes", bad, r)
+		}
+	}
+}
