@@ -38,26 +38,46 @@ const (
 )
 
 // commonFlags are the flags of every command that reads the configuration
-// or talks to the server (see ignoredCommonFlags for next and validate).
+// or talks to the server: --config and --mongo-uri, and the log flags,
+// hidden. Only run logs (runFlags); the others accept and ignore the log
+// flags, unlisted, so that a script passing them to every command keeps
+// working. validate, version and completion take ignoredCommonFlags.
 func commonFlags() []ucli.Flag {
+	return append(sourceFlags(), hidden(logFlags())...)
+}
+
+// sourceFlags name the configuration and the server.
+func sourceFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "config file (YAML)", EnvVars: []string{config.EnvConfig}},
 		&ucli.StringFlag{Name: "mongo-uri", Usage: "MongoDB connection string (overrides the config file)", EnvVars: []string{config.EnvMongoURI}},
+	}
+}
+
+// logFlags are the daemon's log format and level (newLogger).
+func logFlags() []ucli.Flag {
+	return []ucli.Flag{
 		&ucli.StringFlag{Name: "log-format", Value: "text", Usage: "text (coloured on a terminal) or json"},
 		&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 	}
 }
 
-// ignoredCommonFlags are commonFlags, hidden, for validate: it reads no
-// configuration, talks to no server and logs nothing, so its help
-// does not list these flags, but they still accept and ignore them, so that
-// a script passing --config to every command keeps working.
-func ignoredCommonFlags() []ucli.Flag {
-	flags := commonFlags()
+// hidden returns flags hidden from the help and the completion: still
+// accepted, and ignored by a command that does not read them.
+func hidden(flags []ucli.Flag) []ucli.Flag {
 	for _, f := range flags {
 		f.(*ucli.StringFlag).Hidden = true
 	}
 	return flags
+}
+
+// ignoredCommonFlags are sourceFlags and logFlags, hidden, for validate,
+// version and completion: they read no configuration, talk to no server
+// and log nothing, so their help does not list these flags, but they
+// still accept and ignore them, so that a script passing --config to
+// every command keeps working.
+func ignoredCommonFlags() []ucli.Flag {
+	return hidden(append(sourceFlags(), logFlags()...))
 }
 
 // Main runs the command line with the process's stdin and returns the
@@ -98,7 +118,7 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			{
 				Name:  "version",
 				Usage: "print the version",
-				Flags: append(commonFlags(), outputFlag()),
+				Flags: append(ignoredCommonFlags(), outputFlag()),
 				Action: func(c *ucli.Context) error {
 					if _, err := outputFormat(c); err != nil {
 						return err
@@ -166,7 +186,7 @@ func runCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "run",
 		Usage: "run the daemon",
-		Flags: append(commonFlags(),
+		Flags: append(append(sourceFlags(), logFlags()...),
 			&ucli.StringFlag{Name: "instance-id", Usage: "this replica's id (default: hostname)", EnvVars: []string{config.EnvInstanceID}},
 			&ucli.StringFlag{Name: "http-listen", Usage: "address of the status/metrics listener (default 127.0.0.1:9090)"},
 		),

@@ -363,4 +363,17 @@ func TestEveryCommandTakesConfigAndMongoURI(t *testing.T) {
 	if code != cli.ExitOK {
 		t.Fatalf("next with --mongo-uri: exit %d, stderr %q", code, errb.String())
 	}
+	// The flags a command does not list are accepted all the same.
+	for _, args := range [][]string{
+		{"next", "--log-format", "json", "--log-level", "debug", "-n", "1", "@hourly"},
+		{"validate", "--log-format", "json", "--log-level", "debug", "0 9 * * *"},
+		{"version", "--config", "", "--mongo-uri", "mongodb://127.0.0.1:1/", "--log-format", "json", "--log-level", "debug"},
+		{"completion", "--config", "", "--mongo-uri", "mongodb://127.0.0.1:1/", "--log-format", "json", "--log-level", "debug", "bash"},
+	} {
+		out.Reset()
+		errb.Reset()
+		if code := cli.Main(append([]string{"cronswap"}, args...), &out, &errb); code != cli.ExitOK {
+			t.Errorf("%q: exit %d, stderr %q", args, code, errb.String())
+		}
+	}
 }

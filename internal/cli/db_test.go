@@ -965,35 +965,42 @@ func TestBashCompletion(t *testing.T) {
 	}
 }
 
-// Every command that reads the configuration or the server takes --config,
-// --mongo-uri and the log flags; every command but run and completion takes
-// --output. validate needs neither configuration nor server: it accepts
-// those flags (TestEveryCommandTakesConfigAndMongoURI) but does not list
-// them; next lists them because --exclude reads calendars from the server.
+// Every command lists the flags it uses and no other: --config and
+// --mongo-uri on every command that reads the configuration or the server
+// (next too: --exclude reads calendars from the server), the log flags on
+// run alone (the only one that logs), --output on every command but run
+// and completion. validate, version and completion list none of the four;
+// every command accepts them all (TestEveryCommandTakesConfigAndMongoURI).
 func TestEveryCommandHasCommonFlags(t *testing.T) {
-	common := []string{"--config", "--mongo-uri", "--log-format", "--log-level"}
+	source := []string{"--config", "--mongo-uri"}
+	logs := []string{"--log-format", "--log-level"}
 	for _, cmd := range [][]string{
 		{"run"}, {"init"}, {"next"}, {"validate"}, {"version"}, {"completion"},
 		{"schedules", "list"}, {"schedules", "get"}, {"schedules", "set"}, {"schedules", "delete"}, {"schedules", "pause"}, {"schedules", "resume"},
 		{"token", "show"}, {"token", "reset"}, {"locks", "list"}, {"locks", "release"}, {"runs", "list"}, {"runs", "get"}, {"explain"},
 		{"blackouts", "list"}, {"blackouts", "add"}, {"blackouts", "delete"},
-		{"run-now"}, {"backfill"},
+		{"run-now"}, {"backfill"}, {"export"}, {"plan"}, {"apply"},
 	} {
 		r := run(t, append(cmd, "--help")...)
 		if r.code != cli.ExitOK {
 			t.Errorf("%q --help: %v", cmd, r)
 			continue
 		}
-		// validate needs no database; next does only for --exclude, so it
-		// lists the flags that name one.
 		var want, unwanted []string
 		switch cmd[0] {
-		case "validate":
-			want, unwanted = []string{"--tz"}, common
-		case "next":
-			want = append([]string{"--tz", "--exclude"}, common...)
+		case "validate", "version", "completion":
+			unwanted = slices.Concat(source, logs)
+		case "run":
+			want = slices.Concat(source, logs)
 		default:
-			want = slices.Clone(common)
+			want, unwanted = slices.Clone(source), logs
+		}
+		switch cmd[0] {
+		case "validate", "next":
+			want = append(want, "--tz")
+		}
+		if cmd[0] == "next" {
+			want = append(want, "--exclude")
 		}
 		if cmd[0] != "run" && cmd[0] != "completion" {
 			want = append(want, "--output")

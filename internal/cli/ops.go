@@ -527,7 +527,7 @@ func completionCommand() *ucli.Command {
 		Name:      "completion",
 		Usage:     "print a shell completion script: source <(cronswap completion bash)",
 		ArgsUsage: "bash|zsh",
-		Flags:     commonFlags(),
+		Flags:     ignoredCommonFlags(),
 		Action: func(c *ucli.Context) error {
 			switch c.Args().First() {
 			case "bash":
