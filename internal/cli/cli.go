@@ -1,8 +1,9 @@
 // Package cli defines cronswap's command line (urfave/cli/v2): run, init,
-// schedules, next, validate, token, locks, runs, members, explain, blackouts, run-now, backfill,
-// export, plan, apply, version and completion.
-// Every command prints an aligned table for people or,
-// with --output json, JSON for scripts. Exit codes: 0 ok, 1 user error (bad
+// schedules, next, validate, token, locks, runs, members, notifications,
+// explain, blackouts, calendars, run-now, backfill, export, plan, apply,
+// version and completion.
+// Every command but run and completion prints an aligned table for people
+// or, with --output json, JSON for scripts. Exit codes: 0 ok, 1 user error (bad
 // input, not found), 2 server unreachable, 3 changes pending (plan, and an
 // apply that left conflicts).
 package cli
@@ -89,7 +90,38 @@ func Main(args []string, stdout, stderr io.Writer) int {
 // Run runs the command line and returns the process exit code. stdin is
 // where confirmations (locks release) are read from.
 func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	app := &ucli.App{
+	app := newApp(stdin, stdout, stderr)
+	setCompletion(app, args)
+	err := app.Run(interspersed(app, args))
+	if err == nil {
+		return ExitOK
+	}
+	var pending changesPending
+	if errors.As(err, &pending) {
+		if pending.msg != "" {
+			fmt.Fprintln(stderr, "cronswap:", pending.msg)
+		}
+		return ExitChangesPending
+	}
+	var ec ucli.ExitCoder
+	if errors.As(err, &ec) {
+		if msg := err.Error(); msg != "" {
+			fmt.Fprintln(stderr, "cronswap:", msg)
+		}
+		if code := ec.ExitCode(); code == ExitOK || code == ExitUnreachable {
+			return code
+		}
+		// Anything else urfave/cli reports (an unknown command is 3) is a
+		// user error by this program's contract.
+		return ExitUserError
+	}
+	fmt.Fprintln(stderr, "cronswap:", err)
+	return ExitUserError
+}
+
+// newApp is the command tree.
+func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
+	return &ucli.App{
 		Name:                 "cronswap",
 		Usage:                "cron schedules in MongoDB, re-armed live on every edit",
 		Writer:               stdout,
@@ -133,32 +165,6 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			completionCommand(),
 		},
 	}
-	setCompletion(app, args)
-	err := app.Run(interspersed(app, args))
-	if err == nil {
-		return ExitOK
-	}
-	var pending changesPending
-	if errors.As(err, &pending) {
-		if pending.msg != "" {
-			fmt.Fprintln(stderr, "cronswap:", pending.msg)
-		}
-		return ExitChangesPending
-	}
-	var ec ucli.ExitCoder
-	if errors.As(err, &ec) {
-		if msg := err.Error(); msg != "" {
-			fmt.Fprintln(stderr, "cronswap:", msg)
-		}
-		if code := ec.ExitCode(); code == ExitOK || code == ExitUnreachable {
-			return code
-		}
-		// Anything else urfave/cli reports (an unknown command is 3) is a
-		// user error by this program's contract.
-		return ExitUserError
-	}
-	fmt.Fprintln(stderr, "cronswap:", err)
-	return ExitUserError
 }
 
 // loadConfig reads the config named by --config and applies --mongo-uri and
