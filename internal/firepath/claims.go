@@ -21,7 +21,7 @@ func (r *Runner) claimInBatch(f *fire, then func(claimAnswer)) {
 	answered := func(o record.ClaimOutcome) {
 		if h := r.opts.Hooks.Claimed; h != nil {
 			if o.Err != nil {
-				h(req.JobID, "error")
+				h(req.JobID, ClaimedError)
 			} else {
 				h(req.JobID, o.Result.String())
 			}

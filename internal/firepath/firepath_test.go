@@ -219,6 +219,34 @@ func TestFirePathRenewalKeepsLongRun(t *testing.T) {
 	}
 }
 
+// A fire whose job's lock is held by a dead replica past its lease takes
+// the lock over and runs: its claim reports taken_over (the result
+// cronswap_lock_acquisitions_total counts, and an alert watches), not
+// acquired.
+func TestFirePathTakeoverReported(t *testing.T) {
+	t.Parallel()
+	e := newFireEnv(t)
+	e.reg.Register("gone", actions.Action{Handler: jobs.HandlerFunc(func(context.Context, jobs.Run) error { return nil }),
+		Policy: jobs.Policy{Overlap: jobs.OverlapSkip}})
+	a := e.runner(t, "a", 10*time.Second)
+	slot := time.Now().Truncate(time.Second)
+	// The holder is a store alone that claimed a minute ago and then
+	// stopped, like a SIGKILLed replica: its lease is long past.
+	dead := e.replica("dead", "d1")
+	held := dead.claimOne(t, record.FireClaim{JobID: "gone", Slot: slot.Add(-time.Second), Overlap: jobs.OverlapSkip},
+		time.Now().Add(-time.Minute), record.Acquired)
+	a.Fire(dueAt("gone", slot))
+	waitFor(t, 30*time.Second, "the fire to run after the takeover", func() bool {
+		return e.run(t, record.RunID("gone", slot)).Status == record.StatusSucceeded
+	})
+	if n, m := e.count(&e.claimed, "gone:taken_over"), e.count(&e.claimed, "gone:acquired"); n != 1 || m != 0 {
+		t.Errorf("%d taken_over and %d acquired claims: want one taken_over, no acquired", n, m)
+	}
+	if l := e.lock(t, "gone"); l.Holder == "dead" || l.RunID == held.Lease.RunID {
+		t.Errorf("lock %+v: want it taken from the dead replica", l)
+	}
+}
+
 // An operator forcing the lock free (cronswap locks release) makes the
 // holder's next renewal fail: the action is cancelled, the run abandoned.
 func TestFirePathLockLossCancelsAction(t *testing.T) {

@@ -36,8 +36,7 @@ type Hooks struct {
 	// its planned jitter, schedule.Due.At) and the time; at minus due is
 	// the fire's start lateness.
 	Dispatched func(ctx context.Context, jobID, category string, due, at time.Time)
-	// Claimed is called after each claim with its result (ClaimResult's
-	// String, or "error").
+	// Claimed is called after each claim with its result (ClaimedResults).
 	Claimed func(jobID string, result string)
 	// ClaimBatch is called after each claim batch with the number of fires
 	// it claimed together and how long the store took to answer.
@@ -58,6 +57,20 @@ type Hooks struct {
 	// Skipped is called, after RunEnded, for a fire recorded skipped, with
 	// why (SkipReasons).
 	Skipped func(jobID, reason string)
+}
+
+// ClaimedError is the result passed to Hooks.Claimed for a claim that
+// ended without a decision (ClaimOutcome.Err).
+const ClaimedError = "error"
+
+// ClaimedResults returns every result passed to Hooks.Claimed: each
+// record.ClaimResult's String, and ClaimedError.
+func ClaimedResults() []string {
+	var out []string
+	for _, r := range record.ClaimResults() {
+		out = append(out, r.String())
+	}
+	return append(out, ClaimedError)
 }
 
 // Reasons a fire is recorded skipped, as passed to Hooks.Skipped.

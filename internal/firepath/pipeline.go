@@ -384,6 +384,11 @@ func (r *Runner) settle(f *fire, a claimAnswer) bool {
 		r.bufferedClaim(log, id, f.action.Overlap, a.ClaimOutcome)
 		f.tell(OffScheduleResult{Status: record.StatusBuffered, Error: a.Reason, Lease: a.Lease})
 		return false
+	case record.TakenOver:
+		// Runs as Acquired; the run it took the lock from is no longer
+		// live (its holder dead, stalled past its lease, or this
+		// instance's previous process).
+		log.Info("took the job's lock over from a run no longer live", "holder", a.Holder, "holder_run_id", a.HolderRunID)
 	}
 	if f.kind.graced && !f.owner {
 		log.Info("fire claimed for its owner, which had not claimed it within the grace")

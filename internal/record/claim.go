@@ -118,8 +118,7 @@ type ClaimResult int
 // Claim results.
 const (
 	// Acquired: the claim won the slot and, under a policy that takes the
-	// lock, the job's lock (free, past its lease, or left by a previous
-	// incarnation of this instance).
+	// lock, the job's free lock.
 	Acquired ClaimResult = iota + 1
 	// Skipped: this claim won the slot, but a live run holds the lock
 	// (OverlapSkip) or a later slot of the job was claimed first: the
@@ -137,7 +136,21 @@ const (
 	// with (FireClaim.OvertakenReason): the slot is consumed and its
 	// record is a missed record of that one slot, with the reason.
 	Missed
+	// TakenOver: as Acquired (the fire runs), but the job's lock was held
+	// by a run that is no longer live — past its lease, or left by a
+	// previous incarnation of this instance — and this claim took it over
+	// (ClaimOutcome.Holder and HolderRunID name that run).
+	TakenOver
 )
+
+// Won reports whether the claim won the fire, which then runs: Acquired
+// or TakenOver.
+func (r ClaimResult) Won() bool { return r == Acquired || r == TakenOver }
+
+// ClaimResults returns every ClaimResult, in their order.
+func ClaimResults() []ClaimResult {
+	return []ClaimResult{Acquired, Skipped, AlreadyFired, Buffered, Missed, TakenOver}
+}
 
 // String returns the result as the lock_acquisitions_total label.
 func (r ClaimResult) String() string {
@@ -152,6 +165,8 @@ func (r ClaimResult) String() string {
 		return "buffered"
 	case Missed:
 		return "missed"
+	case TakenOver:
+		return "taken_over"
 	}
 	return "error"
 }
@@ -258,13 +273,14 @@ type BatchClaim struct {
 // ClaimOutcome answers one fire of a batch (same index as
 // BatchClaim.Fires).
 type ClaimOutcome struct {
-	// Result is Acquired, Skipped, AlreadyFired, Buffered or Missed; zero
-	// when Err is set.
+	// Result is Acquired, TakenOver, Skipped, AlreadyFired, Buffered or
+	// Missed; zero when Err is set.
 	Result ClaimResult
-	// Lease is set when Result is Acquired.
+	// Lease is set when Result is Acquired or TakenOver.
 	Lease Lease
 	// Holder and HolderRunID name the live holder when Result is Skipped
-	// and it is known.
+	// and it is known, and the run whose lock was taken over when Result
+	// is TakenOver.
 	Holder      string
 	HolderRunID string
 	// Reason says why the fire was skipped (Result Skipped), why the

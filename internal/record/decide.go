@@ -52,7 +52,8 @@ type ClaimStep int
 const (
 	// ClaimAgain: the lock may be taken (free, past its lease, left by a
 	// previous life of this instance, or changed in between): write
-	// again, with ClaimDecision.Fence when it is set.
+	// again, with ClaimDecision.Fence when it is set, taking it over when
+	// ClaimDecision.TakeOver is.
 	ClaimAgain ClaimStep = iota + 1
 	// ClaimRepair: the document is damaged (LockState.Damage): repair it,
 	// then write again.
@@ -87,8 +88,15 @@ type ClaimDecision struct {
 	// ClaimFire.MaxRuns (lifetime.ReasonMaxRuns).
 	MaxRunsReached bool
 	// Holder and HolderRunID name the live run holding the lock, when
-	// there is one (ClaimSkip, ClaimWaiting, ClaimPush).
+	// there is one (ClaimSkip, ClaimWaiting, ClaimPush), and, with
+	// TakeOver, the run that is no longer live.
 	Holder, HolderRunID string
+	// TakeOver, with ClaimAgain under a policy that takes the lock: the
+	// lock is held by a run that is no longer live (past its lease, or
+	// left by a previous incarnation of the claimer's instance), and the
+	// next write takes it over from that run (ClaimResult TakenOver);
+	// without it the next write takes the lock only while it is free.
+	TakeOver bool
 	// CancelRunID is the run this fire asked to stop (ClaimWaiting under
 	// OverlapCancelOther).
 	CancelRunID string
@@ -168,12 +176,17 @@ func DecideClaim(l LockState, f ClaimFire) ClaimDecision {
 		return ClaimDecision{Step: ClaimSkip,
 			Reason: fmt.Sprintf("%d fire(s) waiting for the lock (overlap %s)", len(l.Waiting), o)}
 	}
+	again := ClaimDecision{Step: ClaimAgain}
+	if l.State == LockRunning {
+		// Held, but not live: taken over.
+		again.TakeOver, again.Holder, again.HolderRunID = true, l.Holder, l.RunID
+	}
 	if off && l.Fence >= lease.Fence {
 		// The claimer's clock is behind the lock's last acquisition (another
 		// replica's claim time, or a slot): the next fence instead.
-		return ClaimDecision{Step: ClaimAgain, Fence: l.Fence + 1}
+		again.Fence = l.Fence + 1
 	}
-	return ClaimDecision{Step: ClaimAgain}
+	return again
 }
 
 // maxRunsReached skips a fire whose job's run count reached its max_runs.

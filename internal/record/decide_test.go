@@ -14,7 +14,8 @@ import (
 // may wait on the lock) and a backfilled slot (one that may not). The
 // expected steps are spelled out, one column per policy:
 //
-//	again: take the lock (again+fence: with the lock's fence plus one)
+//	again: take the lock while it is free (again+fence: with the lock's
+//	fence plus one); takeover: take it over from a run no longer live
 //	acquired: the fire holds it; waiting: it waits on the lock's buffer
 //	push: put it on the buffer (+holder: naming the live holder)
 //	skip: not run (+holder: naming the live holder); repair: damaged
@@ -111,12 +112,12 @@ func TestDecideClaimEveryPolicyAndLockState(t *testing.T) {
 		{"held, 100 waiting", "slot", [5]string{"again", "skip+holder", "skip+holder", "skip+holder", "skip+holder"}},
 		{"held, 100 waiting", "run-now", [5]string{"acquired", "skip+holder", "skip+holder", "skip+holder", "skip+holder"}},
 		{"held, 100 waiting", "backfill", [5]string{"acquired", "skip+holder", "skip+holder", "skip+holder", "skip+holder"}},
-		{"past its lease", "slot", [5]string{"again", "again", "again", "again", "again"}},
-		{"past its lease", "run-now", [5]string{"acquired", "again", "again", "again", "again"}},
-		{"past its lease", "backfill", [5]string{"acquired", "again", "again", "again", "again"}},
-		{"a previous life's", "slot", [5]string{"again", "again", "again", "again", "again"}},
-		{"a previous life's", "run-now", [5]string{"acquired", "again", "again", "again", "again"}},
-		{"a previous life's", "backfill", [5]string{"acquired", "again", "again", "again", "again"}},
+		{"past its lease", "slot", [5]string{"again", "takeover", "takeover", "takeover", "takeover"}},
+		{"past its lease", "run-now", [5]string{"acquired", "takeover", "takeover", "takeover", "takeover"}},
+		{"past its lease", "backfill", [5]string{"acquired", "takeover", "takeover", "takeover", "takeover"}},
+		{"a previous life's", "slot", [5]string{"again", "takeover", "takeover", "takeover", "takeover"}},
+		{"a previous life's", "run-now", [5]string{"acquired", "takeover", "takeover", "takeover", "takeover"}},
+		{"a previous life's", "backfill", [5]string{"acquired", "takeover", "takeover", "takeover", "takeover"}},
 		{"damaged", "slot", [5]string{"repair", "repair", "repair", "repair", "repair"}},
 		{"damaged", "run-now", [5]string{"repair", "repair", "repair", "repair", "repair"}},
 		{"damaged", "backfill", [5]string{"repair", "repair", "repair", "repair", "repair"}},
@@ -163,13 +164,20 @@ func stepName(d ClaimDecision, f ClaimFire) string {
 	}
 	switch d.Step {
 	case ClaimAgain:
+		again := "again"
+		if d.TakeOver {
+			if d.Holder == "" || d.HolderRunID == "" {
+				return "takeover naming no holder"
+			}
+			again = "takeover"
+		}
 		if d.Fence != 0 {
 			if d.Fence <= f.Lease.Fence {
-				return fmt.Sprintf("again with fence %d, not above the fire's", d.Fence)
+				return fmt.Sprintf("%s with fence %d, not above the fire's", again, d.Fence)
 			}
-			return "again+fence"
+			return again + "+fence"
 		}
-		return "again"
+		return again
 	case ClaimRepair:
 		return "repair"
 	case ClaimAcquired:

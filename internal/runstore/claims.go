@@ -42,6 +42,10 @@ type claimer struct {
 	// pushed marks the fires put on their lock's buffer by this call
 	// (the write sent; whether it matched is read back).
 	pushed []bool
+	// takeover says, by fire, whether its lock writes take the lock over
+	// from a run no longer live (as the lock was last read), and from
+	// which; without, they take the lock only while it is free.
+	takeover []takeover
 	// overtaken says, by fire, what overtook a fire recorded missed
 	// (Result Missed): the missed record's error.
 	overtaken map[int]string
@@ -54,11 +58,16 @@ type claimer struct {
 // contended or lost: [find job_runs for the Check fires] + insertMany
 // job_runs + (for the fires won whose policy takes the lock) one bulkWrite
 // on job_locks. A fire whose lock is held costs one find of the held locks
-// and one bulkWrite turning their records skipped, for all such fires.
+// and one bulkWrite turning their records skipped, for all such fires; a
+// fire whose lock is held by a run no longer live (past its lease, or a
+// previous incarnation's) costs that find and one more bulkWrite on
+// job_locks taking such locks over, for all such fires: the outcome then
+// says TakenOver rather than Acquired.
 func (s *Store) ClaimBatch(ctx context.Context, b record.BatchClaim) []record.ClaimOutcome {
 	c := &claimer{s: s, b: b, out: make([]record.ClaimOutcome, len(b.Fires)),
 		leases: make([]record.Lease, len(b.Fires)), recorded: make([]bool, len(b.Fires)),
-		notSent: make([]bool, len(b.Fires)), pushed: make([]bool, len(b.Fires)), nonce: claimNonce()}
+		notSent: make([]bool, len(b.Fires)), pushed: make([]bool, len(b.Fires)), takeover: make([]takeover, len(b.Fires)),
+		nonce: claimNonce()}
 	seen := make(map[string]bool, len(b.Fires))
 	var todo []int
 	for i, f := range b.Fires {
@@ -364,8 +373,8 @@ func (c *claimer) errf(i int, step string, err error) error {
 // lockFilter matches the lock of fire i when the fire may take it: the
 // slot is later than the job's last, the document is sane (state known,
 // integer fence: anything else is damage, repaired first), and the lock is
-// free, past its lease, or held by a previous incarnation of this
-// instance.
+// free, or, once it was read held by a run no longer live, held past its
+// lease or by a previous incarnation of this instance (holderFilter).
 func (c *claimer) lockFilter(i int) bson.D {
 	l := c.leases[i]
 	if c.b.Fires[i].OffSchedule {
@@ -380,22 +389,53 @@ func (c *claimer) lockFilter(i int) bson.D {
 			{Key: "fence", Value: bson.D{{Key: "$type", Value: bson.A{"int", "long"}}, {Key: "$gte", Value: 0}}},
 		}, runsBelow(c.b.Fires[i].MaxRuns)...)
 	}
-	f := bson.D{
+	f := append(bson.D{
 		{Key: "_id", Value: l.JobID},
 		{Key: "last_slot", Value: bson.D{{Key: "$lt", Value: l.Slot}}},
-		{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{record.LockFree, record.LockRunning}}}},
 		{Key: "fence", Value: bson.D{{Key: "$type", Value: bson.A{"int", "long"}}, {Key: "$gte", Value: 0}}},
-		{Key: "$or", Value: bson.A{
-			bson.D{{Key: "state", Value: record.LockFree}},
-			bson.D{{Key: "lease_until", Value: bson.D{{Key: "$lt", Value: c.b.Now}}}},
-			bson.D{{Key: "holder", Value: c.b.Instance}, {Key: "incarnation", Value: bson.D{{Key: "$ne", Value: c.b.Incarnation}}}},
-		}},
-	}
+	}, c.holderFilter(i)...)
 	if l.Overlap.Buffers() {
 		// Fires already waiting for the lock go first.
 		f = append(f, bufferEmpty())
 	}
 	return append(f, runsBelow(c.b.Fires[i].MaxRuns)...)
+}
+
+// takeover is a fire's lock writes taking the lock over (on) from the run
+// runID of holder, no longer live when the lock was read.
+type takeover struct {
+	on            bool
+	holder, runID string
+}
+
+// holderFilter is the lock filter's terms on the lock's holder, for a fire
+// whose policy takes the lock: free — the first write of every fire, and
+// what a free lock, the common case, matches at once — or, once the lock
+// was read held by a run no longer live (c.takeover), held past its lease
+// or by a previous incarnation of this instance. Either matches a sane
+// state only. Telling the two apart is what lets the outcome say
+// TakenOver: a bulkWrite does not say which documents its updates matched.
+func (c *claimer) holderFilter(i int) bson.D {
+	if !c.takeover[i].on {
+		return bson.D{{Key: "state", Value: record.LockFree}}
+	}
+	return bson.D{
+		{Key: "state", Value: record.LockRunning},
+		{Key: "$or", Value: bson.A{
+			bson.D{{Key: "lease_until", Value: bson.D{{Key: "$lt", Value: c.b.Now}}}},
+			bson.D{{Key: "holder", Value: c.b.Instance}, {Key: "incarnation", Value: bson.D{{Key: "$ne", Value: c.b.Incarnation}}}},
+		}},
+	}
+}
+
+// won answers fire i, whose lock write landed: Acquired, or TakenOver
+// when the write took the lock over.
+func (c *claimer) won(i int, repaired []string) record.ClaimOutcome {
+	o := record.ClaimOutcome{Result: record.Acquired, Lease: c.leases[i], Repaired: repaired}
+	if t := c.takeover[i]; t.on && c.leases[i].Overlap.TakesLock() {
+		o.Result, o.Holder, o.HolderRunID = record.TakenOver, t.holder, t.runID
+	}
+	return o
 }
 
 // runsBelow is the lock filter term of a cron slot under max_runs: the
@@ -485,7 +525,7 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 				lastErr = wholeErr
 				look = append(look, i)
 			case !failed:
-				c.out[i] = record.ClaimOutcome{Result: record.Acquired, Lease: c.leases[i], Repaired: repaired[i]}
+				c.out[i] = c.won(i, repaired[i])
 			default:
 				// 11000: the filter did not match; another code: the
 				// server refused the update (a damaged document?).
@@ -522,12 +562,14 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 			l := c.leases[i]
 			raw := raws[l.JobID]
 			if raw == nil {
+				c.takeover[i] = takeover{}
 				todo = append(todo, i) // no document: the upsert creates it
 				continue
 			}
 			v := record.InspectLock(raw, c.b.Now, c.b.TTL)
 			switch d := c.decide(ctx, i, v); d.Step {
 			case record.ClaimAgain:
+				c.takeover[i] = takeover{on: d.TakeOver, holder: d.Holder, runID: d.HolderRunID}
 				if d.Fence != 0 {
 					// Its record gets the fence when it is set running
 					// (closeUnrun).
@@ -536,6 +578,7 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 				c.pushed[i] = false // a push that did not land
 				todo = append(todo, i)
 			case record.ClaimRepair:
+				c.takeover[i] = takeover{} // read again after the repair
 				done, err := c.s.repair(ctx, l.JobID, l.RunID, raw, v, c.b.Now)
 				switch {
 				case err != nil && ctx.Err() != nil:
@@ -550,7 +593,7 @@ func (c *claimer) lock(ctx context.Context, todo []int) {
 					todo = append(todo, i)
 				}
 			case record.ClaimAcquired:
-				c.out[i] = record.ClaimOutcome{Result: record.Acquired, Lease: c.leases[i], Repaired: repaired[i]}
+				c.out[i] = c.won(i, repaired[i]) // the last write landed, its answer lost
 			case record.ClaimWaiting:
 				c.out[i] = record.ClaimOutcome{Result: record.Buffered, Lease: c.leases[i], Repaired: repaired[i],
 					Reason: d.Reason, Holder: d.Holder, HolderRunID: d.HolderRunID, CancelRunID: d.CancelRunID}
@@ -665,7 +708,7 @@ func (c *claimer) closeUnrun(ctx context.Context) {
 		}
 		mine := bson.D{{Key: "_id", Value: l.RunID}, {Key: "status", Value: bson.D{{Key: "$in", Value: statuses}}},
 			{Key: "claim", Value: l.Token}}
-		if o.Result == record.Acquired {
+		if o.Result.Won() {
 			if l.Overlap.TakesLock() {
 				// The lock is taken: the record says running from now on
 				// (an off-schedule run's with the fence it took the lock with).

@@ -15,31 +15,26 @@ import (
 
 // offScheduleFilter matches the lock of off-schedule fire i when the fire
 // may take it: the document is sane, and, under a policy that takes the
-// lock, the lock is free (or past its lease, or a previous life's) and its
-// fence below the fire's, so that fences still increase. The lock's last
+// lock, the lock is free (or, taking it over, past its lease or a previous
+// life's: holderFilter) and its fence below the fire's, so that fences still increase. The lock's last
 // slot is neither required nor moved: the job's cron slots keep their
 // order whatever runs in between.
 func (c *claimer) offScheduleFilter(i int) bson.D {
 	l := c.leases[i]
 	f := bson.D{
 		{Key: "_id", Value: l.JobID},
-		{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{record.LockFree, record.LockRunning}}}},
 		{Key: "last_slot", Value: bson.D{{Key: "$type", Value: "date"}}},
 	}
 	if !l.Overlap.TakesLock() {
-		return append(f, bson.E{Key: "fence", Value: bson.D{{Key: "$type", Value: bson.A{"int", "long"}}, {Key: "$gte", Value: 0}}})
+		return append(f, bson.E{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{record.LockFree, record.LockRunning}}}},
+			bson.E{Key: "fence", Value: bson.D{{Key: "$type", Value: bson.A{"int", "long"}}, {Key: "$gte", Value: 0}}})
 	}
 	if l.Overlap.Buffers() {
 		// Fires already waiting for the lock go first.
 		f = append(f, bufferEmpty())
 	}
-	return append(f,
-		bson.E{Key: "fence", Value: bson.D{{Key: "$type", Value: bson.A{"int", "long"}}, {Key: "$gte", Value: 0}, {Key: "$lt", Value: l.Fence}}},
-		bson.E{Key: "$or", Value: bson.A{
-			bson.D{{Key: "state", Value: record.LockFree}},
-			bson.D{{Key: "lease_until", Value: bson.D{{Key: "$lt", Value: c.b.Now}}}},
-			bson.D{{Key: "holder", Value: c.b.Instance}, {Key: "incarnation", Value: bson.D{{Key: "$ne", Value: c.b.Incarnation}}}},
-		}})
+	f = append(f, bson.E{Key: "fence", Value: bson.D{{Key: "$type", Value: bson.A{"int", "long"}}, {Key: "$gte", Value: 0}, {Key: "$lt", Value: l.Fence}}})
+	return append(f, c.holderFilter(i)...)
 }
 
 // offScheduleUpdate takes the lock for off-schedule fire i (or, under

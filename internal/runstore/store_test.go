@@ -341,7 +341,10 @@ func TestClaimBatchPreviousIncarnationTakenOver(t *testing.T) {
 	t1 := base.Add(time.Second)
 	b.claimOne(t, forbid("j", t1), t1, record.Skipped)
 	t2 := t1.Add(time.Second)
-	o2 := again.claimOne(t, forbid("j", t2), t2, record.Acquired)
+	o2 := again.claimOne(t, forbid("j", t2), t2, record.TakenOver)
+	if o2.Holder != "a" || o2.HolderRunID != o.Lease.RunID {
+		t.Errorf("takeover %+v: want it to name the previous life's run %s", o2, o.Lease.RunID)
+	}
 	if l := e.lock(t, "j"); l.Incarnation != "a2" || l.RunID != o2.Lease.RunID || l.Fence != record.FenceOf(t2) || l.Fence <= o.Lease.Fence {
 		t.Fatalf("lock %+v after the takeover", l)
 	}
@@ -372,8 +375,8 @@ func TestClaimBatchExpiredLeaseTakenOver(t *testing.T) {
 	// a stops renewing; past the lease b takes over.
 	t2 := base.Add(6 * time.Second)
 	o2 := b.claim(t, t2, ttl, forbid("j", t2))[0]
-	if o2.Result != record.Acquired || o2.Lease.Fence != record.FenceOf(t2) {
-		t.Fatalf("after the lease: %+v", o2)
+	if o2.Result != record.TakenOver || o2.Lease.Fence != record.FenceOf(t2) || o2.Holder != "a" || o2.HolderRunID != o.Lease.RunID {
+		t.Fatalf("after the lease: %+v, want taken over from a's run %s", o2, o.Lease.RunID)
 	}
 	if lost, err := a.RenewBatch(testCtx(t), []record.Lease{o.Lease}, t2, ttl); err != nil || len(lost) != 1 {
 		t.Fatalf("late renew: lost %v, %v", lost, err)
@@ -805,7 +808,7 @@ func TestEndBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	t1 := later
-	b.claimOne(t, forbid("gone", t1), t1, record.Acquired)
+	b.claimOne(t, forbid("gone", t1), t1, record.TakenOver)
 
 	code := 3
 	end := base.Add(12 * time.Second)
