@@ -12,14 +12,16 @@ import (
 
 // knownLabels are the label values of a service with opts known before
 // anything happens (metrics.Known): the bounded categories, every reason
-// of a missed slot, of a fire not run and of a skip, the webhooks, and the
-// reasons of a full reload after a lost stream position.
+// of a missed slot, of a fire not run and of a skip, every claim result,
+// the webhooks, and the reasons of a full reload after a lost stream
+// position.
 func knownLabels(opts Options) metrics.Known {
 	return metrics.Known{
 		Categories:        slices.Sorted(maps.Keys(opts.Categories)),
 		MissedReasons:     record.MissedReasons,
 		NotRunReasons:     firepath.NotRunReasons,
 		SkipReasons:       firepath.SkipReasons,
+		ClaimResults:      firepath.ClaimedResults(),
 		NotificationSinks: notifySinks(opts.Notify),
 		// The reloads that say the watcher lost its place in the stream.
 		FullReloadReasons: []string{changestream.ReasonLostPosition, changestream.ReasonTokenRefused},

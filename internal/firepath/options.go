@@ -48,8 +48,7 @@ type Hooks struct {
 	// failed, abandoned, skipped).
 	RunEnded func(jobID, status string)
 	// NotRun is called for a fire that was not run for a reason other than
-	// another replica having it: "database_unreachable", "claim_error",
-	// "shutting_down", "starting_deadline", "queue_full".
+	// another replica having it, with why (NotRunReasons).
 	NotRun func(jobID string, slot time.Time, reason string)
 	// Missed is called for each missed record this replica wrote, with
 	// the number of slots it covers.

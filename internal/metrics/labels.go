@@ -50,6 +50,9 @@ type Known struct {
 	// SkipReasons are the reasons a fire is recorded skipped
 	// (cronswap_fires_skipped_total).
 	SkipReasons []string
+	// ClaimResults are the results of a claim
+	// (cronswap_lock_acquisitions_total).
+	ClaimResults []string
 	// NotificationSinks are the configured webhooks' names
 	// (cronswap_notifications_total, every result).
 	NotificationSinks []string
@@ -77,6 +80,9 @@ func (m *Metrics) Preset(k Known) {
 	}
 	for _, r := range k.SkipReasons {
 		m.SkippedFires.WithLabelValues(r)
+	}
+	for _, r := range k.ClaimResults {
+		m.LockAcquisitions.WithLabelValues(r)
 	}
 	for _, r := range k.FullReloadReasons {
 		m.FullReloads.WithLabelValues(r)

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cronswap/cronswap/internal/firepath"
 )
 
 // Lateness is labelled by the schedule's category when the config names
@@ -48,7 +50,7 @@ func TestFireLatenessCategoryIsBounded(t *testing.T) {
 func TestPresetExportsEveryReasonFromTheStart(t *testing.T) {
 	m := New()
 	m.Preset(Known{MissedReasons: []string{"no_replica_running", "queue_full"}, NotRunReasons: []string{"shutting_down"},
-		SkipReasons:       []string{"overlap", "blackout"},
+		SkipReasons: []string{"overlap", "blackout"}, ClaimResults: []string{"taken_over"},
 		NotificationSinks: []string{"ops"}, FullReloadReasons: []string{"lost_position"}})
 	got := scrape(t, m)
 	for _, k := range []string{
@@ -57,6 +59,7 @@ func TestPresetExportsEveryReasonFromTheStart(t *testing.T) {
 		"cronswap_fires_not_run_total,reason=shutting_down",
 		"cronswap_fires_skipped_total,reason=overlap",
 		"cronswap_fires_skipped_total,reason=blackout",
+		"cronswap_lock_acquisitions_total,result=taken_over",
 		"cronswap_full_reloads_total,reason=lost_position",
 		"cronswap_reloads_total,result=rejected",
 		"cronswap_notifications_total,result=delivered,sink=ops",
@@ -131,5 +134,30 @@ func TestLatenessExemplarsInOpenMetrics(t *testing.T) {
 	}
 	if got := scrape(t, m)["cronswap_fire_lateness_seconds,category=none,count"]; got != 2 {
 		t.Errorf("count %v, want 2", got)
+	}
+}
+
+// The help text of a counter labelled by a fire path hook's values lists
+// exactly those values, in the order they are defined.
+func TestHelpListsEveryLabelValue(t *testing.T) {
+	m := New()
+	m.Preset(Known{NotRunReasons: firepath.NotRunReasons, SkipReasons: firepath.SkipReasons, ClaimResults: firepath.ClaimedResults()})
+	families, err := m.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	help := map[string]string{}
+	for _, f := range families {
+		help[f.GetName()] = f.GetHelp()
+	}
+	for name, values := range map[string][]string{
+		"cronswap_lock_acquisitions_total": firepath.ClaimedResults(),
+		"cronswap_fires_not_run_total":     firepath.NotRunReasons,
+		"cronswap_fires_skipped_total":     firepath.SkipReasons,
+	} {
+		want := "(" + strings.Join(values, ", ") + ")"
+		if !strings.Contains(help[name], want) {
+			t.Errorf("%s help %q: want it to list %s", name, help[name], want)
+		}
 	}
 }

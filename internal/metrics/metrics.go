@@ -10,11 +10,14 @@ package metrics
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cronswap/cronswap/internal/firepath"
 )
 
 // Namespace prefixes every metric name.
@@ -60,12 +63,12 @@ type Metrics struct {
 	// Preset); fixed before the first fire.
 	lateness map[string]prometheus.Observer
 	// Runs counts finished fires by job and status (succeeded, failed,
-	// skipped, abandoned).
+	// retrying, skipped, abandoned).
 	Runs *prometheus.CounterVec
-	// LockAcquisitions counts lock attempts by result.
+	// LockAcquisitions counts claims by result (firepath.ClaimedResults).
 	LockAcquisitions *prometheus.CounterVec
 	// FiresNotRun counts fires that were not run for a reason other than
-	// another replica having them (database unreachable, shutting down).
+	// another replica having them, by reason (firepath.NotRunReasons).
 	FiresNotRun *prometheus.CounterVec
 	// MissedSlots counts the slots of the missed records this replica
 	// wrote, by reason: a record of a range of 40 slots counts 40. Summed
@@ -84,7 +87,7 @@ type Metrics struct {
 	// (NotificationDelivered, NotificationFailed, NotificationGivenUp).
 	Notifications *prometheus.CounterVec
 	// SkippedFires counts the fires this replica recorded skipped, by
-	// reason (overlap, blackout).
+	// reason (firepath.SkipReasons).
 	SkippedFires *prometheus.CounterVec
 	// Triggers counts the outcomes this replica wrote on run-now and
 	// backfill requests, by outcome (the request's status: buffered and
@@ -164,11 +167,11 @@ func NewOn(reg prometheus.Registerer, gather prometheus.Gatherer) (*Metrics, err
 			Help:    "Dispatch time minus when the fire was due (its slot plus its planned jitter), by schedule category (the config's categories, none, other).",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, "category"),
 		Runs: f.counterVec(prometheus.CounterOpts{Name: "runs_total",
-			Help: "Finished fires by job and status (succeeded, failed, skipped, abandoned)."}, "job_id", "status"),
+			Help: "Finished fires and attempts by job and status (succeeded, failed, retrying: failed and to be retried, skipped, abandoned)."}, "job_id", "status"),
 		LockAcquisitions: f.counterVec(prometheus.CounterOpts{Name: "lock_acquisitions_total",
-			Help: "Lock attempts by result (acquired, taken_over, held, buffered, already_fired, error)."}, "result"),
+			Help: "Claims of fires by result " + listed(firepath.ClaimedResults()) + "."}, "result"),
 		FiresNotRun: f.counterVec(prometheus.CounterOpts{Name: "fires_not_run_total",
-			Help: "Fires not run for a reason other than another replica having them (database_unreachable, claim_error, shutting_down, starting_deadline, queue_full)."}, "reason"),
+			Help: "Fires not run for a reason other than another replica having them, by reason " + listed(firepath.NotRunReasons) + "."}, "reason"),
 		MissedSlots: f.counterVec(prometheus.CounterOpts{Name: "missed_slots_total",
 			Help: "Slots recorded missed in job_runs by this replica, by reason (a range of n slots counts n)."}, "reason"),
 		ClaimBatchSize: f.histogram(prometheus.HistogramOpts{Name: "claim_batch_size",
@@ -185,7 +188,7 @@ func NewOn(reg prometheus.Registerer, gather prometheus.Gatherer) (*Metrics, err
 		Notifications: f.counterVec(prometheus.CounterOpts{Name: "notifications_total",
 			Help: "Notification deliveries by this replica, by sink and result (delivered, failed: to be retried, given_up)."}, "sink", "result"),
 		SkippedFires: f.counterVec(prometheus.CounterOpts{Name: "fires_skipped_total",
-			Help: "Fires this replica recorded skipped, by reason (overlap: the job's lock was held; blackout: inside a blackout window)."}, "reason"),
+			Help: "Fires this replica recorded skipped, by reason " + listed(firepath.SkipReasons) + "."}, "reason"),
 		Triggers: f.counterVec(prometheus.CounterOpts{Name: "triggers_total",
 			Help: "Outcomes this replica wrote on run-now and backfill requests, by outcome (buffered, succeeded, failed, abandoned, skipped, missed, rejected, not_run, already_ran)."}, "outcome"),
 	}
@@ -194,6 +197,11 @@ func NewOn(reg prometheus.Registerer, gather prometheus.Gatherer) (*Metrics, err
 	}
 	return m, nil
 }
+
+// listed is a help text's list of a label's values: "(a, b, c)". The
+// values are those the fire path's hooks pass, named where they are
+// defined, so that the help text cannot drift from what is counted.
+func listed(values []string) string { return "(" + strings.Join(values, ", ") + ")" }
 
 // RegisterGauges adds the gauges read from src at scrape time. Call it once,
 // after the parts src reads from were created. It fails when the registerer
