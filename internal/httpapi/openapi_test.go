@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"encoding/json"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -74,4 +75,71 @@ func TestOpenAPIServed(t *testing.T) {
 	if r.code != http.StatusOK || !strings.HasPrefix(r.ctype, "application/json") || r.body != string(httpapi.OpenAPI()) {
 		t.Errorf("openapi.json = %d %q (%d bytes)", r.code, r.ctype, len(r.body))
 	}
+}
+
+// Each schema of a Go type the API encodes has a property for every JSON
+// field of the type (those of embedded structs too) and no other: a field
+// added to the type, or dropped, fails here until openapi.json follows.
+func TestOpenAPISchemasMatchTheGoTypes(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]json.RawMessage `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(httpapi.OpenAPI(), &doc); err != nil {
+		t.Fatalf("openapi.json: %v", err)
+	}
+	for name, v := range map[string]any{
+		"FailurePause": httpapi.FailurePause{}, "Schedule": httpapi.Schedule{}, "LastRun": httpapi.LastRun{},
+		"Row": httpapi.Row{}, "Rows": httpapi.Rows{}, "Overview": httpapi.Overview{}, "NextRun": httpapi.NextRun{},
+		"Lock": httpapi.Lock{}, "Detail": httpapi.Detail{}, "Status": httpapi.Status{}, "Session": httpapi.Session{},
+		"Preview": httpapi.Preview{}, "Retime": httpapi.Retime{}, "RunNowAnswer": httpapi.RunNowAnswer{},
+		"EnabledAnswer": httpapi.EnabledAnswer{}, "ResumeAnswer": httpapi.ResumeAnswer{},
+		"RetimeAnswer": httpapi.RetimeAnswer{}, "Reload": httpapi.Reload{},
+	} {
+		schema, ok := doc.Components.Schemas[name]
+		if !ok {
+			t.Errorf("openapi.json has no schema %s", name)
+			continue
+		}
+		fields := jsonFields(reflect.TypeOf(v))
+		for _, f := range fields {
+			if _, ok := schema.Properties[f]; !ok {
+				t.Errorf("schema %s lacks property %q, a field of httpapi.%s", name, f, name)
+			}
+		}
+		for p := range schema.Properties {
+			if !slices.Contains(fields, p) {
+				t.Errorf("schema %s has property %q, which httpapi.%s does not encode", name, p, name)
+			}
+		}
+	}
+}
+
+// jsonFields returns the names encoding/json gives the fields of struct
+// type typ, those of its embedded structs included.
+func jsonFields(typ reflect.Type) []string {
+	var out []string
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if tag == "-" || (!f.IsExported() && !f.Anonymous) {
+			continue
+		}
+		ft := f.Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if f.Anonymous && tag == "" && ft.Kind() == reflect.Struct {
+			out = append(out, jsonFields(ft)...)
+			continue
+		}
+		if tag == "" {
+			tag = f.Name
+		}
+		out = append(out, tag)
+	}
+	return out
 }
