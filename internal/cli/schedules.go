@@ -31,8 +31,8 @@ type scheduleView struct {
 	InvalidID bool            `json:"invalid_id,omitempty"`
 	CronExpr  string          `json:"cron_expr"`
 	Timezone  string          `json:"timezone"` // the document's; "" = the config's default
-	DST       string          `json:"dst"`      // "shift" (the default) or "plain"; a refused document's as written
-	Enabled   bool            `json:"enabled"`
+	DST       string          `json:"dst"`      // "shift" (the default) or "plain"; a refused document's as written when it is neither
+	Enabled   bool            `json:"enabled"`  // absent: true; a refused document's non-boolean: false
 	Job       string          `json:"job"`
 	Category  string          `json:"category"`
 	Args      json.RawMessage `json:"args"`
@@ -62,6 +62,9 @@ type scheduleView struct {
 	FailurePause *failurePauseView `json:"failure_pause,omitempty"`
 
 	loc *time.Location
+	// enabledAs is a refused document's enabled field as written when it
+	// is not a boolean (Enabled is then false), for the table.
+	enabledAs string
 }
 
 // view builds the scheduleView of d as this command checks it, with its
@@ -92,10 +95,9 @@ func (s *session) view(ctx context.Context, d admin.ScheduleDoc, now time.Time) 
 			v.Error = d.Err.Error() // not armed by daemons with these actions
 		}
 	} else {
-		// Show what the document holds, as far as it can be read.
-		v.CronExpr, v.Timezone, v.Job, v.Category = d.Field(schedule.FieldCronExpr), d.Field(schedule.FieldTimezone), d.Field(schedule.FieldJob), d.Field(schedule.FieldCategory)
-		v.DST = d.Field(schedule.FieldDST)
-		v.Enabled = sc.Enabled
+		// sc holds only the fields decoded before the refusal: show each
+		// field as the document holds it, read on its own.
+		v.fromDocument(d)
 		v.Error = d.Err.Error()
 	}
 	if v.InvalidID {
@@ -111,6 +113,51 @@ func (s *session) view(ctx context.Context, d admin.ScheduleDoc, now time.Time) 
 		v.LastStatus, v.LastRunError = run.Status, run.Error
 	}
 	return s.withFailurePause(ctx, v)
+}
+
+// fromDocument fills the fields of v from a refused document, each read
+// on its own from what the document holds (the decoder stops at the first
+// field it refuses): strings as written, enabled true when absent (as the
+// daemons read it), dst by its name, args as relaxed extended JSON
+// whatever their size, updated_at when it is a date. A field the refusal
+// names is shown as written; the error says why.
+func (v *scheduleView) fromDocument(d admin.ScheduleDoc) {
+	v.CronExpr, v.Timezone, v.Job, v.Category = d.Field(schedule.FieldCronExpr), d.Field(schedule.FieldTimezone), d.Field(schedule.FieldJob), d.Field(schedule.FieldCategory)
+	lookup := func(name string) bson.RawValue {
+		val, _ := d.Raw.LookupErr(name) // zero Type when absent
+		return val
+	}
+	v.DST = d.Field(schedule.FieldDST)
+	switch dst := lookup(schedule.FieldDST); dst.Type {
+	case 0, bson.TypeNull:
+		v.DST = string(schedule.DSTShift)
+	case bson.TypeString:
+		if m, err := schedule.ParseDSTMode(dst.StringValue()); err == nil {
+			v.DST = string(m)
+		}
+	}
+	switch en := lookup(schedule.FieldEnabled); en.Type {
+	case 0:
+		v.Enabled = true
+	case bson.TypeBoolean:
+		v.Enabled = en.Boolean()
+	default:
+		// Refused: it arms nothing; the table shows it as written.
+		v.enabledAs = d.Field(schedule.FieldEnabled)
+	}
+	if args := lookup(schedule.FieldArgs); args.Type != 0 {
+		if js, err := bson.MarshalExtJSON(bson.D{{Key: "v", Value: args}}, false, false); err == nil {
+			v.Args = json.RawMessage(strings.TrimSuffix(strings.TrimPrefix(string(js), `{"v":`), "}"))
+		}
+	}
+	if t, ok := lookup(schedule.FieldUpdatedAt).TimeOK(); ok {
+		v.UpdatedAt = jsonTime(t, time.UTC)
+	}
+	if tz := lookup(schedule.FieldTimezone); tz.Type == bson.TypeString {
+		if loc, err := schedule.LoadLocation(tz.StringValue()); err == nil {
+			v.loc = loc // the daemons' next run (their last known good) in the job's zone
+		}
+	}
 }
 
 // dstName is how a valid schedule's daylight-saving mode is shown: the
@@ -145,7 +192,11 @@ func (v scheduleView) row() []string {
 	if v.FailurePause != nil {
 		status, errText = "paused after failures", v.FailurePause.Note
 	}
-	return []string{id, v.CronExpr, tz, strconv.FormatBool(v.Enabled), str(v.NextRun), str(v.LastRun), status, errText}
+	enabled := strconv.FormatBool(v.Enabled)
+	if v.enabledAs != "" {
+		enabled = v.enabledAs
+	}
+	return []string{id, v.CronExpr, tz, enabled, str(v.NextRun), str(v.LastRun), status, errText}
 }
 
 func scheduleHeader() []string {

@@ -1,0 +1,93 @@
+package cli_test
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/cronswap/cronswap/internal/httpapi"
+	"github.com/cronswap/cronswap/schedule"
+)
+
+// `schedules list` and `get` show a document the daemons refuse as the
+// database holds it, each field read on its own: not the zero values of a
+// decoding that stopped at the first field it refused.
+func TestListAndGetShowWhatARefusedDocumentHolds(t *testing.T) {
+	e := newEnv(t)
+	edited := time.Date(2027, 3, 1, 10, 0, 0, 0, time.UTC)
+	blob := strings.Repeat("x", 200<<10)
+	oid := bson.NewObjectID()
+	insertDocs(t, e.db.Collection("schedules"),
+		// Refused whole (more than 64 KiB): no enabled field, so enabled.
+		bson.D{{Key: "_id", Value: "big"}, {Key: "cron_expr", Value: "@hourly"}, {Key: "args", Value: bson.D{{Key: "blob", Value: blob}}},
+			{Key: "updated_at", Value: edited}},
+		// Refused by the check, after every field was decoded.
+		bson.D{{Key: "_id", Value: "bad61"}, {Key: "cron_expr", Value: "61 * * * *"}, {Key: "updated_at", Value: edited}},
+		// Not a job: the decoder stops at the _id.
+		bson.D{{Key: "_id", Value: oid}, {Key: "cron_expr", Value: "@hourly"}},
+		// The field the refusal names, as written.
+		bson.D{{Key: "_id", Value: "nulled"}, {Key: "cron_expr", Value: "@hourly"}, {Key: "enabled", Value: nil}},
+		// Kept on its last known good by the daemon, in its zone.
+		bson.D{{Key: "_id", Value: "seoul"}, {Key: "cron_expr", Value: "61 * * * *"}, {Key: "timezone", Value: "Asia/Seoul"},
+			{Key: "job", Value: "heartbeat"}},
+	)
+	t.Setenv(httpapi.EnvToken, "s3cret")
+	fakeDaemon(t, e, "node-a", "s3cret",
+		schedule.Schedule{ID: "seoul", CronExpr: "0 9 * * *", Timezone: "Asia/Seoul", Job: "heartbeat", Enabled: true},
+		schedule.Schedule{ID: "seoul", CronExpr: "61 * * * *", Timezone: "Asia/Seoul", Job: "heartbeat", Enabled: true})
+
+	var big map[string]any
+	e.okJSON(&big, "schedules", "get", "big")
+	args, _ := big["args"].(map[string]any)
+	if big["enabled"] != true || args["blob"] != blob || big["updated_at"] != "2027-03-01T10:00:00Z" ||
+		!strings.Contains(big["error"].(string), "bytes, more than the 65536") {
+		t.Errorf("get -o json big: enabled %v, updated_at %v, error %v, %d bytes of args",
+			big["enabled"], big["updated_at"], big["error"], len(fmtArgs(args)))
+	}
+	r := e.ok("schedules", "get", "big")
+	for _, want := range []string{`(?m)^enabled: +true$`, `(?m)^args: +\{"blob":"xxxx`, `(?m)^updated at: +2027-03-01T10:00:00Z$`} {
+		if !regexp.MustCompile(want).MatchString(r.stdout) {
+			t.Errorf("get big: no %s in\n%.2000s", want, r.stdout)
+		}
+	}
+
+	var bad map[string]any
+	e.okJSON(&bad, "schedules", "get", "bad61")
+	if bad["updated_at"] != "2027-03-01T10:00:00Z" || bad["dst"] != "shift" || bad["enabled"] != true || bad["cron_expr"] != "61 * * * *" {
+		t.Errorf("get -o json bad61: %v", bad)
+	}
+	r = e.ok("schedules", "get", "bad61")
+	for _, want := range []string{`(?m)^updated at: +2027-03-01T10:00:00Z$`, `(?m)^dst: +shift$`, `(?m)^error: +.*cron_expr`} {
+		if !regexp.MustCompile(want).MatchString(r.stdout) {
+			t.Errorf("get bad61: no %s in\n%s", want, r.stdout)
+		}
+	}
+
+	var list []map[string]any
+	e.okJSON(&list, "schedules", "list")
+	byID := map[string]map[string]any{}
+	for _, v := range list {
+		byID[v["id"].(string)] = v
+	}
+	if v := byID[`{"$oid":"`+oid.Hex()+`"}`]; v == nil || v["invalid_id"] != true || v["enabled"] != true {
+		t.Errorf("list -o json: the ObjectId _id row %v, want enabled (no enabled field)", v)
+	}
+	if v := byID["nulled"]; v == nil || v["enabled"] != false || !strings.Contains(v["error"].(string), "field enabled") {
+		t.Errorf("list -o json: nulled %v", v)
+	}
+	r = e.ok("schedules", "list")
+	if got := column(t, r.stdout, "nulled", "ENABLED"); got != "null" {
+		t.Errorf("list ENABLED of enabled: null = %q, want it as written\n%s", got, r.stdout)
+	}
+	if got := column(t, r.stdout, "seoul", "NEXT RUN"); !strings.HasSuffix(got, "+09:00") {
+		t.Errorf("list NEXT RUN of seoul (kept on its last known good) = %q, want it in Asia/Seoul\n%s", got, r.stdout)
+	}
+}
+
+func fmtArgs(m map[string]any) string {
+	s, _ := m["blob"].(string)
+	return s
+}
