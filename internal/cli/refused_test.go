@@ -91,3 +91,47 @@ func fmtArgs(m map[string]any) string {
 	s, _ := m["blob"].(string)
 	return s
 }
+
+// A document whose _id is not a job id (here an ObjectId, as mongosh's
+// insertOne without an _id makes) is no job: `schedules get` and `delete`
+// address jobs by id and say how to find it, and `schedules list` marks it
+// and prints the mongosh command that deletes exactly that document.
+func TestListSaysHowToDeleteADocumentThatIsNotAJob(t *testing.T) {
+	e := newEnv(t)
+	oid := bson.NewObjectID()
+	rendering := `{"$oid":"` + oid.Hex() + `"}`
+	insertDocs(t, e.db.Collection("schedules"),
+		bson.D{{Key: "_id", Value: oid}, {Key: "cron_expr", Value: "@hourly"}},
+		bson.D{{Key: "_id", Value: "it's"}, {Key: "cron_expr", Value: "@hourly"}})
+	want := `db.getSiblingDB("` + e.db.Name() + `").schedules.deleteOne(EJSON.parse('{"_id":{"$oid":"` + oid.Hex() + `"}}'))`
+
+	r := e.ok("schedules", "list")
+	if got := column(t, r.stdout, "_id "+rendering, "STATUS"); got != "not a job" {
+		t.Errorf("list STATUS of the ObjectId _id = %q\n%s", got, r.stdout)
+	}
+	if got := column(t, r.stdout, "it's", "STATUS"); got != "-" {
+		t.Errorf("list STATUS of a job = %q\n%s", got, r.stdout)
+	}
+	if !strings.Contains(r.stderr, "_id "+rendering+" is not a job") || !strings.Contains(r.stderr, "\n  "+want+"\n") ||
+		strings.Count(r.stderr, "deleteOne") != 1 {
+		t.Errorf("list stderr %q, want the mongosh command %s", r.stderr, want)
+	}
+	var list []map[string]any
+	e.okJSON(&list, "schedules", "list")
+	for _, v := range list {
+		if got, _ := v["delete_with_mongosh"].(string); (v["invalid_id"] == true) != (got == want) || (v["invalid_id"] != true && got != "") {
+			t.Errorf("list -o json: %v, want delete_with_mongosh %s on the invalid _id alone", v, want)
+		}
+	}
+	for _, cmd := range []string{"get", "delete"} {
+		for _, id := range []string{rendering, "_id " + rendering} {
+			r := e.run("schedules", cmd, id)
+			if r.code != 1 || !strings.Contains(r.stderr, "`cronswap schedules list` prints the mongosh command that deletes it") {
+				t.Errorf("schedules %s %s: %v", cmd, id, r)
+			}
+		}
+	}
+	if r := e.run("schedules", "get", "nope"); r.code != 1 || strings.Contains(r.stderr, "mongosh") {
+		t.Errorf("schedules get nope: %v", r)
+	}
+}

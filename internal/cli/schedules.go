@@ -60,6 +60,10 @@ type scheduleView struct {
 	// FailurePause is set while the job is paused after consecutive
 	// failed slots (job_pauses) until `schedules resume`.
 	FailurePause *failurePauseView `json:"failure_pause,omitempty"`
+	// DeleteWithMongosh is, for a document whose _id is not a job id
+	// (InvalidID), the mongosh command that deletes it: the commands here
+	// address jobs by id, and it is none.
+	DeleteWithMongosh string `json:"delete_with_mongosh,omitempty"`
 
 	loc *time.Location
 	// enabledAs is a refused document's enabled field as written when it
@@ -102,6 +106,7 @@ func (s *session) view(ctx context.Context, d admin.ScheduleDoc, now time.Time) 
 	}
 	if v.InvalidID {
 		// Runs and locks are keyed by job id: the job of this text is another one.
+		v.DeleteWithMongosh = mongoshDelete(s.db.Name(), d.Raw)
 		return v, nil
 	}
 	run, ok, err := s.store.LastRun(ctx, d.ID)
@@ -160,6 +165,29 @@ func (v *scheduleView) fromDocument(d admin.ScheduleDoc) {
 	}
 }
 
+// mongoshDelete returns the mongosh command that deletes the document raw
+// from the schedules collection of database db: its _id in canonical
+// extended JSON, so that every type and value is the stored one (a
+// listing's rendering of it may be cut short).
+func mongoshDelete(db string, raw bson.Raw) string {
+	js, err := bson.MarshalExtJSON(bson.D{{Key: schedule.FieldID, Value: raw.Lookup(schedule.FieldID)}}, true, false)
+	if err != nil {
+		return ""
+	}
+	quoted := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(string(js))
+	return fmt.Sprintf(`db.getSiblingDB(%q).%s.deleteOne(EJSON.parse('%s'))`, db, schedule.CollectionName, quoted)
+}
+
+// notAJobHint is added to "no schedule" for an ID spelt as `schedules
+// list` shows a document whose _id is not a job id.
+func notAJobHint(id string) string {
+	if !strings.HasPrefix(id, "_id ") && !strings.HasPrefix(id, "{") {
+		return ""
+	}
+	return " (a document whose _id is not a string job id is no job, and these commands do not address it: " +
+		"`cronswap schedules list` prints the mongosh command that deletes it)"
+}
+
 // dstName is how a valid schedule's daylight-saving mode is shown: the
 // default by its name rather than empty.
 func dstName(m schedule.DSTMode) string {
@@ -189,6 +217,9 @@ func (v scheduleView) row() []string {
 		id = schedule.ShowKey(schedule.RefusedKey(v.ID))
 	}
 	status := v.LastStatus
+	if v.InvalidID {
+		status = "not a job"
+	}
 	if v.FailurePause != nil {
 		status, errText = "paused after failures", v.FailurePause.Note
 	}
@@ -255,6 +286,12 @@ func schedulesList() *ucli.Command {
 				}
 				table(c.App.Writer, scheduleHeader(), rows)
 				fmt.Fprintln(c.App.ErrWriter, dv.checkedBy(s))
+				for _, v := range views {
+					if v.DeleteWithMongosh != "" {
+						fmt.Fprintf(c.App.ErrWriter, "%s is not a job (its _id is not a string job id), so `schedules get/delete` do not address it; delete it with mongosh:\n  %s\n",
+							schedule.ShowKey(schedule.RefusedKey(v.ID)), v.DeleteWithMongosh)
+					}
+				}
 				return nil
 			})
 		},
@@ -274,6 +311,9 @@ func schedulesGet() *ucli.Command {
 			}
 			return withDB(c, func(ctx context.Context, s *session) error {
 				d, err := s.store.Schedule(ctx, id)
+				if notFound(err) {
+					return ucli.Exit(err.Error()+notAJobHint(id), ExitUserError)
+				}
 				if err != nil {
 					return s.fail(err)
 				}
@@ -477,7 +517,7 @@ func schedulesDelete() *ucli.Command {
 			return withDB(c, func(ctx context.Context, s *session) error {
 				err := s.store.DeleteSchedule(ctx, id)
 				if notFound(err) {
-					return ucli.Exit(fmt.Sprintf("no schedule %q", id), ExitUserError)
+					return ucli.Exit(fmt.Sprintf("no schedule %q%s", id, notAJobHint(id)), ExitUserError)
 				}
 				if err != nil {
 					return s.fail(err)
