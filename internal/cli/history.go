@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	ucli "github.com/urfave/cli/v2"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -83,8 +84,27 @@ func relaxedJSON(v bson.RawValue) string {
 	return strings.TrimSuffix(strings.TrimPrefix(string(js), `{"v":`), "}")
 }
 
+// maxHistoryValue is the most bytes of one value the history's table
+// shows; -o json has them all.
+const maxHistoryValue = 200
+
+// clipValue cuts a value longer than maxHistoryValue bytes (at a rune
+// boundary) and says so, with its whole length: one long value would
+// otherwise be printed whole and pad every row of the table to its width.
+func clipValue(s string) string {
+	if len(s) <= maxHistoryValue {
+		return s
+	}
+	n := maxHistoryValue
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return fmt.Sprintf("%s…(%d bytes; -o json for all)", s[:n], len(s))
+}
+
 // changeText is "field: before → after", with (absent) for a missing side
-// and the BSON types when the values read the same (5 as int32 → int64).
+// and the BSON types when the values read the same (5 as int32 → int64);
+// each value at most maxHistoryValue bytes (clipValue).
 func changeText(c history.Change) string {
 	side := func(v bson.RawValue) string {
 		if v.IsZero() {
@@ -94,8 +114,10 @@ func changeText(c history.Change) string {
 	}
 	b, a := side(c.Before), side(c.After)
 	if b == a {
-		b += " (" + c.Before.Type.String() + ")"
-		a += " (" + c.After.Type.String() + ")"
+		b = clipValue(b) + " (" + c.Before.Type.String() + ")"
+		a = clipValue(a) + " (" + c.After.Type.String() + ")"
+	} else {
+		b, a = clipValue(b), clipValue(a)
 	}
 	return c.Field + ": " + b + " → " + a
 }
@@ -108,7 +130,7 @@ func historyRows(items []jobhistory.Item) [][]string {
 	for _, it := range items {
 		at := it.At().UTC().Format(historyTimeLayout)
 		if o := it.Operation; o != nil {
-			rows = append(rows, []string{at, o.Op, o.Details(), o.By, ""})
+			rows = append(rows, []string{at, o.Op, clipValue(o.Details()), o.By, ""})
 			continue
 		}
 		e := it.Edit

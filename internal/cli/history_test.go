@@ -108,3 +108,34 @@ func TestSchedulesHistory(t *testing.T) {
 		t.Errorf("empty history JSON = %s, want []", raw)
 	}
 }
+
+// A long value is cut in the table, which says how long it is and where
+// to read it all, so that the other rows keep their width; -o json has it
+// whole.
+func TestSchedulesHistoryCutsLongValuesInTheTable(t *testing.T) {
+	e := newEnv(t)
+	at := time.Date(2027, 3, 1, 10, 0, 0, 0, time.UTC)
+	blob := strings.Repeat("é", 102400) // 204800 bytes: a rune boundary matters
+	if _, err := e.db.Collection(history.CollectionName).InsertMany(ctx(t), []any{
+		history.Entry{ID: "1", JobID: "big", At: at, Op: history.OpInsert, Instance: "a",
+			Changes: []history.Change{{Field: "cron_expr", After: rawValue(t, "@hourly")}}},
+		history.Entry{ID: "2", JobID: "big", At: at.Add(time.Second), Op: history.OpUpdate, Instance: "a",
+			Changes: []history.Change{{Field: "args.blob", After: rawValue(t, blob)}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := e.ok("schedules", "history", "big")
+	if len(r.stdout) > 2000 {
+		t.Fatalf("history printed %d bytes", len(r.stdout))
+	}
+	_, rows := tableRows(t, r.stdout)
+	cut := `args.blob: (absent) → "` + strings.Repeat("é", 99) + `…(204802 bytes; -o json for all)`
+	if len(rows) != 2 || rows[0][2] != cut || rows[1][2] != `cron_expr: (absent) → "@hourly"` {
+		t.Errorf("history table:\n%s\nwant the change %s", r.stdout, cut)
+	}
+	var views []map[string]any
+	e.okJSON(&views, "schedules", "history", "big")
+	if after := views[0]["changes"].([]any)[0].(map[string]any)["after"]; after != blob {
+		t.Errorf("history -o json cut the value: %d bytes", len(after.(string)))
+	}
+}
