@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -426,6 +427,15 @@ func schedulesSet() *ucli.Command {
 					next = "none (its action is not in the config)"
 				case v.NextRun != nil:
 					next = *v.NextRun
+					if !s.rules.ActionsChecked() {
+						// The daemons refuse an action their config lacks.
+						action := cmp.Or(v.Job, id)
+						why := "no --config or CRONSWAP_CONFIG given"
+						if s.configFile != "" {
+							why = s.configFile + " defines no jobs"
+						}
+						next += fmt.Sprintf(" if the daemons have action %q (not checked: %s)", action, why)
+					}
 				}
 				fmt.Fprintf(c.App.Writer, "%s %s: %q, next run %s\n", verb, id, v.CronExpr, next)
 				return nil

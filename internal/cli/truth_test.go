@@ -47,7 +47,8 @@ const unknownAction = `unknown action "nosuchaction": not in the config's jobs (
 // Given the daemons' config file, `schedules set` checks the job against
 // its actions with the daemons' own check: an unknown action is written (a
 // Go program embedding cronswap may register it) with a warning, exit 0,
-// and no next run is promised. Without the actions nothing is said.
+// and no next run is promised. Without the actions the next run is
+// promised only if the daemons have the action, which was not checked.
 func TestSetChecksTheJobAgainstTheConfigsActions(t *testing.T) {
 	e := newEnv(t)
 	d := e.withActions()
@@ -72,9 +73,14 @@ func TestSetChecksTheJobAgainstTheConfigsActions(t *testing.T) {
 		t.Errorf("set with a known action: %v", r)
 	}
 	// Without the actions (a config file for the command line alone) the
-	// action is not checked.
-	if r := e.ok("schedules", "set", "y", "--cron", "0 2 * * *", "--job", "nosuchaction"); r.stderr != "" {
-		t.Errorf("set without the config's actions warned: %q", r.stderr)
+	// action is not checked, and the output says so.
+	r = e.ok("schedules", "set", "y", "--cron", "0 2 * * *", "--job", "nosuchaction")
+	if want := ` if the daemons have action "nosuchaction" (not checked: ` + e.cfg + ` defines no jobs)`; r.stderr != "" ||
+		!regexp.MustCompile(`^created y: "0 2 \* \* \*", next run \S+`+regexp.QuoteMeta(want)+`\n$`).MatchString(r.stdout) {
+		t.Errorf("set without the config's actions: %v, want the next run %s", r, want)
+	}
+	if r := e.ok("schedules", "set", "y", "--job", ""); !strings.Contains(r.stdout, `if the daemons have action "y" (not checked`) {
+		t.Errorf("set without the config's actions, the id as the action: %v", r)
 	}
 }
 
