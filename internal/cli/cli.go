@@ -194,7 +194,7 @@ func runCommand() *ucli.Command {
 		Usage: "run the daemon",
 		Flags: append(append(sourceFlags(), logFlags()...),
 			&ucli.StringFlag{Name: "instance-id", Usage: "this replica's id (default: hostname)", EnvVars: []string{config.EnvInstanceID}},
-			&ucli.StringFlag{Name: "http-listen", Usage: "address of the status/metrics listener (default 127.0.0.1:9090)"},
+			&ucli.StringFlag{Name: "http-listen", Usage: "address of the status/metrics listener (default " + config.DefaultHTTPListen + ")"},
 		),
 		Action: func(c *ucli.Context) error {
 			log, err := newLogger(c)

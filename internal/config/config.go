@@ -39,6 +39,16 @@ const (
 // names a server: the local launcher's default port.
 const DefaultMongoURI = "mongodb://127.0.0.1:27017/"
 
+// Defaults of the keys this package owns (fill applies them).
+const (
+	// DefaultDatabase is mongo.database's default.
+	DefaultDatabase = "cronswap"
+	// DefaultTimezone is timezone's default.
+	DefaultTimezone = "UTC"
+	// DefaultHTTPListen is http.listen's default: loopback only.
+	DefaultHTTPListen = "127.0.0.1:9090"
+)
+
 // Config is the whole configuration of one daemon instance.
 type Config struct {
 	Mongo      Mongo    `yaml:"mongo"`
@@ -64,10 +74,11 @@ type Config struct {
 	// their own (jobs.<name>.starting_deadline): how long after its slot
 	// (plus jitter) a fire may still start; later it is not run and is
 	// recorded missed. 0 means the time to the job's next slot, at most
-	// jobs.MaxDefaultStartingDeadline.
+	// firepath.MaxDefaultStartingDeadline.
 	StartingDeadline time.Duration `yaml:"starting_deadline"`
 	// QueueLimit bounds the fires waiting for admission (held back by a
-	// category's max_running or by workers); 0 means jobs.DefaultQueueLimit.
+	// category's max_running or by workers); 0 means
+	// firepath.DefaultQueueLimit.
 	QueueLimit int `yaml:"queue_limit"`
 	// StateFile, when set, is where the applied schedule state and its
 	// resume token are persisted for a warm restart.
@@ -187,8 +198,8 @@ func (w *Watch) validate() error {
 
 // Lock configures the per-job leader locks.
 type Lock struct {
-	// TTL is the lock lease; 0 means jobs.DefaultLockTTL. Anything else
-	// below jobs.MinLockTTL is refused.
+	// TTL is the lock lease; 0 means firepath.DefaultLockTTL. Anything
+	// else below firepath.MinLockTTL is refused.
 	TTL time.Duration `yaml:"ttl"`
 }
 
@@ -238,7 +249,7 @@ func (m Members) validate() error {
 // Runs configures the run records.
 type Runs struct {
 	// Retention is how long run records are kept after they end; 0 means
-	// jobs.DefaultRetention.
+	// record.DefaultRetention.
 	Retention time.Duration `yaml:"retention"`
 }
 
@@ -296,16 +307,33 @@ type Shutdown struct {
 	Grace time.Duration `yaml:"grace"`
 }
 
-// Default returns the configuration used when no file is given. The fire
-// path's settings (lock.ttl, runs.retention, workers) are left zero: the
-// jobs package owns their defaults.
+// Default returns the configuration used when no file is given (Finish
+// derives Location from it). The settings whose defaults other packages own
+// are left zero for them to fill in: the watch section (changestream),
+// lock.ttl, starting_deadline, queue_limit and members.claim_grace
+// (internal/firepath), runs.retention (internal/record), members.heartbeat
+// and lease (internal/members), notify.* (internal/notify).
 func Default() Config {
-	return Config{
-		Mongo:    Mongo{URI: DefaultMongoURI, Database: "cronswap"},
-		Timezone: "UTC",
-		HTTP:     HTTP{Listen: "127.0.0.1:9090"},
+	c := Config{
+		HTTP:     HTTP{Listen: DefaultHTTPListen},
 		Shutdown: Shutdown{Grace: firepath.DefaultShutdownGrace},
-		Location: time.UTC,
+	}
+	c.fill()
+	return c
+}
+
+// fill gives mongo.uri, mongo.database and timezone their defaults when
+// they are empty: absent from the file, or given as "". It is the one place
+// these defaults are applied (Default and Finish call it).
+func (c *Config) fill() {
+	if c.Mongo.URI == "" {
+		c.Mongo.URI = DefaultMongoURI
+	}
+	if c.Mongo.Database == "" {
+		c.Mongo.Database = DefaultDatabase
+	}
+	if c.Timezone == "" {
+		c.Timezone = DefaultTimezone
 	}
 }
 
@@ -397,21 +425,13 @@ func decode(data []byte, cfg *Config) error {
 // Finish fills derived defaults (instance id, location) and validates.
 // Call it again after changing fields by hand (flags).
 func (c *Config) Finish() error {
-	if c.Mongo.URI == "" {
-		c.Mongo.URI = DefaultMongoURI
-	}
-	if c.Mongo.Database == "" {
-		c.Mongo.Database = "cronswap"
-	}
+	c.fill()
 	if c.InstanceID == "" {
 		host, err := os.Hostname()
 		if err != nil || host == "" {
 			return errors.New("instance_id is empty and the hostname is unknown: set instance_id or CRONSWAP_INSTANCE_ID")
 		}
 		c.InstanceID = host
-	}
-	if c.Timezone == "" {
-		c.Timezone = "UTC"
 	}
 	loc, err := schedule.LoadLocation(c.Timezone)
 	if err != nil {

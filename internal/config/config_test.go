@@ -39,9 +39,9 @@ func readRepoConfig(t *testing.T) string {
 }
 
 // TestDefault pins the defaults the configuration docs and config.yaml
-// document. The fire path's and the watch section's settings are unset in
-// Default(): the jobs and changestream packages own their defaults, pinned
-// here too.
+// document. The fire path's, the runs' and the watch section's settings are
+// unset in Default(): internal/firepath, internal/record and changestream
+// own their defaults, pinned here too.
 func TestDefault(t *testing.T) {
 	d := config.Default()
 	checks := []struct {
@@ -57,15 +57,14 @@ func TestDefault(t *testing.T) {
 		{"watch.resync_interval", changestream.DefaultResyncInterval, 10 * time.Minute},
 		{"watch.backoff_min", changestream.DefaultBackoffMin, 100 * time.Millisecond},
 		{"watch.backoff_max", changestream.DefaultBackoffMax, 10 * time.Second},
-		{"lock.ttl (0: jobs.DefaultLockTTL)", d.Lock.TTL, time.Duration(0)},
-		{"runs.retention (0: jobs.DefaultRetention)", d.Runs.Retention, time.Duration(0)},
+		{"lock.ttl (0: firepath.DefaultLockTTL)", d.Lock.TTL, time.Duration(0)},
+		{"runs.retention (0: record.DefaultRetention)", d.Runs.Retention, time.Duration(0)},
 		{"workers (0: no bound)", d.Workers, 0},
 		{"categories (none: no bound)", d.MaxRunning(), map[string]int(nil)},
-		{"jobs.DefaultLockTTL", firepath.DefaultLockTTL, 10 * time.Minute},
-		{"jobs.DefaultRetention", record.DefaultRetention, 720 * time.Hour},
+		{"firepath.DefaultLockTTL", firepath.DefaultLockTTL, 10 * time.Minute},
+		{"record.DefaultRetention", record.DefaultRetention, 720 * time.Hour},
 		{"http.listen", d.HTTP.Listen, "127.0.0.1:9090"},
 		{"shutdown.grace", d.Shutdown.Grace, 30 * time.Second},
-		{"location", d.Location, time.UTC},
 		{"jobs", len(d.Jobs), 0},
 	}
 	for _, c := range checks {
@@ -82,6 +81,9 @@ func TestDefault(t *testing.T) {
 	}
 	if d.Watch.Mode != changestream.ModeAuto {
 		t.Errorf("Default().Finish() watch.mode = %q, want %q", d.Watch.Mode, changestream.ModeAuto)
+	}
+	if d.Location != time.UTC {
+		t.Errorf("Default().Finish() location = %v, want UTC", d.Location)
 	}
 }
 
@@ -133,10 +135,10 @@ func TestRepoConfigYAML(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Jobs, def.Jobs = nil, nil
-	// The file spells out the fire path's defaults, which Default() leaves
-	// zero for the jobs package to fill in.
+	// The file spells out the fire path's and the runs' defaults, which Default() leaves
+	// zero for internal/firepath and internal/record to fill in.
 	if cfg.Lock.TTL != firepath.DefaultLockTTL || cfg.Runs.Retention != record.DefaultRetention {
-		t.Errorf("config.yaml: lock.ttl %s, runs.retention %s; want the jobs package's defaults %s, %s",
+		t.Errorf("config.yaml: lock.ttl %s, runs.retention %s; want the defaults of internal/firepath and internal/record %s, %s",
 			cfg.Lock.TTL, cfg.Runs.Retention, firepath.DefaultLockTTL, record.DefaultRetention)
 	}
 	cfg.Lock.TTL, cfg.Runs.Retention = 0, 0
