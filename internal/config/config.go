@@ -387,7 +387,8 @@ func Parse(text string) (Config, error) {
 	return cfg, cfg.Finish()
 }
 
-// decode reads YAML text over cfg, refusing unknown keys. Empty documents
+// decode reads YAML text over cfg, refusing unknown keys and the bare
+// numbers other than 0 given for a duration. Empty documents
 // are skipped; a second document with content is refused rather than
 // silently ignored (yaml's Decoder reads only the first).
 func decode(data []byte, cfg *Config) error {
@@ -413,8 +414,9 @@ func decode(data []byte, cfg *Config) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	for {
-		// Empty documents decode as no-ops; at most one has content.
-		if err := dec.Decode(cfg); errors.Is(err, io.EOF) {
+		// Empty documents decode as no-ops; at most one has content. A
+		// bare 0 for a duration is read as 0s (document).
+		if err := dec.Decode(&document{cfg}); errors.Is(err, io.EOF) {
 			return nil
 		} else if err != nil {
 			return err
