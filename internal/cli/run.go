@@ -26,7 +26,8 @@ import (
 
 // runDaemon is `cronswap run` on the embedding API, the same path a Go
 // service takes: it builds the config's actions and checks that every exec
-// action's program exists, connects, listens on http.listen, creates a
+// action's program exists, and that the webhooks' variables are set and
+// state_file's directory exists, connects, listens on http.listen, creates a
 // daemon.Service from the config's options, registers the actions with
 // Handle, serves the service's HTTP surface and runs it until ctx ends. On
 // error nothing is left open.
@@ -42,6 +43,9 @@ func runDaemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// The webhooks' variables, named by their config keys (daemon.New
 	// checks them again, by option).
 	if err := cfg.CheckNotifyEnv(os.LookupEnv); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if err := cfg.CheckStateFile(); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
 	client, err := connect(cfg)

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,26 @@ func TestRunRefusesAMissingProgram(t *testing.T) {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error %q does not say %q", err, w)
 		}
+	}
+}
+
+// `cronswap run` refuses a state_file whose directory is missing, before
+// it connects (the URI points nowhere); the load leaves that check to it.
+func TestRunRefusesAMissingStateDirectory(t *testing.T) {
+	cfg := config.Default()
+	cfg.Mongo.URI = "mongodb://127.0.0.1:1/"
+	cfg.InstanceID = "state-test"
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	cfg.StateFile = filepath.Join(t.TempDir(), "missing", "state.json")
+	if err := cfg.Finish(); err != nil {
+		t.Fatalf("the load refused a state_file whose directory is missing here: %v", err)
+	}
+	// Cancelled: a run that got past the check would stop at once.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := runDaemon(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "state_file") || !strings.Contains(err.Error(), "must exist") {
+		t.Fatalf("run: err = %v, want state_file's missing directory refused", err)
 	}
 }
 

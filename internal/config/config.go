@@ -472,12 +472,6 @@ func (c *Config) Finish() error {
 	if c.QueueLimit < 0 {
 		return fmt.Errorf("queue_limit %d: must be positive, the most fires waiting for admission (or 0 for the default %d)", c.QueueLimit, firepath.DefaultQueueLimit)
 	}
-	if c.StateFile != "" {
-		dir := filepath.Dir(c.StateFile)
-		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-			return fmt.Errorf("state_file %s: its directory %s must exist (the file is written there atomically)", c.StateFile, dir)
-		}
-	}
 	if err := c.Notify.Validate(); err != nil {
 		return fmt.Errorf("notify: %w", err)
 	}
@@ -508,6 +502,20 @@ func (c *Config) Finish() error {
 		overlap, _ := jobs.ParseOverlap(string(d.Overlap))
 		d.Overlap = overlap
 		c.Jobs[name] = d
+	}
+	return nil
+}
+
+// CheckStateFile reports a state_file whose directory does not exist. It
+// is a check of the daemon's machine, made when the daemon starts: the
+// other commands load the same file where that directory need not exist.
+func (c *Config) CheckStateFile() error {
+	if c.StateFile == "" {
+		return nil
+	}
+	dir := filepath.Dir(c.StateFile)
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return fmt.Errorf("state_file %s: its directory %s must exist (the file is written there atomically)", c.StateFile, dir)
 	}
 	return nil
 }

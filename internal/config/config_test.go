@@ -533,14 +533,26 @@ func TestLoadEnvURIIsValidatedWithFile(t *testing.T) {
 	}
 }
 
-func TestStateFileDirectoryMustExist(t *testing.T) {
+// state_file's directory is the daemon's machine's: the load accepts a
+// file whose directory is missing here (every command loads the config,
+// on workstations too), and CheckStateFile, which the daemon runs at
+// start, refuses it naming the key.
+func TestStateFileDirectoryCheckedAtStart(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := config.Parse("state_file: " + filepath.Join(dir, "state")); err != nil {
+	cfg, err := config.Parse("state_file: " + filepath.Join(dir, "state"))
+	if err != nil {
 		t.Fatalf("state_file in an existing directory: %v", err)
 	}
-	_, err := config.Parse("state_file: " + filepath.Join(dir, "missing", "state"))
-	if err == nil || !strings.Contains(err.Error(), "must exist") {
-		t.Fatalf("state_file in a missing directory: err = %v, want a clear refusal", err)
+	if err := cfg.CheckStateFile(); err != nil {
+		t.Errorf("CheckStateFile, the directory existing: %v", err)
+	}
+	cfg, err = config.Parse("state_file: " + filepath.Join(dir, "missing", "state"))
+	if err != nil {
+		t.Fatalf("state_file in a missing directory refused at load: %v", err)
+	}
+	err = cfg.CheckStateFile()
+	if err == nil || !strings.Contains(err.Error(), "state_file") || !strings.Contains(err.Error(), "must exist") {
+		t.Fatalf("CheckStateFile, the directory missing: err = %v, want a clear refusal naming state_file", err)
 	}
 }
 
