@@ -271,15 +271,19 @@ type HTTP struct {
 	WriteMongoURI string `yaml:"write_mongo_uri"`
 }
 
-// validate checks that pprof is only served on a loopback listener.
+// validate checks the listener's address, and that pprof is only served
+// on a loopback listener. An empty http.listen is refused rather than
+// given to the listener, which would bind every interface on a random
+// port: it has no meaning of its own (the listener cannot be turned off),
+// and an operator who wrote it most likely meant something else.
 func (h HTTP) validate() error {
-	if !h.Pprof {
-		return nil
+	if h.Listen == "" {
+		return fmt.Errorf("http.listen is empty: give host:port, e.g. %s (the default, when the key is left out)", DefaultHTTPListen)
 	}
 	if _, _, err := net.SplitHostPort(h.Listen); err != nil {
-		return fmt.Errorf("http.listen %q: %w", h.Listen, err)
+		return fmt.Errorf("http.listen %q: %w (want host:port, e.g. %s)", h.Listen, err, DefaultHTTPListen)
 	}
-	if !IsLoopback(h.Listen) {
+	if h.Pprof && !IsLoopback(h.Listen) {
 		return fmt.Errorf("http.pprof: served only on a loopback listener, and http.listen is %q (e.g. listen: 127.0.0.1:9090)", h.Listen)
 	}
 	return nil

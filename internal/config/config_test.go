@@ -578,6 +578,24 @@ func TestHTTPPprofOnLoopbackOnly(t *testing.T) {
 	}
 }
 
+// An empty http.listen has no meaning (the listener cannot be turned
+// off) and would bind every interface on a random port: it is refused at
+// load, naming the key, like a listen address without a port.
+func TestHTTPListenEmptyOrWithoutPortRefused(t *testing.T) {
+	for text, want := range map[string]string{
+		`http: {listen: ""}`:     "http.listen is empty",
+		`http: {listen: "9090"}`: `http.listen "9090"`,
+	} {
+		if _, err := config.Parse(text); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%s): err = %v, want %q", text, err, want)
+		}
+	}
+	cfg, err := config.Parse(`http: {listen: "[::1]:0"}`)
+	if err != nil || cfg.HTTP.Listen != "[::1]:0" {
+		t.Errorf("listen [::1]:0: %q, %v", cfg.HTTP.Listen, err)
+	}
+}
+
 func TestIsLoopback(t *testing.T) {
 	for addr, want := range map[string]bool{"127.0.0.1:8080": true, "[::1]:80": true, "localhost:1": true,
 		":8080": false, "0.0.0.0:8080": false, "10.0.0.1:80": false} {
