@@ -32,7 +32,8 @@ type RetryPolicy struct {
 	// DefaultRetryBackoff.
 	Backoff time.Duration `yaml:"backoff"`
 	// MaxBackoff caps the wait, which doubles after each failed attempt;
-	// 0: DefaultRetryMaxBackoff.
+	// 0: DefaultRetryMaxBackoff (or Backoff, when longer). Given, it is
+	// not shorter than Backoff (DefaultRetryBackoff when Backoff is 0).
 	MaxBackoff time.Duration `yaml:"max_backoff"`
 }
 
@@ -49,8 +50,11 @@ func (p RetryPolicy) Validate() error {
 		return fmt.Errorf("retry.backoff %s: must not be negative (0: %s)", p.Backoff, DefaultRetryBackoff)
 	case p.MaxBackoff < 0:
 		return fmt.Errorf("retry.max_backoff %s: must not be negative (0: %s)", p.MaxBackoff, DefaultRetryMaxBackoff)
-	case p.Backoff > 0 && p.MaxBackoff > 0 && p.MaxBackoff < p.Backoff:
+	case p.MaxBackoff > 0 && p.Backoff > 0 && p.MaxBackoff < p.Backoff:
 		return fmt.Errorf("retry.max_backoff %s: must not be shorter than retry.backoff %s", p.MaxBackoff, p.Backoff)
+	case p.MaxBackoff > 0 && p.Backoff == 0 && p.MaxBackoff < DefaultRetryBackoff:
+		return fmt.Errorf("retry.max_backoff %s: must not be shorter than retry.backoff, whose default is %s (set retry.backoff too)",
+			p.MaxBackoff, DefaultRetryBackoff)
 	}
 	return nil
 }

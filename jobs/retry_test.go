@@ -17,12 +17,16 @@ func TestRetryPolicyDelayAndValidate(t *testing.T) {
 		t.Errorf("default Delay(1) = %s, want %s", got, DefaultRetryBackoff)
 	}
 	for _, bad := range []RetryPolicy{{Attempts: -1}, {Attempts: MaxRetryAttempts + 1}, {Attempts: 2, Backoff: -time.Second},
-		{Attempts: 2, MaxBackoff: -time.Second}, {Attempts: 2, Backoff: time.Minute, MaxBackoff: time.Second}} {
+		{Attempts: 2, MaxBackoff: -time.Second}, {Attempts: 2, Backoff: time.Minute, MaxBackoff: time.Second},
+		// Below the default backoff: the cap would shorten the first wait.
+		{Attempts: 2, MaxBackoff: DefaultRetryBackoff - time.Second}} {
 		if bad.Validate() == nil {
 			t.Errorf("%+v: Validate accepted it", bad)
 		}
 	}
-	if err := p.Validate(); err != nil {
-		t.Errorf("%+v: %v", p, err)
+	for _, good := range []RetryPolicy{p, {Attempts: 2, MaxBackoff: DefaultRetryBackoff}, {Attempts: 2, Backoff: time.Hour}} {
+		if err := good.Validate(); err != nil {
+			t.Errorf("%+v: %v", good, err)
+		}
 	}
 }

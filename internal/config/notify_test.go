@@ -52,6 +52,7 @@ func TestNotifySectionRefused(t *testing.T) {
 		{"notify: {webhooks: [{name: a, url: 'not a url'}]}", "notify: webhooks[0]: webhook a: url"},
 		{"notify: {on: [exploded]}", "unknown kind"},
 		{"notify: {webhook: []}", "field webhook not found"},
+		{"notify: {backoff: 5m, max_backoff: 1m}", "notify: max_backoff 1m0s: must not be shorter than backoff 5m0s"},
 		{"jobs: {x: {exec: [/bin/true], notify: {webhooks: [{url: 'https://h/'}]}}}", "jobs.x.notify: webhooks[0]: name is empty"},
 	} {
 		_, err := Parse(c.text)

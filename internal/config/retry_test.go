@@ -29,6 +29,7 @@ func TestRetryAndPauseSettings(t *testing.T) {
 		"jobs: {r: {exec: [x], retry: {attempts: -1}}}":                              {"jobs.r", "retry.attempts"},
 		"jobs: {r: {exec: [x], retry: {attempts: 3, backoff: -1s}}}":                 {"jobs.r", "retry.backoff"},
 		"jobs: {r: {exec: [x], retry: {attempts: 3, backoff: 1m, max_backoff: 1s}}}": {"jobs.r", "retry.max_backoff"},
+		"jobs: {r: {exec: [x], retry: {attempts: 3, max_backoff: 5s}}}":              {"jobs.r", "retry.max_backoff 5s", "default is 30s"},
 		"jobs: {r: {exec: [x], retry: {atempts: 3}}}":                                {"atempts"},
 		"jobs: {r: {exec: [x], pause_after_failures: -2}}":                           {"jobs.r", "pause_after_failures"},
 	} {

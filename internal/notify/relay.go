@@ -122,6 +122,8 @@ func New(o Options) *Relay {
 		s.MaxBackoff = DefaultMaxBackoff
 	}
 	if s.MaxBackoff < s.Backoff {
+		// A default cap below a long backoff (Validate refuses a given
+		// one below it).
 		s.MaxBackoff = s.Backoff
 	}
 	if s.MaxAttempts <= 0 {

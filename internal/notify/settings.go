@@ -155,7 +155,8 @@ func (r Route) EnvRefs() []string {
 type Settings struct {
 	Route `yaml:",inline"`
 	// Backoff is the wait after a delivery's first failure, doubled after
-	// each further one up to MaxBackoff.
+	// each further one up to MaxBackoff (which, 0, is DefaultMaxBackoff or
+	// Backoff when longer).
 	Backoff    time.Duration `yaml:"backoff"`
 	MaxBackoff time.Duration `yaml:"max_backoff"`
 	// MaxAttempts is how many deliveries of a notification are tried
@@ -183,7 +184,8 @@ const (
 	DefaultMaxAge      = 24 * time.Hour
 )
 
-// Validate checks the section; durations must not be negative.
+// Validate checks the section: durations not negative, a MaxBackoff
+// given not shorter than the backoff (given or default).
 func (s Settings) Validate() error {
 	if err := s.Route.Validate(); err != nil {
 		return err
@@ -194,6 +196,14 @@ func (s Settings) Validate() error {
 	}{{"backoff", s.Backoff}, {"max_backoff", s.MaxBackoff}, {"timeout", s.Timeout}, {"poll", s.Poll}, {"max_age", s.MaxAge}} {
 		if d.v < 0 {
 			return fmt.Errorf("%s %s: must be positive (or 0 for the default)", d.key, d.v)
+		}
+	}
+	if s.MaxBackoff > 0 {
+		switch {
+		case s.Backoff > 0 && s.MaxBackoff < s.Backoff:
+			return fmt.Errorf("max_backoff %s: must not be shorter than backoff %s", s.MaxBackoff, s.Backoff)
+		case s.Backoff == 0 && s.MaxBackoff < DefaultBackoff:
+			return fmt.Errorf("max_backoff %s: must not be shorter than backoff, whose default is %s (set backoff too)", s.MaxBackoff, DefaultBackoff)
 		}
 	}
 	if s.MaxAttempts < 0 {

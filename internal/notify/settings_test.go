@@ -3,6 +3,7 @@ package notify
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestWebhookExpand(t *testing.T) {
@@ -35,6 +36,10 @@ func TestSettingsValidate(t *testing.T) {
 		{Settings{Route: Route{On: []string{"exploded"}}}, "unknown kind"},
 		{Settings{Backoff: -1}, "backoff"},
 		{Settings{MaxAttempts: -1}, "max_attempts"},
+		{Settings{Backoff: time.Minute, MaxBackoff: time.Second}, "max_backoff 1s: must not be shorter than backoff 1m0s"},
+		{Settings{MaxBackoff: DefaultBackoff / 2}, "max_backoff 500ms: must not be shorter than backoff, whose default is 1s"},
+		{Settings{MaxBackoff: DefaultBackoff}, ""},
+		{Settings{Backoff: time.Hour}, ""},
 	} {
 		err := c.s.Validate()
 		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
