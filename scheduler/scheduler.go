@@ -95,6 +95,14 @@ type Hooks struct {
 	// force — armed, re-armed, disarmed or updated in place — right after
 	// the engine's state changed and before the change is logged.
 	Applied func(id string, o Outcome)
+	// Rejected is called when a refusal — by Reload, Reject, Sync or
+	// Recheck — puts job id into the rejected state (Status.LastError
+	// set): the job was unknown, or its latest document had been applied.
+	// A job already rejected is not reported again, whether the same bad
+	// document is read again (every poll, every resync) or another bad
+	// one comes; once a valid document clears the error, its next refusal
+	// is reported. Called right after the engine's state changed.
+	Rejected func(id string)
 }
 
 // Outcome says what Reload did with a schedule.
@@ -210,6 +218,9 @@ type Engine struct {
 	mu    sync.RWMutex
 	jobs  jobIndex // guarded by mu; records are never modified once stored (record.gen aside)
 	armed int      // guarded by mu
+	// rejected counts the jobs whose record holds an error (Rejected);
+	// guarded by mu.
+	rejected int
 	// reserved is the room Reserve made in an empty engine, until the
 	// Sync that fills it takes it (guarded by mu).
 	reserved int
@@ -599,13 +610,21 @@ func (e *Engine) store(sh *shard, id string, r *record) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.version.Add(1)
-	if old := e.jobs.get(id); old != nil && old.fire != nil {
-		e.armed--
-		sh.armed--
+	if old := e.jobs.get(id); old != nil {
+		if old.fire != nil {
+			e.armed--
+			sh.armed--
+		}
+		if old.state().err != "" {
+			e.rejected--
+		}
 	}
 	if r == nil {
 		e.jobs.Remove(id)
 		return
+	}
+	if r.state().err != "" {
+		e.rejected++
 	}
 	if r.fire != nil {
 		e.armed++
@@ -907,6 +926,9 @@ func (e *Engine) rejectLocked(id string, old *record, bad *schedule.Schedule, er
 	st.pending = bad // nil for a document that could not be decoded: nothing to apply again
 	r = r.withState(st)
 	e.store(e.shardOf(id), id, &r)
+	if st.err != "" && (old == nil || old.state().err == "") && e.opts.Hooks.Rejected != nil {
+		e.opts.Hooks.Rejected(id)
+	}
 	changed := old == nil || old.state().err != st.err || old.schedule(id) != r.schedule(id)
 	lvl := slog.LevelWarn
 	if !changed {
@@ -1327,6 +1349,16 @@ func (e *Engine) Known() int {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	return e.jobs.Len()
+}
+
+// Rejected returns the number of jobs whose latest document was refused
+// (Status.LastError set), armed on their last known good or not; a
+// refused document whose _id is not a job id counts as one (see
+// schedule.RefusedKey).
+func (e *Engine) Rejected() int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.rejected
 }
 
 // Len returns the number of armed jobs.
