@@ -123,15 +123,21 @@ func (s *Service) newEngine() *scheduler.Engine {
 		// refused, a handler's jitter delays each
 		// slot by a fixed per-job amount.
 		Policy: s.calendars.policy(s.registry),
-		// When the job was armed, before the engine logged it: the end of
-		// the event-apply measure (watchHooks).
-		Hooks: scheduler.Hooks{Applied: func(id string, o scheduler.Outcome) {
-			s.armedAt.Store(time.Now().UnixNano())
-			s.edits.applied(id, o)
-			if o == scheduler.Added {
-				s.arrivals.applied(id) // a late arrival, in a full reload after the first (arrival.go)
-			}
-		}},
+		Hooks: scheduler.Hooks{
+			// When the job was armed, before the engine logged it: the
+			// end of the event-apply measure (watchHooks).
+			Applied: func(id string, o scheduler.Outcome) {
+				s.armedAt.Store(time.Now().UnixNano())
+				s.edits.applied(id, o)
+				if o == scheduler.Added {
+					s.arrivals.applied(id) // a late arrival, in a full reload after the first (arrival.go)
+				}
+			},
+			// A job whose document becomes refused counts once in
+			// reloads_total{result="rejected"}, by an event or a full
+			// read alike (a poll reading it again counts nothing).
+			Rejected: schedulesink.CountRejected(s.metrics),
+		},
 		// Dividing the schedules: this replica arms the jobs it owns and
 		// those it is second for among the live members (divide.go).
 		Arms: s.armsFunc(),

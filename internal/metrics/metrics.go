@@ -150,7 +150,7 @@ func NewOn(reg prometheus.Registerer, gather prometheus.Gatherer) (*Metrics, err
 		ChangeEvents: f.counterVec(prometheus.CounterOpts{Name: "change_events_total",
 			Help: "Change events applied, by operation."}, "operation"),
 		Reloads: f.counterVec(prometheus.CounterOpts{Name: "reloads_total",
-			Help: "Per-job engine updates, by result (applied, unchanged, rejected, removed)."}, "result"),
+			Help: "Per-job engine updates by change events, by result (applied, unchanged, removed); rejected: jobs whose document became refused, by an event or a full read alike, once until a valid one clears it."}, "result"),
 		FullReloads: f.counterVec(prometheus.CounterOpts{Name: "full_reloads_total",
 			Help: "Full reloads of the schedules collection, by reason."}, "reason"),
 		ResyncDrift: f.counter(prometheus.CounterOpts{Name: "resync_drift_total",

@@ -39,7 +39,10 @@ type Sink struct {
 }
 
 // New returns the sink applying documents to engine, logging refusals to
-// log and counting reloads in mx (nil counts nothing).
+// log and counting the reloads change events make in mx (nil counts
+// nothing). Refusals are not counted here: a job refused by an event, a
+// full read or a re-check alike counts once, as it enters that state,
+// through the engine's Hooks.Rejected (see CountRejected).
 func New(engine *scheduler.Engine, log *slog.Logger, mx *metrics.Metrics) Sink {
 	if log == nil {
 		log = slog.Default()
@@ -69,19 +72,29 @@ func (s Sink) Upsert(doc bson.Raw) {
 		s.reject(sched.ID, err)
 		return
 	}
-	s.metrics.CountReload(reloadResult(s.engine.Reload(sched)))
+	if o := s.engine.Reload(sched); o != scheduler.Rejected { // counted by CountRejected
+		s.metrics.CountReload(reloadResult(o))
+	}
 }
 
-// reloadResult names a Reload outcome for the reloads metric.
+// reloadResult names a Reload outcome that applied the schedule for the
+// reloads metric.
 func reloadResult(o scheduler.Outcome) string {
-	switch o {
-	case scheduler.Unchanged:
+	if o == scheduler.Unchanged {
 		return metrics.ReloadUnchanged
-	case scheduler.Rejected:
-		return metrics.ReloadRejected
-	default:
-		return metrics.ReloadApplied
 	}
+	return metrics.ReloadApplied
+}
+
+// CountRejected returns the engine's Hooks.Rejected that counts, in mx,
+// each job entering the rejected state as one reload of result rejected:
+// a bad document the engine is given by a change event, by a full read
+// (the start's, a resync's, every poll's) or a policy's re-check counts
+// when its job was valid or unknown before, and not again while the job
+// stays refused, so that a poll reading the same bad document every few
+// seconds does not count it every time.
+func CountRejected(mx *metrics.Metrics) func(id string) {
+	return func(string) { mx.CountReload(metrics.ReloadRejected) }
 }
 
 func (s Sink) reject(id string, err error) {
@@ -90,7 +103,6 @@ func (s Sink) reject(id string, err error) {
 		return
 	}
 	s.engine.Reject(id, err)
-	s.metrics.CountReload(metrics.ReloadRejected)
 }
 
 // Delete implements changestream.Sink: it disarms and forgets the job with

@@ -10,8 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	dto "github.com/prometheus/client_model/go"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
@@ -340,4 +342,72 @@ func TestReplaceAllDoesNotDecodeWhatTheEngineHas(t *testing.T) {
 	if last.Documents != n+1 || last.Decoded != n/2+1 {
 		t.Fatalf("logged %+v, want %d documents, %d decoded", last, n+1, n/2+1)
 	}
+}
+
+// A job counts once in reloads_total{result="rejected"} as it enters the
+// rejected state, found by a full read or by an event alike: the start's
+// read of a bad document counts it, reading it again (a poll, a resync)
+// does not, nor does an event bringing it again or another bad one; once
+// fixed, breaking it again counts again. A document whose _id is no job
+// id counts as one too.
+func TestRejectedCountsEachJobEnteringTheRejectedState(t *testing.T) {
+	mx := metrics.New()
+	engine := scheduler.New(scheduler.Options{Logger: slog.New(slog.DiscardHandler),
+		Hooks: scheduler.Hooks{Rejected: CountRejected(mx)}})
+	sink := New(engine, slog.New(slog.DiscardHandler), mx)
+	doc := func(id any, expr any) bson.Raw {
+		b, err := bson.Marshal(bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: expr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	good, fixed := doc("good", "0 9 * * *"), doc("bad", "0 10 * * *")
+	badExpr, badType := doc("bad", "0 25 * * *"), doc("bad", 42) // refused by the engine / by the decode
+	objID := doc(bson.NewObjectID(), "0 9 * * *")
+	step := func(what string, counted float64, rejected int) {
+		t.Helper()
+		var m dto.Metric
+		if err := mx.Reloads.WithLabelValues(metrics.ReloadRejected).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		if got := m.GetCounter().GetValue(); got != counted || engine.Rejected() != rejected {
+			t.Fatalf("%s: reloads_total{rejected} = %v, engine.Rejected() = %d; want %v, %d", what, got, engine.Rejected(), counted, rejected)
+		}
+	}
+	replace := func(docs ...bson.Raw) {
+		t.Helper()
+		if _, err := sink.ReplaceAll(docsOf(docs...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replace(good, badExpr, objID)
+	step("the start's read", 2, 2)
+	for range 3 {
+		replace(good, badExpr, objID)
+	}
+	step("the same documents read again", 2, 2)
+	replace(good, badType, objID)
+	step("another bad document for the refused job", 2, 2)
+	replace(good, fixed, objID)
+	step("fixed", 2, 1)
+	replace(good, fixed, objID)
+	step("fixed, read again", 2, 1)
+	replace(good, badExpr, objID)
+	step("broken again", 3, 2)
+
+	// Events follow the same rule.
+	sink.Upsert(badType)
+	sink.Upsert(badExpr)
+	step("bad events for the refused job", 3, 2)
+	sink.Upsert(fixed)
+	step("fixed by an event", 3, 1)
+	sink.Upsert(badExpr)
+	step("broken by an event", 4, 2)
+	replace(good, badExpr, objID)
+	step("then read again", 4, 2)
+	sink.Delete(badExpr.Lookup("_id"))
+	step("deleted", 4, 1)
+	sink.Upsert(badType)
+	step("inserted bad", 5, 2)
 }
