@@ -197,6 +197,7 @@ func (s *Service) registerGauges() error {
 	return s.metrics.RegisterGauges(metrics.Sources{
 		Armed:        s.engine.Len,
 		Known:        s.engine.Known,
+		Rejected:     s.engine.Rejected,
 		TokenSavedAt: func() time.Time { return s.watcher.Status().TokenSavedAt },
 		ClaimLatency: s.runner.LatencyEstimate,
 		WatchState:   func() string { return watchState(s.watcher.Status()) },

@@ -22,7 +22,8 @@ import (
 func exported(t *testing.T) map[string]bool {
 	t.Helper()
 	m := New()
-	if err := m.RegisterGauges(Sources{Armed: func() int { return 0 }, TokenSavedAt: time.Now, ClaimLatency: func() time.Duration { return 0 },
+	if err := m.RegisterGauges(Sources{Armed: func() int { return 0 }, Known: func() int { return 0 }, Rejected: func() int { return 0 },
+		TokenSavedAt: time.Now, ClaimLatency: func() time.Duration { return 0 },
 		WatchState: func() string { return WatchStreaming }, LiveMembers: func() int { return 1 },
 		HeartbeatAge: func() time.Duration { return 0 }}); err != nil {
 		t.Fatal(err)

@@ -103,6 +103,9 @@ type Sources struct {
 	// Known returns the number of jobs the engine keeps, armed here or
 	// not (with the schedules divided, the others are armed elsewhere).
 	Known func() int
+	// Rejected returns the number of jobs whose latest document is
+	// refused, armed on a last known good or not.
+	Rejected func() int
 	// TokenSavedAt returns when the resume token was last saved (zero
 	// before the first save).
 	TokenSavedAt func() time.Time
@@ -216,6 +219,11 @@ func (m *Metrics) RegisterGauges(src Sources) error {
 		f.register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "schedules_known",
 			Help: "Jobs this replica keeps (their last known good), armed here or, with the schedules divided, elsewhere."},
 			func() float64 { return float64(src.Known()) }))
+	}
+	if src.Rejected != nil {
+		f.register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "schedules_rejected",
+			Help: "Jobs whose latest document is refused (bad document, or refused by the configuration), armed on their last known good or not."},
+			func() float64 { return float64(src.Rejected()) }))
 	}
 	if src.TokenSavedAt != nil {
 		f.register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "resume_token_age_seconds",

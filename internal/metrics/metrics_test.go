@@ -202,3 +202,19 @@ func seriesCount(g prometheus.Gatherer, name string) int {
 	}
 	return 0
 }
+
+// schedules_rejected reads its source at every scrape.
+func TestSchedulesRejectedFollowsItsSource(t *testing.T) {
+	m := New()
+	n := 2
+	if err := m.RegisterGauges(Sources{Rejected: func() int { return n }}); err != nil {
+		t.Fatal(err)
+	}
+	if got := scrape(t, m)["cronswap_schedules_rejected"]; got != 2 {
+		t.Fatalf("schedules_rejected = %v, want 2", got)
+	}
+	n = 0
+	if got, ok := scrape(t, m)["cronswap_schedules_rejected"]; !ok || got != 0 {
+		t.Fatalf("schedules_rejected = %v (exported %t), want 0", got, ok)
+	}
+}
