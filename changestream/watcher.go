@@ -73,6 +73,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/cronswap/cronswap/resumetoken"
+	"github.com/cronswap/cronswap/schedule"
 )
 
 // Sink receives the collection's contents. Its methods are called from one
@@ -310,11 +311,16 @@ func (w *Watcher) markSynced() {
 	}
 }
 
+// firstIDs returns the first n of ids (all when fewer) as a log shows
+// them (schedule.ShowKey): the key of a document whose _id is not a job id
+// as "_id" and the _id's rendering, not with its marker byte, which is not
+// text.
 func firstIDs(ids []string, n int) []string {
-	if len(ids) > n {
-		return ids[:n]
+	out := make([]string, 0, min(len(ids), n))
+	for _, id := range ids[:min(len(ids), n)] {
+		out = append(out, schedule.ShowKey(id))
 	}
-	return ids
+	return out
 }
 
 // Run watches until ctx is cancelled, then saves the last applied position
