@@ -934,10 +934,20 @@ func (e *Engine) rejectLocked(id string, old *record, bad *schedule.Schedule, er
 	if !changed {
 		lvl = slog.LevelDebug // the same rejection again, e.g. by a periodic resync
 	}
-	e.log.Log(context.Background(), lvl, "scheduler: schedule rejected, last known good kept",
-		"job_id", schedule.ShowKey(id), "error", err, "armed", r.fire != nil)
+	msg := msgRejectedKept
+	if !r.valid {
+		msg = msgRejectedUnarmed // nothing to keep: no valid version was ever applied
+	}
+	e.log.Log(context.Background(), lvl, msg, "job_id", schedule.ShowKey(id), "error", err, "armed", r.fire != nil)
 	return changed
 }
+
+// The lines a rejection is logged with: the job keeps its last known good
+// (armed or not, as that version says), or it has none and is not armed.
+const (
+	msgRejectedKept    = "scheduler: schedule rejected, last known good kept"
+	msgRejectedUnarmed = "scheduler: schedule rejected, not armed: no valid version of the job is known"
+)
 
 // Remove disarms job id and forgets it, including its last error and slot
 // memory. It reports whether the job was known.

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -754,5 +755,41 @@ func TestVersionFollowsTheJobs(t *testing.T) {
 	}
 	if e.Version() != v || !reflect.DeepEqual(withoutNext(), list) {
 		t.Errorf("the clock alone changed Version (%d → %d) or List", v, e.Version())
+	}
+}
+
+// A rejection says "last known good kept" only when there is one: a job
+// whose first document is refused is logged as not armed, with no valid
+// version known; once it had a valid one, a refusal keeps it.
+func TestRejectLogSaysWhetherALastKnownGoodIsKept(t *testing.T) {
+	var buf syncBuffer
+	e := newEngine(t, Options{Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	bad := errors.New("bad expression")
+	msgs := func() []string {
+		var out []string
+		for l := range strings.Lines(buf.String()) {
+			var rec struct {
+				Msg   string `json:"msg"`
+				JobID string `json:"job_id"`
+				Armed *bool  `json:"armed"`
+			}
+			if err := json.Unmarshal([]byte(l), &rec); err != nil {
+				t.Fatal(err)
+			}
+			if rec.Armed != nil {
+				out = append(out, fmt.Sprintf("%s %s armed=%v", rec.JobID, rec.Msg, *rec.Armed))
+			}
+		}
+		return out
+	}
+	e.Reject("fresh", bad)
+	e.Reload(sch("good", "0 9 * * *"))
+	e.Reject("good", bad)
+	want := []string{
+		"fresh scheduler: schedule rejected, not armed: no valid version of the job is known armed=false",
+		"good scheduler: schedule rejected, last known good kept armed=true",
+	}
+	if got := msgs(); !slices.Equal(got, want) {
+		t.Errorf("rejection lines %q, want %q", got, want)
 	}
 }
