@@ -108,5 +108,8 @@ func segmentText(s timeline.Segment) string {
 	if s.Error != "" {
 		out += ": " + s.Error
 	}
+	if s.Refused != "" {
+		out += " (last valid; the document is refused: " + s.Refused + ")"
+	}
 	return out
 }

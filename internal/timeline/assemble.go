@@ -79,7 +79,7 @@ func Assemble(in Input) Timeline {
 		in.Location = time.UTC
 	}
 	tl := Timeline{JobID: in.JobID, From: in.From.UTC(), To: in.To.UTC(), FirstSeen: in.FirstSeen,
-		Segments: Segments(in.JobID, in.Current, in.Edits, in.From, in.To, in.EditsCutBefore)}
+		Segments: segments(in.JobID, in.Current, in.Edits, in.From, in.To, in.EditsCutBefore, in.Location)}
 	if in.Current.Exists {
 		cur := in.Current.Timing
 		if cur.Timezone == "" {

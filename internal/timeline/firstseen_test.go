@@ -43,7 +43,9 @@ func TestFirstSeenBeginsTheTimeline(t *testing.T) {
 // A document the daemon refuses reads as the daemon reads it: a numeric
 // cron_expr is shown as stored (5, not "") with the decoder's own error,
 // and expects no slots; the schedule before an edit that made it a
-// string is reconstructed and decoded the same way.
+// string is reconstructed and decoded the same way: while the number was
+// there, the valid schedule before it stayed in force, the number's error
+// shown as the segment's refusal.
 func TestBadDocumentReadsAsTheDaemonReadsIt(t *testing.T) {
 	doc, err := bson.Marshal(bson.D{{Key: "_id", Value: "n"}, {Key: "cron_expr", Value: int32(5)}})
 	if err != nil {
@@ -69,7 +71,7 @@ func TestBadDocumentReadsAsTheDaemonReadsIt(t *testing.T) {
 	}
 	segs := Segments("n", StateOf(good), edits, t0, t0.Add(3*time.Hour), time.Time{})
 	if len(segs) != 3 || segs[0].CronExpr != "@hourly" || segs[0].Error != "" ||
-		segs[1].CronExpr != "5" || segs[1].Error != daemonErr.Error() || segs[1].ExprText() != "5" ||
+		segs[1].CronExpr != "@hourly" || segs[1].Error != "" || segs[1].Refused != daemonErr.Error() ||
 		segs[2].CronExpr != "30 * * * *" || segs[2].Error != "" {
 		t.Errorf("segments %+v", segs)
 	}

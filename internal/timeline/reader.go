@@ -62,8 +62,17 @@ func (r *Reader) Build(ctx context.Context, id string, from, to time.Time) (Time
 	if in.Current, err = r.current(ctx, id); err != nil {
 		return Timeline{}, err
 	}
-	if in.Edits, in.EditsCutBefore, err = r.edits(ctx, id, from); err != nil {
+	if in.Edits, in.EditsCutBefore, err = r.edits(ctx, id, bson.D{{Key: "$gte", Value: from}}); err != nil {
 		return Timeline{}, err
+	}
+	if in.EditsCutBefore.IsZero() && r.refusedAtFrom(in) {
+		// The schedule in force at from is the last valid one before it:
+		// the edits before from reconstruct it.
+		older, _, err := r.edits(ctx, id, bson.D{{Key: "$lt", Value: from}})
+		if err != nil {
+			return Timeline{}, err
+		}
+		in.Edits = append(in.Edits, older...)
 	}
 	if in.Records, in.Cut, err = r.records(ctx, id, from, to); err != nil {
 		return Timeline{}, err
@@ -114,6 +123,7 @@ func (r *Reader) current(ctx context.Context, id string) (State, error) {
 // historyDoc is one document of the edit history as this package reads it.
 type historyDoc struct {
 	ID            bson.RawValue `bson:"_id"`
+	JobID         string        `bson:"job_id"`
 	At            time.Time     `bson:"at"`
 	Op            string        `bson:"op"`
 	UpdatedBy     bson.RawValue `bson:"updated_by"`
@@ -125,12 +135,25 @@ type historyDoc struct {
 	} `bson:"changes"`
 }
 
-// edits reads the newest MaxEdits edits of job id after from. cutBefore is
-// the time of the oldest one read when there were more.
-func (r *Reader) edits(ctx context.Context, id string, from time.Time) (out []Edit, cutBefore time.Time, err error) {
+// refusedAtFrom reports whether the document of in's job at in.From, as
+// the edits since then reconstruct it, is one the daemons refuse with no
+// valid version before it among those edits.
+func (r *Reader) refusedAtFrom(in Input) bool {
+	segs := segments(in.JobID, in.Current, in.Edits, in.From, in.To, time.Time{}, r.loc)
+	if len(segs) == 0 || !segs[0].Exists || segs[0].Refused != "" {
+		return false
+	}
+	_, err := compile(in.JobID, segs[0].Timing, r.loc)
+	return segs[0].Error != "" || err != nil
+}
+
+// edits reads the newest MaxEdits edits of job id whose time matches at
+// (a condition on the field). cutBefore is the time of the oldest one
+// read when there were more.
+func (r *Reader) edits(ctx context.Context, id string, at bson.D) (out []Edit, cutBefore time.Time, err error) {
 	coll := r.db.Collection(r.hist)
 	cur, err := coll.Find(ctx,
-		append(history.EditsOf(id), bson.E{Key: "at", Value: bson.D{{Key: "$gte", Value: from}}}),
+		append(history.EditsOf(id), bson.E{Key: "at", Value: at}),
 		options.Find().SetSort(bson.D{{Key: "at", Value: -1}, {Key: "_id", Value: -1}}).SetLimit(MaxEdits+1))
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("read edits of %q from %s: %w", id, r.hist, err)
@@ -144,13 +167,45 @@ func (r *Reader) edits(ctx context.Context, id string, from time.Time) (out []Ed
 		cutBefore = docs[len(docs)-1].At
 	}
 	for _, d := range docs {
-		e := Edit{ID: valueText(d.ID), At: d.At.UTC(), Op: d.Op, UpdatedBy: valueText(d.UpdatedBy), UpdateMessage: valueText(d.UpdateMessage)}
-		for _, c := range d.Changes {
-			e.Changes = append(e.Changes, FieldChange{Field: c.Field, Before: c.Before, After: c.After})
-		}
-		out = append(out, e)
+		out = append(out, d.edit())
 	}
 	return out, cutBefore, nil
+}
+
+// edit is the Edit d records.
+func (d historyDoc) edit() Edit {
+	e := Edit{ID: valueText(d.ID), At: d.At.UTC(), Op: d.Op, UpdatedBy: valueText(d.UpdatedBy), UpdateMessage: valueText(d.UpdateMessage)}
+	for _, c := range d.Changes {
+		e.Changes = append(e.Changes, FieldChange{Field: c.Field, Before: c.Before, After: c.After})
+	}
+	return e
+}
+
+// ReadEdits reads the edits of the jobs ids from coll (the edit history),
+// by job, newest first, in one query: at most limit in all, taken in job
+// id order, so that when there are more, cut is the first job whose edits
+// were not all read (those of the jobs after it in id order neither); ""
+// when every edit was read.
+func ReadEdits(ctx context.Context, coll *mongo.Collection, ids []string, limit int64) (edits map[string][]Edit, cut string, err error) {
+	filter := bson.D{{Key: "job_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "op", Value: bson.D{{Key: "$ne", Value: history.OpFirstSeen}}}}
+	cur, err := coll.Find(ctx, filter,
+		options.Find().SetSort(bson.D{{Key: "job_id", Value: 1}, {Key: "at", Value: -1}, {Key: "_id", Value: -1}}).SetLimit(limit+1))
+	if err != nil {
+		return nil, "", fmt.Errorf("read the edits of %d jobs from %s: %w", len(ids), coll.Name(), err)
+	}
+	var docs []historyDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, "", fmt.Errorf("read the edits of %d jobs from %s: %w", len(ids), coll.Name(), err)
+	}
+	if int64(len(docs)) > limit {
+		cut = docs[limit].JobID
+		docs = docs[:limit]
+	}
+	edits = make(map[string][]Edit)
+	for _, d := range docs {
+		edits[d.JobID] = append(edits[d.JobID], d.edit())
+	}
+	return edits, cut, nil
 }
 
 // operations reads the job's operations in [from, to], oldest first

@@ -161,8 +161,13 @@ type Segment struct {
 	Exists bool `json:"exists"`
 	// Timing is the schedule in force, when Exists; its Error says why
 	// the segment expects no slots though the document existed (the
-	// daemon refuses it) or that its schedule is unknown.
+	// daemon refuses it and no valid version came before it) or that its
+	// schedule is unknown.
 	Timing
+	// Refused, when set, is why the daemons refuse the document of the
+	// segment: Timing is then the last valid schedule before it, which
+	// stays in force (last known good).
+	Refused string `json:"refused,omitempty"`
 }
 
 // FirstSeen is where a job's timeline begins: the job's first sighting in
