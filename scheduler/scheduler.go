@@ -1106,6 +1106,14 @@ func (e *Engine) relist(id string, how apply) bool {
 // not): whether a snapshot may list it as Item.Same.
 func (e *Engine) Knows(id string) bool { return e.load(id) != nil }
 
+// KnowsValid reports whether the engine holds a valid schedule of job id,
+// armed or not: its last known good, which a refused document leaves in
+// force. It is false for a job known only by a refused document.
+func (e *Engine) KnowsValid(id string) bool {
+	r := e.load(id)
+	return r != nil && r.valid
+}
+
 // parseCacheMax bounds a Sync's parse cache: past it the cache starts
 // over, so that a snapshot of distinct expressions holds no map of them
 // all beside the records (which keep their parsed schedules anyway).

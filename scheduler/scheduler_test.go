@@ -793,3 +793,16 @@ func TestRejectLogSaysWhetherALastKnownGoodIsKept(t *testing.T) {
 		t.Errorf("rejection lines %q, want %q", got, want)
 	}
 }
+
+// KnowsValid tells a job kept on its last known good from one known only
+// by a refused document.
+func TestKnowsValid(t *testing.T) {
+	e := newEngine(t, Options{})
+	e.Reject("fresh", errors.New("bad"))
+	e.Reload(sch("good", "0 9 * * *"))
+	e.Reject("good", errors.New("bad"))
+	if e.KnowsValid("fresh") || !e.KnowsValid("good") || e.KnowsValid("unknown") {
+		t.Errorf("KnowsValid: fresh %v, good %v, unknown %v; want false, true, false",
+			e.KnowsValid("fresh"), e.KnowsValid("good"), e.KnowsValid("unknown"))
+	}
+}
