@@ -38,12 +38,15 @@ type Service struct {
 	mu      sync.Mutex
 	started bool
 
-	registry  *actions.Registry
-	members   *members.Membership
-	metrics   *metrics.Metrics
-	store     *runstore.Store
-	runner    *firepath.Runner
-	engine    *scheduler.Engine
+	registry *actions.Registry
+	members  *members.Membership
+	metrics  *metrics.Metrics
+	store    *runstore.Store
+	runner   *firepath.Runner
+	engine   *scheduler.Engine
+	// policy is the engine's policy: the registry's actions and the
+	// calendars; a recovered version is checked with it (recover.go).
+	policy    scheduler.Policy
 	gates     *handOverGates // the engine's fires of jobs being handed over wait for it (divide.go)
 	watcher   *changestream.Watcher
 	history   *editHistory
@@ -105,6 +108,7 @@ func New(db *mongo.Database, opts Options) (*Service, error) {
 	requests := s.newRequests()
 	s.runner = s.newRunner(requests)
 	s.triggers = newTriggerWatch(s, requests)
+	s.policy = s.calendars.policy(s.registry)
 	s.engine = s.newEngine()
 	s.calendars.recheck = s.engine.Recheck
 	s.history = s.newHistory()

@@ -122,7 +122,7 @@ func (s *Service) newEngine() *scheduler.Engine {
 		// registered handler, or excluding a calendar not in force, is
 		// refused, a handler's jitter delays each
 		// slot by a fixed per-job amount.
-		Policy: s.calendars.policy(s.registry),
+		Policy: s.policy,
 		Hooks: scheduler.Hooks{
 			// When the job was armed, before the engine logged it: the
 			// end of the event-apply measure (watchHooks).
@@ -151,7 +151,11 @@ func (s *Service) newHistory() *editHistory {
 	// A full read does not decode again the documents the recorder (which
 	// wraps this sink) holds unchanged: the engine was given them last.
 	unchanged := func(doc bson.Raw) bool { return s.history.recorder.Unchanged(doc) }
-	engine := schedulesink.New(s.engine, s.log, s.metrics).WithUnchanged(unchanged)
+	// A full read arms a refused job the engine has no valid version of
+	// on the last valid one the edit history holds (recover.go). It runs
+	// inside the read's ReplaceAll, on the watcher's goroutine, so no
+	// event of the job is applied meanwhile: the events after it win.
+	engine := schedulesink.New(s.engine, s.log, s.metrics).WithUnchanged(unchanged).WithRecovery(s.recoverLastValid)
 	return newEditHistory(s.db.Collection(history.CollectionName),
 		arrivalSink{Sink: eventSink{Sink: s.edits.sink(engine), events: s.events}, s: s},
 		s.opts.InstanceID, s.opts.Retention, s.log)

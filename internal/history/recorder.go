@@ -165,6 +165,11 @@ func (r *Recorder) Reserve(n int) { r.docs.reserve(n) }
 // applied before it was called.
 func (r *Recorder) Documents() iter.Seq[bson.Raw] { return r.docs.all() }
 
+// Document returns a copy of the document the recorder holds for job id
+// (as the last full read and the events since left it), nil when it holds
+// none. Like Documents, it may run on any goroutine.
+func (r *Recorder) Document(id string) bson.Raw { return r.docs.get(id) }
+
 // docKey is the key of a document in docStore: schedule.DecodeID of its
 // _id; "" when it has none that can be attributed.
 func docKey(doc bson.Raw) string {

@@ -7,6 +7,7 @@ package schedulesink
 
 import (
 	"context"
+	"errors"
 	"iter"
 	"log/slog"
 	"runtime"
@@ -36,7 +37,33 @@ type Sink struct {
 	// unchanged, if set, says whether a document a full read hands on is
 	// the one the engine last applied for its job (WithUnchanged).
 	unchanged func(bson.Raw) bool
+	// recover, if set, finds the last valid versions of refused jobs the
+	// engine holds no valid version of (WithRecovery).
+	recover func(ids []string) map[string]Recovered
 }
+
+// Recovered is the last valid version of a refused job's document, found
+// by a recovery (WithRecovery).
+type Recovered struct {
+	// Doc is the document.
+	Doc bson.Raw
+	// EditedAt is when the edit that made it was made (zero: unknown);
+	// ReplacedAt when the edit that replaced it was.
+	EditedAt, ReplacedAt time.Time
+}
+
+// MaxRecovered is the most refused jobs one full read looks up for their
+// last valid version (WithRecovery); the others stay unarmed.
+const MaxRecovered = 1000
+
+// The lines a recovery logs, with job_id.
+const (
+	// MsgRecovered: the job is armed on the last valid version found.
+	MsgRecovered = "refused job armed on its last valid version, recovered from the edit history"
+	// MsgRecoveredRefused: the engine refused the version found (the
+	// configuration changed since it was checked); the job is not armed.
+	MsgRecoveredRefused = "refused job not armed: the engine refused the last valid version recovered for it"
+)
 
 // New returns the sink applying documents to engine, logging refusals to
 // log and counting the reloads change events make in mx (nil counts
@@ -61,6 +88,23 @@ func New(engine *scheduler.Engine, log *slog.Logger, mx *metrics.Metrics) Sink {
 // applies: history.Recorder.Unchanged).
 func (s Sink) WithUnchanged(unchanged func(bson.Raw) bool) Sink {
 	s.unchanged = unchanged
+	return s
+}
+
+// WithRecovery returns the sink that, in a full read (ReplaceAll), notes
+// the jobs whose document the engine refused while it holds no valid
+// version of them (scheduler.Engine.KnowsValid; at most MaxRecovered a
+// read), and once the read is applied hands their ids to recover, which
+// returns the last valid version of those it finds one for. Each such job
+// is armed on that version and then given its refused document again, by
+// the calls an edit makes (Reload, or Reject for a document that does not
+// decode): it keeps the version as its last known good, with the current
+// document's error, as if the daemon had run through the bad edit. All
+// of it runs on the goroutine that called ReplaceAll, before it returns;
+// jobs recover returns nothing for stay unarmed. Documents listed as the
+// engine has them (WithUnchanged) are not looked at.
+func (s Sink) WithRecovery(recover func(ids []string) map[string]Recovered) Sink {
+	s.recover = recover
 	return s
 }
 
@@ -155,6 +199,8 @@ func (s Sink) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error) {
 		decode, decoded = s.decodeBatches(raws, rawFree, batches, free, stop)
 	}()
 	var engineBusy time.Duration
+	var refused []scheduler.Item // jobs refused with no valid version, for recover
+	notNoted := 0                // such jobs past MaxRecovered
 	items := func(yield func(scheduler.Item, error) bool) {
 		for b := range batches {
 			if b.err != nil {
@@ -165,6 +211,13 @@ func (s Sink) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error) {
 			for _, it := range b.items {
 				if !yield(it, nil) {
 					return
+				}
+				if s.recover != nil && !it.Same && !s.engine.KnowsValid(it.Schedule.ID) {
+					if len(refused) < MaxRecovered {
+						refused = append(refused, it)
+					} else {
+						notNoted++
+					}
 				}
 			}
 			engineBusy += time.Since(t)
@@ -183,6 +236,11 @@ func (s Sink) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error) {
 	if err != nil {
 		return st.Changed, err
 	}
+	if notNoted > 0 {
+		s.log.Warn("refused jobs with no valid version not looked up in the edit history: too many in one full read; they stay unarmed",
+			"jobs", notNoted, "looked_up", len(refused))
+	}
+	s.recoverRefused(refused)
 	lvl := slog.LevelDebug
 	if len(st.Changed) > 0 {
 		lvl = slog.LevelInfo
@@ -190,6 +248,56 @@ func (s Sink) ReplaceAll(docs iter.Seq2[bson.Raw, error]) ([]string, error) {
 	s.log.Log(context.Background(), lvl, msgSchedulesReplaced, "documents", n, "decoded", decoded, "changed", len(st.Changed),
 		"decode", decode, "engine", engineBusy, "duration", time.Since(start))
 	return st.Changed, nil
+}
+
+// recoverRefused asks s.recover for the last valid versions of the jobs
+// of refused (items a full read applied, each refused with no valid
+// version kept) and arms each job on the version found, then applies its
+// refused item again as an edit would.
+func (s Sink) recoverRefused(refused []scheduler.Item) {
+	if len(refused) == 0 {
+		return
+	}
+	ids := make([]string, len(refused))
+	for i, it := range refused {
+		ids[i] = it.Schedule.ID
+	}
+	found := s.recover(ids)
+	for _, it := range refused {
+		id := it.Schedule.ID
+		v, ok := found[id]
+		if !ok {
+			continue
+		}
+		sched, err := decode(v.Doc)
+		if err != nil || sched.ID != id {
+			s.log.Error("recovered version of a refused job does not decode as it; not armed", "job_id", id, "error", err)
+			continue
+		}
+		if s.engine.Reload(sched) == scheduler.Rejected {
+			s.log.Warn(MsgRecoveredRefused, "job_id", id)
+			continue
+		}
+		// The current document, refused again: the version just armed
+		// stays, with this document's error.
+		current := it.Err
+		if current != nil {
+			s.engine.Reject(id, current)
+		} else {
+			s.engine.Reload(it.Schedule)
+			if st, ok := s.engine.Get(id); ok {
+				current = errors.New(st.LastError)
+			}
+		}
+		attrs := []any{"job_id", id, "cron_expr", sched.CronExpr, "replaced_at", v.ReplacedAt, "error", current}
+		if !sched.UpdatedAt.IsZero() {
+			attrs = append(attrs, "updated_at", sched.UpdatedAt)
+		}
+		if !v.EditedAt.IsZero() {
+			attrs = append(attrs, "edited_at", v.EditedAt)
+		}
+		s.log.Info(MsgRecovered, attrs...)
+	}
 }
 
 // decodeBatch is how many documents ReplaceAll decodes at once.

@@ -1,0 +1,134 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/cronswap/cronswap/internal/history"
+	"github.com/cronswap/cronswap/internal/record"
+	"github.com/cronswap/cronswap/internal/schedulesink"
+	"github.com/cronswap/cronswap/internal/testmongo"
+	"github.com/cronswap/cronswap/schedule"
+)
+
+// Last known good across a restart without a state file: a job that ran
+// on a valid expression and was then edited to a bad one is armed, after
+// the restart, on the last valid version the edit history reconstructs,
+// fires on it, and shows the current document's error; a job with no
+// valid version in the history (refused from its insert, or whose edits
+// were never recorded) stays unarmed, and the log says why.
+func TestRestartArmsTheLastValidVersionFromTheHistory(t *testing.T) {
+	db := testmongo.NewDatabase(t, testmongo.Client(t))
+	ctx := context.Background()
+	coll := db.Collection(schedule.CollectionName)
+	// "unrecorded" is there before the first start: its insert is found
+	// by the full read, not recorded, and its bad edit is made while no
+	// daemon runs: the history holds nothing of it.
+	insertSchedules(t, db, "unrecorded")
+
+	opts := testOptions()
+	d1 := startDaemon(t, db, opts)
+	waitFor(t, 30*time.Second, "the history recording", func() bool {
+		_, ok := d1.logs.find(func(l map[string]any) bool { return l["msg"] == "schedule history recording: stream caught up" })
+		return ok
+	})
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "lkg"}, {Key: "cron_expr", Value: "* * * * * *"},
+		{Key: "job", Value: "tick"}, {Key: "updated_at", Value: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "never"}, {Key: "cron_expr", Value: "bogus"},
+		{Key: "job", Value: "tick"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "lkg armed", func() bool { return armed(d1.engine, "lkg") })
+	if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "lkg"}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "cron_expr", Value: "bogus"}, {Key: "updated_at", Value: time.Now()}}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the bad edit recorded and refused, lkg still armed", func() bool {
+		st, ok := d1.engine.Get("lkg")
+		return ok && st.Armed && st.LastError != "" && editsOf(t, db, "lkg") == 2 && editsOf(t, db, "never") == 1
+	})
+	if err := d1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "unrecorded"}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "cron_expr", Value: "bogus"}}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	restarted := time.Now()
+	opts.InstanceID = "daemon-test-2"
+	d2 := startDaemon(t, db, opts)
+	waitFor(t, 30*time.Second, "lkg armed again after the restart", func() bool { return armed(d2.engine, "lkg") })
+	st, _ := d2.engine.Get("lkg")
+	if st.CronExpr != "* * * * * *" || !strings.Contains(st.LastError, "bogus") {
+		t.Errorf("lkg after the restart: %+v, want armed on \"* * * * * *\" with the bad document's error", st)
+	}
+	code, body := d2.get(t, "/api/schedules/lkg")
+	var row struct {
+		Armed     bool   `json:"armed"`
+		CronExpr  string `json:"cron_expr"`
+		LastError string `json:"last_error"`
+	}
+	if err := json.Unmarshal(body, &row); code != http.StatusOK || err != nil || !row.Armed || row.CronExpr != "* * * * * *" || row.LastError == "" {
+		t.Errorf("/api/schedules/lkg: %d %s, want armed on the last valid timing with last_error", code, body)
+	}
+	code, body = d2.get(t, "/api/schedules/lkg/detail")
+	var detail struct {
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(body, &detail); code != http.StatusOK || err != nil || detail.Status != "error" {
+		t.Errorf("/api/schedules/lkg/detail: %d %s, want status error", code, body)
+	}
+	waitFor(t, 30*time.Second, "lkg fired on its last valid timing after the restart", func() bool {
+		for _, r := range runsOf(t, db, "lkg", restarted) {
+			if r.Instance == "daemon-test-2" && r.Status != record.StatusMissed {
+				return true
+			}
+		}
+		return false
+	})
+	if l, ok := d2.logs.find(func(l map[string]any) bool {
+		return l["msg"] == schedulesink.MsgRecovered && l["job_id"] == "lkg"
+	}); !ok || l["updated_at"] == nil || l["replaced_at"] == nil {
+		t.Errorf("recovery log line %v, want one naming job_id lkg with updated_at and replaced_at", l)
+	}
+	// The recovered version is not an edit.
+	if n := editsOf(t, db, "lkg"); n != 2 {
+		t.Errorf("lkg has %d edits after the restart, want 2 (the insert and the bad edit)", n)
+	}
+
+	for id, reason := range map[string]string{"never": reasonNoValidVersion, "unrecorded": reasonNoEdits} {
+		if st, ok := d2.engine.Get(id); !ok || st.Armed || st.LastError == "" {
+			t.Errorf("%s: %+v, want known, unarmed, with its error", id, st)
+		}
+		if _, ok := d2.logs.find(func(l map[string]any) bool {
+			return l["msg"] == msgNotRecovered && l["job_id"] == id && l["reason"] == reason
+		}); !ok {
+			t.Errorf("no %q line for %s with reason %s", msgNotRecovered, id, reason)
+		}
+		if _, ok := d2.logs.find(func(l map[string]any) bool {
+			return strings.Contains(l["msg"].(string), "last known good kept") && l["job_id"] == id
+		}); ok {
+			t.Errorf("%s: the log says its last known good was kept; it has none", id)
+		}
+	}
+}
+
+// editsOf counts job id's edits in the history.
+func editsOf(t *testing.T, db *mongo.Database, id string) int64 {
+	t.Helper()
+	n, err := db.Collection(history.CollectionName).CountDocuments(context.Background(), history.EditsOf(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
