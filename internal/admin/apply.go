@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/cronswap/cronswap/internal/docfields"
 	"github.com/cronswap/cronswap/internal/history"
 	"github.com/cronswap/cronswap/internal/lifetime"
 	"github.com/cronswap/cronswap/internal/schedfile"
@@ -24,7 +25,7 @@ import (
 const (
 	// FieldManagedBy marks a document apply created or updated
 	// (ManagedByApply): `apply --prune` deletes only such documents.
-	FieldManagedBy = "managed_by"
+	FieldManagedBy = docfields.ManagedBy
 	// ManagedByApply is the value of FieldManagedBy.
 	ManagedByApply = "cronswap apply"
 )

@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -133,5 +134,34 @@ func TestListSaysHowToDeleteADocumentThatIsNotAJob(t *testing.T) {
 	}
 	if r := e.run("schedules", "get", "nope"); r.code != 1 || strings.Contains(r.stderr, "mongosh") {
 		t.Errorf("schedules get nope: %v", r)
+	}
+}
+
+// A field no one reads that looks like one that is read is shown by get,
+// as text and JSON, beside the schedule the rest of the document makes;
+// a note of the user's own is not.
+func TestGetShowsMisspeltFields(t *testing.T) {
+	e := newEnv(t)
+	insertDocs(t, e.db.Collection("schedules"),
+		bson.D{{Key: "_id", Value: "typo"}, {Key: "cron_expr", Value: "0 9 * * *"}, {Key: "enabeld", Value: false},
+			{Key: "owner", Value: "team-a"}},
+		bson.D{{Key: "_id", Value: "plain"}, {Key: "cron_expr", Value: "0 9 * * *"}, {Key: "owner", Value: "team-a"}})
+	var v map[string]any
+	e.okJSON(&v, "schedules", "get", "typo")
+	ignored, _ := v["ignored_fields"].([]any)
+	if v["enabled"] != true || len(ignored) != 1 || fmt.Sprint(ignored[0]) != "map[did_you_mean:enabled field:enabeld]" {
+		t.Errorf("get -o json typo: enabled %v, ignored_fields %v", v["enabled"], v["ignored_fields"])
+	}
+	r := e.ok("schedules", "get", "typo")
+	if want := `(?m)^ignored: +enabeld \(no such field; did you mean enabled\?\)$`; !regexp.MustCompile(want).MatchString(r.stdout) {
+		t.Errorf("get typo: no %s in\n%s", want, r.stdout)
+	}
+	v = nil
+	e.okJSON(&v, "schedules", "get", "plain")
+	if _, ok := v["ignored_fields"]; ok {
+		t.Errorf("get -o json plain: ignored_fields %v for a note of the user's own", v["ignored_fields"])
+	}
+	if r := e.ok("schedules", "get", "plain"); strings.Contains(r.stdout, "ignored:") {
+		t.Errorf("get plain:\n%s", r.stdout)
 	}
 }

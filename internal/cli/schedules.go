@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/cronswap/cronswap/internal/admin"
+	"github.com/cronswap/cronswap/internal/docfields"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
 )
@@ -65,11 +66,22 @@ type scheduleView struct {
 	// (InvalidID), the mongosh command that deletes it: the commands here
 	// address jobs by id, and it is none.
 	DeleteWithMongosh string `json:"delete_with_mongosh,omitempty"`
+	// Ignored lists the fields of the document no one reads that look
+	// like one that is read (docfields.Misspellings): a typo changes
+	// nothing, so it is pointed out.
+	Ignored []ignoredField `json:"ignored_fields,omitempty"`
 
 	loc *time.Location
 	// enabledAs is a refused document's enabled field as written when it
 	// is not a boolean (Enabled is then false), for the table.
 	enabledAs string
+}
+
+// ignoredField is a field of a document no one reads and the field it
+// looks like.
+type ignoredField struct {
+	Field string `json:"field"`
+	Meant string `json:"did_you_mean"`
 }
 
 // view builds the scheduleView of d as this command checks it, with its
@@ -78,6 +90,9 @@ func (s *session) view(ctx context.Context, d admin.ScheduleDoc, now time.Time) 
 	v := scheduleView{ID: d.ID, Args: json.RawMessage("null"), loc: s.cfg.Location,
 		CheckedBy: []string{}, ActionsChecked: s.rules.ActionsChecked()}
 	v.ID, v.InvalidID = schedule.RefusedID(d.ID)
+	for _, m := range docfields.Misspellings(d.Raw) {
+		v.Ignored = append(v.Ignored, ignoredField{Field: m.Field, Meant: m.Meant})
+	}
 	sc := d.Schedule
 	// A schedule refused only for its action is whole: show it as it is.
 	var policy *scheduler.PolicyError
@@ -349,6 +364,9 @@ func schedulesGet() *ucli.Command {
 				}
 				rows = append(rows, []string{"dst:", v.DST}, []string{"job:", v.Job}, []string{"category:", v.Category}, []string{"args:", args},
 					[]string{"updated at:", upd}, []string{"checked by:", checked})
+				for _, f := range v.Ignored {
+					rows = append(rows, []string{"ignored:", fmt.Sprintf("%s (no such field; did you mean %s?)", f.Field, f.Meant)})
+				}
 				table(c.App.Writer, []string{"FIELD", "VALUE"}, rows)
 				return nil
 			})

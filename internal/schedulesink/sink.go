@@ -18,6 +18,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/cronswap/cronswap/internal/docfields"
 	"github.com/cronswap/cronswap/internal/metrics"
 	"github.com/cronswap/cronswap/schedule"
 	"github.com/cronswap/cronswap/scheduler"
@@ -112,6 +113,7 @@ func (s Sink) WithRecovery(recover func(ids []string) map[string]Recovered) Sink
 // or records the document's error against the job (last known good).
 func (s Sink) Upsert(doc bson.Raw) {
 	sched, err := decode(doc)
+	s.warnMisspellings(sched.ID, doc)
 	if err != nil {
 		s.reject(sched.ID, err)
 		return
@@ -300,6 +302,21 @@ func (s Sink) recoverRefused(refused []scheduler.Item) {
 	}
 }
 
+// MsgMisspelt is the warning logged, with job_id, field and meant, for
+// each field of a schedules document that no one reads but that looks
+// like one that is read (docfields.Misspellings): the field is ignored.
+const MsgMisspelt = "schedule field ignored: it looks like a misspelling"
+
+// warnMisspellings logs MsgMisspelt for each misspelt-looking field of
+// doc, the document of job id: when an event brings it, and when a full
+// read decodes it (not when the read finds the document the engine
+// already has), so a typo is pointed out once as it arrives.
+func (s Sink) warnMisspellings(id string, doc bson.Raw) {
+	for _, m := range docfields.Misspellings(doc) {
+		s.log.Warn(MsgMisspelt, "job_id", schedule.ShowKey(id), "field", m.Field, "meant", m.Meant)
+	}
+}
+
 // decodeBatch is how many documents ReplaceAll decodes at once.
 const decodeBatch = 1024
 
@@ -401,9 +418,10 @@ func (s Sink) decodeBatches(in <-chan *rawBatch, rawFree chan<- *rawBatch, out c
 		}
 		batch := s.decodeChanged(reuse, raws, b.same)
 		items := batch[:0]
-		for _, it := range batch {
+		for i, it := range batch {
 			if !it.Same {
 				decoded++
+				s.warnMisspellings(it.Schedule.ID, raws[i])
 			}
 			if it.Err != nil && it.Schedule.ID == "" {
 				s.log.Warn("schedules document refused and not attributable to a job", "error", it.Err)

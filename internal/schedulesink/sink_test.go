@@ -7,6 +7,7 @@ import (
 	"io"
 	"iter"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 
@@ -410,4 +411,71 @@ func TestRejectedCountsEachJobEnteringTheRejectedState(t *testing.T) {
 	step("deleted", 4, 1)
 	sink.Upsert(badType)
 	step("inserted bad", 5, 2)
+}
+
+// A field no one reads that looks like one that is read is pointed out
+// once as it arrives: by an event, or by a full read that decodes its
+// document (the start's, or one that finds it changed), not by a read
+// that finds the document the engine already has. The job is applied as
+// the rest of its document says; a note of the user's own is not listed.
+func TestMisspeltFieldsWarnedAsTheyArrive(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	engine := scheduler.New(scheduler.Options{Logger: slog.New(slog.DiscardHandler)})
+	doc := func(id string, extra ...bson.E) bson.Raw {
+		b, err := bson.Marshal(append(bson.D{{Key: "_id", Value: id}, {Key: "cron_expr", Value: "0 9 * * *"}}, extra...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	type warning struct {
+		Msg, JobID, Field, Meant string
+	}
+	warnings := func() []warning {
+		var out []warning
+		for line := range strings.Lines(buf.String()) {
+			var w struct {
+				Msg   string `json:"msg"`
+				JobID string `json:"job_id"`
+				Field string `json:"field"`
+				Meant string `json:"meant"`
+			}
+			if err := json.Unmarshal([]byte(line), &w); err != nil {
+				t.Fatal(err)
+			}
+			if w.Msg == MsgMisspelt {
+				out = append(out, warning{w.Msg, w.JobID, w.Field, w.Meant})
+			}
+		}
+		buf.Reset()
+		return out
+	}
+	typo := doc("typo", bson.E{Key: "enabeld", Value: false}, bson.E{Key: "owner", Value: "team-a"})
+	plain := doc("plain", bson.E{Key: "owner", Value: "team-a"})
+	sink := New(engine, log, nil)
+	if _, err := sink.ReplaceAll(docsOf(typo, plain)); err != nil {
+		t.Fatal(err)
+	}
+	want := []warning{{MsgMisspelt, "typo", "enabeld", "enabled"}}
+	if got := warnings(); !slices.Equal(got, want) {
+		t.Fatalf("the start's read warned %v, want %v", got, want)
+	}
+	if st, ok := engine.Get("typo"); !ok || !st.Armed {
+		t.Fatalf("typo: %+v (known %v): the misspelt field must change nothing", st, ok)
+	}
+	// A re-read finding both documents as the engine has them: no warning.
+	same := func(bson.Raw) bool { return true }
+	if _, err := sink.WithUnchanged(same).ReplaceAll(docsOf(typo, plain)); err != nil {
+		t.Fatal(err)
+	}
+	if got := warnings(); len(got) != 0 {
+		t.Fatalf("a read of unchanged documents warned %v", got)
+	}
+	// An event bringing a new typo.
+	sink.Upsert(doc("plain", bson.E{Key: "TZ", Value: "Asia/Seoul"}))
+	want = []warning{{MsgMisspelt, "plain", "TZ", "timezone"}}
+	if got := warnings(); !slices.Equal(got, want) {
+		t.Fatalf("the event warned %v, want %v", got, want)
+	}
 }
