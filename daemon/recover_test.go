@@ -39,31 +39,9 @@ func TestRestartArmsTheLastValidVersionFromTheHistory(t *testing.T) {
 	insertSchedules(t, db, "unrecorded")
 
 	opts := testOptions()
-	d1 := startDaemon(t, db, opts)
-	waitFor(t, 30*time.Second, "the history recording", func() bool {
-		_, ok := d1.logs.find(func(l map[string]any) bool { return l["msg"] == "schedule history recording: stream caught up" })
-		return ok
-	})
-	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "lkg"}, {Key: "cron_expr", Value: "* * * * * *"},
-		{Key: "job", Value: "tick"}, {Key: "updated_at", Value: time.Now()}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "never"}, {Key: "cron_expr", Value: "bogus"},
-		{Key: "job", Value: "tick"}}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "lkg armed", func() bool { return armed(d1.engine, "lkg") })
-	if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "lkg"}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "cron_expr", Value: "bogus"}, {Key: "updated_at", Value: time.Now()}}}}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "the bad edit recorded and refused, lkg still armed", func() bool {
-		st, ok := d1.engine.Get("lkg")
-		return ok && st.Armed && st.LastError != "" && editsOf(t, db, "lkg") == 2 && editsOf(t, db, "never") == 1
-	})
-	if err := d1.stop(); err != nil {
-		t.Fatal(err)
-	}
+	// "never" is refused from its insert: the history holds no valid
+	// version of it.
+	runThroughABadEdit(t, db, opts, bson.D{{Key: "_id", Value: "never"}, {Key: "cron_expr", Value: "bogus"}, {Key: "job", Value: "tick"}})
 	if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "unrecorded"}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "cron_expr", Value: "bogus"}}}}); err != nil {
 		t.Fatal(err)
@@ -142,8 +120,9 @@ func editsOf(t *testing.T, db *mongo.Database, id string) int64 {
 // on a valid expression and edits it to a bad one while the edit history
 // records both, and stops the daemon: the history then holds the job's
 // last valid version, the collection (and a state file, if opts sets one)
-// the bad document.
-func runThroughABadEdit(t *testing.T, db *mongo.Database, opts Options) {
+// the bad document. The documents of also are inserted after lkg while
+// the history records, each awaited as one edit.
+func runThroughABadEdit(t *testing.T, db *mongo.Database, opts Options, also ...bson.D) {
 	t.Helper()
 	ctx := context.Background()
 	coll := db.Collection(schedule.CollectionName)
@@ -156,6 +135,11 @@ func runThroughABadEdit(t *testing.T, db *mongo.Database, opts Options) {
 		{Key: "job", Value: "tick"}, {Key: "updated_at", Value: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}
+	for _, doc := range also {
+		if _, err := coll.InsertOne(ctx, doc); err != nil {
+			t.Fatal(err)
+		}
+	}
 	waitFor(t, 30*time.Second, "lkg armed", func() bool { return armed(d.engine, "lkg") })
 	if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "lkg"}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "cron_expr", Value: "bogus"}, {Key: "updated_at", Value: time.Now()}}}}); err != nil {
@@ -163,7 +147,15 @@ func runThroughABadEdit(t *testing.T, db *mongo.Database, opts Options) {
 	}
 	waitFor(t, 30*time.Second, "the bad edit recorded and refused, lkg still armed", func() bool {
 		st, ok := d.engine.Get("lkg")
-		return ok && st.Armed && st.LastError != "" && editsOf(t, db, "lkg") == 2
+		if !ok || !st.Armed || st.LastError == "" || editsOf(t, db, "lkg") != 2 {
+			return false
+		}
+		for _, doc := range also {
+			if id, _ := doc[0].Value.(string); editsOf(t, db, id) != 1 {
+				return false
+			}
+		}
+		return true
 	})
 	if err := d.stop(); err != nil {
 		t.Fatal(err)
